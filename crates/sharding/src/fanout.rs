@@ -1,0 +1,197 @@
+//! Dynamic fan-out of hot entities (seed 002's dynamic sharding, made epoch-safe).
+//!
+//! Per entity, a metadata item holds `number_of_shards` (the latest scheduled k),
+//! `last_updated` (when k was last changed, the optimistic-lock token) and `shard_history`
+//! (every k with the time it takes effect). A writer that sees a key-range throttle asks
+//! [`decide`]; a `Raise` is applied with a conditional update on `last_updated` and takes
+//! effect at `now + propagation margin`, so keys of readings already accepted never move.
+
+use std::time::Duration;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::epoch::{Epoch, EpochError, FanoutHistory};
+use crate::time::Timestamp;
+
+/// Seed 002's metadata item for one entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMeta {
+    /// The latest scheduled fan-out k (may not be in force yet).
+    pub number_of_shards: u32,
+    /// When k was last changed (or the item created): the conditional-update token.
+    pub last_updated: Timestamp,
+    /// Every change of k with its effective time; empty = the layout's default.
+    pub shard_history: FanoutHistory,
+}
+
+impl ShardMeta {
+    /// The item a writer creates for an entity seen for the first time: k = 1, no history
+    /// (the layout default stays in force, so no existing key moves).
+    #[must_use]
+    pub fn initial(now: Timestamp) -> Self {
+        ShardMeta {
+            number_of_shards: 1,
+            last_updated: now,
+            shard_history: FanoutHistory::new(),
+        }
+    }
+
+    /// The item after `raise` (what the conditional update writes).
+    pub fn raised(&self, raise: &Raise) -> Result<ShardMeta, EpochError> {
+        let mut history = self.shard_history.clone();
+        let mut epochs: Vec<Epoch<u32>> = history.epochs().to_vec();
+        epochs.push(Epoch {
+            effective_from: raise.effective_from,
+            value: raise.to,
+        });
+        history = FanoutHistory::from_epochs(epochs)?;
+        Ok(ShardMeta {
+            number_of_shards: raise.to,
+            last_updated: raise.updated_at,
+            shard_history: history,
+        })
+    }
+}
+
+/// Which throttle a write ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Throttle {
+    /// The key range of one partition is over its limit (`TableWriteKeyRangeThroughputExceeded`).
+    KeyRange,
+    /// The table or account is over its limit: more keys would not help.
+    Table,
+    /// Anything else (no throttle, or an unknown reason).
+    Other,
+}
+
+/// Tuning of dynamic fan-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanoutPolicy {
+    /// Minimum time between two changes of one entity's k. Keep it >= the propagation
+    /// margin: a raise cannot relieve a throttle before it takes effect.
+    pub cooldown: Duration,
+    /// Spread of the random back-off after the cooldown, so racing writers do not all try
+    /// the conditional update at once.
+    pub jitter: Duration,
+    /// Largest k.
+    pub max_fanout: u32,
+    /// Delay between a decision and the time the new k takes effect.
+    pub propagation_margin: Duration,
+}
+
+/// Why k stays as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum KeepReason {
+    /// Within cooldown plus this writer's random back-off.
+    CoolingDown {
+        /// When this writer may try again.
+        until: Timestamp,
+    },
+    /// A raise is scheduled but not in force yet.
+    Pending {
+        /// When it takes effect.
+        effective_from: Timestamp,
+    },
+    /// A table-level throttle: more keys would not help.
+    TableThrottle,
+    /// k is already `max_fanout`.
+    AtMax,
+    /// The throttle was not a key-range throttle.
+    NotKeyRange,
+}
+
+/// A raise of k, applied with a conditional update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Raise {
+    /// k before.
+    pub from: u32,
+    /// k after.
+    pub to: u32,
+    /// Condition: the item's `last_updated` still equals this.
+    pub precondition_last_updated: Timestamp,
+    /// When the new k takes effect (`now + propagation margin`).
+    pub effective_from: Timestamp,
+    /// The new `last_updated` (the decision time).
+    pub updated_at: Timestamp,
+}
+
+/// What a writer should do about an entity's fan-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum FanoutDecision {
+    /// No metadata yet: create it (conditional on absence) with this k.
+    Create {
+        /// The initial k (1).
+        k: u32,
+    },
+    /// Leave k alone.
+    Keep {
+        /// Why.
+        reason: KeepReason,
+    },
+    /// Raise k.
+    Raise(Raise),
+}
+
+/// The next k after `k`: doubling, at least +1, capped at `max`.
+#[must_use]
+pub fn grow(k: u32, max: u32) -> u32 {
+    k.saturating_mul(2).max(k.saturating_add(1)).min(max)
+}
+
+/// Decides whether to raise an entity's fan-out after a write saw `throttle` at `now`.
+///
+/// A writer raises only on a key-range throttle, when k < max, no raise is pending, and
+/// `now >= last_updated + cooldown + U(0, jitter)`; the back-off is drawn from `rng`
+/// (nothing sleeps here).
+pub fn decide<R: Rng + ?Sized>(
+    meta: Option<&ShardMeta>,
+    throttle: Throttle,
+    now: Timestamp,
+    policy: &FanoutPolicy,
+    rng: &mut R,
+) -> FanoutDecision {
+    let keep = |reason| FanoutDecision::Keep { reason };
+    let Some(meta) = meta else {
+        return FanoutDecision::Create { k: 1 };
+    };
+    match throttle {
+        Throttle::Table => return keep(KeepReason::TableThrottle),
+        Throttle::Other => return keep(KeepReason::NotKeyRange),
+        Throttle::KeyRange => {}
+    }
+    let k = meta.number_of_shards.max(1);
+    if k >= policy.max_fanout {
+        return keep(KeepReason::AtMax);
+    }
+    if let Some(latest) = meta.shard_history.latest()
+        && latest.effective_from > now
+    {
+        return keep(KeepReason::Pending {
+            effective_from: latest.effective_from,
+        });
+    }
+    let jitter_ms = u64::try_from(policy.jitter.as_millis()).unwrap_or(u64::MAX);
+    let backoff = Duration::from_millis(if jitter_ms == 0 {
+        0
+    } else {
+        rng.random_range(0..=jitter_ms)
+    });
+    let until = meta
+        .last_updated
+        .saturating_add(policy.cooldown)
+        .saturating_add(backoff);
+    if now < until {
+        return keep(KeepReason::CoolingDown { until });
+    }
+    FanoutDecision::Raise(Raise {
+        from: k,
+        to: grow(k, policy.max_fanout),
+        precondition_last_updated: meta.last_updated,
+        effective_from: now.saturating_add(policy.propagation_margin),
+        updated_at: now,
+    })
+}

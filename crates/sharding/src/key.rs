@@ -1,0 +1,217 @@
+//! Write keys and point-lookup keys.
+
+use std::fmt::Write as _;
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+
+use crate::epoch::{FanoutHistory, TableHistory};
+use crate::hash::shard_index;
+use crate::layout::{Layout, Strategy};
+use crate::time::Timestamp;
+
+/// Longest accepted entity or event id, in bytes (keeps every key far below DynamoDB's
+/// 2,048-byte partition key and 1,024-byte sort key limits).
+pub const MAX_ID_LEN: usize = 256;
+
+/// Separator between key components; never allowed inside one.
+pub const SEPARATOR: char = '#';
+
+/// Name under which `Calculated { attribute }` hashes the reading's event id.
+pub const EVENT_ID_ATTRIBUTE: &str = "event_id";
+
+/// Why no key could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// An empty id.
+    #[error("{field} is empty")]
+    Empty {
+        /// `entity` or `event_id`.
+        field: &'static str,
+    },
+    /// An id containing the key separator `#`.
+    #[error("{field} contains the key separator '#'")]
+    Separator {
+        /// `entity` or `event_id`.
+        field: &'static str,
+    },
+    /// An id with a character outside `[A-Za-z0-9._:-]`.
+    #[error("{field} contains {ch:?}; ids are limited to [A-Za-z0-9._:-]")]
+    InvalidChar {
+        /// `entity` or `event_id`.
+        field: &'static str,
+        /// The first refused character.
+        ch: char,
+    },
+    /// An id longer than [`MAX_ID_LEN`] bytes.
+    #[error("{field} is {len} bytes long; the limit is {MAX_ID_LEN}")]
+    TooLong {
+        /// `entity` or `event_id`.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A `Calculated` layout hashes an attribute the reading does not carry.
+    #[error("the layout hashes attribute {attribute:?}, which the reading does not carry")]
+    MissingAttribute {
+        /// The attribute the layout names.
+        attribute: String,
+    },
+}
+
+impl KeyError {
+    /// Every key error is caused by the input (never worth a retry).
+    #[must_use]
+    pub const fn is_invalid_input(&self) -> bool {
+        true
+    }
+}
+
+/// Checks an entity or event id: 1..=[`MAX_ID_LEN`] bytes of `[A-Za-z0-9._:-]`.
+///
+/// The charset keeps `#` out of ids (it separates key components) and keeps every id
+/// byte below `~`, which read plans use as the upper bound after the last `#`.
+pub fn validate_id(field: &'static str, value: &str) -> Result<(), KeyError> {
+    if value.is_empty() {
+        return Err(KeyError::Empty { field });
+    }
+    if value.contains(SEPARATOR) {
+        return Err(KeyError::Separator { field });
+    }
+    if let Some(ch) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(KeyError::InvalidChar { field, ch });
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(KeyError::TooLong {
+            field,
+            len: value.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The identity of one reading, as far as keys are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadingRef<'a> {
+    /// Device, sensor, log stream...
+    pub entity: &'a str,
+    /// Unique id of the reading (from the producer, stable across redeliveries).
+    pub event_id: &'a str,
+    /// The reading's own timestamp; it selects the epochs that shape the key.
+    pub ts: Timestamp,
+    /// Value of the attribute a `Calculated` layout hashes (unless it hashes `event_id`).
+    pub attribute: Option<&'a str>,
+}
+
+/// Primary key of one item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ItemKey {
+    /// Partition key (`PK`).
+    pub pk: String,
+    /// Sort key (`SK`).
+    pub sk: String,
+}
+
+/// The key of a reading under the table layout and the entity's fan-out in force at the
+/// reading's own timestamp.
+pub fn write_key(
+    reading: &ReadingRef<'_>,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+) -> Result<ItemKey, KeyError> {
+    key_for_layout(reading, table.at(reading.ts), fanout.at(reading.ts))
+}
+
+/// The key to read one known reading back (`GetItem`). Every strategy can rebuild it from
+/// the reading's identity; `Calculated` on an attribute other than `event_id` also needs
+/// that attribute's value in `reading.attribute`.
+pub fn point_key(
+    reading: &ReadingRef<'_>,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+) -> Result<ItemKey, KeyError> {
+    write_key(reading, table, fanout)
+}
+
+/// The key of a reading under one layout and fan-out (`None` = the layout's default).
+pub fn key_for_layout(
+    reading: &ReadingRef<'_>,
+    layout: &Layout,
+    fanout: Option<u32>,
+) -> Result<ItemKey, KeyError> {
+    validate_id("entity", reading.entity)?;
+    validate_id("event_id", reading.event_id)?;
+    let ts = reading.ts.to_rfc3339();
+    let k = fanout_count(layout, fanout);
+    match &layout.strategy {
+        Strategy::Unsharded => Ok(ItemKey {
+            pk: reading.entity.to_owned(),
+            sk: plain_sk(&ts, reading.event_id),
+        }),
+        Strategy::Random => {
+            let r = shard_index(reading.event_id, k);
+            Ok(ItemKey {
+                pk: entity_pk(reading.entity, r),
+                sk: plain_sk(&ts, reading.event_id),
+            })
+        }
+        Strategy::Calculated { attribute } => {
+            let value = if attribute == EVENT_ID_ATTRIBUTE {
+                reading.event_id
+            } else {
+                reading
+                    .attribute
+                    .ok_or_else(|| KeyError::MissingAttribute {
+                        attribute: attribute.clone(),
+                    })?
+            };
+            Ok(ItemKey {
+                pk: entity_pk(reading.entity, shard_index(value, k)),
+                sk: plain_sk(&ts, reading.event_id),
+            })
+        }
+        Strategy::TimeBucket { bucket } => {
+            let s = shard_index(reading.entity, layout.shards);
+            let label = bucket.label(reading.ts);
+            let pk = if k.get() == 1 {
+                bucket_pk(s, None, &label)
+            } else {
+                let j = 1 + shard_index(reading.event_id, k);
+                bucket_pk(s, Some(j), &label)
+            };
+            let mut sk =
+                String::with_capacity(reading.entity.len() + ts.len() + reading.event_id.len() + 2);
+            let _ = write!(sk, "{}#{}#{}", reading.entity, ts, reading.event_id);
+            Ok(ItemKey { pk, sk })
+        }
+    }
+}
+
+/// The number of partition keys of one entity under `layout` with fan-out `fanout`.
+pub(crate) fn fanout_count(layout: &Layout, fanout: Option<u32>) -> NonZeroU32 {
+    fanout
+        .and_then(NonZeroU32::new)
+        .or_else(|| NonZeroU32::new(layout.default_fanout()))
+        .unwrap_or(NonZeroU32::MIN)
+}
+
+/// `{entity}#{r}`
+pub(crate) fn entity_pk(entity: &str, r: u32) -> String {
+    format!("{entity}#{r}")
+}
+
+/// `{s}#{label}` for the cold key, `{s}.{j}#{label}` for a hot entity's sub-shard j.
+pub(crate) fn bucket_pk(s: u32, sub: Option<u32>, label: &str) -> String {
+    match sub {
+        None => format!("{s}#{label}"),
+        Some(j) => format!("{s}.{j}#{label}"),
+    }
+}
+
+/// `{ts}#{event_id}`
+fn plain_sk(ts: &str, event_id: &str) -> String {
+    format!("{ts}#{event_id}")
+}

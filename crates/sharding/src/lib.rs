@@ -1,0 +1,72 @@
+//! Shardline's key-design engine: pure functions from readings, shard epochs and time
+//! ranges to DynamoDB keys and read plans. No I/O, no clock, no AWS or Lambda crate: time
+//! and randomness come in as parameters.
+//!
+//! # Stable shard hash (`shardline-hash-v1`)
+//!
+//! `stable_hash(s)` = first 8 bytes of SHA-256 over the UTF-8 bytes of `s`, big-endian
+//! `u64`; `shard_index(s, n) = stable_hash(s) % n`. Test vectors:
+//! `crates/sharding/testdata/vectors.json`.
+//!
+//! # Key formats
+//!
+//! `{ts}` is the reading's timestamp in fixed-width RFC 3339 UTC with milliseconds
+//! (`2026-06-22T01:00:00.000Z`), so string order is time order. Ids (entity, event id) are
+//! 1..=256 bytes of `[A-Za-z0-9._:-]`; `#` separates components and never occurs in one.
+//! `k` is the entity's fan-out in force at `ts` (default: N for `Random`/`Calculated`,
+//! 1 for `TimeBucket`), N the table-level shard count in force at `ts`.
+//!
+//! | strategy | PK | SK |
+//! |---|---|---|
+//! | `Unsharded` (legacy) | `{entity}` | `{ts}#{event_id}` |
+//! | `Random` | `{entity}#{shard_index(event_id, k)}` | `{ts}#{event_id}` |
+//! | `Calculated { attribute }` | `{entity}#{shard_index(attribute value, k)}` | `{ts}#{event_id}` |
+//! | `TimeBucket { bucket }`, k = 1 | `{s}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
+//! | `TimeBucket { bucket }`, k >= 2 | `{s}.{j}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
+//!
+//! with `s = shard_index(entity, N)`, `j = 1 + shard_index(event_id, k)` (sub-shards never
+//! share the entity's cold key), and bucket labels `2026-06-22T01:05` (minute),
+//! `2026-06-22T01` (hour), `2026-06-22` (day), `2026-06` (month). `Random` derives its
+//! suffix from the event id, so an at-least-once redelivery lands on the same key.
+//!
+//! # Shard epochs
+//!
+//! The table layout and each entity's fan-out form histories of [`epoch::Epoch`]s. A change
+//! scheduled at `now` takes effect at `now + margin`, with margin > writer cache TTL +
+//! maximum accepted future skew of a reading's ts ([`epoch::propagation_margin`]); so every
+//! writer knows the epoch in force at any reading it accepts, and the key of a reading is a
+//! pure function of the reading and the epochs in force at its own ts: no dual writes, no
+//! backfill, and exact read plans for any past range.
+//!
+//! # Read plans
+//!
+//! One entity over `[from, to)` ([`plan::plan_entity`]): for each table epoch, fan-out
+//! epoch, bucket and sub-shard, one `Query` with `SK BETWEEN lo AND hi`:
+//! `{entity}#{from}` .. `{entity}#{to - 1 ms}#~` for `TimeBucket`, `{from}` ..
+//! `{to - 1 ms}#~` otherwise (`~` sorts above every id character). Queries on the same PK
+//! with touching ranges are joined: a `TimeBucket` entity with k = 1 costs one query per
+//! bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every `{s}#{bucket}` for
+//! s in 0..N plus the hot entities' sub-shard keys, each with a time filter; such a PK is
+//! ordered by entity, then time, so the reader merges after buffering.
+
+pub mod backoff;
+pub mod epoch;
+pub mod fanout;
+pub mod hash;
+pub mod key;
+pub mod layout;
+pub mod merge;
+pub mod plan;
+pub mod planner;
+pub mod time;
+
+pub use backoff::Backoff;
+pub use epoch::{Epoch, EpochError, FanoutHistory, TableHistory, propagation_margin};
+pub use fanout::{FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Throttle, decide};
+pub use hash::{HASH_VERSION, shard_index, stable_hash};
+pub use key::{ItemKey, KeyError, ReadingRef, point_key, validate_id, write_key};
+pub use layout::{Layout, Strategy};
+pub use merge::{MergeError, Merged, Merger, Next, Order, Position, merge};
+pub use plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
+pub use planner::{CapacityPlan, PlanInput, PlannerError, plan_capacity};
+pub use time::{Bucket, BucketSpan, TimeError, TimeRange, Timestamp};

@@ -1,0 +1,287 @@
+//! Read plans: the exact set of key-range queries that can hold data for a time range.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::epoch::{FanoutHistory, TableHistory};
+use crate::hash::shard_index;
+use crate::key::{KeyError, bucket_pk, entity_pk, fanout_count, validate_id};
+use crate::layout::Strategy;
+use crate::time::{TimeRange, Timestamp};
+
+/// Most queries one plan may hold; a larger plan means the range is too wide for the
+/// bucket size and should be split by the caller.
+pub const MAX_PLAN_QUERIES: usize = 100_000;
+
+/// Upper bound appended after the last `#` of a sort-key range: `~` sorts above every
+/// id character (`[A-Za-z0-9._:-]`).
+pub const SK_UPPER: char = '~';
+
+/// Why no plan could be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The entity or a hot entity id is not a valid id.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A cross-entity read over a span whose strategy keeps entities in their own keys
+    /// (it would need a table scan).
+    #[error("reading all entities is not supported by the {strategy} layout in force over {span}")]
+    Unsupported {
+        /// The strategy in force.
+        strategy: String,
+        /// The part of the range it governs.
+        span: TimeRange,
+    },
+    /// The plan would exceed [`MAX_PLAN_QUERIES`].
+    #[error("the plan needs more than {limit} queries; read a shorter range")]
+    TooLarge {
+        /// [`MAX_PLAN_QUERIES`].
+        limit: usize,
+    },
+}
+
+impl PlanError {
+    /// Whether the request itself is at fault (every variant: bad id, unsupported read or
+    /// too wide a range).
+    #[must_use]
+    pub const fn is_invalid_input(&self) -> bool {
+        true
+    }
+}
+
+/// One DynamoDB `Query`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyQuery {
+    /// Partition key value.
+    pub pk: String,
+    /// Inclusive sort-key bounds for `SK BETWEEN :lo AND :hi`; `None` reads the whole PK.
+    pub sk_between: Option<(String, String)>,
+    /// Readings outside this range must be dropped by the reader (cross-entity plans,
+    /// where the sort key starts with the entity and cannot express a time range).
+    pub time_filter: Option<TimeRange>,
+    /// Whether the query returns items in time order (sort key = time first, or
+    /// entity-prefixed for a single entity). If false, the reader must buffer and sort.
+    pub time_ordered: bool,
+    /// The part of the requested range this query answers for.
+    pub covers: TimeRange,
+}
+
+/// Every query needed for one read; together they hold exactly the keys that can hold data.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadPlan {
+    /// The queries, in time order of their first piece.
+    pub queries: Vec<KeyQuery>,
+}
+
+impl ReadPlan {
+    /// Number of queries.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.queries.len()
+    }
+
+    /// Whether the plan reads nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.queries.is_empty()
+    }
+}
+
+/// Sort-key prefix shape of a strategy.
+#[derive(Clone, Copy)]
+enum SkShape<'a> {
+    /// `{ts}#{event_id}`
+    Plain,
+    /// `{entity}#{ts}#{event_id}`
+    Entity(&'a str),
+}
+
+fn sk_bounds(shape: SkShape<'_>, covers: TimeRange) -> (String, String) {
+    let lo = covers.from().to_rfc3339();
+    let hi = covers.last().to_rfc3339();
+    match shape {
+        SkShape::Plain => (lo, format!("{hi}#{SK_UPPER}")),
+        SkShape::Entity(entity) => (
+            format!("{entity}#{lo}"),
+            format!("{entity}#{hi}#{SK_UPPER}"),
+        ),
+    }
+}
+
+/// Collects queries, joining a query with an earlier one on the same PK.
+struct Builder<'a> {
+    queries: Vec<(String, TimeRange, SkShape<'a>)>,
+    last_by_pk: HashMap<String, usize>,
+    /// Cross-entity plans merge every piece of one PK (the hull stays inside one bucket of
+    /// the requested range); single-entity plans merge only contiguous pieces.
+    hull: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn new(hull: bool) -> Self {
+        Builder {
+            queries: Vec::new(),
+            last_by_pk: HashMap::new(),
+            hull,
+        }
+    }
+
+    fn push(&mut self, pk: String, covers: TimeRange, shape: SkShape<'a>) -> Result<(), PlanError> {
+        if let Some(&i) = self.last_by_pk.get(&pk) {
+            let existing = &mut self.queries[i].1;
+            if self.hull || existing.to() == covers.from() {
+                *existing = existing.hull(&covers);
+                return Ok(());
+            }
+        }
+        if self.queries.len() >= MAX_PLAN_QUERIES {
+            return Err(PlanError::TooLarge {
+                limit: MAX_PLAN_QUERIES,
+            });
+        }
+        self.last_by_pk.insert(pk.clone(), self.queries.len());
+        self.queries.push((pk, covers, shape));
+        Ok(())
+    }
+
+    fn entity_plan(self) -> ReadPlan {
+        let queries = self
+            .queries
+            .into_iter()
+            .map(|(pk, covers, shape)| KeyQuery {
+                pk,
+                sk_between: Some(sk_bounds(shape, covers)),
+                time_filter: None,
+                time_ordered: true,
+                covers,
+            })
+            .collect();
+        ReadPlan { queries }
+    }
+
+    fn all_plan(self) -> ReadPlan {
+        let queries = self
+            .queries
+            .into_iter()
+            .map(|(pk, covers, _)| KeyQuery {
+                pk,
+                sk_between: None,
+                time_filter: Some(covers),
+                time_ordered: false,
+                covers,
+            })
+            .collect();
+        ReadPlan { queries }
+    }
+}
+
+/// The queries that read one entity's readings in `range`, across every table epoch,
+/// fan-out epoch, bucket and sub-shard. Each query is time-ordered; pieces of one PK that
+/// touch are joined, so a `TimeBucket` entity with k = 1 costs one query per bucket.
+pub fn plan_entity(
+    entity: &str,
+    range: TimeRange,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+) -> Result<ReadPlan, PlanError> {
+    validate_id("entity", entity)?;
+    let mut builder = Builder::new(false);
+    for (table_span, layout) in table.spans(range) {
+        for (span, k) in fanout.spans(table_span) {
+            let k = fanout_count(layout, k).get();
+            match &layout.strategy {
+                Strategy::Unsharded => builder.push(entity.to_owned(), span, SkShape::Plain)?,
+                Strategy::Random | Strategy::Calculated { .. } => {
+                    for r in 0..k {
+                        builder.push(entity_pk(entity, r), span, SkShape::Plain)?;
+                    }
+                }
+                Strategy::TimeBucket { bucket } => {
+                    let s = shard_index(entity, layout.shards);
+                    for piece in bucket.spans(span) {
+                        if k == 1 {
+                            let pk = bucket_pk(s, None, &piece.label);
+                            builder.push(pk, piece.range, SkShape::Entity(entity))?;
+                        } else {
+                            for j in 1..=k {
+                                let pk = bucket_pk(s, Some(j), &piece.label);
+                                builder.push(pk, piece.range, SkShape::Entity(entity))?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(builder.entity_plan())
+}
+
+/// The queries that read every entity's readings in `range`. Only `TimeBucket` epochs
+/// support it: for each bucket, each cold key `{s}#{bucket}` for s in 0..N, plus the
+/// sub-shard keys `{s}.{j}#{bucket}` of each hot entity listed in `hot` while its k >= 2.
+/// Items of such a PK are ordered by entity, then time: `time_ordered` is false and
+/// `time_filter` holds the part of the range the query answers for.
+///
+/// `hot` must list every entity that has a fan-out history; an entity left out loses the
+/// readings it wrote to sub-shards.
+pub fn plan_all(
+    range: TimeRange,
+    table: &TableHistory,
+    hot: &[(&str, &FanoutHistory)],
+) -> Result<ReadPlan, PlanError> {
+    for (entity, _) in hot {
+        validate_id("entity", entity)?;
+    }
+    let mut builder = Builder::new(true);
+    for (span, layout) in table.spans(range) {
+        let Strategy::TimeBucket { bucket } = &layout.strategy else {
+            return Err(PlanError::Unsupported {
+                strategy: layout.strategy.to_string(),
+                span,
+            });
+        };
+        let n = layout.shards;
+        for piece in bucket.spans(span) {
+            for s in 0..n.get() {
+                builder.push(
+                    bucket_pk(s, None, &piece.label),
+                    piece.range,
+                    SkShape::Plain,
+                )?;
+            }
+            for (entity, history) in hot {
+                let s = shard_index(entity, n);
+                for (sub_span, k) in history.spans(piece.range) {
+                    let k = fanout_count(layout, k).get();
+                    if k < 2 {
+                        continue;
+                    }
+                    for j in 1..=k {
+                        builder.push(
+                            bucket_pk(s, Some(j), &piece.label),
+                            sub_span,
+                            SkShape::Plain,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(builder.all_plan())
+}
+
+/// Whether `sk` lies within a query's inclusive sort-key bounds (always true without bounds).
+#[must_use]
+pub fn sk_in_bounds(query: &KeyQuery, sk: &str) -> bool {
+    query
+        .sk_between
+        .as_ref()
+        .is_none_or(|(lo, hi)| lo.as_str() <= sk && sk <= hi.as_str())
+}
+
+/// Whether `ts` passes a query's time filter (always true without a filter).
+#[must_use]
+pub fn passes_time_filter(query: &KeyQuery, ts: Timestamp) -> bool {
+    query.time_filter.is_none_or(|f| f.contains(ts))
+}

@@ -1,0 +1,106 @@
+//! `shardline plan`: the capacity planner of the `sharding` crate on the command line.
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use clap::Args;
+use sharding::planner::{CapacityPlan, DEFAULT_SAFETY, PARTITION_WCU, PlanInput, plan_capacity};
+
+/// Flags of `shardline plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Peak writes per second over all entities.
+    #[arg(long)]
+    pub global_wps: f64,
+    /// Peak writes per second of the hottest single entity.
+    #[arg(long)]
+    pub peak_entity_wps: f64,
+    /// Size of one reading item in bytes.
+    #[arg(long)]
+    pub item_bytes: u64,
+    /// Plan each partition key for partition-wcu / safety.
+    #[arg(long, default_value_t = DEFAULT_SAFETY)]
+    pub safety: f64,
+    /// Write limit of one partition, WCU/s.
+    #[arg(long, default_value_t = PARTITION_WCU)]
+    pub partition_wcu: f64,
+    /// Evaluate this table-level shard count instead of choosing one.
+    #[arg(long)]
+    pub table_shards: Option<u32>,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl PlanArgs {
+    fn input(&self) -> PlanInput {
+        PlanInput {
+            global_wps: self.global_wps,
+            peak_entity_wps: self.peak_entity_wps,
+            item_bytes: self.item_bytes,
+            safety: self.safety,
+            partition_wcu: self.partition_wcu,
+            table_shards: self.table_shards,
+        }
+    }
+}
+
+/// Runs the planner and prints its answer to stdout.
+pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
+    let plan = plan_capacity(&args.input()).context("cannot plan capacity")?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&plan).context("cannot encode the plan")?
+    } else {
+        summary(args, &plan)
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").context("cannot write to stdout")?;
+    Ok(())
+}
+
+fn summary(args: &PlanArgs, plan: &CapacityPlan) -> String {
+    let chosen = if args.table_shards.is_some() {
+        "given"
+    } else {
+        "planned"
+    };
+    let rows = [
+        (
+            format!("table shards N ({chosen})"),
+            plan.table_shards.to_string(),
+        ),
+        (
+            "hot-entity fan-out k".to_owned(),
+            plan.hot_entity_fanout.to_string(),
+        ),
+        ("WCU per item".to_owned(), plan.wcu_per_item.to_string()),
+        (
+            "budget per PK".to_owned(),
+            format!(
+                "{:.0} WCU/s ({:.0} / safety {})",
+                plan.budget_per_pk, plan.partition_wcu, args.safety
+            ),
+        ),
+        (
+            "busiest PK (expected peak)".to_owned(),
+            format!("{:.0} WCU/s", plan.max_pk_wcu),
+        ),
+    ];
+    let mut s = format!(
+        "Shard plan for {} writes/s ({} writes/s on the hottest entity), {}-byte items\n",
+        args.global_wps, args.peak_entity_wps, args.item_bytes
+    );
+    for (label, value) in rows {
+        s.push_str(&format!("  {:<29}{value}\n", format!("{label}:")));
+    }
+    if plan.warnings.is_empty() {
+        s.push_str("No warnings.");
+    } else {
+        s.push_str("Warnings:");
+        for w in &plan.warnings {
+            s.push_str("\n  - ");
+            s.push_str(w);
+        }
+    }
+    s
+}
