@@ -1,0 +1,33 @@
+//! The query service of Shardline: time-range reads of readings behind an API Gateway
+//! HTTP API (payload 2.0), by scatter-gather over the key ranges of a read plan.
+//!
+//! - [`params`]: routing and validation, pure: every 4xx is decided before any read.
+//! - [`cursor`]: sealed, request-bound page cursors (HMAC-SHA256).
+//! - [`exec`]: concurrent paged reads and the k-way merge that reads only what the
+//!   page needs.
+//! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
+//!   runtime (the local runner and tests call [`QueryService::handle`]).
+//! - [`lambda`]: the API Gateway adapter and [`config::Config`] for the `query` binary.
+//!
+//! # Routes
+//! - `GET /devices/{device_id}/readings?from=&to=&limit=&order=&cursor=&consistent=`
+//! - `GET /devices/{device_id}/readings/{event_id}?ts=&consistent=`
+//! - `GET /readings?from=&to=&limit=&order=&cursor=&consistent=`
+//! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=`
+//! - `GET /devices/{device_id}/shards`
+
+pub mod config;
+pub mod cursor;
+pub mod directory;
+pub mod error;
+pub mod exec;
+pub mod lambda;
+pub mod model;
+pub mod params;
+pub mod service;
+
+pub use config::Config;
+pub use cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
+pub use error::ApiError;
+pub use params::{Endpoint, Limits, parse_params, parse_request};
+pub use service::{QueryService, ServiceConfig};

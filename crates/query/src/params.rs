@@ -1,0 +1,522 @@
+//! Routing and parameter validation: pure functions from (method, path, query string)
+//! to a fully validated [`Endpoint`], or the 4xx that names what is wrong. Nothing here
+//! touches DynamoDB, so a bad request never costs a read.
+
+use std::collections::BTreeMap;
+
+use crate::error::{ApiError, codes};
+
+/// Largest page a client may ask for.
+pub const MAX_LIMIT: u32 = 1000;
+/// Page size when `limit` is absent.
+pub const DEFAULT_LIMIT: u32 = 100;
+/// Longest metric name accepted.
+pub const MAX_METRIC_LEN: usize = 64;
+/// Latest instant accepted (9999-12-31T23:59:59.999Z): keeps every timestamp
+/// formattable as RFC 3339.
+pub const MAX_TS_MS: i64 = 253_402_300_799_999;
+/// Longest raw query string accepted.
+pub const MAX_QUERY_LEN: usize = 8192;
+
+/// Per-deployment caps on what one request may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Widest range for one device's readings and stats.
+    pub max_device_range_ms: i64,
+    /// Widest range for every device's readings.
+    pub max_all_range_ms: i64,
+    /// Most buckets a stats answer may have (`range / interval`), which bounds the
+    /// response size.
+    pub max_stats_buckets: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_device_range_ms: 31 * 24 * 3_600_000,
+            max_all_range_ms: 24 * 3_600_000,
+            max_stats_buckets: 10_000,
+        }
+    }
+}
+
+/// A route with its path parameters, before the query string is looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    DeviceReadings { device: String },
+    Reading { device: String, event_id: String },
+    AllReadings,
+    Stats { device: String },
+    Shards { device: String },
+}
+
+impl Route {
+    /// Stable name, part of cursor fingerprints and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Route::DeviceReadings { .. } => "device_readings",
+            Route::Reading { .. } => "reading",
+            Route::AllReadings => "all_readings",
+            Route::Stats { .. } => "stats",
+            Route::Shards { .. } => "shards",
+        }
+    }
+
+    fn allowed(&self) -> &'static [&'static str] {
+        match self {
+            Route::DeviceReadings { .. } | Route::AllReadings => {
+                &["from", "to", "limit", "order", "cursor", "consistent"]
+            }
+            Route::Reading { .. } => &["ts", "consistent"],
+            Route::Stats { .. } => &["from", "to", "interval", "metric", "consistent"],
+            Route::Shards { .. } => &[],
+        }
+    }
+}
+
+/// Half-open `[from_ms, to_ms)` in epoch milliseconds, `from_ms < to_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub from_ms: i64,
+    pub to_ms: i64,
+}
+
+/// Validated parameters of a readings route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadParams {
+    pub range: Range,
+    pub limit: u32,
+    pub descending: bool,
+    /// Still sealed: opened against the request's fingerprint by the handler.
+    pub cursor: Option<String>,
+    pub consistent: bool,
+}
+
+/// A fully validated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    DeviceReadings {
+        device: String,
+        read: ReadParams,
+    },
+    AllReadings {
+        read: ReadParams,
+    },
+    Reading {
+        device: String,
+        event_id: String,
+        ts_ms: i64,
+        consistent: bool,
+    },
+    Stats {
+        device: String,
+        range: Range,
+        interval_ms: i64,
+        metric: String,
+        consistent: bool,
+    },
+    Shards {
+        device: String,
+    },
+}
+
+/// Routes and validates a request. 404 for an unknown path, 405 for a method other
+/// than GET on a known path, 400 for any bad parameter.
+pub fn parse_request(
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    limits: &Limits,
+) -> Result<Endpoint, ApiError> {
+    let route = match_route(path)?;
+    if method != "GET" {
+        return Err(ApiError::method_not_allowed(method));
+    }
+    parse_params(route, query, limits)
+}
+
+/// Matches a path (percent-encoded, as in a URI) to a route and validates its ids.
+pub fn match_route(path: &str) -> Result<Route, ApiError> {
+    let not_found = || ApiError::not_found(format!("no route for {}", truncate(path, 200)));
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    let raw: Vec<&str> = trimmed.split('/').collect();
+    // A path starts with '/', so the first segment is empty.
+    let segs: &[&str] = match raw.split_first() {
+        Some((first, rest)) if first.is_empty() => rest,
+        _ => return Err(not_found()),
+    };
+    let seg = |i: usize| -> Result<String, ApiError> {
+        let decoded = percent_decode(segs[i]).ok_or_else(not_found)?;
+        Ok(decoded)
+    };
+    match segs {
+        ["readings"] => Ok(Route::AllReadings),
+        ["devices", _, "readings"] => Ok(Route::DeviceReadings {
+            device: device_id(&seg(1)?)?,
+        }),
+        ["devices", _, "readings", _] => Ok(Route::Reading {
+            device: device_id(&seg(1)?)?,
+            event_id: event_id(&seg(3)?)?,
+        }),
+        ["devices", _, "stats"] => Ok(Route::Stats {
+            device: device_id(&seg(1)?)?,
+        }),
+        ["devices", _, "shards"] => Ok(Route::Shards {
+            device: device_id(&seg(1)?)?,
+        }),
+        _ => Err(not_found()),
+    }
+}
+
+/// Validates the query string for `route`. Every parameter is checked here, before
+/// anything is read: unknown or repeated names, then each value.
+pub fn parse_params(
+    route: Route,
+    query: Option<&str>,
+    limits: &Limits,
+) -> Result<Endpoint, ApiError> {
+    let params = split_query(query.unwrap_or(""), route.allowed())?;
+    let get = |name: &str| params.get(name).map(String::as_str);
+    let consistent = parse_bool("consistent", get("consistent"))?;
+    match route {
+        Route::DeviceReadings { device } => Ok(Endpoint::DeviceReadings {
+            read: read_params(&params, limits.max_device_range_ms, consistent)?,
+            device,
+        }),
+        Route::AllReadings => Ok(Endpoint::AllReadings {
+            read: read_params(&params, limits.max_all_range_ms, consistent)?,
+        }),
+        Route::Reading { device, event_id } => {
+            let ts = get("ts").ok_or_else(|| missing("ts"))?;
+            Ok(Endpoint::Reading {
+                device,
+                event_id,
+                ts_ms: parse_ts("ts", ts)?,
+                consistent,
+            })
+        }
+        Route::Stats { device } => {
+            let range = parse_range(&params, limits.max_device_range_ms)?;
+            let interval = get("interval").ok_or_else(|| missing("interval"))?;
+            let interval_ms = parse_interval(interval)?;
+            let span = range.to_ms - range.from_ms;
+            let buckets = span / interval_ms + i64::from(span % interval_ms != 0);
+            if buckets > limits.max_stats_buckets {
+                return Err(ApiError::bad_request(
+                    codes::BAD_INTERVAL,
+                    format!(
+                        "interval {interval} splits the range into {buckets} buckets; \
+                         at most {} are allowed",
+                        limits.max_stats_buckets
+                    ),
+                ));
+            }
+            let metric = get("metric").ok_or_else(|| missing("metric"))?;
+            Ok(Endpoint::Stats {
+                device,
+                range,
+                interval_ms,
+                metric: metric_name(metric)?,
+                consistent,
+            })
+        }
+        Route::Shards { device } => Ok(Endpoint::Shards { device }),
+    }
+}
+
+fn read_params(
+    params: &BTreeMap<String, String>,
+    max_range_ms: i64,
+    consistent: bool,
+) -> Result<ReadParams, ApiError> {
+    let range = parse_range(params, max_range_ms)?;
+    let limit = match params.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(raw) => parse_limit(raw)?,
+    };
+    let descending = match params.get("order").map(String::as_str) {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                codes::BAD_ORDER,
+                format!("order must be asc or desc, not {:?}", truncate(other, 40)),
+            ));
+        }
+    };
+    let cursor = match params.get("cursor") {
+        Some(c) if c.is_empty() => {
+            return Err(ApiError::bad_cursor("cursor is empty"));
+        }
+        other => other.cloned(),
+    };
+    Ok(ReadParams {
+        range,
+        limit,
+        descending,
+        cursor,
+        consistent,
+    })
+}
+
+fn parse_limit(raw: &str) -> Result<u32, ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            codes::BAD_LIMIT,
+            format!(
+                "limit must be an integer from 1 to {MAX_LIMIT}, not {:?}",
+                truncate(raw, 40)
+            ),
+        )
+    };
+    if raw.is_empty() || raw.len() > 4 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u32 = raw.parse().map_err(|_| bad())?;
+    if n == 0 || n > MAX_LIMIT {
+        return Err(bad());
+    }
+    Ok(n)
+}
+
+fn parse_range(params: &BTreeMap<String, String>, max_range_ms: i64) -> Result<Range, ApiError> {
+    let from = params.get("from").ok_or_else(|| missing("from"))?;
+    let to = params.get("to").ok_or_else(|| missing("to"))?;
+    let from_ms = parse_ts("from", from)?;
+    let to_ms = parse_ts("to", to)?;
+    if from_ms >= to_ms {
+        return Err(ApiError::bad_range(format!(
+            "from ({from}) must be before to ({to}); the range is half-open [from, to)",
+            from = truncate(from, 40),
+            to = truncate(to, 40)
+        )));
+    }
+    if to_ms - from_ms > max_range_ms {
+        return Err(ApiError::bad_request(
+            codes::RANGE_TOO_LARGE,
+            format!(
+                "range from..to spans {} ms; this route allows at most {max_range_ms} ms ({})",
+                to_ms - from_ms,
+                describe_ms(max_range_ms)
+            ),
+        ));
+    }
+    Ok(Range { from_ms, to_ms })
+}
+
+/// Parses RFC 3339 (any offset, at most millisecond precision) or epoch milliseconds.
+pub fn parse_ts(name: &str, raw: &str) -> Result<i64, ApiError> {
+    let bad = |why: &str| {
+        ApiError::bad_range(format!(
+            "{name} must be RFC 3339 or epoch milliseconds ({why}): {:?}",
+            truncate(raw, 40)
+        ))
+    };
+    let ms = if !raw.is_empty() && raw.len() <= 15 && raw.bytes().all(|b| b.is_ascii_digit()) {
+        raw.parse::<i64>().map_err(|_| bad("out of range"))?
+    } else {
+        if raw.len() > 64 {
+            return Err(bad("too long"));
+        }
+        let t = chrono::DateTime::parse_from_rfc3339(raw).map_err(|_| bad("unparsable"))?;
+        if t.timestamp_subsec_nanos() % 1_000_000 != 0 {
+            return Err(bad("finer than milliseconds"));
+        }
+        t.timestamp_millis()
+    };
+    if !(0..=MAX_TS_MS).contains(&ms) {
+        return Err(bad("before 1970 or after 9999"));
+    }
+    Ok(ms)
+}
+
+/// `30s`, `5m`, `1h`, `1d`: a positive integer and a unit.
+pub fn parse_interval(raw: &str) -> Result<i64, ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            codes::BAD_INTERVAL,
+            format!(
+                "interval must be a positive integer and a unit s, m, h or d (e.g. 30s, 5m, 1h, 1d), not {:?}",
+                truncate(raw, 40)
+            ),
+        )
+    };
+    let unit_at = raw.len().checked_sub(1).ok_or_else(bad)?;
+    if !raw.is_char_boundary(unit_at) {
+        return Err(bad());
+    }
+    let (num, unit) = raw.split_at(unit_at);
+    let unit_ms: i64 = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    if num.is_empty() || num.len() > 6 || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    Ok(n * unit_ms)
+}
+
+fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
+    match raw {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            codes::BAD_PARAMETER,
+            format!("{name} must be true or false, not {:?}", truncate(other, 40)),
+        )),
+    }
+}
+
+/// Device ids: as `sharding::key::validate_id` accepts them (1 to 256 bytes of
+/// `[A-Za-z0-9._:-]`; `#` separates key components and is never part of an id).
+pub fn device_id(raw: &str) -> Result<String, ApiError> {
+    check_id("device_id", raw)
+}
+
+/// Event ids: same rule as device ids.
+pub fn event_id(raw: &str) -> Result<String, ApiError> {
+    check_id("event_id", raw)
+}
+
+fn check_id(name: &'static str, raw: &str) -> Result<String, ApiError> {
+    sharding::key::validate_id(name, raw)
+        .map(|()| raw.to_string())
+        .map_err(|e| {
+            ApiError::bad_request(
+                codes::BAD_ID,
+                format!("{e} (got {:?})", truncate(raw, 40)),
+            )
+        })
+}
+
+fn metric_name(raw: &str) -> Result<String, ApiError> {
+    let ok = !raw.is_empty()
+        && raw.len() <= MAX_METRIC_LEN
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(raw.to_string())
+    } else {
+        Err(ApiError::bad_request(
+            codes::BAD_PARAMETER,
+            format!(
+                "metric must be 1 to {MAX_METRIC_LEN} characters from A-Z a-z 0-9 - _ ., not {:?}",
+                truncate(raw, 40)
+            ),
+        ))
+    }
+}
+
+fn missing(name: &str) -> ApiError {
+    ApiError::bad_request(
+        codes::MISSING_PARAMETER,
+        format!("parameter {name} is required"),
+    )
+}
+
+/// Splits and percent-decodes a raw query string, refusing names not in `allowed`
+/// and names given twice. `+` is kept literally: RFC 3339 offsets such as `+02:00`
+/// often arrive unencoded, and no parameter value contains a space.
+fn split_query(raw: &str, allowed: &[&str]) -> Result<BTreeMap<String, String>, ApiError> {
+    if raw.len() > MAX_QUERY_LEN {
+        return Err(ApiError::bad_request(
+            codes::BAD_PARAMETER,
+            format!("query string is longer than {MAX_QUERY_LEN} bytes"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for pair in raw.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = percent_decode(k).ok_or_else(|| {
+            ApiError::bad_request(
+                codes::BAD_PARAMETER,
+                format!(
+                    "parameter name {:?} is not valid percent-encoded UTF-8",
+                    truncate(k, 40)
+                ),
+            )
+        })?;
+        if !allowed.contains(&name.as_str()) {
+            let hint = if allowed.is_empty() {
+                "this route takes no parameters".to_string()
+            } else {
+                format!("allowed: {}", allowed.join(", "))
+            };
+            return Err(ApiError::bad_request(
+                codes::UNKNOWN_PARAMETER,
+                format!("unknown parameter {:?}; {hint}", truncate(&name, 40)),
+            ));
+        }
+        let value = percent_decode(v).ok_or_else(|| {
+            ApiError::bad_request(
+                codes::BAD_PARAMETER,
+                format!("parameter {name} is not valid percent-encoded UTF-8"),
+            )
+        })?;
+        if out.insert(name.clone(), value).is_some() {
+            return Err(ApiError::bad_request(
+                codes::DUPLICATE_PARAMETER,
+                format!("parameter {name} is given more than once"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes `%XX` escapes; `None` for a broken escape or bytes that are not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hi = hex_val(*bytes.get(i + 1)?)?;
+            let lo = hex_val(*bytes.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Cuts echoed input so an error message stays short; respects char boundaries.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn describe_ms(ms: i64) -> String {
+    if ms % 86_400_000 == 0 {
+        format!("{} days", ms / 86_400_000)
+    } else if ms % 3_600_000 == 0 {
+        format!("{} hours", ms / 3_600_000)
+    } else {
+        format!("{} seconds", ms / 1000)
+    }
+}

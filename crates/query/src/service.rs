@@ -1,0 +1,521 @@
+//! The query service: validated request in, JSON response out. Independent of the
+//! Lambda runtime: [`QueryService::handle`] takes any `http::Request`, so the Lambda,
+//! the local runner and tests share it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::json;
+use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::key::{KeyError, ReadingRef, point_key};
+use sharding::plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
+use sharding::time::{TimeRange, Timestamp};
+use store::directory::ShardStore;
+use store::error::StoreError;
+use store::item::ReadingItem;
+use store::read::{PageKey, ReadingSource};
+
+use crate::cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
+use crate::directory::ReadDirectory;
+use crate::error::{ApiError, codes};
+use crate::exec::{ReadOptions, StreamSpec, key_of, read_merged, scan_all};
+use crate::model::{ReadingOut, ReadingsPage, StatsBucket, StatsResponse, format_ts};
+use crate::params::{Endpoint, Limits, Range, ReadParams, parse_request};
+
+/// Settings of the service.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub limits: Limits,
+    /// Most Query calls in flight for one request.
+    pub concurrency: usize,
+    pub cursor_key: CursorKey,
+    /// How long directory entries are reused.
+    pub directory_ttl: Duration,
+    /// `Retry-After` seconds sent with a 503.
+    pub retry_after_secs: u32,
+}
+
+impl ServiceConfig {
+    pub fn new(cursor_key: CursorKey) -> Self {
+        Self {
+            limits: Limits::default(),
+            concurrency: 32,
+            cursor_key,
+            directory_ttl: Duration::from_secs(60),
+            retry_after_secs: 1,
+        }
+    }
+}
+
+/// What one request cost; logged per request and returned to in-process callers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Items DynamoDB evaluated.
+    pub items_read: u64,
+    /// Items returned (readings) or aggregated (stats).
+    pub items_returned: u64,
+    /// Query and GetItem calls.
+    pub calls: u64,
+    /// Queries in the read plan.
+    pub plan_queries: u64,
+}
+
+/// The query API over a reading source and the shard metadata.
+#[derive(Debug)]
+pub struct QueryService<S, D> {
+    source: S,
+    directory: ReadDirectory<D>,
+    config: ServiceConfig,
+}
+
+type Answer = Result<(serde_json::Value, ReadStats), ApiError>;
+
+impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
+    pub fn new(source: S, shards: D, config: ServiceConfig) -> Self {
+        Self {
+            directory: ReadDirectory::new(shards, config.directory_ttl),
+            source,
+            config,
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    /// Answers one HTTP request. Never fails: every outcome is a response.
+    pub async fn handle<B>(&self, request: &http::Request<B>) -> Response<String> {
+        let path = request.uri().path();
+        let query = request.uri().query();
+        self.handle_parts(request.method().as_str(), path, query).await
+    }
+
+    /// [`QueryService::handle`] on the request's parts.
+    pub async fn handle_parts(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+    ) -> Response<String> {
+        let result = match parse_request(method, path, query, &self.config.limits) {
+            Ok(endpoint) => self.execute(endpoint).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((body, stats)) => {
+                tracing::info!(
+                    method,
+                    path,
+                    status = 200,
+                    items_read = stats.items_read,
+                    items_returned = stats.items_returned,
+                    calls = stats.calls,
+                    plan_queries = stats.plan_queries,
+                    over_read = over_read(&stats),
+                    "query answered"
+                );
+                json_response(StatusCode::OK, body.to_string(), None)
+            }
+            Err(e) => {
+                if e.status.is_server_error() {
+                    tracing::warn!(method, path, status = e.status.as_u16(), code = e.code, message = %e.message, "query failed");
+                } else {
+                    tracing::info!(method, path, status = e.status.as_u16(), code = e.code, message = %e.message, "query refused");
+                }
+                json_response(e.status, e.body(), e.retry_after)
+            }
+        }
+    }
+
+    /// Runs a validated request.
+    pub async fn execute(&self, endpoint: Endpoint) -> Answer {
+        match endpoint {
+            Endpoint::DeviceReadings { device, read } => {
+                self.readings("device_readings", Some(device), read).await
+            }
+            Endpoint::AllReadings { read } => self.readings("all_readings", None, read).await,
+            Endpoint::Reading {
+                device,
+                event_id,
+                ts_ms,
+                consistent,
+            } => self.reading(&device, &event_id, ts_ms, consistent).await,
+            Endpoint::Stats {
+                device,
+                range,
+                interval_ms,
+                metric,
+                consistent,
+            } => {
+                self.stats(&device, range, interval_ms, &metric, consistent)
+                    .await
+            }
+            Endpoint::Shards { device } => self.shards(&device).await,
+        }
+    }
+
+    async fn readings(
+        &self,
+        route: &'static str,
+        device: Option<String>,
+        read: ReadParams,
+    ) -> Answer {
+        let fp = Fingerprint {
+            route,
+            device: device.clone(),
+            from_ms: read.range.from_ms,
+            to_ms: read.range.to_ms,
+            descending: read.descending,
+            limit: read.limit,
+        };
+        // The cursor is opened before any read: a bad one costs nothing.
+        let after = match &read.cursor {
+            Some(raw) => Some(
+                decode_cursor(raw, &fp, &self.config.cursor_key)
+                    .map_err(|e| ApiError::bad_cursor(e.to_string()))?,
+            ),
+            None => None,
+        };
+        // Resuming narrows the range to what lies after the position; the position's
+        // own timestamp stays in (ties at the same ms are dropped by key).
+        let mut range = read.range;
+        if let Some(pos) = &after {
+            if read.descending {
+                range.to_ms = pos.ts_ms + 1;
+            } else {
+                range.from_ms = pos.ts_ms;
+            }
+        }
+        let time_range = to_time_range(range)?;
+        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+            return Ok((page_json(Vec::new(), None), ReadStats::default()));
+        };
+        let plan = match &device {
+            Some(d) => {
+                let fanout = self.directory.fanout(d).await.map_err(store_error)?;
+                plan_entity(d, time_range, &table, &fanout).map_err(plan_error)?
+            }
+            None => {
+                let hot = self.directory.hot().await.map_err(store_error)?;
+                let refs: Vec<(&str, &FanoutHistory)> =
+                    hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
+                plan_all(time_range, &table, &refs).map_err(plan_error)?
+            }
+        };
+        let plan_queries = plan.len() as u64;
+        let opts = ReadOptions {
+            descending: read.descending,
+            consistent: read.consistent,
+            concurrency: self.config.concurrency,
+        };
+        let outcome = read_merged(
+            &self.source,
+            specs(&plan),
+            opts,
+            read.limit as usize,
+            after.as_ref(),
+        )
+        .await
+        .map_err(store_error)?;
+        let next_cursor = match (outcome.more, outcome.items.last()) {
+            (true, Some(last)) => Some(encode_cursor(
+                &key_of(last),
+                &fp,
+                &self.config.cursor_key,
+            )),
+            _ => None,
+        };
+        let stats = ReadStats {
+            items_read: outcome.items_read,
+            items_returned: outcome.items.len() as u64,
+            calls: outcome.pages,
+            plan_queries,
+        };
+        let items = outcome
+            .items
+            .into_iter()
+            .map(reading_out)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((page_json(items, next_cursor), stats))
+    }
+
+    async fn reading(&self, device: &str, event_id: &str, ts_ms: i64, consistent: bool) -> Answer {
+        let ts = Timestamp::from_millis(ts_ms)
+            .map_err(|e| ApiError::bad_range(format!("ts: {e}")))?;
+        let not_found = || {
+            ApiError::not_found(format!(
+                "no reading {event_id} of device {device} at {}",
+                ts.to_rfc3339()
+            ))
+        };
+        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+            return Err(not_found());
+        };
+        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        let reading = ReadingRef {
+            entity: device,
+            event_id,
+            ts,
+            attribute: None,
+        };
+        let mut stats = ReadStats::default();
+        let found = match point_key(&reading, &table, &fanout) {
+            Ok(key) => {
+                stats.calls = 1;
+                let key = PageKey {
+                    pk: key.pk,
+                    sk: key.sk,
+                };
+                let item = self
+                    .source
+                    .get_reading(&key, consistent)
+                    .await
+                    .map_err(store_error)?;
+                stats.items_read = u64::from(item.is_some());
+                item.filter(|i| i.device_id == device && i.event_id == event_id)
+            }
+            // A layout that hashes another attribute: look in every shard at that ms.
+            Err(KeyError::MissingAttribute { .. }) => {
+                let range = to_time_range(Range {
+                    from_ms: ts_ms,
+                    to_ms: ts_ms + 1,
+                })?;
+                let plan = plan_entity(device, range, &table, &fanout).map_err(plan_error)?;
+                let mut found = None;
+                let outcome = scan_all(&self.source, specs(&plan), consistent, self.config.concurrency, |item| {
+                    if item.event_id == event_id && item.device_id == device {
+                        found = Some(item.clone());
+                    }
+                })
+                .await
+                .map_err(store_error)?;
+                stats.calls = outcome.pages;
+                stats.items_read = outcome.items_read;
+                found
+            }
+            Err(e) => return Err(ApiError::bad_request(codes::BAD_ID, e.to_string())),
+        };
+        let item = found.ok_or_else(not_found)?;
+        stats.items_returned = 1;
+        let out = reading_out(item)?;
+        let body = serde_json::to_value(out).map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok((body, stats))
+    }
+
+    async fn stats(
+        &self,
+        device: &str,
+        range: Range,
+        interval_ms: i64,
+        metric: &str,
+        consistent: bool,
+    ) -> Answer {
+        let time_range = to_time_range(range)?;
+        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+            return Ok((json!(StatsResponse { buckets: vec![] }), ReadStats::default()));
+        };
+        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        let plan = plan_entity(device, time_range, &table, &fanout).map_err(plan_error)?;
+        let mut agg = Downsampler::new(interval_ms);
+        let outcome = scan_all(&self.source, specs(&plan), consistent, self.config.concurrency, |item| {
+            if item.device_id == device
+                && (range.from_ms..range.to_ms).contains(&item.ts_ms)
+                && let Some(v) = item.metrics.get(metric)
+            {
+                agg.add(item.ts_ms, *v);
+            }
+        })
+        .await
+        .map_err(store_error)?;
+        let stats = ReadStats {
+            items_read: outcome.items_read,
+            items_returned: agg.count,
+            calls: outcome.pages,
+            plan_queries: plan.len() as u64,
+        };
+        let body = serde_json::to_value(agg.finish()?)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok((body, stats))
+    }
+
+    async fn shards(&self, device: &str) -> Answer {
+        let table = self.directory.table().await.map_err(store_error)?;
+        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        Ok((shards_json(device, table.as_ref(), &fanout), ReadStats::default()))
+    }
+}
+
+/// The plan's queries as merge streams.
+pub fn specs(plan: &ReadPlan) -> Vec<StreamSpec> {
+    plan.queries.iter().map(spec_of).collect()
+}
+
+fn spec_of(q: &KeyQuery) -> StreamSpec {
+    let span = q.time_filter.unwrap_or(q.covers);
+    StreamSpec {
+        pk: q.pk.clone(),
+        sk_between: q.sk_between.clone(),
+        span: (span.from().as_millis(), span.to().as_millis()),
+        filter_time: q.time_filter.is_some(),
+        time_ordered: q.time_ordered,
+    }
+}
+
+fn to_time_range(r: Range) -> Result<TimeRange, ApiError> {
+    let ts = |ms| Timestamp::from_millis(ms).map_err(|e| ApiError::bad_range(e.to_string()));
+    TimeRange::new(ts(r.from_ms)?, ts(r.to_ms)?).map_err(|e| ApiError::bad_range(e.to_string()))
+}
+
+fn plan_error(e: PlanError) -> ApiError {
+    match e {
+        PlanError::Key(k) => ApiError::bad_request(codes::BAD_ID, k.to_string()),
+        PlanError::Unsupported { .. } => {
+            ApiError::bad_request(codes::NOT_SUPPORTED, e.to_string())
+        }
+        PlanError::TooLarge { .. } => {
+            ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string())
+        }
+    }
+}
+
+/// The one place store failures meet HTTP: throttles and transient failures are
+/// 503 (come back later); anything else is the deployment's fault, never the input's.
+pub fn store_error(e: StoreError) -> ApiError {
+    match &e {
+        StoreError::Throttled { .. } => ApiError::throttled(1),
+        StoreError::Transient(_) | StoreError::Deadline => {
+            let mut a = ApiError::unavailable("the table could not be read; retry later");
+            a.retry_after = Some(1);
+            a
+        }
+        _ => {
+            tracing::error!(error = %e, "read failed");
+            ApiError::internal("the read failed")
+        }
+    }
+}
+
+fn reading_out(item: ReadingItem) -> Result<ReadingOut, ApiError> {
+    let ts = format_ts(item.ts_ms)
+        .ok_or_else(|| ApiError::internal(format!("stored ts_ms {} out of range", item.ts_ms)))?;
+    Ok(ReadingOut {
+        device_id: item.device_id,
+        event_id: item.event_id,
+        ts,
+        metrics: item.metrics,
+        tags: item.tags,
+    })
+}
+
+fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> serde_json::Value {
+    json!(ReadingsPage { items, next_cursor })
+}
+
+fn shards_json(device: &str, table: Option<&TableHistory>, fanout: &FanoutHistory) -> serde_json::Value {
+    let layout: Vec<serde_json::Value> = table
+        .map(|t| {
+            t.epochs()
+                .iter()
+                .map(|e| {
+                    json!({
+                        "effective_from": e.effective_from.to_rfc3339(),
+                        "strategy": e.value.strategy.to_string(),
+                        "shards": e.value.shards.get(),
+                        "default_fanout": e.value.default_fanout(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let fanout: Vec<serde_json::Value> = fanout
+        .epochs()
+        .iter()
+        .map(|e| json!({"effective_from": e.effective_from.to_rfc3339(), "k": e.value}))
+        .collect();
+    json!({"device_id": device, "fanout": fanout, "layout": layout})
+}
+
+fn over_read(s: &ReadStats) -> f64 {
+    if s.items_returned == 0 {
+        s.items_read as f64
+    } else {
+        s.items_read as f64 / s.items_returned as f64
+    }
+}
+
+fn json_response(status: StatusCode, body: String, retry_after: Option<u32>) -> Response<String> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(secs) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+    }
+    resp
+}
+
+/// Per-interval count/min/max/avg of one metric. Buckets are aligned to multiples of
+/// the interval since the Unix epoch (like a time-series database's `GROUP BY time`),
+/// so the first bucket may start before `from`; empty buckets are left out.
+#[derive(Debug)]
+struct Downsampler {
+    interval_ms: i64,
+    buckets: BTreeMap<i64, (u64, f64, f64, f64)>,
+    count: u64,
+}
+
+impl Downsampler {
+    fn new(interval_ms: i64) -> Self {
+        Self {
+            interval_ms,
+            buckets: BTreeMap::new(),
+            count: 0,
+        }
+    }
+
+    fn add(&mut self, ts_ms: i64, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let start = ts_ms.div_euclid(self.interval_ms) * self.interval_ms;
+        let b = self
+            .buckets
+            .entry(start)
+            .or_insert((0, f64::INFINITY, f64::NEG_INFINITY, 0.0));
+        b.0 += 1;
+        b.1 = b.1.min(v);
+        b.2 = b.2.max(v);
+        b.3 += v;
+        self.count += 1;
+    }
+
+    fn finish(self) -> Result<StatsResponse, ApiError> {
+        let buckets = self
+            .buckets
+            .into_iter()
+            .map(|(start, (count, min, max, sum))| {
+                Ok(StatsBucket {
+                    start: format_ts(start)
+                        .ok_or_else(|| ApiError::internal("bucket start out of range"))?,
+                    count,
+                    min,
+                    max,
+                    avg: sum / count as f64,
+                })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        Ok(StatsResponse { buckets })
+    }
+}

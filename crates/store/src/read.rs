@@ -1,0 +1,234 @@
+//! Range reads: one page of one DynamoDB Query (or one GetItem) behind a narrow port,
+//! so the query service's scatter-gather can run against DynamoDB or an in-memory fake.
+//!
+//! The port speaks DynamoDB's own paging semantics: `limit` bounds the items
+//! *evaluated* (before the time filter), a page may come back with a `last_key` even
+//! when nothing is left, and `items_read` is what the page cost (ScannedCount).
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
+use tracing::instrument;
+
+use crate::error::StoreError;
+use crate::item::ReadingItem;
+
+/// Attribute names of the readings table's key and time attribute.
+const PK: &str = "PK";
+const SK: &str = "SK";
+const TS_MS: &str = "ts_ms";
+
+/// The primary key of a readings-table item: where a page stopped.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageKey {
+    pub pk: String,
+    pub sk: String,
+}
+
+/// One page of one Query on the readings table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Partition key value.
+    pub pk: String,
+    /// Inclusive sort-key bounds (`SK BETWEEN lo AND hi`); `None` reads the partition.
+    pub sk_between: Option<(String, String)>,
+    /// Inclusive bounds on `ts_ms` applied as a filter (after `limit`).
+    pub ts_ms_between: Option<(i64, i64)>,
+    /// Most items to evaluate; `None` lets DynamoDB fill a 1 MB page.
+    pub limit: Option<u32>,
+    /// Sort-key order (`ScanIndexForward`).
+    pub ascending: bool,
+    /// Continue after this key (`ExclusiveStartKey`), from a previous page's `last_key`.
+    pub start_after: Option<PageKey>,
+    /// Strongly consistent read.
+    pub consistent: bool,
+}
+
+/// The answer to one [`PageRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// Matching items in sort-key order (as requested).
+    pub items: Vec<ReadingItem>,
+    /// Present when DynamoDB stopped early (limit or 1 MB); absent when the key range
+    /// is exhausted.
+    pub last_key: Option<PageKey>,
+    /// Items evaluated (ScannedCount), the read's cost, including filtered-out ones.
+    pub items_read: u64,
+}
+
+/// The read port of the readings table.
+pub trait ReadingSource: Send + Sync {
+    /// Reads one page of one Query.
+    fn query_page(
+        &self,
+        request: &PageRequest,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send;
+
+    /// Reads one item by its full key.
+    fn get_reading(
+        &self,
+        key: &PageKey,
+        consistent: bool,
+    ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send;
+}
+
+impl<T: ReadingSource> ReadingSource for &T {
+    fn query_page(
+        &self,
+        request: &PageRequest,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send {
+        (**self).query_page(request)
+    }
+
+    fn get_reading(
+        &self,
+        key: &PageKey,
+        consistent: bool,
+    ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send {
+        (**self).get_reading(key, consistent)
+    }
+}
+
+/// [`ReadingSource`] on a DynamoDB table.
+#[derive(Debug, Clone)]
+pub struct DynamoReadingSource {
+    client: Client,
+    table: String,
+}
+
+impl DynamoReadingSource {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl ReadingSource for DynamoReadingSource {
+    #[instrument(skip_all, fields(pk = %request.pk, limit = ?request.limit, asc = request.ascending))]
+    async fn query_page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        let mut builder = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":pk", AttributeValue::S(request.pk.clone()))
+            .scan_index_forward(request.ascending)
+            .consistent_read(request.consistent);
+        let mut key_condition = "#pk = :pk".to_string();
+        if let Some((lo, hi)) = &request.sk_between {
+            key_condition.push_str(" AND #sk BETWEEN :sklo AND :skhi");
+            builder = builder
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":sklo", AttributeValue::S(lo.clone()))
+                .expression_attribute_values(":skhi", AttributeValue::S(hi.clone()));
+        }
+        builder = builder.key_condition_expression(key_condition);
+        if let Some((lo, hi)) = request.ts_ms_between {
+            builder = builder
+                .filter_expression("#ts BETWEEN :tslo AND :tshi")
+                .expression_attribute_names("#ts", TS_MS)
+                .expression_attribute_values(":tslo", AttributeValue::N(lo.to_string()))
+                .expression_attribute_values(":tshi", AttributeValue::N(hi.to_string()));
+        }
+        if let Some(limit) = request.limit {
+            // DynamoDB refuses Limit 0; the caller never needs it.
+            builder = builder.limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
+        }
+        if let Some(start) = &request.start_after {
+            builder = builder.set_exclusive_start_key(Some(key_map(start)));
+        }
+        let out = builder.send().await.map_err(|e| query_error(&e))?;
+        let items: Vec<ReadingItem> = serde_dynamo::from_items(out.items.unwrap_or_default())
+            .map_err(|e| StoreError::Malformed(format!("reading item: {e}")))?;
+        let last_key = match out.last_evaluated_key {
+            Some(key) => Some(page_key(&key)?),
+            None => None,
+        };
+        let items_read = u64::try_from(out.scanned_count).unwrap_or(0);
+        tracing::debug!(
+            returned = items.len(),
+            items_read,
+            more = last_key.is_some(),
+            "query page"
+        );
+        Ok(Page {
+            items,
+            last_key,
+            items_read,
+        })
+    }
+
+    #[instrument(skip_all, fields(pk = %key.pk, sk = %key.sk))]
+    async fn get_reading(
+        &self,
+        key: &PageKey,
+        consistent: bool,
+    ) -> Result<Option<ReadingItem>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_map(key)))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .map_err(|e| get_error(&e))?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => serde_dynamo::from_item(item)
+                .map(Some)
+                .map_err(|e| StoreError::Malformed(format!("reading item: {e}"))),
+        }
+    }
+}
+
+fn key_map(key: &PageKey) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_string(), AttributeValue::S(key.pk.clone())),
+        (SK.to_string(), AttributeValue::S(key.sk.clone())),
+    ])
+}
+
+fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError> {
+    let get = |name: &str| match map.get(name) {
+        Some(AttributeValue::S(s)) => Ok(s.clone()),
+        _ => Err(StoreError::Malformed(format!(
+            "LastEvaluatedKey without a string {name}"
+        ))),
+    };
+    Ok(PageKey {
+        pk: get(PK)?,
+        sk: get(SK)?,
+    })
+}
+
+fn query_error(err: &SdkError<QueryError>) -> StoreError {
+    let reasons: &[ThrottlingReason] = match err.as_service_error() {
+        Some(QueryError::ProvisionedThroughputExceededException(e)) => e.throttling_reasons(),
+        Some(QueryError::ThrottlingException(e)) => e.throttling_reasons(),
+        Some(QueryError::RequestLimitExceeded(e)) => e.throttling_reasons(),
+        _ => &[],
+    };
+    StoreError::from_sdk(err, reasons)
+}
+
+fn get_error(err: &SdkError<GetItemError>) -> StoreError {
+    let reasons: &[ThrottlingReason] = match err.as_service_error() {
+        Some(GetItemError::ProvisionedThroughputExceededException(e)) => e.throttling_reasons(),
+        Some(GetItemError::ThrottlingException(e)) => e.throttling_reasons(),
+        Some(GetItemError::RequestLimitExceeded(e)) => e.throttling_reasons(),
+        _ => &[],
+    };
+    StoreError::from_sdk(err, reasons)
+}
