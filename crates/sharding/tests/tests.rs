@@ -1,1 +1,10 @@
-//! Integration tests of the sharding crate.
+//! Integration tests of the sharding crate, one binary.
+
+mod common;
+mod fanout;
+mod formats;
+mod merge;
+mod planner;
+mod props;
+mod uniformity;
+mod vectors;
