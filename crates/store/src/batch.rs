@@ -1,0 +1,494 @@
+//! The batch writer: dedup, chunking, bounded concurrency and bounded retries.
+//!
+//! [`BatchWriter::write`] takes any number of items and answers with one
+//! [`Outcome`] per input item, so the caller can answer per message:
+//! 1. items without a usable key or over 400 KB are refused before any call
+//!    ([`Outcome::FailedPermanent`]);
+//! 2. items with the same `(PK, SK)` are written once (DynamoDB refuses a batch that
+//!    names a key twice); every duplicate shares the outcome of the one kept;
+//! 3. the rest go in chunks of at most 25 items and 16 MB, at most
+//!    `max_inflight` calls at a time;
+//! 4. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
+//!    transient error, are retried after a full-jitter delay from `sharding`'s
+//!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
+//!    the deadline;
+//! 5. a `ValidationException` on a chunk of several items splits it in halves (no
+//!    delay), so one item the pre-checks missed cannot take good items down with it.
+//!
+//! The one call is behind the [`BatchTable`] port: [`crate::dynamo::DynamoTable`] in
+//! production, [`crate::memory::MemoryTable`] (with injectable faults) in tests.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures::StreamExt;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sharding::backoff::Backoff;
+use tokio::time::Instant;
+
+use crate::error::{StoreError, ThrottleKind};
+use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size, wire_size};
+
+/// A DynamoDB item as the SDK sees it.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// Partition key attribute name of both tables.
+pub const PK: &str = "PK";
+/// Sort key attribute name of the readings table.
+pub const SK: &str = "SK";
+
+/// At most 25 put requests per `BatchWriteItem`.
+pub const MAX_BATCH_ITEMS: usize = 25;
+/// At most 16 MB per `BatchWriteItem` request.
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// Default bound on concurrent calls.
+pub const DEFAULT_MAX_INFLIGHT: usize = 16;
+
+/// The primary key of a readings-table item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Partition key.
+    pub pk: String,
+    /// Sort key.
+    pub sk: String,
+}
+
+/// The `(PK, SK)` of an item, or why it has none usable.
+pub fn key_of(item: &Item) -> Result<Key, String> {
+    let string = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(AttributeValue::S(_)) => Err(format!("key attribute {name} is empty")),
+        Some(_) => Err(format!("key attribute {name} is not a string")),
+        None => Err(format!("key attribute {name} is missing")),
+    };
+    Ok(Key {
+        pk: string(PK)?,
+        sk: string(SK)?,
+    })
+}
+
+/// The port: one `BatchWriteItem` call of at most 25 put requests to the readings
+/// table. Answers with the items left unprocessed, or the classified error.
+pub trait BatchTable: Send + Sync {
+    /// Puts `items` (unique keys, at most 25); returns the unprocessed ones.
+    fn batch_write(
+        &self,
+        items: Vec<Item>,
+    ) -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send;
+}
+
+impl<T: BatchTable> BatchTable for &T {
+    fn batch_write(
+        &self,
+        items: Vec<Item>,
+    ) -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send {
+        (**self).batch_write(items)
+    }
+}
+
+impl<T: BatchTable> BatchTable for std::sync::Arc<T> {
+    fn batch_write(
+        &self,
+        items: Vec<Item>,
+    ) -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send {
+        (**self).batch_write(items)
+    }
+}
+
+/// What became of one input item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored.
+    Written,
+    /// Not stored this time; another delivery may succeed.
+    FailedRetryable {
+        /// The last real error (or `unprocessed` / `deadline`).
+        reason: String,
+        /// The throttle that kept it out, when one did: a key-range throttle is the
+        /// signal to raise the entity's fan-out.
+        throttle: Option<ThrottleKind>,
+    },
+    /// Never storable as it is (too large, no key, refused by validation).
+    FailedPermanent {
+        /// Which rule it broke.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// Whether the item is stored.
+    pub fn is_written(&self) -> bool {
+        matches!(self, Self::Written)
+    }
+}
+
+/// Counters of one [`BatchWriter::write`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// `BatchWriteItem` calls made.
+    pub calls: u64,
+    /// Calls that were retries (after unprocessed items or a retryable error).
+    pub retries: u64,
+    /// Distinct items stored.
+    pub written: u64,
+    /// Input items dropped as duplicates of another input item.
+    pub duplicates: u64,
+    /// Items refused before any call.
+    pub refused: u64,
+    /// Items over 1 KB (they cost more than one write unit).
+    pub large_items: u64,
+    /// Items returned in `UnprocessedItems`, summed over calls.
+    pub unprocessed: u64,
+    /// Throttled calls by DynamoDB's reason (`TableWriteKeyRangeThroughputExceeded`, ...).
+    pub throttles: BTreeMap<String, u64>,
+    /// Calls that failed with a transient error (5xx, timeout, dispatch failure).
+    pub transient_errors: u64,
+    /// Distinct items left failed-retryable.
+    pub failed_retryable: u64,
+    /// Distinct items failed permanently (refused or rejected).
+    pub failed_permanent: u64,
+}
+
+impl WriteStats {
+    fn absorb(&mut self, other: WriteStats) {
+        self.calls += other.calls;
+        self.retries += other.retries;
+        self.written += other.written;
+        self.duplicates += other.duplicates;
+        self.refused += other.refused;
+        self.large_items += other.large_items;
+        self.unprocessed += other.unprocessed;
+        for (reason, n) in other.throttles {
+            *self.throttles.entry(reason).or_default() += n;
+        }
+        self.transient_errors += other.transient_errors;
+        self.failed_retryable += other.failed_retryable;
+        self.failed_permanent += other.failed_permanent;
+    }
+}
+
+/// The answer to one [`BatchWriter::write`]: `outcomes[i]` belongs to input item `i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    /// One outcome per input item, in input order.
+    pub outcomes: Vec<Outcome>,
+    /// Counters.
+    pub stats: WriteStats,
+}
+
+/// Tuning of the writer.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Calls in flight at most (`MAX_INFLIGHT`).
+    pub max_inflight: usize,
+    /// Delay policy between attempts on the same chunk.
+    pub backoff: Backoff,
+}
+
+/// The input, deduplicated, checked and cut into chunks; pure, see [`prepare`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// For each input item, the input index of the item written in its place
+    /// (itself, or the first earlier item with the same key).
+    pub canonical: Vec<usize>,
+    /// Input items refused before any call, with the reason.
+    pub refused: Vec<(usize, String)>,
+    /// Chunks of input indices; every index appears at most once over all chunks.
+    pub chunks: Vec<Vec<usize>>,
+    /// Items over 1 KB among the chunked ones.
+    pub large_items: u64,
+}
+
+/// Dedups by `(PK, SK)` keeping the first, refuses unkeyed and oversize items, and cuts
+/// the rest into chunks of at most [`MAX_BATCH_ITEMS`] items and [`MAX_REQUEST_BYTES`]
+/// of estimated request size, in input order.
+pub fn prepare(items: &[Item]) -> Prepared {
+    let mut canonical = Vec::with_capacity(items.len());
+    let mut first_of: HashMap<Key, usize> = HashMap::new();
+    let mut refused = Vec::new();
+    let mut chunks: Vec<Vec<usize>> = Vec::new();
+    let mut chunk_bytes = 0usize;
+    let mut large_items = 0;
+    for (i, item) in items.iter().enumerate() {
+        let key = match key_of(item) {
+            Ok(key) => key,
+            Err(reason) => {
+                canonical.push(i);
+                refused.push((i, reason));
+                continue;
+            }
+        };
+        if let Some(&first) = first_of.get(&key) {
+            canonical.push(first);
+            continue;
+        }
+        first_of.insert(key, i);
+        canonical.push(i);
+        let size = item_size(item);
+        if size > MAX_ITEM_BYTES {
+            refused.push((
+                i,
+                format!("item size {size} bytes exceeds the 400 KB ({MAX_ITEM_BYTES} bytes) limit"),
+            ));
+            continue;
+        }
+        if size > WCU_BYTES {
+            large_items += 1;
+        }
+        let bytes = wire_size(item);
+        let fits = chunks
+            .last()
+            .is_some_and(|c| c.len() < MAX_BATCH_ITEMS && chunk_bytes + bytes <= MAX_REQUEST_BYTES);
+        if fits {
+            chunk_bytes += bytes;
+            if let Some(last) = chunks.last_mut() {
+                last.push(i);
+            }
+        } else {
+            chunk_bytes = bytes;
+            chunks.push(vec![i]);
+        }
+    }
+    Prepared {
+        canonical,
+        refused,
+        chunks,
+        large_items,
+    }
+}
+
+/// Writes batches through a [`BatchTable`]; see the module docs.
+#[derive(Debug, Clone)]
+pub struct BatchWriter<T> {
+    table: T,
+    config: WriterConfig,
+}
+
+impl<T: BatchTable> BatchWriter<T> {
+    /// A writer over `table`.
+    pub fn new(table: T, config: WriterConfig) -> Self {
+        Self { table, config }
+    }
+
+    /// The port this writer calls.
+    pub fn table(&self) -> &T {
+        &self.table
+    }
+
+    /// Writes `items`, finishing before `deadline`; one outcome per item. `rng` seeds
+    /// the jitter of every chunk, so a seeded RNG makes the delays reproducible.
+    #[tracing::instrument(skip_all, fields(items = items.len()))]
+    pub async fn write<R: Rng + ?Sized>(
+        &self,
+        items: Vec<Item>,
+        deadline: Instant,
+        rng: &mut R,
+    ) -> BatchReport {
+        let prepared = prepare(&items);
+        let mut stats = WriteStats {
+            large_items: prepared.large_items,
+            refused: prepared.refused.len() as u64,
+            failed_permanent: prepared.refused.len() as u64,
+            duplicates: prepared
+                .canonical
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| i != *c)
+                .count() as u64,
+            ..WriteStats::default()
+        };
+        let mut by_index: HashMap<usize, Outcome> = prepared
+            .refused
+            .iter()
+            .map(|(i, reason)| {
+                (
+                    *i,
+                    Outcome::FailedPermanent {
+                        reason: reason.clone(),
+                    },
+                )
+            })
+            .collect();
+
+        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        let jobs: Vec<_> = prepared
+            .chunks
+            .iter()
+            .map(|chunk| {
+                let batch: Vec<(usize, Item)> = chunk
+                    .iter()
+                    .filter_map(|&i| slots.get_mut(i).and_then(Option::take).map(|it| (i, it)))
+                    .collect();
+                let mut seed = <StdRng as SeedableRng>::Seed::default();
+                rng.fill(&mut seed);
+                (batch, StdRng::from_seed(seed))
+            })
+            .collect();
+        let max_inflight = self.config.max_inflight.max(1);
+        let mut results = futures::stream::iter(
+            jobs.into_iter()
+                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng)),
+        )
+        .buffer_unordered(max_inflight);
+        while let Some((outcomes, chunk_stats)) = results.next().await {
+            stats.absorb(chunk_stats);
+            by_index.extend(outcomes);
+        }
+
+        let outcomes: Vec<Outcome> = prepared
+            .canonical
+            .iter()
+            .map(|c| {
+                by_index
+                    .get(c)
+                    .cloned()
+                    .unwrap_or_else(|| Outcome::FailedRetryable {
+                        // Unreachable by construction: every canonical index is refused or chunked.
+                        reason: "no outcome recorded".to_owned(),
+                        throttle: None,
+                    })
+            })
+            .collect();
+        tracing::debug!(?stats, "batch written");
+        BatchReport { outcomes, stats }
+    }
+
+    /// One chunk until every item has an outcome: retries within the budget, splits on
+    /// validation errors.
+    async fn write_chunk(
+        &self,
+        chunk: Vec<(usize, Item)>,
+        deadline: Instant,
+        mut rng: StdRng,
+    ) -> (Vec<(usize, Outcome)>, WriteStats) {
+        let mut stats = WriteStats::default();
+        let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(chunk.len());
+        let mut queue: VecDeque<Vec<(usize, Item)>> = VecDeque::from([chunk]);
+        while let Some(mut pending) = queue.pop_front() {
+            let mut attempt: u32 = 0;
+            // The most recent call-level throttle in this sub-batch: unprocessed items
+            // carry no reason, so this is the best evidence of why they stay out.
+            let mut throttle: Option<ThrottleKind> = None;
+            let mut last_reason = String::new();
+            loop {
+                if Instant::now() >= deadline {
+                    if last_reason.is_empty() {
+                        last_reason = "deadline reached before the first attempt".to_owned();
+                    }
+                    fail_all(&mut done, &mut stats, &mut pending, &last_reason, throttle);
+                    break;
+                }
+                stats.calls += 1;
+                if attempt > 0 {
+                    stats.retries += 1;
+                }
+                let items: Vec<Item> = pending.iter().map(|(_, item)| item.clone()).collect();
+                let result =
+                    match tokio::time::timeout_at(deadline, self.table.batch_write(items)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(StoreError::Deadline),
+                    };
+                match result {
+                    Ok(unprocessed) => {
+                        let left: HashSet<Key> = unprocessed
+                            .iter()
+                            .filter_map(|it| key_of(it).ok())
+                            .collect();
+                        let before = pending.len();
+                        pending.retain(|(i, item)| {
+                            let stays = key_of(item).is_ok_and(|k| left.contains(&k));
+                            if !stays {
+                                done.push((*i, Outcome::Written));
+                            }
+                            stays
+                        });
+                        stats.written += (before - pending.len()) as u64;
+                        stats.unprocessed += pending.len() as u64;
+                        last_reason = match throttle {
+                            Some(kind) => format!("unprocessed after a {kind} throttle"),
+                            None => "unprocessed".to_owned(),
+                        };
+                    }
+                    Err(err) if err.is_permanent() => {
+                        if pending.len() > 1 {
+                            let back = pending.split_off(pending.len() / 2);
+                            queue.push_back(std::mem::take(&mut pending));
+                            queue.push_back(back);
+                        } else {
+                            let reason = err.to_string();
+                            for (i, _) in pending.drain(..) {
+                                stats.failed_permanent += 1;
+                                done.push((
+                                    i,
+                                    Outcome::FailedPermanent {
+                                        reason: reason.clone(),
+                                    },
+                                ));
+                            }
+                        }
+                        break;
+                    }
+                    Err(err) if err.is_retryable() => {
+                        match &err {
+                            StoreError::Throttled { kind, reason } => {
+                                throttle = Some(*kind);
+                                *stats.throttles.entry(reason.clone()).or_default() += 1;
+                            }
+                            _ => stats.transient_errors += 1,
+                        }
+                        last_reason = err.to_string();
+                    }
+                    Err(err) => {
+                        // Deadline or configuration: another attempt now cannot help.
+                        if err == StoreError::Deadline {
+                            stats.transient_errors += 1;
+                        }
+                        fail_all(
+                            &mut done,
+                            &mut stats,
+                            &mut pending,
+                            &err.to_string(),
+                            throttle,
+                        );
+                        break;
+                    }
+                }
+                if pending.is_empty() {
+                    break;
+                }
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let delay = self.config.backoff.next_delay(attempt, remaining, &mut rng);
+                attempt += 1;
+                match delay {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => {
+                        fail_all(&mut done, &mut stats, &mut pending, &last_reason, throttle);
+                        break;
+                    }
+                }
+            }
+        }
+        (done, stats)
+    }
+}
+
+fn fail_all(
+    done: &mut Vec<(usize, Outcome)>,
+    stats: &mut WriteStats,
+    pending: &mut Vec<(usize, Item)>,
+    reason: &str,
+    throttle: Option<ThrottleKind>,
+) {
+    for (i, _) in pending.drain(..) {
+        stats.failed_retryable += 1;
+        done.push((
+            i,
+            Outcome::FailedRetryable {
+                reason: reason.to_owned(),
+                throttle,
+            },
+        ));
+    }
+}

@@ -1,0 +1,332 @@
+//! DynamoDB adapters of the ports.
+
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use serde::{Deserialize, Serialize};
+use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
+use sharding::fanout::{Raise, ShardMeta};
+use sharding::time::Timestamp;
+
+use crate::batch::{BatchTable, Item, PK};
+use crate::directory::ShardStore;
+use crate::error::StoreError;
+
+/// The readings table behind [`BatchTable`].
+#[derive(Debug, Clone)]
+pub struct DynamoTable {
+    client: Client,
+    table: String,
+}
+
+impl DynamoTable {
+    /// An adapter writing to `table`. The SDK's own retries are switched off on this
+    /// client: the batch writer retries with its own budget and deadline, and a second
+    /// retry layer underneath would multiply attempts and overrun the deadline.
+    pub fn new(client: &Client, table: impl Into<String>) -> Self {
+        let config = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build();
+        Self {
+            client: Client::from_conf(config),
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+}
+
+fn classify_batch_error(err: &SdkError<BatchWriteItemError>) -> StoreError {
+    let reasons = match err.as_service_error() {
+        Some(BatchWriteItemError::ProvisionedThroughputExceededException(e)) => {
+            e.throttling_reasons()
+        }
+        Some(BatchWriteItemError::ThrottlingException(e)) => e.throttling_reasons(),
+        Some(BatchWriteItemError::RequestLimitExceeded(e)) => e.throttling_reasons(),
+        _ => &[],
+    };
+    StoreError::from_sdk(err, reasons)
+}
+
+impl BatchTable for DynamoTable {
+    #[tracing::instrument(skip_all, fields(table = %self.table, items = items.len()))]
+    async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let requests = items
+            .into_iter()
+            .map(|item| {
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map(|put| WriteRequest::builder().put_request(put).build())
+                    .map_err(|e| StoreError::Validation(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = self
+            .client
+            .batch_write_item()
+            .request_items(&self.table, requests)
+            .send()
+            .await
+            .map_err(|e| {
+                let err = classify_batch_error(&e);
+                tracing::debug!(error = %err, "BatchWriteItem failed");
+                err
+            })?;
+        let unprocessed = output
+            .unprocessed_items()
+            .and_then(|by_table| by_table.get(&self.table))
+            .map(|requests| {
+                requests
+                    .iter()
+                    .filter_map(|r| r.put_request().map(|p| p.item().clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(unprocessed)
+    }
+}
+
+/// The shard metadata table behind [`ShardStore`] (schema in the crate docs).
+#[derive(Debug, Clone)]
+pub struct DynamoShards {
+    client: Client,
+    table: String,
+}
+
+const LAYOUT_PK: &str = "layout";
+const HOT_PK: &str = "hot";
+
+fn entity_pk(entity: &str) -> String {
+    format!("entity#{entity}")
+}
+
+/// One entry of `shard_history`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct HistoryEntry {
+    effective_from: i64,
+    k: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct EntityItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    number_of_shards: u32,
+    last_updated: i64,
+    #[serde(default)]
+    shard_history: Vec<HistoryEntry>,
+}
+
+impl EntityItem {
+    fn from_meta(entity: &str, meta: &ShardMeta) -> Self {
+        Self {
+            pk: entity_pk(entity),
+            number_of_shards: meta.number_of_shards,
+            last_updated: meta.last_updated.as_millis(),
+            shard_history: meta
+                .shard_history
+                .epochs()
+                .iter()
+                .map(|e| HistoryEntry {
+                    effective_from: e.effective_from.as_millis(),
+                    k: e.value,
+                })
+                .collect(),
+        }
+    }
+
+    fn into_meta(self) -> Result<ShardMeta, StoreError> {
+        let malformed = |what: String| StoreError::Malformed(format!("{}: {what}", self.pk));
+        let epochs = self
+            .shard_history
+            .iter()
+            .map(|e| {
+                Timestamp::from_millis(e.effective_from).map(|effective_from| Epoch {
+                    effective_from,
+                    value: e.k,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| malformed(e.to_string()))?;
+        Ok(ShardMeta {
+            number_of_shards: self.number_of_shards,
+            last_updated: Timestamp::from_millis(self.last_updated)
+                .map_err(|e| malformed(e.to_string()))?,
+            shard_history: FanoutHistory::from_epochs(epochs)
+                .map_err(|e| malformed(e.to_string()))?,
+        })
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct LayoutItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    epochs: TableHistory,
+}
+
+#[derive(Debug, Deserialize)]
+struct HotItem {
+    #[serde(default, with = "serde_dynamo::string_set")]
+    entities: BTreeSet<String>,
+}
+
+fn classify<E>(err: &SdkError<E>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    StoreError::from_sdk(err, &[])
+}
+
+fn to_item<T: Serialize>(value: &T) -> Result<Item, StoreError> {
+    serde_dynamo::to_item(value).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+fn from_item<T: for<'de> Deserialize<'de>>(item: Item) -> Result<T, StoreError> {
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+impl DynamoShards {
+    /// An adapter over the metadata table `table`.
+    pub fn new(client: &Client, table: impl Into<String>) -> Self {
+        Self {
+            client: client.clone(),
+            table: table.into(),
+        }
+    }
+
+    async fn get(&self, pk: String) -> Result<Option<Item>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(pk))
+            // A raise decision on a stale read only loses its race; a layout read must
+            // not miss the layout a concurrent writer just stored.
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        Ok(output.item)
+    }
+
+    async fn put_if_absent(&self, item: Item) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => match classify(&e) {
+                StoreError::ConditionFailed => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+}
+
+impl ShardStore for DynamoShards {
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
+        match self.get(entity_pk(entity)).await? {
+            Some(item) => Ok(Some(from_item::<EntityItem>(item)?.into_meta()?)),
+            None => Ok(None),
+        }
+    }
+
+    #[tracing::instrument(skip(self, meta), fields(table = %self.table))]
+    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
+        self.put_if_absent(to_item(&EntityItem::from_meta(entity, meta))?)
+            .await
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn raise_entity(&self, entity: &str, raise: &Raise) -> Result<bool, StoreError> {
+        // The hot set first: ADD is idempotent, so a raise that then loses its race
+        // leaves at most a superset (an entity a read plan checks for nothing), while the
+        // opposite order could leave a raised entity that read plans never look at.
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(HOT_PK.to_owned()))
+            .update_expression("ADD entities :e")
+            .expression_attribute_values(":e", AttributeValue::Ss(vec![entity.to_owned()]))
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        let entry = serde_dynamo::to_attribute_value(vec![HistoryEntry {
+            effective_from: raise.effective_from.as_millis(),
+            k: raise.to,
+        }])
+        .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(entity_pk(entity)))
+            .condition_expression("last_updated = :expected")
+            .update_expression(
+                "SET number_of_shards = :to, last_updated = :now, \
+                 shard_history = list_append(if_not_exists(shard_history, :empty), :entry)",
+            )
+            .expression_attribute_values(
+                ":expected",
+                AttributeValue::N(raise.precondition_last_updated.as_millis().to_string()),
+            )
+            .expression_attribute_values(":to", AttributeValue::N(raise.to.to_string()))
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::N(raise.updated_at.as_millis().to_string()),
+            )
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(":entry", entry)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => match classify(&e) {
+                StoreError::ConditionFailed => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
+        match self.get(LAYOUT_PK.to_owned()).await? {
+            Some(item) => Ok(Some(from_item::<LayoutItem>(item)?.epochs)),
+            None => Ok(None),
+        }
+    }
+
+    #[tracing::instrument(skip(self, history), fields(table = %self.table))]
+    async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
+        self.put_if_absent(to_item(&LayoutItem {
+            pk: LAYOUT_PK.to_owned(),
+            epochs: history.clone(),
+        })?)
+        .await
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+        match self.get(HOT_PK.to_owned()).await? {
+            Some(item) => Ok(from_item::<HotItem>(item)?.entities),
+            None => Ok(BTreeSet::new()),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The DynamoDB adapter of Shardline: the batch writer, the shard directory, range
+//! reads and the item model.
+//!
+//! # Ports
+//!
+//! The application crates use two narrow ports, each with a DynamoDB adapter in
+//! [`dynamo`] and an in-memory fake in [`memory`] (with injectable faults), and the
+//! logic on top of them lives here once, so tests against the fakes exercise the real
+//! retry, dedup and fan-out code:
+//!
+//! | port | adapter | fake | logic on top |
+//! |---|---|---|---|
+//! | [`batch::BatchTable`]: one `BatchWriteItem` | [`dynamo::DynamoTable`] | [`memory::MemoryTable`] | [`batch::BatchWriter`] |
+//! | [`directory::ShardStore`]: shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::ShardDirectory`] |
+//!
+//! # Tables
+//!
+//! ## Readings table (`TABLE_NAME`)
+//!
+//! Hash key `PK` (S), range key `SK` (S), both from `sharding::key::write_key`. One item
+//! per reading ([`item::ReadingItem`]):
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `PK`, `SK` | S | the key under the layout and fan-out in force at `ts` |
+//! | `device_id`, `event_id` | S | the reading's identity |
+//! | `ts` | S | RFC 3339 UTC with milliseconds, fixed width |
+//! | `ts_ms` | N | the same instant in epoch milliseconds |
+//! | `metrics` | M of N | 1 to 64 finite numbers |
+//! | `tags` | M of S | omitted when empty |
+//! | `ttl` | N | epoch seconds, `ts + RETENTION_DAYS`; the table's TTL attribute |
+//!
+//! ## Shard metadata table (`SHARD_TABLE_NAME`)
+//!
+//! Hash key `PK` (S), no range key. Three kinds of items:
+//!
+//! - `PK = "entity#{device_id}"`, one per entity that ever had its own fan-out:
+//!   `number_of_shards` (N, the latest k), `last_updated` (N, epoch ms of the last
+//!   change, the optimistic-lock token of every raise) and `shard_history` (L of
+//!   M `{effective_from: N (epoch ms), k: N}`, oldest first, append-only: entries are
+//!   only ever added by `list_append`, so the key of every stored reading stays
+//!   computable). Created at k = 1 with `attribute_not_exists(PK)`; raised with a
+//!   conditional update on `last_updated`, so of many writers racing only one wins
+//!   per cooldown.
+//! - `PK = "layout"`: the table-level layout history, `epochs` (L of M `{effective_from:
+//!   N, value: M {strategy, shards}}`, the serde form of `sharding::epoch::TableHistory`).
+//!   Created from the configuration (`SHARD_STRATEGY`, `BUCKET`, `SHARDS`) effective
+//!   from the beginning of time when missing; once stored, the stored history is the
+//!   source of truth and the configuration only seeds it.
+//! - `PK = "hot"`: `entities` (SS), every entity whose fan-out ever exceeded 1 (each
+//!   raise `ADD`s to it), which an all-devices read plan needs to find sub-shards.
+
+pub mod batch;
+pub mod directory;
+pub mod dynamo;
+pub mod error;
+pub mod item;
+pub mod memory;
+pub mod read;
+pub mod size;
+
+pub use batch::{
+    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteStats, WriterConfig,
+};
+pub use directory::{ShardDirectory, ShardStore};
+pub use error::{StoreError, ThrottleKind};
+pub use item::{Reading, ReadingItem};

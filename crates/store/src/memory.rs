@@ -1,0 +1,237 @@
+//! In-memory fakes of the ports, with injectable faults, for handler tests.
+//!
+//! They behave like DynamoDB where the code under test depends on it: a batch naming a
+//! key twice or holding an item over 400 KB is refused with a validation error, a
+//! key-range throttle leaves the hot keys unprocessed and throttles the whole call when
+//! nothing else is in it, conditional writes are atomic.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sharding::epoch::TableHistory;
+use sharding::fanout::{Raise, ShardMeta};
+
+use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
+use crate::directory::ShardStore;
+use crate::error::{StoreError, ThrottleKind};
+use crate::size::{MAX_ITEM_BYTES, item_size};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test thread must not hide the state from the assertions after it.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Debug, Default)]
+struct TableState {
+    items: BTreeMap<Key, Item>,
+    calls: Vec<Vec<Key>>,
+    unprocessed_fraction: f64,
+    hot_pks: HashSet<String>,
+    scripted: VecDeque<StoreError>,
+    latency: Duration,
+}
+
+/// An in-memory readings table behind the [`BatchTable`] port. Cheap to clone; clones
+/// share the table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryTable {
+    state: Arc<Mutex<TableState>>,
+}
+
+impl MemoryTable {
+    /// An empty table without faults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Leaves `fraction` (0..=1, rounded down) of every call's items unprocessed, the
+    /// last ones of the call, like a partition over its limit.
+    pub fn set_unprocessed_fraction(&self, fraction: f64) {
+        lock(&self.state).unprocessed_fraction = fraction.clamp(0.0, 1.0);
+    }
+
+    /// Throttles partition key `pk` for good: its items stay unprocessed, and a call
+    /// holding nothing else fails with `TableWriteKeyRangeThroughputExceeded`.
+    pub fn throttle_pk(&self, pk: impl Into<String>) {
+        lock(&self.state).hot_pks.insert(pk.into());
+    }
+
+    /// Stops throttling every partition key.
+    pub fn clear_throttles(&self) {
+        lock(&self.state).hot_pks.clear();
+    }
+
+    /// The next calls fail with these errors, in order, before touching any item.
+    pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
+        lock(&self.state).scripted.extend(errors);
+    }
+
+    /// Every call waits this long before answering.
+    pub fn set_latency(&self, latency: Duration) {
+        lock(&self.state).latency = latency;
+    }
+
+    /// The stored items, by key.
+    pub fn items(&self) -> BTreeMap<Key, Item> {
+        lock(&self.state).items.clone()
+    }
+
+    /// The keys of every call so far, in call order.
+    pub fn calls(&self) -> Vec<Vec<Key>> {
+        lock(&self.state).calls.clone()
+    }
+
+    fn apply(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let mut state = lock(&self.state);
+        let mut keys = Vec::with_capacity(items.len());
+        for item in &items {
+            keys.push(key_of(item).map_err(StoreError::Validation)?);
+        }
+        state.calls.push(keys.clone());
+        if let Some(err) = state.scripted.pop_front() {
+            return Err(err);
+        }
+        if items.is_empty() || items.len() > MAX_BATCH_ITEMS {
+            return Err(StoreError::Validation(format!(
+                "a batch holds 1 to {MAX_BATCH_ITEMS} requests, not {}",
+                items.len()
+            )));
+        }
+        if keys.iter().collect::<HashSet<_>>().len() != keys.len() {
+            return Err(StoreError::Validation(
+                "Provided list of item keys contains duplicates".to_owned(),
+            ));
+        }
+        if let Some(size) = items.iter().map(item_size).find(|s| *s > MAX_ITEM_BYTES) {
+            return Err(StoreError::Validation(format!(
+                "Item size {size} has exceeded the maximum allowed size"
+            )));
+        }
+        let (hot, cold): (Vec<_>, Vec<_>) = items
+            .into_iter()
+            .zip(keys)
+            .partition(|(_, key)| state.hot_pks.contains(&key.pk));
+        if cold.is_empty() {
+            return Err(StoreError::Throttled {
+                kind: ThrottleKind::KeyRange,
+                reason: "TableWriteKeyRangeThroughputExceeded".to_owned(),
+            });
+        }
+        // Truncation is the intent: "rounded down" keeps a single item writable.
+        let deferred = (cold.len() as f64 * state.unprocessed_fraction).floor() as usize;
+        let accepted = cold.len() - deferred.min(cold.len());
+        let mut unprocessed: Vec<Item> = hot.into_iter().map(|(item, _)| item).collect();
+        for (n, (item, key)) in cold.into_iter().enumerate() {
+            if n < accepted {
+                state.items.insert(key, item);
+            } else {
+                unprocessed.push(item);
+            }
+        }
+        Ok(unprocessed)
+    }
+}
+
+impl BatchTable for MemoryTable {
+    async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let latency = lock(&self.state).latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        self.apply(items)
+    }
+}
+
+#[derive(Debug, Default)]
+struct ShardState {
+    entities: HashMap<String, ShardMeta>,
+    layout: Option<TableHistory>,
+    hot: BTreeSet<String>,
+    raises: Vec<(String, Raise)>,
+    entity_reads: u64,
+}
+
+/// An in-memory shard metadata table behind the [`ShardStore`] port. Cheap to clone;
+/// clones share the table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryShards {
+    state: Arc<Mutex<ShardState>>,
+}
+
+impl MemoryShards {
+    /// An empty metadata table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores an entity's metadata as it is (test setup).
+    pub fn put_entity(&self, entity: &str, meta: ShardMeta) {
+        lock(&self.state).entities.insert(entity.to_owned(), meta);
+    }
+
+    /// An entity's stored metadata.
+    pub fn entity(&self, entity: &str) -> Option<ShardMeta> {
+        lock(&self.state).entities.get(entity).cloned()
+    }
+
+    /// The raises that won, in order, with their entity.
+    pub fn raises(&self) -> Vec<(String, Raise)> {
+        lock(&self.state).raises.clone()
+    }
+
+    /// How many entity reads reached the table (the cache's misses).
+    pub fn entity_reads(&self) -> u64 {
+        lock(&self.state).entity_reads
+    }
+}
+
+impl ShardStore for MemoryShards {
+    async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
+        let mut state = lock(&self.state);
+        state.entity_reads += 1;
+        Ok(state.entities.get(entity).cloned())
+    }
+
+    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        if state.entities.contains_key(entity) {
+            return Ok(false);
+        }
+        state.entities.insert(entity.to_owned(), meta.clone());
+        Ok(true)
+    }
+
+    async fn raise_entity(&self, entity: &str, raise: &Raise) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        let Some(meta) = state.entities.get_mut(entity) else {
+            return Ok(false);
+        };
+        if meta.last_updated != raise.precondition_last_updated {
+            return Ok(false);
+        }
+        *meta = meta
+            .raised(raise)
+            .map_err(|e| StoreError::Validation(e.to_string()))?;
+        state.hot.insert(entity.to_owned());
+        state.raises.push((entity.to_owned(), *raise));
+        Ok(true)
+    }
+
+    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
+        Ok(lock(&self.state).layout.clone())
+    }
+
+    async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        if state.layout.is_some() {
+            return Ok(false);
+        }
+        state.layout = Some(history.clone());
+        Ok(true)
+    }
+
+    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+        Ok(lock(&self.state).hot.clone())
+    }
+}
