@@ -26,66 +26,188 @@ fn reading<'a>(event_id: &'a str, attribute: Option<&'a str>) -> ReadingRef<'a> 
 
 fn check_key(layout: Layout, fanout: Option<u32>, r: ReadingRef<'_>, pk: &str, sk: &str) {
     let key = key_for_layout(&r, &layout, fanout).expect("valid reading");
-    assert_eq!(key, ItemKey { pk: pk.to_owned(), sk: sk.to_owned() }, "{layout}, k = {fanout:?}");
+    assert_eq!(
+        key,
+        ItemKey {
+            pk: pk.to_owned(),
+            sk: sk.to_owned()
+        },
+        "{layout}, k = {fanout:?}"
+    );
 }
 
 #[test]
 fn key_formats() {
     let plain_sk = "2026-06-22T01:05:07.089Z#evt-1";
     let bucket_sk = "sensor-alpha-001#2026-06-22T01:05:07.089Z#evt-1";
-    check_key(Layout::unsharded(), None, reading("evt-1", None), ENTITY, plain_sk);
+    check_key(
+        Layout::unsharded(),
+        None,
+        reading("evt-1", None),
+        ENTITY,
+        plain_sk,
+    );
     // Random: suffix = shard_index("evt-1", k); k defaults to N.
-    check_key(Layout::random(nz(16)), None, reading("evt-1", None), "sensor-alpha-001#9", plain_sk);
-    check_key(Layout::random(nz(16)), Some(4), reading("evt-1", None), "sensor-alpha-001#1", plain_sk);
+    check_key(
+        Layout::random(nz(16)),
+        None,
+        reading("evt-1", None),
+        "sensor-alpha-001#9",
+        plain_sk,
+    );
+    check_key(
+        Layout::random(nz(16)),
+        Some(4),
+        reading("evt-1", None),
+        "sensor-alpha-001#1",
+        plain_sk,
+    );
     // Calculated on the event id and on another attribute.
-    check_key(Layout::calculated("event_id", nz(4)), None, reading("evt-1", None), "sensor-alpha-001#1", plain_sk);
-    check_key(Layout::calculated("site", nz(8)), None, reading("evt-1", Some("site-7")), "sensor-alpha-001#5", plain_sk);
+    check_key(
+        Layout::calculated("event_id", nz(4)),
+        None,
+        reading("evt-1", None),
+        "sensor-alpha-001#1",
+        plain_sk,
+    );
+    check_key(
+        Layout::calculated("site", nz(8)),
+        None,
+        reading("evt-1", Some("site-7")),
+        "sensor-alpha-001#5",
+        plain_sk,
+    );
     // TimeBucket: s = shard_index(entity, 16) = 13; hot sub-shard j = 1 + shard_index("evt-1", 4) = 2.
-    check_key(Layout::time_bucket(Bucket::Hour, nz(16)), None, reading("evt-1", None), "13#2026-06-22T01", bucket_sk);
-    check_key(Layout::time_bucket(Bucket::Hour, nz(16)), Some(1), reading("evt-1", None), "13#2026-06-22T01", bucket_sk);
-    check_key(Layout::time_bucket(Bucket::Hour, nz(16)), Some(4), reading("evt-1", None), "13.2#2026-06-22T01", bucket_sk);
-    check_key(Layout::time_bucket(Bucket::Minute, nz(100)), None, reading("evt-1", None), "73#2026-06-22T01:05", bucket_sk);
-    check_key(Layout::time_bucket(Bucket::Day, nz(16)), None, reading("evt-1", None), "13#2026-06-22", bucket_sk);
-    check_key(Layout::time_bucket(Bucket::Month, nz(16)), None, reading("evt-1", None), "13#2026-06", bucket_sk);
+    check_key(
+        Layout::time_bucket(Bucket::Hour, nz(16)),
+        None,
+        reading("evt-1", None),
+        "13#2026-06-22T01",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket(Bucket::Hour, nz(16)),
+        Some(1),
+        reading("evt-1", None),
+        "13#2026-06-22T01",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket(Bucket::Hour, nz(16)),
+        Some(4),
+        reading("evt-1", None),
+        "13.2#2026-06-22T01",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket(Bucket::Minute, nz(100)),
+        None,
+        reading("evt-1", None),
+        "73#2026-06-22T01:05",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket(Bucket::Day, nz(16)),
+        None,
+        reading("evt-1", None),
+        "13#2026-06-22",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket(Bucket::Month, nz(16)),
+        None,
+        reading("evt-1", None),
+        "13#2026-06",
+        bucket_sk,
+    );
 }
 
 #[test]
 fn keys_follow_the_epoch_at_the_readings_own_time() {
     let table = TableHistory::from_epochs(vec![
-        Epoch { effective_from: Timestamp::MIN, value: Layout::unsharded() },
-        Epoch { effective_from: ts("2026-06-22T01:00:00Z"), value: Layout::time_bucket(Bucket::Hour, nz(16)) },
+        Epoch {
+            effective_from: Timestamp::MIN,
+            value: Layout::unsharded(),
+        },
+        Epoch {
+            effective_from: ts("2026-06-22T01:00:00Z"),
+            value: Layout::time_bucket(Bucket::Hour, nz(16)),
+        },
     ])
     .expect("valid history");
-    let fanout = FanoutHistory::from_epochs(vec![Epoch { effective_from: ts("2026-06-22T01:05:07.090Z"), value: 4 }])
-        .expect("valid history");
-    let at = |t: &str| ReadingRef { entity: ENTITY, event_id: "evt-1", ts: ts(t), attribute: None };
+    let fanout = FanoutHistory::from_epochs(vec![Epoch {
+        effective_from: ts("2026-06-22T01:05:07.090Z"),
+        value: 4,
+    }])
+    .expect("valid history");
+    let at = |t: &str| ReadingRef {
+        entity: ENTITY,
+        event_id: "evt-1",
+        ts: ts(t),
+        attribute: None,
+    };
     let key = |t: &str| write_key(&at(t), &table, &fanout).expect("valid").pk;
     assert_eq!(key("2026-06-22T00:59:59.999Z"), ENTITY);
     assert_eq!(key("2026-06-22T01:00:00.000Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.089Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.090Z"), "13.2#2026-06-22T01");
-    assert_eq!(point_key(&at(TS), &table, &fanout), write_key(&at(TS), &table, &fanout));
+    assert_eq!(
+        point_key(&at(TS), &table, &fanout),
+        write_key(&at(TS), &table, &fanout)
+    );
 }
 
 #[test]
 fn bad_ids_are_refused() {
     let layout = Layout::time_bucket(Bucket::Hour, nz(16));
     let check = |entity: &str, event_id: &str, expected: KeyError| {
-        let r = ReadingRef { entity, event_id, ts: ts(TS), attribute: None };
-        assert_eq!(key_for_layout(&r, &layout, None), Err(expected), "{entity:?} {event_id:?}");
+        let r = ReadingRef {
+            entity,
+            event_id,
+            ts: ts(TS),
+            attribute: None,
+        };
+        assert_eq!(
+            key_for_layout(&r, &layout, None),
+            Err(expected),
+            "{entity:?} {event_id:?}"
+        );
     };
     check("a#b", "e", KeyError::Separator { field: "entity" });
     check("a", "e#1", KeyError::Separator { field: "event_id" });
     check("", "e", KeyError::Empty { field: "entity" });
     check("a", "", KeyError::Empty { field: "event_id" });
-    check("a b", "e", KeyError::InvalidChar { field: "entity", ch: ' ' });
-    check("a", "e~", KeyError::InvalidChar { field: "event_id", ch: '~' });
-    check(&"x".repeat(257), "e", KeyError::TooLong { field: "entity", len: 257 });
+    check(
+        "a b",
+        "e",
+        KeyError::InvalidChar {
+            field: "entity",
+            ch: ' ',
+        },
+    );
+    check(
+        "a",
+        "e~",
+        KeyError::InvalidChar {
+            field: "event_id",
+            ch: '~',
+        },
+    );
+    check(
+        &"x".repeat(257),
+        "e",
+        KeyError::TooLong {
+            field: "entity",
+            len: 257,
+        },
+    );
     let calc = Layout::calculated("site", nz(8));
     let r = reading("evt-1", None);
     assert_eq!(
         key_for_layout(&r, &calc, None),
-        Err(KeyError::MissingAttribute { attribute: "site".to_owned() })
+        Err(KeyError::MissingAttribute {
+            attribute: "site".to_owned()
+        })
     );
 }
 
@@ -98,36 +220,87 @@ fn bucket_labels_starts_and_names() {
         assert_eq!(b.next_start(t), ts(next), "{b} next");
         assert_eq!(b.to_string().parse::<Bucket>(), Ok(b));
     };
-    check(Bucket::Minute, "2026-06-22T01:05", "2026-06-22T01:05:00Z", "2026-06-22T01:06:00Z");
-    check(Bucket::Hour, "2026-06-22T01", "2026-06-22T01:00:00Z", "2026-06-22T02:00:00Z");
-    check(Bucket::Day, "2026-06-22", "2026-06-22T00:00:00Z", "2026-06-23T00:00:00Z");
-    check(Bucket::Month, "2026-06", "2026-06-01T00:00:00Z", "2026-07-01T00:00:00Z");
-    assert_eq!(Bucket::Month.next_start(ts("2024-02-10T00:00:00Z")), ts("2024-03-01T00:00:00Z"));
-    assert_eq!(Bucket::Day.label(ts("1969-12-31T23:59:59.999Z")), "1969-12-31");
+    check(
+        Bucket::Minute,
+        "2026-06-22T01:05",
+        "2026-06-22T01:05:00Z",
+        "2026-06-22T01:06:00Z",
+    );
+    check(
+        Bucket::Hour,
+        "2026-06-22T01",
+        "2026-06-22T01:00:00Z",
+        "2026-06-22T02:00:00Z",
+    );
+    check(
+        Bucket::Day,
+        "2026-06-22",
+        "2026-06-22T00:00:00Z",
+        "2026-06-23T00:00:00Z",
+    );
+    check(
+        Bucket::Month,
+        "2026-06",
+        "2026-06-01T00:00:00Z",
+        "2026-07-01T00:00:00Z",
+    );
+    assert_eq!(
+        Bucket::Month.next_start(ts("2024-02-10T00:00:00Z")),
+        ts("2024-03-01T00:00:00Z")
+    );
+    assert_eq!(
+        Bucket::Day.label(ts("1969-12-31T23:59:59.999Z")),
+        "1969-12-31"
+    );
     assert!("week".parse::<Bucket>().is_err());
 }
 
 #[test]
 fn bucket_spans_are_clipped() {
-    let range = TimeRange::new(ts("2026-06-22T01:30:00Z"), ts("2026-06-22T03:15:00Z")).expect("range");
+    let range =
+        TimeRange::new(ts("2026-06-22T01:30:00Z"), ts("2026-06-22T03:15:00Z")).expect("range");
     let got: Vec<(String, String, String)> = Bucket::Hour
         .spans(range)
-        .map(|b| (b.label, b.range.from().to_string(), b.range.to().to_string()))
+        .map(|b| {
+            (
+                b.label,
+                b.range.from().to_string(),
+                b.range.to().to_string(),
+            )
+        })
         .collect();
     let expected = [
-        ("2026-06-22T01", "2026-06-22T01:30:00.000Z", "2026-06-22T02:00:00.000Z"),
-        ("2026-06-22T02", "2026-06-22T02:00:00.000Z", "2026-06-22T03:00:00.000Z"),
-        ("2026-06-22T03", "2026-06-22T03:00:00.000Z", "2026-06-22T03:15:00.000Z"),
+        (
+            "2026-06-22T01",
+            "2026-06-22T01:30:00.000Z",
+            "2026-06-22T02:00:00.000Z",
+        ),
+        (
+            "2026-06-22T02",
+            "2026-06-22T02:00:00.000Z",
+            "2026-06-22T03:00:00.000Z",
+        ),
+        (
+            "2026-06-22T03",
+            "2026-06-22T03:00:00.000Z",
+            "2026-06-22T03:15:00.000Z",
+        ),
     ];
-    let expected: Vec<(String, String, String)> =
-        expected.iter().map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned())).collect();
+    let expected: Vec<(String, String, String)> = expected
+        .iter()
+        .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+        .collect();
     assert_eq!(got, expected);
 }
 
 #[test]
 fn timestamps_parse_and_format() {
     let check = |input: &str, expected: &str| {
-        assert_eq!(input.parse::<Timestamp>().map(|t| t.to_string()).as_deref(), Ok(expected), "{input}");
+        assert_eq!(
+            input.parse::<Timestamp>().map(|t| t.to_string()).as_deref(),
+            Ok(expected),
+            "{input}"
+        );
     };
     check("2026-06-22T01:00:00Z", "2026-06-22T01:00:00.000Z");
     check("2026-06-22T03:00:00.5+02:00", "2026-06-22T01:00:00.500Z");
@@ -135,7 +308,13 @@ fn timestamps_parse_and_format() {
     check("1782090000000", "2026-06-22T01:00:00.000Z");
     check("0", "1970-01-01T00:00:00.000Z");
     check("-1", "1969-12-31T23:59:59.999Z");
-    for bad in ["", "yesterday", "2026-06-22", "99999999999999999999", "10000-01-01T00:00:00Z"] {
+    for bad in [
+        "",
+        "yesterday",
+        "2026-06-22",
+        "99999999999999999999",
+        "10000-01-01T00:00:00Z",
+    ] {
         assert!(bad.parse::<Timestamp>().is_err(), "{bad:?} parsed");
     }
     let json = serde_json::to_string(&ts("2026-06-22T01:00:00Z")).expect("encode");
@@ -158,25 +337,48 @@ fn ranges_refuse_empty() {
 fn epochs_cut_ranges_and_schedule_after_the_margin() {
     let mut fanout = FanoutHistory::new();
     let now = ts("2026-06-22T01:00:00Z");
-    let margin = propagation_margin(Duration::from_secs(60), Duration::from_secs(5), Duration::from_secs(5));
+    let margin = propagation_margin(
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+    );
     assert_eq!(margin, Duration::from_secs(70));
     let e = fanout.schedule(2, now, margin).expect("first epoch");
     assert_eq!(e.effective_from, ts("2026-06-22T01:01:10Z"));
     // Not after the last epoch: refused.
     assert!(fanout.schedule(4, now, margin).is_err());
-    assert!(fanout.schedule(0, ts("2026-06-22T02:00:00Z"), margin).is_err());
-    fanout.schedule(4, ts("2026-06-22T02:00:00Z"), margin).expect("second epoch");
+    assert!(
+        fanout
+            .schedule(0, ts("2026-06-22T02:00:00Z"), margin)
+            .is_err()
+    );
+    fanout
+        .schedule(4, ts("2026-06-22T02:00:00Z"), margin)
+        .expect("second epoch");
     assert_eq!(fanout.at(ts("2026-06-22T01:01:09.999Z")), None);
     assert_eq!(fanout.at(ts("2026-06-22T01:01:10Z")), Some(2));
-    let range = TimeRange::new(ts("2026-06-22T00:00:00Z"), ts("2026-06-22T03:00:00Z")).expect("range");
-    let spans: Vec<(String, Option<u32>)> =
-        fanout.spans(range).into_iter().map(|(r, k)| (r.to_string(), k)).collect();
+    let range =
+        TimeRange::new(ts("2026-06-22T00:00:00Z"), ts("2026-06-22T03:00:00Z")).expect("range");
+    let spans: Vec<(String, Option<u32>)> = fanout
+        .spans(range)
+        .into_iter()
+        .map(|(r, k)| (r.to_string(), k))
+        .collect();
     assert_eq!(
         spans,
         [
-            ("[2026-06-22T00:00:00.000Z, 2026-06-22T01:01:10.000Z)".to_owned(), None),
-            ("[2026-06-22T01:01:10.000Z, 2026-06-22T02:01:10.000Z)".to_owned(), Some(2)),
-            ("[2026-06-22T02:01:10.000Z, 2026-06-22T03:00:00.000Z)".to_owned(), Some(4)),
+            (
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T01:01:10.000Z)".to_owned(),
+                None
+            ),
+            (
+                "[2026-06-22T01:01:10.000Z, 2026-06-22T02:01:10.000Z)".to_owned(),
+                Some(2)
+            ),
+            (
+                "[2026-06-22T02:01:10.000Z, 2026-06-22T03:00:00.000Z)".to_owned(),
+                Some(4)
+            ),
         ]
     );
     let set = fanout.to_string_set();
@@ -187,20 +389,33 @@ fn epochs_cut_ranges_and_schedule_after_the_margin() {
     assert!(FanoutHistory::from_string_set(["12"]).is_err());
 
     assert!(TableHistory::from_epochs(vec![]).is_err());
-    let late_first = vec![Epoch { effective_from: now, value: Layout::unsharded() }];
+    let late_first = vec![Epoch {
+        effective_from: now,
+        value: Layout::unsharded(),
+    }];
     assert!(TableHistory::from_epochs(late_first).is_err());
 }
 
 #[test]
 fn entity_plan_across_legacy_and_hot_epochs() {
     let table = TableHistory::from_epochs(vec![
-        Epoch { effective_from: Timestamp::MIN, value: Layout::unsharded() },
-        Epoch { effective_from: ts("2026-06-22T01:30:00Z"), value: Layout::time_bucket(Bucket::Hour, nz(16)) },
+        Epoch {
+            effective_from: Timestamp::MIN,
+            value: Layout::unsharded(),
+        },
+        Epoch {
+            effective_from: ts("2026-06-22T01:30:00Z"),
+            value: Layout::time_bucket(Bucket::Hour, nz(16)),
+        },
     ])
     .expect("valid");
-    let fanout = FanoutHistory::from_epochs(vec![Epoch { effective_from: ts("2026-06-22T02:20:00Z"), value: 2 }])
-        .expect("valid");
-    let range = TimeRange::new(ts("2026-06-22T01:00:00Z"), ts("2026-06-22T02:30:00Z")).expect("range");
+    let fanout = FanoutHistory::from_epochs(vec![Epoch {
+        effective_from: ts("2026-06-22T02:20:00Z"),
+        value: 2,
+    }])
+    .expect("valid");
+    let range =
+        TimeRange::new(ts("2026-06-22T01:00:00Z"), ts("2026-06-22T02:30:00Z")).expect("range");
     let plan = plan_entity(ENTITY, range, &table, &fanout).expect("plan");
     let got: Vec<(String, String, String)> = plan
         .queries
@@ -215,11 +430,31 @@ fn entity_plan_across_legacy_and_hot_epochs() {
     assert_eq!(
         got,
         [
-            e(ENTITY, "2026-06-22T01:00:00.000Z", "2026-06-22T01:29:59.999Z#~"),
-            e("13#2026-06-22T01", "sensor-alpha-001#2026-06-22T01:30:00.000Z", "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"),
-            e("13#2026-06-22T02", "sensor-alpha-001#2026-06-22T02:00:00.000Z", "sensor-alpha-001#2026-06-22T02:19:59.999Z#~"),
-            e("13.1#2026-06-22T02", "sensor-alpha-001#2026-06-22T02:20:00.000Z", "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"),
-            e("13.2#2026-06-22T02", "sensor-alpha-001#2026-06-22T02:20:00.000Z", "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"),
+            e(
+                ENTITY,
+                "2026-06-22T01:00:00.000Z",
+                "2026-06-22T01:29:59.999Z#~"
+            ),
+            e(
+                "13#2026-06-22T01",
+                "sensor-alpha-001#2026-06-22T01:30:00.000Z",
+                "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
+            ),
+            e(
+                "13#2026-06-22T02",
+                "sensor-alpha-001#2026-06-22T02:00:00.000Z",
+                "sensor-alpha-001#2026-06-22T02:19:59.999Z#~"
+            ),
+            e(
+                "13.1#2026-06-22T02",
+                "sensor-alpha-001#2026-06-22T02:20:00.000Z",
+                "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
+            ),
+            e(
+                "13.2#2026-06-22T02",
+                "sensor-alpha-001#2026-06-22T02:20:00.000Z",
+                "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
+            ),
         ]
     );
 }
@@ -228,23 +463,48 @@ fn entity_plan_across_legacy_and_hot_epochs() {
 fn random_plan_joins_unchanged_suffixes() {
     let table = TableHistory::new(Layout::random(nz(4)));
     let fanout = FanoutHistory::from_epochs(vec![
-        Epoch { effective_from: ts("2026-06-22T01:00:00Z"), value: 2 },
-        Epoch { effective_from: ts("2026-06-22T02:00:00Z"), value: 3 },
+        Epoch {
+            effective_from: ts("2026-06-22T01:00:00Z"),
+            value: 2,
+        },
+        Epoch {
+            effective_from: ts("2026-06-22T02:00:00Z"),
+            value: 3,
+        },
     ])
     .expect("valid");
-    let range = TimeRange::new(ts("2026-06-22T00:00:00Z"), ts("2026-06-22T03:00:00Z")).expect("range");
+    let range =
+        TimeRange::new(ts("2026-06-22T00:00:00Z"), ts("2026-06-22T03:00:00Z")).expect("range");
     let plan = plan_entity(ENTITY, range, &table, &fanout).expect("plan");
-    let got: Vec<(String, String)> =
-        plan.queries.iter().map(|q| (q.pk.clone(), q.covers.to_string())).collect();
+    let got: Vec<(String, String)> = plan
+        .queries
+        .iter()
+        .map(|q| (q.pk.clone(), q.covers.to_string()))
+        .collect();
     let e = |pk: &str, r: &str| (pk.to_owned(), r.to_owned());
     assert_eq!(
         got,
         [
-            e("sensor-alpha-001#0", "[2026-06-22T00:00:00.000Z, 2026-06-22T03:00:00.000Z)"),
-            e("sensor-alpha-001#1", "[2026-06-22T00:00:00.000Z, 2026-06-22T03:00:00.000Z)"),
-            e("sensor-alpha-001#2", "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"),
-            e("sensor-alpha-001#3", "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"),
-            e("sensor-alpha-001#2", "[2026-06-22T02:00:00.000Z, 2026-06-22T03:00:00.000Z)"),
+            e(
+                "sensor-alpha-001#0",
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T03:00:00.000Z)"
+            ),
+            e(
+                "sensor-alpha-001#1",
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T03:00:00.000Z)"
+            ),
+            e(
+                "sensor-alpha-001#2",
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"
+            ),
+            e(
+                "sensor-alpha-001#3",
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"
+            ),
+            e(
+                "sensor-alpha-001#2",
+                "[2026-06-22T02:00:00.000Z, 2026-06-22T03:00:00.000Z)"
+            ),
         ]
     );
 }
@@ -252,10 +512,19 @@ fn random_plan_joins_unchanged_suffixes() {
 #[test]
 fn all_entities_plan() {
     let table = TableHistory::new(Layout::time_bucket(Bucket::Day, nz(3)));
-    let hot = FanoutHistory::from_epochs(vec![Epoch { effective_from: ts("2026-06-22T12:00:00Z"), value: 2 }])
-        .expect("valid");
-    let range = TimeRange::new(ts("2026-06-22T06:00:00Z"), ts("2026-06-23T06:00:00Z")).expect("range");
-    let plan = plan_all(range, &table, &[(ENTITY, &hot), ("cold-one", &FanoutHistory::new())]).expect("plan");
+    let hot = FanoutHistory::from_epochs(vec![Epoch {
+        effective_from: ts("2026-06-22T12:00:00Z"),
+        value: 2,
+    }])
+    .expect("valid");
+    let range =
+        TimeRange::new(ts("2026-06-22T06:00:00Z"), ts("2026-06-23T06:00:00Z")).expect("range");
+    let plan = plan_all(
+        range,
+        &table,
+        &[(ENTITY, &hot), ("cold-one", &FanoutHistory::new())],
+    )
+    .expect("plan");
     let got: Vec<(String, String)> = plan
         .queries
         .iter()
@@ -285,5 +554,8 @@ fn all_entities_plan() {
         ]
     );
     let legacy = TableHistory::new(Layout::unsharded());
-    assert!(matches!(plan_all(range, &legacy, &[]), Err(PlanError::Unsupported { .. })));
+    assert!(matches!(
+        plan_all(range, &legacy, &[]),
+        Err(PlanError::Unsupported { .. })
+    ));
 }

@@ -41,11 +41,17 @@ fn table_history() -> impl Strategy<Value = TableHistory> {
     let first = prop_oneof![2 => Just(Layout::unsharded()), 1 => layout()];
     let changes = prop::collection::vec((1..3 * HOUR, layout()), 0..4);
     (first, changes).prop_map(|(first, changes)| {
-        let mut epochs = vec![Epoch { effective_from: Timestamp::MIN, value: first }];
+        let mut epochs = vec![Epoch {
+            effective_from: Timestamp::MIN,
+            value: first,
+        }];
         let mut t = T0 - HOUR;
         for (gap, value) in changes {
             t += gap;
-            epochs.push(Epoch { effective_from: at(t), value });
+            epochs.push(Epoch {
+                effective_from: at(t),
+                value,
+            });
         }
         TableHistory::from_epochs(epochs).expect("sorted by construction")
     })
@@ -59,7 +65,10 @@ fn fanout_history(max_k: u32) -> impl Strategy<Value = FanoutHistory> {
             .into_iter()
             .map(|(gap, k)| {
                 t += gap;
-                Epoch { effective_from: at(t), value: k }
+                Epoch {
+                    effective_from: at(t),
+                    value: k,
+                }
             })
             .collect();
         FanoutHistory::from_epochs(epochs).expect("sorted by construction")
@@ -92,7 +101,12 @@ fn reading() -> impl Strategy<Value = Reading> {
         "[a-z]{1,4}",
         (T0 - HOUR)..(T0 + 10 * HOUR),
     )
-        .prop_map(|(entity, event_id, site, ms)| Reading { entity, event_id, site, ts: at(ms) })
+        .prop_map(|(entity, event_id, site, ms)| Reading {
+            entity,
+            event_id,
+            site,
+            ts: at(ms),
+        })
 }
 
 /// A range containing `ts`.

@@ -106,7 +106,11 @@ fn load() -> Vec<Value> {
 #[test]
 fn file_matches_its_generator() {
     let text = std::fs::read_to_string(crate_path(VECTORS)).expect("read vectors.json");
-    assert_eq!(text, render(&vector_inputs()), "regenerate testdata/vectors.json");
+    assert_eq!(
+        text,
+        render(&vector_inputs()),
+        "regenerate testdata/vectors.json"
+    );
 }
 
 #[test]
@@ -115,7 +119,11 @@ fn every_vector_matches_the_rust_hash() {
     let vectors = load();
     assert!(vectors.len() >= 200, "only {} vectors", vectors.len());
     assert!(vectors.iter().any(|v| v["input"] == ""));
-    assert!(vectors.iter().any(|v| v["input"].as_str().is_some_and(|s| !s.is_ascii())));
+    assert!(
+        vectors
+            .iter()
+            .any(|v| v["input"].as_str().is_some_and(|s| !s.is_ascii()))
+    );
     for v in &vectors {
         let input = v["input"].as_str().expect("input is a string");
         let hash: u64 = v["hash"]
@@ -150,7 +158,11 @@ fn hash_section() -> (String, String) {
     }
     let file = root.join("README-hash-section.md");
     let text = std::fs::read_to_string(&file).expect("README.md or README-hash-section.md");
-    assert!(text.contains(SECTION_HEADING), "{} lacks its heading", file.display());
+    assert!(
+        text.contains(SECTION_HEADING),
+        "{} lacks its heading",
+        file.display()
+    );
     (file.display().to_string(), text)
 }
 
@@ -163,10 +175,17 @@ fn python_block(section: &str) -> String {
 #[test]
 fn readme_python_reproduces_every_vector() {
     let (source, section) = hash_section();
-    assert_eq!(section.matches("```python").count(), 1, "{source}: one python block");
+    assert_eq!(
+        section.matches("```python").count(),
+        1,
+        "{source}: one python block"
+    );
     let code = python_block(&section);
     let lines = code.lines().count();
-    assert!(lines <= 15, "{source}: the python block has {lines} lines (max 15)");
+    assert!(
+        lines <= 15,
+        "{source}: the python block has {lines} lines (max 15)"
+    );
 
     let driver = r#"
 import json, sys
