@@ -11,9 +11,17 @@
 
 mod install;
 pub mod pids;
+mod provision;
 mod root;
 mod server;
+pub mod template;
+mod test_stack;
 
 pub use install::{NodeTools, Venv, ensure_dynalite, ensure_venv};
+pub use provision::{
+    Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables, provision,
+    provision_tables, read_env_file, sdk_config, write_env_file,
+};
 pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, Moto, free_loopback_port};
+pub use test_stack::TestStack;

@@ -1,0 +1,4 @@
+//! End-to-end tests: each starts its own stand-in on a free loopback port.
+
+mod harness;
+mod stand_in;
