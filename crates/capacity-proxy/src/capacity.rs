@@ -46,7 +46,9 @@ impl ThrottleReason {
                 "TableWriteProvisionedThroughputExceeded"
             }
             Self::TableReadKeyRangeThroughputExceeded => "TableReadKeyRangeThroughputExceeded",
-            Self::TableReadProvisionedThroughputExceeded => "TableReadProvisionedThroughputExceeded",
+            Self::TableReadProvisionedThroughputExceeded => {
+                "TableReadProvisionedThroughputExceeded"
+            }
         }
     }
 
@@ -312,7 +314,13 @@ mod tests {
 
     #[test]
     fn costs_follow_dynamodb_rounding() {
-        for (bytes, wcu) in [(0, 1.0), (1, 1.0), (1024, 1.0), (1025, 2.0), (400 * 1024, 400.0)] {
+        for (bytes, wcu) in [
+            (0, 1.0),
+            (1, 1.0),
+            (1024, 1.0),
+            (1025, 2.0),
+            (400 * 1024, 400.0),
+        ] {
             assert_eq!(write_cost(bytes), wcu, "write {bytes}");
         }
         for (bytes, consistent, rcu) in [
@@ -323,7 +331,11 @@ mod tests {
             (4097, false, 1.0),
             (10_000, false, 1.5),
         ] {
-            assert_eq!(read_cost(bytes, consistent), rcu, "read {bytes} {consistent}");
+            assert_eq!(
+                read_cost(bytes, consistent),
+                rcu,
+                "read {bytes} {consistent}"
+            );
         }
     }
 
@@ -381,7 +393,10 @@ mod tests {
         for _ in 0..1000 {
             last = m.try_write("t", Some("k0"), 1.0, s(0.0));
         }
-        assert_eq!(last, Err(ThrottleReason::TableWriteKeyRangeThroughputExceeded));
+        assert_eq!(
+            last,
+            Err(ThrottleReason::TableWriteKeyRangeThroughputExceeded)
+        );
         assert!(ThrottleReason::TableWriteKeyRangeThroughputExceeded.is_key_range());
     }
 
@@ -416,7 +431,10 @@ mod tests {
             assert!(m.try_write("t", Some("a"), 1.0, s(0.0)).is_err());
         }
         let others = (0..20)
-            .filter(|i| m.try_write("t", Some(&format!("b{i}")), 1.0, s(0.0)).is_ok())
+            .filter(|i| {
+                m.try_write("t", Some(&format!("b{i}")), 1.0, s(0.0))
+                    .is_ok()
+            })
             .count();
         assert_eq!(others, 9);
     }

@@ -190,7 +190,10 @@ impl ProxyConfig {
         );
         for (table, l) in all {
             let caps = [Some(l.key_wcu), Some(l.key_rcu), l.table_wcu, l.table_rcu];
-            if caps.into_iter().flatten().any(|r| !(r > 0.0 && r.is_finite()))
+            if caps
+                .into_iter()
+                .flatten()
+                .any(|r| !(r > 0.0 && r.is_finite()))
                 || !(l.burst_seconds >= 0.0 && l.burst_seconds.is_finite())
             {
                 return Err(ProxyError::Config(format!(

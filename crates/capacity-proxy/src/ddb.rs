@@ -82,5 +82,10 @@ pub fn internal_error(message: &str) -> Response<Full<Bytes>> {
 
 /// HTTP 400 `ValidationException`.
 pub fn validation_error(message: &str) -> Response<Full<Bytes>> {
-    error_response(StatusCode::BAD_REQUEST, "ValidationException", message, None)
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "ValidationException",
+        message,
+        None,
+    )
 }

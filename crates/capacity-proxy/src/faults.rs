@@ -128,7 +128,12 @@ mod tests {
                 .all(|p| (5..=15).contains(&p.latency.as_millis()))
         );
         let mut rng2 = ChaCha8Rng::seed_from_u64(7);
-        assert_eq!(plans[..50], (0..50).map(|_| plan_call(&faults, &mut rng2)).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            plans[..50],
+            (0..50)
+                .map(|_| plan_call(&faults, &mut rng2))
+                .collect::<Vec<_>>()[..]
+        );
 
         let inj = FaultInjector::new(faults, 1);
         let un = inj.unprocessed(n).into_iter().filter(|&b| b).count() as f64;

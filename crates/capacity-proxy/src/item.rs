@@ -26,18 +26,18 @@ pub fn value_size(value: &Value) -> usize {
         "S" | "N" => v.as_str().map_or(0, str::len),
         "B" => v.as_str().map_or(0, base64_decoded_len),
         "BOOL" | "NULL" => 1,
-        "SS" | "NS" => v
-            .as_array()
-            .map_or(0, |a| a.iter().filter_map(Value::as_str).map(str::len).sum()),
+        "SS" | "NS" => v.as_array().map_or(0, |a| {
+            a.iter().filter_map(Value::as_str).map(str::len).sum()
+        }),
         "BS" => v.as_array().map_or(0, |a| {
             a.iter()
                 .filter_map(Value::as_str)
                 .map(base64_decoded_len)
                 .sum()
         }),
-        "L" => v
-            .as_array()
-            .map_or(3, |a| 3 + a.iter().map(|e| 1 + value_size(e)).sum::<usize>()),
+        "L" => v.as_array().map_or(3, |a| {
+            3 + a.iter().map(|e| 1 + value_size(e)).sum::<usize>()
+        }),
         "M" => v.as_object().map_or(3, |m| {
             3 + m
                 .iter()
@@ -69,7 +69,10 @@ pub fn key_string(value: &Value) -> Option<String> {
 /// or from the legacy `KeyConditions` parameter. `None` when it cannot be determined (for
 /// instance a Query on an index whose key is another attribute).
 pub fn query_partition_key(request: &Value, pk_attr: &str) -> Option<String> {
-    if let Some(expr) = request.get("KeyConditionExpression").and_then(Value::as_str) {
+    if let Some(expr) = request
+        .get("KeyConditionExpression")
+        .and_then(Value::as_str)
+    {
         let names = request.get("ExpressionAttributeNames");
         let values = request.get("ExpressionAttributeValues")?;
         let resolve = |tok: &str| -> String {

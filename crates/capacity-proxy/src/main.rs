@@ -115,7 +115,9 @@ async fn main() -> anyhow::Result<()> {
     config.heat_csv = args.heat_csv;
     config.region = args.region;
 
-    let proxy = Proxy::start(config).await.context("starting capacity-proxy")?;
+    let proxy = Proxy::start(config)
+        .await
+        .context("starting capacity-proxy")?;
     {
         // Other tooling waits for this exact line on stdout.
         let mut out = std::io::stdout().lock();

@@ -55,12 +55,13 @@ impl Proxy {
     /// Binds `config.listen` and serves until [`ProxyHandle::shutdown`].
     pub async fn start(config: ProxyConfig) -> Result<ProxyHandle, ProxyError> {
         config.validate()?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ProxyError::Bind {
-                addr: config.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ProxyError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
         let addr = listener.local_addr().map_err(|source| ProxyError::Bind {
             addr: config.listen,
             source,
@@ -156,7 +157,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn accept_loop(listener: TcpListener, inner: Arc<Inner>, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    inner: Arc<Inner>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -445,7 +450,12 @@ impl Inner {
     }
 
     /// Sends a request upstream; `body` replaces the received body when given.
-    async fn send(&self, call: &Call, body: Option<Bytes>, target: Option<&str>) -> Result<Reply, ProxyError> {
+    async fn send(
+        &self,
+        call: &Call,
+        body: Option<Bytes>,
+        target: Option<&str>,
+    ) -> Result<Reply, ProxyError> {
         let Mode::Forward { upstream } = &self.config.mode else {
             return Err(ProxyError::Upstream("sink mode has no upstream".into()));
         };
@@ -529,10 +539,10 @@ impl Inner {
             let body = Bytes::from(json!({ "TableName": table }).to_string());
             match self.send(call, Some(body), Some("DescribeTable")).await {
                 Ok(reply) if reply.status.is_success() => {
-                    if let Some(attr) = reply
-                        .json()
-                        .and_then(|v| v.get("Table").and_then(|t| hash_key_of(t.get("KeySchema")?)))
-                    {
+                    if let Some(attr) = reply.json().and_then(|v| {
+                        v.get("Table")
+                            .and_then(|t| hash_key_of(t.get("KeySchema")?))
+                    }) {
                         lock(&self.pk_cache).insert(table.to_owned(), attr.clone());
                         return attr;
                     }
@@ -540,7 +550,9 @@ impl Inner {
                 Ok(reply) => {
                     tracing::debug!(table, status = %reply.status, "DescribeTable failed; default key attribute")
                 }
-                Err(e) => tracing::debug!(table, "DescribeTable failed: {e}; default key attribute"),
+                Err(e) => {
+                    tracing::debug!(table, "DescribeTable failed: {e}; default key attribute")
+                }
             }
         }
         self.config.pk_attr.clone()
@@ -555,7 +567,8 @@ impl Inner {
             Err(resp) => return resp,
         };
         if reply.status.is_success()
-            && let (Some(t), Some(attr)) = (table_of(json), json.get("KeySchema").and_then(hash_key_of))
+            && let (Some(t), Some(attr)) =
+                (table_of(json), json.get("KeySchema").and_then(hash_key_of))
         {
             lock(&self.pk_cache).insert(t, attr);
         }
@@ -578,19 +591,22 @@ impl Inner {
                 return ddb::validation_error("RequestItems values must be lists");
             };
             for request in list {
-                let (key_src, bytes, delete) =
-                    if let Some(item) = request.pointer("/PutRequest/Item").and_then(Value::as_object) {
-                        (item, item_size(item), false)
-                    } else if let Some(key) =
-                        request.pointer("/DeleteRequest/Key").and_then(Value::as_object)
-                    {
-                        // The deleted item's size is unknown here: charge the minimum, 1 WCU.
-                        (key, 0, true)
-                    } else {
-                        return ddb::validation_error(
-                            "each write request needs PutRequest.Item or DeleteRequest.Key",
-                        );
-                    };
+                let (key_src, bytes, delete) = if let Some(item) = request
+                    .pointer("/PutRequest/Item")
+                    .and_then(Value::as_object)
+                {
+                    (item, item_size(item), false)
+                } else if let Some(key) = request
+                    .pointer("/DeleteRequest/Key")
+                    .and_then(Value::as_object)
+                {
+                    // The deleted item's size is unknown here: charge the minimum, 1 WCU.
+                    (key, 0, true)
+                } else {
+                    return ddb::validation_error(
+                        "each write request needs PutRequest.Item or DeleteRequest.Key",
+                    );
+                };
                 reqs.push(WriteReq {
                     table: table.clone(),
                     request: request.clone(),
@@ -636,7 +652,12 @@ impl Inner {
                 let cost = write_cost(req.bytes);
                 match cap.try_write(&req.table, req.pk.as_deref(), cost, now) {
                     Ok(()) => {
-                        stats.write(&req.table, req.pk.as_deref().unwrap_or(UNKNOWN_PK), cost, now);
+                        stats.write(
+                            &req.table,
+                            req.pk.as_deref().unwrap_or(UNKNOWN_PK),
+                            cost,
+                            now,
+                        );
                         push(&mut forward);
                         accepted.push(req);
                     }
@@ -704,7 +725,9 @@ impl Inner {
             if let Value::Object(up) = up {
                 for (table, items) in unprocessed {
                     let Value::Array(items) = items else { continue };
-                    if let Value::Array(list) = up.entry(table).or_insert_with(|| Value::Array(Vec::new())) {
+                    if let Value::Array(list) =
+                        up.entry(table).or_insert_with(|| Value::Array(Vec::new()))
+                    {
                         list.extend(items);
                     }
                 }
@@ -726,7 +749,7 @@ impl Inner {
         table: &str,
         pk: Option<&str>,
         bytes: usize,
-    ) -> Result<(), Response<Body>> {
+    ) -> Result<(), ThrottleReason> {
         let now = self.config.clock.now();
         let cost = write_cost(bytes);
         let result = lock(&self.capacity).try_write(table, pk, cost, now);
@@ -738,13 +761,14 @@ impl Inner {
             }
             Err(reason) => {
                 stats.throttled(table, pk, reason, 1, now);
-                Err(ddb::throttle_response(&[reason], &self.config.table_arn(table)))
+                Err(reason)
             }
         }
     }
 
     async fn put_item(&self, call: &Call, json: &Value) -> Response<Body> {
-        let (Some(table), Some(item)) = (table_of(json), json.get("Item").and_then(Value::as_object))
+        let (Some(table), Some(item)) =
+            (table_of(json), json.get("Item").and_then(Value::as_object))
         else {
             return match self.config.mode {
                 Mode::Sink => ddb::validation_error("TableName and Item are required"),
@@ -753,8 +777,8 @@ impl Inner {
         };
         let pk_attr = self.pk_attr(call, &table).await;
         let pk = item.get(&pk_attr).and_then(key_string);
-        if let Err(resp) = self.charge_single_write(&table, pk.as_deref(), item_size(item)) {
-            return resp;
+        if let Err(reason) = self.charge_single_write(&table, pk.as_deref(), item_size(item)) {
+            return ddb::throttle_response(&[reason], &self.config.table_arn(&table));
         }
         if self.config.mode == Mode::Sink {
             let sk = item.get(self.config.sk_attr(&table)).and_then(key_string);
@@ -784,19 +808,25 @@ impl Inner {
             .get("ExpressionAttributeValues")
             .and_then(Value::as_object)
             .map_or(0, item_size);
-        if let Err(resp) = self.charge_single_write(&table, pk.as_deref(), item_size(key) + values) {
-            return resp;
+        if let Err(reason) =
+            self.charge_single_write(&table, pk.as_deref(), item_size(key) + values)
+        {
+            return ddb::throttle_response(&[reason], &self.config.table_arn(&table));
         }
         self.passthrough(call).await
     }
 
     /// Refuses a read before forwarding when the key's bucket is spent.
-    fn check_read(&self, table: &str, pk: Option<&str>, consistent: bool) -> Result<(), Response<Body>> {
+    fn check_read(
+        &self,
+        table: &str,
+        pk: Option<&str>,
+        consistent: bool,
+    ) -> Result<(), ThrottleReason> {
         let now = self.config.clock.now();
         let result = lock(&self.capacity).check_read(table, pk, read_cost(0, consistent), now);
-        result.map_err(|reason| {
+        result.inspect_err(|&reason| {
             lock(&self.stats).throttled(table, pk, reason, 1, now);
-            ddb::throttle_response(&[reason], &self.config.table_arn(table))
         })
     }
 
@@ -818,8 +848,8 @@ impl Inner {
         let pk_attr = self.pk_attr(call, &table).await;
         let pk = key.get(&pk_attr).and_then(key_string);
         let consistent = json.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
-        if let Err(resp) = self.check_read(&table, pk.as_deref(), consistent) {
-            return resp;
+        if let Err(reason) = self.check_read(&table, pk.as_deref(), consistent) {
+            return ddb::throttle_response(&[reason], &self.config.table_arn(&table));
         }
         let reply = match self.forward(call, None).await {
             Ok(r) => r,
@@ -850,8 +880,8 @@ impl Inner {
             query_partition_key(json, &pk_attr)
         };
         let consistent = json.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
-        if let Err(resp) = self.check_read(&table, pk.as_deref(), consistent) {
-            return resp;
+        if let Err(reason) = self.check_read(&table, pk.as_deref(), consistent) {
+            return ddb::throttle_response(&[reason], &self.config.table_arn(&table));
         }
         let reply = match self.forward(call, None).await {
             Ok(r) => r,
@@ -896,4 +926,3 @@ fn hash_key_of(schema: &Value) -> Option<String> {
             .flatten()
     })
 }
-

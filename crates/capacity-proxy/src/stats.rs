@@ -140,6 +140,9 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// (table, pk) -> (WCU, throttled items) within one second.
+type HeatCells = HashMap<(String, String), (f64, u64)>;
+
 /// Mutable counters; owned by the proxy behind a mutex. Time comes in as `now`.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -149,7 +152,7 @@ pub struct Stats {
     faults: FaultStats,
     keys: HashMap<(String, String), KeyCounters>,
     heat_enabled: bool,
-    heat: BTreeMap<u64, HashMap<(String, String), (f64, u64)>>,
+    heat: BTreeMap<u64, HeatCells>,
 }
 
 impl Stats {

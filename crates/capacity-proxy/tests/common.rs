@@ -146,7 +146,9 @@ pub async fn offer_load(
 pub async fn get_json(addr: std::net::SocketAddr, path: &str) -> Result<serde_json::Value> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;

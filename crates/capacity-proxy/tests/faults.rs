@@ -49,7 +49,10 @@ async fn fault_rates_match_their_settings() -> Result<()> {
         match c.batch_write_item().request_items("t", reqs).send().await {
             Ok(out) => {
                 ok += 1;
-                let un = out.unprocessed_items().and_then(|m| m.get("t")).map_or(0, Vec::len);
+                let un = out
+                    .unprocessed_items()
+                    .and_then(|m| m.get("t"))
+                    .map_or(0, Vec::len);
                 items_unprocessed += un;
                 items_ok += 25 - un;
             }

@@ -37,16 +37,42 @@ async fn create_table(c: &Client, name: &str, pk: &str) -> Result<()> {
                 .attribute_type(ScalarAttributeType::S)
                 .build()?,
         )
-        .key_schema(KeySchemaElement::builder().attribute_name(pk).key_type(KeyType::Hash).build()?)
-        .key_schema(KeySchemaElement::builder().attribute_name("SK").key_type(KeyType::Range).build()?)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(pk)
+                .key_type(KeyType::Hash)
+                .build()?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("SK")
+                .key_type(KeyType::Range)
+                .build()?,
+        )
         .send()
         .await
         .with_context(|| format!("creating {name}"))?;
     Ok(())
 }
 
+/// Items in `table`, over every Scan page (a page stops at 1 MB).
 async fn count(c: &Client, table: &str) -> Result<i32> {
-    Ok(c.scan().table_name(table).select(Select::Count).send().await?.count())
+    let mut total = 0;
+    let mut start = None;
+    loop {
+        let page = c
+            .scan()
+            .table_name(table)
+            .select(Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await?;
+        total += page.count();
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(total);
+        }
+    }
 }
 
 fn forward_config(upstream: &str, clock: &Arc<ManualClock>) -> Result<ProxyConfig> {
@@ -59,7 +85,8 @@ fn forward_config(upstream: &str, clock: &Arc<ManualClock>) -> Result<ProxyConfi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_key_is_cut_to_its_budget_spread_keys_pass_and_moto_holds_what_was_accepted() -> Result<()> {
+async fn hot_key_is_cut_to_its_budget_spread_keys_pass_and_moto_holds_what_was_accepted()
+-> Result<()> {
     let moto = moto()?;
     let clock = Arc::new(ManualClock::new());
     let proxy = Proxy::start(forward_config(&moto.endpoint(), &clock)?).await?;
@@ -127,7 +154,13 @@ async fn table_cap_reason_and_key_attribute_learned_from_describe_table() -> Res
     let mut accepted = 0;
     for i in 0..300 {
         let it = item("device", "hot-device", &format!("{i}"));
-        match via_proxy.put_item().table_name("devices").set_item(Some(it)).send().await {
+        match via_proxy
+            .put_item()
+            .table_name("devices")
+            .set_item(Some(it))
+            .send()
+            .await
+        {
             Ok(_) => accepted += 1,
             Err(e) => {
                 let e = e.into_service_error();
@@ -137,7 +170,12 @@ async fn table_cap_reason_and_key_attribute_learned_from_describe_table() -> Res
     }
     assert_eq!(accepted, 200);
     let stats = proxy.stats();
-    assert!(stats.keys.iter().any(|k| k.table == "devices" && k.pk == "hot-device"));
+    assert!(
+        stats
+            .keys
+            .iter()
+            .any(|k| k.table == "devices" && k.pk == "hot-device")
+    );
     proxy.shutdown().await?;
     Ok(())
 }
@@ -154,7 +192,11 @@ async fn reads_are_charged_by_returned_size_and_throttled_with_the_read_reason()
     // A 6 KB item: 2 RCU strongly consistent, 1 RCU eventually consistent.
     let mut big = item("PK", "k", "big");
     big.insert("blob".into(), AttributeValue::S("y".repeat(6000)));
-    c.put_item().table_name("r").set_item(Some(big)).send().await?;
+    c.put_item()
+        .table_name("r")
+        .set_item(Some(big))
+        .send()
+        .await?;
 
     let key = |sk: &str| {
         [
@@ -166,7 +208,14 @@ async fn reads_are_charged_by_returned_size_and_throttled_with_the_read_reason()
     let mut ok = 0;
     let mut reason = None;
     for _ in 0..10 {
-        match c.get_item().table_name("r").set_key(Some(key("big"))).consistent_read(true).send().await {
+        match c
+            .get_item()
+            .table_name("r")
+            .set_key(Some(key("big")))
+            .consistent_read(true)
+            .send()
+            .await
+        {
             Ok(out) => {
                 assert!(out.item().is_some());
                 ok += 1;
@@ -181,7 +230,10 @@ async fn reads_are_charged_by_returned_size_and_throttled_with_the_read_reason()
         }
     }
     assert_eq!(ok, 5, "10 RCU buy five 2-RCU reads");
-    assert_eq!(reason.as_deref(), Some("TableReadKeyRangeThroughputExceeded"));
+    assert_eq!(
+        reason.as_deref(),
+        Some("TableReadKeyRangeThroughputExceeded")
+    );
 
     // A second later the bucket is full again; eventually consistent Query pages cost half.
     clock.advance(Duration::from_secs(1));
@@ -201,17 +253,32 @@ async fn reads_are_charged_by_returned_size_and_throttled_with_the_read_reason()
                 queries += 1;
             }
             Err(e) => {
-                assert!(e.into_service_error().is_provisioned_throughput_exceeded_exception());
+                assert!(
+                    e.into_service_error()
+                        .is_provisioned_throughput_exceeded_exception()
+                );
                 break;
             }
         }
         assert!(queries < 50, "reads never throttled");
     }
-    assert_eq!(queries, 10, "10 RCU buy ten 1-RCU eventually consistent pages");
+    assert_eq!(
+        queries, 10,
+        "10 RCU buy ten 1-RCU eventually consistent pages"
+    );
     let stats = proxy.stats();
-    let k = stats.keys.iter().find(|k| k.table == "r" && k.pk == "k").context("key r/k")?;
+    let k = stats
+        .keys
+        .iter()
+        .find(|k| k.table == "r" && k.pk == "k")
+        .context("key r/k")?;
     assert_eq!(k.rcu_total, 20.0);
-    assert_eq!(stats.throttled_by_reason.get("TableReadKeyRangeThroughputExceeded"), Some(&2));
+    assert_eq!(
+        stats
+            .throttled_by_reason
+            .get("TableReadKeyRangeThroughputExceeded"),
+        Some(&2)
+    );
     proxy.shutdown().await?;
     Ok(())
 }

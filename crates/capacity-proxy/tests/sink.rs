@@ -30,9 +30,18 @@ async fn one_hot_key_gets_1000_wcu_per_second_and_the_rest_is_key_range_throttle
 
     assert_eq!(out.accepted_per_second, vec![1000; 10]);
     assert_eq!(out.unprocessed + out.throttled_items, 10_000);
-    assert!(out.throttled_items > 0, "fully throttled calls fail as a whole");
+    assert!(
+        out.throttled_items > 0,
+        "fully throttled calls fail as a whole"
+    );
     let arn = "arn:aws:dynamodb:us-east-1:000000000000:table/readings";
-    assert!(out.reasons.iter().all(|(r, res)| r == KEY_RANGE && res == arn), "{:?}", out.reasons);
+    assert!(
+        out.reasons
+            .iter()
+            .all(|(r, res)| r == KEY_RANGE && res == arn),
+        "{:?}",
+        out.reasons
+    );
 
     let stats = proxy.stats();
     assert_eq!(stats.items_accepted, 10_000);
@@ -73,7 +82,11 @@ async fn a_table_cap_throttles_with_the_table_reason() -> Result<()> {
     let out = offer_load(&c, &clock, "capped", &["a", "b", "c", "d"], 2000, 4).await?;
     assert_eq!(out.accepted_per_second, vec![1500; 4]);
     assert!(out.throttled_items > 0);
-    assert!(out.reasons.iter().all(|(r, _)| r == TABLE_CAP), "{:?}", out.reasons);
+    assert!(
+        out.reasons.iter().all(|(r, _)| r == TABLE_CAP),
+        "{:?}",
+        out.reasons
+    );
     // Other tables keep the defaults.
     let other = offer_load(&c, &clock, "uncapped", &["a", "b", "c", "d"], 2000, 1).await?;
     assert_eq!(other.accepted_per_second, vec![2000]);
@@ -125,7 +138,10 @@ async fn every_acknowledged_item_is_in_stats_and_in_the_sink() -> Result<()> {
     let stats = get_json(proxy.addr, "/__stats?top=0").await?;
     assert_eq!(stats["sink_items"], 1000);
     assert_eq!(stats["items_accepted"], 1000);
-    assert_eq!(stats["faults"]["unprocessed_items"], unprocessed_seen as u64);
+    assert_eq!(
+        stats["faults"]["unprocessed_items"],
+        unprocessed_seen as u64
+    );
     let listed = stats["keys"].as_array().map(Vec::len);
     assert_eq!(listed, Some(7));
     for k in stats["keys"].as_array().into_iter().flatten() {
@@ -173,7 +189,12 @@ async fn put_item_is_charged_stored_and_throttled_and_other_ops_get_a_clear_erro
     assert_eq!(reasons, vec![KEY_RANGE.to_owned()]);
     assert_eq!(proxy.sink_keys().len(), 3);
 
-    let err = c.describe_table().table_name("t").send().await.expect_err("sink has no tables");
+    let err = c
+        .describe_table()
+        .table_name("t")
+        .send()
+        .await
+        .expect_err("sink has no tables");
     let msg = format!("{:?}", err.into_service_error());
     assert!(msg.contains("sink mode"), "{msg}");
     proxy.shutdown().await?;

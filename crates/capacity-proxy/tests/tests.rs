@@ -3,5 +3,5 @@
 
 mod common;
 mod faults;
-// TEMP mod forward;
+mod forward;
 mod sink;
