@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::{Context, Result};
+
 use aws_sdk_dynamodb::types::{AttributeValue, KeyType, ScalarAttributeType, TimeToLiveStatus};
 use aws_sdk_sqs::types::QueueAttributeName;
 use stand_in::{Backend, Dynalite, ensure_dynalite, provision, provision_tables, repo_root};
@@ -12,17 +14,12 @@ use crate::harness::{TestStack, dynamodb, sqs, template_path};
 async fn key_schema(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> (
+) -> Result<(
     Vec<(String, KeyType)>,
     BTreeMap<String, ScalarAttributeType>,
-) {
-    let out = client
-        .describe_table()
-        .table_name(table)
-        .send()
-        .await
-        .unwrap();
-    let t = out.table().unwrap();
+)> {
+    let out = client.describe_table().table_name(table).send().await?;
+    let t = out.table().context("DescribeTable without table")?;
     let keys = t
         .key_schema()
         .iter()
@@ -33,11 +30,15 @@ async fn key_schema(
         .iter()
         .map(|a| (a.attribute_name().to_owned(), a.attribute_type().clone()))
         .collect();
-    (keys, types)
+    Ok((keys, types))
 }
 
-async fn check_tables(client: &aws_sdk_dynamodb::Client, readings: &str, shards: &str) {
-    let (keys, types) = key_schema(client, readings).await;
+async fn check_tables(
+    client: &aws_sdk_dynamodb::Client,
+    readings: &str,
+    shards: &str,
+) -> Result<()> {
+    let (keys, types) = key_schema(client, readings).await?;
     assert_eq!(
         keys,
         [
@@ -47,7 +48,7 @@ async fn check_tables(client: &aws_sdk_dynamodb::Client, readings: &str, shards:
     );
     assert_eq!(types["PK"], ScalarAttributeType::S);
     assert_eq!(types["SK"], ScalarAttributeType::S);
-    let (keys, types) = key_schema(client, shards).await;
+    let (keys, types) = key_schema(client, shards).await?;
     assert_eq!(keys, [("PK".to_owned(), KeyType::Hash)]);
     assert_eq!(types["PK"], ScalarAttributeType::S);
 
@@ -64,8 +65,7 @@ async fn check_tables(client: &aws_sdk_dynamodb::Client, readings: &str, shards:
         .table_name(readings)
         .set_item(Some(item.clone().into_iter().collect()))
         .send()
-        .await
-        .unwrap();
+        .await?;
     let got = client
         .get_item()
         .table_name(readings)
@@ -73,10 +73,15 @@ async fn check_tables(client: &aws_sdk_dynamodb::Client, readings: &str, shards:
         .key("SK", item["SK"].clone())
         .consistent_read(true)
         .send()
-        .await
-        .unwrap();
-    let got: BTreeMap<_, _> = got.item().unwrap().clone().into_iter().collect();
+        .await?;
+    let got: BTreeMap<_, _> = got
+        .item()
+        .context("item not found")?
+        .clone()
+        .into_iter()
+        .collect();
     assert_eq!(got, item);
+    Ok(())
 }
 
 #[tokio::test]
@@ -90,7 +95,9 @@ async fn moto_stack_matches_the_template() {
     );
     assert!(s.table_name.ends_with("-ReadingsTable"), "{}", s.table_name);
     let ddb = dynamodb(&s.endpoint).await;
-    check_tables(&ddb, &s.table_name, &s.shard_table_name).await;
+    check_tables(&ddb, &s.table_name, &s.shard_table_name)
+        .await
+        .unwrap();
 
     let ttl = ddb
         .describe_time_to_live()
@@ -201,5 +208,6 @@ async fn dynalite_tables_match_the_template() {
         tables.name("ReadingsTable").unwrap(),
         tables.name("ShardsTable").unwrap(),
     )
-    .await;
+    .await
+    .unwrap();
 }
