@@ -1,0 +1,665 @@
+//! The handler: one SQS batch in, one partial-batch response out.
+//!
+//! Every message ends in exactly one of three fates:
+//! - **written**: all its readings are stored;
+//! - **dead-lettered**: refused for good (bad JSON, a broken rule, an unkeyable
+//!   reading), sent to the DLQ at once with the reason, and not reported, so SQS does
+//!   not redeliver it;
+//! - **reported** in `batchItemFailures`: something transient kept it out (a throttle,
+//!   the deadline, a 5xx, a failed DLQ send, a panic), so SQS redelivers it; its keys are
+//!   deterministic, so a redelivery rewrites the same items.
+//!
+//! A message with several readings is reported if any of them failed retryably (the
+//! written ones are rewritten identically). If every message is reported, the
+//! invocation fails as a whole, so Lambda backs off the queue.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::StreamExt;
+use rand::Rng;
+use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::key::{KeyError, ReadingRef, write_key};
+use sharding::layout::Strategy;
+use sharding::time::Timestamp;
+use store::batch::{BatchTable, BatchWriter, Item, Outcome, WriteStats, WriterConfig};
+use store::directory::{DirectoryConfig, FanoutChange, ShardDirectory, ShardStore};
+use store::dynamo::{DynamoShards, DynamoTable};
+use store::size::{MAX_ITEM_BYTES, item_size};
+use store::{Reading, ReadingItem, StoreError, ThrottleKind};
+use tokio::time::Instant;
+use tracing::Span;
+
+use crate::config::Config;
+use crate::dlq::{DeadLetter, DeadLetters, SqsDeadLetters};
+use crate::emf::{self, Metric};
+use crate::message::{Limits, Refusal, parse_body};
+
+/// Why the invocation failed as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    /// Every message failed transiently: failing the invocation makes Lambda back off.
+    #[error("all {messages} messages failed transiently; first: {first}")]
+    AllFailed {
+        /// How many.
+        messages: usize,
+        /// The first reason.
+        first: String,
+    },
+    /// A message to report has no id to report it by, so the whole batch must return.
+    #[error("a failed message has no messageId; failing the whole batch so it is redelivered")]
+    MissingMessageId,
+}
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// All its readings are stored.
+    Written {
+        /// How many readings.
+        readings: usize,
+    },
+    /// Sent to the DLQ with this reason.
+    DeadLettered {
+        /// `field: rule`.
+        reason: String,
+    },
+    /// Reported in `batchItemFailures`.
+    Reported {
+        /// The last real error.
+        reason: String,
+    },
+}
+
+/// One message's fate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageReport {
+    /// The SQS message id (empty when the record had none).
+    pub message_id: String,
+    /// Its fate.
+    pub fate: Fate,
+}
+
+/// Everything one invocation did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// One entry per record, in order.
+    pub messages: Vec<MessageReport>,
+    /// The batch writer's counters.
+    pub writes: WriteStats,
+    /// Fan-out raises this invocation won.
+    pub fanout_raises: u64,
+    /// Messages the DLQ accepted.
+    pub dead_lettered: u64,
+    /// Messages whose DLQ send failed (they are reported instead).
+    pub dlq_failures: u64,
+    /// Messages whose processing panicked (they are reported).
+    pub panics: u64,
+}
+
+impl Report {
+    /// The partial-batch response: the ids of the reported messages, each once.
+    pub fn response(&self) -> Result<SqsBatchResponse, IngestError> {
+        let mut response = SqsBatchResponse::default();
+        let mut seen = BTreeSet::new();
+        for m in &self.messages {
+            if let Fate::Reported { .. } = m.fate {
+                if m.message_id.is_empty() {
+                    return Err(IngestError::MissingMessageId);
+                }
+                if seen.insert(m.message_id.as_str()) {
+                    response.add_failure(m.message_id.clone());
+                }
+            }
+        }
+        Ok(response)
+    }
+
+    /// The error to return when every message was reported.
+    pub fn all_failed(&self) -> Option<IngestError> {
+        let mut reasons = self.messages.iter().map(|m| match &m.fate {
+            Fate::Reported { reason } => Some(reason.clone()),
+            _ => None,
+        });
+        let first = reasons.next()??;
+        reasons
+            .all(|r| r.is_some())
+            .then_some(IngestError::AllFailed {
+                messages: self.messages.len(),
+                first,
+            })
+    }
+
+    /// The EMF lines of this invocation.
+    pub fn emf_lines(&self, now: Timestamp) -> Vec<String> {
+        let count =
+            |f: fn(&Fate) -> bool| self.messages.iter().filter(|m| f(&m.fate)).count() as u64;
+        let dims = [("Function", "ingest")];
+        let mut lines = vec![emf::line(
+            now.as_millis(),
+            &dims,
+            &[
+                Metric::count("Messages", self.messages.len() as u64),
+                Metric::count("ReadingsWritten", self.writes.written),
+                Metric::count(
+                    "BatchFailures",
+                    count(|f| matches!(f, Fate::Reported { .. })),
+                ),
+                Metric::count("DeadLettered", self.dead_lettered),
+                Metric::count("DlqSendFailures", self.dlq_failures),
+                Metric::count("WriteCalls", self.writes.calls),
+                Metric::count("Retries", self.writes.retries),
+                Metric::count("UnprocessedItems", self.writes.unprocessed),
+                Metric::count("TransientErrors", self.writes.transient_errors),
+                Metric::count("LargeItems", self.writes.large_items),
+                Metric::count("DuplicateItems", self.writes.duplicates),
+                Metric::count("FanoutRaises", self.fanout_raises),
+                Metric::count("Panics", self.panics),
+            ],
+        )];
+        for (reason, n) in &self.writes.throttles {
+            lines.push(emf::line(
+                now.as_millis(),
+                &[("Function", "ingest"), ("Reason", reason)],
+                &[Metric::count("Throttles", *n)],
+            ));
+        }
+        lines
+    }
+}
+
+/// Where a message stands between stages.
+enum Stage {
+    Parsed(Vec<Reading>),
+    Keyed(Vec<(Item, Reading)>),
+    Refused(Refusal),
+    Retry(String),
+}
+
+/// A hook run inside each message's guarded section (fault injection in tests).
+pub type MessageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The ingest service: configuration plus the three ports.
+pub struct Ingest<T, S, Q> {
+    config: Config,
+    writer: BatchWriter<T>,
+    directory: ShardDirectory<S>,
+    dlq: Q,
+    hook: Option<MessageHook>,
+}
+
+impl<T, S, Q> std::fmt::Debug for Ingest<T, S, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ingest<DynamoTable, DynamoShards, SqsDeadLetters> {
+    /// The production wiring over SDK clients.
+    pub fn from_clients(
+        config: Config,
+        dynamo: &aws_sdk_dynamodb::Client,
+        sqs: &aws_sdk_sqs::Client,
+    ) -> Self {
+        let table = DynamoTable::new(dynamo, &config.table_name);
+        let shards = DynamoShards::new(dynamo, &config.shard_table_name);
+        let dlq = SqsDeadLetters::new(sqs, &config.dlq_url);
+        Self::new(config, table, shards, dlq)
+    }
+}
+
+fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic".to_owned());
+        Stage::Retry(format!("panic while processing: {what}"))
+    })
+}
+
+fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
+    let prefix = index.map(|i| format!("readings[{i}].")).unwrap_or_default();
+    let field = match err {
+        KeyError::Empty { field }
+        | KeyError::Separator { field }
+        | KeyError::InvalidChar { field, .. }
+        | KeyError::TooLong { field, .. } => {
+            if *field == "entity" {
+                "device_id".to_owned()
+            } else {
+                (*field).to_owned()
+            }
+        }
+        KeyError::MissingAttribute { attribute } => format!("tags.{attribute}"),
+    };
+    Refusal {
+        field: format!("{prefix}{field}"),
+        rule: err.to_string(),
+    }
+}
+
+impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
+    /// A service over the given ports.
+    pub fn new(config: Config, table: T, shards: S, dlq: Q) -> Self {
+        let writer = BatchWriter::new(
+            table,
+            WriterConfig {
+                max_inflight: config.max_inflight,
+                backoff: config.backoff,
+            },
+        );
+        let directory = ShardDirectory::new(
+            shards,
+            DirectoryConfig {
+                cache_ttl: config.cache_ttl,
+                policy: config.fanout,
+                initial_layout: config.layout.clone(),
+            },
+        );
+        Self {
+            config,
+            writer,
+            directory,
+            dlq,
+            hook: None,
+        }
+    }
+
+    /// Runs `hook` with each message id inside the message's guarded section; a panic
+    /// in it is handled like a panic in parsing. For fault-injection tests.
+    #[doc(hidden)]
+    pub fn with_message_hook(mut self, hook: MessageHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The batch writer.
+    pub fn writer(&self) -> &BatchWriter<T> {
+        &self.writer
+    }
+
+    /// The shard directory.
+    pub fn directory(&self) -> &ShardDirectory<S> {
+        &self.directory
+    }
+
+    /// The dead-letter port.
+    pub fn dead_letters(&self) -> &Q {
+        &self.dlq
+    }
+
+    /// Handles one SQS batch: `now` is this invocation's clock reading, `deadline` the
+    /// Lambda deadline. Prints the EMF metric lines.
+    pub async fn handle<R: Rng + Send + ?Sized>(
+        &self,
+        event: &SqsEvent,
+        now: Timestamp,
+        deadline: Instant,
+        rng: &mut R,
+    ) -> Result<SqsBatchResponse, IngestError> {
+        let report = self.process(event, now, deadline, rng).await;
+        for line in report.emf_lines(now) {
+            println!("{line}");
+        }
+        if let Some(err) = report.all_failed() {
+            return Err(err);
+        }
+        report.response()
+    }
+
+    /// Processes one SQS batch and reports every message's fate (no output).
+    pub async fn process<R: Rng + Send + ?Sized>(
+        &self,
+        event: &SqsEvent,
+        now: Timestamp,
+        deadline: Instant,
+        rng: &mut R,
+    ) -> Report {
+        let records = &event.records;
+        let ids: Vec<String> = records
+            .iter()
+            .map(|r| r.message_id.clone().unwrap_or_default())
+            .collect();
+        let spans: Vec<Span> = ids
+            .iter()
+            .map(|id| tracing::info_span!("message", message_id = %id))
+            .collect();
+        let work_deadline = deadline
+            .checked_sub(self.config.deadline_margin)
+            .unwrap_or_else(Instant::now);
+        let limits = Limits {
+            now,
+            max_future: self.config.max_future,
+            retention: self.config.retention,
+            max_readings: self.config.max_readings_per_message,
+        };
+
+        // 1. Parse and validate, each message guarded against panics.
+        let mut stages: Vec<Stage> = records
+            .iter()
+            .zip(&spans)
+            .zip(&ids)
+            .map(|((record, span), id)| span.in_scope(|| self.parse(record, id, &limits)))
+            .collect();
+
+        // 2. Key: the layout and each entity's fan-out, then the items.
+        if stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+            match self.directory.layout(now).await {
+                Ok(table) => {
+                    let fanouts = self.fanouts(&stages, now).await;
+                    for (stage, span) in stages.iter_mut().zip(&spans) {
+                        if let Stage::Parsed(readings) = stage {
+                            let readings = std::mem::take(readings);
+                            *stage =
+                                span.in_scope(|| guarded(|| self.key(readings, &table, &fanouts)));
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "shard layout unavailable");
+                    for stage in &mut stages {
+                        if matches!(stage, Stage::Parsed(_)) {
+                            *stage = Stage::Retry(format!("shard layout unavailable: {err}"));
+                        }
+                    }
+                }
+            }
+        }
+
+        // 3. Write every keyed item in one deduplicated, chunked, bounded batch.
+        let mut owners: Vec<(usize, String)> = Vec::new();
+        let mut items: Vec<Item> = Vec::new();
+        for (m, stage) in stages.iter_mut().enumerate() {
+            if let Stage::Keyed(keyed) = stage {
+                for (item, reading) in keyed.drain(..) {
+                    owners.push((m, reading.device_id));
+                    items.push(item);
+                }
+            }
+        }
+        let pks: Vec<String> = items
+            .iter()
+            .map(|i| match i.get(store::batch::PK) {
+                Some(aws_sdk_dynamodb::types::AttributeValue::S(s)) => s.clone(),
+                _ => String::new(),
+            })
+            .collect();
+        let batch = self.writer.write(items, work_deadline, rng).await;
+        let mut fates: Vec<Option<Fate>> = stages
+            .into_iter()
+            .map(|stage| match stage {
+                Stage::Keyed(_) | Stage::Parsed(_) => None,
+                Stage::Refused(r) => Some(Fate::DeadLettered {
+                    reason: r.to_string(),
+                }),
+                Stage::Retry(reason) => Some(Fate::Reported { reason }),
+            })
+            .collect();
+        let panics = fates
+            .iter()
+            .filter(|f| matches!(f, Some(Fate::Reported { reason }) if reason.starts_with("panic")))
+            .count() as u64;
+        let mut written: HashMap<usize, usize> = HashMap::new();
+        let mut retry: HashMap<usize, String> = HashMap::new();
+        let mut permanent: HashMap<usize, String> = HashMap::new();
+        let mut hot: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+        for (((m, device), outcome), pk) in owners.iter().zip(&batch.outcomes).zip(&pks) {
+            match outcome {
+                Outcome::Written => *written.entry(*m).or_default() += 1,
+                Outcome::FailedRetryable { reason, throttle } => {
+                    retry.entry(*m).or_insert_with(|| reason.clone());
+                    if *throttle == Some(ThrottleKind::KeyRange) {
+                        *hot.entry(pk.as_str())
+                            .or_default()
+                            .entry(device.as_str())
+                            .or_default() += 1;
+                    }
+                }
+                Outcome::FailedPermanent { reason } => {
+                    permanent.entry(*m).or_insert_with(|| reason.clone());
+                }
+            }
+        }
+        for (m, fate) in fates.iter_mut().enumerate() {
+            if fate.is_some() {
+                continue;
+            }
+            *fate = Some(if let Some(reason) = retry.remove(&m) {
+                Fate::Reported { reason }
+            } else if let Some(reason) = permanent.remove(&m) {
+                Fate::DeadLettered {
+                    reason: format!("item: {reason}"),
+                }
+            } else {
+                Fate::Written {
+                    readings: written.get(&m).copied().unwrap_or(0),
+                }
+            });
+        }
+
+        // 4. Key-range throttles feed the directory: per hot partition key, the entity
+        //    with the most throttled items there. Table throttles only back off.
+        let mut fanout_raises = 0;
+        let hot_entities: BTreeSet<&str> = hot
+            .values()
+            .filter_map(|by_entity| {
+                by_entity
+                    .iter()
+                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                    .map(|(e, _)| *e)
+            })
+            .collect();
+        for entity in hot_entities {
+            if Instant::now() >= work_deadline {
+                break;
+            }
+            match self
+                .directory
+                .on_throttle(entity, ThrottleKind::KeyRange, now, rng)
+                .await
+            {
+                Ok(FanoutChange::Raised(raise)) => {
+                    fanout_raises += 1;
+                    tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
+                }
+                Ok(change) => tracing::debug!(entity, ?change, "fan-out unchanged"),
+                Err(err) => tracing::warn!(entity, error = %err, "fan-out update failed"),
+            }
+        }
+
+        // 5. Dead letters, at once; a failed send is reported instead.
+        let letters: Vec<(usize, DeadLetter)> = fates
+            .iter()
+            .enumerate()
+            .filter_map(|(m, fate)| match fate {
+                Some(Fate::DeadLettered { reason }) => {
+                    let (field, rule) =
+                        reason.split_once(": ").unwrap_or(("body", reason.as_str()));
+                    Some((
+                        m,
+                        DeadLetter {
+                            message_id: ids[m].clone(),
+                            body: records[m].body.clone().unwrap_or_default(),
+                            field: field.to_owned(),
+                            rule: rule.to_owned(),
+                        },
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut dead_lettered = 0;
+        let mut dlq_failures = 0;
+        if !letters.is_empty() {
+            let batch_letters: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
+            let results = match tokio::time::timeout_at(deadline, self.dlq.send(&batch_letters))
+                .await
+            {
+                Ok(results) => results,
+                Err(_) => {
+                    vec![Err("deadline reached while sending to the DLQ".to_owned()); letters.len()]
+                }
+            };
+            for ((m, letter), result) in letters.iter().zip(results) {
+                match result {
+                    Ok(()) => dead_lettered += 1,
+                    Err(why) => {
+                        dlq_failures += 1;
+                        fates[*m] = Some(Fate::Reported {
+                            reason: format!(
+                                "DLQ send failed ({why}) for refused message: {}",
+                                letter.reason()
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+
+        let messages: Vec<MessageReport> = fates
+            .into_iter()
+            .zip(ids)
+            .zip(&spans)
+            .map(|((fate, message_id), span)| {
+                let fate = fate.unwrap_or(Fate::Reported {
+                    reason: "no outcome recorded".to_owned(),
+                });
+                span.in_scope(|| match &fate {
+                    Fate::Written { readings } => tracing::debug!(readings, "written"),
+                    Fate::DeadLettered { reason } => tracing::info!(%reason, "dead-lettered"),
+                    Fate::Reported { reason } => tracing::warn!(%reason, "reported for redelivery"),
+                });
+                MessageReport { message_id, fate }
+            })
+            .collect();
+        Report {
+            messages,
+            writes: batch.stats,
+            fanout_raises,
+            dead_lettered,
+            dlq_failures,
+            panics,
+        }
+    }
+
+    fn parse(&self, record: &SqsMessage, id: &str, limits: &Limits) -> Stage {
+        guarded(|| {
+            if let Some(hook) = &self.hook {
+                hook(id);
+            }
+            let Some(body) = record.body.as_deref() else {
+                return Stage::Refused(Refusal {
+                    field: "body".to_owned(),
+                    rule: "is missing".to_owned(),
+                });
+            };
+            match parse_body(body, limits) {
+                Ok(readings) => Stage::Parsed(readings),
+                Err(refusal) => Stage::Refused(refusal),
+            }
+        })
+    }
+
+    async fn fanouts(
+        &self,
+        stages: &[Stage],
+        now: Timestamp,
+    ) -> HashMap<String, Result<FanoutHistory, StoreError>> {
+        let entities: BTreeSet<&str> = stages
+            .iter()
+            .filter_map(|s| match s {
+                Stage::Parsed(readings) => Some(readings.iter().map(|r| r.device_id.as_str())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        futures::stream::iter(entities)
+            .map(|entity| async move { (entity.to_owned(), self.directory.fanout(entity, now).await) })
+            .buffer_unordered(self.config.max_inflight.max(1))
+            .collect()
+            .await
+    }
+
+    fn key(
+        &self,
+        readings: Vec<Reading>,
+        table: &TableHistory,
+        fanouts: &HashMap<String, Result<FanoutHistory, StoreError>>,
+    ) -> Stage {
+        let batch = readings.len() > 1;
+        let mut items = Vec::with_capacity(readings.len());
+        for (i, reading) in readings.into_iter().enumerate() {
+            let index = batch.then_some(i);
+            let fanout = match fanouts.get(&reading.device_id) {
+                Some(Ok(history)) => history,
+                Some(Err(err)) => {
+                    return Stage::Retry(format!(
+                        "shard metadata of {} unavailable: {err}",
+                        reading.device_id
+                    ));
+                }
+                None => {
+                    return Stage::Retry(format!(
+                        "shard metadata of {} not loaded",
+                        reading.device_id
+                    ));
+                }
+            };
+            let attribute = match &table.at(reading.ts).strategy {
+                Strategy::Calculated { attribute } if attribute == "device_id" => {
+                    Some(reading.device_id.as_str())
+                }
+                Strategy::Calculated { attribute } => {
+                    reading.tags.get(attribute).map(String::as_str)
+                }
+                _ => None,
+            };
+            let key = match write_key(
+                &ReadingRef {
+                    entity: &reading.device_id,
+                    event_id: &reading.event_id,
+                    ts: reading.ts,
+                    attribute,
+                },
+                table,
+                fanout,
+            ) {
+                Ok(key) => key,
+                Err(err) => return Stage::Refused(key_refusal(index, &err)),
+            };
+            let item = match ReadingItem::new(&reading, key, self.config.retention).to_item() {
+                Ok(item) => item,
+                Err(err) => {
+                    return Stage::Refused(Refusal {
+                        field: index
+                            .map(|i| format!("readings[{i}]"))
+                            .unwrap_or_else(|| "body".to_owned()),
+                        rule: format!("cannot be stored: {err}"),
+                    });
+                }
+            };
+            let size = item_size(&item);
+            if size > MAX_ITEM_BYTES {
+                return Stage::Refused(Refusal {
+                    field: index
+                        .map(|i| format!("readings[{i}]"))
+                        .unwrap_or_else(|| "body".to_owned()),
+                    rule: format!("the stored item would be {size} bytes; the limit is 400 KB"),
+                });
+            }
+            items.push((item, reading));
+        }
+        Stage::Keyed(items)
+    }
+}

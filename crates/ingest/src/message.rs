@@ -1,0 +1,389 @@
+//! The SQS message body: parsing and validation.
+//!
+//! A body is one reading or `{"readings": [...]}`. A message is accepted or refused as a
+//! whole: one bad reading refuses the message, so a message is either stored or
+//! dead-lettered, never half of each. Every refusal names the field (with its path,
+//! `readings[3].metrics.temp`) and the rule it broke.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sharding::time::Timestamp;
+use store::Reading;
+
+/// Longest id, in characters.
+pub const MAX_ID_CHARS: usize = 128;
+/// Most metrics per reading.
+pub const MAX_METRICS: usize = 64;
+/// Longest metric name.
+pub const MAX_METRIC_NAME: usize = 64;
+/// Most tags per reading.
+pub const MAX_TAGS: usize = 32;
+/// Longest tag name.
+pub const MAX_TAG_NAME: usize = 64;
+/// Longest tag value, in characters.
+pub const MAX_TAG_VALUE: usize = 256;
+
+/// Why a message was refused: the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {rule}")]
+pub struct Refusal {
+    /// Path of the offending field (`body` for the message as a whole).
+    pub field: String,
+    /// The rule it broke.
+    pub rule: String,
+}
+
+impl Refusal {
+    fn new(field: impl fmt::Display, rule: impl Into<String>) -> Self {
+        Self {
+            field: field.to_string(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// What validation needs to know.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The clock reading of this invocation.
+    pub now: Timestamp,
+    /// How far ahead of `now` a ts may be.
+    pub max_future: Duration,
+    /// How far behind `now` a ts may be.
+    pub retention: Duration,
+    /// Most readings in one message.
+    pub max_readings: usize,
+}
+
+/// Parses and validates one message body into its readings (at least one).
+pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
+    let value: Value = serde_json::from_str(body)
+        .map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))?;
+    let Value::Object(object) = value else {
+        return Err(Refusal::new(
+            "body",
+            "must be a JSON object (one reading or {\"readings\": [...]})",
+        ));
+    };
+    if let Some(readings) = object.get("readings") {
+        if let Some(other) = object.keys().find(|k| *k != "readings") {
+            return Err(Refusal::new(
+                other,
+                "unknown field (a batch holds only \"readings\")",
+            ));
+        }
+        let Value::Array(list) = readings else {
+            return Err(Refusal::new("readings", "must be an array"));
+        };
+        if list.is_empty() {
+            return Err(Refusal::new("readings", "must hold at least one reading"));
+        }
+        if list.len() > limits.max_readings {
+            return Err(Refusal::new(
+                "readings",
+                format!(
+                    "must hold at most {} readings, not {}",
+                    limits.max_readings,
+                    list.len()
+                ),
+            ));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let path = format!("readings[{i}]");
+                match v {
+                    Value::Object(o) => parse_reading(o, &format!("{path}."), limits),
+                    _ => Err(Refusal::new(path, "must be a JSON object")),
+                }
+            })
+            .collect()
+    } else {
+        Ok(vec![parse_reading(&object, "", limits)?])
+    }
+}
+
+const FIELDS: [&str; 5] = ["device_id", "event_id", "ts", "metrics", "tags"];
+
+fn parse_reading(
+    o: &Map<String, Value>,
+    prefix: &str,
+    limits: &Limits,
+) -> Result<Reading, Refusal> {
+    let field = |name: &str| format!("{prefix}{name}");
+    if let Some(unknown) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Refusal::new(
+            field(unknown),
+            "unknown field (allowed: device_id, event_id, ts, metrics, tags)",
+        ));
+    }
+    let device_id = id(o, "device_id", &field("device_id"))?;
+    let event_id = id(o, "event_id", &field("event_id"))?;
+    let ts = timestamp(o.get("ts"), &field("ts"), limits)?;
+    let metrics = metrics(o.get("metrics"), &field("metrics"))?;
+    let tags = tags(o.get("tags"), &field("tags"))?;
+    Ok(Reading {
+        device_id,
+        event_id,
+        ts,
+        metrics,
+        tags,
+    })
+}
+
+fn id(o: &Map<String, Value>, name: &str, path: &str) -> Result<String, Refusal> {
+    let rule = format!("must be 1 to {MAX_ID_CHARS} characters of [A-Za-z0-9._:-]");
+    match o.get(name) {
+        None | Some(Value::Null) => Err(Refusal::new(path, "is required")),
+        Some(Value::String(s)) => {
+            let ok = (1..=MAX_ID_CHARS).contains(&s.chars().count())
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+            if ok {
+                Ok(s.clone())
+            } else {
+                Err(Refusal::new(path, rule))
+            }
+        }
+        Some(_) => Err(Refusal::new(path, format!("must be a string; {rule}"))),
+    }
+}
+
+fn timestamp(v: Option<&Value>, path: &str, limits: &Limits) -> Result<Timestamp, Refusal> {
+    let format_rule = "must be an RFC 3339 timestamp or integer epoch milliseconds";
+    let ts = match v {
+        None | Some(Value::Null) => return Err(Refusal::new(path, "is required")),
+        Some(Value::String(s)) => {
+            Timestamp::parse(s).map_err(|_| Refusal::new(path, format_rule))?
+        }
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .and_then(|ms| Timestamp::from_millis(ms).ok())
+            .ok_or_else(|| Refusal::new(path, format_rule))?,
+        Some(_) => return Err(Refusal::new(path, format_rule)),
+    };
+    let latest = limits.now.saturating_add(limits.max_future);
+    if ts > latest {
+        return Err(Refusal::new(
+            path,
+            format!(
+                "must be at most {} s in the future ({ts} is after {latest})",
+                limits.max_future.as_secs()
+            ),
+        ));
+    }
+    let earliest = limits
+        .now
+        .checked_sub(limits.retention)
+        .unwrap_or(Timestamp::MIN);
+    if ts < earliest {
+        return Err(Refusal::new(
+            path,
+            format!(
+                "must not be older than the retention of {} days ({ts} is before {earliest})",
+                limits.retention.as_secs() / 86_400
+            ),
+        ));
+    }
+    Ok(ts)
+}
+
+fn is_metric_name(name: &str) -> bool {
+    (1..=MAX_METRIC_NAME).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn metrics(v: Option<&Value>, path: &str) -> Result<BTreeMap<String, f64>, Refusal> {
+    let shape = format!("must be an object of 1 to {MAX_METRICS} numbers");
+    let object = match v {
+        None | Some(Value::Null) => return Err(Refusal::new(path, "is required")),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(Refusal::new(path, shape)),
+    };
+    if object.is_empty() || object.len() > MAX_METRICS {
+        return Err(Refusal::new(path, format!("{shape}, not {}", object.len())));
+    }
+    let mut out = BTreeMap::new();
+    for (name, value) in object {
+        if !is_metric_name(name) {
+            return Err(Refusal::new(
+                format!("{path}.{name}"),
+                format!("metric names must be 1 to {MAX_METRIC_NAME} characters of [A-Za-z0-9_]"),
+            ));
+        }
+        let number = value
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| Refusal::new(format!("{path}.{name}"), "must be a finite number"))?;
+        out.insert(name.clone(), number);
+    }
+    Ok(out)
+}
+
+fn tags(v: Option<&Value>, path: &str) -> Result<BTreeMap<String, String>, Refusal> {
+    let shape = format!("must be an object of at most {MAX_TAGS} strings");
+    let object = match v {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(Refusal::new(path, shape)),
+    };
+    if object.len() > MAX_TAGS {
+        return Err(Refusal::new(path, format!("{shape}, not {}", object.len())));
+    }
+    let mut out = BTreeMap::new();
+    for (name, value) in object {
+        let at = format!("{path}.{name}");
+        if name.is_empty() || name.chars().count() > MAX_TAG_NAME {
+            return Err(Refusal::new(
+                at,
+                format!("tag names must be 1 to {MAX_TAG_NAME} characters"),
+            ));
+        }
+        let Value::String(s) = value else {
+            return Err(Refusal::new(at, "must be a string"));
+        };
+        if s.chars().count() > MAX_TAG_VALUE {
+            return Err(Refusal::new(
+                at,
+                format!("must be at most {MAX_TAG_VALUE} characters"),
+            ));
+        }
+        out.insert(name.clone(), s.clone());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            now: Timestamp::parse("2026-06-22T12:00:00Z").expect("valid"),
+            max_future: Duration::from_secs(300),
+            retention: Duration::from_secs(30 * 86_400),
+            max_readings: 3,
+        }
+    }
+
+    /// `expected`: `Ok(n)` readings, or `Err((field, fragment of the rule))`.
+    fn check(body: &str, expected: Result<usize, (&str, &str)>) {
+        match (parse_body(body, &limits()), expected) {
+            (Ok(readings), Ok(n)) => assert_eq!(readings.len(), n, "{body}"),
+            (Err(refusal), Err((field, rule))) => {
+                assert_eq!(refusal.field, field, "{body}: {refusal}");
+                assert!(refusal.rule.contains(rule), "{body}: {refusal}");
+            }
+            (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    const OK: &str = r#"{"device_id":"dev-1","event_id":"e-1","ts":"2026-06-22T11:59:00Z","metrics":{"t":21.5}}"#;
+
+    #[test]
+    fn valid_single_and_batch() {
+        check(OK, Ok(1));
+        check(&format!(r#"{{"readings":[{OK},{OK}]}}"#), Ok(2));
+        check(
+            r#"{"device_id":"a.b:c_d-9","event_id":"x","ts":1782129540000,"metrics":{"a_1":-1e10,"b":0},"tags":{"site":"north"}}"#,
+            Ok(1),
+        );
+    }
+
+    #[test]
+    fn body_shape() {
+        check("not json", Err(("body", "valid JSON")));
+        check("[1]", Err(("body", "JSON object")));
+        check(r#"{"readings":{}}"#, Err(("readings", "array")));
+        check(r#"{"readings":[]}"#, Err(("readings", "at least one")));
+        check(
+            &format!(r#"{{"readings":[{OK},{OK},{OK},{OK}]}}"#),
+            Err(("readings", "at most 3")),
+        );
+        check(
+            &format!(r#"{{"readings":[{OK}],"x":1}}"#),
+            Err(("x", "unknown field")),
+        );
+        check(r#"{"readings":[7]}"#, Err(("readings[0]", "JSON object")));
+    }
+
+    #[test]
+    fn ids() {
+        let with = |id: &str| OK.replace("\"dev-1\"", id);
+        check(&with("\"\""), Err(("device_id", "1 to 128")));
+        check(&with("\"a#b\""), Err(("device_id", "[A-Za-z0-9._:-]")));
+        check(&with("\"é\""), Err(("device_id", "[A-Za-z0-9._:-]")));
+        check(
+            &with(&format!("\"{}\"", "a".repeat(129))),
+            Err(("device_id", "1 to 128")),
+        );
+        check(&with(&format!("\"{}\"", "a".repeat(128))), Ok(1));
+        check(&with("7"), Err(("device_id", "must be a string")));
+        check(
+            &OK.replace(r#""event_id":"e-1","#, ""),
+            Err(("event_id", "is required")),
+        );
+    }
+
+    #[test]
+    fn timestamps() {
+        let with = |ts: &str| OK.replace("\"2026-06-22T11:59:00Z\"", ts);
+        check(&with("\"2026-06-22T12:05:00Z\""), Ok(1));
+        check(
+            &with("\"2026-06-22T12:05:00.001Z\""),
+            Err(("ts", "at most 300 s in the future")),
+        );
+        check(&with("\"2026-05-23T12:00:00Z\""), Ok(1));
+        check(
+            &with("\"2026-05-23T11:59:59.999Z\""),
+            Err(("ts", "retention of 30 days")),
+        );
+        check(&with("\"yesterday\""), Err(("ts", "RFC 3339")));
+        check(&with("1.5"), Err(("ts", "RFC 3339")));
+        check(&with("true"), Err(("ts", "RFC 3339")));
+    }
+
+    #[test]
+    fn metrics_and_tags() {
+        let with = |m: &str| OK.replace(r#"{"t":21.5}"#, m);
+        check(&with("{}"), Err(("metrics", "1 to 64")));
+        check(&with("[1]"), Err(("metrics", "1 to 64")));
+        check(
+            &with(r#"{"bad-name":1}"#),
+            Err(("metrics.bad-name", "[A-Za-z0-9_]")),
+        );
+        check(&with(r#"{"t":"21"}"#), Err(("metrics.t", "finite number")));
+        check(&with(r#"{"t":null}"#), Err(("metrics.t", "finite number")));
+        let many: Vec<String> = (0..65).map(|i| format!("\"m{i}\":1")).collect();
+        check(
+            &with(&format!("{{{}}}", many.join(","))),
+            Err(("metrics", "1 to 64")),
+        );
+        let tagged = |t: &str| format!(r#"{},"tags":{t}}}"#, &OK[..OK.len() - 1]);
+        check(&tagged(r#"{"site":"a"}"#), Ok(1));
+        check(
+            &tagged(r#"{"site":1}"#),
+            Err(("tags.site", "must be a string")),
+        );
+        check(
+            &tagged(&format!(r#"{{"site":"{}"}}"#, "x".repeat(257))),
+            Err(("tags.site", "at most 256")),
+        );
+        let many: Vec<String> = (0..33).map(|i| format!("\"t{i}\":\"v\"")).collect();
+        check(
+            &tagged(&format!("{{{}}}", many.join(","))),
+            Err(("tags", "at most 32")),
+        );
+        check(
+            &OK.replace("\"ts\"", "\"extra\":1,\"ts\""),
+            Err(("extra", "unknown field")),
+        );
+        check(
+            &format!(r#"{{"readings":[{OK},{}]}}"#, OK.replace("21.5", "\"x\"")),
+            Err(("readings[1].metrics.t", "finite number")),
+        );
+    }
+}
