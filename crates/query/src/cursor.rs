@@ -129,7 +129,11 @@ pub fn encode_cursor(position: &ReadingKey, fp: &Fingerprint, key: &CursorKey) -
     let mut mac = key.mac();
     mac.update(&json);
     let tag = mac.finalize().into_bytes();
-    format!("{}.{}", URL_SAFE_NO_PAD.encode(&json), URL_SAFE_NO_PAD.encode(tag))
+    format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(&json),
+        URL_SAFE_NO_PAD.encode(tag)
+    )
 }
 
 /// Opens a cursor: verifies the seal, the version and the binding to `fp`, and that

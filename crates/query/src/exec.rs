@@ -10,8 +10,9 @@
 //! page from each such stream, concurrently (at most `concurrency` at once). So a
 //! device read over six hour-buckets opens the second bucket only when the first is
 //! used up, and `limit=100` over eight shards of one epoch reads about 100 items, not
-//! 800: each page's `Limit` is the stream's share of the remaining need, doubled each
-//! time the same stream runs dry again (few round trips when one stream wins).
+//! 800: each page's `Limit` is the stream's share of the remaining need (the need
+//! divided by the streams still competing for it). The price is round trips: a stream
+//! that runs dry is refilled in smaller and smaller pages as the need shrinks.
 //!
 //! Streams that are not in time order within their key (the all-devices plan: a
 //! time-bucket partition sorts by device first) are read whole within their time
@@ -118,7 +119,6 @@ struct Stream {
     started: bool,
     done: bool,
     bound: Bound,
-    last_limit: u32,
 }
 
 impl Stream {
@@ -162,7 +162,6 @@ pub async fn read_merged<S: ReadingSource>(
                 next_start: None,
                 started: false,
                 done: false,
-                last_limit: 0,
             }
         })
         .collect();
@@ -175,10 +174,8 @@ pub async fn read_merged<S: ReadingSource>(
     loop {
         // Pop while the smallest bound is a buffered head.
         let mut to_fetch: Vec<usize> = Vec::new();
-        loop {
-            let Some(min_idx) = min_bound(&streams, desc) else {
-                break; // every stream exhausted
-            };
+        // Ends when every stream is exhausted, or to read more.
+        while let Some(min_idx) = min_bound(&streams, desc) {
             if !streams[min_idx].has_head() {
                 to_fetch = fetch_set(&streams, min_idx, desc);
                 break;
@@ -213,18 +210,10 @@ pub async fn read_merged<S: ReadingSource>(
             .iter()
             .map(|&i| {
                 let s = &mut streams[i];
-                let limit = if !s.spec.time_ordered {
-                    None
+                let limit = if s.spec.time_ordered {
+                    Some(u32::try_from(share.min(remaining)).unwrap_or(u32::MAX))
                 } else {
-                    let grown = if s.started {
-                        (s.last_limit as usize).saturating_mul(2)
-                    } else {
-                        0
-                    };
-                    let l = share.max(grown).min(remaining);
-                    let l = u32::try_from(l).unwrap_or(u32::MAX);
-                    s.last_limit = l;
-                    Some(l)
+                    None
                 };
                 (i, page_request(&s.spec, limit, s.next_start.clone(), opts))
             })

@@ -142,7 +142,7 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
     let raw: Vec<&str> = trimmed.split('/').collect();
     // A path starts with '/', so the first segment is empty.
     let segs: &[&str] = match raw.split_first() {
-        Some((first, rest)) if first.is_empty() => rest,
+        Some((&"", rest)) => rest,
         _ => return Err(not_found()),
     };
     let seg = |i: usize| -> Result<String, ApiError> {
@@ -369,7 +369,10 @@ fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
         Some("true") => Ok(true),
         Some(other) => Err(ApiError::bad_request(
             codes::BAD_PARAMETER,
-            format!("{name} must be true or false, not {:?}", truncate(other, 40)),
+            format!(
+                "{name} must be true or false, not {:?}",
+                truncate(other, 40)
+            ),
         )),
     }
 }
@@ -389,10 +392,7 @@ fn check_id(name: &'static str, raw: &str) -> Result<String, ApiError> {
     sharding::key::validate_id(name, raw)
         .map(|()| raw.to_string())
         .map_err(|e| {
-            ApiError::bad_request(
-                codes::BAD_ID,
-                format!("{e} (got {:?})", truncate(raw, 40)),
-            )
+            ApiError::bad_request(codes::BAD_ID, format!("{e} (got {:?})", truncate(raw, 40)))
         })
 }
 
@@ -512,7 +512,7 @@ fn truncate(s: &str, max: usize) -> &str {
 }
 
 fn describe_ms(ms: i64) -> String {
-    if ms % 86_400_000 == 0 {
+    if ms % 86_400_000 == 0 && ms > 86_400_000 {
         format!("{} days", ms / 86_400_000)
     } else if ms % 3_600_000 == 0 {
         format!("{} hours", ms / 3_600_000)

@@ -92,7 +92,8 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
     pub async fn handle<B>(&self, request: &http::Request<B>) -> Response<String> {
         let path = request.uri().path();
         let query = request.uri().query();
-        self.handle_parts(request.method().as_str(), path, query).await
+        self.handle_parts(request.method().as_str(), path, query)
+            .await
     }
 
     /// [`QueryService::handle`] on the request's parts.
@@ -223,11 +224,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
         .await
         .map_err(store_error)?;
         let next_cursor = match (outcome.more, outcome.items.last()) {
-            (true, Some(last)) => Some(encode_cursor(
-                &key_of(last),
-                &fp,
-                &self.config.cursor_key,
-            )),
+            (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
             _ => None,
         };
         let stats = ReadStats {
@@ -245,8 +242,8 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
     }
 
     async fn reading(&self, device: &str, event_id: &str, ts_ms: i64, consistent: bool) -> Answer {
-        let ts = Timestamp::from_millis(ts_ms)
-            .map_err(|e| ApiError::bad_range(format!("ts: {e}")))?;
+        let ts =
+            Timestamp::from_millis(ts_ms).map_err(|e| ApiError::bad_range(format!("ts: {e}")))?;
         let not_found = || {
             ApiError::not_found(format!(
                 "no reading {event_id} of device {device} at {}",
@@ -287,11 +284,17 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                 })?;
                 let plan = plan_entity(device, range, &table, &fanout).map_err(plan_error)?;
                 let mut found = None;
-                let outcome = scan_all(&self.source, specs(&plan), consistent, self.config.concurrency, |item| {
-                    if item.event_id == event_id && item.device_id == device {
-                        found = Some(item.clone());
-                    }
-                })
+                let outcome = scan_all(
+                    &self.source,
+                    specs(&plan),
+                    consistent,
+                    self.config.concurrency,
+                    |item| {
+                        if item.event_id == event_id && item.device_id == device {
+                            found = Some(item.clone());
+                        }
+                    },
+                )
                 .await
                 .map_err(store_error)?;
                 stats.calls = outcome.pages;
@@ -317,19 +320,28 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
     ) -> Answer {
         let time_range = to_time_range(range)?;
         let Some(table) = self.directory.table().await.map_err(store_error)? else {
-            return Ok((json!(StatsResponse { buckets: vec![] }), ReadStats::default()));
+            return Ok((
+                json!(StatsResponse { buckets: vec![] }),
+                ReadStats::default(),
+            ));
         };
         let fanout = self.directory.fanout(device).await.map_err(store_error)?;
         let plan = plan_entity(device, time_range, &table, &fanout).map_err(plan_error)?;
         let mut agg = Downsampler::new(interval_ms);
-        let outcome = scan_all(&self.source, specs(&plan), consistent, self.config.concurrency, |item| {
-            if item.device_id == device
-                && (range.from_ms..range.to_ms).contains(&item.ts_ms)
-                && let Some(v) = item.metrics.get(metric)
-            {
-                agg.add(item.ts_ms, *v);
-            }
-        })
+        let outcome = scan_all(
+            &self.source,
+            specs(&plan),
+            consistent,
+            self.config.concurrency,
+            |item| {
+                if item.device_id == device
+                    && (range.from_ms..range.to_ms).contains(&item.ts_ms)
+                    && let Some(v) = item.metrics.get(metric)
+                {
+                    agg.add(item.ts_ms, *v);
+                }
+            },
+        )
         .await
         .map_err(store_error)?;
         let stats = ReadStats {
@@ -338,15 +350,18 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             calls: outcome.pages,
             plan_queries: plan.len() as u64,
         };
-        let body = serde_json::to_value(agg.finish()?)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let body =
+            serde_json::to_value(agg.finish()?).map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, stats))
     }
 
     async fn shards(&self, device: &str) -> Answer {
         let table = self.directory.table().await.map_err(store_error)?;
         let fanout = self.directory.fanout(device).await.map_err(store_error)?;
-        Ok((shards_json(device, table.as_ref(), &fanout), ReadStats::default()))
+        Ok((
+            shards_json(device, table.as_ref(), &fanout),
+            ReadStats::default(),
+        ))
     }
 }
 
@@ -374,12 +389,8 @@ fn to_time_range(r: Range) -> Result<TimeRange, ApiError> {
 fn plan_error(e: PlanError) -> ApiError {
     match e {
         PlanError::Key(k) => ApiError::bad_request(codes::BAD_ID, k.to_string()),
-        PlanError::Unsupported { .. } => {
-            ApiError::bad_request(codes::NOT_SUPPORTED, e.to_string())
-        }
-        PlanError::TooLarge { .. } => {
-            ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string())
-        }
+        PlanError::Unsupported { .. } => ApiError::bad_request(codes::NOT_SUPPORTED, e.to_string()),
+        PlanError::TooLarge { .. } => ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string()),
     }
 }
 
@@ -416,7 +427,11 @@ fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> serde_json:
     json!(ReadingsPage { items, next_cursor })
 }
 
-fn shards_json(device: &str, table: Option<&TableHistory>, fanout: &FanoutHistory) -> serde_json::Value {
+fn shards_json(
+    device: &str,
+    table: Option<&TableHistory>,
+    fanout: &FanoutHistory,
+) -> serde_json::Value {
     let layout: Vec<serde_json::Value> = table
         .map(|t| {
             t.epochs()

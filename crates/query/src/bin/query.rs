@@ -27,5 +27,8 @@ async fn main() -> Result<(), Error> {
         config.service.with_key(key),
     );
     let service = &service;
-    run(service_fn(move |request| query::lambda::handle_apigw(service, request))).await
+    run(service_fn(move |request| {
+        query::lambda::handle_apigw(service, request)
+    }))
+    .await
 }

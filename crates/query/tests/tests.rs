@@ -1,0 +1,13 @@
+//! Query service tests: one binary, one module per concern.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod common;
+mod cursor;
+mod engine;
+mod events;
+mod fuzz;
+mod model;
+mod params;
