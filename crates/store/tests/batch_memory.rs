@@ -1,0 +1,297 @@
+//! The batch writer's dedup, retry and deadline logic against the in-memory table.
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use store::batch::{BatchWriter, MAX_BATCH_ITEMS, Outcome};
+use store::memory::MemoryTable;
+use store::{StoreError, ThrottleKind};
+use tokio::time::Instant;
+
+use crate::support::{BACKOFF, config, item, items, max_sleep};
+
+fn writer(table: &MemoryTable) -> BatchWriter<MemoryTable> {
+    BatchWriter::new(table.clone(), config())
+}
+
+#[tokio::test(start_paused = true)]
+async fn s01_valid_items_are_all_written_in_full_chunks() {
+    let table = MemoryTable::new();
+    let report = writer(&table)
+        .write(
+            items(60, 7),
+            Instant::now() + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(1),
+        )
+        .await;
+    assert!(report.outcomes.iter().all(Outcome::is_written));
+    assert_eq!(table.items().len(), 60);
+    let sizes: Vec<usize> = table.calls().iter().map(Vec::len).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 60);
+    assert_eq!(sizes.len(), 3);
+    assert_eq!(report.stats.calls, 3);
+    assert_eq!(report.stats.retries, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s03_thirty_percent_unprocessed_on_every_call_all_written_calls_bounded_sleeps_capped() {
+    let table = MemoryTable::new();
+    table.set_unprocessed_fraction(0.3);
+    let started = Instant::now();
+    let report = writer(&table)
+        .write(
+            items(100, 10),
+            started + Duration::from_secs(60),
+            &mut StdRng::seed_from_u64(3),
+        )
+        .await;
+    assert!(
+        report.outcomes.iter().all(Outcome::is_written),
+        "{:?}",
+        report.outcomes
+    );
+    assert_eq!(table.items().len(), 100);
+    // Each send of a key either stored it or left it unprocessed: nothing stored was
+    // sent again.
+    let sent: usize = table.calls().iter().map(Vec::len).sum();
+    assert_eq!(sent as u64, 100 + report.stats.unprocessed);
+    assert!(table.calls().iter().all(|c| c.len() <= MAX_BATCH_ITEMS));
+    let chunks = 4;
+    assert!(report.stats.calls <= chunks * u64::from(BACKOFF.max_attempts));
+    assert_eq!(report.stats.calls, report.stats.retries + chunks);
+    assert!(report.stats.unprocessed > 0);
+    // Chunks sleep concurrently; one chunk's sleeps are capped by the ceilings.
+    assert!(Instant::now() - started <= max_sleep(BACKOFF.max_attempts));
+}
+
+#[tokio::test(start_paused = true)]
+async fn s04_one_key_permanently_throttled_only_its_items_fail_within_the_budget() {
+    let table = MemoryTable::new();
+    table.throttle_pk("p0");
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(30);
+    let input = items(50, 5);
+    let report = writer(&table)
+        .write(input.clone(), deadline, &mut StdRng::seed_from_u64(4))
+        .await;
+    for (item, outcome) in input.iter().zip(&report.outcomes) {
+        let hot = item.get("PK") == Some(&aws_sdk_dynamodb::types::AttributeValue::S("p0".into()));
+        if hot {
+            assert!(
+                matches!(
+                    outcome,
+                    Outcome::FailedRetryable {
+                        throttle: Some(ThrottleKind::KeyRange),
+                        ..
+                    }
+                ),
+                "{outcome:?}"
+            );
+        } else {
+            assert_eq!(outcome, &Outcome::Written);
+        }
+    }
+    assert_eq!(table.items().len(), 40);
+    assert!(report.stats.calls <= 2 * u64::from(BACKOFF.max_attempts));
+    assert!(
+        report
+            .stats
+            .throttles
+            .contains_key("TableWriteKeyRangeThroughputExceeded")
+    );
+    assert!(Instant::now() < deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s04_deadline_stops_retries_before_the_attempt_budget() {
+    let table = MemoryTable::new();
+    table.throttle_pk("p0");
+    let writer = BatchWriter::new(
+        table.clone(),
+        store::batch::WriterConfig {
+            max_inflight: 1,
+            backoff: sharding::backoff::Backoff {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(1),
+                max_attempts: 1000,
+            },
+        },
+    );
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(5);
+    let report = writer
+        .write(
+            vec![item("p0", "a")],
+            deadline,
+            &mut StdRng::seed_from_u64(5),
+        )
+        .await;
+    assert!(matches!(
+        report.outcomes[0],
+        Outcome::FailedRetryable { .. }
+    ));
+    assert!(Instant::now() <= deadline);
+    assert!(report.stats.calls < 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s06_table_throttle_backs_off_and_reports_the_table_kind() {
+    let table = MemoryTable::new();
+    let throttle = StoreError::Throttled {
+        kind: ThrottleKind::Table,
+        reason: "TableWriteProvisionedThroughputExceeded".into(),
+    };
+    table.fail_next(vec![throttle.clone(); 2]);
+    let report = writer(&table)
+        .write(
+            items(10, 2),
+            Instant::now() + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(6),
+        )
+        .await;
+    assert!(report.outcomes.iter().all(Outcome::is_written));
+    assert_eq!(
+        report
+            .stats
+            .throttles
+            .get("TableWriteProvisionedThroughputExceeded"),
+        Some(&2)
+    );
+    assert_eq!(report.stats.retries, 2);
+
+    let table = MemoryTable::new();
+    table.fail_next(vec![throttle; 100]);
+    let report = writer(&table)
+        .write(
+            items(3, 1),
+            Instant::now() + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(6),
+        )
+        .await;
+    assert!(report.outcomes.iter().all(|o| matches!(
+        o,
+        Outcome::FailedRetryable {
+            throttle: Some(ThrottleKind::Table),
+            ..
+        }
+    )));
+    assert_eq!(report.stats.calls, u64::from(BACKOFF.max_attempts));
+}
+
+#[tokio::test(start_paused = true)]
+async fn s07_oversize_and_unkeyed_items_are_refused_before_the_call_rest_written() {
+    let table = MemoryTable::new();
+    let mut big = item("p1", "big");
+    big.insert(
+        "blob".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S("x".repeat(401 * 1024)),
+    );
+    let mut empty_key = item("p1", "x");
+    empty_key.insert(
+        "SK".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S(String::new()),
+    );
+    let mut input = items(5, 1);
+    input.insert(2, big);
+    input.push(empty_key);
+    let report = writer(&table)
+        .write(
+            input,
+            Instant::now() + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(7),
+        )
+        .await;
+    assert!(
+        matches!(&report.outcomes[2], Outcome::FailedPermanent { reason } if reason.contains("400 KB"))
+    );
+    assert!(
+        matches!(&report.outcomes[6], Outcome::FailedPermanent { reason } if reason.contains("SK is empty"))
+    );
+    assert_eq!(report.outcomes.iter().filter(|o| o.is_written()).count(), 5);
+    assert_eq!(
+        table.calls().len(),
+        1,
+        "one call, and it held no refused item"
+    );
+    assert_eq!(report.stats.refused, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s07_validation_error_splits_the_chunk_so_good_items_are_written() {
+    let table = MemoryTable::new();
+    // The first call is refused as a whole; halves are retried without delay.
+    table.fail_next([StoreError::Validation(
+        "One or more parameter values were invalid".into(),
+    )]);
+    let started = Instant::now();
+    let report = writer(&table)
+        .write(
+            items(4, 1),
+            started + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(8),
+        )
+        .await;
+    assert!(
+        report.outcomes.iter().all(Outcome::is_written),
+        "{:?}",
+        report.outcomes
+    );
+    assert_eq!(
+        table.calls().iter().map(Vec::len).collect::<Vec<_>>(),
+        [4, 2, 2]
+    );
+    assert_eq!(Instant::now(), started, "splitting does not sleep");
+}
+
+#[tokio::test(start_paused = true)]
+async fn s08_the_same_reading_twice_is_written_once_without_validation_error() {
+    let table = MemoryTable::new();
+    let input = vec![
+        item("p", "a"),
+        item("p", "b"),
+        item("p", "a"),
+        item("q", "a"),
+    ];
+    let report = writer(&table)
+        .write(
+            input,
+            Instant::now() + Duration::from_secs(10),
+            &mut StdRng::seed_from_u64(9),
+        )
+        .await;
+    assert!(report.outcomes.iter().all(Outcome::is_written));
+    assert_eq!(
+        table.calls(),
+        vec![table.items().keys().cloned().collect::<Vec<_>>()]
+    );
+    assert_eq!(table.items().len(), 3);
+    assert_eq!(report.stats.duplicates, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s13_injected_latency_stops_at_the_deadline_and_reports_the_rest() {
+    let table = MemoryTable::new();
+    table.set_latency(Duration::from_secs(2));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(3);
+    let writer = BatchWriter::new(
+        table.clone(),
+        store::batch::WriterConfig {
+            max_inflight: 1,
+            backoff: BACKOFF,
+        },
+    );
+    let report = writer
+        .write(items(75, 5), deadline, &mut StdRng::seed_from_u64(13))
+        .await;
+    assert!(Instant::now() <= deadline);
+    let written = report.outcomes.iter().filter(|o| o.is_written()).count();
+    assert_eq!(written, 25, "one call of 25 fits in 3 s at 2 s per call");
+    assert!(
+        report
+            .outcomes
+            .iter()
+            .all(|o| o.is_written() || matches!(o, Outcome::FailedRetryable { .. }))
+    );
+}

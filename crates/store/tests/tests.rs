@@ -1,0 +1,7 @@
+//! Integration tests of `store`, one binary (scenario numbers from RELIABILITY.md).
+
+mod batch_memory;
+mod batch_mock;
+mod chunking;
+mod directory_memory;
+mod support;
