@@ -2,18 +2,19 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-/// The workspace root: the nearest ancestor of this crate's manifest directory (or,
-/// failing that, of the current directory) holding `template.yaml` and a `Cargo.toml`
+/// The workspace root: the nearest ancestor of the current directory (or, failing
+/// that, of this crate's source directory) holding `template.yaml` and a `Cargo.toml`
 /// with a `[workspace]` table.
 pub fn repo_root() -> Result<PathBuf> {
-    // CARGO_MANIFEST_DIR at build time is the stand-in crate inside the repository,
-    // valid for every binary and test built from this tree.
-    let compiled = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if let Ok(root) = repo_root_from(compiled) {
+    // cargo runs tests in their package directory and `cargo xtask` in the caller's,
+    // both inside the repository; the compile-time path is the fallback for binaries
+    // started elsewhere.
+    if let Ok(cwd) = std::env::current_dir()
+        && let Ok(root) = repo_root_from(&cwd)
+    {
         return Ok(root);
     }
-    let cwd = std::env::current_dir().context("reading the current directory")?;
-    repo_root_from(&cwd)
+    repo_root_from(Path::new(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// Walks up from `start` to the first directory that holds `template.yaml` and a

@@ -1,0 +1,42 @@
+//! `cargo xtask ...`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! Each command lives in its own module; later issues add `bench`, `soak` and `fuzz`
+//! next to these, and `demo` grows with the project.
+
+mod demo;
+mod local;
+mod steps;
+mod test;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Shardline project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The local stand-in (moto on loopback) and the processes it runs.
+    Local {
+        #[command(subcommand)]
+        command: local::LocalCommand,
+    },
+    /// Everything CI checks: fmt, clippy, every test of the workspace.
+    Test(test::TestArgs),
+    /// The guided demo: stack up, the shard plan for the reference scenario, stack down.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = stand_in::repo_root()?;
+    match cli.command {
+        Command::Local { command } => local::run(&root, command),
+        Command::Test(args) => test::run(&root, &args),
+        Command::Demo(args) => demo::run(&root, &args),
+    }
+}
