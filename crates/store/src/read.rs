@@ -232,3 +232,194 @@ fn get_error(err: &SdkError<GetItemError>) -> StoreError {
     };
     StoreError::from_sdk(err, reasons)
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::query::QueryOutput;
+    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+
+    fn stored(sk: &str, ts_ms: i64) -> HashMap<String, AttributeValue> {
+        let s = |v: &str| AttributeValue::S(v.to_string());
+        HashMap::from([
+            ("PK".to_string(), s("dev-1#0")),
+            ("SK".to_string(), s(sk)),
+            ("device_id".to_string(), s("dev-1")),
+            ("event_id".to_string(), s("e1")),
+            ("ts".to_string(), s("2026-06-22T00:00:00.000Z")),
+            ("ts_ms".to_string(), AttributeValue::N(ts_ms.to_string())),
+            (
+                "metrics".to_string(),
+                AttributeValue::M(HashMap::from([(
+                    "t".to_string(),
+                    AttributeValue::N("1.5".into()),
+                )])),
+            ),
+            ("ttl".to_string(), AttributeValue::N("1".into())),
+        ])
+    }
+
+    fn request() -> PageRequest {
+        PageRequest {
+            pk: "dev-1#0".into(),
+            sk_between: Some(("a".into(), "b~".into())),
+            ts_ms_between: Some((10, 19)),
+            limit: Some(7),
+            ascending: false,
+            start_after: Some(PageKey {
+                pk: "dev-1#0".into(),
+                sk: "a5".into(),
+            }),
+            consistent: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_page_request_becomes_one_query() {
+        let rule = mock!(Client::query)
+            .match_requests(|q| {
+                let values = q.expression_attribute_values().expect("values");
+                let names = q.expression_attribute_names().expect("names");
+                q.table_name() == Some("readings")
+                    && q.key_condition_expression()
+                        == Some("#pk = :pk AND #sk BETWEEN :sklo AND :skhi")
+                    && q.filter_expression() == Some("#ts BETWEEN :tslo AND :tshi")
+                    && names.get("#ts").map(String::as_str) == Some("ts_ms")
+                    && values.get(":sklo") == Some(&AttributeValue::S("a".into()))
+                    && values.get(":tshi") == Some(&AttributeValue::N("19".into()))
+                    && q.limit() == Some(7)
+                    && q.scan_index_forward() == Some(false)
+                    && q.consistent_read() == Some(true)
+                    && q.exclusive_start_key().and_then(|k| k.get("SK"))
+                        == Some(&AttributeValue::S("a5".into()))
+            })
+            .then_output(|| {
+                QueryOutput::builder()
+                    .items(stored("a4", 12))
+                    .scanned_count(3)
+                    .count(1)
+                    .set_last_evaluated_key(Some(HashMap::from([
+                        ("PK".to_string(), AttributeValue::S("dev-1#0".into())),
+                        ("SK".to_string(), AttributeValue::S("a2".into())),
+                    ])))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let page = DynamoReadingSource::new(client, "readings")
+            .query_page(&request())
+            .await
+            .expect("page");
+        assert_eq!(rule.num_calls(), 1);
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].sk, "a4");
+        assert_eq!(page.items[0].metrics.get("t"), Some(&1.5));
+        assert_eq!(page.items_read, 3);
+        assert_eq!(
+            page.last_key,
+            Some(PageKey {
+                pk: "dev-1#0".into(),
+                sk: "a2".into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bare_request_sends_no_bounds_filter_or_limit() {
+        let rule = mock!(Client::query)
+            .match_requests(|q| {
+                q.key_condition_expression() == Some("#pk = :pk")
+                    && q.filter_expression().is_none()
+                    && q.limit().is_none()
+                    && q.exclusive_start_key().is_none()
+                    && q.scan_index_forward() == Some(true)
+            })
+            .then_output(|| QueryOutput::builder().scanned_count(0).build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let bare = PageRequest {
+            sk_between: None,
+            ts_ms_between: None,
+            limit: None,
+            ascending: true,
+            start_after: None,
+            consistent: false,
+            ..request()
+        };
+        let page = DynamoReadingSource::new(client, "readings")
+            .query_page(&bare)
+            .await
+            .expect("page");
+        assert_eq!(rule.num_calls(), 1);
+        assert!(page.items.is_empty() && page.last_key.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_throttle_is_classified_with_its_reason() {
+        let rule = mock!(Client::query).then_error(|| {
+            QueryError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("slow down")
+                    .meta(
+                        aws_sdk_dynamodb::error::ErrorMetadata::builder()
+                            .code("ProvisionedThroughputExceededException")
+                            .message("slow down")
+                            .build(),
+                    )
+                    .throttling_reasons(
+                        ThrottlingReason::builder()
+                            .reason("TableReadKeyRangeThroughputExceeded")
+                            .build(),
+                    )
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let err = DynamoReadingSource::new(client, "readings")
+            .query_page(&request())
+            .await
+            .expect_err("throttled");
+        assert!(err.is_key_range_throttle(), "{err:?}");
+        assert!(err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_item_is_reported_not_skipped() {
+        let rule = mock!(Client::query).then_output(|| {
+            let mut item = stored("a4", 12);
+            item.remove("ts_ms");
+            QueryOutput::builder().items(item).scanned_count(1).build()
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let err = DynamoReadingSource::new(client, "readings")
+            .query_page(&request())
+            .await
+            .expect_err("malformed");
+        assert!(matches!(err, StoreError::Malformed(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn get_reading_by_key() {
+        let found = mock!(Client::get_item)
+            .match_requests(|g| {
+                g.consistent_read() == Some(false)
+                    && g.key().and_then(|k| k.get("SK")) == Some(&AttributeValue::S("a4".into()))
+            })
+            .then_output(|| {
+                GetItemOutput::builder()
+                    .set_item(Some(stored("a4", 12)))
+                    .build()
+            });
+        let missing = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&found, &missing]);
+        let source = DynamoReadingSource::new(client, "readings");
+        let key = PageKey {
+            pk: "dev-1#0".into(),
+            sk: "a4".into(),
+        };
+        let item = source.get_reading(&key, false).await.expect("ok");
+        assert_eq!(item.map(|i| i.ts_ms), Some(12));
+        assert_eq!(source.get_reading(&key, false).await.expect("ok"), None);
+    }
+}
