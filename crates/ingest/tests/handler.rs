@@ -1,0 +1,477 @@
+//! The handler against the in-memory fakes, fed the events in `events/`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use ingest::{Fate, IngestError};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use sharding::fanout::ShardMeta;
+use store::{ShardStore, StoreError, ThrottleKind};
+use tokio::time::Instant;
+
+use crate::support::{Fixture, event, ids, now};
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(30)
+}
+
+fn rng() -> StdRng {
+    StdRng::seed_from_u64(2026)
+}
+
+fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> BTreeSet<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn s01_valid_batch_of_10_all_written_no_failures() {
+    let fx = Fixture::new();
+    let ev = event("sqs-batch.json");
+    assert_eq!(ev.records.len(), 10);
+    let response = fx
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(response.batch_item_failures.is_empty());
+    // Nine single readings plus one message holding two.
+    assert_eq!(fx.table.items().len(), 11);
+    assert!(fx.dlq.letters().is_empty());
+    let single = fx
+        .service(&[])
+        .handle(&event("sqs-single.json"), now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(single.batch_item_failures.is_empty());
+    assert_eq!(fx.table.items().len(), 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s02_one_malformed_body_goes_to_the_dlq_at_once_and_nine_are_written() {
+    let fx = Fixture::new();
+    let ev = event("sqs-mixed-bad.json");
+    let response = fx
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "a permanent error is not reported"
+    );
+    assert_eq!(fx.table.items().len(), 9);
+    let letters = fx.dlq.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].message_id, ids(&ev)[4]);
+    assert_eq!(letters[0].field, "body");
+    assert!(
+        letters[0].rule.contains("valid JSON"),
+        "{}",
+        letters[0].rule
+    );
+    assert_eq!(Some(&letters[0].body), ev.records[4].body.as_ref());
+}
+
+#[tokio::test(start_paused = true)]
+async fn s02_a_failed_dlq_send_is_reported_instead() {
+    let fx = Fixture::new();
+    fx.dlq.set_failing(true);
+    let ev = event("sqs-mixed-bad.json");
+    let response = fx
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert_eq!(failures(&response), BTreeSet::from([ids(&ev)[4].clone()]));
+    assert_eq!(fx.table.items().len(), 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s03_thirty_percent_unprocessed_every_call_all_written() {
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(0.3);
+    let service = fx.service(&[]);
+    let report = service
+        .process(&event("sqs-hot-burst.json"), now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| matches!(m.fate, Fate::Written { readings: 10 }))
+    );
+    assert_eq!(fx.table.items().len(), 100);
+    assert!(report.writes.retries > 0);
+    assert!(
+        report.writes.calls <= 4 * 6,
+        "calls bounded by chunks x attempts"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn s04_one_key_permanently_throttled_only_its_messages_are_reported() {
+    let ev = event("sqs-batch.json");
+    // Learn where each message's readings land, then make one partition key hot.
+    let probe = Fixture::new();
+    probe
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    let items = probe.table.items();
+    let hot_pk = items.keys().next().expect("items").pk.clone();
+    let owning: BTreeSet<String> = ev
+        .records
+        .iter()
+        .filter(|r| {
+            let body = r.body.as_deref().unwrap_or_default();
+            items.values().any(|item| {
+                item.get("PK") == Some(&AttributeValue::S(hot_pk.clone()))
+                    && matches!(item.get("event_id"), Some(AttributeValue::S(e)) if body.contains(e.as_str()))
+            })
+        })
+        .map(|r| r.message_id.clone().expect("id"))
+        .collect();
+    assert!(!owning.is_empty() && owning.len() < ev.records.len());
+
+    let fx = Fixture::new();
+    fx.table.throttle_pk(hot_pk.clone());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(10);
+    let response = fx
+        .service(&[])
+        .handle(&ev, now(), deadline, &mut rng())
+        .await
+        .expect("not all failed");
+    assert_eq!(failures(&response), owning);
+    assert!(Instant::now() < deadline);
+    assert!(fx.table.items().keys().all(|k| k.pk != hot_pk));
+    let hot_items = items.keys().filter(|k| k.pk == hot_pk).count();
+    assert_eq!(fx.table.items().len(), items.len() - hot_items);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s05_every_item_key_range_throttled_reports_all_and_raises_once_per_cooldown() {
+    let fx = Fixture::new();
+    let ev = event("sqs-hot-burst.json");
+    // The hot entity has metadata from long ago, so a raise is due.
+    fx.shards.put_entity(
+        "hot-1",
+        ShardMeta::initial(
+            now()
+                .checked_sub(Duration::from_secs(86_400))
+                .expect("in range"),
+        ),
+    );
+    let probe = Fixture::new();
+    probe
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    for key in probe.table.items().keys() {
+        fx.table.throttle_pk(key.pk.clone());
+    }
+    let service = fx.service(&[]);
+    let report = service.process(&ev, now(), deadline(), &mut rng()).await;
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| matches!(m.fate, Fate::Reported { .. }))
+    );
+    assert_eq!(report.fanout_raises, 1);
+    assert!(
+        report
+            .writes
+            .throttles
+            .contains_key("TableWriteKeyRangeThroughputExceeded")
+    );
+    assert!(matches!(
+        report.all_failed(),
+        Some(IngestError::AllFailed { messages: 10, .. })
+    ));
+    // handle() turns "everything failed" into an invocation error.
+    let err = service
+        .handle(
+            &ev,
+            now().saturating_add(Duration::from_secs(1)),
+            deadline(),
+            &mut rng(),
+        )
+        .await
+        .expect_err("all failed");
+    assert!(matches!(err, IngestError::AllFailed { .. }));
+    // Within the cooldown, other instances do not raise again.
+    for s in [60, 300, 590] {
+        let later = fx.service(&[]);
+        let report = later
+            .process(
+                &ev,
+                now().saturating_add(Duration::from_secs(s)),
+                deadline(),
+                &mut rng(),
+            )
+            .await;
+        assert_eq!(report.fanout_raises, 0, "at +{s} s");
+    }
+    let raises = fx.shards.raises();
+    assert_eq!(raises.len(), 1);
+    assert_eq!(
+        (raises[0].0.as_str(), raises[0].1.from, raises[0].1.to),
+        ("hot-1", 1, 2)
+    );
+    assert!(
+        fx.shards
+            .hot_entities()
+            .await
+            .expect("ok")
+            .contains("hot-1")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn s06_table_level_throttle_backs_off_without_raising() {
+    let fx = Fixture::new();
+    fx.shards.put_entity(
+        "hot-1",
+        ShardMeta::initial(
+            now()
+                .checked_sub(Duration::from_secs(86_400))
+                .expect("in range"),
+        ),
+    );
+    fx.table.fail_next(vec![
+        StoreError::Throttled {
+            kind: ThrottleKind::Table,
+            reason: "TableWriteAccountLimitExceeded".into(),
+        };
+        1000
+    ]);
+    let report = fx
+        .service(&[])
+        .process(&event("sqs-hot-burst.json"), now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| matches!(m.fate, Fate::Reported { .. }))
+    );
+    assert_eq!(report.fanout_raises, 0);
+    assert!(fx.shards.raises().is_empty());
+    assert!(report.writes.retries > 0, "it backed off and retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn s07_validation_exception_on_a_chunk_is_isolated_and_the_rest_written() {
+    let fx = Fixture::new();
+    fx.table.fail_next([StoreError::Validation(
+        "One or more parameter values were invalid".into(),
+    )]);
+    let response = fx
+        .service(&[])
+        .handle(&event("sqs-batch.json"), now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(fx.table.items().len(), 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s08_same_reading_twice_in_one_invocation_is_one_item() {
+    let fx = Fixture::new();
+    let mut ev = event("sqs-single.json");
+    let mut copy = ev.records[0].clone();
+    copy.message_id = Some("a-redelivered-copy".into());
+    ev.records.push(copy);
+    let report = fx
+        .service(&[])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| m.fate == Fate::Written { readings: 1 })
+    );
+    assert_eq!(fx.table.items().len(), 1);
+    assert_eq!(fx.table.calls().len(), 1);
+    assert_eq!(report.writes.duplicates, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s10_same_batch_twice_also_across_a_fanout_change_leaves_the_table_identical() {
+    let fx = Fixture::new();
+    let events = ["sqs-batch.json", "sqs-hot-burst.json", "sqs-mixed-bad.json"];
+    for name in events {
+        fx.service(&[])
+            .handle(&event(name), now(), deadline(), &mut rng())
+            .await
+            .expect("ok");
+    }
+    let before = fx.table.items();
+    // A raise decided now takes effect after the propagation margin: readings already
+    // accepted keep their keys.
+    let config = crate::support::config(&[]);
+    let mut meta = ShardMeta::initial(now());
+    meta.number_of_shards = 4;
+    meta.shard_history
+        .schedule(4, now(), config.fanout.propagation_margin)
+        .expect("schedulable");
+    fx.shards.put_entity("hot-1", meta);
+    for name in events {
+        fx.service(&[])
+            .handle(
+                &event(name),
+                now().saturating_add(Duration::from_secs(30)),
+                deadline(),
+                &mut rng(),
+            )
+            .await
+            .expect("ok");
+    }
+    assert_eq!(fx.table.items(), before);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s11_a_panic_on_one_message_reports_it_and_answers_the_others() {
+    let fx = Fixture::new();
+    let ev = event("sqs-batch.json");
+    let victim = ids(&ev)[3].clone();
+    let target = victim.clone();
+    let service = fx.service(&[]).with_message_hook(Arc::new(move |id: &str| {
+        assert!(id != target, "injected panic");
+    }));
+    let response = service
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert_eq!(failures(&response), BTreeSet::from([victim]));
+    assert_eq!(fx.table.items().len(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s12_partial_batch_response_uses_item_identifier_and_input_ids() {
+    let fx = Fixture::new();
+    fx.table.set_latency(Duration::from_secs(2));
+    let ev = event("sqs-hot-burst.json");
+    let response = fx
+        .service(&[("MAX_INFLIGHT", "1")])
+        .handle(
+            &ev,
+            now(),
+            Instant::now() + Duration::from_millis(3500),
+            &mut rng(),
+        )
+        .await
+        .expect("some written");
+    let json = serde_json::to_value(&response).expect("serializable");
+    let list = json["batchItemFailures"].as_array().expect("array");
+    assert!(!list.is_empty());
+    let input: BTreeSet<String> = ids(&ev).into_iter().collect();
+    for failure in list {
+        let object = failure.as_object().expect("object");
+        assert_eq!(object.keys().collect::<Vec<_>>(), ["itemIdentifier"]);
+        assert!(input.contains(object["itemIdentifier"].as_str().expect("string")));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn s13_two_seconds_of_latency_answer_before_the_deadline_without_loss() {
+    let fx = Fixture::new();
+    fx.table.set_latency(Duration::from_secs(2));
+    let ev = event("sqs-hot-burst.json");
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(3);
+    let report = fx
+        .service(&[("MAX_INFLIGHT", "2")])
+        .process(&ev, now(), deadline, &mut rng())
+        .await;
+    assert!(Instant::now() < deadline);
+    let written: Vec<_> = report
+        .messages
+        .iter()
+        .filter(|m| matches!(m.fate, Fate::Written { .. }))
+        .collect();
+    let reported: Vec<_> = report
+        .messages
+        .iter()
+        .filter(|m| matches!(m.fate, Fate::Reported { .. }))
+        .collect();
+    assert!(!written.is_empty() && !reported.is_empty(), "{report:?}");
+    assert_eq!(
+        written.len() + reported.len(),
+        10,
+        "every message written or reported"
+    );
+    // Every message called written has all of its readings stored.
+    let stored: BTreeSet<String> = fx
+        .table
+        .items()
+        .values()
+        .filter_map(|i| match i.get("event_id") {
+            Some(AttributeValue::S(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    for m in written {
+        let record = ev
+            .records
+            .iter()
+            .find(|r| r.message_id.as_deref() == Some(m.message_id.as_str()))
+            .expect("input");
+        let body: serde_json::Value =
+            serde_json::from_str(record.body.as_deref().expect("body")).expect("json");
+        for r in body["readings"].as_array().expect("batch") {
+            assert!(stored.contains(r["event_id"].as_str().expect("id")));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_message_failing_transiently_fails_the_invocation() {
+    let fx = Fixture::new();
+    fx.table
+        .fail_next(vec![StoreError::Transient("HTTP 500".into()); 1000]);
+    let err = fx
+        .service(&[])
+        .handle(&event("sqs-batch.json"), now(), deadline(), &mut rng())
+        .await
+        .expect_err("all failed");
+    assert!(
+        matches!(err, IngestError::AllFailed { messages: 10, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn emf_lines_carry_the_counters() {
+    let report = ingest::Report {
+        messages: vec![],
+        writes: store::WriteStats {
+            written: 7,
+            throttles: [("TableWriteKeyRangeThroughputExceeded".to_owned(), 2)].into(),
+            ..Default::default()
+        },
+        fanout_raises: 1,
+        dead_lettered: 0,
+        dlq_failures: 0,
+        panics: 0,
+    };
+    let lines = report.emf_lines(now());
+    assert_eq!(lines.len(), 2);
+    let main: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
+    assert_eq!(main["ReadingsWritten"], 7.0);
+    assert_eq!(main["FanoutRaises"], 1.0);
+    let throttles: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
+    assert_eq!(throttles["Reason"], "TableWriteKeyRangeThroughputExceeded");
+    assert_eq!(throttles["Throttles"], 2.0);
+}

@@ -1,0 +1,4 @@
+//! Integration tests of `ingest`, one binary (scenario numbers from RELIABILITY.md).
+
+mod handler;
+mod support;
