@@ -6,6 +6,7 @@
 
 mod common;
 mod cursor;
+mod e2e;
 mod engine;
 mod events;
 mod fuzz;
