@@ -1,4 +1,5 @@
 //! Integration tests of `ingest`, one binary (scenario numbers from RELIABILITY.md).
 
 mod handler;
+mod moto;
 mod support;

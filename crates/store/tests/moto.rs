@@ -1,0 +1,134 @@
+//! The DynamoDB adapters against moto on loopback (started per test by `stand-in`).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use aws_sdk_dynamodb::Client;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use sharding::fanout::ShardMeta;
+use sharding::time::Timestamp;
+use stand_in::TestStack;
+use store::batch::{BatchWriter, Outcome};
+use store::directory::{FanoutChange, ShardDirectory};
+use store::dynamo::{DynamoShards, DynamoTable};
+use store::{ShardStore, ThrottleKind};
+use tokio::time::Instant;
+
+use crate::directory_memory::directory_config;
+use crate::support::{config, items};
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_millis(1_782_090_000_000 + secs * 1000).expect("in range")
+}
+
+async fn race(
+    shards: &DynamoShards,
+    entity: &str,
+    at: Timestamp,
+    round: u64,
+) -> Result<Vec<FanoutChange>> {
+    let writers: Vec<_> = (0..10)
+        .map(|_| ShardDirectory::new(shards.clone(), directory_config()))
+        .collect();
+    // Every writer reads the same metadata before anyone writes.
+    for w in &writers {
+        w.meta(entity, at).await?;
+    }
+    let results = futures::future::join_all(writers.iter().enumerate().map(|(i, w)| async move {
+        let mut rng = StdRng::seed_from_u64(round * 100 + i as u64);
+        w.on_throttle(entity, ThrottleKind::KeyRange, at, &mut rng)
+            .await
+    }))
+    .await;
+    Ok(results.into_iter().collect::<Result<Vec<_>, _>>()?)
+}
+
+fn raises(changes: &[FanoutChange]) -> usize {
+    changes
+        .iter()
+        .filter(|c| matches!(c, FanoutChange::Raised(_)))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown() -> Result<()> {
+    let stack = TestStack::start().await?;
+    let client = Client::new(&stack.sdk_config().await);
+    let shards = DynamoShards::new(&client, &stack.stack.shard_table_name);
+    assert!(
+        shards
+            .create_entity("hot", &ShardMeta::initial(t(0)))
+            .await?
+    );
+    assert!(
+        !shards
+            .create_entity("hot", &ShardMeta::initial(t(1)))
+            .await?,
+        "create is conditional"
+    );
+
+    let first = race(&shards, "hot", t(1000), 1).await?;
+    assert_eq!(raises(&first), 1, "{first:?}");
+    assert_eq!(
+        first
+            .iter()
+            .filter(|c| **c == FanoutChange::LostRace)
+            .count(),
+        9
+    );
+
+    // Within the cooldown nobody raises, however often they are throttled.
+    let within = race(&shards, "hot", t(1200), 2).await?;
+    assert_eq!(raises(&within), 0, "{within:?}");
+
+    // After cooldown + jitter, exactly one raise again.
+    let after = race(&shards, "hot", t(1000 + 600 + 30 + 1), 3).await?;
+    assert_eq!(raises(&after), 1, "{after:?}");
+
+    let meta = shards.get_entity("hot").await?.expect("stored");
+    assert_eq!(meta.number_of_shards, 4);
+    assert_eq!(meta.last_updated, t(1631));
+    let history: Vec<(Timestamp, u32)> = meta
+        .shard_history
+        .epochs()
+        .iter()
+        .map(|e| (e.effective_from, e.value))
+        .collect();
+    assert_eq!(history, vec![(t(1000 + 365), 2), (t(1631 + 365), 4)]);
+    assert!(shards.hot_entities().await?.contains("hot"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_and_batch_writes_round_trip_through_moto() -> Result<()> {
+    let stack = TestStack::start().await?;
+    let client = Client::new(&stack.sdk_config().await);
+    let shards = DynamoShards::new(&client, &stack.stack.shard_table_name);
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    let layout = directory.layout(t(0)).await?;
+    assert_eq!(shards.get_layout().await?, Some(layout));
+
+    let writer = BatchWriter::new(DynamoTable::new(&client, &stack.stack.table_name), config());
+    let mut input = items(60, 7);
+    input.extend(items(10, 7)); // duplicates of the first ten
+    let report = writer
+        .write(
+            input,
+            Instant::now() + Duration::from_secs(30),
+            &mut StdRng::seed_from_u64(1),
+        )
+        .await;
+    assert!(
+        report.outcomes.iter().all(Outcome::is_written),
+        "{:?}",
+        report.outcomes
+    );
+    let scanned = client
+        .scan()
+        .table_name(&stack.stack.table_name)
+        .send()
+        .await?;
+    assert_eq!(scanned.count(), 60);
+    Ok(())
+}
