@@ -64,6 +64,43 @@ impl ServiceSettings {
     }
 }
 
+/// The cursor key from its configured source; a secret is read once, at start.
+/// The secret's `SecretString` (or `SecretBinary`) is the key itself.
+pub async fn resolve_cursor_key(
+    source: &CursorKeySource,
+    secrets: &aws_sdk_secretsmanager::Client,
+) -> Result<CursorKey, ConfigError> {
+    let invalid = |why: String| ConfigError::Invalid {
+        name: match source {
+            CursorKeySource::Inline(_) => "CURSOR_KEY",
+            CursorKeySource::SecretArn(_) => "CURSOR_SECRET_ARN",
+        },
+        why,
+    };
+    let bytes = match source {
+        CursorKeySource::Inline(bytes) => bytes.clone(),
+        CursorKeySource::SecretArn(arn) => {
+            let out = secrets
+                .get_secret_value()
+                .secret_id(arn)
+                .send()
+                .await
+                .map_err(|e| {
+                    invalid(format!(
+                        "secret could not be read: {}",
+                        aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+                    ))
+                })?;
+            match (out.secret_string, out.secret_binary) {
+                (Some(s), _) => s.into_bytes(),
+                (None, Some(b)) => b.into_inner(),
+                (None, None) => return Err(invalid("the secret has no value".into())),
+            }
+        }
+    };
+    CursorKey::new(bytes).map_err(|e| invalid(e.to_string()))
+}
+
 impl Config {
     /// From the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -145,5 +182,92 @@ impl Config {
                 directory_ttl,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    const BASE: [(&str, &str); 3] = [
+        ("TABLE_NAME", "readings"),
+        ("SHARD_TABLE_NAME", "shards"),
+        ("CURSOR_KEY", "0123456789abcdef0123"),
+    ];
+
+    #[test]
+    fn defaults() {
+        let c = Config::from_lookup(lookup(&BASE)).expect("valid");
+        assert_eq!(c.table_name, "readings");
+        assert_eq!(c.service.limits, Limits::default());
+        assert_eq!(c.service.concurrency, 32);
+        assert_eq!(c.service.directory_ttl, Duration::from_secs(60));
+        assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
+    }
+
+    #[test]
+    fn overrides() {
+        let mut pairs = BASE.to_vec();
+        pairs.extend([
+            ("MAX_DEVICE_RANGE", "7d"),
+            ("MAX_ALL_RANGE", "30m"),
+            ("QUERY_CONCURRENCY", "8"),
+        ]);
+        let c = Config::from_lookup(lookup(&pairs)).expect("valid");
+        assert_eq!(c.service.limits.max_device_range_ms, 7 * 86_400_000);
+        assert_eq!(c.service.limits.max_all_range_ms, 30 * 60_000);
+        assert_eq!(c.service.concurrency, 8);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let check = |pairs: &[(&str, &str)], name: &str| {
+            let err = Config::from_lookup(lookup(pairs)).expect_err("invalid");
+            assert!(err.to_string().contains(name), "{err} should name {name}");
+        };
+        check(&BASE[1..], "TABLE_NAME");
+        check(&BASE[..2], "CURSOR_KEY");
+        check(&[BASE[0], BASE[1], ("CURSOR_KEY", "short")], "CURSOR_KEY");
+        check(
+            &[BASE[0], BASE[1], BASE[2], ("QUERY_CONCURRENCY", "0")],
+            "QUERY_CONCURRENCY",
+        );
+        check(
+            &[BASE[0], BASE[1], BASE[2], ("MAX_ALL_RANGE", "1 day")],
+            "MAX_ALL_RANGE",
+        );
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor";
+        let c = Config::from_lookup(lookup(&[BASE[0], BASE[1], ("CURSOR_SECRET_ARN", arn)]))
+            .expect("valid");
+        assert_eq!(c.cursor_key, CursorKeySource::SecretArn(arn.into()));
+    }
+
+    #[tokio::test]
+    async fn the_key_is_read_from_the_secret_once() {
+        use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+        let rule = mock!(aws_sdk_secretsmanager::Client::get_secret_value)
+            .match_requests(|r| r.secret_id() == Some("arn:cursor"))
+            .then_output(|| {
+                GetSecretValueOutput::builder()
+                    .secret_string("a-secret-cursor-key-of-32-bytes!")
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
+        let key = resolve_cursor_key(&CursorKeySource::SecretArn("arn:cursor".into()), &client)
+            .await
+            .expect("key");
+        assert_eq!(format!("{key:?}"), "CursorKey(<32 bytes>)");
+        assert_eq!(rule.num_calls(), 1);
     }
 }

@@ -1,8 +1,8 @@
 //! The query Lambda: builds configuration, tracing and clients, then serves.
 
 use lambda_http::{Error, run, service_fn};
-use query::config::{Config, CursorKeySource};
-use query::{CursorKey, QueryService};
+use query::QueryService;
+use query::config::{Config, resolve_cursor_key};
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
 
@@ -12,15 +12,8 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_env()?;
     let aws = aws_config::load_from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
-    let key = match &config.cursor_key {
-        CursorKeySource::Inline(bytes) => CursorKey::new(bytes.clone())?,
-        CursorKeySource::SecretArn(arn) => {
-            return Err(format!(
-                "CURSOR_SECRET_ARN ({arn}) is not supported by this build; set CURSOR_KEY"
-            )
-            .into());
-        }
-    };
+    let secrets = aws_sdk_secretsmanager::Client::new(&aws);
+    let key = resolve_cursor_key(&config.cursor_key, &secrets).await?;
     let service = QueryService::new(
         DynamoReadingSource::new(dynamodb.clone(), &config.table_name),
         DynamoShards::new(&dynamodb, &config.shard_table_name),
