@@ -4,5 +4,5 @@ mod batch_memory;
 mod batch_mock;
 mod chunking;
 mod directory_memory;
-mod moto;
+mod emulators;
 mod support;

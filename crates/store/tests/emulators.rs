@@ -1,4 +1,6 @@
-//! The DynamoDB adapters against moto on loopback (started per test by `stand-in`).
+//! The DynamoDB adapters against the stand-ins on loopback, started per test by
+//! `stand-in`: moto, and dynalite as a second, independent implementation, so that no
+//! behaviour of one emulator is taken for DynamoDB's.
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
-use stand_in::TestStack;
+use stand_in::{Backend, Dynalite, TestStack, ensure_dynalite, provision_tables, repo_root};
 use store::batch::{BatchWriter, Outcome};
 use store::directory::{FanoutChange, ShardDirectory};
 use store::dynamo::{DynamoShards, DynamoTable};
@@ -51,11 +53,67 @@ fn raises(changes: &[FanoutChange]) -> usize {
         .count()
 }
 
+struct Tables {
+    /// The running server (moto's TestStack or dynalite); dropping it stops it.
+    _server: Box<dyn std::any::Any + Send>,
+    client: Client,
+    readings: String,
+    shards: String,
+}
+
+async fn start(backend: Backend) -> Result<Tables> {
+    match backend {
+        Backend::Moto => {
+            let stack = TestStack::start().await?;
+            let client = Client::new(&stack.sdk_config().await);
+            let (readings, shards) = (
+                stack.stack.table_name.clone(),
+                stack.stack.shard_table_name.clone(),
+            );
+            Ok(Tables {
+                _server: Box::new(stack),
+                client,
+                readings,
+                shards,
+            })
+        }
+        Backend::Dynalite => {
+            let root = repo_root()?;
+            let tools = ensure_dynalite(&root)?;
+            let server = Dynalite::start(&tools)?;
+            let tables = provision_tables(
+                &server.endpoint(),
+                &root.join("template.yaml"),
+                "store-test",
+                Backend::Dynalite,
+            )
+            .await?;
+            let client = Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+            Ok(Tables {
+                readings: tables.name("ReadingsTable")?.to_owned(),
+                shards: tables.name("ShardsTable")?.to_owned(),
+                _server: Box::new(server),
+                client,
+            })
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown() -> Result<()> {
-    let stack = TestStack::start().await?;
-    let client = Client::new(&stack.sdk_config().await);
-    let shards = DynamoShards::new(&client, &stack.stack.shard_table_name);
+async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_moto() -> Result<()>
+{
+    ten_writers_race(Backend::Moto).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_dynalite()
+-> Result<()> {
+    ten_writers_race(Backend::Dynalite).await
+}
+
+async fn ten_writers_race(backend: Backend) -> Result<()> {
+    let tables = start(backend).await?;
+    let shards = DynamoShards::new(&tables.client, &tables.shards);
     assert!(
         shards
             .create_entity("hot", &ShardMeta::initial(t(0)))
@@ -101,15 +159,24 @@ async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn layout_and_batch_writes_round_trip_through_moto() -> Result<()> {
-    let stack = TestStack::start().await?;
-    let client = Client::new(&stack.sdk_config().await);
-    let shards = DynamoShards::new(&client, &stack.stack.shard_table_name);
+async fn layout_and_batch_writes_round_trip_moto() -> Result<()> {
+    round_trip(Backend::Moto).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_and_batch_writes_round_trip_dynalite() -> Result<()> {
+    round_trip(Backend::Dynalite).await
+}
+
+async fn round_trip(backend: Backend) -> Result<()> {
+    let tables = start(backend).await?;
+    let client = tables.client.clone();
+    let shards = DynamoShards::new(&client, &tables.shards);
     let directory = ShardDirectory::new(shards.clone(), directory_config());
     let layout = directory.layout(t(0)).await?;
     assert_eq!(shards.get_layout().await?, Some(layout));
 
-    let writer = BatchWriter::new(DynamoTable::new(&client, &stack.stack.table_name), config());
+    let writer = BatchWriter::new(DynamoTable::new(&client, &tables.readings), config());
     let mut input = items(60, 7);
     input.extend(items(10, 7)); // duplicates of the first ten
     let report = writer
@@ -124,11 +191,7 @@ async fn layout_and_batch_writes_round_trip_through_moto() -> Result<()> {
         "{:?}",
         report.outcomes
     );
-    let scanned = client
-        .scan()
-        .table_name(&stack.stack.table_name)
-        .send()
-        .await?;
+    let scanned = client.scan().table_name(&tables.readings).send().await?;
     assert_eq!(scanned.count(), 60);
     Ok(())
 }
