@@ -50,6 +50,7 @@ pub struct ServiceSettings {
     pub limits: Limits,
     pub concurrency: usize,
     pub directory_ttl: Duration,
+    pub max_buffered: usize,
 }
 
 impl ServiceSettings {
@@ -60,6 +61,7 @@ impl ServiceSettings {
             cursor_key,
             directory_ttl: self.directory_ttl,
             retry_after_secs: 1,
+            max_buffered: self.max_buffered,
         }
     }
 }
@@ -118,6 +120,7 @@ impl Config {
     /// | `MAX_ALL_RANGE` | `24h` | widest range for every device |
     /// | `MAX_STATS_BUCKETS` | `10000` | most buckets in one stats answer |
     /// | `QUERY_CONCURRENCY` | `32` | most Queries in flight per request |
+    /// | `MAX_BUFFERED_READINGS` | `200000` | most readings an all-devices read may sort in memory |
     /// | `SHARD_CACHE_TTL_SECS` | `60` | reuse of shard metadata; keep it <= the epoch propagation margin |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
@@ -172,6 +175,8 @@ impl Config {
         };
         let concurrency = usize::try_from(number("QUERY_CONCURRENCY", 32)?).unwrap_or(usize::MAX);
         let directory_ttl = Duration::from_secs(number("SHARD_CACHE_TTL_SECS", 60)?);
+        let max_buffered =
+            usize::try_from(number("MAX_BUFFERED_READINGS", 200_000)?).unwrap_or(usize::MAX);
         Ok(Self {
             table_name,
             shard_table_name,
@@ -180,6 +185,7 @@ impl Config {
                 limits,
                 concurrency,
                 directory_ttl,
+                max_buffered,
             },
         })
     }

@@ -59,6 +59,18 @@ pub struct ReadOutcome {
     pub pages: u64,
 }
 
+/// Why a merged read stopped without an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The buckets to sort in memory hold more than the request may buffer.
+    #[error(
+        "the buckets this range touches hold more than {limit} readings to sort; read a shorter range"
+    )]
+    TooMuchToSort { limit: usize },
+}
+
 /// Read options shared by every stream of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadOptions {
@@ -66,6 +78,10 @@ pub struct ReadOptions {
     pub consistent: bool,
     /// Most Query calls in flight at once.
     pub concurrency: usize,
+    /// Most items held in memory at once (whole buckets of the all-devices plan are
+    /// buffered to be sorted); beyond it the read is refused rather than risk the
+    /// function's memory.
+    pub max_buffered: usize,
 }
 
 /// The merge key of a stored reading.
@@ -146,7 +162,7 @@ pub async fn read_merged<S: ReadingSource>(
     opts: ReadOptions,
     limit: usize,
     after: Option<&ReadingKey>,
-) -> Result<ReadOutcome, StoreError> {
+) -> Result<ReadOutcome, ExecError> {
     let desc = opts.descending;
     let mut streams: Vec<Stream> = specs
         .into_iter()
@@ -260,6 +276,12 @@ pub async fn read_merged<S: ReadingSource>(
                 s.bound = bound_of(k);
             }
         }
+        let buffered: usize = streams.iter().map(|s| s.buffer.len()).sum();
+        if buffered > opts.max_buffered {
+            return Err(ExecError::TooMuchToSort {
+                limit: opts.max_buffered,
+            });
+        }
     }
     Ok(ReadOutcome {
         items: out,
@@ -359,6 +381,7 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         descending: false,
         consistent,
         concurrency,
+        max_buffered: usize::MAX,
     };
     let mut outcome = ScanOutcome::default();
     // One lazily paged stream per key range, `concurrency` of them polled at once.

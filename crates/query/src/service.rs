@@ -19,7 +19,7 @@ use store::read::{PageKey, ReadingSource};
 use crate::cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
 use crate::directory::ReadDirectory;
 use crate::error::{ApiError, codes};
-use crate::exec::{ReadOptions, StreamSpec, key_of, read_merged, scan_all};
+use crate::exec::{ExecError, ReadOptions, StreamSpec, key_of, read_merged, scan_all};
 use crate::model::{ReadingOut, ReadingsPage, StatsBucket, StatsResponse, format_ts};
 use crate::params::{Endpoint, Limits, Range, ReadParams, parse_request};
 
@@ -34,9 +34,13 @@ pub struct ServiceConfig {
     pub directory_ttl: Duration,
     /// `Retry-After` seconds sent with a 503.
     pub retry_after_secs: u32,
+    /// Most readings one request may hold in memory to sort (all-devices reads).
+    pub max_buffered: usize,
 }
 
 impl ServiceConfig {
+    /// Defaults: the limits of [`Limits::default`], 32 Queries in flight, 60 s
+    /// directory cache, 200,000 readings buffered at most.
     pub fn new(cursor_key: CursorKey) -> Self {
         Self {
             limits: Limits::default(),
@@ -44,6 +48,7 @@ impl ServiceConfig {
             cursor_key,
             directory_ttl: Duration::from_secs(60),
             retry_after_secs: 1,
+            max_buffered: 200_000,
         }
     }
 }
@@ -213,6 +218,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             descending: read.descending,
             consistent: read.consistent,
             concurrency: self.config.concurrency,
+            max_buffered: self.config.max_buffered,
         };
         let outcome = read_merged(
             &self.source,
@@ -222,7 +228,12 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             after.as_ref(),
         )
         .await
-        .map_err(store_error)?;
+        .map_err(|e| match e {
+            ExecError::Store(e) => store_error(e),
+            e @ ExecError::TooMuchToSort { .. } => {
+                ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string())
+            }
+        })?;
         let next_cursor = match (outcome.more, outcome.items.last()) {
             (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
             _ => None,

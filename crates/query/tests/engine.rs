@@ -169,3 +169,45 @@ async fn all_devices_reads_whole_buckets_it_reaches() {
     assert_eq!(stats.calls, 2);
     assert_eq!(stats.items_read, 200);
 }
+
+#[tokio::test]
+async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
+    let table = FakeTable::new(Some(50));
+    let shards = FakeShards {
+        layout: Some(table_history(vec![(0, hourly(1))])),
+        ..FakeShards::default()
+    };
+    load(&table, &shards, &readings("dev-1", 500, 1_000));
+    let mut config = query::ServiceConfig::new(crate::common::key());
+    config.max_buffered = 300;
+    let svc = query::QueryService::new(&table, Arc::new(shards), config);
+    let resp = svc
+        .handle_parts(
+            "GET",
+            "/readings",
+            Some(&format!("from={BASE_MS}&to={}", BASE_MS + 3_600_000)),
+        )
+        .await;
+    assert_eq!(resp.status(), 400, "{}", resp.body());
+    assert!(resp.body().contains("range_too_large"), "{}", resp.body());
+}
+
+#[tokio::test]
+async fn all_devices_under_a_per_device_layout_is_a_400() {
+    let table = FakeTable::new(None);
+    let shards = FakeShards {
+        layout: Some(table_history(vec![(0, Layout::random(nz(4)))])),
+        ..FakeShards::default()
+    };
+    let svc = service(&table, Arc::new(shards));
+    let resp = svc
+        .handle_parts(
+            "GET",
+            "/readings",
+            Some(&format!("from={BASE_MS}&to={}", BASE_MS + 3_600_000)),
+        )
+        .await;
+    assert_eq!(resp.status(), 400, "{}", resp.body());
+    assert!(resp.body().contains("not_supported"), "{}", resp.body());
+    assert_eq!(table.calls(), 0);
+}
