@@ -142,15 +142,24 @@ impl Template {
                 }
                 let mut out = Mapping::new();
                 for (k, v) in map {
-                    out.insert(k.clone(), self.resolve(v, b)?);
+                    let resolved = self.resolve(v, b)?;
+                    // `!Ref AWS::NoValue` (usually from an `!If` branch) removes the property.
+                    if !is_no_value(&resolved) {
+                        out.insert(k.clone(), resolved);
+                    }
                 }
                 Ok(Value::Mapping(out))
             }
-            Value::Sequence(items) => items
-                .iter()
-                .map(|v| self.resolve(v, b))
-                .collect::<Result<Vec<_>>>()
-                .map(Value::Sequence),
+            Value::Sequence(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for v in items {
+                    let resolved = self.resolve(v, b)?;
+                    if !is_no_value(&resolved) {
+                        out.push(resolved);
+                    }
+                }
+                Ok(Value::Sequence(out))
+            }
             other => Ok(other.clone()),
         }
     }
@@ -159,6 +168,9 @@ impl Template {
         match function {
             "Ref" => {
                 let name = arg.as_str().context("!Ref takes a name")?;
+                if name == NO_VALUE {
+                    return Ok(no_value());
+                }
                 self.reference(name, b).map(Value::String)
             }
             "Condition" => {
@@ -350,6 +362,21 @@ impl Template {
     }
 }
 
+const NO_VALUE: &str = "AWS::NoValue";
+
+/// The marker `!Ref AWS::NoValue` resolves to; the enclosing mapping or list drops it,
+/// and as a scalar it is no string, so any other use of it is an error.
+fn no_value() -> Value {
+    Value::Tagged(Box::new(serde_yaml::value::TaggedValue {
+        tag: serde_yaml::value::Tag::new(NO_VALUE),
+        value: Value::Null,
+    }))
+}
+
+fn is_no_value(value: &Value) -> bool {
+    matches!(value, Value::Tagged(t) if t.tag == NO_VALUE)
+}
+
 /// A scalar YAML value as CloudFormation would stringify it.
 pub fn scalar_string(value: &Value) -> Option<String> {
     match value {
@@ -383,6 +410,8 @@ Resources:
       Pick: !If [IsDev, dev-value, !Join ["-", [a, !Ref Env, 3]]]
       Third: !Select [1, [x, y, z]]
       Both: !If [Both, yes, no]
+      Gone: !If [IsDev, 1, !Ref AWS::NoValue]
+      List: [a, !If [IsDev, b, !Ref AWS::NoValue], c]
   DevOnly:
     Type: AWS::SQS::Queue
     Condition: IsDev
@@ -421,6 +450,23 @@ Resources:
         assert_eq!(resolved("Pick"), Value::String("a-prod-3".into()));
         assert_eq!(resolved("Third"), Value::String("y".into()));
         assert_eq!(resolved("Both"), Value::String("yes".into()));
+    }
+
+    #[test]
+    fn no_value_removes_the_property_or_list_item() {
+        let t = Template::parse(TEXT).unwrap();
+        let q = t.resource("Q").unwrap();
+        let props = t
+            .resolve(&Value::Mapping(q.properties.clone()), &bindings())
+            .unwrap();
+        assert!(props.get("Gone").is_none());
+        assert!(props.get("VisibilityTimeout").is_some());
+        assert_eq!(
+            resolved("List"),
+            serde_yaml::from_str::<Value>("[a, c]").unwrap()
+        );
+        let v: Value = serde_yaml::from_str("!Sub '${AWS::NoValue}'").unwrap();
+        assert!(t.resolve(&v, &bindings()).is_err());
     }
 
     #[test]
