@@ -1,6 +1,8 @@
-//! `shardline`: the Shardline command line. Each subcommand lives in its own module.
+//! `shardline`: the Shardline command line. Each subcommand lives in its own module
+//! (`plan` here, the others in the library so the demo and tests share them).
 
 use clap::{Parser, Subcommand};
+use shardline::{audit, heatmap, publish, run_local};
 
 mod plan;
 
@@ -16,11 +18,43 @@ struct Cli {
 enum Command {
     /// Size the table-level shard count N and a hot entity's fan-out k from write rates.
     Plan(plan::PlanArgs),
+    /// Simulate devices: send readings (and malformed messages) to the SQS queue.
+    Publish(publish::PublishArgs),
+    /// Run the queue's event source mapping and the query API locally, in process.
+    RunLocal(run_local::RunLocalArgs),
+    /// Audit partition keys of a write sample or a table: cardinality, shares, peaks.
+    Audit(audit::AuditArgs),
+    /// Draw per-key WCU over time from a capacity-proxy heat CSV as a PNG.
+    Heatmap(heatmap::HeatmapArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Plan(args) => plan::run(&args),
+        Command::Heatmap(args) => heatmap::run(&args),
+        Command::Publish(args) => runtime()?.block_on(publish::run(&args)),
+        Command::RunLocal(args) => {
+            init_tracing();
+            runtime()?.block_on(run_local::run(&args))
+        }
+        Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Logs to stderr, `RUST_LOG` filtered (default: warnings), so stdout carries only
+/// the address line and the summary.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

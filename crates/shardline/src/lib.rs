@@ -1,0 +1,14 @@
+//! The Shardline command line as a library, so `cargo xtask demo` and tests drive the
+//! same code the `shardline` binary runs.
+//!
+//! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
+//! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
+//! - [`audit`]: partition-key audit of a key sample or a table scan;
+//! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
+//! - [`env`]: the `.local/stack.env` file and SDK configuration shared by all of them.
+
+pub mod audit;
+pub mod env;
+pub mod heatmap;
+pub mod publish;
+pub mod run_local;
