@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use stand_in::pids::{self, StopOutcome};
-use stand_in::{Moto, Stack, ensure_dynalite, ensure_venv, provision, read_env_file};
+use stand_in::{Moto, Service, Stack, ensure_dynalite, ensure_venv, provision, read_env_file};
 
 /// Name of moto's pid file in `.local/pids`.
 pub const MOTO: &str = "moto";
@@ -21,6 +21,8 @@ pub enum LocalCommand {
         /// Prefix of the local resource names (`{prefix}-{LogicalId}`).
         #[arg(long, default_value = DEFAULT_PREFIX)]
         prefix: String,
+        #[command(flatten)]
+        capacity: CapacityArgs,
     },
     /// Stop every process recorded in .local/pids.
     Down,
@@ -32,8 +34,12 @@ pub enum LocalCommand {
 
 pub fn run(root: &Path, command: LocalCommand) -> Result<()> {
     match command {
-        LocalCommand::Up { prefix } => {
+        LocalCommand::Up { prefix, capacity } => {
             let stack = up(root, &prefix)?;
+            if capacity.capacity {
+                let proxy = start_capacity_proxy(root, &stack.endpoint, &capacity)?;
+                point_env_at_proxy(&env_path(root), &proxy)?;
+            }
             print_env(&env_path(root))?;
             eprintln!(
                 "stand-in up at {} (stop it with `cargo xtask local down`)",
@@ -51,6 +57,80 @@ pub fn run(root: &Path, command: LocalCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Name of the capacity proxy's pid file in `.local/pids`.
+pub const CAPACITY_PROXY: &str = "capacity-proxy";
+
+/// `local up --capacity`: put the hot-partition emulator in front of moto.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapacityArgs {
+    /// Start capacity-proxy in front of moto; AWS_ENDPOINT_URL then points at the proxy
+    /// and MOTO_URL at moto itself.
+    #[arg(long)]
+    pub capacity: bool,
+    /// Write capacity units per second per partition-key value.
+    #[arg(long, default_value_t = 1000.0, requires = "capacity")]
+    pub key_wcu: f64,
+    /// Per-(second, PK) heat CSV for `shardline heatmap`.
+    #[arg(long, requires = "capacity")]
+    pub heat_csv: Option<PathBuf>,
+    /// Further capacity-proxy flags, e.g. `--proxy-arg=--latency-ms=10`.
+    #[arg(long = "proxy-arg", requires = "capacity", allow_hyphen_values = true)]
+    pub proxy_args: Vec<String>,
+}
+
+/// Builds and starts capacity-proxy (detached, recorded in `.local/pids`) in front of
+/// `upstream`; returns its endpoint.
+pub fn start_capacity_proxy(root: &Path, upstream: &str, args: &CapacityArgs) -> Result<String> {
+    if let Some(running) = pids::recorded(root)?
+        .into_iter()
+        .find(|r| r.name == CAPACITY_PROXY && r.is_alive())
+    {
+        // Its flags may differ from the ones asked for now: restart rather than guess.
+        running.stop(Duration::from_secs(10))?;
+    }
+    let program = crate::steps::build_binary(root, "capacity-proxy", "capacity-proxy")?;
+    let upstream = upstream.to_owned();
+    let key_wcu = args.key_wcu.to_string();
+    let heat_csv = args.heat_csv.clone();
+    let extra = args.proxy_args.clone();
+    let service = Service::start(root, "capacity-proxy", &program, move |port| {
+        let mut argv = vec![
+            "--listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--upstream".to_owned(),
+            upstream.clone(),
+            "--key-wcu".to_owned(),
+            key_wcu.clone(),
+        ];
+        if let Some(path) = &heat_csv {
+            argv.push("--heat-csv".to_owned());
+            argv.push(path.display().to_string());
+        }
+        argv.extend(extra.iter().cloned());
+        argv
+    })?;
+    let record = service.detach(CAPACITY_PROXY)?;
+    record
+        .endpoint
+        .context("capacity-proxy record without endpoint")
+}
+
+/// Rewrites AWS_ENDPOINT_URL in the env file to the proxy, keeping every other line.
+fn point_env_at_proxy(path: &Path, proxy: &str) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with("AWS_ENDPOINT_URL=") {
+            out.push_str(&format!("AWS_ENDPOINT_URL={proxy}\n"));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `.local/stack.env`.

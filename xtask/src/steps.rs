@@ -26,3 +26,22 @@ pub fn run_step(step: &str, dir: &Path, program: &str, args: &[&str]) -> Result<
 pub fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
+
+/// Builds `package`'s binary `bin` (debug profile, the one `cargo xtask test` already
+/// built) and returns its path in the workspace's target directory.
+pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<std::path::PathBuf> {
+    run_step(
+        &format!("build {bin}"),
+        root,
+        &cargo(),
+        &["build", "--quiet", "--package", package, "--bin", bin],
+    )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let path = target.join("debug").join(bin);
+    if !path.is_file() {
+        bail!("{} was not built", path.display());
+    }
+    Ok(path)
+}

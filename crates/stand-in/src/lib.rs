@@ -23,5 +23,5 @@ pub use provision::{
     provision_tables, read_env_file, sdk_config, write_env_file,
 };
 pub use root::{repo_root, repo_root_from};
-pub use server::{Dynalite, Moto, free_loopback_port};
+pub use server::{Dynalite, Moto, Service, free_loopback_port};
 pub use test_stack::TestStack;

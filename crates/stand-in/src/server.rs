@@ -319,3 +319,47 @@ mod tests {
         assert!(msg.contains("exited"), "{msg}");
     }
 }
+
+/// Any other local server of the project (capacity-proxy, `shardline run-local`'s query
+/// port) started on a free loopback port, with the same readiness wait, log file and
+/// pid-file handling as moto. Stopped when dropped; [`Service::detach`] keeps it running.
+#[derive(Debug)]
+pub struct Service {
+    root: PathBuf,
+    server: ServerProcess,
+}
+
+impl Service {
+    /// Starts `program args(port)` in `root` and waits until it answers HTTP on the port.
+    pub fn start(
+        root: &Path,
+        kind: &'static str,
+        program: &Path,
+        args: impl Fn(u16) -> Vec<String>,
+    ) -> Result<Self> {
+        let server = ServerProcess::start(root, kind, program, args)?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            server,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        self.server.endpoint()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.server.log
+    }
+
+    /// Keeps the server running and records it in `.local/pids/<name>.pid`.
+    pub fn detach(self, name: &str) -> Result<PidRecord> {
+        let Self { root, server } = self;
+        server.detach(&root, name)
+    }
+}
