@@ -50,7 +50,8 @@ pub struct Write {
 pub struct AuditConfig {
     /// Partition write limit, WCU/s.
     pub partition_wcu: f64,
-    /// Partition storage, bytes.
+    /// Most bytes one key may grow to (one partition, ~10 GB; also the item-collection
+    /// limit of a table with a local secondary index); 0 turns the size check off.
     pub partition_bytes: f64,
     /// How long items are kept, days (a key without a time bucket grows this long).
     pub retention_days: f64,
@@ -295,7 +296,7 @@ pub fn audit(writes: impl IntoIterator<Item = Write>, config: &AuditConfig) -> A
                     config.partition_wcu
                 ));
             }
-            if projected > config.partition_bytes {
+            if config.partition_bytes > 0.0 && projected > config.partition_bytes {
                 flags.push(format!(
                     "projected {} over its {:.1}-day life > {} per partition",
                     human_bytes(projected),
@@ -439,9 +440,16 @@ impl AuditReport {
         }
         if self.flagged.is_empty() {
             s.push_str(&format!(
-                "PASS: no key passes {:.0} WCU/s or {} per partition",
+                "PASS: no key passes {:.0} WCU/s{}",
                 self.config.partition_wcu,
-                human_bytes(self.config.partition_bytes)
+                if self.config.partition_bytes > 0.0 {
+                    format!(
+                        " or grows past {}",
+                        human_bytes(self.config.partition_bytes)
+                    )
+                } else {
+                    String::new()
+                }
             ));
         } else {
             let lines: Vec<String> = self
@@ -619,6 +627,9 @@ pub struct AuditArgs {
     /// Multiply the sample's rates by this (projected growth).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
+    /// Flag keys projected to hold more than this many GiB over their life (0: off).
+    #[arg(long, default_value_t = 10.0)]
+    pub max_key_gb: f64,
     /// Keys and patterns to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -631,6 +642,9 @@ pub struct AuditArgs {
 pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
     if !(args.partition_wcu > 0.0 && args.scale > 0.0 && args.retention_days > 0.0) {
         bail!("--partition-wcu, --scale and --retention-days must be positive");
+    }
+    if !(args.max_key_gb >= 0.0 && args.max_key_gb.is_finite()) {
+        bail!("--max-key-gb must be a non-negative number");
     }
     let writes = match (&args.sample, &args.table) {
         (Some(path), _) if path.as_os_str() == "-" => {
@@ -660,7 +674,7 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
     };
     let config = AuditConfig {
         partition_wcu: args.partition_wcu,
-        partition_bytes: PARTITION_BYTES,
+        partition_bytes: args.max_key_gb * 1024.0 * 1024.0 * 1024.0,
         retention_days: args.retention_days,
         scale: args.scale,
         top: args.top,

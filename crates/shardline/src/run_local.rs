@@ -46,14 +46,14 @@ use tokio::time::Instant;
 use crate::env::EnvLookup;
 use crate::publish::wall_clock;
 
-/// `BatchSize` of the event source mapping when the template does not set one.
-pub const DEFAULT_BATCH_SIZE: usize = 10;
+/// template.yaml `IngestBatchSize` default (the mapping's `BatchSize`).
+pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// template.yaml `BatchingWindow` default, seconds.
 pub const DEFAULT_BATCHING_WINDOW_SECS: f64 = 5.0;
 /// template.yaml `IngestTimeout` default, seconds.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: f64 = 30.0;
-/// The smallest `MaximumConcurrency` an SQS event source mapping accepts.
-pub const DEFAULT_MAX_CONCURRENCY: usize = 2;
+/// template.yaml `IngestMaxConcurrency` default (`ScalingConfig.MaximumConcurrency`).
+pub const DEFAULT_MAX_CONCURRENCY: usize = 20;
 /// Most messages one `ReceiveMessage` returns.
 const MAX_RECEIVE: usize = 10;
 /// Most entries of one `DeleteMessageBatch`.

@@ -1,0 +1,247 @@
+//! `audit`: the seed-004 finding (a single-key log table flagged, a day-bucketed one
+//! passing at the same rate), per-second peaks, and the input forms.
+
+use std::process::Command;
+
+use sharding::time::Timestamp;
+use shardline::audit::{AuditConfig, TimeBucket, Write, audit, key_pattern, parse_line};
+
+const T0: &str = "2026-06-22T10:00:00Z";
+
+fn t0() -> i64 {
+    Timestamp::parse(T0).expect("valid").as_millis()
+}
+
+/// `rate` writes per second of 500-byte items for `secs` seconds to `key(i)`.
+fn writes(rate: u32, secs: u32, key: impl Fn(u32) -> String) -> Vec<Write> {
+    (0..rate * secs)
+        .map(|i| Write {
+            pk: key(i),
+            ts_ms: Some(t0() + i64::from(i) * 1000 / i64::from(rate)),
+            bytes: 500,
+        })
+        .collect()
+}
+
+/// `expected`: the flagged keys, each with a fragment of its reason.
+fn check(sample: Vec<Write>, expected: &[(&str, &str)]) {
+    let report = audit(sample, &AuditConfig::default());
+    let flagged: Vec<(String, String)> = report
+        .flagged
+        .iter()
+        .map(|k| (k.pk.clone(), k.flags.join("; ")))
+        .collect();
+    assert_eq!(flagged.len(), expected.len(), "{flagged:?}");
+    for ((pk, why), (want_pk, want_why)) in flagged.iter().zip(expected) {
+        assert_eq!(pk, want_pk);
+        assert!(why.contains(want_why), "{pk}: {why}");
+    }
+    let text = report.text();
+    if expected.is_empty() {
+        assert!(text.contains("PASS"), "{text}");
+        assert!(!text.contains("FLAG"), "{text}");
+    } else {
+        for (pk, _) in expected {
+            assert!(text.contains(&format!("FLAG {pk}:")), "{text}");
+        }
+    }
+}
+
+#[test]
+fn single_key_log_table_is_flagged_day_bucketed_passes_at_the_same_rate() {
+    // An hour of an ops log at 10 writes/s of 500 bytes, well under 1,000 WCU/s.
+    // OPS_LOG keeps every write of the 30-day retention: ~12 GB in one key.
+    check(
+        writes(10, 3600, |_| "OPS_LOG".into()),
+        &[("OPS_LOG", "over its 30.0-day life > 10.0 GB")],
+    );
+    // OPS_LOG#2026-06-22 receives one day of them: ~0.4 GB.
+    let day = writes(10, 3600, |_| "OPS_LOG#2026-06-22".into());
+    let report = audit(day.clone(), &AuditConfig::default());
+    assert_eq!(report.top[0].bucket, Some(TimeBucket::Day));
+    assert!(report.top[0].projected_bytes < 0.5e9, "{:?}", report.top[0]);
+    assert_eq!(report.top[0].peak_wcu_per_sec, Some(10.0));
+    check(day, &[]);
+}
+
+#[test]
+fn a_key_over_the_partition_limit_is_flagged_by_its_peak() {
+    check(
+        writes(1500, 3, |_| "OPS_LOG".into()),
+        &[("OPS_LOG", "peak 1500 WCU/s")],
+    );
+    // The same load over four random-suffix keys: 375 WCU/s each, under the limit;
+    // only their growth (no time bucket: 375 writes/s for 30 days) is flagged.
+    let spread = audit(
+        writes(1500, 3, |i| format!("OPS_LOG#{}", i % 4)),
+        &AuditConfig::default(),
+    );
+    assert_eq!(spread.flagged.len(), 4);
+    for key in &spread.flagged {
+        assert_eq!(key.peak_wcu_per_sec, Some(375.0));
+        assert_eq!(key.flags.len(), 1, "{:?}", key.flags);
+        assert!(key.flags[0].starts_with("projected"), "{:?}", key.flags);
+    }
+    // With the size check off, they pass.
+    let no_size = AuditConfig {
+        partition_bytes: 0.0,
+        ..AuditConfig::default()
+    };
+    assert!(
+        audit(writes(1500, 3, |i| format!("OPS_LOG#{}", i % 4)), &no_size)
+            .flagged
+            .is_empty()
+    );
+    // A day bucket does not lower the per-second peak.
+    check(
+        writes(1500, 3, |_| "OPS_LOG#2026-06-22".into()),
+        &[("OPS_LOG#2026-06-22", "peak 1500 WCU/s")],
+    );
+}
+
+#[test]
+fn item_size_sets_the_wcu_and_scale_projects_growth() {
+    // 600 writes/s of 1.5 KB items cost 2 WCU each: 1,200 WCU/s.
+    let big: Vec<Write> = writes(600, 2, |_| "k".into())
+        .into_iter()
+        .map(|w| Write { bytes: 1536, ..w })
+        .collect();
+    check(big, &[("k", "peak 1200 WCU/s")]);
+    // 200 writes/s on each of two hourly keys pass today, and fail at 6x.
+    let sample = writes(400, 2, |i| format!("dev-{}#2026-06-22T10", i % 2));
+    assert!(
+        audit(sample.clone(), &AuditConfig::default())
+            .flagged
+            .is_empty()
+    );
+    let at = |scale: f64| {
+        audit(
+            sample.clone(),
+            &AuditConfig {
+                scale,
+                ..AuditConfig::default()
+            },
+        )
+    };
+    assert!(at(3.0).flagged.is_empty(), "200 x 3 = 600 per key");
+    let grown = at(6.0);
+    assert_eq!(grown.flagged.len(), 2);
+    assert!(grown.flagged[0].flags[0].starts_with("peak 1200 WCU/s"));
+}
+
+#[test]
+fn cardinality_shares_and_patterns() {
+    let mut sample = writes(30, 10, |i| format!("s{:02}#2026-06-22T10", i % 3));
+    sample.extend(writes(10, 10, |_| "OPS_LOG".into()));
+    let report = audit(sample, &AuditConfig::default());
+    assert_eq!(report.writes, 400);
+    assert_eq!(report.cardinality, 4);
+    assert_eq!(report.top[0].writes, 100);
+    assert!((report.top[0].share - 0.25).abs() < 1e-9);
+    assert_eq!(report.patterns[0].pattern, "sN#{hour}");
+    assert_eq!(report.patterns[0].cardinality, 3);
+    assert_eq!(report.patterns[1].pattern, "OPS_LOG");
+    assert_eq!(report.patterns[1].cardinality, 1);
+    assert_eq!(report.table_peak_wcu_per_sec, Some(40.0));
+}
+
+#[test]
+fn key_patterns_and_buckets() {
+    let check = |pk: &str, pattern: &str, bucket: Option<TimeBucket>| {
+        assert_eq!(key_pattern(pk), pattern, "{pk}");
+        assert_eq!(TimeBucket::of_key(pk), bucket, "{pk}");
+    };
+    check("OPS_LOG", "OPS_LOG", None);
+    check("OPS_LOG#2026-06-22", "OPS_LOG#{day}", Some(TimeBucket::Day));
+    check(
+        "THREAT#brand-abc-123#2026-06",
+        "THREAT#brand-abc-N#{month}",
+        Some(TimeBucket::Month),
+    );
+    check("s07#2026-06-22T13", "sN#{hour}", Some(TimeBucket::Hour));
+    check(
+        "dev-1#2026-06-22T13:05",
+        "dev-N#{minute}",
+        Some(TimeBucket::Minute),
+    );
+    check("sensor-alpha-001", "sensor-alpha-N", None);
+}
+
+#[test]
+fn sample_lines() {
+    let check = |line: &str, expected: Result<(&str, Option<i64>, usize), &str>| match (
+        parse_line(line, 500),
+        expected,
+    ) {
+        (Ok(w), Ok((pk, ts, bytes))) => {
+            assert_eq!((w.pk.as_str(), w.ts_ms, w.bytes), (pk, ts, bytes), "{line}")
+        }
+        (Err(e), Err(fragment)) => assert!(e.contains(fragment), "{line}: {e}"),
+        (got, want) => panic!("{line}: got {got:?}, want {want:?}"),
+    };
+    check(
+        r#"{"pk":"OPS_LOG","ts":"2026-06-22T10:00:00Z"}"#,
+        Ok(("OPS_LOG", Some(t0()), 500)),
+    );
+    check(r#"{"PK":"a","ts_ms":1000}"#, Ok(("a", Some(1000), 500)));
+    check(
+        r#"{"pk":"a","ts":1000,"bytes":2048}"#,
+        Ok(("a", Some(1000), 2048)),
+    );
+    check(
+        r#"{"PK":{"S":"a"},"ts_ms":{"N":"1000"},"size":{"N":"700"}}"#,
+        Ok(("a", Some(1000), 700)),
+    );
+    check(r#"{"pk":"a"}"#, Ok(("a", None, 500)));
+    // A full item: names plus values, DynamoDB's way.
+    check(
+        r#"{"pk":"a","ts":"x","note":"hello"}"#,
+        Ok(("a", None, 2 + 1 + 2 + 1 + 4 + 5)),
+    );
+    check(r#"{"ts":1}"#, Err("no \"pk\""));
+    check("[1]", Err("not a JSON object"));
+    check("{", Err("not JSON"));
+}
+
+#[test]
+fn the_binary_prints_flag_lines_and_exits_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sample.jsonl");
+    let lines: Vec<String> = writes(1200, 2, |_| "OPS_LOG".into())
+        .iter()
+        .map(|w| {
+            format!(
+                r#"{{"pk":"{}","ts":{}}}"#,
+                w.pk,
+                w.ts_ms.expect("timestamped")
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).expect("write sample");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+        .args(["audit", "--sample"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("FLAG OPS_LOG: peak 1200 WCU/s")),
+        "{text}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+        .args(["audit", "--json", "--sample"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["cardinality"], 1);
+    assert_eq!(json["flagged"][0]["pk"], "OPS_LOG");
+    assert_eq!(json["flagged"][0]["peak_wcu_per_sec"], 1200.0);
+}

@@ -1,0 +1,8 @@
+//! Tests of the `shardline` crate, one binary (modules per subcommand).
+
+mod audit;
+mod end_to_end;
+mod generate;
+mod heatmap;
+mod plan;
+mod template_defaults;
