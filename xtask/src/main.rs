@@ -3,6 +3,7 @@
 //! Each command lives in its own module; later issues add `bench`, `soak` and `fuzz`
 //! next to these, and `demo` grows with the project.
 
+mod bench;
 mod demo;
 mod local;
 mod steps;
@@ -29,6 +30,8 @@ enum Command {
     Test(test::TestArgs),
     /// The guided demo: stack up, the shard plan for the reference scenario, stack down.
     Demo(demo::DemoArgs),
+    /// The benchmarks of issue 8: prints a table and regenerates bench/REPORT.md.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -38,5 +41,6 @@ fn main() -> Result<()> {
         Command::Local { command } => local::run(&root, command),
         Command::Test(args) => test::run(&root, &args),
         Command::Demo(args) => demo::run(&root, &args),
+        Command::Bench(args) => bench::run(&root, &args),
     }
 }

@@ -1,0 +1,153 @@
+//! What the benchmarks share: the generated readings, ingest wiring, small statistics.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use ingest::{Config, Ingest, MemoryDeadLetters};
+use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::key::{ReadingRef, write_key};
+use sharding::layout::Layout;
+use sharding::time::{Bucket, Timestamp};
+use store::ReadingItem;
+use store::dynamo::DynamoTable;
+use store::memory::MemoryShards;
+
+/// 2026-06-22T00:00:00Z, the reference day of the seeds.
+pub const T0_MS: i64 = 1_782_086_400_000;
+
+/// The service under test: the real handler and batch writer over the DynamoDB adapter,
+/// shard metadata and dead letters held in memory (the sink answers only writes).
+pub type Service = Ingest<DynamoTable, MemoryShards, MemoryDeadLetters>;
+
+/// A timestamp `ms` after [`T0_MS`].
+pub fn ts(ms: i64) -> Result<Timestamp> {
+    Ok(Timestamp::from_millis(T0_MS + ms)?)
+}
+
+/// One generated reading: its JSON body fields.
+#[derive(Debug, Clone)]
+pub struct Gen {
+    pub device: String,
+    pub event: String,
+    pub ts_ms: i64,
+    pub temperature: f64,
+}
+
+impl Gen {
+    /// The reading as a JSON object, as a device sends it.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "device_id": self.device,
+            "event_id": self.event,
+            "ts": self.ts_ms,
+            "metrics": {"temperature": self.temperature, "humidity": 41.5},
+        })
+    }
+
+    /// The reading as the store models it.
+    pub fn reading(&self) -> Result<store::Reading> {
+        Ok(store::Reading {
+            device_id: self.device.clone(),
+            event_id: self.event.clone(),
+            ts: Timestamp::from_millis(self.ts_ms)?,
+            metrics: BTreeMap::from([
+                ("temperature".to_owned(), self.temperature),
+                ("humidity".to_owned(), 41.5),
+            ]),
+            tags: BTreeMap::new(),
+        })
+    }
+}
+
+/// Item 1's readings: `n` readings of 5,000 devices spread evenly over one day.
+pub fn day_of_readings(n: usize) -> Vec<Gen> {
+    let step = 86_400_000 / n.max(1) as i64;
+    (0..n)
+        .map(|i| Gen {
+            device: format!("dev-{:05}", i % 5_000),
+            event: format!("evt-{i:08}"),
+            ts_ms: T0_MS + i as i64 * step,
+            temperature: 15.0 + (i % 200) as f64 / 10.0,
+        })
+        .collect()
+}
+
+/// The stored item of `g` under `table` (no fan-out): what every writer of item 1 puts.
+pub fn keyed_item(g: &Gen, table: &TableHistory, retention: Duration) -> Result<ReadingItem> {
+    let reading = g.reading()?;
+    let key = write_key(
+        &ReadingRef {
+            entity: &reading.device_id,
+            event_id: &reading.event_id,
+            ts: reading.ts,
+            attribute: None,
+        },
+        table,
+        &FanoutHistory::new(),
+    )?;
+    Ok(ReadingItem::new(&reading, key, retention))
+}
+
+/// Hour buckets over `n` shards.
+pub fn hourly(n: u32) -> Layout {
+    Layout::time_bucket(Bucket::Hour, NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
+}
+
+/// An ingest configuration over the defaults, with `extra` variables on top.
+pub fn ingest_config(extra: &[(&str, &str)]) -> Result<Config> {
+    let mut vars: HashMap<String, String> = [
+        ("TABLE_NAME", "readings"),
+        ("SHARD_TABLE_NAME", "shards"),
+        ("DLQ_URL", "http://127.0.0.1:9/dlq"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in extra {
+        vars.insert((*k).to_owned(), (*v).to_owned());
+    }
+    Config::from_lookup(|name| vars.get(name).cloned()).context("ingest configuration")
+}
+
+/// The ingest service writing through the SDK to `endpoint`.
+pub async fn service(endpoint: &str, config: Config) -> Service {
+    let sdk = stand_in::sdk_config(endpoint).await;
+    let client = aws_sdk_dynamodb::Client::new(&sdk);
+    let table = DynamoTable::new(&client, &config.table_name);
+    Ingest::new(config, table, MemoryShards::new(), MemoryDeadLetters::new())
+}
+
+/// An SQS event holding one message per body, as Lambda delivers it.
+pub fn event(bodies: impl IntoIterator<Item = (String, String)>) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = bodies
+        .into_iter()
+        .map(|(id, body)| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some(id);
+            m.body = Some(body);
+            m.event_source = Some("aws:sqs".to_owned());
+            m.aws_region = Some("us-east-1".to_owned());
+            m
+        })
+        .collect();
+    event
+}
+
+/// The `p` quantile (0..=1) of sorted `xs` by nearest rank.
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Median of `xs` (sorted in place).
+pub fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    quantile(xs, 0.5)
+}

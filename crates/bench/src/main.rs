@@ -1,0 +1,191 @@
+//! `shardline-bench`: the measurements of issue 8, run by `cargo xtask bench`.
+//!
+//! Runs items 1-4 and 6, reads item 5's criterion estimate, prints one table and writes
+//! the Markdown report. Figures only: nothing here asserts a goal.
+
+mod common;
+mod hot;
+mod lambda;
+mod query;
+mod report;
+mod spread;
+mod throughput;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use crate::report::{Results, at_most};
+
+#[derive(Debug, Parser)]
+#[command(name = "shardline-bench", about = "Shardline benchmarks (issue 8)")]
+struct Args {
+    /// Reduced sizes and durations.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the Markdown report.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// The command line to name in the report.
+    #[arg(long, default_value = "cargo xtask bench")]
+    command: String,
+    /// Directory holding the release binaries `ingest` and `query`.
+    #[arg(long)]
+    release_dir: Option<PathBuf>,
+    /// Criterion's output directory (item 5's estimate is read from it).
+    #[arg(long)]
+    criterion_dir: Option<PathBuf>,
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let mem_kb: u64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0);
+    format!(
+        "{cores} cores ({cpu}), {:.1} GiB memory (/proc/meminfo MemTotal)",
+        mem_kb as f64 / 1_048_576.0
+    )
+}
+
+fn today() -> String {
+    // No date crate here: `date` is on every machine this runs on.
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown date".to_owned())
+}
+
+/// Item 5's criterion estimate: mean ns per reading.
+fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> {
+    let path = dir.join("cost/parse_validate_key_marshal/new/estimates.json");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{} (run cargo bench -p shardline-bench --bench cost)",
+            path.display()
+        )
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let per_iter = v["mean"]["point_estimate"]
+        .as_f64()
+        .context("estimates.json has no mean.point_estimate")?;
+    let ns = per_iter / 1_000.0;
+    results.goal(
+        "5",
+        "parse + validate + key + marshal, criterion mean",
+        format!("{ns:.0} ns/reading ({:.2} us)", ns / 1000.0),
+        "<= 2 us",
+        at_most(ns, 2_000.0),
+    );
+    results.note(
+        "5",
+        "crates/bench/benches/cost.rs: 1,000 single-reading message bodies (2 metrics, 1 tag) \
+         per iteration through ingest::parse_body (parse + validate), sharding::write_key \
+         (hour buckets, N = 64), store::ReadingItem::to_item (serde_dynamo marshal) and \
+         store::size::item_size; criterion's mean per iteration / 1,000.",
+    );
+    Ok(())
+}
+
+async fn run(args: &Args, results: &mut Results) -> Result<()> {
+    let root = stand_in::repo_root()?;
+    let release_dir = args
+        .release_dir
+        .clone()
+        .unwrap_or_else(|| root.join("target/release"));
+    let criterion_dir = args
+        .criterion_dir
+        .clone()
+        .unwrap_or_else(|| root.join("target/criterion"));
+    let quick = args.quick;
+
+    eprintln!("item 3: write spread");
+    if let Err(e) = spread::run(if quick { 2 } else { 10 }, results) {
+        results.note("3", format!("NOT MEASURED: {e:#}"));
+    }
+    eprintln!("item 1: ingest throughput");
+    let settings = throughput::Settings {
+        readings: if quick { 10_000 } else { 50_000 },
+        put_item_seconds: if quick { 3.0 } else { 15.0 },
+    };
+    if let Err(e) = throughput::run(&root, settings, results).await {
+        results.note("1", format!("NOT MEASURED: {e:#}"));
+    }
+    eprintln!("item 2: hot sensor");
+    if let Err(e) = hot::run(if quick { 20 } else { 60 }, results).await {
+        results.note("2", format!("NOT MEASURED: {e:#}"));
+    }
+    eprintln!("item 4: queries");
+    let qs = query::Settings {
+        devices: if quick { 16 } else { 64 },
+        iterations: if quick { 20 } else { 100 },
+    };
+    if let Err(e) = query::run(&root, qs, results).await {
+        results.note("4", format!("NOT MEASURED: {e:#}"));
+    }
+    eprintln!("item 5: cost per reading");
+    if let Err(e) = cost_per_reading(&criterion_dir, results) {
+        results.note("5", format!("criterion figure NOT MEASURED: {e:#}"));
+    }
+    eprintln!("item 6: Lambda size and start");
+    if let Err(e) = lambda::run(&release_dir, results).await {
+        results.note("6", format!("NOT MEASURED: {e:#}"));
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut results = Results::default();
+    rt.block_on(run(&args, &mut results))?;
+    results.rows.sort_by(|a, b| a.item.cmp(&b.item));
+    results.notes.sort_by(|a, b| a.0.cmp(&b.0));
+    let table = results.table();
+    println!("{table}");
+    for (item, note) in &results.notes {
+        if note.contains("NOT MEASURED") {
+            println!("item {item}: {note}");
+        }
+    }
+    if let Some(path) = &args.report {
+        let header = format!(
+            "# Shardline benchmarks\n\nGenerated by `{}` (issue 8). Ratios are measured in the \
+             same run on the same machine; absolute times are context.\n\n- Machine: {}\n- Date: \
+             {}\n- Mode: {}\n- Release build (`--release`), the capacity-proxy in process on \
+             loopback.\n",
+            args.command,
+            machine(),
+            today(),
+            if args.quick {
+                "quick (reduced sizes)"
+            } else {
+                "full"
+            },
+        );
+        std::fs::write(path, results.markdown(&header))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

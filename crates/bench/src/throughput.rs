@@ -1,0 +1,357 @@
+//! Item 1 (ingest throughput) and the calls-per-1,000-readings half of item 5.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use capacity_proxy::{Proxy, ProxyConfig, ProxyHandle};
+use futures::StreamExt;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use sharding::epoch::TableHistory;
+
+use crate::common::{self, Gen};
+use crate::report::{Results, at_least};
+
+const LATENCY_MS: u64 = 10;
+const SHARDS: u32 = 64;
+
+/// Settings of one run of item 1.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub readings: usize,
+    /// Time budget of writer (a), which then extrapolates.
+    pub put_item_seconds: f64,
+}
+
+async fn sink() -> Result<ProxyHandle> {
+    let mut config = ProxyConfig::sink();
+    config.seed = Some(8);
+    config.faults.latency_ms = LATENCY_MS;
+    Ok(Proxy::start(config).await?)
+}
+
+fn calls(proxy: &ProxyHandle) -> u64 {
+    let s = proxy.stats();
+    ["PutItem", "BatchWriteItem"]
+        .iter()
+        .filter_map(|op| s.requests_by_op.get(*op))
+        .sum()
+}
+
+/// Median round trip of one 25-item BatchWriteItem through a fresh sink, ms.
+async fn rtt_ms() -> Result<f64> {
+    let proxy = sink().await?;
+    let client = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&proxy.url()).await);
+    let mut samples = Vec::new();
+    for call in 0..40 {
+        let reqs: Vec<WriteRequest> = (0..25)
+            .map(|i| {
+                let item = HashMap::from([
+                    ("PK".to_owned(), AttributeValue::S(format!("rtt#{i}"))),
+                    ("SK".to_owned(), AttributeValue::S(format!("{call:04}"))),
+                    ("payload".to_owned(), AttributeValue::S("x".repeat(150))),
+                ]);
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map(|p| WriteRequest::builder().put_request(p).build())
+            })
+            .collect::<Result<_, _>>()?;
+        let t = Instant::now();
+        client
+            .batch_write_item()
+            .request_items("rtt", reqs)
+            .send()
+            .await?;
+        if call >= 5 {
+            samples.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    proxy.shutdown().await?;
+    Ok(common::median(&mut samples))
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct PyOut {
+    written: u64,
+    seconds: f64,
+}
+
+fn python(root: &Path, script: &str, args: &[&str]) -> Result<PyOut> {
+    let venv = stand_in::ensure_venv(root)?;
+    let out = Command::new(venv.bin("python"))
+        .arg(root.join("bench/python").join(script))
+        .args(args)
+        .output()
+        .with_context(|| format!("running {script}"))?;
+    if !out.status.success() {
+        bail!(
+            "{script} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    serde_json::from_str(last).with_context(|| format!("{script} printed {text:?}"))
+}
+
+/// One measured writer.
+struct Writer {
+    readings: u64,
+    seconds: f64,
+    calls: u64,
+}
+
+impl Writer {
+    fn rate(&self) -> f64 {
+        self.readings as f64 / self.seconds
+    }
+    fn calls_per_1000(&self) -> f64 {
+        self.calls as f64 * 1000.0 / self.readings.max(1) as f64
+    }
+}
+
+/// Runs the ingest handler over `gens`: events of 10 messages of `per_message` readings,
+/// `concurrency` invocations at a time (like that many Lambda instances).
+async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Result<Writer> {
+    let proxy = sink().await?;
+    let config = common::ingest_config(&[("SHARDS", "64"), ("BUCKET", "hour")])?;
+    let max_inflight = config.max_inflight;
+    let service = common::service(&proxy.url(), config).await;
+    let now = common::ts(86_400_000 + 60_000)?;
+    let messages: Vec<(String, String)> = gens
+        .chunks(per_message)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let body = if chunk.len() == 1 {
+                chunk[0].json()
+            } else {
+                serde_json::json!({"readings": chunk.iter().map(Gen::json).collect::<Vec<_>>()})
+            };
+            (format!("msg-{i:08}"), body.to_string())
+        })
+        .collect();
+    let events: Vec<_> = messages
+        .chunks(10)
+        .map(|c| common::event(c.iter().cloned()))
+        .collect();
+    let service = &service;
+    let started = Instant::now();
+    let written: Vec<u64> = futures::stream::iter(events.iter().enumerate())
+        .map(|(i, ev)| async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(i as u64);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let report = service.process(ev, now, deadline, &mut rng).await;
+            report.writes.written
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let readings: u64 = written.iter().sum();
+    let calls = calls(&proxy);
+    proxy.shutdown().await?;
+    if readings != gens.len() as u64 {
+        eprintln!(
+            "item 1: shardline wrote {readings} of {} readings (max_inflight {max_inflight})",
+            gens.len()
+        );
+    }
+    Ok(Writer {
+        readings,
+        seconds,
+        calls,
+    })
+}
+
+/// Item 1 and the calls of item 5.
+pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Result<()> {
+    let gens = common::day_of_readings(settings.readings);
+    let table = TableHistory::new(common::hourly(SHARDS));
+    let retention = Duration::from_secs(30 * 86_400);
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let items_path = dir.join("items.jsonl");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&items_path)?);
+        for g in &gens {
+            let item = common::keyed_item(g, &table, retention)?;
+            writeln!(f, "{}", serde_json::to_string(&item)?)?;
+        }
+        f.flush()?;
+    }
+    let items_arg = items_path.to_string_lossy().into_owned();
+
+    let rtt = rtt_ms().await?;
+
+    // (a) one PutItem per reading, for a fixed time, extrapolated.
+    let proxy = sink().await?;
+    let url = proxy.url();
+    let budget = settings.put_item_seconds.to_string();
+    let out = python(
+        root,
+        "put_item.py",
+        &[
+            "--endpoint",
+            &url,
+            "--table",
+            "readings",
+            "--items",
+            &items_arg,
+            "--seconds",
+            &budget,
+        ],
+    )?;
+    let a = Writer {
+        readings: out.written,
+        seconds: out.seconds,
+        calls: calls(&proxy),
+    };
+    proxy.shutdown().await?;
+
+    // (b) boto3 batch_writer, all readings.
+    let proxy = sink().await?;
+    let url = proxy.url();
+    let out = python(
+        root,
+        "batch_writer.py",
+        &[
+            "--endpoint",
+            &url,
+            "--table",
+            "readings",
+            "--items",
+            &items_arg,
+        ],
+    )?;
+    let b = Writer {
+        readings: out.written,
+        seconds: out.seconds,
+        calls: calls(&proxy),
+    };
+    proxy.shutdown().await?;
+
+    // (c) the ingest handler: 10 messages of 40 readings per event (400 = MAX_INFLIGHT x
+    // 25 items, one full round of calls), one invocation at a time.
+    let c = shardline(&gens, 40, 1).await?;
+    // (c') one reading per message, 10 per event, 20 invocations at once (the
+    // template's IngestMaxConcurrency default).
+    let c1 = shardline(&gens, 1, 20).await?;
+
+    let n = gens.len();
+    let max_inflight = 16.0;
+    let limit_nominal = max_inflight * 25.0 / (LATENCY_MS as f64 / 1000.0);
+    let limit_measured = max_inflight * 25.0 / (rtt / 1000.0);
+    results.figure(
+        "1",
+        "BatchWriteItem RTT through the sink (25 items, median)",
+        format!("{rtt:.2} ms"),
+    );
+    results.figure(
+        "1a",
+        "boto3 put_item, one call per reading",
+        format!(
+            "{:.0} readings/s ({} readings in {:.1} s, extrapolated: {:.0} s for {n})",
+            a.rate(),
+            a.readings,
+            a.seconds,
+            n as f64 / a.rate()
+        ),
+    );
+    results.figure(
+        "1b",
+        "boto3 Table.batch_writer",
+        format!(
+            "{:.0} readings/s ({} in {:.1} s)",
+            b.rate(),
+            b.readings,
+            b.seconds
+        ),
+    );
+    results.figure(
+        "1c",
+        "Shardline ingest handler, events of 10 x 40 readings, 1 invocation at a time",
+        format!(
+            "{:.0} readings/s ({} in {:.2} s)",
+            c.rate(),
+            c.readings,
+            c.seconds
+        ),
+    );
+    results.figure(
+        "1c'",
+        "Shardline ingest handler, events of 10 x 1 reading, 20 invocations at once",
+        format!(
+            "{:.0} readings/s ({} in {:.2} s)",
+            c1.rate(),
+            c1.readings,
+            c1.seconds
+        ),
+    );
+    results.figure("1", "ratio (b)/(a)", format!("{:.1}x", b.rate() / a.rate()));
+    results.figure("1", "ratio (c)/(a)", format!("{:.1}x", c.rate() / a.rate()));
+    results.goal(
+        "1",
+        "ratio (c)/(b)",
+        format!("{:.1}x", c.rate() / b.rate()),
+        ">= 10x",
+        at_least(c.rate() / b.rate(), 10.0),
+    );
+    results.goal(
+        "1",
+        "(c) / (MAX_INFLIGHT x 25 / RTT), RTT = 10 ms nominal",
+        format!(
+            "{:.0}% of {limit_nominal:.0} readings/s",
+            c.rate() / limit_nominal * 100.0
+        ),
+        ">= 80%",
+        at_least(c.rate() / limit_nominal, 0.8),
+    );
+    results.figure(
+        "1",
+        "(c) / (MAX_INFLIGHT x 25 / RTT), RTT measured",
+        format!(
+            "{:.0}% of {limit_measured:.0} readings/s",
+            c.rate() / limit_measured * 100.0
+        ),
+    );
+    for (name, w) in [
+        ("(a) put_item", &a),
+        ("(b) batch_writer", &b),
+        ("(c) ingest handler", &c),
+        ("(c') ingest handler, 1 reading/message", &c1),
+    ] {
+        results.figure(
+            "5",
+            &format!("DynamoDB calls per 1,000 readings, {name}"),
+            format!("{:.1}", w.calls_per_1000()),
+        );
+    }
+    results.note(
+        "1",
+        format!(
+            "{n} readings of 5,000 devices spread over one day, keyed by the time-bucket layout \
+             (hour buckets, N = {SHARDS}); the capacity-proxy in sink mode (1,000 WCU/s per key, \
+             no burst) with {LATENCY_MS} ms injected latency per call, a fresh proxy per writer. \
+             (a) and (b) are bench/python/put_item.py and batch_writer.py (boto3 from the \
+             stand-in venv) writing the very items Shardline stores (same keys and attributes); \
+             (a) ran for {:.0} s on the first readings and its rate is extrapolated to {n}. \
+             (c) is ingest::Ingest::process in process (the real parse, validate, key, batch \
+             writer and DynamoDB adapter over the AWS SDK), fed SqsEvents of 10 messages; shard \
+             metadata and the DLQ are the in-memory ports (the sink serves writes only). \
+             MAX_INFLIGHT = 16 (default). The limit uses RTT = 10 ms (the injected latency) and, \
+             for context, the measured median RTT.",
+            settings.put_item_seconds
+        ),
+    );
+    results.note(
+        "5",
+        "calls counted by the proxy (PutItem + BatchWriteItem requests, retries included) during each writer of item 1.",
+    );
+    Ok(())
+}
