@@ -13,13 +13,6 @@ use sharding::epoch::{FanoutHistory, TableHistory};
 use store::directory::ShardStore;
 use store::error::StoreError;
 
-/// What an all-devices plan needs: the layout and every hot entity's fan-out.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AllLayout {
-    pub table: TableHistory,
-    pub hot: Vec<(String, FanoutHistory)>,
-}
-
 #[derive(Debug, Default)]
 struct Cache {
     layout: Option<(Instant, Option<TableHistory>)>,
