@@ -1,0 +1,907 @@
+//! The promises of `template.yaml` (RELIABILITY.md scenario 20, issue 6), read from the
+//! file itself: partial batch responses, redrive, the visibility-timeout rule, DLQ
+//! retention, queue encryption, each role's exact permissions, API auth and throttling,
+//! the alarms. Parameters take their defaults unless a check overrides them.
+//!
+//! Every check is a function returning an error that names the broken promise;
+//! `each_broken_promise_is_caught` edits the template text and proves the checks fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_yaml::{Mapping, Value};
+
+use crate::harness::template_path;
+
+/// The template with intrinsic functions evaluated for one set of parameter values.
+/// References to resources stay symbolic: `!Ref X` becomes `ref:X`, `!GetAtt X.Arn`
+/// becomes `getatt:X.Arn`, `!Sub` text becomes `sub:...`.
+struct Template {
+    doc: Value,
+    params: BTreeMap<String, String>,
+}
+
+impl Template {
+    fn parse(text: &str, overrides: &[(&str, &str)]) -> Result<Self> {
+        let doc: Value = serde_yaml::from_str(text).context("template.yaml is not YAML")?;
+        let mut params = BTreeMap::new();
+        if let Some(Value::Mapping(section)) = doc.get("Parameters") {
+            for (name, body) in section {
+                let name = name.as_str().context("parameter name")?.to_owned();
+                if let Some(default) = body.get("Default").and_then(scalar) {
+                    params.insert(name, default);
+                }
+            }
+        }
+        for (name, value) in overrides {
+            ensure!(
+                params.contains_key(*name),
+                "no parameter {name} to override"
+            );
+            params.insert((*name).to_owned(), (*value).to_owned());
+        }
+        Ok(Self { doc, params })
+    }
+
+    fn load(overrides: &[(&str, &str)]) -> Result<Self> {
+        let path = template_path()?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text, overrides)
+    }
+
+    /// `Resources.<id>` with its properties evaluated.
+    fn resource(&self, id: &str) -> Result<Value> {
+        let raw = self
+            .doc
+            .get("Resources")
+            .and_then(|r| r.get(id))
+            .with_context(|| format!("template has no resource {id}"))?;
+        self.eval(raw)
+    }
+
+    fn props(&self, id: &str) -> Result<Value> {
+        self.resource(id)?
+            .get("Properties")
+            .cloned()
+            .with_context(|| format!("{id} has no Properties"))
+    }
+
+    /// Logical ids of every resource of one type whose condition holds.
+    fn ids_of(&self, kind: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        if let Some(Value::Mapping(resources)) = self.doc.get("Resources") {
+            for (id, body) in resources {
+                let included = match body.get("Condition").and_then(Value::as_str) {
+                    Some(name) => self.condition(name)?,
+                    None => true,
+                };
+                if included && body.get("Type").and_then(Value::as_str) == Some(kind) {
+                    out.push(id.as_str().context("resource id")?.to_owned());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn condition(&self, name: &str) -> Result<bool> {
+        let body = self
+            .doc
+            .get("Conditions")
+            .and_then(|c| c.get(name))
+            .with_context(|| format!("no condition {name}"))?;
+        self.eval(body)?
+            .as_bool()
+            .with_context(|| format!("condition {name} is not boolean"))
+    }
+
+    fn eval(&self, value: &Value) -> Result<Value> {
+        match value {
+            Value::Tagged(tagged) => {
+                let name = tagged.tag.to_string();
+                let name = name.trim_start_matches('!');
+                let function = match name {
+                    "Ref" | "Condition" => name.to_owned(),
+                    other => format!("Fn::{other}"),
+                };
+                self.call(&function, &tagged.value)
+            }
+            Value::Mapping(map) => {
+                if map.len() == 1
+                    && let Some((Value::String(key), arg)) = map.iter().next()
+                    && (key == "Ref" || key == "Condition" || key.starts_with("Fn::"))
+                {
+                    return self.call(key, arg);
+                }
+                let mut out = Mapping::new();
+                for (k, v) in map {
+                    let v = self.eval(v)?;
+                    if !is_no_value(&v) {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                Ok(Value::Mapping(out))
+            }
+            Value::Sequence(items) => {
+                let mut out = Vec::new();
+                for v in items {
+                    let v = self.eval(v)?;
+                    if !is_no_value(&v) {
+                        out.push(v);
+                    }
+                }
+                Ok(Value::Sequence(out))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    fn call(&self, function: &str, arg: &Value) -> Result<Value> {
+        let text = |v: &Value| scalar(v).with_context(|| format!("{function}: {v:?}"));
+        Ok(match function {
+            "Ref" => {
+                let name = text(arg)?;
+                if name == "AWS::NoValue" {
+                    Value::String(NO_VALUE.to_owned())
+                } else if let Some(value) = self.params.get(&name) {
+                    Value::String(value.clone())
+                } else {
+                    Value::String(format!("ref:{name}"))
+                }
+            }
+            "Fn::GetAtt" => {
+                let key = match arg {
+                    Value::Sequence(parts) => parts
+                        .iter()
+                        .map(text)
+                        .collect::<Result<Vec<_>>>()?
+                        .join("."),
+                    other => text(other)?,
+                };
+                Value::String(format!("getatt:{key}"))
+            }
+            "Fn::Sub" => {
+                let body = match arg {
+                    Value::Sequence(parts) => parts.first().context("!Sub text")?,
+                    other => other,
+                };
+                Value::String(format!("sub:{}", text(body)?))
+            }
+            "Condition" => Value::Bool(self.condition(&text(arg)?)?),
+            "Fn::If" => {
+                let parts = arg
+                    .as_sequence()
+                    .filter(|p| p.len() == 3)
+                    .context("!If takes three items")?;
+                let branch = if self.condition(&text(&parts[0])?)? {
+                    &parts[1]
+                } else {
+                    &parts[2]
+                };
+                self.eval(branch)?
+            }
+            "Fn::Equals" => {
+                let parts = arg
+                    .as_sequence()
+                    .filter(|p| p.len() == 2)
+                    .context("!Equals takes two items")?;
+                Value::Bool(scalar(&self.eval(&parts[0])?) == scalar(&self.eval(&parts[1])?))
+            }
+            "Fn::Not" => {
+                let inner = arg
+                    .as_sequence()
+                    .and_then(|p| p.first())
+                    .context("!Not takes one item")?;
+                Value::Bool(
+                    !self
+                        .eval(inner)?
+                        .as_bool()
+                        .context("!Not of a non-boolean")?,
+                )
+            }
+            other => bail!("{other} is not understood by this test; extend Template::call"),
+        })
+    }
+
+    /// A numeric property, `!Ref Param` evaluated to the parameter's value.
+    fn number(&self, value: Option<&Value>, what: &str) -> Result<u64> {
+        let value = value.with_context(|| format!("{what} is not set"))?;
+        scalar(&self.eval(value)?)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("{what} is not a whole number: {value:?}"))
+    }
+}
+
+const NO_VALUE: &str = "\0AWS::NoValue";
+
+fn is_no_value(value: &Value) -> bool {
+    value.as_str() == Some(NO_VALUE)
+}
+
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::Sequence(items)) => items.iter().filter_map(scalar).collect(),
+        Some(other) => scalar(other).into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
+fn path<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().try_fold(value, |v, k| v.get(*k))
+}
+
+/// Every (action, resource) pair a role's inline policies allow. Denies and wildcard
+/// resources other than X-Ray's are refused outright.
+fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
+    let props = t.props(role)?;
+    ensure!(
+        props.get("ManagedPolicyArns").is_none(),
+        "{role}: managed policies grant more than the template shows"
+    );
+    let mut grants = BTreeSet::new();
+    let policies = props
+        .get("Policies")
+        .and_then(Value::as_sequence)
+        .with_context(|| format!("{role} has no inline Policies"))?;
+    for policy in policies {
+        let statements = path(policy, &["PolicyDocument", "Statement"])
+            .and_then(Value::as_sequence)
+            .with_context(|| format!("{role}: policy without statements"))?;
+        for statement in statements {
+            ensure!(
+                statement.get("Effect").and_then(Value::as_str) == Some("Allow"),
+                "{role}: only Allow statements are expected"
+            );
+            ensure!(
+                statement.get("NotAction").is_none() && statement.get("NotResource").is_none(),
+                "{role}: NotAction/NotResource widen a grant"
+            );
+            for action in strings(statement.get("Action")) {
+                ensure!(!action.contains('*'), "{role}: wildcard action {action}");
+                for resource in strings(statement.get("Resource")) {
+                    ensure!(
+                        resource != "*" || action.starts_with("xray:"),
+                        "{role}: {action} on every resource"
+                    );
+                    grants.insert((action.clone(), resource));
+                }
+            }
+        }
+    }
+    Ok(grants)
+}
+
+fn pairs(list: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    list.iter()
+        .map(|(a, r)| ((*a).to_owned(), (*r).to_owned()))
+        .collect()
+}
+
+fn check_function(t: &Template, id: &str, binary: &str, role: &str) -> Result<Value> {
+    let resource = t.resource(id)?;
+    let props = t.props(id)?;
+    ensure!(
+        resource.get("Type").and_then(Value::as_str) == Some("AWS::Serverless::Function"),
+        "{id} is not a SAM function"
+    );
+    ensure!(
+        path(&resource, &["Metadata", "BuildMethod"]).and_then(Value::as_str)
+            == Some("rust-cargolambda"),
+        "{id}: BuildMethod must be rust-cargolambda"
+    );
+    ensure!(
+        path(&resource, &["Metadata", "BuildProperties", "Binary"]).and_then(Value::as_str)
+            == Some(binary),
+        "{id}: BuildProperties.Binary must be {binary}"
+    );
+    ensure!(
+        props.get("Runtime").and_then(Value::as_str) == Some("provided.al2023"),
+        "{id}: Runtime must be provided.al2023"
+    );
+    ensure!(
+        strings(props.get("Architectures")) == ["arm64"],
+        "{id}: Architectures must follow the Architecture parameter (default arm64)"
+    );
+    ensure!(
+        scalar(props.get("Role").context("Role")?) == Some(format!("getatt:{role}.Arn")),
+        "{id}: must use {role}, not a role SAM generates"
+    );
+    ensure!(
+        props.get("Policies").is_none(),
+        "{id}: Policies would make SAM generate a broader role"
+    );
+    // Logs go to a log group of the template that has a retention.
+    let group = scalar(path(&props, &["LoggingConfig", "LogGroup"]).context("LogGroup")?)
+        .and_then(|g| g.strip_prefix("ref:").map(str::to_owned))
+        .with_context(|| format!("{id}: LoggingConfig.LogGroup must name a template log group"))?;
+    t.number(
+        t.props(&group)?.get("RetentionInDays"),
+        &format!("{group}.RetentionInDays"),
+    )?;
+    Ok(props)
+}
+
+fn check_ingest_event(t: &Template) -> Result<()> {
+    let props = check_function(t, "IngestFunction", "ingest", "IngestRole")?;
+    let events = props
+        .get("Events")
+        .and_then(Value::as_mapping)
+        .context("IngestFunction has no Events")?;
+    let sqs: Vec<&Value> = events
+        .values()
+        .filter(|e| e.get("Type").and_then(Value::as_str) == Some("SQS"))
+        .collect();
+    ensure!(sqs.len() == 1, "IngestFunction needs exactly one SQS event");
+    let event = sqs[0].get("Properties").context("SQS event Properties")?;
+    ensure!(
+        strings(event.get("Queue")) == ["getatt:IngestQueue.Arn"],
+        "the SQS event must read IngestQueue"
+    );
+    ensure!(
+        strings(event.get("FunctionResponseTypes")) == ["ReportBatchItemFailures"],
+        "FunctionResponseTypes must be [ReportBatchItemFailures] (partial batch responses)"
+    );
+    let batch = t.number(event.get("BatchSize"), "BatchSize")?;
+    let window = t.number(
+        event.get("MaximumBatchingWindowInSeconds"),
+        "MaximumBatchingWindowInSeconds",
+    )?;
+    ensure!(
+        batch <= 10 || window >= 1,
+        "a BatchSize above 10 needs a batching window of at least 1 s"
+    );
+    let concurrency = t.number(
+        path(event, &["ScalingConfig", "MaximumConcurrency"]),
+        "ScalingConfig.MaximumConcurrency",
+    )?;
+    ensure!(
+        (2..=1000).contains(&concurrency),
+        "MaximumConcurrency {concurrency} outside 2..=1000"
+    );
+    // The three knobs are parameters, not constants.
+    let raw_event = path(
+        &t.doc,
+        &["Resources", "IngestFunction", "Properties", "Events"],
+    )
+    .and_then(Value::as_mapping)
+    .and_then(|m| m.values().next())
+    .and_then(|e| e.get("Properties"))
+    .context("raw SQS event")?;
+    for key in [
+        &["BatchSize"][..],
+        &["MaximumBatchingWindowInSeconds"],
+        &["ScalingConfig", "MaximumConcurrency"],
+    ] {
+        let raw = path(raw_event, key).context("raw event key")?;
+        ensure!(
+            matches!(raw, Value::Tagged(tagged) if tagged.tag == "Ref"),
+            "{} must be a parameter",
+            key.join(".")
+        );
+    }
+    Ok(())
+}
+
+fn check_redrive(t: &Template) -> Result<()> {
+    let queue = t.props("IngestQueue")?;
+    let policy = queue
+        .get("RedrivePolicy")
+        .context("IngestQueue has no RedrivePolicy")?;
+    ensure!(
+        strings(policy.get("deadLetterTargetArn")) == ["getatt:IngestDLQ.Arn"],
+        "IngestQueue must redrive to IngestDLQ"
+    );
+    let count = t.number(policy.get("maxReceiveCount"), "maxReceiveCount")?;
+    ensure!(count == 5, "maxReceiveCount is {count}, promised 5");
+    Ok(())
+}
+
+fn check_visibility_timeout(t: &Template) -> Result<()> {
+    let visibility = t.number(
+        t.props("IngestQueue")?.get("VisibilityTimeout"),
+        "IngestQueue.VisibilityTimeout",
+    )?;
+    let timeout = t.number(
+        t.props("IngestFunction")?.get("Timeout"),
+        "IngestFunction.Timeout",
+    )?;
+    let window = t.number(
+        path(
+            &t.props("IngestFunction")?,
+            &[
+                "Events",
+                "Queue",
+                "Properties",
+                "MaximumBatchingWindowInSeconds",
+            ],
+        ),
+        "MaximumBatchingWindowInSeconds",
+    )?;
+    ensure!(
+        visibility >= 6 * timeout + window,
+        "visibility timeout {visibility} < 6 x {timeout} + {window}"
+    );
+    Ok(())
+}
+
+/// SQS's default retention when a queue does not state one.
+const SQS_DEFAULT_RETENTION: u64 = 345_600;
+
+fn check_dlq_retention(t: &Template) -> Result<()> {
+    let retention = |id: &str| -> Result<u64> {
+        let props = t.props(id)?;
+        match props.get("MessageRetentionPeriod") {
+            None => Ok(SQS_DEFAULT_RETENTION),
+            some => t.number(some, &format!("{id}.MessageRetentionPeriod")),
+        }
+    };
+    let (source, dlq) = (retention("IngestQueue")?, retention("IngestDLQ")?);
+    ensure!(
+        dlq > source,
+        "DLQ retention {dlq} s must exceed the source's {source} s"
+    );
+    Ok(())
+}
+
+fn check_queue_encryption(t: &Template) -> Result<()> {
+    let queues = t.ids_of("AWS::SQS::Queue")?;
+    ensure!(queues.len() >= 2, "expected the queue and its DLQ");
+    for id in queues {
+        let props = t.props(&id)?;
+        let managed = props.get("SqsManagedSseEnabled").and_then(scalar) == Some("true".into());
+        ensure!(
+            managed || props.get("KmsMasterKeyId").is_some(),
+            "{id} is not encrypted at rest"
+        );
+    }
+    Ok(())
+}
+
+fn check_ingest_role(t: &Template) -> Result<()> {
+    let grants = role_grants(t, "IngestRole")?;
+    let expected = pairs(&[
+        ("dynamodb:BatchWriteItem", "getatt:ReadingsTable.Arn"),
+        ("dynamodb:PutItem", "getatt:ReadingsTable.Arn"),
+        ("dynamodb:GetItem", "getatt:ShardsTable.Arn"),
+        ("dynamodb:PutItem", "getatt:ShardsTable.Arn"),
+        ("dynamodb:UpdateItem", "getatt:ShardsTable.Arn"),
+        ("sqs:SendMessage", "getatt:IngestDLQ.Arn"),
+        ("sqs:ReceiveMessage", "getatt:IngestQueue.Arn"),
+        ("sqs:DeleteMessage", "getatt:IngestQueue.Arn"),
+        ("sqs:DeleteMessageBatch", "getatt:IngestQueue.Arn"),
+        ("sqs:ChangeMessageVisibility", "getatt:IngestQueue.Arn"),
+        ("sqs:ChangeMessageVisibilityBatch", "getatt:IngestQueue.Arn"),
+        ("sqs:GetQueueAttributes", "getatt:IngestQueue.Arn"),
+        ("logs:CreateLogStream", "getatt:IngestLogGroup.Arn"),
+        ("logs:PutLogEvents", "getatt:IngestLogGroup.Arn"),
+        ("xray:PutTraceSegments", "*"),
+        ("xray:PutTelemetryRecords", "*"),
+    ]);
+    // Stated on its own as well: the ingest never reads or deletes readings.
+    for (action, resource) in &grants {
+        let reads_or_deletes = [
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:Query",
+            "dynamodb:Scan",
+            "dynamodb:DeleteItem",
+        ]
+        .contains(&action.as_str());
+        ensure!(
+            !(reads_or_deletes && resource == "getatt:ReadingsTable.Arn"),
+            "IngestRole may {action} the readings table"
+        );
+    }
+    ensure!(
+        grants == expected,
+        "IngestRole grants differ: extra {:?}, missing {:?}",
+        grants.difference(&expected).collect::<Vec<_>>(),
+        expected.difference(&grants).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+fn check_query_role(t: &Template) -> Result<()> {
+    check_function(t, "QueryFunction", "query", "QueryRole")?;
+    let grants = role_grants(t, "QueryRole")?;
+    let expected = pairs(&[
+        ("dynamodb:Query", "getatt:ReadingsTable.Arn"),
+        ("dynamodb:GetItem", "getatt:ReadingsTable.Arn"),
+        ("dynamodb:GetItem", "getatt:ShardsTable.Arn"),
+        ("dynamodb:Query", "getatt:ShardsTable.Arn"),
+        ("secretsmanager:GetSecretValue", "ref:CursorSecret"),
+        ("logs:CreateLogStream", "getatt:QueryLogGroup.Arn"),
+        ("logs:PutLogEvents", "getatt:QueryLogGroup.Arn"),
+        ("xray:PutTraceSegments", "*"),
+        ("xray:PutTelemetryRecords", "*"),
+    ]);
+    for (action, _) in &grants {
+        ensure!(
+            !action.starts_with("sqs:")
+                && ![
+                    "dynamodb:PutItem",
+                    "dynamodb:BatchWriteItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                ]
+                .contains(&action.as_str()),
+            "QueryRole may {action}: the query API never writes"
+        );
+    }
+    ensure!(
+        grants == expected,
+        "QueryRole grants differ: extra {:?}, missing {:?}",
+        grants.difference(&expected).collect::<Vec<_>>(),
+        expected.difference(&grants).collect::<Vec<_>>()
+    );
+    // The cursor key is the generated secret, read through its ARN.
+    let env = path(&t.props("QueryFunction")?, &["Environment", "Variables"])
+        .cloned()
+        .context("QueryFunction environment")?;
+    ensure!(
+        env.get("CURSOR_SECRET_ARN").and_then(scalar) == Some("ref:CursorSecret".into()),
+        "QueryFunction must read the cursor key from CursorSecret"
+    );
+    ensure!(
+        env.get("CURSOR_KEY").is_none(),
+        "no inline cursor key in the environment"
+    );
+    ensure!(
+        t.props("CursorSecret")?
+            .get("GenerateSecretString")
+            .is_some(),
+        "CursorSecret must be generated"
+    );
+    Ok(())
+}
+
+/// Every endpoint of the query API.
+const ROUTES: [&str; 5] = [
+    "GET /devices/{device_id}/readings",
+    "GET /devices/{device_id}/readings/{event_id}",
+    "GET /readings",
+    "GET /devices/{device_id}/stats",
+    "GET /devices/{device_id}/shards",
+];
+
+fn check_api(t: &Template) -> Result<()> {
+    let jwt = t.params.get("ApiAuth").map(String::as_str) == Some("JWT");
+    let mut keys = BTreeSet::new();
+    for id in t.ids_of("AWS::ApiGatewayV2::Route")? {
+        let route = t.props(&id)?;
+        let key = route
+            .get("RouteKey")
+            .and_then(scalar)
+            .with_context(|| format!("{id}: RouteKey"))?;
+        let auth = route.get("AuthorizationType").and_then(scalar);
+        if jwt {
+            ensure!(
+                auth.as_deref() == Some("JWT")
+                    && route.get("AuthorizerId").and_then(scalar)
+                        == Some("ref:JwtAuthorizer".into()),
+                "{key}: must use the JWT authorizer when ApiAuth is JWT"
+            );
+        } else {
+            ensure!(
+                auth.as_deref() == Some("AWS_IAM"),
+                "{key}: AuthorizationType must be AWS_IAM by default, is {auth:?}"
+            );
+        }
+        ensure!(
+            route.get("Target").and_then(scalar)
+                == Some("sub:integrations/${QueryIntegration}".into()),
+            "{key}: must target QueryIntegration"
+        );
+        keys.insert(key);
+    }
+    let expected: BTreeSet<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
+    ensure!(
+        keys == expected,
+        "routes differ: extra {:?}, missing {:?}",
+        keys.difference(&expected).collect::<Vec<_>>(),
+        expected.difference(&keys).collect::<Vec<_>>()
+    );
+    ensure!(
+        t.ids_of("AWS::ApiGatewayV2::Authorizer")?.is_empty() != jwt,
+        "the JWT authorizer must exist exactly when ApiAuth is JWT"
+    );
+    let integration = t.props("QueryIntegration")?;
+    ensure!(
+        integration.get("IntegrationUri").and_then(scalar)
+            == Some("getatt:QueryFunction.Arn".into()),
+        "QueryIntegration must invoke QueryFunction"
+    );
+    let stages = t.ids_of("AWS::ApiGatewayV2::Stage")?;
+    ensure!(stages.len() == 1, "expected one API stage");
+    let stage = t.props(&stages[0])?;
+    let settings = stage
+        .get("DefaultRouteSettings")
+        .context("stage has no DefaultRouteSettings")?;
+    let burst = t.number(settings.get("ThrottlingBurstLimit"), "ThrottlingBurstLimit")?;
+    let rate = t.number(settings.get("ThrottlingRateLimit"), "ThrottlingRateLimit")?;
+    ensure!(burst > 0 && rate > 0, "stage throttling must be set");
+    ensure!(
+        stage.get("AccessLogSettings").is_some(),
+        "the stage must write access logs"
+    );
+    Ok(())
+}
+
+fn check_alarms(t: &Template) -> Result<()> {
+    let mut watched = BTreeSet::new();
+    for id in t.ids_of("AWS::CloudWatch::Alarm")? {
+        let alarm = t.props(&id)?;
+        let namespace = alarm.get("Namespace").and_then(scalar).unwrap_or_default();
+        let metric = alarm.get("MetricName").and_then(scalar).unwrap_or_default();
+        let dimensions = alarm
+            .get("Dimensions")
+            .and_then(Value::as_sequence)
+            .cloned()
+            .unwrap_or_default();
+        for d in dimensions {
+            if let Some(value) = d.get("Value").and_then(scalar) {
+                watched.insert(format!("{namespace} {metric} {value}"));
+            }
+        }
+    }
+    for want in [
+        "AWS/SQS ApproximateNumberOfMessagesVisible getatt:IngestDLQ.QueueName",
+        "AWS/SQS ApproximateAgeOfOldestMessage getatt:IngestQueue.QueueName",
+        "AWS/Lambda Errors ref:IngestFunction",
+        "AWS/DynamoDB WriteThrottleEvents ref:ReadingsTable",
+        "AWS/ApiGateway 5xx ref:HttpApi",
+    ] {
+        ensure!(watched.contains(want), "no alarm on {want}");
+    }
+    Ok(())
+}
+
+fn check_tables(t: &Template) -> Result<()> {
+    for id in ["ReadingsTable", "ShardsTable"] {
+        let props = t.props(id)?;
+        ensure!(
+            props.get("BillingMode").and_then(scalar) == Some("PAY_PER_REQUEST".into())
+                && props.get("ProvisionedThroughput").is_none(),
+            "{id}: on-demand by default"
+        );
+        for (keys, what) in [
+            (
+                &[
+                    "PointInTimeRecoverySpecification",
+                    "PointInTimeRecoveryEnabled",
+                ][..],
+                "point-in-time recovery",
+            ),
+            (
+                &["ContributorInsightsSpecification", "Enabled"],
+                "Contributor Insights",
+            ),
+            (&["SSESpecification", "SSEEnabled"], "encryption"),
+            (
+                &["DeletionProtectionEnabled"],
+                "deletion protection (default)",
+            ),
+        ] {
+            ensure!(
+                path(&props, keys).and_then(scalar) == Some("true".into()),
+                "{id}: {what} must be on"
+            );
+        }
+    }
+    let readings = t.props("ReadingsTable")?;
+    ensure!(
+        path(&readings, &["TimeToLiveSpecification", "AttributeName"]).and_then(scalar)
+            == Some("ttl".into())
+            && path(&readings, &["TimeToLiveSpecification", "Enabled"]).and_then(scalar)
+                == Some("true".into()),
+        "ReadingsTable: TTL on `ttl`"
+    );
+    // The provisioned alternative really switches the mode.
+    let provisioned = Template::parse(
+        &serde_yaml::to_string(&t.doc)?,
+        &[("BillingMode", "PROVISIONED")],
+    )?;
+    let props = provisioned.props("ReadingsTable")?;
+    ensure!(
+        props.get("ProvisionedThroughput").is_some(),
+        "PROVISIONED must set ProvisionedThroughput"
+    );
+    Ok(())
+}
+
+fn check_outputs(t: &Template) -> Result<()> {
+    let outputs = t.doc.get("Outputs").context("no Outputs")?;
+    for (name, want) in [
+        ("IngestQueueUrl", "ref:IngestQueue"),
+        ("ReadingsTableName", "ref:ReadingsTable"),
+        ("ShardsTableName", "ref:ShardsTable"),
+    ] {
+        let value = outputs
+            .get(name)
+            .and_then(|o| o.get("Value"))
+            .with_context(|| format!("no output {name}"))?;
+        ensure!(
+            scalar(&t.eval(value)?) == Some(want.into()),
+            "output {name} must be {want}"
+        );
+    }
+    let api = outputs
+        .get("ApiUrl")
+        .and_then(|o| o.get("Value"))
+        .context("no output ApiUrl")?;
+    ensure!(
+        scalar(&t.eval(api)?).is_some_and(|s| s.contains("${HttpApi}.execute-api")),
+        "output ApiUrl must point at HttpApi"
+    );
+    Ok(())
+}
+
+type Check = fn(&Template) -> Result<()>;
+
+/// Every promise, by name.
+static CHECKS: [(&str, Check); 11] = [
+    ("partial batch response", check_ingest_event),
+    ("redrive", check_redrive),
+    ("visibility timeout", check_visibility_timeout),
+    ("dlq retention", check_dlq_retention),
+    ("queue encryption", check_queue_encryption),
+    ("ingest role", check_ingest_role),
+    ("query role", check_query_role),
+    ("api", check_api),
+    ("alarms", check_alarms),
+    ("tables", check_tables),
+    ("outputs", check_outputs),
+];
+
+fn run(name: &str) -> Result<()> {
+    let (_, check) = CHECKS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .with_context(|| format!("no check {name}"))?;
+    check(&Template::load(&[])?)
+}
+
+#[test]
+fn ingest_reports_batch_item_failures() -> Result<()> {
+    run("partial batch response")
+}
+
+#[test]
+fn queue_redrives_to_the_dlq_after_five_receives() -> Result<()> {
+    run("redrive")
+}
+
+#[test]
+fn visibility_timeout_covers_six_timeouts_and_the_window() -> Result<()> {
+    run("visibility timeout")
+}
+
+#[test]
+fn dlq_keeps_messages_longer_than_the_queue() -> Result<()> {
+    run("dlq retention")
+}
+
+#[test]
+fn both_queues_are_encrypted() -> Result<()> {
+    run("queue encryption")
+}
+
+#[test]
+fn ingest_role_writes_readings_only() -> Result<()> {
+    run("ingest role")
+}
+
+#[test]
+fn query_role_reads_only() -> Result<()> {
+    run("query role")
+}
+
+#[test]
+fn api_routes_are_authorized_and_throttled() -> Result<()> {
+    run("api")?;
+    check_api(&Template::load(&[
+        ("ApiAuth", "JWT"),
+        ("JwtIssuer", "https://issuer.example"),
+    ])?)
+}
+
+#[test]
+fn alarms_watch_the_failure_modes() -> Result<()> {
+    run("alarms")
+}
+
+#[test]
+fn tables_are_on_demand_recoverable_and_observable() -> Result<()> {
+    run("tables")
+}
+
+#[test]
+fn outputs_name_the_entry_points() -> Result<()> {
+    run("outputs")
+}
+
+/// Each edit breaks one promise; the named check must notice, and only checks that
+/// fail on the edit count (the real template passes them all, see above).
+#[test]
+fn each_broken_promise_is_caught() -> Result<()> {
+    let text = std::fs::read_to_string(template_path()?)?;
+    let mutations: [(&str, &str, &str); 12] = [
+        (
+            "partial batch response",
+            "FunctionResponseTypes: [ReportBatchItemFailures]",
+            "FunctionResponseTypes: []",
+        ),
+        (
+            "redrive",
+            "    Default: 5\n    MinValue: 5",
+            "    Default: 10\n    MinValue: 5",
+        ),
+        ("visibility timeout", "Default: 185", "Default: 184"),
+        (
+            "dlq retention",
+            "MessageRetentionPeriod: 1209600",
+            "MessageRetentionPeriod: 345600",
+        ),
+        (
+            "queue encryption",
+            "    Properties:\n      SqsManagedSseEnabled: true\n      # 14 days",
+            "    Properties:\n      SqsManagedSseEnabled: false\n      # 14 days",
+        ),
+        (
+            "ingest role",
+            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]",
+            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem, dynamodb:DeleteItem]",
+        ),
+        (
+            "ingest role",
+            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]\n                Resource: !GetAtt ReadingsTable.Arn",
+            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]\n                Resource: \"*\"",
+        ),
+        (
+            "query role",
+            "Action: [dynamodb:Query, dynamodb:GetItem]",
+            "Action: [dynamodb:Query, dynamodb:GetItem, dynamodb:PutItem]",
+        ),
+        (
+            "api",
+            "      RouteKey: GET /readings\n      AuthorizationType: !If [UseJwt, JWT, AWS_IAM]",
+            "      RouteKey: GET /readings\n      AuthorizationType: !If [UseJwt, JWT, NONE]",
+        ),
+        (
+            "api",
+            "        ThrottlingBurstLimit: !Ref ApiThrottlingBurstLimit\n",
+            "",
+        ),
+        ("alarms", "      MetricName: 5xx", "      MetricName: 4xx"),
+        (
+            "tables",
+            "PointInTimeRecoveryEnabled: true\n      # Shows",
+            "PointInTimeRecoveryEnabled: false\n      # Shows",
+        ),
+    ];
+    for (name, from, to) in mutations {
+        ensure!(
+            text.matches(from).count() == 1,
+            "mutation for {name}: {from:?} must occur exactly once in template.yaml"
+        );
+        let mutated = Template::parse(&text.replacen(from, to, 1), &[])?;
+        let (_, check) = CHECKS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .with_context(|| format!("no check {name}"))?;
+        match check(&mutated) {
+            Ok(()) => bail!("check {name:?} passed on a template edited to break it ({to:?})"),
+            Err(e) => eprintln!("{name}: caught: {e:#}"),
+        }
+    }
+    Ok(())
+}
