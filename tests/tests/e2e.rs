@@ -1,5 +1,6 @@
 //! End-to-end tests: each starts its own stand-in on a free loopback port.
 
 mod harness;
+mod ingest;
 mod stand_in;
 mod template;

@@ -355,9 +355,14 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
 
         // 2. Key: the layout and each entity's fan-out, then the items.
         if stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
-            match self.directory.layout(now).await {
+            // Metadata reads are bounded by the deadline like the writes: a slow metadata
+            // table must not keep the handler past it.
+            let layout = tokio::time::timeout_at(work_deadline, self.directory.layout(now))
+                .await
+                .unwrap_or(Err(StoreError::Deadline));
+            match layout {
                 Ok(table) => {
-                    let fanouts = self.fanouts(&stages, now).await;
+                    let fanouts = self.fanouts(&stages, now, work_deadline).await;
                     for (stage, span) in stages.iter_mut().zip(&spans) {
                         if let Stage::Parsed(readings) = stage {
                             let readings = std::mem::take(readings);
@@ -464,11 +469,14 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             if Instant::now() >= work_deadline {
                 break;
             }
-            match self
-                .directory
-                .on_throttle(entity, ThrottleKind::KeyRange, now, rng)
-                .await
-            {
+            let change = tokio::time::timeout_at(
+                work_deadline,
+                self.directory
+                    .on_throttle(entity, ThrottleKind::KeyRange, now, rng),
+            )
+            .await
+            .unwrap_or(Err(StoreError::Deadline));
+            match change {
                 Ok(FanoutChange::Raised(raise)) => {
                     fanout_raises += 1;
                     tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
@@ -575,6 +583,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
         &self,
         stages: &[Stage],
         now: Timestamp,
+        deadline: Instant,
     ) -> HashMap<String, Result<FanoutHistory, StoreError>> {
         let entities: BTreeSet<&str> = stages
             .iter()
@@ -585,7 +594,12 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             .flatten()
             .collect();
         futures::stream::iter(entities)
-            .map(|entity| async move { (entity.to_owned(), self.directory.fanout(entity, now).await) })
+            .map(|entity| async move {
+                let fanout = tokio::time::timeout_at(deadline, self.directory.fanout(entity, now))
+                    .await
+                    .unwrap_or(Err(StoreError::Deadline));
+                (entity.to_owned(), fanout)
+            })
             .buffer_unordered(self.config.max_inflight.max(1))
             .collect()
             .await
