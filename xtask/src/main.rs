@@ -8,6 +8,7 @@ mod demo;
 mod local;
 mod steps;
 mod test;
+mod validate;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     },
     /// Everything CI checks: fmt, clippy, every test of the workspace.
     Test(test::TestArgs),
+    /// Offline template checks: cfn-lint, sam validate --lint, sam build (x86_64).
+    Validate(validate::ValidateArgs),
     /// The guided demo: stack up, the shard plan for the reference scenario, stack down.
     Demo(demo::DemoArgs),
     /// The benchmarks of issue 8: prints a table and regenerates bench/REPORT.md.
@@ -40,6 +43,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Local { command } => local::run(&root, command),
         Command::Test(args) => test::run(&root, &args),
+        Command::Validate(args) => validate::run(&root, &args),
         Command::Demo(args) => demo::run(&root, &args),
         Command::Bench(args) => bench::run(&root, &args),
     }

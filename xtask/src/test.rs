@@ -1,4 +1,4 @@
-//! `cargo xtask test`: what CI runs.
+//! `cargo xtask test`: what CI runs (ending with `cargo xtask validate`).
 
 use std::path::Path;
 
@@ -31,6 +31,7 @@ pub fn run(root: &Path, _args: &TestArgs) -> Result<()> {
         ],
     )?;
     run_step("test", root, &cargo, &["test", "--workspace"])?;
+    crate::validate::run(root, &crate::validate::ValidateArgs::default())?;
     eprintln!("==> all checks passed");
     Ok(())
 }
