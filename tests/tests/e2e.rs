@@ -2,5 +2,6 @@
 
 mod harness;
 mod ingest;
+mod soak;
 mod stand_in;
 mod template;

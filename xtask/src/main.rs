@@ -5,7 +5,9 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod local;
+mod soak;
 mod steps;
 mod test;
 mod validate;
@@ -35,6 +37,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The benchmarks of issue 8: prints a table and regenerates bench/REPORT.md.
     Bench(bench::BenchArgs),
+    /// Fault and crash soak through run-local, checked against the publisher's manifest.
+    Soak(soak::SoakArgs),
+    /// Runs every cargo-fuzz target for --seconds each (installs cargo-fuzz if missing).
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> Result<()> {
@@ -46,5 +52,7 @@ fn main() -> Result<()> {
         Command::Validate(args) => validate::run(&root, &args),
         Command::Demo(args) => demo::run(&root, &args),
         Command::Bench(args) => bench::run(&root, &args),
+        Command::Soak(args) => soak::run(&root, &args),
+        Command::Fuzz(args) => fuzz::run(&root, &args),
     }
 }

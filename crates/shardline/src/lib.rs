@@ -5,6 +5,7 @@
 //! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
+//! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest;
 //! - [`env`]: the `.local/stack.env` file and SDK configuration shared by all of them.
 
 pub mod audit;
@@ -12,3 +13,4 @@ pub mod env;
 pub mod heatmap;
 pub mod publish;
 pub mod run_local;
+pub mod soak;

@@ -1,0 +1,131 @@
+//! `cargo xtask fuzz --seconds N`: installs cargo-fuzz if missing, seeds each target's
+//! corpus from `events/` (SQS bodies, API query strings, cursors the API could hand
+//! out), and runs every target for N seconds. The fuzz package is its own workspace.
+//!
+//! cargo-fuzz passes nightly-only flags (`-Zsanitizer=address`, ...) to rustc; on the
+//! stable toolchain `RUSTC_BOOTSTRAP=1` lets it accept them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use crate::steps::cargo;
+
+/// The targets of `fuzz/`.
+pub const TARGETS: [&str; 3] = ["message_parser", "cursor_decoder", "query_params"];
+
+#[derive(Debug, Args)]
+pub struct FuzzArgs {
+    /// Seconds per target.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Only this target.
+    #[arg(long)]
+    pub target: Option<String>,
+}
+
+pub fn run(root: &Path, args: &FuzzArgs) -> Result<()> {
+    ensure_cargo_fuzz()?;
+    let fuzz_dir = root.join("fuzz");
+    seed_corpus(root, &fuzz_dir)?;
+    let targets: Vec<&str> = match &args.target {
+        Some(t) if TARGETS.contains(&t.as_str()) => vec![t.as_str()],
+        Some(t) => bail!("no fuzz target {t}; targets: {}", TARGETS.join(", ")),
+        None => TARGETS.to_vec(),
+    };
+    for target in targets {
+        eprintln!("==> fuzz {target}: {} s", args.seconds);
+        let status = Command::new(cargo())
+            .current_dir(root)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "--fuzz-dir"])
+            .arg(&fuzz_dir)
+            .arg(target)
+            .arg(fuzz_dir.join("corpus").join(target))
+            .arg("--")
+            .arg(format!("-max_total_time={}", args.seconds))
+            // A hang is a failure too: no single input may take a second.
+            .arg("-timeout=1")
+            .arg("-print_final_stats=1")
+            .status()
+            .context("running cargo fuzz")?;
+        if !status.success() {
+            bail!(
+                "fuzz target {target} failed ({status}); the input is under {}",
+                fuzz_dir.join("artifacts").join(target).display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let found = Command::new(cargo())
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Ok(());
+    }
+    eprintln!("==> install cargo-fuzz");
+    let status = Command::new(cargo())
+        .args(["install", "cargo-fuzz", "--locked"])
+        .status()
+        .context("running cargo install cargo-fuzz")?;
+    if !status.success() {
+        bail!("cargo install cargo-fuzz --locked failed ({status})");
+    }
+    Ok(())
+}
+
+/// Writes the seed inputs (overwriting earlier seeds, keeping what the fuzzer found).
+fn seed_corpus(root: &Path, fuzz_dir: &Path) -> Result<()> {
+    let corpus = fuzz_dir.join("corpus");
+    let mut bodies = Vec::new();
+    let mut queries = Vec::new();
+    for entry in std::fs::read_dir(root.join("events")).context("reading events/")? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let event: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        if let Some(records) = event["Records"].as_array() {
+            bodies.extend(
+                records
+                    .iter()
+                    .filter_map(|r| r["body"].as_str().map(str::to_owned)),
+            );
+        }
+        if let Some(path) = event["rawPath"].as_str().or(event["path"].as_str()) {
+            let query = event["rawQueryString"].as_str().unwrap_or_default();
+            queries.push(format!("{path}\n{query}"));
+            queries.push(query.to_owned());
+        }
+    }
+    if bodies.is_empty() || queries.is_empty() {
+        bail!("events/ holds no SQS bodies or no API query strings");
+    }
+    write_seeds(&corpus.join("message_parser"), &bodies)?;
+    write_seeds(&corpus.join("query_params"), &queries)?;
+    // Cursor inputs: mode byte, then a raw cursor, a body to seal, or "ts\ndevice\nevent".
+    let cursors = vec![
+        "\u{0}eyJ2IjoxfQ.AAAA".to_owned(),
+        "\u{1}{\"v\":1,\"fp\":\"x\",\"pos\":{\"ts_ms\":1782000000001,\"device_id\":\"dev-1\",\"event_id\":\"e\"}}".to_owned(),
+        "\u{2}1782000000001\ndev-1\nevt-1".to_owned(),
+        "\u{2}1782100000000\ndev-2\nevt-1".to_owned(),
+    ];
+    write_seeds(&corpus.join("cursor_decoder"), &cursors)?;
+    Ok(())
+}
+
+fn write_seeds(dir: &PathBuf, seeds: &[String]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (i, seed) in seeds.iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i:03}")), seed)?;
+    }
+    Ok(())
+}
