@@ -1,92 +1,154 @@
-//! `cargo xtask demo`: the guided tour. It brings the local stack up, runs each act,
-//! and always brings the stack down again, also on error and on Ctrl-C.
+//! `cargo xtask demo`: installs the stand-in if missing, builds `shardline`, and runs
+//! `shardline demo` (the reference scenario, naive vs adaptive layout, one report).
+//! Every process the demo starts is stopped, also on Ctrl-C or error: `shardline demo`
+//! stops its own servers, and records each moto in `.local/pids/demo-<pid>-*.pid`, which
+//! this command stops afterwards in case the child could not.
 
 use std::path::Path;
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use stand_in::pids;
 
-use crate::local;
 use crate::steps::{cargo, run_step};
+
+/// How long the child gets to stop its servers after Ctrl-C before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Leave the stack running at the end (stop it with `cargo xtask local down`).
+    /// Build `shardline` with the release profile (the debug build keeps up on this
+    /// machine: moto, not the Rust side, bounds the rates).
     #[arg(long)]
-    pub keep: bool,
+    pub release: bool,
+    /// Further `shardline demo` flags, e.g. `-- --duration 30 --hot-rate 1000`.
+    #[arg(last = true, allow_hyphen_values = true)]
+    pub demo_args: Vec<String>,
 }
 
 pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
+    let venv = stand_in::ensure_venv(root).context("installing the stand-in")?;
+    eprintln!("==> stand-in: {}", venv.dir().display());
+    let profile = if args.release { "release" } else { "debug" };
+    let mut build = vec![
+        "build",
+        "--quiet",
+        "--package",
+        "shardline",
+        "--bin",
+        "shardline",
+    ];
+    if args.release {
+        build.push("--release");
+    }
+    run_step("build shardline", root, &cargo(), &build)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let binary = target.join(profile).join("shardline");
+    if !binary.is_file() {
+        bail!("{} was not built", binary.display());
+    }
+
     let interrupted = Arc::new(AtomicBool::new(false));
-    let guard = StackGuard {
+    watch_ctrl_c(interrupted.clone())?;
+    eprintln!("==> shardline demo {}", args.demo_args.join(" "));
+    let started = Instant::now();
+    let child = Command::new(&binary)
+        .arg("demo")
+        .args(&args.demo_args)
+        .current_dir(root)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut guard = ChildGuard {
         root: root.to_path_buf(),
-        keep: args.keep,
+        child,
     };
-    watch_ctrl_c(root, interrupted.clone())?;
-    let stack = local::up(root, local::DEFAULT_PREFIX)?;
-    println!(
-        "== local stack at {} (tables {}, {}; queue {})",
-        stack.endpoint, stack.table_name, stack.shard_table_name, stack.queue_url
-    );
-    let result = acts(root);
+    let status = guard.wait(&interrupted);
     drop(guard);
+    eprintln!(
+        "==> demo wall time {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     if interrupted.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
-    result
+    let status = status?;
+    if !status.success() {
+        bail!("shardline demo failed ({status})");
+    }
+    Ok(())
 }
 
-fn acts(root: &Path) -> Result<()> {
-    println!(
-        "== the shard plan for the reference scenario (50,000 writes/s, hottest entity 2,000/s, 500-byte items)"
-    );
-    run_step(
-        "plan",
-        root,
-        &cargo(),
-        &[
-            "run",
-            "-q",
-            "-p",
-            "shardline",
-            "--",
-            "plan",
-            "--global-wps",
-            "50000",
-            "--peak-entity-wps",
-            "2000",
-            "--item-bytes",
-            "500",
-        ],
-    )
-}
-
-/// Brings the stack down when the demo ends, however it ends (Drop also runs while
-/// an error or a panic unwinds).
+/// The `shardline demo` child: waited for, told to stop on Ctrl-C, killed if it does
+/// not, and its recorded servers stopped when this guard drops (on error and panic too).
 #[derive(Debug)]
-struct StackGuard {
+struct ChildGuard {
     root: std::path::PathBuf,
-    keep: bool,
+    child: Child,
 }
 
-impl Drop for StackGuard {
-    fn drop(&mut self) {
-        if self.keep {
-            eprintln!("stack left running; stop it with `cargo xtask local down`");
-            return;
-        }
-        if let Err(e) = local::down(&self.root) {
-            eprintln!("bringing the stack down failed: {e:#}");
+impl ChildGuard {
+    fn wait(&mut self, interrupted: &AtomicBool) -> Result<std::process::ExitStatus> {
+        let pid = self.child.id();
+        let mut told: Option<Instant> = None;
+        loop {
+            if let Some(status) = self.child.try_wait().context("waiting for shardline")? {
+                return Ok(status);
+            }
+            if interrupted.load(Ordering::SeqCst) {
+                match told {
+                    None => {
+                        // A terminal's Ctrl-C reaches the child too; a signal sent to
+                        // xtask alone does not, so pass it on.
+                        let _ = Command::new("kill")
+                            .args(["-TERM", &pid.to_string()])
+                            .status();
+                        told = Some(Instant::now());
+                    }
+                    Some(at) if at.elapsed() > STOP_GRACE => {
+                        let _ = Command::new("kill")
+                            .args(["-KILL", &pid.to_string()])
+                            .status();
+                    }
+                    Some(_) => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
 
-/// On Ctrl-C, stop the recorded processes and exit: the main thread may be blocked
-/// in a child process that the same signal ends.
-fn watch_ctrl_c(root: &Path, interrupted: Arc<AtomicBool>) -> Result<()> {
-    let root = root.to_path_buf();
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // The child's moto servers, if it could not stop them itself.
+        let prefix = format!("demo-{}-", self.child.id());
+        match pids::recorded(&self.root) {
+            Ok(records) => {
+                for record in records.iter().filter(|r| r.name.starts_with(&prefix)) {
+                    match record.stop(Duration::from_secs(5)) {
+                        Ok(_) => {
+                            let _ = std::fs::remove_file(record.path(&self.root));
+                        }
+                        Err(e) => eprintln!("cannot stop {}: {e:#}", record.name),
+                    }
+                }
+            }
+            Err(e) => eprintln!("cannot read the pid files: {e:#}"),
+        }
+    }
+}
+
+/// Ctrl-C sets `interrupted` instead of ending xtask, so the guard can clean up.
+fn watch_ctrl_c(interrupted: Arc<AtomicBool>) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -95,13 +157,9 @@ fn watch_ctrl_c(root: &Path, interrupted: Arc<AtomicBool>) -> Result<()> {
         .name("ctrl-c".into())
         .spawn(move || {
             runtime.block_on(async {
-                if tokio::signal::ctrl_c().await.is_ok() {
+                while tokio::signal::ctrl_c().await.is_ok() {
                     interrupted.store(true, Ordering::SeqCst);
-                    eprintln!("\ninterrupted: bringing the stack down");
-                    if let Err(e) = local::down(&root) {
-                        eprintln!("bringing the stack down failed: {e:#}");
-                    }
-                    std::process::exit(130);
+                    eprintln!("\ninterrupted: stopping the demo");
                 }
             });
         })

@@ -3,12 +3,14 @@
 //!
 //! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
 //! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
+//! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
 //! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest;
 //! - [`env`]: the `.local/stack.env` file and SDK configuration shared by all of them.
 
 pub mod audit;
+pub mod demo;
 pub mod env;
 pub mod heatmap;
 pub mod publish;

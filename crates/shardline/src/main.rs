@@ -2,7 +2,7 @@
 //! (`plan` here, the others in the library so the demo and tests share them).
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, heatmap, publish, run_local, soak};
+use shardline::{audit, demo, heatmap, publish, run_local, soak};
 
 mod plan;
 
@@ -26,6 +26,8 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Draw per-key WCU over time from a capacity-proxy heat CSV as a PNG.
     Heatmap(heatmap::HeatmapArgs),
+    /// The reference scenario twice, naive vs adaptive layout, side by side.
+    Demo(demo::DemoArgs),
     /// Fault and crash soak: private moto, capacity-proxy, run-local SIGKILLed and restarted.
     Soak(soak::SoakArgs),
 }
@@ -41,6 +43,10 @@ fn main() -> anyhow::Result<()> {
             runtime()?.block_on(run_local::run(&args))
         }
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
+        Command::Demo(args) => {
+            init_tracing();
+            runtime()?.block_on(demo::run_command(&args))
+        }
         Command::Soak(args) => runtime()?.block_on(soak::run_command(&args)),
     }
 }

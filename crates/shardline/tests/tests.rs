@@ -1,6 +1,7 @@
 //! Tests of the `shardline` crate, one binary (modules per subcommand).
 
 mod audit;
+mod demo;
 mod end_to_end;
 mod generate;
 mod heatmap;
