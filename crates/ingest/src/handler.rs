@@ -453,6 +453,17 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             });
         }
 
+        // Items a key-range throttle refused before a retry stored them count too: the
+        // key is hot although retries got them through (at the key's capped rate).
+        for (((_, device), outcome), pk) in owners.iter().zip(&batch.outcomes).zip(&pks) {
+            if outcome.is_written() && batch.stats.key_range_throttled.contains_key(pk) {
+                *hot.entry(pk.as_str())
+                    .or_default()
+                    .entry(device.as_str())
+                    .or_default() += 1;
+            }
+        }
+
         // 4. Key-range throttles feed the directory: per hot partition key, the entity
         //    with the most throttled items there. Table throttles only back off.
         let mut fanout_raises = 0;

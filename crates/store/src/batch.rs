@@ -143,6 +143,9 @@ pub struct WriteStats {
     pub unprocessed: u64,
     /// Throttled calls by DynamoDB's reason (`TableWriteKeyRangeThroughputExceeded`, ...).
     pub throttles: BTreeMap<String, u64>,
+    /// Items refused by a key-range throttle, by partition key, whether a retry stored
+    /// them later or not: a hot key is hot even when retries get its items through.
+    pub key_range_throttled: BTreeMap<String, u64>,
     /// Calls that failed with a transient error (5xx, timeout, dispatch failure).
     pub transient_errors: u64,
     /// Distinct items left failed-retryable.
@@ -162,6 +165,9 @@ impl WriteStats {
         self.unprocessed += other.unprocessed;
         for (reason, n) in other.throttles {
             *self.throttles.entry(reason).or_default() += n;
+        }
+        for (pk, n) in other.key_range_throttled {
+            *self.key_range_throttled.entry(pk).or_default() += n;
         }
         self.transient_errors += other.transient_errors;
         self.failed_retryable += other.failed_retryable;
@@ -435,6 +441,16 @@ impl<T: BatchTable> BatchWriter<T> {
                             StoreError::Throttled { kind, reason } => {
                                 throttle = Some(*kind);
                                 *stats.throttles.entry(reason.clone()).or_default() += 1;
+                                if *kind == ThrottleKind::KeyRange {
+                                    for (_, item) in &pending {
+                                        if let Some(AttributeValue::S(pk)) = item.get(PK) {
+                                            *stats
+                                                .key_range_throttled
+                                                .entry(pk.clone())
+                                                .or_default() += 1;
+                                        }
+                                    }
+                                }
                             }
                             _ => stats.transient_errors += 1,
                         }
