@@ -33,6 +33,7 @@ fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
             max_inflight: 4,
         },
         batching_window: Duration::from_millis(300),
+        batch_size: 10,
         max_concurrency: 4,
         verbose: false,
     })
