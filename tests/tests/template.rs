@@ -247,6 +247,15 @@ fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
         props.get("ManagedPolicyArns").is_none(),
         "{role}: managed policies grant more than the template shows"
     );
+    let trust = path(&props, &["AssumeRolePolicyDocument", "Statement"])
+        .and_then(Value::as_sequence)
+        .with_context(|| format!("{role} has no trust policy"))?;
+    ensure!(
+        trust.len() == 1
+            && strings(path(&trust[0], &["Principal", "Service"])) == ["lambda.amazonaws.com"]
+            && path(&trust[0], &["Principal", "AWS"]).is_none(),
+        "{role}: only Lambda may assume it"
+    );
     let mut grants = BTreeSet::new();
     let policies = props
         .get("Policies")
