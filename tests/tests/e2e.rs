@@ -2,6 +2,7 @@
 
 mod harness;
 mod ingest;
+mod lambda;
 mod soak;
 mod stand_in;
 mod template;

@@ -26,8 +26,10 @@ pub struct ValidateArgs {
 
 pub fn run(root: &Path, args: &ValidateArgs) -> Result<()> {
     let started = Instant::now();
-    let venv = ensure_deploy_venv(root)?;
-    let tools = Tools::new(root, &venv)?;
+    let installing = Instant::now();
+    let venv = stand_in::ensure_deploy_venv(root)?;
+    eprintln!("    deploy venv ready after {:.1?}", installing.elapsed());
+    let tools = Tools::new(root, venv.dir())?;
     tools.step(
         "cfn-lint",
         "cfn-lint",
@@ -131,53 +133,4 @@ impl Tools {
         eprintln!("    {step} took {:.1?}", started.elapsed());
         Ok(())
     }
-}
-
-/// Creates `.local/venv-deploy` from `infra/deploy/requirements.txt`, unless the stamp
-/// shows exactly these requirements are installed. Returns the venv directory.
-pub fn ensure_deploy_venv(root: &Path) -> Result<PathBuf> {
-    let requirements = root.join("infra/deploy/requirements.txt");
-    let dir = root.join(".local/venv-deploy");
-    let stamp = root.join(".local/venv-deploy.stamp");
-    let wanted = fs::read_to_string(&requirements)
-        .with_context(|| format!("reading {}", requirements.display()))?;
-    let installed = fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
-    let complete = ["sam", "cfn-lint", "cargo-lambda"]
-        .iter()
-        .all(|tool| dir.join("bin").join(tool).is_file());
-    if installed && complete {
-        return Ok(dir);
-    }
-    eprintln!(
-        "==> install: {} into {}",
-        requirements.display(),
-        dir.display()
-    );
-    let started = Instant::now();
-    let python = std::env::var("SHARDLINE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    run_tool(Command::new(python).arg("-m").arg("venv").arg(&dir))?;
-    run_tool(
-        Command::new(dir.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements),
-    )?;
-    fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))?;
-    eprintln!("    install took {:.1?}", started.elapsed());
-    Ok(dir)
-}
-
-fn run_tool(cmd: &mut Command) -> Result<()> {
-    let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed with {status}");
-    }
-    Ok(())
 }

@@ -153,6 +153,56 @@ pub fn ensure_dynalite(root: &Path) -> Result<NodeTools> {
     Ok(tools)
 }
 
+/// Creates `.local/venv-deploy` from `infra/deploy/requirements.txt` (SAM CLI, cfn-lint,
+/// cargo-lambda, zig), unless the stamp `.local/venv-deploy.stamp` holds exactly these
+/// requirements and the tools are there; the same venv and stamp as
+/// `cargo xtask validate`. Safe to call from several processes at once, like
+/// [`ensure_venv`].
+pub fn ensure_deploy_venv(root: &Path) -> Result<Venv> {
+    let requirements = root.join("infra/deploy/requirements.txt");
+    let dir = root.join(".local/venv-deploy");
+    let venv = Venv {
+        root: root.to_path_buf(),
+        dir: dir.clone(),
+    };
+    let stamp = root.join(".local/venv-deploy.stamp");
+    let wanted = fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    with_lock(&root.join(".local/venv-deploy.lock"), || {
+        let installed = fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
+        let complete = ["sam", "cfn-lint", "cargo-lambda"]
+            .iter()
+            .all(|tool| venv.bin(tool).is_file());
+        if installed && complete {
+            return Ok(());
+        }
+        eprintln!(
+            "stand-in: installing {} into {}",
+            requirements.display(),
+            dir.display()
+        );
+        run(Command::new(python()).arg("-m").arg("venv").arg(&dir))?;
+        run(Command::new(venv.bin("python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements))?;
+        if !venv.bin("cargo-lambda").is_file() {
+            bail!(
+                "pip finished but {} is missing",
+                venv.bin("cargo-lambda").display()
+            );
+        }
+        fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))
+    })?;
+    Ok(venv)
+}
+
 fn python() -> String {
     std::env::var("SHARDLINE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }

@@ -17,7 +17,7 @@ mod server;
 pub mod template;
 mod test_stack;
 
-pub use install::{NodeTools, Venv, ensure_dynalite, ensure_venv};
+pub use install::{NodeTools, Venv, ensure_deploy_venv, ensure_dynalite, ensure_venv};
 pub use provision::{
     Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables, provision,
     provision_tables, read_env_file, sdk_config, write_env_file,

@@ -1,0 +1,208 @@
+//! Benchmark: readings/s of one handler instance writing through `capacity-proxy` in
+//! sink mode with 10 ms injected latency per call, beside the limit
+//! `MAX_INFLIGHT * 25 / RTT` (RTT = injected latency + a measured call round trip
+//! without it). Shard metadata and the DLQ are the in-memory fakes: sink mode answers
+//! only writes. Prints figures; asserts nothing.
+//! Run: `cargo bench -p ingest --bench ingest`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use capacity_proxy::{Faults, Proxy, ProxyConfig};
+use ingest::{Config, Fate, Ingest, MemoryDeadLetters};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use sharding::time::Timestamp;
+use store::dynamo::DynamoTable;
+use store::memory::MemoryShards;
+
+const MAX_INFLIGHT: usize = 16;
+const LATENCY_MS: u64 = 10;
+/// Messages per invocation and readings per message: 10,000 readings, 400 calls.
+const MESSAGES: usize = 1000;
+const READINGS: usize = 10;
+const INVOCATIONS: usize = 6;
+const RTT_CALLS: usize = 200;
+
+fn client(endpoint: &str) -> Client {
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("bench", "bench", None, None, "static"))
+        .retry_config(RetryConfig::disabled())
+        .build();
+    Client::from_conf(conf)
+}
+
+fn config() -> Result<Config> {
+    let max_inflight = MAX_INFLIGHT.to_string();
+    let vars: HashMap<&str, &str> = HashMap::from([
+        ("TABLE_NAME", "readings"),
+        ("SHARD_TABLE_NAME", "shards"),
+        ("DLQ_URL", "http://127.0.0.1:1/000000000000/dlq"),
+        ("MAX_INFLIGHT", max_inflight.as_str()),
+    ]);
+    Ok(Config::from_lookup(|name| {
+        vars.get(name).map(|v| (*v).to_owned())
+    })?)
+}
+
+/// One invocation's event: `MESSAGES` messages of `READINGS` readings, unique ids.
+fn event(invocation: usize, base: Timestamp) -> Result<SqsEvent> {
+    let records: Vec<serde_json::Value> = (0..MESSAGES)
+        .map(|m| {
+            let readings: Vec<serde_json::Value> = (0..READINGS)
+                .map(|r| {
+                    let ts = base.saturating_add(Duration::from_millis((m * READINGS + r) as u64));
+                    serde_json::json!({
+                        "device_id": format!("dev-{}", m % 500),
+                        "event_id": format!("i{invocation}-m{m}-r{r}"),
+                        "ts": ts.to_rfc3339(),
+                        "metrics": {"temperature": 21.5, "humidity": 40.0 + r as f64},
+                        "tags": {"site": "bench"},
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "messageId": format!("i{invocation}-m{m}"),
+                "body": serde_json::json!({ "readings": readings }).to_string(),
+                "eventSource": "aws:sqs",
+            })
+        })
+        .collect();
+    Ok(serde_json::from_value(
+        serde_json::json!({ "Records": records }),
+    )?)
+}
+
+/// Median round trip of a 25-item `BatchWriteItem` through a sink proxy without
+/// injected latency: what one call costs beyond the latency.
+async fn call_round_trip() -> Result<Duration> {
+    let mut config = ProxyConfig::sink();
+    config.seed = Some(1);
+    let proxy = Proxy::start(config).await?;
+    let sdk = client(&proxy.url());
+    let mut samples = Vec::with_capacity(RTT_CALLS);
+    for call in 0..RTT_CALLS {
+        let requests: Vec<WriteRequest> = (0..25)
+            .map(|i| {
+                let item = HashMap::from([
+                    (
+                        "PK".to_owned(),
+                        AttributeValue::S(format!("3#2026-06-22T0{}", i % 8)),
+                    ),
+                    (
+                        "SK".to_owned(),
+                        AttributeValue::S(format!("dev#{call}#{i}")),
+                    ),
+                    (
+                        "temperature".to_owned(),
+                        AttributeValue::N("21.5".to_owned()),
+                    ),
+                ]);
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map(|put| WriteRequest::builder().put_request(put).build())
+            })
+            .collect::<Result<_, _>>()?;
+        let started = Instant::now();
+        sdk.batch_write_item()
+            .request_items("readings", requests)
+            .send()
+            .await?;
+        samples.push(started.elapsed());
+    }
+    proxy.shutdown().await?;
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .copied()
+        .context("no samples")
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let overhead = call_round_trip().await?;
+
+    let mut proxy_config = ProxyConfig::sink();
+    proxy_config.seed = Some(2);
+    proxy_config.faults = Faults {
+        latency_ms: LATENCY_MS,
+        ..Faults::default()
+    };
+    let proxy = Proxy::start(proxy_config).await?;
+    let sdk = client(&proxy.url());
+    let config = config()?;
+    let table = DynamoTable::new(&sdk, config.table_name.clone());
+    let service = Ingest::new(config, table, MemoryShards::new(), MemoryDeadLetters::new());
+    let now = Timestamp::parse("2026-06-22T04:00:00Z")?;
+    let base = Timestamp::parse("2026-06-22T03:00:00Z")?;
+    let mut rng = StdRng::seed_from_u64(3);
+
+    // Warm-up: the layout and every device's metadata are cached afterwards, and the
+    // SDK's connections are open.
+    let warm = event(INVOCATIONS, base)?;
+    service.process(&warm, now, deadline(), &mut rng).await;
+
+    let events: Vec<SqsEvent> = (0..INVOCATIONS)
+        .map(|i| event(i, base))
+        .collect::<Result<_>>()?;
+    let mut readings = 0usize;
+    let mut calls = 0u64;
+    let mut reported = 0usize;
+    let started = Instant::now();
+    for event in &events {
+        let report = service.process(event, now, deadline(), &mut rng).await;
+        calls += report.writes.calls;
+        for m in &report.messages {
+            match m.fate {
+                Fate::Written { readings: n } => readings += n,
+                _ => reported += 1,
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let sink_items = proxy.stats().sink_items;
+    proxy.shutdown().await?;
+
+    let rate = readings as f64 / elapsed.as_secs_f64();
+    let rtt = Duration::from_millis(LATENCY_MS) + overhead;
+    let limit = MAX_INFLIGHT as f64 * 25.0 / rtt.as_secs_f64();
+    println!("ingest handler through capacity-proxy (sink, {LATENCY_MS} ms injected latency)");
+    println!("  MAX_INFLIGHT                 {MAX_INFLIGHT}");
+    println!(
+        "  invocations                  {INVOCATIONS} x {MESSAGES} messages x {READINGS} readings"
+    );
+    println!("  readings written             {readings}");
+    println!("  messages not written         {reported}");
+    println!("  BatchWriteItem calls         {calls}");
+    println!("  items in the sink            {sink_items}");
+    println!(
+        "  elapsed                      {:.3} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "  call round trip (no latency) {:.3} ms (median of {RTT_CALLS})",
+        overhead.as_secs_f64() * 1e3
+    );
+    println!(
+        "  RTT                          {:.3} ms",
+        rtt.as_secs_f64() * 1e3
+    );
+    println!("  readings/s                   {rate:.0}");
+    println!("  limit MAX_INFLIGHT*25/RTT    {limit:.0}");
+    println!("  ratio                        {:.3}", rate / limit);
+    Ok(())
+}
+
+fn deadline() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(900)
+}
