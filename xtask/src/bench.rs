@@ -47,7 +47,18 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
         ]),
     )?;
     let mut criterion = cargo(root);
-    criterion.args(["bench", "-p", "shardline-bench", "--bench", "cost", "--"]);
+    // The release profile, so the build above is reused (the bench profile would build
+    // the whole dependency tree a second time).
+    criterion.args([
+        "bench",
+        "--profile",
+        "release",
+        "-p",
+        "shardline-bench",
+        "--bench",
+        "cost",
+        "--",
+    ]);
     if args.quick {
         criterion.args(["--warm-up-time", "1", "--measurement-time", "2"]);
     }

@@ -58,8 +58,13 @@ fn machine() -> String {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
     format!(
-        "{cores} cores ({cpu}), {:.1} GiB memory (/proc/meminfo MemTotal)",
+        "{cores} cores ({cpu}), {:.1} GiB memory (/proc/meminfo MemTotal), load average \
+         {load} at the start",
         mem_kb as f64 / 1_048_576.0
     )
 }
