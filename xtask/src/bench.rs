@@ -15,6 +15,9 @@ pub struct BenchArgs {
     /// Reduced sizes and durations (a smoke run; the committed report is a full run).
     #[arg(long)]
     pub quick: bool,
+    /// Run only these items (1 to 6, repeatable). The report then holds only them.
+    #[arg(long)]
+    pub only: Vec<u8>,
 }
 
 fn run_step(what: &str, cmd: &mut Command) -> Result<()> {
@@ -46,41 +49,60 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
             "shardline-bench",
         ]),
     )?;
-    let mut criterion = cargo(root);
-    // The release profile, so the build above is reused (the bench profile would build
-    // the whole dependency tree a second time).
-    criterion.args([
-        "bench",
-        "--profile",
-        "release",
-        "-p",
-        "shardline-bench",
-        "--bench",
-        "cost",
-        "--",
-    ]);
-    if args.quick {
-        criterion.args(["--warm-up-time", "1", "--measurement-time", "2"]);
+    let wants = |item: u8| args.only.is_empty() || args.only.contains(&item);
+    if wants(5) {
+        let mut criterion = cargo(root);
+        // The release profile, so the build above is reused (the bench profile would build
+        // the whole dependency tree a second time).
+        criterion.args([
+            "bench",
+            "--profile",
+            "release",
+            "-p",
+            "shardline-bench",
+            "--bench",
+            "cost",
+            "--",
+        ]);
+        if args.quick {
+            criterion.args(["--warm-up-time", "1", "--measurement-time", "2"]);
+        }
+        run_step("criterion: cost per reading", &mut criterion)?;
     }
-    run_step("criterion: cost per reading", &mut criterion)?;
+    // Only a full run regenerates the committed report; a partial one goes beside it,
+    // ignored by git.
+    let report = if args.only.is_empty() {
+        root.join("bench/REPORT.md")
+    } else {
+        root.join("bench/out/REPORT.md")
+    };
+    if let Some(dir) = report.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut command_line = "cargo xtask bench".to_owned();
+    if args.quick {
+        command_line.push_str(" --quick");
+    }
+    for item in &args.only {
+        command_line.push_str(&format!(" --only {item}"));
+    }
     let target = root.join("target");
     let mut bench = Command::new(target.join("release/shardline-bench"));
     bench
         .current_dir(root)
         .arg("--report")
-        .arg(root.join("bench/REPORT.md"))
+        .arg(&report)
         .arg("--release-dir")
         .arg(target.join("release"))
         .arg("--criterion-dir")
         .arg(target.join("criterion"))
         .arg("--command")
-        .arg(if args.quick {
-            "cargo xtask bench --quick"
-        } else {
-            "cargo xtask bench"
-        });
+        .arg(&command_line);
     if args.quick {
         bench.arg("--quick");
     }
-    run_step("benchmarks (items 1-6)", &mut bench)
+    for item in &args.only {
+        bench.arg("--only").arg(item.to_string());
+    }
+    run_step("benchmarks", &mut bench)
 }

@@ -36,6 +36,16 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
+    /// Run only these items (1 to 6, repeatable); all of them when absent. A report
+    /// written from a partial run says which items it holds.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
+    only: Vec<u8>,
+}
+
+impl Args {
+    fn wants(&self, item: u8) -> bool {
+        self.only.is_empty() || self.only.contains(&item)
+    }
 }
 
 fn machine() -> String {
@@ -67,6 +77,20 @@ fn machine() -> String {
          {load} at the start",
         mem_kb as f64 / 1_048_576.0
     )
+}
+
+fn mode(args: &Args) -> String {
+    let size = if args.quick {
+        "quick (reduced sizes)"
+    } else {
+        "full"
+    };
+    if args.only.is_empty() {
+        size.to_owned()
+    } else {
+        let items: Vec<String> = args.only.iter().map(u8::to_string).collect();
+        format!("{size}, items {} only", items.join(", "))
+    }
 }
 
 fn today() -> String {
@@ -122,37 +146,50 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         .unwrap_or_else(|| root.join("target/criterion"));
     let quick = args.quick;
 
-    eprintln!("item 3: write spread");
-    if let Err(e) = spread::run(if quick { 2 } else { 10 }, results) {
-        results.note("3", format!("NOT MEASURED: {e:#}"));
+    if args.wants(3) {
+        eprintln!("item 3: write spread");
+        if let Err(e) = spread::run(if quick { 2 } else { 10 }, results) {
+            results.note("3", format!("NOT MEASURED: {e:#}"));
+        }
     }
-    eprintln!("item 1: ingest throughput");
-    let settings = throughput::Settings {
-        readings: if quick { 10_000 } else { 50_000 },
-        put_item_seconds: if quick { 3.0 } else { 15.0 },
-    };
-    if let Err(e) = throughput::run(&root, settings, results).await {
-        results.note("1", format!("NOT MEASURED: {e:#}"));
+    if args.wants(1) || args.wants(5) {
+        // Item 5's call counts come from item 1's writers.
+        eprintln!("item 1: ingest throughput");
+        let settings = throughput::Settings {
+            readings: if quick { 10_000 } else { 50_000 },
+            put_item_seconds: if quick { 3.0 } else { 15.0 },
+        };
+        if let Err(e) = throughput::run(&root, settings, results).await {
+            results.note("1", format!("NOT MEASURED: {e:#}"));
+        }
     }
-    eprintln!("item 2: hot sensor");
-    if let Err(e) = hot::run(if quick { 20 } else { 60 }, results).await {
-        results.note("2", format!("NOT MEASURED: {e:#}"));
+    if args.wants(2) {
+        eprintln!("item 2: hot sensor");
+        if let Err(e) = hot::run(if quick { 20 } else { 60 }, results).await {
+            results.note("2", format!("NOT MEASURED: {e:#}"));
+        }
     }
-    eprintln!("item 4: queries");
-    let qs = query::Settings {
-        devices: if quick { 16 } else { 64 },
-        iterations: if quick { 20 } else { 100 },
-    };
-    if let Err(e) = query::run(&root, qs, results).await {
-        results.note("4", format!("NOT MEASURED: {e:#}"));
+    if args.wants(4) {
+        eprintln!("item 4: queries");
+        let qs = query::Settings {
+            devices: if quick { 16 } else { 64 },
+            iterations: if quick { 20 } else { 100 },
+        };
+        if let Err(e) = query::run(&root, qs, results).await {
+            results.note("4", format!("NOT MEASURED: {e:#}"));
+        }
     }
-    eprintln!("item 5: cost per reading");
-    if let Err(e) = cost_per_reading(&criterion_dir, results) {
-        results.note("5", format!("criterion figure NOT MEASURED: {e:#}"));
+    if args.wants(5) {
+        eprintln!("item 5: cost per reading");
+        if let Err(e) = cost_per_reading(&criterion_dir, results) {
+            results.note("5", format!("criterion figure NOT MEASURED: {e:#}"));
+        }
     }
-    eprintln!("item 6: Lambda size and start");
-    if let Err(e) = lambda::run(&release_dir, results).await {
-        results.note("6", format!("NOT MEASURED: {e:#}"));
+    if args.wants(6) {
+        eprintln!("item 6: Lambda size and start");
+        if let Err(e) = lambda::run(&release_dir, results).await {
+            results.note("6", format!("NOT MEASURED: {e:#}"));
+        }
     }
     Ok(())
 }
@@ -182,11 +219,7 @@ fn main() -> Result<()> {
             args.command,
             machine(),
             today(),
-            if args.quick {
-                "quick (reduced sizes)"
-            } else {
-                "full"
-            },
+            mode(&args),
         );
         std::fs::write(path, results.markdown(&header))
             .with_context(|| format!("writing {}", path.display()))?;
