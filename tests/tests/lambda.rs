@@ -1,7 +1,8 @@
-//! The built `ingest` binary under `cargo lambda watch` against a private moto: the
-//! shared events go in with `cargo lambda invoke --data-file`, then the table and the
-//! DLQ are checked. cargo-lambda comes from the project's deploy venv
-//! (`infra/deploy/requirements.txt`).
+//! The built Lambda binaries under `cargo lambda watch` against a private moto, fed the
+//! shared events with `cargo lambda invoke --data-file`: `ingest` with events/sqs-*.json
+//! (then the table and the DLQ are checked), `query` with events/apigw-*.json over
+//! readings written beforehand (then each answer is checked). cargo-lambda comes from
+//! the project's deploy venv (`infra/deploy/requirements.txt`).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -58,7 +59,15 @@ struct Watch {
 }
 
 impl Watch {
-    fn start(venv: &Venv, root: &Path, port: u16, env_file: &Path, log: PathBuf) -> Result<Self> {
+    /// Serves binary `bin` of package `package` on `port`.
+    fn start(
+        venv: &Venv,
+        root: &Path,
+        (package, bin): (&str, &str),
+        port: u16,
+        env_file: &Path,
+        log: PathBuf,
+    ) -> Result<Self> {
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut command = Command::new(venv.bin("cargo-lambda"));
         // Cargo gives this test process the package variables of `e2e`; inherited by the
@@ -72,7 +81,7 @@ impl Watch {
             }
         }
         let child = command
-            .args(["lambda", "watch", "--package", "ingest", "--bin", "ingest"])
+            .args(["lambda", "watch", "--package", package, "--bin", bin])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
             .arg(port.to_string())
             // The binary is fixed for the test: no reload on file changes.
@@ -132,10 +141,12 @@ impl Drop for Watch {
     }
 }
 
-/// `cargo lambda invoke --data-file`, bounded by `limit`; the function's JSON answer.
+/// `cargo lambda invoke --data-file` of `function`, bounded by `limit`; the function's
+/// JSON answer.
 async fn invoke(
     venv: &Venv,
     port: u16,
+    function: &str,
     data_file: &Path,
     limit: Duration,
 ) -> Result<serde_json::Value> {
@@ -146,7 +157,7 @@ async fn invoke(
         .arg(port.to_string())
         .arg("--data-file")
         .arg(data_file)
-        .args(["--output-format", "json", "ingest"])
+        .args(["--output-format", "json", function])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(limit, command.output())
@@ -191,7 +202,14 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
         ],
     )?;
     let port = stand_in::free_loopback_port()?;
-    let mut watch = Watch::start(&venv, &root, port, &env_file, scratch.join("watch.log"))?;
+    let mut watch = Watch::start(
+        &venv,
+        &root,
+        ("ingest", "ingest"),
+        port,
+        &env_file,
+        scratch.join("watch.log"),
+    )?;
     watch.wait_listening(port).await?;
 
     let events = root.join("events");
@@ -202,7 +220,7 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
         "sqs-hot-burst.json",
         "sqs-mixed-bad.json",
     ] {
-        let answer = invoke(&venv, port, &events.join(name), limit).await?;
+        let answer = invoke(&venv, port, "ingest", &events.join(name), limit).await?;
         limit = INVOKE;
         assert_eq!(
             answer,
@@ -256,6 +274,206 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
     assert_eq!(value("field"), Some("body"));
     assert!(value("reason").is_some_and(|r| r.contains("valid JSON")));
 
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// The readings the query events ask about: `sensor-alpha-001` every 10 s from
+/// 00:53:10.500 (so `evt-000042` is at 01:00:10.500, as events/apigw-reading.json
+/// expects) and `dev-002` every 30 s from 01:00:05, on 2026-06-22.
+const SENSOR_READINGS: i64 = 600;
+const OTHER_READINGS: i64 = 120;
+const DAY_MS: i64 = 1_782_086_400_000; // 2026-06-22T00:00:00Z
+
+fn reading(device: &str, event: String, ts_ms: i64, n: i64) -> serde_json::Value {
+    serde_json::json!({
+        "device_id": device,
+        "event_id": event,
+        "ts": ts_ms,
+        "metrics": {"temperature": 20.0 + (n % 10) as f64, "humidity": 40.0},
+    })
+}
+
+/// An SQS event of `readings` in messages of ten.
+fn sqs_event(readings: Vec<serde_json::Value>) -> Result<aws_lambda_events::event::sqs::SqsEvent> {
+    let records: Vec<serde_json::Value> = readings
+        .chunks(10)
+        .enumerate()
+        .map(|(m, chunk)| {
+            serde_json::json!({
+                "messageId": format!("m{m}"),
+                "body": serde_json::json!({ "readings": chunk }).to_string(),
+                "eventSource": "aws:sqs",
+            })
+        })
+        .collect();
+    Ok(serde_json::from_value(
+        serde_json::json!({ "Records": records }),
+    )?)
+}
+
+/// Writes the readings with the ingest library (the code the ingest Lambda runs),
+/// configured from the same env file as the query function.
+async fn write_readings(env_file: &Path, stack: &TestStack) -> Result<()> {
+    let vars = stand_in::read_env_file(env_file)?;
+    let config = ingest::Config::from_lookup(|name| vars.get(name).cloned())?;
+    let dynamo = harness::dynamodb(&stack.endpoint()).await;
+    let sqs = harness::sqs(&stack.endpoint()).await;
+    let service = ingest::Ingest::from_clients(config, &dynamo, &sqs);
+    let mut readings: Vec<serde_json::Value> = (0..SENSOR_READINGS)
+        .map(|i| {
+            let ts = DAY_MS + 53 * 60_000 + 10_500 + i * 10_000;
+            reading("sensor-alpha-001", format!("evt-{i:06}"), ts, i)
+        })
+        .collect();
+    readings.extend((0..OTHER_READINGS).map(|j| {
+        let ts = DAY_MS + 3_600_000 + 5_000 + j * 30_000;
+        reading("dev-002", format!("other-{j:04}"), ts, j)
+    }));
+    let now = sharding::time::Timestamp::from_millis(i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?)?;
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(5);
+    let report = service
+        .process(
+            &sqs_event(readings)?,
+            now,
+            Instant::now() + INVOKE,
+            &mut rng,
+        )
+        .await;
+    ensure!(
+        report.response()?.batch_item_failures.is_empty(),
+        "writing the query test's readings: {report:?}"
+    );
+    Ok(())
+}
+
+/// The status and the parsed JSON body of an API Gateway v2 answer.
+fn http_answer(answer: &serde_json::Value) -> Result<(u64, serde_json::Value)> {
+    let status = answer["statusCode"]
+        .as_u64()
+        .with_context(|| format!("no statusCode in {answer}"))?;
+    let body = answer["body"]
+        .as_str()
+        .with_context(|| format!("no body in {answer}"))?;
+    Ok((status, serde_json::from_str(body)?))
+}
+
+fn items(body: &serde_json::Value) -> Result<&Vec<serde_json::Value>> {
+    body["items"]
+        .as_array()
+        .with_context(|| format!("no items in {body}"))
+}
+
+fn field<'a>(item: &'a serde_json::Value, name: &str) -> &'a str {
+    item[name].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cargo_lambda_watch_answers_the_api_events() -> Result<()> {
+    let root = stand_in::repo_root()?;
+    let venv = stand_in::ensure_deploy_venv(&root)?;
+    let stack = TestStack::start().await?;
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "lambda-watch-query-{}-{}",
+        std::process::id(),
+        stack.stack.table_name
+    ));
+    std::fs::create_dir_all(&scratch)?;
+    let env_file = scratch.join("query.env");
+    stack.stack.write_env_with(
+        &env_file,
+        &[
+            ("RETENTION_DAYS".to_owned(), "36500".to_owned()),
+            ("AWS_EC2_METADATA_DISABLED".to_owned(), "true".to_owned()),
+            (
+                "CURSOR_KEY".to_owned(),
+                "lambda-watch-test-cursor-key-0123456789".to_owned(),
+            ),
+        ],
+    )?;
+    write_readings(&env_file, &stack).await?;
+
+    let port = stand_in::free_loopback_port()?;
+    let mut watch = Watch::start(
+        &venv,
+        &root,
+        ("query", "query"),
+        port,
+        &env_file,
+        scratch.join("watch.log"),
+    )?;
+    watch.wait_listening(port).await?;
+    let events = root.join("events");
+    let mut limit = FIRST_INVOKE;
+    let mut ask = async |name: &str| -> Result<(u64, serde_json::Value)> {
+        let answer = invoke(&venv, port, "query", &events.join(name), limit).await?;
+        limit = INVOKE;
+        http_answer(&answer).with_context(|| format!("{name}; log:\n{}", watch.log_text()))
+    };
+
+    // The first 100 of the sensor's 600 readings in [00:00, 06:00), oldest first.
+    let (status, body) = ask("apigw-device-readings.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let page = items(&body)?;
+    let ids: Vec<&str> = page.iter().map(|i| field(i, "event_id")).collect();
+    let expected: Vec<String> = (0..100).map(|i| format!("evt-{i:06}")).collect();
+    assert_eq!(ids, expected);
+    assert!(body["next_cursor"].is_string(), "{body}");
+
+    let (status, body) = ask("apigw-reading.json").await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "event_id"), "evt-000042");
+    assert_eq!(field(&body, "ts"), "2026-06-22T01:00:10.500Z");
+
+    // Every device in [01:00, 02:00), newest first: the sensor's evt-000400 (01:59:50.5)
+    // leads, then both devices interleaved by time.
+    let (status, body) = ask("apigw-all-readings.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let page = items(&body)?;
+    assert_eq!(page.len(), 100);
+    assert_eq!(field(&page[0], "event_id"), "evt-000400");
+    let times: Vec<&str> = page.iter().map(|i| field(i, "ts")).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    let devices: BTreeSet<&str> = page.iter().map(|i| field(i, "device_id")).collect();
+    assert_eq!(devices, BTreeSet::from(["dev-002", "sensor-alpha-001"]));
+
+    // Hourly counts of the sensor: 41 readings before 01:00, 360 in the hour, 199 after.
+    let (status, body) = ask("apigw-stats.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let counts: Vec<(String, u64)> = body["buckets"]
+        .as_array()
+        .with_context(|| format!("no buckets in {body}"))?
+        .iter()
+        .filter(|b| b["count"].as_u64().unwrap_or(0) > 0)
+        .map(|b| {
+            (
+                field(b, "start").to_owned(),
+                b["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        vec![
+            ("2026-06-22T00:00:00.000Z".to_owned(), 41),
+            ("2026-06-22T01:00:00.000Z".to_owned(), 360),
+            ("2026-06-22T02:00:00.000Z".to_owned(), 199),
+        ]
+    );
+
+    let (status, body) = ask("apigw-shards.json").await?;
+    assert_eq!(status, 200, "{body}");
+
+    // A reversed range and a misspelt parameter: 400 naming the problem, no 500.
+    let (status, body) = ask("apigw-bad-request.json").await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["code"].is_string(), "{body}");
+    assert!(body["error"]["message"].is_string(), "{body}");
+    drop(watch);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }
