@@ -7,7 +7,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+
+use crate::steps::{cargo, run_command, target_dir};
 
 /// Options of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
@@ -20,25 +22,10 @@ pub struct BenchArgs {
     pub only: Vec<u8>,
 }
 
-fn run_step(what: &str, cmd: &mut Command) -> Result<()> {
-    eprintln!("==> {what}");
-    let status = cmd.status().with_context(|| format!("starting: {what}"))?;
-    if !status.success() {
-        bail!("{what} failed with {status}");
-    }
-    Ok(())
-}
-
-fn cargo(root: &Path) -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
-    cmd.current_dir(root);
-    cmd
-}
-
 pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
-    run_step(
+    run_command(
         "release build of ingest, query and shardline-bench",
-        cargo(root).args([
+        Command::new(cargo()).current_dir(root).args([
             "build",
             "--release",
             "-p",
@@ -51,7 +38,8 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
     )?;
     let wants = |item: u8| args.only.is_empty() || args.only.contains(&item);
     if wants(5) {
-        let mut criterion = cargo(root);
+        let mut criterion = Command::new(cargo());
+        criterion.current_dir(root);
         // The release profile, so the build above is reused (the bench profile would build
         // the whole dependency tree a second time).
         criterion.args([
@@ -67,7 +55,7 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
         if args.quick {
             criterion.args(["--warm-up-time", "1", "--measurement-time", "2"]);
         }
-        run_step("criterion: cost per reading", &mut criterion)?;
+        run_command("criterion: cost per reading", &mut criterion)?;
     }
     // Only a full run regenerates the committed report; a partial one goes beside it,
     // ignored by git.
@@ -86,7 +74,7 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
     for item in &args.only {
         command_line.push_str(&format!(" --only {item}"));
     }
-    let target = root.join("target");
+    let target = target_dir(root);
     let mut bench = Command::new(target.join("release/shardline-bench"));
     bench
         .current_dir(root)
@@ -104,5 +92,5 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
     for item in &args.only {
         bench.arg("--only").arg(item.to_string());
     }
-    run_step("benchmarks", &mut bench)
+    run_command("benchmarks", &mut bench)
 }

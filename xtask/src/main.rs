@@ -29,11 +29,12 @@ enum Command {
         #[command(subcommand)]
         command: local::LocalCommand,
     },
-    /// Everything CI checks: fmt, clippy, every test of the workspace.
+    /// Everything CI checks: fmt, clippy, every test of the workspace, template validation.
     Test(test::TestArgs),
     /// Offline template checks: cfn-lint, sam validate --lint, sam build (x86_64).
     Validate(validate::ValidateArgs),
-    /// The guided demo: stack up, the shard plan for the reference scenario, stack down.
+    /// The main job end to end: naive vs adaptive layout under the same burst, a time
+    /// range read back through the API, one side-by-side report and two heatmaps.
     Demo(demo::DemoArgs),
     /// The benchmarks of issue 8: prints a table and regenerates bench/REPORT.md.
     Bench(bench::BenchArgs),

@@ -7,19 +7,35 @@ use anyhow::{Context, Result, bail};
 
 /// Runs `program args` in `dir`, output streamed to the terminal; fails naming `step`.
 pub fn run_step(step: &str, dir: &Path, program: &str, args: &[&str]) -> Result<()> {
-    eprintln!("==> {step}: {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .current_dir(dir)
+    run_command(step, Command::new(program).args(args).current_dir(dir))
+}
+
+/// Runs a prepared command, output streamed to the terminal; fails naming `step`.
+pub fn run_command(step: &str, command: &mut Command) -> Result<()> {
+    let shown = format!(
+        "{} {}",
+        command.get_program().to_string_lossy(),
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    eprintln!("==> {step}: {shown}");
+    let status = command
         .status()
-        .with_context(|| format!("step '{step}': could not start {program}"))?;
+        .with_context(|| format!("step '{step}': could not start {shown}"))?;
     if !status.success() {
-        bail!(
-            "step '{step}' failed ({program} {} exited with {status})",
-            args.join(" ")
-        );
+        bail!("step '{step}' failed ({shown} exited with {status})");
     }
     Ok(())
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` when set).
+pub fn target_dir(root: &Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
 }
 
 /// The cargo that runs xtask (so toolchain overrides carry over).
@@ -36,10 +52,7 @@ pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<std::path::
         &cargo(),
         &["build", "--quiet", "--package", package, "--bin", bin],
     )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let path = target.join("debug").join(bin);
+    let path = target_dir(root).join("debug").join(bin);
     if !path.is_file() {
         bail!("{} was not built", path.display());
     }
