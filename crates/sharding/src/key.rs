@@ -175,16 +175,22 @@ pub fn key_for_layout(
         }
         Strategy::TimeBucket { bucket } => {
             let s = shard_index(reading.entity, layout.shards);
-            let label = bucket.label(reading.ts);
-            let pk = if k.get() == 1 {
-                bucket_pk(s, None, &label)
-            } else {
-                let j = 1 + shard_index(reading.event_id, k);
-                bucket_pk(s, Some(j), &label)
-            };
+            let sub = (k.get() > 1).then(|| 1 + shard_index(reading.event_id, k));
+            // Built in place: this runs once per ingested reading.
+            let mut pk = String::with_capacity(32);
+            let _ = write!(pk, "{s}");
+            if let Some(j) = sub {
+                let _ = write!(pk, ".{j}");
+            }
+            pk.push(SEPARATOR);
+            bucket.write_label(reading.ts, &mut pk);
             let mut sk =
                 String::with_capacity(reading.entity.len() + ts.len() + reading.event_id.len() + 2);
-            let _ = write!(sk, "{}#{}#{}", reading.entity, ts, reading.event_id);
+            sk.push_str(reading.entity);
+            sk.push(SEPARATOR);
+            sk.push_str(&ts);
+            sk.push(SEPARATOR);
+            sk.push_str(reading.event_id);
             Ok(ItemKey { pk, sk })
         }
     }

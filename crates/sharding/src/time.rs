@@ -119,7 +119,26 @@ impl Timestamp {
     /// RFC 3339, UTC, milliseconds, fixed width: `2026-06-22T01:00:00.000Z`.
     #[must_use]
     pub fn to_rfc3339(self) -> String {
-        self.datetime().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+        let mut out = String::with_capacity(RFC3339_LEN);
+        self.write_rfc3339(&mut out);
+        out
+    }
+
+    /// Appends [`Timestamp::to_rfc3339`] to `out` (no allocation of its own; keys are
+    /// built on the ingest hot path, where chrono's format-string interpreter cost
+    /// more than the rest of the key).
+    pub fn write_rfc3339(self, out: &mut String) {
+        let c = Civil::of(self);
+        c.write_date(out, true);
+        out.push('T');
+        push_2(out, c.hour);
+        out.push(':');
+        push_2(out, c.minute);
+        out.push(':');
+        push_2(out, c.second);
+        out.push('.');
+        push_digits(out, c.milli, 3);
+        out.push('Z');
     }
 
     /// Parses RFC 3339 (any offset; sub-millisecond digits are truncated) or an integer
@@ -133,6 +152,9 @@ impl Timestamp {
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
             let millis: i64 = text.parse().map_err(|_| unparsable())?;
             return Self::from_millis(millis);
+        }
+        if let Some(ts) = parse_utc_fast(text) {
+            return Ok(ts);
         }
         let parsed = DateTime::parse_from_rfc3339(text).map_err(|_| unparsable())?;
         Self::from_millis(parsed.timestamp_millis())
@@ -281,13 +303,23 @@ impl Bucket {
     /// `2026-06-22` or `2026-06`.
     #[must_use]
     pub fn label(self, ts: Timestamp) -> String {
-        let pattern = match self {
-            Bucket::Minute => "%Y-%m-%dT%H:%M",
-            Bucket::Hour => "%Y-%m-%dT%H",
-            Bucket::Day => "%Y-%m-%d",
-            Bucket::Month => "%Y-%m",
-        };
-        ts.datetime().format(pattern).to_string()
+        let mut out = String::with_capacity(16);
+        self.write_label(ts, &mut out);
+        out
+    }
+
+    /// Appends [`Bucket::label`] of `ts` to `out`.
+    pub fn write_label(self, ts: Timestamp, out: &mut String) {
+        let c = Civil::of(ts);
+        c.write_date(out, self != Bucket::Month);
+        if matches!(self, Bucket::Minute | Bucket::Hour) {
+            out.push('T');
+            push_2(out, c.hour);
+            if self == Bucket::Minute {
+                out.push(':');
+                push_2(out, c.minute);
+            }
+        }
     }
 
     /// Start of the bucket holding `ts`.
@@ -334,6 +366,131 @@ impl Bucket {
             next: Some(range.from),
             end: range.to,
         }
+    }
+}
+
+/// The common form `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`, parsed without chrono; `None` for
+/// anything else (other offsets, leap seconds, lowercase separators...), which chrono
+/// then parses or refuses. Accepts only what chrono accepts, with the same value.
+fn parse_utc_fast(text: &str) -> Option<Timestamp> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b.last() != Some(&b'Z') {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = b.get(range)?;
+        digits.iter().try_fold(0i64, |acc, &d| {
+            d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
+        })
+    };
+    let seps = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
+    if seps.iter().any(|&(i, c)| b[i] != c) {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let milli = match b.len() - 1 - 19 {
+        0 => 0,
+        n @ 2..=10 if b[19] == b'.' => {
+            let digits = num(20..20 + (n - 1))?;
+            // Truncate to milliseconds, as timestamp_millis() does.
+            let width = u32::try_from(n - 1).ok()?;
+            if width >= 3 {
+                digits / 10i64.pow(width - 3)
+            } else {
+                digits * 10i64.pow(3 - width)
+            }
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=month_days).contains(&day) {
+        return None;
+    }
+    // Civil date to days (H. Hinnant's algorithm), eras of 400 years from 0000-03-01.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms =
+        days * MS_PER_DAY + hour * MS_PER_HOUR + minute * MS_PER_MINUTE + second * 1000 + milli;
+    Timestamp::from_millis(ms).ok()
+}
+
+/// Length of [`Timestamp::to_rfc3339`].
+const RFC3339_LEN: usize = 24;
+
+/// The UTC calendar fields of a timestamp (proleptic Gregorian, years 0..=9999).
+struct Civil {
+    year: u32,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+    milli: u32,
+}
+
+impl Civil {
+    fn of(ts: Timestamp) -> Self {
+        let days = ts.0.div_euclid(MS_PER_DAY);
+        let in_day = ts.0.rem_euclid(MS_PER_DAY);
+        // Days to civil date (H. Hinnant's algorithm), eras of 400 years from 0000-03-01.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        // Every field is in range by construction for MIN..=MAX (years 0..=9999).
+        let field = |v: i64| u32::try_from(v).unwrap_or(0);
+        Civil {
+            year: field(year),
+            month: field(month),
+            day: field(day),
+            hour: field(in_day / MS_PER_HOUR),
+            minute: field(in_day % MS_PER_HOUR / MS_PER_MINUTE),
+            second: field(in_day % MS_PER_MINUTE / 1000),
+            milli: field(in_day % 1000),
+        }
+    }
+
+    /// `YYYY-MM-DD`, or `YYYY-MM` without the day.
+    fn write_date(&self, out: &mut String, with_day: bool) {
+        push_digits(out, self.year, 4);
+        out.push('-');
+        push_2(out, self.month);
+        if with_day {
+            out.push('-');
+            push_2(out, self.day);
+        }
+    }
+}
+
+fn push_2(out: &mut String, v: u32) {
+    push_digits(out, v, 2);
+}
+
+/// The last `width` decimal digits of `v`, zero-padded.
+fn push_digits(out: &mut String, v: u32, width: u32) {
+    for place in (0..width).rev() {
+        let digit = v / 10u32.pow(place) % 10;
+        out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
     }
 }
 
@@ -407,6 +564,119 @@ mod tests {
         assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999Z");
         assert!(Timestamp::from_millis(Timestamp::MAX.as_millis() + 1).is_err());
         assert!(Timestamp::from_millis(Timestamp::MIN.as_millis() - 1).is_err());
+    }
+
+    /// The hand-written formatter against chrono's, over the whole range: both ends,
+    /// every day boundary near leap years and centuries, and a spread of values.
+    #[test]
+    fn formatting_matches_chrono() {
+        let chrono_rfc = |t: Timestamp| t.datetime().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+        let chrono_label = |b: Bucket, t: Timestamp| {
+            let pattern = match b {
+                Bucket::Minute => "%Y-%m-%dT%H:%M",
+                Bucket::Hour => "%Y-%m-%dT%H",
+                Bucket::Day => "%Y-%m-%d",
+                Bucket::Month => "%Y-%m",
+            };
+            t.datetime().format(pattern).to_string()
+        };
+        let mut samples = vec![Timestamp::MIN, Timestamp::MAX, Timestamp(0), Timestamp(-1)];
+        for year_start in [
+            ts("0000-02-28T23:59:59.999Z"),
+            ts("1900-02-28T00:00:00Z"),
+            ts("1969-12-31T00:00:00Z"),
+            ts("2000-02-28T00:00:00Z"),
+            ts("2024-02-28T00:00:00Z"),
+            ts("2100-02-27T00:00:00Z"),
+            ts("9999-12-30T00:00:00Z"),
+        ] {
+            for d in 0..400 {
+                samples.push(year_start.offset_clamped(d * MS_PER_DAY - 1));
+                samples.push(year_start.offset_clamped(d * MS_PER_DAY + 37_001));
+            }
+        }
+        let span = Timestamp::MAX.0 - Timestamp::MIN.0;
+        let mut x: i64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            // xorshift: a deterministic spread over the whole range.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            samples.push(Timestamp(Timestamp::MIN.0 + x.rem_euclid(span + 1)));
+        }
+        for t in samples {
+            assert_eq!(t.to_rfc3339(), chrono_rfc(t), "{}", t.0);
+            for b in Bucket::ALL {
+                assert_eq!(b.label(t), chrono_label(b, t), "{b} {}", t.0);
+            }
+        }
+    }
+
+    /// The fast path of `parse` against chrono: every string it accepts, chrono
+    /// accepts with the same value; the rest falls through to chrono.
+    #[test]
+    fn parsing_matches_chrono() {
+        let chrono_parse = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .ok()
+                .and_then(|d| Timestamp::from_millis(d.timestamp_millis()).ok())
+        };
+        let mut inputs: Vec<String> = [
+            "2026-06-22T01:00:00Z",
+            "2026-06-22T01:00:00.1Z",
+            "2026-06-22T01:00:00.12Z",
+            "2026-06-22T01:00:00.123Z",
+            "2026-06-22T01:00:00.123456789Z",
+            "2026-06-22T01:00:00.1234567891Z",
+            "2026-06-22T01:00:00.Z",
+            "2026-06-22T01:00:60Z",
+            "2026-06-22T24:00:00Z",
+            "2026-06-22T23:60:00Z",
+            "2026-02-29T00:00:00Z",
+            "2024-02-29T00:00:00Z",
+            "2000-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2026-01-00T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999Z",
+            "1969-12-31T23:59:59.999Z",
+            "2026-06-22t01:00:00z",
+            "2026-06-22 01:00:00Z",
+            "2026-06-22T01:00:00+02:00",
+            "2026-06-22T01:00:00",
+            "2026-6-22T01:00:00Z",
+            "2026-06-22T01:00:0aZ",
+            "+2026-06-22T01:00:00Z",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let span = Timestamp::MAX.0 - Timestamp::MIN.0;
+        let mut x: i64 = 0x1234_5678_9abc_def1;
+        for _ in 0..5_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let t = Timestamp(Timestamp::MIN.0 + x.rem_euclid(span + 1));
+            let text = t.to_rfc3339();
+            inputs.push(text.replace(".000Z", "Z"));
+            inputs.push(text.replace('Z', "4567Z"));
+            inputs.push(text.clone());
+        }
+        for input in inputs {
+            if let Some(fast) = parse_utc_fast(&input) {
+                assert_eq!(Some(fast), chrono_parse(&input), "{input}");
+            }
+            assert_eq!(
+                Timestamp::parse(&input).ok(),
+                chrono_parse(input.trim()),
+                "{input}"
+            );
+        }
+        assert!(parse_utc_fast("2026-06-22T01:00:00.123Z").is_some());
     }
 
     #[test]
