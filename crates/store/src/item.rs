@@ -56,6 +56,23 @@ pub struct ReadingItem {
     pub ttl: i64,
 }
 
+/// [`ReadingItem`] borrowing the reading: same attributes, same serde attributes.
+#[derive(Serialize)]
+struct ReadingItemRef<'a> {
+    #[serde(rename = "PK")]
+    pk: &'a str,
+    #[serde(rename = "SK")]
+    sk: &'a str,
+    device_id: &'a str,
+    event_id: &'a str,
+    ts: String,
+    ts_ms: i64,
+    metrics: &'a BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    tags: &'a BTreeMap<String, String>,
+    ttl: i64,
+}
+
 impl ReadingItem {
     /// The stored form of `reading` under `key`, expiring `retention` after its ts.
     pub fn new(reading: &Reading, key: ItemKey, retention: Duration) -> Self {
@@ -72,6 +89,31 @@ impl ReadingItem {
             tags: reading.tags.clone(),
             ttl: ts_ms.div_euclid(1000).saturating_add(retention_secs),
         }
+    }
+
+    /// The SDK attribute map of `reading` under `key`: the same item as
+    /// `ReadingItem::new(reading, key, retention).to_item()`, marshalled through
+    /// `serde_dynamo` from a borrowed view, without copying the reading's strings and
+    /// maps first (this runs once per ingested reading).
+    pub fn marshal(
+        reading: &Reading,
+        key: &ItemKey,
+        retention: Duration,
+    ) -> Result<Item, StoreError> {
+        let ts_ms = reading.ts.as_millis();
+        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+        let view = ReadingItemRef {
+            pk: &key.pk,
+            sk: &key.sk,
+            device_id: &reading.device_id,
+            event_id: &reading.event_id,
+            ts: reading.ts.to_rfc3339(),
+            ts_ms,
+            metrics: &reading.metrics,
+            tags: &reading.tags,
+            ttl: ts_ms.div_euclid(1000).saturating_add(retention_secs),
+        };
+        serde_dynamo::to_item(&view).map_err(|e| StoreError::Malformed(e.to_string()))
     }
 
     /// The item's key.
@@ -156,6 +198,20 @@ mod tests {
         );
         assert!(matches!(item.get("metrics"), Some(AttributeValue::M(m)) if m.len() == 1));
         assert!(matches!(item.get("tags"), Some(AttributeValue::M(_))));
+    }
+
+    #[test]
+    fn marshal_equals_the_owned_item() {
+        for tags in [&[][..], &[("site", "a"), ("zone", "b")][..]] {
+            let r = reading(tags);
+            for retention in [Duration::from_secs(60), Duration::MAX] {
+                let owned = ReadingItem::new(&r, key(), retention)
+                    .to_item()
+                    .expect("serializable");
+                let borrowed = ReadingItem::marshal(&r, &key(), retention).expect("serializable");
+                assert_eq!(borrowed, owned);
+            }
+        }
     }
 
     #[test]

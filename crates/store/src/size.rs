@@ -102,12 +102,24 @@ fn value_size(value: &AttributeValue) -> usize {
 /// Numbers cost one byte per two significant digits plus one byte.
 fn number_size(n: &str) -> usize {
     let mantissa = n.split(['e', 'E']).next().unwrap_or(n);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let significant = digits
-        .trim_start_matches('0')
-        .trim_end_matches('0')
-        .len()
-        .max(1);
+    // Significant digits: from the first non-zero digit to the last, counted in place
+    // (every item of every batch is sized; no copy of the digits).
+    let mut digits = mantissa.bytes().filter(u8::is_ascii_digit);
+    let significant: usize = match digits.position(|d| d != b'0') {
+        None => 0,
+        Some(_) => {
+            let mut count = 1;
+            let mut run = 1;
+            for d in digits {
+                run += 1;
+                if d != b'0' {
+                    count = run;
+                }
+            }
+            count
+        }
+    }
+    .max(1);
     significant.div_ceil(2) + 1
 }
 
@@ -134,6 +146,22 @@ mod tests {
         check(&[("n", AttributeValue::N("12345".into()))], 1 + 4);
         check(&[("n", AttributeValue::N("0.00100".into()))], 1 + 2);
         check(&[("n", AttributeValue::N("-1.5e10".into()))], 1 + 2);
+    }
+
+    #[test]
+    fn significant_digits_ignore_leading_and_trailing_zeros() {
+        for (n, digits) in [
+            ("0", 1),
+            ("-0.0", 1),
+            ("7", 1),
+            ("100", 1),
+            ("1001", 4),
+            ("0.0102300", 4),
+            ("-12.5e-3", 3),
+            ("123456789012345678901234567890123456789", 39),
+        ] {
+            assert_eq!(number_size(n), usize::div_ceil(digits, 2) + 1, "{n}");
+        }
     }
 
     #[test]
