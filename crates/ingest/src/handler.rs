@@ -663,7 +663,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
                 Ok(key) => key,
                 Err(err) => return Stage::Refused(key_refusal(index, &err)),
             };
-            let item = match ReadingItem::new(&reading, key, self.config.retention).to_item() {
+            let item = match ReadingItem::marshal(&reading, &key, self.config.retention) {
                 Ok(item) => item,
                 Err(err) => {
                     return Stage::Refused(Refusal {

@@ -59,22 +59,27 @@ pub struct Limits {
 }
 
 /// Parses and validates one message body into its readings (at least one).
+///
+/// Runs once per message on the ingest hot path: values are moved out of the parsed
+/// JSON rather than cloned, and field paths and rule texts are only formatted for a
+/// refusal.
 pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
     let value: Value = serde_json::from_str(body)
         .map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))?;
-    let Value::Object(object) = value else {
+    let Value::Object(mut object) = value else {
         return Err(Refusal::new(
             "body",
             "must be a JSON object (one reading or {\"readings\": [...]})",
         ));
     };
-    if let Some(readings) = object.get("readings") {
+    if object.contains_key("readings") {
         if let Some(other) = object.keys().find(|k| *k != "readings") {
             return Err(Refusal::new(
                 other,
                 "unknown field (a batch holds only \"readings\")",
             ));
         }
+        let readings = object.remove("readings").unwrap_or(Value::Null);
         let Value::Array(list) = readings else {
             return Err(Refusal::new("readings", "must be an array"));
         };
@@ -91,40 +96,48 @@ pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> 
                 ),
             ));
         }
-        list.iter()
+        list.into_iter()
             .enumerate()
-            .map(|(i, v)| {
-                let path = format!("readings[{i}]");
-                match v {
-                    Value::Object(o) => parse_reading(o, &format!("{path}."), limits),
-                    _ => Err(Refusal::new(path, "must be a JSON object")),
-                }
+            .map(|(i, v)| match v {
+                Value::Object(o) => parse_reading(o, Some(i), limits),
+                _ => Err(Refusal::new(
+                    format_args!("readings[{i}]"),
+                    "must be a JSON object",
+                )),
             })
             .collect()
     } else {
-        Ok(vec![parse_reading(&object, "", limits)?])
+        Ok(vec![parse_reading(object, None, limits)?])
     }
 }
 
 const FIELDS: [&str; 5] = ["device_id", "event_id", "ts", "metrics", "tags"];
 
+/// The path of field `name` of the reading at `index` of a batch (`None`: the body is
+/// the reading).
+fn path(index: Option<usize>, name: &str) -> String {
+    match index {
+        Some(i) => format!("readings[{i}].{name}"),
+        None => name.to_owned(),
+    }
+}
+
 fn parse_reading(
-    o: &Map<String, Value>,
-    prefix: &str,
+    mut o: Map<String, Value>,
+    index: Option<usize>,
     limits: &Limits,
 ) -> Result<Reading, Refusal> {
-    let field = |name: &str| format!("{prefix}{name}");
     if let Some(unknown) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Refusal::new(
-            field(unknown),
+            path(index, unknown),
             "unknown field (allowed: device_id, event_id, ts, metrics, tags)",
         ));
     }
-    let device_id = id(o, "device_id", &field("device_id"))?;
-    let event_id = id(o, "event_id", &field("event_id"))?;
-    let ts = timestamp(o.get("ts"), &field("ts"), limits)?;
-    let metrics = metrics(o.get("metrics"), &field("metrics"))?;
-    let tags = tags(o.get("tags"), &field("tags"))?;
+    let device_id = id(o.remove("device_id"), index, "device_id")?;
+    let event_id = id(o.remove("event_id"), index, "event_id")?;
+    let ts = timestamp(o.get("ts"), index, limits)?;
+    let metrics = metrics(o.remove("metrics"), index)?;
+    let tags = tags(o.remove("tags"), index)?;
     Ok(Reading {
         device_id,
         event_id,
@@ -134,59 +147,61 @@ fn parse_reading(
     })
 }
 
-fn id(o: &Map<String, Value>, name: &str, path: &str) -> Result<String, Refusal> {
-    let rule = format!("must be 1 to {MAX_ID_CHARS} characters of [A-Za-z0-9._:-]");
-    match o.get(name) {
-        None | Some(Value::Null) => Err(Refusal::new(path, "is required")),
+fn id(v: Option<Value>, index: Option<usize>, name: &str) -> Result<String, Refusal> {
+    let rule = || format!("must be 1 to {MAX_ID_CHARS} characters of [A-Za-z0-9._:-]");
+    match v {
+        None | Some(Value::Null) => Err(Refusal::new(path(index, name), "is required")),
         Some(Value::String(s)) => {
-            let ok = (1..=MAX_ID_CHARS).contains(&s.chars().count())
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+            // Every allowed character is ASCII, so bytes are characters here.
+            let ok = (1..=MAX_ID_CHARS).contains(&s.len())
+                && s.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'));
             if ok {
-                Ok(s.clone())
+                Ok(s)
             } else {
-                Err(Refusal::new(path, rule))
+                Err(Refusal::new(path(index, name), rule()))
             }
         }
-        Some(_) => Err(Refusal::new(path, format!("must be a string; {rule}"))),
+        Some(_) => Err(Refusal::new(
+            path(index, name),
+            format!("must be a string; {}", rule()),
+        )),
     }
 }
 
-fn timestamp(v: Option<&Value>, path: &str, limits: &Limits) -> Result<Timestamp, Refusal> {
-    let format_rule = "must be an RFC 3339 timestamp or integer epoch milliseconds";
+fn timestamp(
+    v: Option<&Value>,
+    index: Option<usize>,
+    limits: &Limits,
+) -> Result<Timestamp, Refusal> {
+    let refuse = |rule: String| Refusal::new(path(index, "ts"), rule);
+    let format_rule =
+        || refuse("must be an RFC 3339 timestamp or integer epoch milliseconds".into());
     let ts = match v {
-        None | Some(Value::Null) => return Err(Refusal::new(path, "is required")),
-        Some(Value::String(s)) => {
-            Timestamp::parse(s).map_err(|_| Refusal::new(path, format_rule))?
-        }
+        None | Some(Value::Null) => return Err(refuse("is required".into())),
+        Some(Value::String(s)) => Timestamp::parse(s).map_err(|_| format_rule())?,
         Some(Value::Number(n)) => n
             .as_i64()
             .and_then(|ms| Timestamp::from_millis(ms).ok())
-            .ok_or_else(|| Refusal::new(path, format_rule))?,
-        Some(_) => return Err(Refusal::new(path, format_rule)),
+            .ok_or_else(format_rule)?,
+        Some(_) => return Err(format_rule()),
     };
     let latest = limits.now.saturating_add(limits.max_future);
     if ts > latest {
-        return Err(Refusal::new(
-            path,
-            format!(
-                "must be at most {} s in the future ({ts} is after {latest})",
-                limits.max_future.as_secs()
-            ),
-        ));
+        return Err(refuse(format!(
+            "must be at most {} s in the future ({ts} is after {latest})",
+            limits.max_future.as_secs()
+        )));
     }
     let earliest = limits
         .now
         .checked_sub(limits.retention)
         .unwrap_or(Timestamp::MIN);
     if ts < earliest {
-        return Err(Refusal::new(
-            path,
-            format!(
-                "must not be older than the retention of {} days ({ts} is before {earliest})",
-                limits.retention.as_secs() / 86_400
-            ),
-        ));
+        return Err(refuse(format!(
+            "must not be older than the retention of {} days ({ts} is before {earliest})",
+            limits.retention.as_secs() / 86_400
+        )));
     }
     Ok(ts)
 }
@@ -196,62 +211,72 @@ fn is_metric_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-fn metrics(v: Option<&Value>, path: &str) -> Result<BTreeMap<String, f64>, Refusal> {
-    let shape = format!("must be an object of 1 to {MAX_METRICS} numbers");
+fn metrics(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, f64>, Refusal> {
+    let at = || path(index, "metrics");
+    let shape = || format!("must be an object of 1 to {MAX_METRICS} numbers");
     let object = match v {
-        None | Some(Value::Null) => return Err(Refusal::new(path, "is required")),
+        None | Some(Value::Null) => return Err(Refusal::new(at(), "is required")),
         Some(Value::Object(o)) => o,
-        Some(_) => return Err(Refusal::new(path, shape)),
+        Some(_) => return Err(Refusal::new(at(), shape())),
     };
     if object.is_empty() || object.len() > MAX_METRICS {
-        return Err(Refusal::new(path, format!("{shape}, not {}", object.len())));
+        return Err(Refusal::new(
+            at(),
+            format!("{}, not {}", shape(), object.len()),
+        ));
     }
     let mut out = BTreeMap::new();
     for (name, value) in object {
-        if !is_metric_name(name) {
+        if !is_metric_name(&name) {
             return Err(Refusal::new(
-                format!("{path}.{name}"),
+                format_args!("{}.{name}", at()),
                 format!("metric names must be 1 to {MAX_METRIC_NAME} characters of [A-Za-z0-9_]"),
             ));
         }
-        let number = value
-            .as_f64()
-            .filter(|x| x.is_finite())
-            .ok_or_else(|| Refusal::new(format!("{path}.{name}"), "must be a finite number"))?;
-        out.insert(name.clone(), number);
+        let Some(number) = value.as_f64().filter(|x| x.is_finite()) else {
+            return Err(Refusal::new(
+                format_args!("{}.{name}", at()),
+                "must be a finite number",
+            ));
+        };
+        out.insert(name, number);
     }
     Ok(out)
 }
 
-fn tags(v: Option<&Value>, path: &str) -> Result<BTreeMap<String, String>, Refusal> {
-    let shape = format!("must be an object of at most {MAX_TAGS} strings");
+fn tags(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, String>, Refusal> {
+    let at = || path(index, "tags");
+    let shape = || format!("must be an object of at most {MAX_TAGS} strings");
     let object = match v {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
         Some(Value::Object(o)) => o,
-        Some(_) => return Err(Refusal::new(path, shape)),
+        Some(_) => return Err(Refusal::new(at(), shape())),
     };
     if object.len() > MAX_TAGS {
-        return Err(Refusal::new(path, format!("{shape}, not {}", object.len())));
+        return Err(Refusal::new(
+            at(),
+            format!("{}, not {}", shape(), object.len()),
+        ));
     }
     let mut out = BTreeMap::new();
     for (name, value) in object {
-        let at = format!("{path}.{name}");
+        let tag = || format!("{}.{name}", at());
         if name.is_empty() || name.chars().count() > MAX_TAG_NAME {
             return Err(Refusal::new(
-                at,
+                tag(),
                 format!("tag names must be 1 to {MAX_TAG_NAME} characters"),
             ));
         }
         let Value::String(s) = value else {
-            return Err(Refusal::new(at, "must be a string"));
+            return Err(Refusal::new(tag(), "must be a string"));
         };
         if s.chars().count() > MAX_TAG_VALUE {
             return Err(Refusal::new(
-                at,
+                tag(),
                 format!("must be at most {MAX_TAG_VALUE} characters"),
             ));
         }
-        out.insert(name.clone(), s.clone());
+        out.insert(name, s);
     }
     Ok(out)
 }
