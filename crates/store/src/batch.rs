@@ -404,7 +404,9 @@ impl<T: BatchTable> BatchWriter<T> {
                             .collect();
                         let before = pending.len();
                         pending.retain(|(i, item)| {
-                            let stays = key_of(item).is_ok_and(|k| left.contains(&k));
+                            // The usual answer leaves nothing: no key to copy then.
+                            let stays =
+                                !left.is_empty() && key_of(item).is_ok_and(|k| left.contains(&k));
                             if !stays {
                                 done.push((*i, Outcome::Written));
                             }
