@@ -316,9 +316,11 @@ struct Inner {
 }
 
 /// One write request of a BatchWriteItem, parsed.
-struct WriteReq {
-    table: String,
-    request: Value,
+/// One write request of a `BatchWriteItem`, borrowing the parsed body (in sink mode
+/// nothing of it is copied but the keys).
+struct WriteReq<'a> {
+    table: &'a str,
+    request: &'a Value,
     pk: Option<String>,
     sk: Option<String>,
     bytes: usize,
@@ -608,8 +610,8 @@ impl Inner {
                     );
                 };
                 reqs.push(WriteReq {
-                    table: table.clone(),
-                    request: request.clone(),
+                    table,
+                    request,
                     pk: key_src.get(&pk_attr).and_then(key_string),
                     sk: key_src.get(&sk_attr).and_then(key_string),
                     bytes,
@@ -635,10 +637,11 @@ impl Inner {
         {
             let mut cap = lock(&self.capacity);
             let mut stats = lock(&self.stats);
+            let sink = self.config.mode == Mode::Sink;
             for (req, forced) in reqs.iter().zip(forced) {
                 let push = |m: &mut Map<String, Value>| {
                     if let Value::Array(a) = m
-                        .entry(req.table.clone())
+                        .entry(req.table.to_owned())
                         .or_insert_with(|| Value::Array(Vec::new()))
                     {
                         a.push(req.request.clone());
@@ -650,22 +653,25 @@ impl Inner {
                     continue;
                 }
                 let cost = write_cost(req.bytes);
-                match cap.try_write(&req.table, req.pk.as_deref(), cost, now) {
+                match cap.try_write(req.table, req.pk.as_deref(), cost, now) {
                     Ok(()) => {
                         stats.write(
-                            &req.table,
+                            req.table,
                             req.pk.as_deref().unwrap_or(UNKNOWN_PK),
                             cost,
                             now,
                         );
-                        push(&mut forward);
+                        // The sink stores keys only: no forwarded body to build.
+                        if !sink {
+                            push(&mut forward);
+                        }
                         accepted.push(req);
                     }
                     Err(reason) => {
-                        stats.throttled(&req.table, req.pk.as_deref(), reason, 1, now);
+                        stats.throttled(req.table, req.pk.as_deref(), reason, 1, now);
                         reasons.insert(reason);
                         throttled += 1;
-                        throttled_table.get_or_insert(req.table.as_str());
+                        throttled_table.get_or_insert(req.table);
                         push(&mut unprocessed);
                     }
                 }
@@ -686,7 +692,7 @@ impl Inner {
             let mut sink = lock(&self.sink);
             for req in accepted {
                 let key = SinkKey {
-                    table: req.table.clone(),
+                    table: req.table.to_owned(),
                     pk: req.pk.clone().unwrap_or_else(|| UNKNOWN_PK.to_owned()),
                     sk: req.sk.clone(),
                 };
