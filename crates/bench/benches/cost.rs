@@ -65,7 +65,7 @@ fn cost(c: &mut Criterion) {
                     ) else {
                         continue;
                     };
-                    if let Ok(item) = ReadingItem::new(&r, key, retention).to_item() {
+                    if let Ok(item) = ReadingItem::marshal(&r, &key, retention) {
                         bytes += item_size(&item);
                     }
                 }
