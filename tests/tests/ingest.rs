@@ -483,23 +483,37 @@ async fn hot_device_raises_fan_out_once_per_cooldown() -> Result<()> {
     assert_eq!(report.writes.written, 40 + 40);
     // Scenario 4: bounded by the attempt budget.
     assert!(report.writes.calls <= 7 * u64::from(config.backoff.max_attempts));
-    // First sight creates the hot device's metadata at k = 1; the cold ones get none.
-    assert_eq!(report.fanout_raises, 0);
+    // First sight creates the hot device's metadata at k = 1 at the first throttle and,
+    // no k having changed yet, raises it to 2 at the next one: there is no cooldown to
+    // wait out before the first raise. The cold devices get no metadata.
+    assert_eq!(report.fanout_raises, 1, "{report:?}");
     let meta = rig
         .shards()
         .get_entity(hot)
         .await?
         .context("hot metadata")?;
-    assert_eq!(meta.number_of_shards, 1);
-    assert_eq!(meta.last_updated, t0());
+    assert_eq!(meta.number_of_shards, 2);
+    // Decided during the invocation (its `now` plus the time spent), not at its start.
+    let raised_at = meta.last_updated;
+    assert!(
+        raised_at >= t0() && raised_at < at(t0(), 120),
+        "{raised_at}"
+    );
+    let effective = at(raised_at, policy.propagation_margin.as_secs());
+    let epochs = meta.shard_history.epochs().to_vec();
+    assert_eq!(epochs.len(), 1);
+    assert_eq!((epochs[0].effective_from, epochs[0].value), (effective, 2));
+    assert!(rig.metadata_keys().await?.contains("hot"));
     for device in &cold {
         assert!(rig.shards().get_entity(device).await?.is_none());
     }
 
-    // Run 2, past the cooldown and its jitter: every hot item is throttled, so the
-    // whole invocation fails (Lambda backs off) and the fan-out is raised to 2.
+    // Run 2, past the cooldown and its jitter: readings stamped before the raise keep
+    // their k = 1 key (no key ever moves) and are throttled there; every hot item is
+    // throttled, so the whole invocation fails (Lambda backs off). That is no reason to
+    // raise again: k = 2 already serves readings stamped since it took effect.
     let t2 = at(
-        t0(),
+        raised_at,
         policy.cooldown.as_secs() + policy.jitter.as_secs() + 1,
     );
     let mut second = Batch::default();
@@ -510,23 +524,11 @@ async fn hot_device_raises_fan_out_once_per_cooldown() -> Result<()> {
         .process(&second.event(), t2, roomy(), &mut rng)
         .await;
     assert!(report.all_failed().is_some(), "{report:?}");
-    assert_eq!(report.fanout_raises, 1);
-    let meta = rig
-        .shards()
-        .get_entity(hot)
-        .await?
-        .context("hot metadata")?;
-    assert_eq!(meta.number_of_shards, 2);
-    assert_eq!(meta.last_updated, t2);
-    let effective = at(t2, policy.propagation_margin.as_secs());
-    let epochs = meta.shard_history.epochs().to_vec();
-    assert_eq!(epochs.len(), 1);
-    assert_eq!((epochs[0].effective_from, epochs[0].value), (effective, 2));
-    assert!(rig.metadata_keys().await?.contains("hot"));
+    assert_eq!(report.fanout_raises, 0, "{report:?}");
 
-    // Run 3, within the cooldown, on a fresh instance (cold cache): throttled again,
-    // not raised again.
-    let t3 = at(t2, 100);
+    // Run 3, before the raise is in force, on a fresh instance (cold cache): throttled
+    // again, not raised again (the raise is pending).
+    let t3 = at(raised_at, 100);
     let mut third = Batch::default();
     third.push("h3-00", hot, 0, 10, at(hour3, 900));
     let report = rig
@@ -540,6 +542,7 @@ async fn hot_device_raises_fan_out_once_per_cooldown() -> Result<()> {
         .get_entity(hot)
         .await?
         .context("hot metadata")?;
+    assert_eq!(after.number_of_shards, 2);
     assert_eq!(after.shard_history.epochs(), &epochs[..]);
 
     // Run 4, once the raise is in force: new hot readings go to two sub-shard keys.

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::harness;
 
 /// How long the first invocation may take: `cargo lambda watch` compiles the binary.
-const FIRST_INVOKE: Duration = Duration::from_secs(600);
+const FIRST_INVOKE: Duration = Duration::from_secs(1200);
 /// How long any later invocation may take.
 const INVOKE: Duration = Duration::from_secs(60);
 /// How long the emulator may take to listen.

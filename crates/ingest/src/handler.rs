@@ -21,6 +21,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt;
 use rand::Rng;
 use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::fanout::KeepReason;
 use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
@@ -223,6 +224,64 @@ fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
     })
 }
 
+/// Each entity's fan-out history, or why it could not be read.
+type Fanouts = HashMap<String, Result<FanoutHistory, StoreError>>;
+
+/// The fan-out `device`'s key at `ts` was made with: its history's k at `ts`, or the
+/// layout's default where the history has none.
+fn fanout_of(table: &TableHistory, fanouts: &Fanouts, device: &str, ts: Timestamp) -> u32 {
+    match fanouts.get(device) {
+        Some(Ok(history)) => history
+            .at(ts)
+            .unwrap_or_else(|| table.at(ts).default_fanout()),
+        _ => table.at(ts).default_fanout(),
+    }
+}
+
+/// Per partition key, the entity with the most items on it (ties: the smaller id) and
+/// the fan-out its items there were keyed with.
+fn key_owners(
+    owners: &[(usize, String)],
+    keyed_with: &[u32],
+    pks: &[String],
+) -> HashMap<String, (String, u32)> {
+    let mut counts: HashMap<&str, HashMap<(&str, u32), usize>> = HashMap::new();
+    for (((_, device), keyed), pk) in owners.iter().zip(keyed_with).zip(pks) {
+        *counts
+            .entry(pk.as_str())
+            .or_default()
+            .entry((device.as_str(), *keyed))
+            .or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .filter_map(|(pk, by_owner)| {
+            by_owner
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|((device, keyed), _)| (pk.to_owned(), (device.to_owned(), keyed)))
+        })
+        .collect()
+}
+
+/// Logs what the directory did about a throttle; 1 when this writer raised k.
+fn log_change(entity: &str, change: Result<FanoutChange, StoreError>) -> u64 {
+    match change {
+        Ok(FanoutChange::Raised(raise)) => {
+            tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
+            1
+        }
+        Ok(change) => {
+            tracing::debug!(entity, ?change, "fan-out unchanged");
+            0
+        }
+        Err(err) => {
+            tracing::warn!(entity, error = %err, "fan-out update failed");
+            0
+        }
+    }
+}
+
 fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
     let prefix = index.map(|i| format!("readings[{i}].")).unwrap_or_default();
     let field = match err {
@@ -335,6 +394,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             .iter()
             .map(|id| tracing::info_span!("message", message_id = %id))
             .collect();
+        let started = Instant::now();
         let work_deadline = deadline
             .checked_sub(self.config.deadline_margin)
             .unwrap_or_else(Instant::now);
@@ -354,6 +414,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             .collect();
 
         // 2. Key: the layout and each entity's fan-out, then the items.
+        let mut keying: Option<(TableHistory, Fanouts)> = None;
         if stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
             // Metadata reads are bounded by the deadline like the writes: a slow metadata
             // table must not keep the handler past it.
@@ -370,6 +431,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
                                 span.in_scope(|| guarded(|| self.key(readings, &table, &fanouts)));
                         }
                     }
+                    keying = Some((table, fanouts));
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "shard layout unavailable");
@@ -382,12 +444,18 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             }
         }
 
-        // 3. Write every keyed item in one deduplicated, chunked, bounded batch.
+        // 3. Write every keyed item in one deduplicated, chunked, bounded batch. Each
+        //    owner also records the fan-out its key was made with: a throttle on a key
+        //    of an older, smaller k is no reason to raise again.
         let mut owners: Vec<(usize, String)> = Vec::new();
+        let mut keyed_with: Vec<u32> = Vec::new();
         let mut items: Vec<Item> = Vec::new();
         for (m, stage) in stages.iter_mut().enumerate() {
             if let Stage::Keyed(keyed) = stage {
                 for (item, reading) in keyed.drain(..) {
+                    keyed_with.push(keying.as_ref().map_or(1, |(table, fanouts)| {
+                        fanout_of(table, fanouts, &reading.device_id, reading.ts)
+                    }));
                     owners.push((m, reading.device_id));
                     items.push(item);
                 }
@@ -400,7 +468,33 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
                 _ => String::new(),
             })
             .collect();
-        let batch = self.writer.write(items, work_deadline, rng).await;
+        // Per partition key, the entity with the most items on it (the one a key-range
+        // throttle there is about) and the fan-out of those items' keys.
+        let key_owners = key_owners(&owners, &keyed_with, &pks);
+        // Key-range throttles reach the directory while the writes still back off, so
+        // a raise takes effect as early as it can.
+        let (throttled_tx, throttled_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let mut seed = <rand::rngs::StdRng as rand::SeedableRng>::Seed::default();
+        rng.fill(&mut seed);
+        let mut early_rng = <rand::rngs::StdRng as rand::SeedableRng>::from_seed(seed);
+        let write_rng = &mut *rng;
+        let writes = async move {
+            let observer = move |pk: &str| {
+                // The receiver lives until the writes end: a send cannot fail before.
+                let _ = throttled_tx.send(pk.to_owned());
+            };
+            self.writer
+                .write_observed(items, work_deadline, write_rng, &observer)
+                .await
+        };
+        let early = self.raise_on_throttles(
+            throttled_rx,
+            &key_owners,
+            (now, started),
+            work_deadline,
+            &mut early_rng,
+        );
+        let (batch, (mut fanout_raises, raised_early)) = tokio::join!(writes, early);
         let mut fates: Vec<Option<Fate>> = stages
             .into_iter()
             .map(|stage| match stage {
@@ -464,37 +558,36 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             }
         }
 
-        // 4. Key-range throttles feed the directory: per hot partition key, the entity
-        //    with the most throttled items there. Table throttles only back off.
-        let mut fanout_raises = 0;
-        let hot_entities: BTreeSet<&str> = hot
-            .values()
-            .filter_map(|by_entity| {
+        // 4. Key-range throttles that the writes' own throttle signal did not already
+        //    bring to the directory (items that retries got through count too): per hot
+        //    partition key, the entity with the most throttled items there. Table
+        //    throttles only back off.
+        let hot_entities: BTreeSet<(&str, u32)> = hot
+            .iter()
+            .filter_map(|(pk, by_entity)| {
                 by_entity
                     .iter()
                     .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-                    .map(|(e, _)| *e)
+                    .map(|(e, _)| {
+                        let keyed = key_owners.get(*pk).map_or(1, |(_, k)| *k);
+                        (*e, keyed)
+                    })
             })
+            .filter(|(e, _)| !raised_early.contains(*e))
             .collect();
-        for entity in hot_entities {
+        for (entity, keyed) in hot_entities {
             if Instant::now() >= work_deadline {
                 break;
             }
+            let at = now.saturating_add(started.elapsed());
             let change = tokio::time::timeout_at(
                 work_deadline,
                 self.directory
-                    .on_throttle(entity, ThrottleKind::KeyRange, now, rng),
+                    .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
             )
             .await
             .unwrap_or(Err(StoreError::Deadline));
-            match change {
-                Ok(FanoutChange::Raised(raise)) => {
-                    fanout_raises += 1;
-                    tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
-                }
-                Ok(change) => tracing::debug!(entity, ?change, "fan-out unchanged"),
-                Err(err) => tracing::warn!(entity, error = %err, "fan-out update failed"),
-            }
+            fanout_raises += log_change(entity, change);
         }
 
         // 5. Dead letters, at once; a failed send is reported instead.
@@ -590,12 +683,62 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
         })
     }
 
-    async fn fanouts(
+    /// Brings each key-range-throttled partition key's owner to the directory as the
+    /// throttles arrive, until the writes end (the sender is dropped): once per entity,
+    /// unless the directory only created its metadata (the next throttle decides again)
+    /// or said it cools down (a throttle after that time decides again). Returns the
+    /// raises won and the entities brought to the directory.
+    async fn raise_on_throttles<R: Rng + ?Sized>(
         &self,
-        stages: &[Stage],
-        now: Timestamp,
+        mut throttled: tokio::sync::mpsc::UnboundedReceiver<String>,
+        key_owners: &HashMap<String, (String, u32)>,
+        (now, started): (Timestamp, Instant),
         deadline: Instant,
-    ) -> HashMap<String, Result<FanoutHistory, StoreError>> {
+        rng: &mut R,
+    ) -> (u64, BTreeSet<String>) {
+        let mut raises = 0;
+        // Per entity: `None` once settled for this invocation, else when to ask again.
+        let mut next: HashMap<String, Option<Instant>> = HashMap::new();
+        while let Some(pk) = throttled.recv().await {
+            let Some((entity, keyed)) = key_owners.get(&pk) else {
+                continue;
+            };
+            let due = match next.get(entity) {
+                None => true,
+                Some(None) => false,
+                Some(Some(at)) => Instant::now() >= *at,
+            };
+            if !due || Instant::now() >= deadline {
+                continue;
+            }
+            // The decision's time is now, not the invocation's start: the raise takes
+            // effect a full propagation margin after it is written.
+            let at = now.saturating_add(started.elapsed());
+            let change = tokio::time::timeout_at(
+                deadline,
+                self.directory
+                    .on_throttle(entity, ThrottleKind::KeyRange, *keyed, at, rng),
+            )
+            .await
+            .unwrap_or(Err(StoreError::Deadline));
+            let again = match &change {
+                Ok(FanoutChange::Created { .. }) => Some(Instant::now()),
+                Ok(FanoutChange::Kept(KeepReason::CoolingDown { until })) => {
+                    let wait = until.as_millis().saturating_sub(at.as_millis());
+                    Some(
+                        Instant::now()
+                            + std::time::Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
+                    )
+                }
+                _ => None,
+            };
+            next.insert(entity.clone(), again);
+            raises += log_change(entity, change);
+        }
+        (raises, next.into_keys().collect())
+    }
+
+    async fn fanouts(&self, stages: &[Stage], now: Timestamp, deadline: Instant) -> Fanouts {
         let entities: BTreeSet<&str> = stages
             .iter()
             .filter_map(|s| match s {
@@ -616,12 +759,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             .await
     }
 
-    fn key(
-        &self,
-        readings: Vec<Reading>,
-        table: &TableHistory,
-        fanouts: &HashMap<String, Result<FanoutHistory, StoreError>>,
-    ) -> Stage {
+    fn key(&self, readings: Vec<Reading>, table: &TableHistory, fanouts: &Fanouts) -> Stage {
         let batch = readings.len() > 1;
         let mut items = Vec::with_capacity(readings.len());
         for (i, reading) in readings.into_iter().enumerate() {

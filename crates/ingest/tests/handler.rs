@@ -237,6 +237,46 @@ async fn s05_every_item_key_range_throttled_reports_all_and_raises_once_per_cool
     );
 }
 
+/// The raise does not wait for the writes: a hot key's owner reaches the directory at
+/// the first key-range throttle, while the retries back off until the deadline (after
+/// which there would be no time left to raise).
+#[tokio::test(start_paused = true)]
+async fn s05_raise_is_made_at_the_first_throttle_not_after_the_retries() {
+    let fx = Fixture::new();
+    let ev = event("sqs-hot-burst.json");
+    let probe = Fixture::new();
+    probe
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    for key in probe.table.items().keys() {
+        fx.table.throttle_pk(key.pk.clone());
+    }
+    let service = fx.service(&[("RETRY_MAX_ATTEMPTS", "1000"), ("RETRY_CAP_MS", "100")]);
+    let started = Instant::now();
+    let report = service
+        .process(&ev, now(), started + Duration::from_secs(5), &mut rng())
+        .await;
+    // The retries used the whole budget: the deadline margin is all that was left.
+    assert!(
+        started.elapsed() >= Duration::from_millis(4_400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.fanout_raises, 1, "{report:?}");
+    let raises = fx.shards.raises();
+    assert_eq!(raises.len(), 1);
+    let (entity, raise) = &raises[0];
+    assert_eq!((entity.as_str(), raise.from, raise.to), ("hot-1", 1, 2));
+    // Decided at the first throttle, not at the end of the invocation.
+    assert!(
+        raise.updated_at < now().saturating_add(Duration::from_secs(1)),
+        "decided at {}",
+        raise.updated_at
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn s06_table_level_throttle_backs_off_without_raising() {
     let fx = Fixture::new();

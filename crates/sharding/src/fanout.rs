@@ -101,6 +101,15 @@ pub enum KeepReason {
     AtMax,
     /// The throttle was not a key-range throttle.
     NotKeyRange,
+    /// The throttled write was keyed with a smaller k than the one now in force (it was
+    /// stamped before the last raise took effect): readings stamped since already spread
+    /// over more keys, and raising again would not move the throttled one.
+    Superseded {
+        /// The k of the throttled write's key.
+        keyed: u32,
+        /// The latest k.
+        current: u32,
+    },
 }
 
 /// A raise of k, applied with a conditional update.
@@ -142,14 +151,19 @@ pub fn grow(k: u32, max: u32) -> u32 {
     k.saturating_mul(2).max(k.saturating_add(1)).min(max)
 }
 
-/// Decides whether to raise an entity's fan-out after a write saw `throttle` at `now`.
+/// Decides whether to raise an entity's fan-out after a write keyed with fan-out
+/// `keyed` saw `throttle` at `now`.
 ///
-/// A writer raises only on a key-range throttle, when k < max, no raise is pending, and
-/// `now >= last_updated + cooldown + U(0, jitter)`; the back-off is drawn from `rng`
-/// (nothing sleeps here).
+/// A writer raises only on a key-range throttle of a write keyed with the latest k,
+/// when k < max, no raise is pending, and `now >= last_updated + cooldown + U(0, jitter)`.
+/// The cooldown separates changes of k: the first raise (an empty history) waits for
+/// neither cooldown nor back-off, so an entity that is hot from its first reading is
+/// not throttled for a whole cooldown. The back-off is drawn from `rng` (nothing
+/// sleeps here).
 pub fn decide<R: Rng + ?Sized>(
     meta: Option<&ShardMeta>,
     throttle: Throttle,
+    keyed: u32,
     now: Timestamp,
     policy: &FanoutPolicy,
     rng: &mut R,
@@ -164,9 +178,6 @@ pub fn decide<R: Rng + ?Sized>(
         Throttle::KeyRange => {}
     }
     let k = meta.number_of_shards.max(1);
-    if k >= policy.max_fanout {
-        return keep(KeepReason::AtMax);
-    }
     if let Some(latest) = meta.shard_history.latest()
         && latest.effective_from > now
     {
@@ -174,16 +185,28 @@ pub fn decide<R: Rng + ?Sized>(
             effective_from: latest.effective_from,
         });
     }
-    let jitter_ms = u64::try_from(policy.jitter.as_millis()).unwrap_or(u64::MAX);
-    let backoff = Duration::from_millis(if jitter_ms == 0 {
-        0
+    if keyed < k {
+        return keep(KeepReason::Superseded { keyed, current: k });
+    }
+    if k >= policy.max_fanout {
+        return keep(KeepReason::AtMax);
+    }
+    let until = if meta.shard_history.latest().is_some() {
+        let jitter_ms = u64::try_from(policy.jitter.as_millis()).unwrap_or(u64::MAX);
+        let backoff = Duration::from_millis(if jitter_ms == 0 {
+            0
+        } else {
+            rng.random_range(0..=jitter_ms)
+        });
+        meta.last_updated
+            .saturating_add(policy.cooldown)
+            .saturating_add(backoff)
     } else {
-        rng.random_range(0..=jitter_ms)
-    });
-    let until = meta
-        .last_updated
-        .saturating_add(policy.cooldown)
-        .saturating_add(backoff);
+        // No k was ever changed: nothing to cool down from, and no writers waking
+        // together at a cooldown's end to spread out (the conditional update still
+        // lets exactly one of racing writers win).
+        meta.last_updated
+    };
     if now < until {
         return keep(KeepReason::CoolingDown { until });
     }

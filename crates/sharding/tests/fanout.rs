@@ -5,6 +5,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::fanout::grow;
+use sharding::{Epoch, FanoutHistory};
 use sharding::{FanoutDecision, FanoutPolicy, KeepReason, ShardMeta, Throttle, decide};
 
 use crate::common::ts;
@@ -16,10 +17,25 @@ const POLICY: FanoutPolicy = FanoutPolicy {
     propagation_margin: Duration::from_secs(90),
 };
 
+/// An entity at `k` that was never raised (created at `last_updated`).
 fn meta(k: u32, last_updated: &str) -> ShardMeta {
     ShardMeta {
         number_of_shards: k,
         ..ShardMeta::initial(ts(last_updated))
+    }
+}
+
+/// An entity whose k was last raised to `k` at `last_updated` (in force since then).
+fn raised_meta(k: u32, last_updated: &str) -> ShardMeta {
+    let at = ts(last_updated);
+    ShardMeta {
+        number_of_shards: k,
+        last_updated: at,
+        shard_history: FanoutHistory::from_epochs(vec![Epoch {
+            effective_from: at,
+            value: k,
+        }])
+        .expect("one epoch"),
     }
 }
 
@@ -35,6 +51,7 @@ fn unknown_entity_is_created_at_one() {
     let d = decide(
         None,
         Throttle::KeyRange,
+        1,
         ts("2026-06-22T01:00:00Z"),
         &POLICY,
         &mut rng,
@@ -48,20 +65,20 @@ fn table_and_other_throttles_never_raise() {
     let m = meta(2, "2026-06-22T00:00:00Z");
     let now = ts("2026-06-22T01:00:00Z");
     assert_eq!(
-        decide(Some(&m), Throttle::Table, now, &POLICY, &mut rng),
+        decide(Some(&m), Throttle::Table, 2, now, &POLICY, &mut rng),
         FanoutDecision::Keep {
             reason: KeepReason::TableThrottle
         }
     );
     assert_eq!(
-        decide(Some(&m), Throttle::Other, now, &POLICY, &mut rng),
+        decide(Some(&m), Throttle::Other, 2, now, &POLICY, &mut rng),
         FanoutDecision::Keep {
             reason: KeepReason::NotKeyRange
         }
     );
     let full = meta(16, "2026-06-22T00:00:00Z");
     assert_eq!(
-        decide(Some(&full), Throttle::KeyRange, now, &POLICY, &mut rng),
+        decide(Some(&full), Throttle::KeyRange, 16, now, &POLICY, &mut rng),
         FanoutDecision::Keep {
             reason: KeepReason::AtMax
         }
@@ -70,12 +87,13 @@ fn table_and_other_throttles_never_raise() {
 
 #[test]
 fn raise_after_cooldown_and_jitter_with_precondition() {
-    let m = meta(2, "2026-06-22T01:00:00Z");
+    let m = raised_meta(2, "2026-06-22T01:00:00Z");
     let mut rng = ChaCha8Rng::seed_from_u64(42);
     // Inside the cooldown: keep, with a retry time between cooldown and cooldown + jitter.
     let d = decide(
         Some(&m),
         Throttle::KeyRange,
+        2,
         ts("2026-06-22T01:04:59Z"),
         &POLICY,
         &mut rng,
@@ -92,7 +110,8 @@ fn raise_after_cooldown_and_jitter_with_precondition() {
     );
     // After cooldown + the whole jitter: raise.
     let now = ts("2026-06-22T01:05:10Z");
-    let FanoutDecision::Raise(raise) = decide(Some(&m), Throttle::KeyRange, now, &POLICY, &mut rng)
+    let FanoutDecision::Raise(raise) =
+        decide(Some(&m), Throttle::KeyRange, 2, now, &POLICY, &mut rng)
     else {
         panic!("expected a raise");
     };
@@ -102,7 +121,10 @@ fn raise_after_cooldown_and_jitter_with_precondition() {
     let after = m.raised(&raise).expect("valid");
     assert_eq!(after.number_of_shards, 4);
     assert_eq!(after.last_updated, now);
-    assert_eq!(after.shard_history.at(ts("2026-06-22T01:06:39.999Z")), None);
+    assert_eq!(
+        after.shard_history.at(ts("2026-06-22T01:06:39.999Z")),
+        Some(2)
+    );
     assert_eq!(after.shard_history.at(ts("2026-06-22T01:06:40Z")), Some(4));
     // The raise is pending until it takes effect, whatever the cooldown says.
     let pending = ShardMeta {
@@ -113,6 +135,7 @@ fn raise_after_cooldown_and_jitter_with_precondition() {
         decide(
             Some(&pending),
             Throttle::KeyRange,
+            2,
             ts("2026-06-22T01:06:00Z"),
             &POLICY,
             &mut rng
@@ -129,13 +152,13 @@ fn raise_after_cooldown_and_jitter_with_precondition() {
 fn jitter_spreads_racing_writers() {
     // Ten writers at the same instant right after the cooldown: the seeded back-offs
     // differ, so they do not all try the conditional update at once.
-    let m = meta(1, "2026-06-22T01:00:00Z");
+    let m = raised_meta(2, "2026-06-22T01:00:00Z");
     let now = ts("2026-06-22T01:05:00Z");
     let mut raising = 0;
     let mut untils = Vec::new();
     for seed in 0..10 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        match decide(Some(&m), Throttle::KeyRange, now, &POLICY, &mut rng) {
+        match decide(Some(&m), Throttle::KeyRange, 2, now, &POLICY, &mut rng) {
             FanoutDecision::Raise(_) => raising += 1,
             FanoutDecision::Keep {
                 reason: KeepReason::CoolingDown { until },
@@ -150,4 +173,42 @@ fn jitter_spreads_racing_writers() {
         "raising {raising}, distinct retry times {}",
         untils.len()
     );
+}
+
+#[test]
+fn first_raise_needs_no_cooldown_or_back_off() {
+    // Created (k = 1, no history) at 01:00:00 and throttled again at once: no k was
+    // changed yet, so neither cooldown nor back-off applies.
+    let m = meta(1, "2026-06-22T01:00:00Z");
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let now = ts("2026-06-22T01:00:00Z");
+    let FanoutDecision::Raise(raise) =
+        decide(Some(&m), Throttle::KeyRange, 1, now, &POLICY, &mut rng)
+    else {
+        panic!("expected a raise within the jitter of creation");
+    };
+    assert_eq!((raise.from, raise.to), (1, 2));
+    assert_eq!(raise.effective_from, ts("2026-06-22T01:01:30Z"));
+}
+
+#[test]
+fn throttles_of_writes_keyed_before_the_last_raise_do_not_raise() {
+    // k went 2 -> 4 at 01:00 (in force); a throttle on a key of the k = 2 epoch (a
+    // reading stamped before 01:00, retried now) says nothing about k = 4.
+    let m = raised_meta(4, "2026-06-22T01:00:00Z");
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let late = ts("2026-06-22T02:00:00Z");
+    assert_eq!(
+        decide(Some(&m), Throttle::KeyRange, 2, late, &POLICY, &mut rng),
+        FanoutDecision::Keep {
+            reason: KeepReason::Superseded {
+                keyed: 2,
+                current: 4
+            }
+        }
+    );
+    assert!(matches!(
+        decide(Some(&m), Throttle::KeyRange, 4, late, &POLICY, &mut rng),
+        FanoutDecision::Raise(_)
+    ));
 }

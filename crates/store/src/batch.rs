@@ -285,12 +285,27 @@ impl<T: BatchTable> BatchWriter<T> {
 
     /// Writes `items`, finishing before `deadline`; one outcome per item. `rng` seeds
     /// the jitter of every chunk, so a seeded RNG makes the delays reproducible.
-    #[tracing::instrument(skip_all, fields(items = items.len()))]
     pub async fn write<R: Rng + ?Sized>(
         &self,
         items: Vec<Item>,
         deadline: Instant,
         rng: &mut R,
+    ) -> BatchReport {
+        self.write_observed(items, deadline, rng, &|_: &str| {})
+            .await
+    }
+
+    /// [`write`](Self::write), calling `on_key_range_throttle` with the partition key
+    /// of every item a key-range throttle refused, as it happens: a caller can react
+    /// (raise the entity's fan-out) while the retries are still backing off, instead of
+    /// after the deadline.
+    #[tracing::instrument(skip_all, fields(items = items.len()))]
+    pub async fn write_observed<R: Rng + ?Sized>(
+        &self,
+        items: Vec<Item>,
+        deadline: Instant,
+        rng: &mut R,
+        on_key_range_throttle: &(dyn Fn(&str) + Sync),
     ) -> BatchReport {
         let prepared = prepare(&items);
         let mut stats = WriteStats {
@@ -335,7 +350,7 @@ impl<T: BatchTable> BatchWriter<T> {
         let max_inflight = self.config.max_inflight.max(1);
         let mut results = futures::stream::iter(
             jobs.into_iter()
-                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng)),
+                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng, on_key_range_throttle)),
         )
         .buffer_unordered(max_inflight);
         while let Some((outcomes, chunk_stats)) = results.next().await {
@@ -368,6 +383,7 @@ impl<T: BatchTable> BatchWriter<T> {
         chunk: Vec<(usize, Item)>,
         deadline: Instant,
         mut rng: StdRng,
+        on_key_range_throttle: &(dyn Fn(&str) + Sync),
     ) -> (Vec<(usize, Outcome)>, WriteStats) {
         let mut stats = WriteStats::default();
         let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(chunk.len());
@@ -446,6 +462,7 @@ impl<T: BatchTable> BatchWriter<T> {
                                 if *kind == ThrottleKind::KeyRange {
                                     for (_, item) in &pending {
                                         if let Some(AttributeValue::S(pk)) = item.get(PK) {
+                                            on_key_range_throttle(pk);
                                             *stats
                                                 .key_range_throttled
                                                 .entry(pk.clone())

@@ -248,14 +248,15 @@ impl<S: ShardStore> ShardDirectory<S> {
         );
     }
 
-    /// Reacts to a throttle on `entity`'s writes: creates its metadata if missing,
-    /// raises its fan-out when `sharding::fanout::decide` says so. Only key-range
-    /// throttles ever raise.
+    /// Reacts to a throttle on a write of `entity` keyed with fan-out `keyed`: creates
+    /// its metadata if missing, raises its fan-out when `sharding::fanout::decide` says
+    /// so. Only key-range throttles of writes keyed with the latest k ever raise.
     #[tracing::instrument(skip(self, rng))]
     pub async fn on_throttle<R: Rng + ?Sized>(
         &self,
         entity: &str,
         throttle: ThrottleKind,
+        keyed: u32,
         now: Timestamp,
         rng: &mut R,
     ) -> Result<FanoutChange, StoreError> {
@@ -265,7 +266,14 @@ impl<S: ShardStore> ShardDirectory<S> {
             ThrottleKind::Table => Throttle::Table,
             ThrottleKind::Other => Throttle::Other,
         };
-        match fanout::decide(meta.as_ref(), throttle, now, &self.config.policy, rng) {
+        match fanout::decide(
+            meta.as_ref(),
+            throttle,
+            keyed,
+            now,
+            &self.config.policy,
+            rng,
+        ) {
             FanoutDecision::Create { k } => {
                 // Start at the layout's own default (1 for time buckets, N for random and
                 // calculated), so creating the item never changes where keys go.

@@ -78,45 +78,50 @@ async fn s05_key_range_throttle_creates_then_raises_once_per_cooldown() {
     let kr = ThrottleKind::KeyRange;
     assert_eq!(
         directory
-            .on_throttle("hot", kr, t(0), rng)
+            .on_throttle("hot", kr, 1, t(0), rng)
             .await
             .expect("ok"),
         FanoutChange::Created { won: true }
     );
-    assert!(matches!(
-        directory
-            .on_throttle("hot", kr, t(100), rng)
-            .await
-            .expect("ok"),
-        FanoutChange::Kept(KeepReason::CoolingDown { .. })
-    ));
+    // The first raise waits for no cooldown: creating the item changed no k.
     let raised = directory
-        .on_throttle("hot", kr, t(700), rng)
+        .on_throttle("hot", kr, 1, t(100), rng)
         .await
         .expect("ok");
     let FanoutChange::Raised(raise) = raised else {
         panic!("expected a raise, got {raised:?}");
     };
     assert_eq!((raise.from, raise.to), (1, 2));
-    assert_eq!(raise.effective_from, t(700 + 365));
+    assert_eq!(raise.effective_from, t(100 + 365));
     // Pending until it takes effect, then cooling down until the cooldown is over.
     assert!(matches!(
         directory
-            .on_throttle("hot", kr, t(800), rng)
+            .on_throttle("hot", kr, 1, t(200), rng)
             .await
             .expect("ok"),
         FanoutChange::Kept(KeepReason::Pending { .. })
     ));
     assert!(matches!(
         directory
-            .on_throttle("hot", kr, t(1200), rng)
+            .on_throttle("hot", kr, 2, t(600), rng)
             .await
             .expect("ok"),
         FanoutChange::Kept(KeepReason::CoolingDown { .. })
     ));
+    // A late retry of a reading keyed before the raise does not count.
     assert!(matches!(
         directory
-            .on_throttle("hot", kr, t(1400), rng)
+            .on_throttle("hot", kr, 1, t(800), rng)
+            .await
+            .expect("ok"),
+        FanoutChange::Kept(KeepReason::Superseded {
+            keyed: 1,
+            current: 2
+        })
+    ));
+    assert!(matches!(
+        directory
+            .on_throttle("hot", kr, 2, t(800), rng)
             .await
             .expect("ok"),
         FanoutChange::Raised(_)
@@ -142,7 +147,7 @@ async fn s06_table_throttle_never_raises() {
     for s in [1000, 5000, 90_000] {
         assert_eq!(
             directory
-                .on_throttle("dev", ThrottleKind::Table, t(s), rng)
+                .on_throttle("dev", ThrottleKind::Table, 1, t(s), rng)
                 .await
                 .expect("ok"),
             FanoutChange::Kept(KeepReason::TableThrottle)
@@ -164,7 +169,7 @@ async fn s15_ten_writers_racing_in_memory_raise_once() {
     }
     let results = futures::future::join_all(writers.iter().enumerate().map(|(i, w)| async move {
         let mut rng = StdRng::seed_from_u64(i as u64);
-        w.on_throttle("hot", ThrottleKind::KeyRange, t(1000), &mut rng)
+        w.on_throttle("hot", ThrottleKind::KeyRange, 1, t(1000), &mut rng)
             .await
     }))
     .await;

@@ -33,13 +33,15 @@ async fn race(
     let writers: Vec<_> = (0..10)
         .map(|_| ShardDirectory::new(shards.clone(), directory_config()))
         .collect();
-    // Every writer reads the same metadata before anyone writes.
+    // Every writer reads the same metadata before anyone writes, and was throttled on
+    // a key of the k it read.
+    let mut keyed = 1;
     for w in &writers {
-        w.meta(entity, at).await?;
+        keyed = w.meta(entity, at).await?.map_or(1, |m| m.number_of_shards);
     }
     let results = futures::future::join_all(writers.iter().enumerate().map(|(i, w)| async move {
         let mut rng = StdRng::seed_from_u64(round * 100 + i as u64);
-        w.on_throttle(entity, ThrottleKind::KeyRange, at, &mut rng)
+        w.on_throttle(entity, ThrottleKind::KeyRange, keyed, at, &mut rng)
             .await
     }))
     .await;
@@ -99,7 +101,13 @@ async fn start(backend: Backend) -> Result<Tables> {
     }
 }
 
+/// Ignored: moto's server checks a condition and applies the update without a lock, so
+/// two of ten racing conditional updates can both succeed (seen here: two `Raised` with
+/// the same precondition, about one run in five on a loaded machine). DynamoDB applies
+/// writes to one item atomically; dynalite does too, and its variant below is the proof.
+/// Run it with `--ignored` to see moto's behaviour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "moto's conditional updates are not atomic under concurrent requests"]
 async fn s15_ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_moto() -> Result<()>
 {
     ten_writers_race(Backend::Moto).await
