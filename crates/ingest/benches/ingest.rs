@@ -180,6 +180,7 @@ async fn main() -> Result<()> {
     let mut calls = 0u64;
     let mut reported = 0usize;
     let cpu_before = cpu_time()?;
+    let threads_before = thread_cpu()?;
     let started = Instant::now();
     for event in &events {
         let report = service.process(event, now, deadline(), &mut rng).await;
@@ -193,6 +194,14 @@ async fn main() -> Result<()> {
     }
     let elapsed = started.elapsed();
     let cpu = cpu_time()?.saturating_sub(cpu_before);
+    let threads: Vec<(String, Duration)> = thread_cpu()?
+        .into_iter()
+        .map(|(name, t)| {
+            let before = threads_before.get(&name).copied().unwrap_or_default();
+            (name, t.saturating_sub(before))
+        })
+        .filter(|(_, t)| !t.is_zero())
+        .collect();
     let stats = proxy.stats();
     let sink_items = stats.sink_items;
     proxy.shutdown().await?;
@@ -219,6 +228,13 @@ async fn main() -> Result<()> {
         cpu.as_secs_f64() / elapsed.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, usize::from)
     );
+    for (name, t) in &threads {
+        println!(
+            "    thread {name:<21} {:.3} s ({:.0}% of the wall time)",
+            t.as_secs_f64(),
+            t.as_secs_f64() / elapsed.as_secs_f64() * 100.0
+        );
+    }
     println!(
         "  elapsed                      {:.3} s",
         elapsed.as_secs_f64()
@@ -241,13 +257,22 @@ async fn main() -> Result<()> {
 /// on-CPU nanoseconds in /proc/self/task/*/schedstat; threads that already exited are
 /// not counted, and this bench's runtime keeps its workers).
 fn cpu_time() -> Result<Duration> {
-    let mut ns = 0u64;
+    Ok(thread_cpu()?.values().sum())
+}
+
+/// CPU time so far by thread name: the main thread runs the handler (`block_on`: parse,
+/// key, marshal, the batch writer and the SDK's request building); the runtime workers
+/// run the in-process proxy and the connections' I/O.
+fn thread_cpu() -> Result<std::collections::BTreeMap<String, Duration>> {
+    let mut by_name = std::collections::BTreeMap::new();
     for task in std::fs::read_dir("/proc/self/task")? {
-        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        let dir = task?.path();
+        let stat = std::fs::read_to_string(dir.join("schedstat"))?;
         let on_cpu = stat.split_whitespace().next().context("empty schedstat")?;
-        ns += on_cpu.parse::<u64>()?;
+        let name = std::fs::read_to_string(dir.join("comm"))?.trim().to_owned();
+        *by_name.entry(name).or_insert(Duration::ZERO) += Duration::from_nanos(on_cpu.parse()?);
     }
-    Ok(Duration::from_nanos(ns))
+    Ok(by_name)
 }
 
 fn deadline() -> tokio::time::Instant {
