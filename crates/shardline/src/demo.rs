@@ -1067,7 +1067,7 @@ pub fn report_text(report: &DemoReport) -> String {
         .map(|r| r.1.chars().count())
         .max()
         .unwrap_or(0)
-        .max(20);
+        .clamp(20, CELL_WIDTH);
     let mut s = format!(
         "Shardline demo: {} Zipf devices at {} readings/s + {} at {} readings/s for {} s, {}% malformed; per-key limit {} WCU/s\n\n",
         report.scenario.devices,
@@ -1083,7 +1083,15 @@ pub fn report_text(report: &DemoReport) -> String {
         "", "(1) naive", "(2) adaptive hybrid"
     ));
     for (label, x, y) in &rows {
-        s.push_str(&format!("{label:<w0$}  {x:<w1$}  {y}\n"));
+        // Long cells wrap within their column, so the two runs stay side by side.
+        let (x, y) = (wrap(x, w1), wrap(y, CELL_WIDTH));
+        for line in 0..x.len().max(y.len()) {
+            let label = if line == 0 { label.as_str() } else { "" };
+            let x = x.get(line).map_or("", String::as_str);
+            let y = y.get(line).map_or("", String::as_str);
+            s.push_str(format!("{label:<w0$}  {x:<w1$}  {y}").trim_end());
+            s.push('\n');
+        }
     }
     s.push_str(&format!(
         "\nThrottles after the first raise: on sub-shard keys the fan-out was still too small \
@@ -1099,6 +1107,27 @@ pub fn report_text(report: &DemoReport) -> String {
         report.elapsed.as_secs_f64()
     ));
     s
+}
+
+/// Widest a report cell prints before it wraps.
+const CELL_WIDTH: usize = 44;
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word, such
+/// as a path, keeps a line of its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
 }
 
 /// `2026-06-22T01:05:07.123Z` -> `01:05:07.123`.
@@ -1144,4 +1173,28 @@ async fn wait_for_signal() {
     }
     // No SIGTERM handler (or not unix): Ctrl-C only.
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_wrap_at_spaces_within_their_width() {
+        assert_eq!(
+            wrap("stopped after 20.3 s (the rest waits out the timeout)", 20),
+            [
+                "stopped after 20.3 s",
+                "(the rest waits out",
+                "the timeout)"
+            ]
+        );
+        assert_eq!(wrap("short", 20), ["short"]);
+        assert_eq!(wrap("", 20), [""]);
+        // A word longer than the width keeps a line of its own, unbroken.
+        assert_eq!(
+            wrap("at /a/very/long/path/to/heat.png now", 10),
+            ["at", "/a/very/long/path/to/heat.png", "now"]
+        );
+    }
 }
