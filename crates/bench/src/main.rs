@@ -128,7 +128,7 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
         "5",
         "crates/bench/benches/cost.rs: 1,000 single-reading message bodies (2 metrics, 1 tag) \
          per iteration through ingest::parse_body (parse + validate), sharding::write_key \
-         (hour buckets, N = 64), store::ReadingItem::to_item (serde_dynamo marshal) and \
+         (hour buckets, N = 64), store::ReadingItem::marshal (serde_dynamo, from a borrowed reading) and \
          store::size::item_size; criterion's mean per iteration / 1,000.",
     );
     Ok(())
