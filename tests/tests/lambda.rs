@@ -35,22 +35,6 @@ fn target_dir() -> Result<PathBuf> {
         .context("CARGO_TARGET_TMPDIR has no parent")
 }
 
-/// Variables cargo sets for the test process itself, not for the cargo it may run.
-fn leaks_from_cargo_test(name: &str) -> bool {
-    [
-        "CARGO_PKG_",
-        "CARGO_MANIFEST_",
-        "CARGO_CRATE_",
-        "CARGO_BIN_",
-    ]
-    .iter()
-    .any(|prefix| name.starts_with(prefix))
-        || matches!(
-            name,
-            "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR" | "CARGO_RUSTC_CURRENT_DIR"
-        )
-}
-
 /// `cargo lambda watch` in its own process group, killed with its children (cargo, the
 /// function) on drop.
 struct Watch {
@@ -76,7 +60,7 @@ impl Watch {
         // stack would be rebuilt here and again by the next `cargo test`.
         for (name, _) in std::env::vars_os() {
             let name = name.to_string_lossy();
-            if leaks_from_cargo_test(&name) {
+            if harness::leaks_from_cargo_test(&name) {
                 command.env_remove(name.as_ref());
             }
         }

@@ -9,22 +9,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 use shardline::soak::{SoakConfig, run};
 
-/// Variables cargo sets for this test process, not for a cargo it runs (they would
-/// change build-script fingerprints and rebuild dependencies).
-fn leaks_from_cargo_test(name: &str) -> bool {
-    [
-        "CARGO_PKG_",
-        "CARGO_MANIFEST_",
-        "CARGO_CRATE_",
-        "CARGO_BIN_",
-    ]
-    .iter()
-    .any(|prefix| name.starts_with(prefix))
-        || matches!(
-            name,
-            "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR" | "CARGO_RUSTC_CURRENT_DIR"
-        )
-}
+use crate::harness;
 
 /// Builds the `shardline` binary into this test's target directory (a dependency's
 /// binary is not built for a test of another package) and returns its path.
@@ -36,7 +21,7 @@ fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
-        if leaks_from_cargo_test(&name) {
+        if harness::leaks_from_cargo_test(&name) {
             command.env_remove(name.as_ref());
         }
     }
