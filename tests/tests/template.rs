@@ -522,7 +522,7 @@ fn check_ingest_role(t: &Template) -> Result<()> {
 fn check_query_role(t: &Template) -> Result<()> {
     check_function(t, "QueryFunction", "query", "QueryRole")?;
     let grants = role_grants(t, "QueryRole")?;
-    let expected = pairs(&[
+    let mut expected = pairs(&[
         ("dynamodb:Query", "getatt:ReadingsTable.Arn"),
         ("dynamodb:GetItem", "getatt:ReadingsTable.Arn"),
         ("dynamodb:GetItem", "getatt:ShardsTable.Arn"),
@@ -533,6 +533,12 @@ fn check_query_role(t: &Template) -> Result<()> {
         ("xray:PutTraceSegments", "*"),
         ("xray:PutTelemetryRecords", "*"),
     ]);
+    if t.condition("HasTimeIndex")? {
+        expected.insert((
+            "dynamodb:Query".to_owned(),
+            format!("sub:${{ReadingsTable.Arn}}/index/{TIME_INDEX}"),
+        ));
+    }
     for (action, _) in &grants {
         ensure!(
             !action.starts_with("sqs:")
@@ -727,6 +733,77 @@ fn check_tables(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The readings table's local secondary index that orders a shard's bucket by time.
+const TIME_INDEX: &str = "by-time";
+
+/// With `TimeIndex` enabled (the default): the LSI with sort key `ts_ms` (a Number,
+/// declared), every attribute projected (a page answers without a fetch per item), and
+/// its name handed to the query function; disabled: none of it, and an empty name (the
+/// function then reads whole buckets).
+fn check_time_index(t: &Template) -> Result<()> {
+    for (setting, on) in [("enabled", true), ("disabled", false)] {
+        let t = Template::parse(&serde_yaml::to_string(&t.doc)?, &[("TimeIndex", setting)])?;
+        let readings = t.props("ReadingsTable")?;
+        let defines_ts = readings
+            .get("AttributeDefinitions")
+            .and_then(Value::as_sequence)
+            .context("ReadingsTable AttributeDefinitions")?
+            .iter()
+            .any(|d| {
+                d.get("AttributeName").and_then(scalar) == Some("ts_ms".into())
+                    && d.get("AttributeType").and_then(scalar) == Some("N".into())
+            });
+        let env = path(&t.props("QueryFunction")?, &["Environment", "Variables"])
+            .and_then(|v| v.get("READINGS_TIME_INDEX"))
+            .and_then(scalar);
+        if !on {
+            ensure!(
+                readings.get("LocalSecondaryIndexes").is_none() && !defines_ts,
+                "TimeIndex=disabled must create no index and declare no ts_ms attribute"
+            );
+            ensure!(
+                env.as_deref() == Some(""),
+                "TimeIndex=disabled: READINGS_TIME_INDEX must be empty, got {env:?}"
+            );
+            continue;
+        }
+        let lsis = readings
+            .get("LocalSecondaryIndexes")
+            .and_then(Value::as_sequence)
+            .context("ReadingsTable has no LocalSecondaryIndexes")?;
+        ensure!(lsis.len() == 1, "one local secondary index expected");
+        let lsi = &lsis[0];
+        ensure!(
+            lsi.get("IndexName").and_then(scalar) == Some(TIME_INDEX.into()),
+            "the time index is named {TIME_INDEX}"
+        );
+        let keys: Vec<(String, String)> = lsi
+            .get("KeySchema")
+            .and_then(Value::as_sequence)
+            .context("time index KeySchema")?
+            .iter()
+            .filter_map(|k| Some((scalar(k.get("AttributeName")?)?, scalar(k.get("KeyType")?)?)))
+            .collect();
+        ensure!(
+            keys == [
+                ("PK".to_owned(), "HASH".to_owned()),
+                ("ts_ms".to_owned(), "RANGE".to_owned())
+            ],
+            "time index keys must be PK (HASH), ts_ms (RANGE): {keys:?}"
+        );
+        ensure!(
+            path(lsi, &["Projection", "ProjectionType"]).and_then(scalar) == Some("ALL".into()),
+            "time index must project ALL attributes"
+        );
+        ensure!(defines_ts, "ts_ms must be declared as a Number attribute");
+        ensure!(
+            env.as_deref() == Some(TIME_INDEX),
+            "QueryFunction must get READINGS_TIME_INDEX={TIME_INDEX}, got {env:?}"
+        );
+    }
+    Ok(())
+}
+
 fn check_outputs(t: &Template) -> Result<()> {
     let outputs = t.doc.get("Outputs").context("no Outputs")?;
     for (name, want) in [
@@ -757,7 +834,7 @@ fn check_outputs(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 11] = [
+static CHECKS: [(&str, Check); 12] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -768,6 +845,7 @@ static CHECKS: [(&str, Check); 11] = [
     ("api", check_api),
     ("alarms", check_alarms),
     ("tables", check_tables),
+    ("time index", check_time_index),
     ("outputs", check_outputs),
 ];
 
@@ -834,6 +912,16 @@ fn tables_are_on_demand_recoverable_and_observable() -> Result<()> {
 }
 
 #[test]
+fn readings_table_has_the_time_index() -> Result<()> {
+    run("time index")
+}
+
+#[test]
+fn query_role_reads_without_the_time_index_when_disabled() -> Result<()> {
+    check_query_role(&Template::load(&[("TimeIndex", "disabled")])?)
+}
+
+#[test]
 fn outputs_name_the_entry_points() -> Result<()> {
     run("outputs")
 }
@@ -843,7 +931,7 @@ fn outputs_name_the_entry_points() -> Result<()> {
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 12] = [
+    let mutations: [(&str, &str, &str); 15] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -895,6 +983,21 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "tables",
             "PointInTimeRecoveryEnabled: true\n      # Shows",
             "PointInTimeRecoveryEnabled: false\n      # Shows",
+        ),
+        (
+            "time index",
+            "ProjectionType: ALL",
+            "ProjectionType: KEYS_ONLY",
+        ),
+        (
+            "time index",
+            "READINGS_TIME_INDEX: !If [HasTimeIndex, by-time, \"\"]",
+            "READINGS_TIME_INDEX: \"\"",
+        ),
+        (
+            "query role",
+            "Resource: !Sub \"${ReadingsTable.Arn}/index/by-time\"",
+            "Resource: !Sub \"${ReadingsTable.Arn}/index/*\"",
         ),
     ];
     for (name, from, to) in mutations {
