@@ -4,6 +4,11 @@
 //! The port speaks DynamoDB's own paging semantics: `limit` bounds the items
 //! *evaluated* (before the time filter), a page may come back with a `last_key` even
 //! when nothing is left, and `items_read` is what the page cost (ScannedCount).
+//!
+//! A request may name the table's time index (a local secondary index whose sort key
+//! is `ts_ms`, see template.yaml `TimeIndex`): the page then lists a partition's items
+//! in time order, with the time range as key condition, so `limit` counts only items
+//! inside the range.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,6 +33,9 @@ const TS_MS: &str = "ts_ms";
 pub struct PageKey {
     pub pk: String,
     pub sk: String,
+    /// The time index's sort key, set when the page came from the index (its
+    /// `ExclusiveStartKey` must name it); `None` for the table and for `GetItem`.
+    pub ts_ms: Option<i64>,
 }
 
 /// One page of one Query on the readings table.
@@ -37,8 +45,12 @@ pub struct PageRequest {
     pub pk: String,
     /// Inclusive sort-key bounds (`SK BETWEEN lo AND hi`); `None` reads the partition.
     pub sk_between: Option<(String, String)>,
-    /// Inclusive bounds on `ts_ms` applied as a filter (after `limit`).
+    /// Inclusive bounds on `ts_ms`: a filter (applied after `limit`) on the table, the
+    /// key condition on the time index.
     pub ts_ms_between: Option<(i64, i64)>,
+    /// Query this local secondary index (sort key `ts_ms`) instead of the table; then
+    /// `sk_between` must be `None`.
+    pub time_index: Option<String>,
     /// Most items to evaluate; `None` lets DynamoDB fill a 1 MB page.
     pub limit: Option<u32>,
     /// Sort-key order (`ScanIndexForward`).
@@ -126,6 +138,21 @@ impl ReadingSource for DynamoReadingSource {
             .scan_index_forward(request.ascending)
             .consistent_read(request.consistent);
         let mut key_condition = "#pk = :pk".to_string();
+        if let Some(index) = &request.time_index {
+            if request.sk_between.is_some() {
+                return Err(StoreError::Malformed(
+                    "a time-index read takes no sort-key bounds".into(),
+                ));
+            }
+            builder = builder.index_name(index);
+            if let Some((lo, hi)) = request.ts_ms_between {
+                key_condition.push_str(" AND #ts BETWEEN :tslo AND :tshi");
+                builder = builder
+                    .expression_attribute_names("#ts", TS_MS)
+                    .expression_attribute_values(":tslo", AttributeValue::N(lo.to_string()))
+                    .expression_attribute_values(":tshi", AttributeValue::N(hi.to_string()));
+            }
+        }
         if let Some((lo, hi)) = &request.sk_between {
             key_condition.push_str(" AND #sk BETWEEN :sklo AND :skhi");
             builder = builder
@@ -134,7 +161,10 @@ impl ReadingSource for DynamoReadingSource {
                 .expression_attribute_values(":skhi", AttributeValue::S(hi.clone()));
         }
         builder = builder.key_condition_expression(key_condition);
-        if let Some((lo, hi)) = request.ts_ms_between {
+        if let Some((lo, hi)) = request
+            .ts_ms_between
+            .filter(|_| request.time_index.is_none())
+        {
             builder = builder
                 .filter_expression("#ts BETWEEN :tslo AND :tshi")
                 .expression_attribute_names("#ts", TS_MS)
@@ -194,10 +224,14 @@ impl ReadingSource for DynamoReadingSource {
 }
 
 fn key_map(key: &PageKey) -> HashMap<String, AttributeValue> {
-    HashMap::from([
+    let mut map = HashMap::from([
         (PK.to_string(), AttributeValue::S(key.pk.clone())),
         (SK.to_string(), AttributeValue::S(key.sk.clone())),
-    ])
+    ]);
+    if let Some(ts) = key.ts_ms {
+        map.insert(TS_MS.to_string(), AttributeValue::N(ts.to_string()));
+    }
+    map
 }
 
 fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError> {
@@ -207,9 +241,21 @@ fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError
             "LastEvaluatedKey without a string {name}"
         ))),
     };
+    let ts_ms = match map.get(TS_MS) {
+        None => None,
+        Some(AttributeValue::N(n)) => Some(n.parse().map_err(|_| {
+            StoreError::Malformed(format!("LastEvaluatedKey with a bad ts_ms {n:?}"))
+        })?),
+        Some(_) => {
+            return Err(StoreError::Malformed(
+                "LastEvaluatedKey with a non-number ts_ms".into(),
+            ));
+        }
+    };
     Ok(PageKey {
         pk: get(PK)?,
         sk: get(SK)?,
+        ts_ms,
     })
 }
 
@@ -272,8 +318,10 @@ mod tests {
             start_after: Some(PageKey {
                 pk: "dev-1#0".into(),
                 sk: "a5".into(),
+                ts_ms: None,
             }),
             consistent: true,
+            time_index: None,
         }
     }
 
@@ -321,8 +369,76 @@ mod tests {
             page.last_key,
             Some(PageKey {
                 pk: "dev-1#0".into(),
-                sk: "a2".into()
+                sk: "a2".into(),
+                ts_ms: None,
             })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_time_index_request_bounds_the_time_in_the_key_condition() {
+        let rule = mock!(Client::query)
+            .match_requests(|q| {
+                let values = q.expression_attribute_values().expect("values");
+                let start = q.exclusive_start_key().expect("start key");
+                q.index_name() == Some("by-time")
+                    && q.key_condition_expression()
+                        == Some("#pk = :pk AND #ts BETWEEN :tslo AND :tshi")
+                    && q.filter_expression().is_none()
+                    && values.get(":tslo") == Some(&AttributeValue::N("10".into()))
+                    && values.get(":tshi") == Some(&AttributeValue::N("19".into()))
+                    && start.get("ts_ms") == Some(&AttributeValue::N("11".into()))
+                    && start.get("SK") == Some(&AttributeValue::S("a5".into()))
+            })
+            .then_output(|| {
+                QueryOutput::builder()
+                    .items(stored("a4", 12))
+                    .scanned_count(1)
+                    .count(1)
+                    .set_last_evaluated_key(Some(HashMap::from([
+                        ("PK".to_string(), AttributeValue::S("dev-1#0".into())),
+                        ("SK".to_string(), AttributeValue::S("a4".into())),
+                        ("ts_ms".to_string(), AttributeValue::N("12".into())),
+                    ])))
+                    .build()
+            });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let by_time = PageRequest {
+            sk_between: None,
+            time_index: Some("by-time".into()),
+            start_after: Some(PageKey {
+                pk: "dev-1#0".into(),
+                sk: "a5".into(),
+                ts_ms: Some(11),
+            }),
+            ..request()
+        };
+        let page = DynamoReadingSource::new(client, "readings")
+            .query_page(&by_time)
+            .await
+            .expect("page");
+        assert_eq!(rule.num_calls(), 1);
+        assert_eq!(
+            page.last_key,
+            Some(PageKey {
+                pk: "dev-1#0".into(),
+                sk: "a4".into(),
+                ts_ms: Some(12),
+            })
+        );
+        // Sort-key bounds cannot apply to the index: refused before any call.
+        let refused = DynamoReadingSource::new(
+            mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]),
+            "readings",
+        )
+        .query_page(&PageRequest {
+            time_index: Some("by-time".into()),
+            ..request()
+        })
+        .await;
+        assert!(
+            matches!(refused, Err(StoreError::Malformed(_))),
+            "{refused:?}"
         );
     }
 
@@ -417,6 +533,7 @@ mod tests {
         let key = PageKey {
             pk: "dev-1#0".into(),
             sk: "a4".into(),
+            ts_ms: None,
         };
         let item = source.get_reading(&key, false).await.expect("ok");
         assert_eq!(item.map(|i| i.ts_ms), Some(12));
