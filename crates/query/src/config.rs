@@ -51,6 +51,7 @@ pub struct ServiceSettings {
     pub concurrency: usize,
     pub directory_ttl: Duration,
     pub max_buffered: usize,
+    pub time_index: Option<String>,
 }
 
 impl ServiceSettings {
@@ -62,6 +63,7 @@ impl ServiceSettings {
             directory_ttl: self.directory_ttl,
             retry_after_secs: 1,
             max_buffered: self.max_buffered,
+            time_index: self.time_index.clone(),
         }
     }
 }
@@ -122,6 +124,7 @@ impl Config {
     /// | `QUERY_CONCURRENCY` | `32` | most Queries in flight per request |
     /// | `MAX_BUFFERED_READINGS` | `200000` | most readings an all-devices read may sort in memory |
     /// | `SHARD_CACHE_TTL_SECS` | `60` | reuse of shard metadata; keep it <= the epoch propagation margin |
+    /// | `READINGS_TIME_INDEX` | empty | the readings table's time index (LSI on `ts_ms`); empty: reads over every device sort whole buckets |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
             get(name)
@@ -186,6 +189,7 @@ impl Config {
                 concurrency,
                 directory_ttl,
                 max_buffered,
+                time_index: get("READINGS_TIME_INDEX").filter(|v| !v.is_empty()),
             },
         })
     }
@@ -218,6 +222,7 @@ mod tests {
         assert_eq!(c.service.limits, Limits::default());
         assert_eq!(c.service.concurrency, 32);
         assert_eq!(c.service.directory_ttl, Duration::from_secs(60));
+        assert_eq!(c.service.time_index, None);
         assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
     }
 
@@ -228,11 +233,22 @@ mod tests {
             ("MAX_DEVICE_RANGE", "7d"),
             ("MAX_ALL_RANGE", "30m"),
             ("QUERY_CONCURRENCY", "8"),
+            ("READINGS_TIME_INDEX", "by-time"),
         ]);
         let c = Config::from_lookup(lookup(&pairs)).expect("valid");
+        assert_eq!(c.service.time_index.as_deref(), Some("by-time"));
+        assert_eq!(
+            c.service
+                .with_key(CursorKey::new(vec![1; 32]).expect("key"))
+                .time_index,
+            Some("by-time".to_owned())
+        );
         assert_eq!(c.service.limits.max_device_range_ms, 7 * 86_400_000);
         assert_eq!(c.service.limits.max_all_range_ms, 30 * 60_000);
         assert_eq!(c.service.concurrency, 8);
+        let empty = [BASE[0], BASE[1], BASE[2], ("READINGS_TIME_INDEX", "")];
+        let c = Config::from_lookup(lookup(&empty)).expect("valid");
+        assert_eq!(c.service.time_index, None, "empty: no index");
     }
 
     #[test]

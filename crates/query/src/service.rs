@@ -36,6 +36,9 @@ pub struct ServiceConfig {
     pub retry_after_secs: u32,
     /// Most readings one request may hold in memory to sort (all-devices reads).
     pub max_buffered: usize,
+    /// The readings table's time index (LSI with sort key `ts_ms`), for reads over
+    /// every device; `None`: such reads sort whole buckets in memory.
+    pub time_index: Option<String>,
 }
 
 impl ServiceConfig {
@@ -49,6 +52,7 @@ impl ServiceConfig {
             directory_ttl: Duration::from_secs(60),
             retry_after_secs: 1,
             max_buffered: 200_000,
+            time_index: None,
         }
     }
 }
@@ -64,6 +68,9 @@ pub struct ReadStats {
     pub calls: u64,
     /// Queries in the read plan.
     pub plan_queries: u64,
+    /// Rounds of concurrent Queries the read waited for one after another (its round
+    /// trips); 0 where not tracked (point reads, stats).
+    pub rounds: u64,
 }
 
 /// The query API over a reading source and the shard metadata.
@@ -222,7 +229,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
         };
         let outcome = read_merged(
             &self.source,
-            specs(&plan),
+            specs_with_index(&plan, self.config.time_index.as_deref()),
             opts,
             read.limit as usize,
             after.as_ref(),
@@ -243,6 +250,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             items_returned: outcome.items.len() as u64,
             calls: outcome.pages,
             plan_queries,
+            rounds: outcome.rounds,
         };
         let items = outcome
             .items
@@ -278,6 +286,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                 let key = PageKey {
                     pk: key.pk,
                     sk: key.sk,
+                    ts_ms: None,
                 };
                 let item = self
                     .source
@@ -360,6 +369,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             items_returned: agg.count,
             calls: outcome.pages,
             plan_queries: plan.len() as u64,
+            rounds: 0,
         };
         let body =
             serde_json::to_value(agg.finish()?).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -376,19 +386,33 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
     }
 }
 
-/// The plan's queries as merge streams.
+/// The plan's queries as merge streams, on the table.
 pub fn specs(plan: &ReadPlan) -> Vec<StreamSpec> {
-    plan.queries.iter().map(spec_of).collect()
+    specs_with_index(plan, None)
 }
 
-fn spec_of(q: &KeyQuery) -> StreamSpec {
+/// The plan's queries as merge streams; a whole-partition query whose items are not
+/// in time order by the table's key (a time bucket read over every device) goes
+/// through the time index when there is one.
+pub fn specs_with_index(plan: &ReadPlan, time_index: Option<&str>) -> Vec<StreamSpec> {
+    plan.queries
+        .iter()
+        .map(|q| spec_of(q, time_index))
+        .collect()
+}
+
+fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
     let span = q.time_filter.unwrap_or(q.covers);
+    let index = time_index
+        .filter(|_| !q.time_ordered && q.sk_between.is_none())
+        .map(str::to_owned);
     StreamSpec {
         pk: q.pk.clone(),
         sk_between: q.sk_between.clone(),
         span: (span.from().as_millis(), span.to().as_millis()),
         filter_time: q.time_filter.is_some(),
         time_ordered: q.time_ordered,
+        index,
     }
 }
 

@@ -28,7 +28,10 @@ pub fn key() -> CursorKey {
 /// A readings table: items by (PK, SK), Query with BETWEEN, Limit, ScanIndexForward,
 /// ExclusiveStartKey and a filter on ts_ms, LastEvaluatedKey when the page stopped at
 /// its limit (even if nothing follows, as DynamoDB does), and an optional cap on items
-/// per page standing in for the 1 MB page size.
+/// per page standing in for the 1 MB page size. With `time_index` set, Query reads the
+/// time index (a partition by `ts_ms`, the range as key condition); items sharing one
+/// millisecond come in descending SK order (ascending when read backwards), i.e. NOT in
+/// the merge's (ts, device, event) order, so the merge's tie handling is exercised.
 #[derive(Debug, Default)]
 pub struct FakeTable {
     items: Mutex<BTreeMap<(String, String), ReadingItem>>,
@@ -57,6 +60,61 @@ impl FakeTable {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// One page of a Query on the time index.
+    fn index_page(&self, r: &PageRequest) -> Page {
+        assert!(r.sk_between.is_none(), "the index has no SK condition");
+        // Index order: ts ascending, ties by SK descending (see the type's doc).
+        let order = |i: &ReadingItem| (i.ts_ms, std::cmp::Reverse(i.sk.clone()));
+        let items = self.items.lock().unwrap();
+        let mut matching: Vec<&ReadingItem> = items
+            .range((r.pk.clone(), String::new())..)
+            .take_while(|((pk, _), _)| pk == &r.pk)
+            .map(|(_, v)| v)
+            .filter(|i| {
+                r.ts_ms_between
+                    .is_none_or(|(lo, hi)| lo <= i.ts_ms && i.ts_ms <= hi)
+            })
+            .collect();
+        matching.sort_by_key(|i| order(i));
+        if !r.ascending {
+            matching.reverse();
+        }
+        if let Some(start) = &r.start_after {
+            assert_eq!(start.pk, r.pk, "ExclusiveStartKey from another partition");
+            let at = (
+                start.ts_ms.expect("an index ExclusiveStartKey names ts_ms"),
+                std::cmp::Reverse(start.sk.clone()),
+            );
+            matching.retain(|i| {
+                if r.ascending {
+                    order(i) > at
+                } else {
+                    order(i) < at
+                }
+            });
+        }
+        let cap = match (r.limit, self.page_cap) {
+            (Some(l), Some(c)) => Some(l.min(c)),
+            (l, c) => l.or(c),
+        };
+        if let Some(c) = cap {
+            matching.truncate(c as usize);
+        }
+        let stopped = cap.is_some_and(|c| matching.len() == c as usize);
+        let last_key = matching.last().filter(|_| stopped).map(|i| PageKey {
+            pk: i.pk.clone(),
+            sk: i.sk.clone(),
+            ts_ms: Some(i.ts_ms),
+        });
+        self.evaluated
+            .fetch_add(matching.len() as u64, Ordering::SeqCst);
+        Page {
+            items_read: matching.len() as u64,
+            items: matching.into_iter().cloned().collect(),
+            last_key,
+        }
+    }
+
     pub fn set_throttled(&self, on: bool) {
         *self.throttle.lock().unwrap() = on;
     }
@@ -70,6 +128,9 @@ impl ReadingSource for FakeTable {
                 kind: store::ThrottleKind::KeyRange,
                 reason: "TableReadKeyRangeThroughputExceeded".into(),
             });
+        }
+        if r.time_index.is_some() {
+            return Ok(self.index_page(r));
         }
         let items = self.items.lock().unwrap();
         let mut matching: Vec<&ReadingItem> = items
@@ -108,6 +169,7 @@ impl ReadingSource for FakeTable {
             evaluated.last().map(|i| PageKey {
                 pk: i.pk.clone(),
                 sk: i.sk.clone(),
+                ts_ms: None,
             })
         } else {
             None
@@ -272,8 +334,19 @@ pub fn hourly(n: u32) -> Layout {
 pub type Service<'a> = QueryService<&'a FakeTable, Arc<FakeShards>>;
 
 pub fn service(table: &FakeTable, shards: Arc<FakeShards>) -> Service<'_> {
+    service_with(table, shards, None)
+}
+
+/// A service reading over every device through the time index `time_index` (the fake
+/// serves any index name as the time index).
+pub fn service_with<'a>(
+    table: &'a FakeTable,
+    shards: Arc<FakeShards>,
+    time_index: Option<&str>,
+) -> Service<'a> {
     let mut config = ServiceConfig::new(key());
     config.concurrency = 4;
+    config.time_index = time_index.map(str::to_owned);
     QueryService::new(table, shards, config)
 }
 

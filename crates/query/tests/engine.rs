@@ -1,5 +1,6 @@
 //! How much the scatter-gather reads: over-read of `limit=100` over 8 shards, lazy
-//! opening of later buckets, and full-bucket reads for the all-devices plan.
+//! opening of later buckets and reading ahead into sparse ones, full-bucket reads for
+//! the all-devices plan without the time index, and reads to the limit with it.
 
 use std::sync::Arc;
 
@@ -7,7 +8,8 @@ use query::params::parse_request;
 use sharding::layout::Layout;
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, R, fanout_history, hourly, load, nz, service, table_history,
+    BASE_MS, FakeShards, FakeTable, R, fanout_history, hourly, load, nz, service, service_with,
+    table_history,
 };
 
 fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
@@ -27,7 +29,17 @@ async fn run(
     path: &str,
     query: &str,
 ) -> (serde_json::Value, query::service::ReadStats) {
-    let svc = service(table, shards);
+    run_with(table, shards, None, path, query).await
+}
+
+async fn run_with(
+    table: &FakeTable,
+    shards: Arc<FakeShards>,
+    time_index: Option<&str>,
+    path: &str,
+    query: &str,
+) -> (serde_json::Value, query::service::ReadStats) {
+    let svc = service_with(table, shards, time_index);
     let endpoint = parse_request("GET", path, Some(query), &svc.config().limits).unwrap();
     svc.execute(endpoint).await.unwrap()
 }
@@ -96,6 +108,138 @@ async fn later_buckets_are_opened_only_when_reached() {
     assert_eq!(stats.plan_queries, 6);
     assert_eq!(stats.calls, 1, "only the first bucket is read");
     assert_eq!(stats.items_read, 51);
+}
+
+#[tokio::test]
+async fn a_sparse_first_bucket_reads_ahead_into_the_buckets_still_needed() {
+    // Six hour-buckets of one device, 30 readings each (one every 2 minutes): 100
+    // items need four buckets. The first round learns the density from the first
+    // bucket; the second opens the next three at once.
+    for desc in [false, true] {
+        let table = FakeTable::new(None);
+        let shards = FakeShards {
+            layout: Some(table_history(vec![(0, hourly(4))])),
+            ..FakeShards::default()
+        };
+        load(&table, &shards, &readings("dev-1", 180, 120_000));
+        let order = if desc { "desc" } else { "asc" };
+        let (body, stats) = run(
+            &table,
+            Arc::new(shards),
+            "/devices/dev-1/readings",
+            &format!(
+                "from={BASE_MS}&to={}&limit=100&order={order}",
+                BASE_MS + 6 * 3_600_000
+            ),
+        )
+        .await;
+        let events: Vec<&str> = body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["event_id"].as_str().unwrap())
+            .collect();
+        let expected: Vec<String> = if desc {
+            (80..180).rev().map(|i| format!("e{i:05}")).collect()
+        } else {
+            (0..100).map(|i| format!("e{i:05}")).collect()
+        };
+        assert_eq!(events, expected);
+        println!(
+            "{order}: rounds={} calls={} items_read={} over-read={:.2}",
+            stats.rounds,
+            stats.calls,
+            stats.items_read,
+            stats.items_read as f64 / 100.0
+        );
+        assert_eq!(stats.rounds, 2, "one round per bucket would be 4");
+        assert!(stats.items_read <= 150, "read {}", stats.items_read);
+    }
+}
+
+#[tokio::test]
+async fn empty_buckets_grow_the_read_ahead_by_doubling() {
+    // Readings only in the last of six buckets: nothing tells the density, so each
+    // round opens at most as many new buckets as were read so far.
+    let table = FakeTable::new(None);
+    let shards = FakeShards {
+        layout: Some(table_history(vec![(0, hourly(4))])),
+        ..FakeShards::default()
+    };
+    let late: Vec<R> = readings("dev-1", 10, 60_000)
+        .into_iter()
+        .map(|mut r| {
+            r.ts_ms += 5 * 3_600_000;
+            r
+        })
+        .collect();
+    load(&table, &shards, &late);
+    let (body, stats) = run(
+        &table,
+        Arc::new(shards),
+        "/devices/dev-1/readings",
+        &format!("from={BASE_MS}&to={}&limit=5", BASE_MS + 6 * 3_600_000),
+    )
+    .await;
+    assert_eq!(body["items"].as_array().unwrap().len(), 5);
+    assert_eq!(body["items"][0]["event_id"], "e00000");
+    // Round 1 reads bucket 1; round 2 buckets 2 and 3 (one read so far: one ahead);
+    // round 3 bucket 4 and, three read so far, the last two.
+    assert_eq!(stats.rounds, 3, "{stats:?}");
+    assert_eq!(stats.calls, 6, "{stats:?}");
+}
+
+#[tokio::test]
+async fn all_devices_through_the_time_index_read_about_the_limit() {
+    // 16 devices, one reading every 2 minutes each over an hour (480 items), 8 shards;
+    // ties at one millisecond across devices every 10 minutes.
+    let mut rs = Vec::new();
+    for d in 0..16 {
+        rs.extend(
+            readings(&format!("dev-{d:02}"), 30, 120_000)
+                .into_iter()
+                .map(|mut r| {
+                    if r.ts_ms % 600_000 != 0 {
+                        r.ts_ms += d;
+                    }
+                    r
+                }),
+        );
+    }
+    for desc in [false, true] {
+        let order = if desc { "desc" } else { "asc" };
+        let q = format!(
+            "from={BASE_MS}&to={}&limit=100&order={order}",
+            BASE_MS + 3_600_000
+        );
+        let mut answers = Vec::new();
+        for index in [None, Some("by-time")] {
+            let table = FakeTable::new(None);
+            let shards = FakeShards {
+                layout: Some(table_history(vec![(0, hourly(8))])),
+                ..FakeShards::default()
+            };
+            load(&table, &shards, &rs);
+            let (body, stats) = run_with(&table, Arc::new(shards), index, "/readings", &q).await;
+            assert_eq!(body["items"].as_array().unwrap().len(), 100);
+            println!(
+                "{order} index={index:?}: rounds={} calls={} items_read={} over-read={:.2}",
+                stats.rounds,
+                stats.calls,
+                stats.items_read,
+                stats.items_read as f64 / 100.0
+            );
+            match index {
+                None => assert_eq!(stats.items_read, 480, "whole bucket without the index"),
+                Some(_) => assert!(stats.items_read <= 150, "read {}", stats.items_read),
+            }
+            answers.push(body);
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "same answer with and without the index"
+        );
+    }
 }
 
 #[tokio::test]
