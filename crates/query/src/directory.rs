@@ -63,7 +63,11 @@ impl<D: ShardStore> ReadDirectory<D> {
             return Ok(t.clone());
         }
         let t = self.store.get_layout().await?;
-        self.lock().layout = Some((Instant::now(), t.clone()));
+        // Only a stored layout is reused: the first one holds from the beginning of
+        // time, so a cached "none yet" would hide the first writes for a whole TTL.
+        if t.is_some() {
+            self.lock().layout = Some((Instant::now(), t.clone()));
+        }
         Ok(t)
     }
 

@@ -32,6 +32,11 @@ pub struct SendOptions {
     pub max_attempts: u32,
     /// First pause between attempts; doubles each time.
     pub retry_base: Duration,
+    /// Hold sending while the queue holds this many messages or more (visible plus in
+    /// flight): a local stand-in (moto) spends time proportional to the queue's length
+    /// on every message sent and received, so a run that floods it drains
+    /// quadratically. `None`: send on the plan's schedule regardless.
+    pub max_queued: Option<u64>,
 }
 
 impl Default for SendOptions {
@@ -40,6 +45,7 @@ impl Default for SendOptions {
             concurrency: 8,
             max_attempts: 4,
             retry_base: Duration::from_millis(100),
+            max_queued: None,
         }
     }
 }
@@ -217,6 +223,37 @@ fn manifest_lines(message: &Message, outcome: &Result<String, String>) -> Vec<Ma
 
 type Sent = (Vec<(Message, Result<String, String>)>, u64);
 
+/// Waits until the queue holds fewer than `max` messages (visible plus in flight).
+/// An unreadable depth does not hold sending up: the plan's pace then applies.
+async fn wait_below(client: &Client, queue_url: &str, max: u64) {
+    use aws_sdk_sqs::types::QueueAttributeName as Name;
+    loop {
+        let Ok(out) = client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(Name::ApproximateNumberOfMessages)
+            .attribute_names(Name::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+        else {
+            return;
+        };
+        let count = |name: Name| {
+            out.attributes()
+                .and_then(|a| a.get(&name))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        if count(Name::ApproximateNumberOfMessages)
+            + count(Name::ApproximateNumberOfMessagesNotVisible)
+            < max
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Sends one batch, retrying the entries SQS did not take (except sender faults) with
 /// doubling pauses; returns each message's SQS id or last error, and the calls made.
 async fn send_batch(
@@ -368,6 +405,9 @@ pub async fn send_all(
            -> anyhow::Result<()> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if let Some(max) = options.max_queued {
+            wait_below(client, &queue_url, max).await;
         }
         // Waiting for a permit here is the back-pressure that bounds concurrency.
         let permit = permits
