@@ -145,25 +145,16 @@ fn every_vector_matches_the_rust_hash() {
     }
 }
 
-/// The README's section once the lead pasted it, else the standalone section file.
+/// The README's section on the hash, up to the next heading.
 fn hash_section() -> (String, String) {
-    let root = crate_path("../..");
-    let readme = root.join("README.md");
-    if let Ok(text) = std::fs::read_to_string(&readme)
-        && let Some(start) = text.find(SECTION_HEADING)
-    {
-        let rest = &text[start + SECTION_HEADING.len()..];
-        let end = rest.find("\n## ").unwrap_or(rest.len());
-        return (readme.display().to_string(), rest[..end].to_owned());
-    }
-    let file = root.join("README-hash-section.md");
-    let text = std::fs::read_to_string(&file).expect("README.md or README-hash-section.md");
-    assert!(
-        text.contains(SECTION_HEADING),
-        "{} lacks its heading",
-        file.display()
-    );
-    (file.display().to_string(), text)
+    let readme = crate_path("../..").join("README.md");
+    let text = std::fs::read_to_string(&readme).expect("README.md is readable");
+    let start = text
+        .find(SECTION_HEADING)
+        .unwrap_or_else(|| panic!("{} lacks {SECTION_HEADING:?}", readme.display()));
+    let rest = &text[start + SECTION_HEADING.len()..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    (readme.display().to_string(), rest[..end].to_owned())
 }
 
 fn python_block(section: &str) -> String {
