@@ -44,23 +44,7 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         .context("provisioning the template's tables on moto")?;
     let direct = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&moto.endpoint()).await);
     // The time index as the stand-in created it from template.yaml (TimeIndex).
-    let time_index = direct
-        .describe_table()
-        .table_name(&stack.table_name)
-        .send()
-        .await
-        .context("DescribeTable on the readings table")?
-        .table
-        .and_then(|t| t.local_secondary_indexes)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|lsi| {
-            lsi.key_schema().iter().any(|k| {
-                k.attribute_name() == "ts_ms"
-                    && k.key_type() == &aws_sdk_dynamodb::types::KeyType::Range
-            })
-        })
-        .and_then(|lsi| lsi.index_name);
+    let time_index = stack.readings_time_index.clone();
     let table = TableHistory::new(common::hourly(SHARDS));
     DynamoShards::new(&direct, &stack.shard_table_name)
         .create_layout(&table)

@@ -44,6 +44,10 @@ pub struct SoakArgs {
     /// Longest wait for the queue to drain after publishing, seconds.
     #[arg(long, default_value_t = 900)]
     pub drain_timeout: u64,
+    /// Write capacity per partition key at the proxy, WCU/s (below the hot devices'
+    /// rates, their writes throttle and their fan-out grows).
+    #[arg(long, default_value_t = SoakConfig::KEY_WCU)]
+    pub key_wcu: f64,
 }
 
 /// What one soak does.
@@ -84,6 +88,13 @@ pub struct SoakConfig {
 }
 
 impl SoakConfig {
+    /// The proxy's per-key write capacity. The publisher's achieved rate is bounded by
+    /// moto's SQS (tens of messages per second, the hot device about 10 readings/s), so
+    /// at 200 WCU/s no key throttles. `--key-wcu 4` makes the hot devices throttle; on
+    /// 2 cores that run dead-letters valid messages whose five deliveries all came
+    /// before their device's fan-out caught up (see the issue 9 notes).
+    pub const KEY_WCU: f64 = 200.0;
+
     /// The issue's soak: 30% unprocessed, 5% HTTP 500, 10 ms latency.
     pub fn new(
         root: PathBuf,
@@ -104,7 +115,7 @@ impl SoakConfig {
                 error_rate: 0.05,
                 ..Faults::default()
             },
-            key_wcu: 200.0,
+            key_wcu: Self::KEY_WCU,
             fleet_rate: 200.0,
             hot_rate: 100.0,
             // Above the handler's deadline, so a live invocation's messages are not
@@ -272,6 +283,7 @@ pub async fn run_command(args: &SoakArgs) -> anyhow::Result<()> {
     let bin = std::env::current_exe().context("cannot locate the shardline binary")?;
     let mut config = SoakConfig::new(root, bin, args.messages, args.kills, args.seed);
     config.drain_timeout = Duration::from_secs(args.drain_timeout);
+    config.key_wcu = args.key_wcu;
     config.verbose = true;
     let report = run(&config).await?;
     println!("{}", report.text());
@@ -353,6 +365,15 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
             ("AWS_ENDPOINT_URL".to_owned(), proxy.url()),
             // Fixed, so cursors stay valid across restarts of run-local.
             ("CURSOR_KEY".to_owned(), cursor_key),
+            // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
+            // a hot device may double its shards every few seconds rather than every
+            // ten minutes (the cooldown must cover the propagation margin, so the
+            // caches and the future skew shrink with it).
+            ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
+            ("CACHE_TTL_SECS".to_owned(), "2".to_owned()),
+            ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
+            ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
+            ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
         ],
     )?;
     let child_spec = ChildSpec {

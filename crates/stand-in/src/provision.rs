@@ -77,6 +77,9 @@ pub struct Stack {
     pub queue_url: String,
     /// `IngestDLQ`.
     pub dlq_url: String,
+    /// The readings table's time index (its local secondary index sorted by `ts_ms`),
+    /// when the template declares one (`TimeIndex`).
+    pub readings_time_index: Option<String>,
     /// Every table, logical id -> name.
     pub tables: BTreeMap<String, String>,
     /// Every queue, logical id -> URL.
@@ -95,6 +98,10 @@ impl Stack {
             ("SHARD_TABLE_NAME", self.shard_table_name.as_str()),
             ("QUEUE_URL", self.queue_url.as_str()),
             ("DLQ_URL", self.dlq_url.as_str()),
+            (
+                "READINGS_TIME_INDEX",
+                self.readings_time_index.as_deref().unwrap_or(""),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -189,16 +196,41 @@ pub async fn provision(endpoint: &str, template_path: &Path, prefix: &str) -> Re
             .cloned()
             .with_context(|| format!("template.yaml declares no queue {id}"))
     };
+    let table_name = table("ReadingsTable")?;
+    let readings_time_index =
+        time_index(&aws_sdk_dynamodb::Client::new(&config), &table_name).await?;
     Ok(Stack {
         endpoint: endpoint.to_owned(),
         region: LOCAL_REGION.to_owned(),
-        table_name: table("ReadingsTable")?,
+        table_name,
+        readings_time_index,
         shard_table_name: table("ShardsTable")?,
         queue_url: queue("IngestQueue")?,
         dlq_url: queue("IngestDLQ")?,
         tables,
         queues,
     })
+}
+
+/// The name of `table`'s local secondary index sorted by `ts_ms`, if it has one.
+pub async fn time_index(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<String>> {
+    let described = client
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| anyhow!(e).context(format!("DescribeTable {table}")))?;
+    Ok(described
+        .table
+        .and_then(|t| t.local_secondary_indexes)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|lsi| {
+            lsi.key_schema()
+                .iter()
+                .any(|k| k.attribute_name() == "ts_ms" && k.key_type() == &ddb::KeyType::Range)
+        })
+        .and_then(|lsi| lsi.index_name))
 }
 
 /// Creates only the DynamoDB tables of the template (e.g. on dynalite).
@@ -678,6 +710,7 @@ mod tests {
             shard_table_name: "p-ShardsTable".into(),
             queue_url: "http://127.0.0.1:1/123/p-IngestQueue".into(),
             dlq_url: "http://127.0.0.1:1/123/p-IngestDLQ".into(),
+            readings_time_index: Some("by-time".into()),
             tables: BTreeMap::new(),
             queues: BTreeMap::new(),
         }
@@ -701,11 +734,13 @@ mod tests {
                 "DLQ_URL",
                 "MOTO_URL",
                 "QUEUE_URL",
+                "READINGS_TIME_INDEX",
                 "SHARD_TABLE_NAME",
                 "TABLE_NAME"
             ]
         );
         assert_eq!(env["TABLE_NAME"], "p-ReadingsTable");
+        assert_eq!(env["READINGS_TIME_INDEX"], "by-time");
         assert!(
             stack()
                 .write_env_with(&path, &[("bad key".into(), "x".into())])
