@@ -174,24 +174,23 @@ async fn publish_run_local_query() -> Result<()> {
 
     running.stop();
     let stats = running.wait().await?;
-    assert_eq!(stats.messages, 200, "{}", stats.text());
-    assert_eq!(stats.deleted, 200);
-    assert_eq!(stats.written_messages, summary.sent.valid_messages);
-    assert_eq!(stats.dead_lettered, malformed);
+    // SQS delivers at least once: under load a message may be received twice, so the
+    // counters are at least the sent figures; the table and the DLQ below are exact.
+    assert!(stats.messages >= 200, "{}", stats.text());
+    assert!(stats.deleted >= 200, "{}", stats.text());
+    assert!(stats.written_messages >= summary.sent.valid_messages);
+    assert!(stats.dead_lettered >= malformed);
     assert_eq!(stats.failures_reported, 0);
     assert_eq!(stats.failed_invocations, 0);
-    assert_eq!(stats.readings_written, summary.sent.readings);
+    assert!(stats.readings_written >= summary.sent.readings);
     assert!(stats.write_lag_p50_ms.is_some());
 
     let (stored, items) = table_readings(&stack).await?;
     assert_eq!(items, manifest.readings.len(), "no duplicates");
     assert_eq!(stored, manifest.readings, "exactly the valid readings");
+    // A malformed message received twice is dead-lettered twice, with one source id.
     let sources = dlq_sources(&stack).await?;
-    assert_eq!(
-        sources.len(),
-        manifest.malformed.len(),
-        "each malformed once"
-    );
+    assert!(sources.len() >= manifest.malformed.len());
     let sources: BTreeSet<String> = sources.into_iter().collect();
     let expected: BTreeSet<String> = manifest.malformed.keys().cloned().collect();
     assert_eq!(sources, expected, "exactly the malformed messages");
@@ -271,10 +270,21 @@ async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
         "{stdout}"
     );
     let stats: serde_json::Value = serde_json::from_str(rest)?;
-    assert_eq!(stats["deleted"], messages);
-    assert_eq!(stats["readings_written"], readings);
-    assert_eq!(stats["dead_lettered"], manifest.malformed.len() as u64);
-    let (stored, _) = table_readings(&stack).await?;
+    // At-least-once delivery: the counters may include a redelivered message; the
+    // table is exact.
+    let count = |name: &str| {
+        stats[name]
+            .as_u64()
+            .with_context(|| format!("{name} in {stats}"))
+    };
+    assert!(count("deleted")? >= messages, "{stats}");
+    assert!(count("readings_written")? >= readings, "{stats}");
+    assert!(
+        count("dead_lettered")? >= manifest.malformed.len() as u64,
+        "{stats}"
+    );
+    let (stored, items) = table_readings(&stack).await?;
+    assert_eq!(items, manifest.readings.len(), "no duplicates");
     assert_eq!(stored, manifest.readings);
     Ok(())
 }
