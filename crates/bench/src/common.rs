@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use ingest::{Config, Ingest, MemoryDeadLetters};
+use ingest::{Config, Ingest, MemoryQueue};
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
@@ -20,7 +20,7 @@ pub const T0_MS: i64 = 1_782_086_400_000;
 
 /// The service under test: the real handler and batch writer over the DynamoDB adapter,
 /// shard metadata and dead letters held in memory (the sink answers only writes).
-pub type Service = Ingest<DynamoTable, MemoryShards, MemoryDeadLetters>;
+pub type Service = Ingest<DynamoTable, MemoryShards, MemoryQueue>;
 
 /// A timestamp `ms` after [`T0_MS`].
 pub fn ts(ms: i64) -> Result<Timestamp> {
@@ -117,7 +117,7 @@ pub async fn service(endpoint: &str, config: Config) -> Service {
     let sdk = stand_in::sdk_config(endpoint).await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let table = DynamoTable::new(&client, &config.table_name);
-    Ingest::new(config, table, MemoryShards::new(), MemoryDeadLetters::new())
+    Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new())
 }
 
 /// An SQS event holding one message per body, as Lambda delivers it.

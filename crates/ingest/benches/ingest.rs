@@ -23,7 +23,7 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use capacity_proxy::{Faults, Proxy, ProxyConfig};
-use ingest::{Config, Fate, Ingest, MemoryDeadLetters};
+use ingest::{Config, Fate, Ingest, MemoryQueue};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::time::Timestamp;
@@ -161,7 +161,7 @@ async fn main() -> Result<()> {
     let sdk = client(&proxy.url());
     let config = config()?;
     let table = DynamoTable::new(&sdk, config.table_name.clone());
-    let service = Ingest::new(config, table, MemoryShards::new(), MemoryDeadLetters::new());
+    let service = Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new());
     let now = Timestamp::parse("2026-06-22T04:00:00Z")?;
     let base = Timestamp::parse("2026-06-21T04:00:00Z")?;
     let mut rng = StdRng::seed_from_u64(3);

@@ -6,7 +6,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use sharding::backoff::Backoff;
+use sharding::backoff::{Backoff, MAX_VISIBILITY, Redelivery};
 use sharding::epoch::propagation_margin;
 use sharding::fanout::FanoutPolicy;
 use sharding::layout::{Layout, Strategy};
@@ -68,6 +68,13 @@ pub struct Config {
     pub backoff: Backoff,
     /// `MAX_READINGS_PER_MESSAGE` (default 500).
     pub max_readings_per_message: usize,
+    /// `SOURCE_QUEUE_URL` (optional): the queue the function consumes. With it, a
+    /// message reported for a transient reason gets the `redelivery` wait as its
+    /// visibility timeout; without it, the queue's own timeout.
+    pub source_queue_url: Option<String>,
+    /// `REDELIVERY_BASE_SECS` (default 30), `REDELIVERY_CAP_SECS` (default 900, at most
+    /// 43200): the wait before a reported message comes back, doubling per receive.
+    pub redelivery: Redelivery,
 }
 
 impl Config {
@@ -141,7 +148,25 @@ impl Config {
         if max_readings_per_message == 0 {
             return Err(env.invalid("MAX_READINGS_PER_MESSAGE", "must be at least 1"));
         }
+        let redelivery = Redelivery {
+            base: Duration::from_secs(env.parse_or("REDELIVERY_BASE_SECS", 30, "seconds")?),
+            cap: Duration::from_secs(env.parse_or("REDELIVERY_CAP_SECS", 900, "seconds")?),
+        };
+        if redelivery.cap > MAX_VISIBILITY {
+            return Err(env.invalid(
+                "REDELIVERY_CAP_SECS",
+                "must be at most 43200 (SQS's 12-hour visibility limit)",
+            ));
+        }
+        if redelivery.cap < redelivery.base {
+            return Err(env.invalid(
+                "REDELIVERY_CAP_SECS",
+                "must be at least REDELIVERY_BASE_SECS",
+            ));
+        }
         Ok(Config {
+            source_queue_url: env.optional("SOURCE_QUEUE_URL"),
+            redelivery,
             table_name: env.required("TABLE_NAME")?,
             shard_table_name: env.required("SHARD_TABLE_NAME")?,
             dlq_url: env.required("DLQ_URL")?,
@@ -238,6 +263,8 @@ mod tests {
         assert_eq!(config.max_future, Duration::from_secs(300));
         assert_eq!(config.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(config.fanout.propagation_margin, Duration::from_secs(365));
+        assert_eq!(config.source_queue_url, None);
+        assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
     }
 
     #[test]
@@ -261,6 +288,8 @@ mod tests {
         check(("MAX_INFLIGHT", "0"), "MAX_INFLIGHT");
         check(("RETENTION_DAYS", "-1"), "RETENTION_DAYS");
         check(("FANOUT_COOLDOWN_SECS", "10"), "FANOUT_COOLDOWN_SECS");
+        check(("REDELIVERY_CAP_SECS", "50000"), "REDELIVERY_CAP_SECS");
+        check(("REDELIVERY_BASE_SECS", "ten"), "REDELIVERY_BASE_SECS");
     }
 
     #[test]

@@ -10,8 +10,11 @@
 //!   deterministic, so a redelivery rewrites the same items.
 //!
 //! A message with several readings is reported if any of them failed retryably (the
-//! written ones are rewritten identically). If every message is reported, the
-//! invocation fails as a whole, so Lambda backs off the queue.
+//! written ones are rewritten identically). A reported message stays invisible for a
+//! wait that doubles with its receive count (when the source queue's URL is
+//! configured), so the redrive policy's receives span minutes of throttling rather than
+//! a few fixed timeouts. If every message is reported, the invocation fails as a whole,
+//! so Lambda backs off the queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -34,9 +37,9 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::config::Config;
-use crate::dlq::{DeadLetter, DeadLetters, SqsDeadLetters};
 use crate::emf::{self, Metric};
 use crate::message::{Limits, Refusal, parse_body};
+use crate::queue::{DeadLetter, Delay, Queue, SqsQueue};
 
 /// Why the invocation failed as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,6 +101,11 @@ pub struct Report {
     pub dlq_failures: u64,
     /// Messages whose processing panicked (they are reported).
     pub panics: u64,
+    /// Reported messages given a longer visibility timeout before redelivery.
+    pub delayed: u64,
+    /// Reported messages whose visibility change failed (they come back after the
+    /// queue's own timeout).
+    pub delay_failures: u64,
 }
 
 impl Report {
@@ -158,6 +166,8 @@ impl Report {
                 Metric::count("DuplicateItems", self.writes.duplicates),
                 Metric::count("FanoutRaises", self.fanout_raises),
                 Metric::count("Panics", self.panics),
+                Metric::count("RedeliveriesDelayed", self.delayed),
+                Metric::count("DelayFailures", self.delay_failures),
             ],
         )];
         for (reason, n) in &self.writes.throttles {
@@ -187,7 +197,7 @@ pub struct Ingest<T, S, Q> {
     config: Config,
     writer: BatchWriter<T>,
     directory: ShardDirectory<S>,
-    dlq: Q,
+    queue: Q,
     hook: Option<MessageHook>,
 }
 
@@ -199,7 +209,7 @@ impl<T, S, Q> std::fmt::Debug for Ingest<T, S, Q> {
     }
 }
 
-impl Ingest<DynamoTable, DynamoShards, SqsDeadLetters> {
+impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
     /// The production wiring over SDK clients.
     pub fn from_clients(
         config: Config,
@@ -208,8 +218,8 @@ impl Ingest<DynamoTable, DynamoShards, SqsDeadLetters> {
     ) -> Self {
         let table = DynamoTable::new(dynamo, &config.table_name);
         let shards = DynamoShards::new(dynamo, &config.shard_table_name);
-        let dlq = SqsDeadLetters::new(sqs, &config.dlq_url);
-        Self::new(config, table, shards, dlq)
+        let queue = SqsQueue::new(sqs, &config.dlq_url, config.source_queue_url.clone());
+        Self::new(config, table, shards, queue)
     }
 }
 
@@ -303,9 +313,9 @@ fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
     }
 }
 
-impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// A service over the given ports.
-    pub fn new(config: Config, table: T, shards: S, dlq: Q) -> Self {
+    pub fn new(config: Config, table: T, shards: S, queue: Q) -> Self {
         let writer = BatchWriter::new(
             table,
             WriterConfig {
@@ -325,7 +335,7 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             config,
             writer,
             directory,
-            dlq,
+            queue,
             hook: None,
         }
     }
@@ -353,9 +363,9 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
         &self.directory
     }
 
-    /// The dead-letter port.
-    pub fn dead_letters(&self) -> &Q {
-        &self.dlq
+    /// The queue port.
+    pub fn queue(&self) -> &Q {
+        &self.queue
     }
 
     /// Handles one SQS batch: `now` is this invocation's clock reading, `deadline` the
@@ -615,14 +625,18 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
         let mut dlq_failures = 0;
         if !letters.is_empty() {
             let batch_letters: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
-            let results = match tokio::time::timeout_at(deadline, self.dlq.send(&batch_letters))
-                .await
-            {
-                Ok(results) => results,
-                Err(_) => {
-                    vec![Err("deadline reached while sending to the DLQ".to_owned()); letters.len()]
-                }
-            };
+            let results =
+                match tokio::time::timeout_at(deadline, self.queue.dead_letter(&batch_letters))
+                    .await
+                {
+                    Ok(results) => results,
+                    Err(_) => {
+                        vec![
+                            Err("deadline reached while sending to the DLQ".to_owned());
+                            letters.len()
+                        ]
+                    }
+                };
             for ((m, letter), result) in letters.iter().zip(results) {
                 match result {
                     Ok(()) => dead_lettered += 1,
@@ -638,6 +652,9 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
                 }
             }
         }
+
+        // 6. Redelivery waits for the reported messages, growing with their receives.
+        let (delayed, delay_failures) = self.delay_reported(records, &fates, deadline, rng).await;
 
         let messages: Vec<MessageReport> = fates
             .into_iter()
@@ -662,7 +679,60 @@ impl<T: BatchTable, S: ShardStore, Q: DeadLetters> Ingest<T, S, Q> {
             dead_lettered,
             dlq_failures,
             panics,
+            delayed,
+            delay_failures,
         }
+    }
+
+    /// Gives each reported message with a receipt handle the redelivery wait of its
+    /// receive count (`ApproximateReceiveCount`, 1 when absent). Returns how many were
+    /// delayed and how many changes failed; nothing when no source queue is configured.
+    async fn delay_reported<R: Rng + ?Sized>(
+        &self,
+        records: &[SqsMessage],
+        fates: &[Option<Fate>],
+        deadline: Instant,
+        rng: &mut R,
+    ) -> (u64, u64) {
+        if self.config.source_queue_url.is_none() {
+            return (0, 0);
+        }
+        let delays: Vec<Delay> = records
+            .iter()
+            .zip(fates)
+            .filter(|(_, fate)| matches!(fate, Some(Fate::Reported { .. }) | None))
+            .filter_map(|(record, _)| {
+                let receipt_handle = record.receipt_handle.clone()?;
+                let receives = record
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .unwrap_or(1);
+                let wait = self.config.redelivery.visibility(receives, rng);
+                Some(Delay {
+                    receipt_handle,
+                    visibility_secs: u32::try_from(wait.as_secs()).unwrap_or(u32::MAX),
+                })
+            })
+            .collect();
+        if delays.is_empty() {
+            return (0, 0);
+        }
+        let results = tokio::time::timeout_at(deadline, self.queue.delay(&delays))
+            .await
+            .unwrap_or_else(|_| {
+                vec![Err("deadline reached while delaying redeliveries".to_owned()); delays.len()]
+            });
+        let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        if let Some(first) = failed.first() {
+            tracing::warn!(
+                failed = failed.len(),
+                error = %first,
+                "redelivery delay not set; those messages come back after the queue's timeout"
+            );
+        }
+        let failed = failed.len() as u64;
+        (delays.len() as u64 - failed, failed)
     }
 
     fn parse(&self, record: &SqsMessage, id: &str, limits: &Limits) -> Stage {

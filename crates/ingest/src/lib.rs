@@ -4,19 +4,20 @@
 //! - [`message`]: parsing and validation of a message body (every refusal names the
 //!   field and the rule);
 //! - [`handler::Ingest`]: the service, callable in-process (`Ingest::handle`), over the
-//!   ports of `store` and the dead-letter port [`dlq::DeadLetters`];
+//!   ports of `store` and the queue port [`queue::Queue`] (dead letters and
+//!   redelivery delays);
 //! - [`emf`]: CloudWatch Embedded Metric Format lines.
 //!
 //! The binary `ingest` only builds the configuration, tracing and clients, then runs
 //! the handler under `lambda_runtime`.
 
 pub mod config;
-pub mod dlq;
 pub mod emf;
 pub mod handler;
 pub mod message;
+pub mod queue;
 
 pub use config::{Config, ConfigError};
-pub use dlq::{DeadLetter, DeadLetters, MemoryDeadLetters, SqsDeadLetters};
 pub use handler::{Fate, Ingest, IngestError, MessageReport, Report};
 pub use message::{Limits, Refusal, parse_body};
+pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, SqsQueue};

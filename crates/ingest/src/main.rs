@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use sharding::time::Timestamp;
 use store::dynamo::{DynamoShards, DynamoTable};
 
-type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsDeadLetters>;
+type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -505,6 +505,8 @@ fn emf_lines_carry_the_counters() {
         dead_lettered: 0,
         dlq_failures: 0,
         panics: 0,
+        delayed: 3,
+        delay_failures: 0,
     };
     let lines = report.emf_lines(now());
     assert_eq!(lines.len(), 2);
@@ -514,4 +516,83 @@ fn emf_lines_carry_the_counters() {
     let throttles: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
     assert_eq!(throttles["Reason"], "TableWriteKeyRangeThroughputExceeded");
     assert_eq!(throttles["Throttles"], 2.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reported_messages_wait_longer_the_more_often_they_were_received() {
+    let mut ev = event("sqs-batch.json");
+    for (i, record) in ev.records.iter_mut().enumerate() {
+        record.attributes.insert(
+            "ApproximateReceiveCount".to_owned(),
+            (i % 5 + 1).to_string(),
+        );
+    }
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let source = [
+        ("SOURCE_QUEUE_URL", "http://127.0.0.1:1/000000000000/ingest"),
+        ("REDELIVERY_BASE_SECS", "10"),
+        ("REDELIVERY_CAP_SECS", "60"),
+    ];
+    let report = fx
+        .service(&source)
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.delayed, 10);
+    assert_eq!(report.delay_failures, 0);
+    let delays = fx.dlq.delays();
+    assert_eq!(delays.len(), 10);
+    for (i, (delay, record)) in delays.iter().zip(&ev.records).enumerate() {
+        assert_eq!(Some(&delay.receipt_handle), record.receipt_handle.as_ref());
+        // Receives 1..5: ceilings 10, 20, 40, 60 (capped), 60; at least half of each.
+        let ceiling = [10, 20, 40, 60, 60][i % 5];
+        assert!(
+            (ceiling / 2..=ceiling).contains(&delay.visibility_secs),
+            "receive {}: {} s, ceiling {ceiling} s",
+            i % 5 + 1,
+            delay.visibility_secs
+        );
+    }
+
+    // Without the source queue's URL the queue's own timeout applies: no call is made.
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let report = fx
+        .service(&[])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!((report.delayed, report.delay_failures), (0, 0));
+    assert!(fx.dlq.delays().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_visibility_change_still_reports_and_loses_nothing() {
+    let ev = event("sqs-batch.json");
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    fx.dlq.set_failing(true);
+    let report = fx
+        .service(&[("SOURCE_QUEUE_URL", "http://127.0.0.1:1/000000000000/ingest")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!((report.delayed, report.delay_failures), (0, 10));
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| matches!(m.fate, Fate::Reported { .. }))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn written_and_dead_lettered_messages_are_not_delayed() {
+    let ev = event("sqs-mixed-bad.json");
+    let fx = Fixture::new();
+    let report = fx
+        .service(&[("SOURCE_QUEUE_URL", "http://127.0.0.1:1/000000000000/ingest")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert!(report.dead_lettered >= 1);
+    assert_eq!(report.delayed, 0);
+    assert!(fx.dlq.delays().is_empty());
 }

@@ -133,3 +133,76 @@ async fn end_to_end_events_land_in_the_table_and_the_dlq() -> Result<()> {
     assert_eq!(messages[0].body(), mixed.records[4].body.as_deref());
     Ok(())
 }
+
+/// The SQS adapter's visibility change, on moto: a delayed message stays invisible, one
+/// delayed by 0 s comes back at once, and a stale receipt handle fails only its entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delays_change_the_visibility_of_received_messages() -> Result<()> {
+    use ingest::{Delay, Queue, SqsQueue};
+
+    let stack = TestStack::start().await?;
+    let sdk = stack.sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let s = &stack.stack;
+    for body in ["later", "now"] {
+        sqs.send_message()
+            .queue_url(&s.queue_url)
+            .message_body(body)
+            .send()
+            .await?;
+    }
+    let received = sqs
+        .receive_message()
+        .queue_url(&s.queue_url)
+        .max_number_of_messages(10)
+        .visibility_timeout(600)
+        .send()
+        .await?;
+    let handle = |body: &str| {
+        received
+            .messages()
+            .iter()
+            .find(|m| m.body() == Some(body))
+            .and_then(|m| m.receipt_handle())
+            .map(str::to_owned)
+            .expect("both messages received")
+    };
+    let queue = SqsQueue::new(&sqs, &s.dlq_url, Some(s.queue_url.clone()));
+    let results = queue
+        .delay(&[
+            Delay {
+                receipt_handle: handle("later"),
+                visibility_secs: 300,
+            },
+            Delay {
+                receipt_handle: handle("now"),
+                visibility_secs: 0,
+            },
+            Delay {
+                receipt_handle: "not-a-receipt-handle".to_owned(),
+                visibility_secs: 30,
+            },
+        ])
+        .await;
+    assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
+    assert!(results[2].is_err(), "{results:?}");
+
+    let again = sqs
+        .receive_message()
+        .queue_url(&s.queue_url)
+        .max_number_of_messages(10)
+        .send()
+        .await?;
+    let bodies: Vec<&str> = again.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["now"]);
+
+    let without_source = SqsQueue::new(&sqs, &s.dlq_url, None);
+    let results = without_source
+        .delay(&[Delay {
+            receipt_handle: handle("later"),
+            visibility_secs: 0,
+        }])
+        .await;
+    assert!(results[0].is_err());
+    Ok(())
+}

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use ingest::{Config, Ingest, MemoryDeadLetters};
+use ingest::{Config, Ingest, MemoryQueue};
 use sharding::time::Timestamp;
 use store::memory::{MemoryShards, MemoryTable};
 
-pub type Service = Ingest<MemoryTable, MemoryShards, MemoryDeadLetters>;
+pub type Service = Ingest<MemoryTable, MemoryShards, MemoryQueue>;
 
 pub fn config(extra: &[(&str, &str)]) -> Config {
     let mut vars: HashMap<String, String> = [
@@ -35,7 +35,7 @@ pub fn config(extra: &[(&str, &str)]) -> Config {
 pub struct Fixture {
     pub table: MemoryTable,
     pub shards: MemoryShards,
-    pub dlq: MemoryDeadLetters,
+    pub dlq: MemoryQueue,
 }
 
 impl Fixture {
@@ -43,7 +43,7 @@ impl Fixture {
         Self {
             table: MemoryTable::new(),
             shards: MemoryShards::new(),
-            dlq: MemoryDeadLetters::new(),
+            dlq: MemoryQueue::new(),
         }
     }
 

@@ -1,4 +1,6 @@
-//! Full-jitter exponential backoff with an attempt budget and a deadline.
+//! Backoff: full-jitter exponential backoff with an attempt budget and a deadline for
+//! retries inside one invocation ([`Backoff`]), and the growing wait before a queue
+//! redelivers a message that failed transiently ([`Redelivery`]).
 
 use std::time::Duration;
 
@@ -47,6 +49,42 @@ impl Backoff {
     }
 }
 
+/// The most SQS allows for a message's visibility timeout: 12 hours.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// How long a transiently failed message stays invisible before the queue delivers it
+/// again, by how often it was received: `ceiling(n) = min(cap, base * 2^(n-1))`, drawn
+/// from `[ceiling/2, ceiling]` (half fixed, half jitter), so retries of a throttled burst
+/// spread out and the receives the redrive policy counts span minutes, not one fixed
+/// timeout each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redelivery {
+    /// Ceiling of the wait after the first receive.
+    pub base: Duration,
+    /// Largest ceiling of any wait; at most [`MAX_VISIBILITY`].
+    pub cap: Duration,
+}
+
+impl Redelivery {
+    /// The ceiling of the wait after receive `receive_count` (1-based; 0 reads as 1).
+    #[must_use]
+    pub fn ceiling(&self, receive_count: u32) -> Duration {
+        let doublings = receive_count.saturating_sub(1);
+        let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
+        self.base
+            .saturating_mul(factor)
+            .min(self.cap)
+            .min(MAX_VISIBILITY)
+    }
+
+    /// The wait after receive `receive_count`, in whole seconds (what SQS takes), drawn
+    /// from `[ceiling/2, ceiling]`.
+    pub fn visibility<R: Rng + ?Sized>(&self, receive_count: u32, rng: &mut R) -> Duration {
+        let ceiling = self.ceiling(receive_count).as_secs();
+        Duration::from_secs(rng.random_range(ceiling.div_ceil(2)..=ceiling))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +115,42 @@ mod tests {
         }
         assert_eq!(B.next_delay(4, Duration::from_secs(60), &mut rng), None);
         assert_eq!(B.next_delay(0, Duration::ZERO, &mut rng), None);
+    }
+
+    const R: Redelivery = Redelivery {
+        base: Duration::from_secs(30),
+        cap: Duration::from_secs(900),
+    };
+
+    #[test]
+    fn redelivery_waits_double_per_receive_then_cap() {
+        let got: Vec<u64> = (0..8).map(|n| R.ceiling(n).as_secs()).collect();
+        assert_eq!(got, [30, 30, 60, 120, 240, 480, 900, 900]);
+        assert_eq!(R.ceiling(u32::MAX), Duration::from_secs(900));
+        let huge = Redelivery {
+            base: Duration::from_secs(3600),
+            cap: Duration::from_secs(86_400),
+        };
+        assert_eq!(huge.ceiling(5), MAX_VISIBILITY);
+    }
+
+    #[test]
+    fn redelivery_draws_between_half_and_the_ceiling() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for n in 1..8 {
+            let ceiling = R.ceiling(n);
+            for _ in 0..100 {
+                let wait = R.visibility(n, &mut rng);
+                assert!(
+                    wait <= ceiling && wait * 2 >= ceiling,
+                    "{wait:?} vs {ceiling:?}"
+                );
+            }
+        }
+        let zero = Redelivery {
+            base: Duration::ZERO,
+            cap: Duration::ZERO,
+        };
+        assert_eq!(zero.visibility(3, &mut rng), Duration::ZERO);
     }
 }

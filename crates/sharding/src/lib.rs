@@ -60,7 +60,7 @@ pub mod plan;
 pub mod planner;
 pub mod time;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, Redelivery};
 pub use epoch::{Epoch, EpochError, FanoutHistory, TableHistory, propagation_margin};
 pub use fanout::{FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Throttle, decide};
 pub use hash::{HASH_VERSION, shard_index, stable_hash};

@@ -30,7 +30,7 @@ use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use ingest::{Fate, Ingest, SqsDeadLetters};
+use ingest::{Fate, Ingest, SqsQueue};
 use query::QueryService;
 use query::config::CursorKeySource;
 use rand::SeedableRng as _;
@@ -59,7 +59,7 @@ const MAX_RECEIVE: usize = 10;
 /// Most entries of one `DeleteMessageBatch`.
 const MAX_DELETE: usize = 10;
 
-type Service = Ingest<DynamoTable, DynamoShards, SqsDeadLetters>;
+type Service = Ingest<DynamoTable, DynamoShards, SqsQueue>;
 type Query = QueryService<DynamoReadingSource, DynamoShards>;
 
 /// Flags of `shardline run-local`.
@@ -349,8 +349,12 @@ pub async fn start(
     env: &EnvLookup,
     endpoint: Option<&str>,
 ) -> anyhow::Result<Running> {
-    let ingest_config =
+    let mut ingest_config =
         ingest::Config::from_lookup(|name| env.get(name)).context("ingest configuration")?;
+    // The queue this runner polls is the one whose redeliveries the handler delays.
+    ingest_config
+        .source_queue_url
+        .get_or_insert_with(|| settings.queue_url.clone());
     let sdk = env.sdk_config(endpoint).await;
     let region = sdk
         .region()

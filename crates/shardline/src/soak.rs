@@ -374,6 +374,11 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
             ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
             ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
             ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
+            // Redelivery waits on the same scale: 5, 10, 20, 40 s at most before
+            // receives 2 to 5, so a throttled message lives about a minute before the
+            // redrive could take it (30 s, 60 s, ... in production).
+            ("REDELIVERY_BASE_SECS".to_owned(), "5".to_owned()),
+            ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
         ],
     )?;
     let child_spec = ChildSpec {

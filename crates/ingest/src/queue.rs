@@ -1,0 +1,333 @@
+//! The queue port: the two things the handler asks of SQS besides the batch it got.
+//!
+//! - **Dead letters**: a permanent error is sent straight to the dead-letter queue with
+//!   its reason rather than reported as a failure, so SQS does not redeliver it five
+//!   times before the redrive does the same. Only a failed send is reported, so the
+//!   message comes back and nothing is lost.
+//! - **Redelivery delays**: a message reported for a transient reason (a throttle, the
+//!   deadline) gets a visibility timeout that grows with its receive count
+//!   (`ChangeMessageVisibilityBatch`), so a throttled burst does not use up the redrive
+//!   policy's receives within a few fixed timeouts. A failed change loses nothing: the
+//!   message comes back after the queue's own timeout.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
+};
+
+/// At most 10 entries per `SendMessageBatch`.
+const MAX_ENTRIES: usize = 10;
+/// Keep each `SendMessageBatch` request under SQS's 256 KiB payload limit.
+const MAX_BATCH_BYTES: usize = 200 * 1024;
+
+/// A refused message on its way to the DLQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The source message's id.
+    pub message_id: String,
+    /// The body, unchanged, so it can be inspected and replayed.
+    pub body: String,
+    /// The refused field (`body` for the message as a whole).
+    pub field: String,
+    /// The rule it broke.
+    pub rule: String,
+}
+
+impl DeadLetter {
+    /// `field: rule`.
+    pub fn reason(&self) -> String {
+        format!("{}: {}", self.field, self.rule)
+    }
+}
+
+/// A received message to keep invisible for a while before SQS delivers it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delay {
+    /// The receipt handle of this receive.
+    pub receipt_handle: String,
+    /// How long, from now, in whole seconds.
+    pub visibility_secs: u32,
+}
+
+/// The port: one result per letter or delay, in order.
+pub trait Queue: Send + Sync {
+    /// Sends `letters` to the dead-letter queue; `Err(why)` for each one not accepted.
+    fn dead_letter(
+        &self,
+        letters: &[DeadLetter],
+    ) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+
+    /// Sets each message's visibility timeout on the source queue; `Err(why)` for each
+    /// one not changed (it then comes back after the queue's own timeout).
+    fn delay(&self, delays: &[Delay]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+}
+
+/// The queue port over SQS: `SendMessageBatch` to the DLQ, where the reason travels as
+/// message attributes `reason`, `field`, `rule` and `source_message_id`; and
+/// `ChangeMessageVisibilityBatch` on the source queue, when its URL is known.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    dlq_url: String,
+    source_url: Option<String>,
+}
+
+impl SqsQueue {
+    /// An adapter sending dead letters to `dlq_url` and delaying redeliveries on
+    /// `source_url` (without one, every delay fails and messages keep the queue's
+    /// timeout).
+    pub fn new(client: &Client, dlq_url: impl Into<String>, source_url: Option<String>) -> Self {
+        Self {
+            client: client.clone(),
+            dlq_url: dlq_url.into(),
+            source_url,
+        }
+    }
+}
+
+fn attribute(value: &str) -> Result<MessageAttributeValue, String> {
+    // SQS refuses empty attribute values.
+    let value = if value.is_empty() { "-" } else { value };
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn entry(id: usize, letter: &DeadLetter) -> Result<SendMessageBatchRequestEntry, String> {
+    SendMessageBatchRequestEntry::builder()
+        .id(format!("m{id}"))
+        .message_body(&letter.body)
+        .message_attributes("reason", attribute(&letter.reason())?)
+        .message_attributes("field", attribute(&letter.field)?)
+        .message_attributes("rule", attribute(&letter.rule)?)
+        .message_attributes("source_message_id", attribute(&letter.message_id)?)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn groups(letters: &[DeadLetter]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0;
+    for (i, letter) in letters.iter().enumerate() {
+        let size = letter.body.len() + letter.reason().len() * 2 + letter.message_id.len() + 128;
+        match out.last_mut() {
+            Some(group) if group.len() < MAX_ENTRIES && bytes + size <= MAX_BATCH_BYTES => {
+                group.push(i);
+                bytes += size;
+            }
+            _ => {
+                out.push(vec![i]);
+                bytes = size;
+            }
+        }
+    }
+    out
+}
+
+/// Writes each entry's failure from a batch answer into `results`: entry ids are `m{i}`.
+fn record_failures<'a>(
+    results: &mut [Result<(), String>],
+    failed: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a str>)>,
+) {
+    for (id, code, message) in failed {
+        let index = id.strip_prefix('m').and_then(|n| n.parse::<usize>().ok());
+        if let Some(i) = index.filter(|i| *i < results.len()) {
+            results[i] = Err(format!("{code}: {}", message.unwrap_or("refused by SQS")));
+        }
+    }
+}
+
+/// Fails every still-successful entry of `group` with `why`.
+fn fail_group(results: &mut [Result<(), String>], group: &[usize], why: &str) {
+    for &i in group {
+        if results[i].is_ok() {
+            results[i] = Err(why.to_owned());
+        }
+    }
+}
+
+impl Queue for SqsQueue {
+    #[tracing::instrument(skip_all, fields(letters = letters.len()))]
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); letters.len()];
+        for group in groups(letters) {
+            let mut entries = Vec::with_capacity(group.len());
+            for &i in &group {
+                match entry(i, &letters[i]) {
+                    Ok(e) => entries.push(e),
+                    Err(e) => results[i] = Err(e),
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            match self
+                .client
+                .send_message_batch()
+                .queue_url(&self.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(output) => record_failures(
+                    &mut results,
+                    output
+                        .failed()
+                        .iter()
+                        .map(|f| (f.id(), f.code(), f.message())),
+                ),
+                Err(e) => fail_group(
+                    &mut results,
+                    &group,
+                    &format!(
+                        "SendMessageBatch failed: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(&e)
+                    ),
+                ),
+            }
+        }
+        results
+    }
+
+    #[tracing::instrument(skip_all, fields(delays = delays.len()))]
+    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
+        let Some(source_url) = &self.source_url else {
+            return vec![Err("no source queue URL configured".to_owned()); delays.len()];
+        };
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); delays.len()];
+        let indices: Vec<usize> = (0..delays.len()).collect();
+        for group in indices.chunks(MAX_ENTRIES) {
+            let mut entries = Vec::with_capacity(group.len());
+            for &i in group {
+                let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(format!("m{i}"))
+                    .receipt_handle(&delays[i].receipt_handle)
+                    .visibility_timeout(
+                        i32::try_from(delays[i].visibility_secs).unwrap_or(i32::MAX),
+                    )
+                    .build();
+                match entry {
+                    Ok(e) => entries.push(e),
+                    Err(e) => results[i] = Err(e.to_string()),
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            match self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(source_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(output) => record_failures(
+                    &mut results,
+                    output
+                        .failed()
+                        .iter()
+                        .map(|f| (f.id(), f.code(), f.message())),
+                ),
+                Err(e) => fail_group(
+                    &mut results,
+                    group,
+                    &format!(
+                        "ChangeMessageVisibilityBatch failed: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(&e)
+                    ),
+                ),
+            }
+        }
+        results
+    }
+}
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    letters: Vec<DeadLetter>,
+    delays: Vec<Delay>,
+    failing: bool,
+}
+
+/// An in-memory queue port for tests; clones share the state.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryQueue {
+    state: Arc<Mutex<MemoryState>>,
+}
+
+impl MemoryQueue {
+    /// An empty queue that accepts every letter and delay.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes every call fail (`true`) or succeed again.
+    pub fn set_failing(&self, failing: bool) {
+        self.state().failing = failing;
+    }
+
+    /// The letters accepted so far.
+    pub fn letters(&self) -> Vec<DeadLetter> {
+        self.state().letters.clone()
+    }
+
+    /// The delays accepted so far.
+    pub fn delays(&self) -> Vec<Delay> {
+        self.state().delays.clone()
+    }
+}
+
+impl Queue for MemoryQueue {
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
+        let mut state = self.state();
+        if state.failing {
+            return vec![Err("injected DLQ failure".to_owned()); letters.len()];
+        }
+        state.letters.extend_from_slice(letters);
+        vec![Ok(()); letters.len()]
+    }
+
+    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
+        let mut state = self.state();
+        if state.failing {
+            return vec![Err("injected SQS failure".to_owned()); delays.len()];
+        }
+        state.delays.extend_from_slice(delays);
+        vec![Ok(()); delays.len()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letter(body_len: usize) -> DeadLetter {
+        DeadLetter {
+            message_id: "id".into(),
+            body: "x".repeat(body_len),
+            field: "body".into(),
+            rule: "must be valid JSON".into(),
+        }
+    }
+
+    #[test]
+    fn groups_respect_count_and_size() {
+        let letters: Vec<DeadLetter> = (0..23).map(|_| letter(10)).collect();
+        let sizes: Vec<usize> = groups(&letters).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [10, 10, 3]);
+        let big: Vec<DeadLetter> = (0..3).map(|_| letter(150 * 1024)).collect();
+        assert_eq!(groups(&big).len(), 3);
+    }
+}
