@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::harness;
 
-type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsDeadLetters>;
+type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
 
 /// Seed of the proxy's fault draws.
 const SEED: u64 = 4;
