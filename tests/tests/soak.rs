@@ -1,5 +1,6 @@
 //! The soak of issue 9, smaller: about 2,000 messages through capacity-proxy (30%
-//! unprocessed, 5% HTTP 500, 10 ms latency) and `shardline run-local` SIGKILLed three
+//! unprocessed, 5% HTTP 500, 10 ms latency, 4 WCU/s per key so the hot devices
+//! throttle and fan out) and `shardline run-local` SIGKILLed three
 //! times; the table holds exactly the valid readings, the DLQ exactly the malformed
 //! messages, and the API reader saw only sorted, in-range, unique pages.
 
@@ -76,6 +77,10 @@ async fn soak_with_faults_and_three_kills() -> Result<()> {
     assert_eq!(report.dlq_with_reason, report.dlq_messages);
     assert!(report.proxy_unprocessed_items > 0, "faults were injected");
     assert!(report.proxy_errors > 0, "HTTP 500s were injected");
+    assert!(
+        report.proxy_throttled.values().sum::<u64>() > 0 && report.fanout_raises > 0,
+        "the hot devices' keys throttled and their fan-out grew"
+    );
     assert!(
         report.reader.pages > 0,
         "the reader paged the API during the soak"

@@ -220,6 +220,13 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
                 match m.fate {
                     Fate::Written { .. } => {}
                     Fate::DeadLettered { .. } => dead_lettered += sizes(p.index),
+                    // The simulated queue carries no source URL: nothing is requeued,
+                    // but a copy would start its receives again.
+                    Fate::Requeued { .. } => {
+                        p.receives = 0;
+                        p.visible_at = clock.now() + VISIBILITY;
+                        queue.push_back(p);
+                    }
                     Fate::Reported { .. } => {
                         p.receives += 1;
                         if p.receives >= MAX_RECEIVES {

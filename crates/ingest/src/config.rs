@@ -75,6 +75,13 @@ pub struct Config {
     /// `REDELIVERY_BASE_SECS` (default 30), `REDELIVERY_CAP_SECS` (default 900, at most
     /// 43200): the wait before a reported message comes back, doubling per receive.
     pub redelivery: Redelivery,
+    /// `MAX_RECEIVES` (default 5): the source queue's redrive `maxReceiveCount`. At this
+    /// receive a message still failing transiently is requeued or dead-lettered with its
+    /// reason, before the redrive would move it without one.
+    pub max_receives: u32,
+    /// `MAX_REQUEUES` (default 3): how often one message may be requeued as a fresh copy
+    /// (each copy gets `MAX_RECEIVES` receives again); 0 dead-letters at the last receive.
+    pub max_requeues: u32,
 }
 
 impl Config {
@@ -164,7 +171,13 @@ impl Config {
                 "must be at least REDELIVERY_BASE_SECS",
             ));
         }
+        let max_receives: u32 = env.parse_or("MAX_RECEIVES", 5, "a positive integer")?;
+        if max_receives == 0 {
+            return Err(env.invalid("MAX_RECEIVES", "must be at least 1"));
+        }
         Ok(Config {
+            max_receives,
+            max_requeues: env.parse_or("MAX_REQUEUES", 3, "a non-negative integer")?,
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
             redelivery,
             table_name: env.required("TABLE_NAME")?,
@@ -264,6 +277,7 @@ mod tests {
         assert_eq!(config.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(config.fanout.propagation_margin, Duration::from_secs(365));
         assert_eq!(config.source_queue_url, None);
+        assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
     }
 
@@ -290,6 +304,8 @@ mod tests {
         check(("FANOUT_COOLDOWN_SECS", "10"), "FANOUT_COOLDOWN_SECS");
         check(("REDELIVERY_CAP_SECS", "50000"), "REDELIVERY_CAP_SECS");
         check(("REDELIVERY_BASE_SECS", "ten"), "REDELIVERY_BASE_SECS");
+        check(("MAX_RECEIVES", "0"), "MAX_RECEIVES");
+        check(("MAX_REQUEUES", "-1"), "MAX_REQUEUES");
     }
 
     #[test]

@@ -13,8 +13,11 @@
 //! written ones are rewritten identically). A reported message stays invisible for a
 //! wait that doubles with its receive count (when the source queue's URL is
 //! configured), so the redrive policy's receives span minutes of throttling rather than
-//! a few fixed timeouts. If every message is reported, the invocation fails as a whole,
-//! so Lambda backs off the queue.
+//! a few fixed timeouts. At its last receive before the redrive (`MAX_RECEIVES`), a
+//! message still failing is **requeued** instead: sent back to the source queue as a
+//! fresh copy, delayed, up to `MAX_REQUEUES` times, then dead-lettered with its reason,
+//! so the DLQ never holds a message without one. If every message is reported, the
+//! invocation fails as a whole, so Lambda backs off the queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -39,7 +42,7 @@ use tracing::Span;
 use crate::config::Config;
 use crate::emf::{self, Metric};
 use crate::message::{Limits, Refusal, parse_body};
-use crate::queue::{DeadLetter, Delay, Queue, SqsQueue};
+use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, SqsQueue};
 
 /// Why the invocation failed as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +78,72 @@ pub enum Fate {
         /// The last real error.
         reason: String,
     },
+    /// Failed transiently at its last receive and sent back to the queue as a fresh
+    /// copy (not reported, so the original is deleted).
+    Requeued {
+        /// The last real error.
+        reason: String,
+    },
+}
+
+/// The message attribute counting how often a message was requeued.
+pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
+/// The message attribute carrying a requeued copy's first message id.
+pub const SOURCE_ID_ATTRIBUTE: &str = "shardline.source_message_id";
+
+/// How often SQS delivered this record (`ApproximateReceiveCount`, 1 when absent).
+fn receive_count(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// How often this record's message was requeued before (0 for a device's message).
+fn requeue_count(record: &SqsMessage) -> u32 {
+    record
+        .message_attributes
+        .get(REQUEUES_ATTRIBUTE)
+        .and_then(|a| a.string_value.as_deref())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The id of the message as the device sent it: a requeued copy's first id, else `id`.
+fn source_id(record: &SqsMessage, id: &str) -> String {
+    record
+        .message_attributes
+        .get(SOURCE_ID_ATTRIBUTE)
+        .and_then(|a| a.string_value.clone())
+        .unwrap_or_else(|| id.to_owned())
+}
+
+/// A fresh copy of `record`: the same body and string-valued attributes, the requeue
+/// count `requeues` and the first message id.
+fn copy_of(record: &SqsMessage, id: &str, requeues: u32, delay_secs: u32) -> Requeue {
+    let mut attributes: BTreeMap<String, (String, String)> = record
+        .message_attributes
+        .iter()
+        .filter_map(|(name, a)| {
+            let data_type = a.data_type.clone()?;
+            let value = a.string_value.clone()?;
+            Some((name.clone(), (data_type, value)))
+        })
+        .collect();
+    attributes.insert(
+        SOURCE_ID_ATTRIBUTE.to_owned(),
+        ("String".to_owned(), source_id(record, id)),
+    );
+    attributes.insert(
+        REQUEUES_ATTRIBUTE.to_owned(),
+        ("Number".to_owned(), requeues.to_string()),
+    );
+    Requeue {
+        body: record.body.clone().unwrap_or_default(),
+        attributes,
+        delay_secs: delay_secs.min(MAX_DELAY_SECS),
+    }
 }
 
 /// One message's fate.
@@ -106,6 +175,8 @@ pub struct Report {
     /// Reported messages whose visibility change failed (they come back after the
     /// queue's own timeout).
     pub delay_failures: u64,
+    /// Messages sent back to the queue as fresh copies at their last receive.
+    pub requeued: u64,
 }
 
 impl Report {
@@ -168,6 +239,7 @@ impl Report {
                 Metric::count("Panics", self.panics),
                 Metric::count("RedeliveriesDelayed", self.delayed),
                 Metric::count("DelayFailures", self.delay_failures),
+                Metric::count("Requeued", self.requeued),
             ],
         )];
         for (reason, n) in &self.writes.throttles {
@@ -600,7 +672,33 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             fanout_raises += log_change(entity, change);
         }
 
-        // 5. Dead letters, at once; a failed send is reported instead.
+        // 5. The last receive before the redrive: a message still failing transiently
+        //    is requeued while it may be, else dead-lettered with its reason.
+        let can_requeue = self.config.source_queue_url.is_some();
+        let mut copies: Vec<(usize, Requeue)> = Vec::new();
+        for (m, fate) in fates.iter_mut().enumerate() {
+            let Some(Fate::Reported { reason }) = fate else {
+                continue;
+            };
+            let receives = receive_count(&records[m]);
+            if receives < self.config.max_receives {
+                continue;
+            }
+            let requeues = requeue_count(&records[m]);
+            if can_requeue && requeues < self.config.max_requeues {
+                let wait = self.config.redelivery.visibility(receives, rng);
+                let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
+                copies.push((m, copy_of(&records[m], &ids[m], requeues + 1, delay)));
+            } else {
+                *fate = Some(Fate::DeadLettered {
+                    reason: format!(
+                        "message: still failing after {receives} receives and {requeues} requeues: {reason}"
+                    ),
+                });
+            }
+        }
+
+        // 6. Dead letters, at once; a failed send is reported instead.
         let letters: Vec<(usize, DeadLetter)> = fates
             .iter()
             .enumerate()
@@ -611,7 +709,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     Some((
                         m,
                         DeadLetter {
-                            message_id: ids[m].clone(),
+                            message_id: source_id(&records[m], &ids[m]),
                             body: records[m].body.clone().unwrap_or_default(),
                             field: field.to_owned(),
                             rule: rule.to_owned(),
@@ -653,7 +751,32 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             }
         }
 
-        // 6. Redelivery waits for the reported messages, growing with their receives.
+        // 7. The copies; a failed send leaves the message reported.
+        let mut requeued = 0;
+        if !copies.is_empty() {
+            let batch_copies: Vec<Requeue> = copies.iter().map(|(_, c)| c.clone()).collect();
+            let results = tokio::time::timeout_at(deadline, self.queue.requeue(&batch_copies))
+                .await
+                .unwrap_or_else(|_| {
+                    vec![Err("deadline reached while requeueing".to_owned()); copies.len()]
+                });
+            for ((m, _), result) in copies.iter().zip(results) {
+                match (result, &fates[*m]) {
+                    (Ok(()), Some(Fate::Reported { reason })) => {
+                        requeued += 1;
+                        fates[*m] = Some(Fate::Requeued {
+                            reason: reason.clone(),
+                        });
+                    }
+                    (Err(why), _) => {
+                        tracing::warn!(message_id = %ids[*m], error = %why, "requeue failed; the message stays reported");
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        // 8. Redelivery waits for the reported messages, growing with their receives.
         let (delayed, delay_failures) = self.delay_reported(records, &fates, deadline, rng).await;
 
         let messages: Vec<MessageReport> = fates
@@ -668,6 +791,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     Fate::Written { readings } => tracing::debug!(readings, "written"),
                     Fate::DeadLettered { reason } => tracing::info!(%reason, "dead-lettered"),
                     Fate::Reported { reason } => tracing::warn!(%reason, "reported for redelivery"),
+                    Fate::Requeued { reason } => {
+                        tracing::warn!(%reason, "requeued as a fresh copy")
+                    }
                 });
                 MessageReport { message_id, fate }
             })
@@ -681,6 +807,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             panics,
             delayed,
             delay_failures,
+            requeued,
         }
     }
 
@@ -703,12 +830,10 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .filter(|(_, fate)| matches!(fate, Some(Fate::Reported { .. }) | None))
             .filter_map(|(record, _)| {
                 let receipt_handle = record.receipt_handle.clone()?;
-                let receives = record
-                    .attributes
-                    .get("ApproximateReceiveCount")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .unwrap_or(1);
-                let wait = self.config.redelivery.visibility(receives, rng);
+                let wait = self
+                    .config
+                    .redelivery
+                    .visibility(receive_count(record), rng);
                 Some(Delay {
                     receipt_handle,
                     visibility_secs: u32::try_from(wait.as_secs()).unwrap_or(u32::MAX),

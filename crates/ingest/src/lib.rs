@@ -20,4 +20,4 @@ pub mod queue;
 pub use config::{Config, ConfigError};
 pub use handler::{Fate, Ingest, IngestError, MessageReport, Report};
 pub use message::{Limits, Refusal, parse_body};
-pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, SqsQueue};
+pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, Requeue, SqsQueue};

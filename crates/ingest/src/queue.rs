@@ -9,11 +9,17 @@
 //!   (`ChangeMessageVisibilityBatch`), so a throttled burst does not use up the redrive
 //!   policy's receives within a few fixed timeouts. A failed change loses nothing: the
 //!   message comes back after the queue's own timeout.
+//! - **Requeues**: a message still failing transiently at its last receive before the
+//!   redrive is sent back to the source queue as a fresh copy (its receive count starts
+//!   again), a bounded number of times, so a valid reading is never redriven to the DLQ
+//!   without a reason just because its key was throttled for long.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_sqs::Client;
+use std::collections::BTreeMap;
+
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
@@ -52,7 +58,21 @@ pub struct Delay {
     pub visibility_secs: u32,
 }
 
-/// The port: one result per letter or delay, in order.
+/// SQS's longest `DelaySeconds`: 15 minutes.
+pub const MAX_DELAY_SECS: u32 = 900;
+
+/// A message sent back to the source queue as a fresh copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// The body, unchanged.
+    pub body: String,
+    /// Message attributes to carry, name -> (data type, string value).
+    pub attributes: BTreeMap<String, (String, String)>,
+    /// How long before the copy can be received, in seconds (at most [`MAX_DELAY_SECS`]).
+    pub delay_secs: u32,
+}
+
+/// The port: one result per letter, delay or copy, in order.
 pub trait Queue: Send + Sync {
     /// Sends `letters` to the dead-letter queue; `Err(why)` for each one not accepted.
     fn dead_letter(
@@ -63,6 +83,9 @@ pub trait Queue: Send + Sync {
     /// Sets each message's visibility timeout on the source queue; `Err(why)` for each
     /// one not changed (it then comes back after the queue's own timeout).
     fn delay(&self, delays: &[Delay]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+
+    /// Sends `copies` to the source queue; `Err(why)` for each one not accepted.
+    fn requeue(&self, copies: &[Requeue]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
 }
 
 /// The queue port over SQS: `SendMessageBatch` to the DLQ, where the reason travels as
@@ -110,11 +133,11 @@ fn entry(id: usize, letter: &DeadLetter) -> Result<SendMessageBatchRequestEntry,
         .map_err(|e| e.to_string())
 }
 
-fn groups(letters: &[DeadLetter]) -> Vec<Vec<usize>> {
+/// Indices of messages of these estimated sizes, grouped into `SendMessageBatch` calls.
+fn groups(sizes: impl IntoIterator<Item = usize>) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = Vec::new();
     let mut bytes = 0;
-    for (i, letter) in letters.iter().enumerate() {
-        let size = letter.body.len() + letter.reason().len() * 2 + letter.message_id.len() + 128;
+    for (i, size) in sizes.into_iter().enumerate() {
         match out.last_mut() {
             Some(group) if group.len() < MAX_ENTRIES && bytes + size <= MAX_BATCH_BYTES => {
                 group.push(i);
@@ -155,7 +178,10 @@ impl Queue for SqsQueue {
     #[tracing::instrument(skip_all, fields(letters = letters.len()))]
     async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
         let mut results: Vec<Result<(), String>> = vec![Ok(()); letters.len()];
-        for group in groups(letters) {
+        let sizes = letters
+            .iter()
+            .map(|l| l.body.len() + l.reason().len() * 2 + l.message_id.len() + 128);
+        for group in groups(sizes) {
             let mut entries = Vec::with_capacity(group.len());
             for &i in &group {
                 match entry(i, &letters[i]) {
@@ -246,12 +272,82 @@ impl Queue for SqsQueue {
         }
         results
     }
+
+    #[tracing::instrument(skip_all, fields(copies = copies.len()))]
+    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), String>> {
+        let Some(source_url) = &self.source_url else {
+            return vec![Err("no source queue URL configured".to_owned()); copies.len()];
+        };
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); copies.len()];
+        let sizes = copies.iter().map(|c| {
+            c.body.len()
+                + c.attributes
+                    .iter()
+                    .map(|(k, (t, v))| k.len() + t.len() + v.len())
+                    .sum::<usize>()
+                + 64
+        });
+        for group in groups(sizes) {
+            let mut entries = Vec::with_capacity(group.len());
+            for &i in &group {
+                match copy_entry(i, &copies[i]) {
+                    Ok(e) => entries.push(e),
+                    Err(e) => results[i] = Err(e),
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            match self
+                .client
+                .send_message_batch()
+                .queue_url(source_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(output) => record_failures(
+                    &mut results,
+                    output
+                        .failed()
+                        .iter()
+                        .map(|f| (f.id(), f.code(), f.message())),
+                ),
+                Err(e) => fail_group(
+                    &mut results,
+                    &group,
+                    &format!(
+                        "SendMessageBatch failed: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(&e)
+                    ),
+                ),
+            }
+        }
+        results
+    }
+}
+
+fn copy_entry(id: usize, copy: &Requeue) -> Result<SendMessageBatchRequestEntry, String> {
+    let mut entry = SendMessageBatchRequestEntry::builder()
+        .id(format!("m{id}"))
+        .message_body(&copy.body)
+        .delay_seconds(i32::try_from(copy.delay_secs.min(MAX_DELAY_SECS)).unwrap_or(0));
+    for (name, (data_type, value)) in &copy.attributes {
+        let value = MessageAttributeValue::builder()
+            .data_type(data_type)
+            .string_value(value)
+            .build()
+            .map_err(|e| e.to_string())?;
+        entry = entry.message_attributes(name, value);
+    }
+    entry.build().map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Default)]
 struct MemoryState {
     letters: Vec<DeadLetter>,
     delays: Vec<Delay>,
+    copies: Vec<Requeue>,
     failing: bool,
 }
 
@@ -287,6 +383,11 @@ impl MemoryQueue {
     pub fn delays(&self) -> Vec<Delay> {
         self.state().delays.clone()
     }
+
+    /// The copies requeued so far.
+    pub fn copies(&self) -> Vec<Requeue> {
+        self.state().copies.clone()
+    }
 }
 
 impl Queue for MemoryQueue {
@@ -307,6 +408,15 @@ impl Queue for MemoryQueue {
         state.delays.extend_from_slice(delays);
         vec![Ok(()); delays.len()]
     }
+
+    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), String>> {
+        let mut state = self.state();
+        if state.failing {
+            return vec![Err("injected SQS failure".to_owned()); copies.len()];
+        }
+        state.copies.extend_from_slice(copies);
+        vec![Ok(()); copies.len()]
+    }
 }
 
 #[cfg(test)]
@@ -325,9 +435,13 @@ mod tests {
     #[test]
     fn groups_respect_count_and_size() {
         let letters: Vec<DeadLetter> = (0..23).map(|_| letter(10)).collect();
-        let sizes: Vec<usize> = groups(&letters).iter().map(Vec::len).collect();
+        let size = |l: &DeadLetter| l.body.len() + 128;
+        let sizes: Vec<usize> = groups(letters.iter().map(size))
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [10, 10, 3]);
         let big: Vec<DeadLetter> = (0..3).map(|_| letter(150 * 1024)).collect();
-        assert_eq!(groups(&big).len(), 3);
+        assert_eq!(groups(big.iter().map(size)).len(), 3);
     }
 }

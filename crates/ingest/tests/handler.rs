@@ -507,6 +507,7 @@ fn emf_lines_carry_the_counters() {
         panics: 0,
         delayed: 3,
         delay_failures: 0,
+        requeued: 0,
     };
     let lines = report.emf_lines(now());
     assert_eq!(lines.len(), 2);
@@ -524,7 +525,7 @@ async fn reported_messages_wait_longer_the_more_often_they_were_received() {
     for (i, record) in ev.records.iter_mut().enumerate() {
         record.attributes.insert(
             "ApproximateReceiveCount".to_owned(),
-            (i % 5 + 1).to_string(),
+            (i % 4 + 1).to_string(),
         );
     }
     let fx = Fixture::new();
@@ -544,12 +545,13 @@ async fn reported_messages_wait_longer_the_more_often_they_were_received() {
     assert_eq!(delays.len(), 10);
     for (i, (delay, record)) in delays.iter().zip(&ev.records).enumerate() {
         assert_eq!(Some(&delay.receipt_handle), record.receipt_handle.as_ref());
-        // Receives 1..5: ceilings 10, 20, 40, 60 (capped), 60; at least half of each.
-        let ceiling = [10, 20, 40, 60, 60][i % 5];
+        // Receives 1..4 (the 5th is the last: requeued): ceilings 10, 20, 40 and 60
+        // (capped); at least half of each.
+        let ceiling = [10, 20, 40, 60][i % 4];
         assert!(
             (ceiling / 2..=ceiling).contains(&delay.visibility_secs),
             "receive {}: {} s, ceiling {ceiling} s",
-            i % 5 + 1,
+            i % 4 + 1,
             delay.visibility_secs
         );
     }
@@ -595,4 +597,142 @@ async fn written_and_dead_lettered_messages_are_not_delayed() {
     assert!(report.dead_lettered >= 1);
     assert_eq!(report.delayed, 0);
     assert!(fx.dlq.delays().is_empty());
+}
+
+fn at_receive(ev: &mut aws_lambda_events::event::sqs::SqsEvent, receives: u32) {
+    for record in &mut ev.records {
+        record
+            .attributes
+            .insert("ApproximateReceiveCount".to_owned(), receives.to_string());
+    }
+}
+
+const SOURCE: (&str, &str) = ("SOURCE_QUEUE_URL", "http://127.0.0.1:1/000000000000/ingest");
+
+#[tokio::test(start_paused = true)]
+async fn at_the_last_receive_a_failing_message_is_requeued_as_a_fresh_copy() {
+    let mut ev = event("sqs-batch.json");
+    at_receive(&mut ev, 5);
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let service = fx.service(&[SOURCE]);
+    let report = service.process(&ev, now(), deadline(), &mut rng()).await;
+    assert_eq!(report.requeued, 10);
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| matches!(m.fate, Fate::Requeued { .. }))
+    );
+    // Requeued messages are not reported: the originals are deleted, the copies stay.
+    assert!(
+        report
+            .response()
+            .expect("ids")
+            .batch_item_failures
+            .is_empty()
+    );
+    assert!(fx.dlq.delays().is_empty() && fx.dlq.letters().is_empty());
+    let copies = fx.dlq.copies();
+    assert_eq!(copies.len(), 10);
+    for (copy, record) in copies.iter().zip(&ev.records) {
+        assert_eq!(Some(&copy.body), record.body.as_ref());
+        assert_eq!(
+            copy.attributes.get(ingest::handler::REQUEUES_ATTRIBUTE),
+            Some(&("Number".to_owned(), "1".to_owned()))
+        );
+        assert_eq!(
+            copy.attributes
+                .get(ingest::handler::SOURCE_ID_ATTRIBUTE)
+                .map(|(_, v)| v),
+            record.message_id.as_ref()
+        );
+        assert!(copy.delay_secs <= ingest::queue::MAX_DELAY_SECS);
+    }
+
+    // Before the last receive, the same failure is only reported.
+    at_receive(&mut ev, 4);
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let report = fx
+        .service(&[SOURCE])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.requeued, 0);
+    assert!(fx.dlq.copies().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_copy_out_of_requeues_is_dead_lettered_with_its_reason_and_first_id() {
+    let mut ev = event("sqs-batch.json");
+    at_receive(&mut ev, 5);
+    for record in &mut ev.records {
+        for (name, value, data_type) in [
+            (ingest::handler::REQUEUES_ATTRIBUTE, "3", "Number"),
+            (ingest::handler::SOURCE_ID_ATTRIBUTE, "first-id", "String"),
+        ] {
+            let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+            attribute.string_value = Some(value.to_owned());
+            attribute.data_type = Some(data_type.to_owned());
+            record.message_attributes.insert(name.to_owned(), attribute);
+        }
+    }
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let report = fx
+        .service(&[SOURCE])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!((report.requeued, report.dead_lettered), (0, 10));
+    let letters = fx.dlq.letters();
+    assert_eq!(letters.len(), 10);
+    for letter in &letters {
+        assert_eq!(letter.message_id, "first-id");
+        assert_eq!(letter.field, "message");
+        assert!(
+            letter
+                .rule
+                .starts_with("still failing after 5 receives and 3 requeues: unprocessed"),
+            "{}",
+            letter.rule
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_source_queue_the_last_receive_dead_letters_with_the_reason() {
+    let mut ev = event("sqs-batch.json");
+    at_receive(&mut ev, 5);
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let report = fx
+        .service(&[])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.dead_lettered, 10);
+    assert!(fx.dlq.copies().is_empty());
+    assert!(
+        fx.dlq
+            .letters()
+            .iter()
+            .all(|l| l.rule.contains("after 5 receives and 0 requeues"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_requeue_leaves_the_message_reported() {
+    let mut ev = event("sqs-batch.json");
+    at_receive(&mut ev, 5);
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    fx.dlq.set_failing(true);
+    let report = fx
+        .service(&[SOURCE])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.requeued, 0);
+    assert_eq!(
+        failures(&report.response().expect("ids")),
+        ids(&ev).into_iter().collect()
+    );
 }

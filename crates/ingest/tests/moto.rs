@@ -206,3 +206,52 @@ async fn delays_change_the_visibility_of_received_messages() -> Result<()> {
     assert!(results[0].is_err());
     Ok(())
 }
+
+/// The SQS adapter's requeue, on moto: the copy arrives with its body, the device's
+/// attributes and Shardline's requeue count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_copy_arrives_with_its_body_and_attributes() -> Result<()> {
+    use ingest::{Queue, Requeue, SqsQueue};
+
+    let stack = TestStack::start().await?;
+    let sdk = stack.sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let s = &stack.stack;
+    let queue = SqsQueue::new(&sqs, &s.dlq_url, Some(s.queue_url.clone()));
+    let attributes = [
+        ("gateway", ("String", "gw-7")),
+        (ingest::handler::REQUEUES_ATTRIBUTE, ("Number", "2")),
+    ]
+    .into_iter()
+    .map(|(k, (t, v))| (k.to_owned(), (t.to_owned(), v.to_owned())))
+    .collect();
+    let results = queue
+        .requeue(&[Requeue {
+            body: r#"{"device_id":"d"}"#.to_owned(),
+            attributes,
+            delay_secs: 0,
+        }])
+        .await;
+    assert!(results[0].is_ok(), "{results:?}");
+    let received = sqs
+        .receive_message()
+        .queue_url(&s.queue_url)
+        .message_attribute_names("All")
+        .send()
+        .await?;
+    let message = received.messages().first().expect("the copy");
+    assert_eq!(message.body(), Some(r#"{"device_id":"d"}"#));
+    let attribute = |name: &str| {
+        message
+            .message_attributes()
+            .and_then(|a| a.get(name))
+            .and_then(|v| v.string_value())
+            .map(str::to_owned)
+    };
+    assert_eq!(attribute("gateway").as_deref(), Some("gw-7"));
+    assert_eq!(
+        attribute(ingest::handler::REQUEUES_ATTRIBUTE).as_deref(),
+        Some("2")
+    );
+    Ok(())
+}

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use aws_sdk_sqs::types::QueueAttributeName;
 use capacity_proxy::{MonotonicClock, Proxy, ProxyConfig, StatsSnapshot};
 use clap::Args;
 use indicatif::ProgressBar;
@@ -584,37 +583,11 @@ fn ingest_env(
     env
 }
 
-async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<(u64, u64)> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow!(
-                "cannot read the queue {url}: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )
-        })?;
-    let get = |name: QueueAttributeName| {
-        out.attributes()
-            .and_then(|a| a.get(&name))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Ok((
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    ))
-}
-
 /// Messages received but not settled by a finished invocation.
 fn unsettled(stats: &Stats) -> u64 {
-    stats
-        .messages
-        .saturating_sub(stats.written_messages + stats.dead_lettered + stats.failures_reported)
+    stats.messages.saturating_sub(
+        stats.written_messages + stats.dead_lettered + stats.failures_reported + stats.requeued,
+    )
 }
 
 fn progress_line(variant: Variant, t: Duration, runner: &Stats, proxy: &StatsSnapshot) -> String {
@@ -707,7 +680,7 @@ async fn run_variant(
     let mut drained = false;
     let mut last_say = Instant::now();
     while drain_start.elapsed() < scenario.drain {
-        let (visible, invisible) = queue_counts(&sqs, &stack.queue_url).await?;
+        let (visible, invisible) = run_local::queue_counts(&sqs, &stack.queue_url).await?;
         let stats = running.stats();
         if visible == 0 && unsettled(&stats) == 0 {
             drained = invisible == 0;
@@ -755,8 +728,9 @@ async fn run_variant(
         .await
         .map_err(|e| anyhow!("stopping capacity-proxy: {e}"))?;
 
-    let (queued_visible, queued_invisible) = queue_counts(&sqs, &stack.queue_url).await?;
-    let (dlq_visible, dlq_invisible) = queue_counts(&sqs, &stack.dlq_url).await?;
+    let (queued_visible, queued_invisible) =
+        run_local::queue_counts(&sqs, &stack.queue_url).await?;
+    let (dlq_visible, dlq_invisible) = run_local::queue_counts(&sqs, &stack.dlq_url).await?;
     let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&moto_url).await);
     let written = dynamo
         .describe_table()

@@ -191,6 +191,9 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Messages reported in `batchItemFailures` (they come back).
     pub failures_reported: u64,
+    /// Messages sent back to the queue as fresh copies at their last receive (the
+    /// original is deleted, the copy comes back).
+    pub requeued: u64,
     /// Invocations that failed as a whole (every message failed, a panic, a timeout):
     /// nothing of them was deleted.
     pub failed_invocations: u64,
@@ -243,7 +246,7 @@ impl Stats {
         let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
         let throttles: u64 = self.throttles.values().sum();
         format!(
-            "batches {}, messages {} (written {}, dead-lettered {}, reported {}), failed invocations {} ({} timeouts)\n\
+            "batches {}, messages {} (written {}, dead-lettered {}, reported {}, requeued {}), failed invocations {} ({} timeouts)\n\
              deleted {}, delete failures {}, receive errors {}\n\
              readings written {}, write calls {} ({} retries, {} unprocessed items, {} throttled calls), fan-out raises {}, DLQ send failures {}\n\
              write lag p50 {}, p99 {}",
@@ -252,6 +255,7 @@ impl Stats {
             self.written_messages,
             self.dead_lettered,
             self.failures_reported,
+            self.requeued,
             self.failed_invocations,
             self.timeouts,
             self.deleted,
@@ -709,6 +713,7 @@ async fn invoke(shared: &Arc<Shared>, messages: Vec<Message>) {
                 Fate::Written { .. } => stats.written_messages += 1,
                 Fate::DeadLettered { .. } => stats.dead_lettered += 1,
                 Fate::Reported { .. } => stats.failures_reported += 1,
+                Fate::Requeued { .. } => stats.requeued += 1,
             }
         }
         if failed.is_none() {
@@ -862,4 +867,34 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// A queue's messages: visible, and not visible (in flight, or delayed like a requeued
+/// copy). Both at zero means the queue holds nothing.
+pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<(u64, u64)> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "cannot read the queue {url}: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            )
+        })?;
+    let get = |name: QueueAttributeName| {
+        out.attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            + get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    ))
 }
