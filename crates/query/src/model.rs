@@ -14,6 +14,12 @@ pub struct ReadingKey {
     pub event_id: String,
 }
 
+impl sharding::merge::TimedKey for ReadingKey {
+    fn ts_ms(&self) -> i64 {
+        self.ts_ms
+    }
+}
+
 /// One reading as the API returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadingOut {

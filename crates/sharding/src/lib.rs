@@ -48,6 +48,14 @@
 //! bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every `{s}#{bucket}` for
 //! s in 0..N plus the hot entities' sub-shard keys, each with a time filter; such a PK is
 //! ordered by entity, then time, so the reader merges after buffering.
+//!
+//! # Merging
+//!
+//! [`merge::BoundedMerge`] schedules a plan's reads: it says which streams to read a
+//! page from and with what `Limit` (each stream's share of the remaining need, read
+//! ahead into later buckets by observed density), holds back ties at a time-index
+//! page's last millisecond, and emits items in order only when no unread item can
+//! precede them. The caller (the query function) does the I/O.
 
 pub mod backoff;
 pub mod epoch;
@@ -66,7 +74,7 @@ pub use fanout::{FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Thr
 pub use hash::{HASH_VERSION, shard_index, stable_hash};
 pub use key::{ItemKey, KeyError, ReadingRef, point_key, validate_id, write_key};
 pub use layout::{Layout, Strategy};
-pub use merge::{MergeError, Merged, Merger, Next, Order, Position, merge};
+pub use merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
 pub use plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 pub use planner::{CapacityPlan, PlanInput, PlannerError, plan_capacity};
 pub use time::{Bucket, BucketSpan, TimeError, TimeRange, Timestamp};

@@ -1,12 +1,51 @@
-//! K-way merge of sorted streams with a limit and a resumable position.
+//! The bounded k-way merge of a scatter-gather read: which pages to read, how large, and
+//! which items to emit, for many key-range streams merged into one ordered, limited
+//! answer. Pure: the caller reads the pages ([`BoundedMerge::step`] says which) and hands
+//! them back ([`BoundedMerge::deliver`]); nothing here does I/O.
 //!
-//! Every stream must be sorted by its merge key in the merge order, and keys must be
-//! unique across all streams (for readings: timestamp, then entity and event id). An item
-//! whose key equals one already emitted is taken for the same item and dropped, which is
-//! also what makes resuming after a [`Position`] exact.
+//! # How much is read
+//! Every stream has a *bound*: nothing it has not yet returned sorts before it. A
+//! stream that was never read is bounded by the start of its time span (in merge
+//! order), one that ran dry by the last key it gave. The merge pops the smallest
+//! buffered head only when no stream's bound sorts before it; otherwise it asks for one
+//! page from each such stream, to be read concurrently. So a device read over six
+//! hour-buckets opens the second bucket only when the first is used up, and
+//! `limit=100` over eight shards of one epoch reads about 100 items, not 800: each
+//! page's `Limit` is the stream's share of the remaining need (the need divided by the
+//! streams still competing for it, i.e. the live streams whose time spans overlap its
+//! own: streams of consecutive buckets do not compete, they follow one another), plus
+//! a quarter. Streams are rarely equally dense, so an exact share leaves the denser
+//! ones short and costs refill rounds; the quarter trades at most 1.25x over-read from
+//! the shares for fewer of them. The price is still round trips: a stream that runs
+//! dry is refilled in smaller pages as the need shrinks.
+//!
+//! # Reading ahead into later buckets
+//! Waiting for bucket i to run dry before opening bucket i+1 costs one round trip per
+//! bucket. So once a round has shown how dense the streams are (items kept per
+//! millisecond of span covered, over every stream read page by page so far), each
+//! later round also opens the not-yet-read streams next in merge order, concurrently
+//! with the blocking ones, until the expected supply (buffered items, plus density x
+//! the unread span of every stream being read) covers the remaining need. The first
+//! round reads ahead nothing (no density known yet): a dense first bucket answers
+//! alone, in one round trip. When the streams read so far held nothing, the estimate
+//! is useless, so the read-ahead at most doubles the streams opened per round. Reading
+//! a stream early never changes the answer: it only buffers items, and the merge emits
+//! by bounds as before.
+//!
+//! # Streams in other orders
+//! - [`Arrival::TimeIndexed`]: pages come in time order through a time index, but
+//!   items sharing one millisecond may come in any order and may straddle pages. A
+//!   page's items at its last timestamp `t` are held back until the next page (or the
+//!   end), and the stream's bound stays "before every key at `t`", so the merge never
+//!   emits an item that an unread tie could precede.
+//! - [`Arrival::Unordered`]: the stream is read whole (pages without a `Limit`) when
+//!   the merge first reaches it, then sorted in memory.
+//!
+//! Keys must be unique across streams; items outside a stream's span, or not after
+//! the resume key, are dropped on delivery.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,311 +69,575 @@ impl Order {
             Order::Descending => a > b,
         }
     }
+
+    /// `a` against `b` in this order.
+    #[must_use]
+    pub fn cmp<K: Ord>(self, a: &K, b: &K) -> Ordering {
+        match self {
+            Order::Ascending => a.cmp(b),
+            Order::Descending => b.cmp(a),
+        }
+    }
+
+    fn descending(self) -> bool {
+        self == Order::Descending
+    }
 }
 
-/// The last merge key emitted; a later call resumes strictly after it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Position<K> {
-    /// Key of the last emitted item.
-    pub last: K,
+/// A merge key that sorts by its timestamp first.
+pub trait TimedKey: Ord + Clone {
+    /// The timestamp, epoch milliseconds.
+    fn ts_ms(&self) -> i64;
 }
 
-/// Why the merger refused a push.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MergeError {
-    /// No such stream.
-    #[error("stream {stream} does not exist ({streams} streams)")]
-    NoSuchStream {
-        /// The index given.
-        stream: usize,
-        /// Number of streams.
-        streams: usize,
-    },
-    /// Items pushed after the stream was marked exhausted.
-    #[error("stream {stream} was already marked exhausted")]
-    AfterEnd {
-        /// The stream.
-        stream: usize,
-    },
-    /// A stream whose items are not strictly in merge order.
-    #[error("stream {stream} is not sorted in the merge order")]
-    Unsorted {
-        /// The stream.
-        stream: usize,
-    },
+/// How a stream's items arrive, page by page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// In merge order (the partition's sort key orders by time).
+    InOrder,
+    /// In time order through a time index; ties at one millisecond in any order.
+    TimeIndexed,
+    /// In no useful order: read whole, then sorted.
+    Unordered,
 }
 
-/// What [`Merger::pop`] found.
+impl Arrival {
+    fn ordered(self) -> bool {
+        self != Arrival::Unordered
+    }
+}
+
+/// One stream to merge: the half-open `[from, to)` span its items lie in (epoch ms) and
+/// how they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamShape {
+    /// `[from, to)`, epoch milliseconds.
+    pub span: (i64, i64),
+    /// How its pages come.
+    pub arrival: Arrival,
+}
+
+/// A page to read: of stream `stream`, at most `limit` items (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageAsk {
+    /// The stream's index.
+    pub stream: usize,
+    /// The page's `Limit`.
+    pub limit: Option<u32>,
+}
+
+/// What the merge needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next<T> {
-    /// The next item in merge order.
-    Item(T),
-    /// These streams have no buffered item and are not exhausted: fetch their next page
-    /// (or mark them exhausted), then pop again.
-    NeedMore(Vec<usize>),
-    /// Every stream is exhausted and drained.
-    Done,
+pub enum Step<T> {
+    /// Read these pages (concurrently), deliver each, then step again.
+    Read(Vec<PageAsk>),
+    /// The answer: at most `limit` items in merge order, and whether more follow.
+    Done {
+        /// The items.
+        items: Vec<T>,
+        /// Whether at least one more item follows the last one.
+        more: bool,
+    },
 }
 
-struct HeapEntry<K> {
-    key: K,
-    stream: usize,
-    order: Order,
+/// Where a stream's next item can be at the earliest, in merge order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bound<K> {
+    ts_ms: i64,
+    /// `None`: before every key at `ts_ms`. `Some(k)`: not before `k`.
+    key: Option<K>,
 }
 
-impl<K: Ord> PartialEq for HeapEntry<K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
+impl<K: TimedKey> Bound<K> {
+    fn of(k: &K) -> Self {
+        Bound {
+            ts_ms: k.ts_ms(),
+            key: Some(k.clone()),
+        }
     }
-}
-impl<K: Ord> Eq for HeapEntry<K> {}
-impl<K: Ord> PartialOrd for HeapEntry<K> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+
+    fn at(ts_ms: i64) -> Self {
+        Bound { ts_ms, key: None }
     }
-}
-impl<K: Ord> Ord for HeapEntry<K> {
-    /// The entry to emit next is the heap's maximum; ties go to the lower stream index.
-    fn cmp(&self, other: &Self) -> Ordering {
-        let by_key = match self.order {
-            Order::Ascending => other.key.cmp(&self.key),
-            Order::Descending => self.key.cmp(&other.key),
-        };
-        by_key.then_with(|| other.stream.cmp(&self.stream))
-    }
-}
 
-struct StreamState<T, K> {
-    buffer: VecDeque<T>,
-    /// Key of the last item accepted into the buffer, for the sortedness check.
-    last_pushed: Option<K>,
-    exhausted: bool,
-    /// Whether the buffer's head is in the heap.
-    queued: bool,
-}
-
-/// Incremental k-way merge for readers that fetch pages per stream.
-///
-/// Push each stream's items as pages arrive, mark a stream exhausted after its last page,
-/// and [`pop`](Merger::pop): an item is emitted only when every non-exhausted stream has a
-/// buffered head, so nothing that sorts earlier can still arrive.
-pub struct Merger<T, K, F> {
-    streams: Vec<StreamState<T, K>>,
-    heap: BinaryHeap<HeapEntry<K>>,
-    key_fn: F,
-    order: Order,
-    last: Option<K>,
-    /// Number of streams neither exhausted nor buffered (a pop must wait for them).
-    waiting: usize,
-}
-
-impl<T, K, F> std::fmt::Debug for Merger<T, K, F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Merger")
-            .field("streams", &self.streams.len())
-            .field("queued", &self.heap.len())
-            .field("order", &self.order)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T, K, F> Merger<T, K, F>
-where
-    K: Ord + Clone,
-    F: Fn(&T) -> K,
-{
-    /// A merger of `streams` streams, resuming strictly after `after` if given.
-    pub fn new(streams: usize, key_fn: F, order: Order, after: Option<Position<K>>) -> Self {
-        let count = streams;
-        let streams = (0..count)
-            .map(|_| StreamState {
-                buffer: VecDeque::new(),
-                last_pushed: None,
-                exhausted: false,
-                queued: false,
+    fn cmp(&self, other: &Self, order: Order) -> Ordering {
+        order
+            .cmp(&self.ts_ms, &other.ts_ms)
+            .then_with(|| match (&self.key, &other.key) {
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Less,
+                (Some(_), None) => Ordering::Greater,
+                (Some(x), Some(y)) => order.cmp(x, y),
             })
-            .collect();
-        Merger {
-            streams,
-            heap: BinaryHeap::new(),
-            key_fn,
-            order,
-            last: after.map(|p| p.last),
-            waiting: count,
+    }
+}
+
+#[derive(Debug)]
+struct Stream<K, T> {
+    shape: StreamShape,
+    buffer: VecDeque<(K, T)>,
+    started: bool,
+    done: bool,
+    bound: Bound<K>,
+    /// Items of its span it has delivered (buffered or emitted), for the density.
+    kept: u64,
+    /// Time-indexed streams: items at the last page's last timestamp, held back until
+    /// the next page shows every tie.
+    held: Vec<(K, T)>,
+    /// Time-indexed streams: the last page's last timestamp; unread items are not
+    /// before it.
+    frontier: Option<i64>,
+}
+
+impl<K: TimedKey, T> Stream<K, T> {
+    fn ordered(&self) -> bool {
+        self.shape.arrival.ordered()
+    }
+    /// Its buffer is in merge order and may be popped from.
+    fn mergeable(&self) -> bool {
+        self.ordered() || self.done
+    }
+    fn has_head(&self) -> bool {
+        self.mergeable() && !self.buffer.is_empty()
+    }
+    /// Cannot take part in the merge until it reads another page.
+    fn needs_page(&self) -> bool {
+        !self.done && (!self.ordered() || self.buffer.is_empty())
+    }
+    fn live(&self) -> bool {
+        !self.done || !self.buffer.is_empty()
+    }
+    /// Milliseconds of its span not yet covered by what it returned.
+    fn unread_ms(&self, order: Order) -> i64 {
+        let (lo, hi) = self.shape.span;
+        if self.done {
+            0
+        } else if !self.started {
+            hi - lo
+        } else if order.descending() {
+            (self.bound.ts_ms - lo).clamp(0, hi - lo)
+        } else {
+            (hi - self.bound.ts_ms).clamp(0, hi - lo)
         }
     }
-
-    fn state(&mut self, stream: usize) -> Result<&mut StreamState<T, K>, MergeError> {
-        let streams = self.streams.len();
-        self.streams
-            .get_mut(stream)
-            .ok_or(MergeError::NoSuchStream { stream, streams })
+    /// The bound after its buffer changed; `last` is the key last taken from it.
+    fn rebound(&mut self, last: Option<&K>) {
+        self.bound = match (self.buffer.front(), self.frontier) {
+            (Some((k, _)), _) => Bound::of(k),
+            (None, Some(ts)) if !self.done => Bound::at(ts),
+            (None, _) => match last {
+                Some(k) => Bound::of(k),
+                None => return,
+            },
+        };
     }
-
-    /// Appends a page of stream `stream`. Items at or before the resume position are
-    /// skipped; items must continue the stream in strictly increasing merge order.
-    pub fn push<I: IntoIterator<Item = T>>(
-        &mut self,
-        stream: usize,
-        items: I,
-    ) -> Result<(), MergeError> {
-        let order = self.order;
-        let resume = self.last.clone();
-        let key_fn = &self.key_fn;
-        let streams = self.streams.len();
-        let state = self
-            .streams
-            .get_mut(stream)
-            .ok_or(MergeError::NoSuchStream { stream, streams })?;
-        if state.exhausted {
-            return Err(MergeError::AfterEnd { stream });
-        }
-        let was_waiting = state.buffer.is_empty();
-        for item in items {
-            let key = key_fn(&item);
-            if let Some(prev) = &state.last_pushed
-                && !order.before(prev, &key)
-            {
-                return Err(MergeError::Unsorted { stream });
-            }
-            state.last_pushed = Some(key.clone());
-            if resume.as_ref().is_some_and(|r| !order.before(r, &key)) {
-                continue;
-            }
-            state.buffer.push_back(item);
-        }
-        if was_waiting && !state.buffer.is_empty() {
-            self.waiting -= 1;
-        }
-        self.enqueue_head(stream);
-        Ok(())
-    }
-
-    /// Marks stream `stream` as having no more pages.
-    pub fn mark_exhausted(&mut self, stream: usize) -> Result<(), MergeError> {
-        let state = self.state(stream)?;
-        let was_waiting = !state.exhausted && state.buffer.is_empty();
-        state.exhausted = true;
-        if was_waiting {
-            self.waiting -= 1;
-        }
-        Ok(())
-    }
-
-    fn enqueue_head(&mut self, stream: usize) {
-        let state = &mut self.streams[stream];
-        if state.queued {
+    /// A time-indexed stream after a page: what it just buffered and what it held are
+    /// sorted; those before the page's last timestamp `last_ts` are released, the ties
+    /// at `last_ts` held for the next page. At the end everything is released.
+    fn release_ties(&mut self, last_ts: Option<i64>, order: Order) {
+        let mut pending: Vec<(K, T)> = std::mem::take(&mut self.held);
+        pending.extend(self.buffer.drain(..));
+        pending.sort_by(|a, b| order.cmp(&a.0, &b.0));
+        if self.done {
+            self.frontier = None;
+            self.buffer = pending.into();
             return;
         }
-        if let Some(head) = state.buffer.front() {
-            state.queued = true;
-            let key = (self.key_fn)(head);
-            self.heap.push(HeapEntry {
-                key,
-                stream,
-                order: self.order,
-            });
+        let Some(t) = last_ts.or(self.frontier) else {
+            self.buffer = pending.into();
+            return;
+        };
+        let split = pending.partition_point(|(k, _)| order.cmp(&k.ts_ms(), &t) == Ordering::Less);
+        self.held = pending.split_off(split);
+        self.buffer = pending.into();
+        self.frontier = Some(t);
+    }
+}
+
+/// Whether two half-open spans share a millisecond.
+fn overlaps(a: (i64, i64), b: (i64, i64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// The merge of one read: streams, what was emitted, and the limit.
+#[derive(Debug)]
+pub struct BoundedMerge<K, T> {
+    streams: Vec<Stream<K, T>>,
+    order: Order,
+    limit: usize,
+    after: Option<K>,
+    out: Vec<T>,
+}
+
+impl<K: TimedKey, T> BoundedMerge<K, T> {
+    /// A merge of `shapes` in `order`, emitting at most `limit` items strictly after
+    /// `after` (a resumed read).
+    pub fn new(shapes: Vec<StreamShape>, order: Order, limit: usize, after: Option<K>) -> Self {
+        let streams = shapes
+            .into_iter()
+            .map(|shape| {
+                let (lo, hi) = shape.span;
+                let start = if order.descending() { hi - 1 } else { lo };
+                Stream {
+                    shape,
+                    buffer: VecDeque::new(),
+                    started: false,
+                    done: false,
+                    bound: Bound::at(start),
+                    kept: 0,
+                    held: Vec::new(),
+                    frontier: None,
+                }
+            })
+            .collect();
+        Self {
+            streams,
+            order,
+            limit,
+            after,
+            out: Vec::with_capacity(limit.min(1024)),
         }
     }
 
-    /// Streams that must deliver a page (or be marked exhausted) before the next pop.
+    /// Items held in memory (buffered or held back), for the caller's memory cap.
     #[must_use]
-    pub fn needs_more(&self) -> Vec<usize> {
+    pub fn buffered(&self) -> usize {
+        self.streams
+            .iter()
+            .map(|s| s.buffer.len() + s.held.len())
+            .sum()
+    }
+
+    /// Emits every item that can be emitted, then says which pages to read next (at
+    /// most `concurrency` streams are read ahead of need), or gives the answer.
+    pub fn step(&mut self, concurrency: usize) -> Step<T> {
+        let mut fetch: Vec<usize> = Vec::new();
+        let mut more = false;
+        while let Some(min) = self.min_bound() {
+            if !self.streams[min].has_head() {
+                fetch = self.fetch_set(min);
+                break;
+            }
+            if self.out.len() >= self.limit {
+                more = true;
+                break;
+            }
+            let s = &mut self.streams[min];
+            let Some((key, item)) = s.buffer.pop_front() else {
+                break;
+            };
+            s.rebound(Some(&key));
+            self.out.push(item);
+        }
+        if fetch.is_empty() {
+            return Step::Done {
+                items: std::mem::take(&mut self.out),
+                more,
+            };
+        }
+        let remaining = self
+            .limit
+            .saturating_add(1)
+            .saturating_sub(self.out.len())
+            .max(1);
+        let ahead = self.read_ahead(&fetch, remaining, concurrency);
+        fetch.extend(ahead);
+        let asks = fetch
+            .iter()
+            .map(|&i| {
+                let s = &self.streams[i];
+                let limit = s.ordered().then(|| {
+                    // Streams competing with this one for the remaining need: those
+                    // whose spans overlap its own, already read and still live, or
+                    // about to be read.
+                    let competing = self
+                        .streams
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, o)| {
+                            o.live()
+                                && (o.started || fetch.contains(j))
+                                && overlaps(o.shape.span, s.shape.span)
+                        })
+                        .count()
+                        .max(1);
+                    let share = (remaining + remaining / 4)
+                        .div_ceil(competing)
+                        .min(remaining);
+                    u32::try_from(share).unwrap_or(u32::MAX)
+                });
+                PageAsk { stream: i, limit }
+            })
+            .collect();
+        Step::Read(asks)
+    }
+
+    /// A page of stream `stream`, in arrival order with each item's key; `last_ts` is
+    /// the page's last timestamp (its last item's, or where the read stopped), and
+    /// `last_page` whether the stream has no more pages.
+    pub fn deliver(
+        &mut self,
+        stream: usize,
+        page: impl IntoIterator<Item = (K, T)>,
+        last_ts: Option<i64>,
+        last_page: bool,
+    ) {
+        let order = self.order;
+        let after = self.after.as_ref();
+        let Some(s) = self.streams.get_mut(stream) else {
+            return;
+        };
+        s.started = true;
+        let (lo, hi) = s.shape.span;
+        for (key, item) in page {
+            let ts = key.ts_ms();
+            if ts < lo || ts >= hi {
+                continue;
+            }
+            if after.is_some_and(|pos| !order.before(pos, &key)) {
+                continue;
+            }
+            s.kept += 1;
+            s.buffer.push_back((key, item));
+        }
+        s.done = last_page;
+        match s.shape.arrival {
+            Arrival::TimeIndexed => s.release_ties(last_ts, order),
+            Arrival::Unordered => {
+                if !s.done {
+                    return;
+                }
+                let mut items: Vec<(K, T)> = s.buffer.drain(..).collect();
+                items.sort_by(|a, b| order.cmp(&a.0, &b.0));
+                s.buffer = items.into();
+            }
+            Arrival::InOrder => {}
+        }
+        s.rebound(None);
+    }
+
+    /// The live stream whose bound sorts first; on ties, one with a buffered head (a
+    /// blocked stream's next item is strictly after its bound, since keys are unique).
+    fn min_bound(&self) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for (i, s) in self.streams.iter().enumerate() {
+            if !s.live() {
+                continue;
+            }
+            best = match best {
+                None => Some(i),
+                Some(b) => {
+                    let o = &self.streams[b];
+                    match s.bound.cmp(&o.bound, self.order) {
+                        Ordering::Less => Some(i),
+                        Ordering::Equal if !o.has_head() && s.has_head() => Some(i),
+                        _ => Some(b),
+                    }
+                }
+            };
+        }
+        best
+    }
+
+    /// Which streams to read next: every stream needing a page whose bound sorts
+    /// before the best buffered head (each could hold the next item). Without any
+    /// buffered head, the streams tied for the first bound.
+    fn fetch_set(&self, min: usize) -> Vec<usize> {
+        let order = self.order;
+        let best_head = self
+            .streams
+            .iter()
+            .filter(|s| s.has_head())
+            .map(|s| &s.bound)
+            .min_by(|a, b| a.cmp(b, order));
+        let min_bound = &self.streams[min].bound;
         self.streams
             .iter()
             .enumerate()
-            .filter(|(_, s)| !s.exhausted && s.buffer.is_empty())
+            .filter(|(_, s)| s.needs_page())
+            .filter(|(_, s)| match best_head {
+                Some(h) => s.bound.cmp(h, order) == Ordering::Less,
+                None => s.bound.cmp(min_bound, order) == Ordering::Equal,
+            })
             .map(|(i, _)| i)
             .collect()
     }
 
-    /// The next item in merge order, or which streams to fetch, or the end.
-    pub fn pop(&mut self) -> Next<T> {
-        loop {
-            if self.waiting > 0 {
-                return Next::NeedMore(self.needs_more());
-            }
-            let Some(entry) = self.heap.pop() else {
-                return Next::Done;
-            };
-            let state = &mut self.streams[entry.stream];
-            state.queued = false;
-            let Some(item) = state.buffer.pop_front() else {
-                continue;
-            };
-            if state.buffer.is_empty() && !state.exhausted {
-                self.waiting += 1;
-            }
-            self.enqueue_head(entry.stream);
-            // A key equal to the last one emitted is the same item seen twice.
-            if self
-                .last
-                .as_ref()
-                .is_some_and(|l| !self.order.before(l, &entry.key))
-            {
-                continue;
-            }
-            self.last = Some(entry.key);
-            return Next::Item(item);
+    /// Not-yet-read ordered streams to open now beside `fetching` (see "Reading
+    /// ahead" in the module header), in merge order of their starts.
+    fn read_ahead(&self, fetching: &[usize], remaining: usize, concurrency: usize) -> Vec<usize> {
+        let order = self.order;
+        let streams = &self.streams;
+        if fetching.iter().any(|&i| !streams[i].ordered()) {
+            return Vec::new();
         }
-    }
-
-    /// Position after the last emitted item (or the resume position if none was emitted).
-    #[must_use]
-    pub fn position(&self) -> Option<Position<K>> {
-        self.last.clone().map(|last| Position { last })
-    }
-
-    /// Whether anything is left: a buffered item or a stream not yet exhausted.
-    #[must_use]
-    pub fn has_more(&self) -> bool {
-        self.streams
+        let (mut kept, mut covered, mut started) = (0u64, 0i64, 0usize);
+        for s in streams.iter().filter(|s| s.started && s.ordered()) {
+            started += 1;
+            kept += s.kept;
+            covered += (s.shape.span.1 - s.shape.span.0) - s.unread_ms(order);
+        }
+        if started == 0 || covered <= 0 {
+            return Vec::new();
+        }
+        let density = kept as f64 / covered as f64;
+        let need = remaining as f64;
+        let mut supply: f64 = streams.iter().map(|s| s.buffer.len() as f64).sum::<f64>()
+            + fetching
+                .iter()
+                .map(|&i| density * streams[i].unread_ms(order) as f64)
+                .sum::<f64>();
+        let mut candidates: Vec<usize> = streams
             .iter()
-            .any(|s| !s.exhausted || !s.buffer.is_empty())
+            .enumerate()
+            .filter(|(i, s)| s.ordered() && !s.started && !fetching.contains(i))
+            .map(|(i, _)| i)
+            .collect();
+        candidates.sort_by(|&a, &b| streams[a].bound.cmp(&streams[b].bound, order));
+        // Without a usable density, grow by doubling rather than open everything.
+        let open = concurrency.saturating_sub(fetching.len());
+        let cap = if kept == 0 { started.min(open) } else { open };
+        let mut out = Vec::new();
+        for i in candidates {
+            if supply >= need || out.len() >= cap {
+                break;
+            }
+            supply += density * streams[i].unread_ms(order) as f64;
+            out.push(i);
+        }
+        out
     }
 }
 
-/// Result of [`merge`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Merged<T, K> {
-    /// Up to `limit` items in merge order.
-    pub items: Vec<T>,
-    /// Where to resume, when the limit stopped the merge before the end.
-    pub next: Option<Position<K>>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Merges fully loaded sorted streams, emitting at most `limit` items strictly after
-/// `after`. `next` is set when items remain.
-pub fn merge<T, K, F, S>(
-    streams: Vec<S>,
-    key_fn: F,
-    order: Order,
-    limit: Option<usize>,
-    after: Option<Position<K>>,
-) -> Result<Merged<T, K>, MergeError>
-where
-    K: Ord + Clone,
-    F: Fn(&T) -> K,
-    S: IntoIterator<Item = T>,
-{
-    let mut merger = Merger::new(streams.len(), key_fn, order, after);
-    for (i, stream) in streams.into_iter().enumerate() {
-        merger.push(i, stream)?;
-        merger.mark_exhausted(i)?;
-    }
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut items = Vec::new();
-    while items.len() < limit {
-        match merger.pop() {
-            Next::Item(item) => items.push(item),
-            Next::Done | Next::NeedMore(_) => return Ok(Merged { items, next: None }),
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    struct Key(i64, u32);
+
+    impl TimedKey for Key {
+        fn ts_ms(&self) -> i64 {
+            self.0
         }
     }
-    // Stopped by the limit: report a position only if something is left after it.
-    let next = if merger.streams.iter().any(|s| !s.buffer.is_empty()) {
-        merger.position()
-    } else {
-        None
-    };
-    Ok(Merged { items, next })
+
+    fn shape(span: (i64, i64), arrival: Arrival) -> StreamShape {
+        StreamShape { span, arrival }
+    }
+
+    #[test]
+    fn consecutive_buckets_are_opened_one_after_another() {
+        let shapes = vec![
+            shape((0, 100), Arrival::InOrder),
+            shape((100, 200), Arrival::InOrder),
+        ];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::new(shapes, Order::Ascending, 3, None);
+        let Step::Read(asks) = merge.step(8) else {
+            panic!("reads first")
+        };
+        assert_eq!(
+            asks,
+            [PageAsk {
+                stream: 0,
+                limit: Some(4)
+            }]
+        );
+        merge.deliver(0, (0..4).map(|t| (Key(t, 0), t)), Some(3), false);
+        assert_eq!(
+            merge.step(8),
+            Step::Done {
+                items: vec![0, 1, 2],
+                more: true
+            }
+        );
+    }
+
+    #[test]
+    fn overlapping_streams_share_the_need_plus_a_quarter() {
+        let shapes = vec![shape((0, 100), Arrival::InOrder); 8];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::new(shapes, Order::Ascending, 99, None);
+        let Step::Read(asks) = merge.step(32) else {
+            panic!("reads first")
+        };
+        assert_eq!(asks.len(), 8);
+        // need 100, competing 8: ceil(125 / 8) = 16 each.
+        assert!(asks.iter().all(|a| a.limit == Some(16)), "{asks:?}");
+    }
+
+    #[test]
+    fn an_unordered_stream_is_read_whole_then_sorted() {
+        let shapes = vec![shape((0, 100), Arrival::Unordered)];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::new(shapes, Order::Descending, 10, None);
+        let Step::Read(asks) = merge.step(4) else {
+            panic!("reads first")
+        };
+        assert_eq!(asks[0].limit, None);
+        merge.deliver(0, [(Key(5, 0), 5), (Key(50, 0), 50)], None, false);
+        let Step::Read(again) = merge.step(4) else {
+            panic!("the rest of the stream first")
+        };
+        assert_eq!(again[0].stream, 0);
+        merge.deliver(0, [(Key(7, 0), 7), (Key(500, 0), 500)], None, true);
+        assert_eq!(
+            merge.step(4),
+            Step::Done {
+                items: vec![50, 7, 5],
+                more: false
+            }
+        );
+    }
+
+    #[test]
+    fn ties_at_a_time_indexed_pages_end_wait_for_the_next_page() {
+        let shapes = vec![
+            shape((0, 100), Arrival::TimeIndexed),
+            shape((0, 100), Arrival::InOrder),
+        ];
+        let mut merge: BoundedMerge<Key, u32> =
+            BoundedMerge::new(shapes, Order::Ascending, 10, None);
+        let Step::Read(_) = merge.step(4) else {
+            panic!("reads first")
+        };
+        // The index page ends at ts 5 with (5, 9); its tie (5, 1) is on the next page.
+        merge.deliver(0, [(Key(1, 0), 10), (Key(5, 9), 59)], Some(5), false);
+        merge.deliver(1, [(Key(9, 0), 90)], Some(9), true);
+        let Step::Read(asks) = merge.step(4) else {
+            panic!("the tie at 5 may still come")
+        };
+        assert_eq!(asks.iter().map(|a| a.stream).collect::<Vec<_>>(), [0]);
+        merge.deliver(0, [(Key(5, 1), 51)], Some(5), true);
+        assert_eq!(
+            merge.step(4),
+            Step::Done {
+                items: vec![10, 51, 59, 90],
+                more: false
+            }
+        );
+    }
+
+    #[test]
+    fn delivery_drops_what_is_outside_the_span_or_not_after_the_resume_key() {
+        let shapes = vec![shape((10, 20), Arrival::InOrder)];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::new(shapes, Order::Ascending, 10, Some(Key(12, 0)));
+        let _ = merge.step(1);
+        merge.deliver(
+            0,
+            [5, 11, 12, 13, 19, 20].map(|t| (Key(t, 0), t)),
+            Some(20),
+            true,
+        );
+        assert_eq!(merge.buffered(), 2);
+        assert_eq!(
+            merge.step(1),
+            Step::Done {
+                items: vec![13, 19],
+                more: false
+            }
+        );
+    }
 }

@@ -1,139 +1,157 @@
-//! Property 4 and the incremental merger.
+//! Property 4: a bounded merge, driven page by page over streams of every arrival kind,
+//! returns exactly the brute-force answer, and resuming after each answer's last key
+//! pages through everything with no gap and no duplicate.
 
 use proptest::prelude::*;
-use sharding::merge::{Merger, Next};
-use sharding::{Order, Position, merge};
+use sharding::merge::{Arrival, BoundedMerge, Order, Step, StreamShape, TimedKey};
 
-/// Unique keys split over 1..6 streams, each stream sorted in `order`.
-fn split(keys: &[u32], owners: &[usize], streams: usize, order: Order) -> Vec<Vec<u32>> {
-    let mut out = vec![Vec::new(); streams];
-    for (k, o) in keys.iter().zip(owners) {
-        out[o % streams].push(*k);
+/// Timestamp, then a unique id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key(i64, u32);
+
+impl TimedKey for Key {
+    fn ts_ms(&self) -> i64 {
+        self.0
     }
-    for s in &mut out {
-        s.sort_unstable();
-        if order == Order::Descending {
-            s.reverse();
-        }
-    }
-    out
 }
 
-fn sorted(mut keys: Vec<u32>, order: Order) -> Vec<u32> {
-    keys.sort_unstable();
-    if order == Order::Descending {
-        keys.reverse();
+const BUCKET_MS: i64 = 100;
+
+#[derive(Debug, Clone)]
+struct StreamCase {
+    bucket: i64,
+    arrival: Arrival,
+    /// Offsets inside the bucket; ids are made unique when the case is built.
+    offsets: Vec<i64>,
+}
+
+/// The stream's items in the order its pages deliver them.
+fn arrival_order(keys: &[Key], arrival: Arrival, order: Order) -> Vec<Key> {
+    let mut keys = keys.to_vec();
+    match arrival {
+        Arrival::InOrder => keys.sort_by(|a, b| order.cmp(a, b)),
+        // Time order, ties at one millisecond in reverse id order.
+        Arrival::TimeIndexed => {
+            keys.sort_by(|a, b| order.cmp(&a.0, &b.0).then(b.1.cmp(&a.1)));
+        }
+        // Any order: by id.
+        Arrival::Unordered => keys.sort_by_key(|k| k.1),
     }
     keys
 }
 
-fn order() -> impl Strategy<Value = Order> {
-    prop_oneof![Just(Order::Ascending), Just(Order::Descending)]
+fn read(
+    streams: &[(StreamShape, Vec<Key>)],
+    order: Order,
+    limit: usize,
+    after: Option<Key>,
+    page_cap: usize,
+    concurrency: usize,
+) -> (Vec<Key>, bool) {
+    let shapes = streams.iter().map(|(s, _)| *s).collect();
+    let mut merge: BoundedMerge<Key, Key> = BoundedMerge::new(shapes, order, limit, after);
+    let mut positions = vec![0usize; streams.len()];
+    for _ in 0..100_000 {
+        match merge.step(concurrency) {
+            Step::Done { items, more } => return (items, more),
+            Step::Read(asks) => {
+                assert!(!asks.is_empty());
+                for ask in asks {
+                    let keys = &streams[ask.stream].1;
+                    let start = positions[ask.stream];
+                    let take = ask
+                        .limit
+                        .map_or(page_cap, |l| (l as usize).min(page_cap))
+                        .max(1);
+                    let end = (start + take).min(keys.len());
+                    positions[ask.stream] = end;
+                    let page: Vec<(Key, Key)> = keys[start..end]
+                        .iter()
+                        .map(|k| (k.clone(), k.clone()))
+                        .collect();
+                    let last_ts = page.last().map(|(k, _)| k.0);
+                    merge.deliver(ask.stream, page, last_ts, end == keys.len());
+                }
+            }
+        }
+    }
+    panic!("the merge did not finish");
+}
+
+fn arrival() -> impl Strategy<Value = Arrival> {
+    prop_oneof![
+        Just(Arrival::InOrder),
+        Just(Arrival::TimeIndexed),
+        Just(Arrival::Unordered)
+    ]
+}
+
+fn stream_case() -> impl Strategy<Value = StreamCase> {
+    (
+        0i64..4,
+        arrival(),
+        prop::collection::vec(0..BUCKET_MS / 10, 0..25),
+    )
+        .prop_map(|(bucket, arrival, offsets)| StreamCase {
+            bucket,
+            arrival,
+            // Few distinct milliseconds, so ties are common.
+            offsets: offsets.into_iter().map(|o| o * 10).collect(),
+        })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Property 4: merge equals sorting the union; paging by position equals one call
-    /// without a limit; the incremental merger fed page by page agrees.
     #[test]
-    fn merge_is_sorted_union_and_pages_resume_exactly(
-        keys in prop::collection::btree_set(any::<u32>(), 0..200),
-        owners in prop::collection::vec(0usize..6, 200),
-        streams in 1usize..6,
-        order in order(),
-        limit in 1usize..20,
-        page in 1usize..7,
+    fn pages_concatenated_equal_the_brute_force_answer(
+        cases in prop::collection::vec(stream_case(), 1..7),
+        descending in any::<bool>(),
+        limit in 1usize..30,
+        page_cap in 1usize..12,
+        concurrency in 1usize..6,
     ) {
-        let keys: Vec<u32> = keys.into_iter().collect();
-        let parts = split(&keys, &owners, streams, order);
-        let expected = sorted(keys.clone(), order);
+        let order = if descending { Order::Descending } else { Order::Ascending };
+        let mut id = 0u32;
+        let mut all: Vec<Key> = Vec::new();
+        let streams: Vec<(StreamShape, Vec<Key>)> = cases
+            .iter()
+            .map(|case| {
+                let lo = case.bucket * BUCKET_MS;
+                let keys: Vec<Key> = case
+                    .offsets
+                    .iter()
+                    .map(|o| {
+                        id += 1;
+                        Key(lo + o, id)
+                    })
+                    .collect();
+                all.extend(keys.iter().cloned());
+                let shape = StreamShape { span: (lo, lo + BUCKET_MS), arrival: case.arrival };
+                (shape, arrival_order(&keys, case.arrival, order))
+            })
+            .collect();
+        all.sort_by(|a, b| order.cmp(a, b));
 
-        let whole = merge(parts.clone(), |k: &u32| *k, order, None, None).expect("sorted streams");
-        prop_assert_eq!(&whole.items, &expected);
-        prop_assert!(whole.next.is_none());
-
-        let mut paged = Vec::new();
-        let mut after: Option<Position<u32>> = None;
+        // One answer at a time, each resumed after the last key of the one before.
+        let mut paged: Vec<Key> = Vec::new();
+        let mut after: Option<Key> = None;
         loop {
-            let m = merge(parts.clone(), |k: &u32| *k, order, Some(limit), after.clone()).expect("sorted");
-            prop_assert!(m.items.len() <= limit);
-            paged.extend(m.items);
-            match m.next {
-                Some(p) => {
-                    // A position survives a round trip through JSON (it travels in cursors).
-                    let json = serde_json::to_string(&p).expect("encode");
-                    after = Some(serde_json::from_str(&json).expect("decode"));
-                }
-                None => break,
+            let (items, more) = read(&streams, order, limit, after.clone(), page_cap, concurrency);
+            let expected: Vec<Key> = all
+                .iter()
+                .filter(|k| after.as_ref().is_none_or(|a| order.before(a, k)))
+                .take(limit + 1)
+                .cloned()
+                .collect();
+            prop_assert_eq!(more, expected.len() > limit);
+            prop_assert_eq!(&items[..], &expected[..expected.len().min(limit)]);
+            paged.extend(items.iter().cloned());
+            if !more {
+                break;
             }
+            after = items.last().cloned();
         }
-        prop_assert_eq!(&paged, &expected);
-
-        // Incremental: feed each stream `page` items at a time, only when asked.
-        let mut merger = Merger::new(streams, |k: &u32| *k, order, None);
-        let mut cursors = vec![0usize; streams];
-        let mut incremental = Vec::new();
-        loop {
-            match merger.pop() {
-                Next::Item(k) => incremental.push(k),
-                Next::Done => break,
-                Next::NeedMore(wanted) => {
-                    prop_assert!(!wanted.is_empty());
-                    for i in wanted {
-                        let start = cursors[i];
-                        let end = (start + page).min(parts[i].len());
-                        merger.push(i, parts[i][start..end].iter().copied()).expect("sorted page");
-                        cursors[i] = end;
-                        if end == parts[i].len() {
-                            merger.mark_exhausted(i).expect("stream exists");
-                        }
-                    }
-                }
-            }
-        }
-        prop_assert_eq!(incremental, expected);
+        prop_assert_eq!(paged, all);
     }
-}
-
-#[test]
-fn merger_waits_for_every_open_stream() {
-    let mut m = Merger::new(2, |k: &u32| *k, Order::Ascending, None);
-    assert_eq!(m.pop(), Next::NeedMore(vec![0, 1]));
-    m.push(0, [1, 5]).expect("sorted");
-    assert_eq!(m.pop(), Next::NeedMore(vec![1]));
-    m.push(1, [3]).expect("sorted");
-    assert_eq!(m.pop(), Next::Item(1));
-    assert_eq!(m.pop(), Next::Item(3));
-    // Stream 1 is drained but open: 5 may not be emitted before stream 1 answers.
-    assert_eq!(m.pop(), Next::NeedMore(vec![1]));
-    m.mark_exhausted(1).expect("exists");
-    assert_eq!(m.pop(), Next::Item(5));
-    assert_eq!(m.pop(), Next::NeedMore(vec![0]));
-    m.mark_exhausted(0).expect("exists");
-    assert_eq!(m.pop(), Next::Done);
-    assert_eq!(m.position(), Some(Position { last: 5 }));
-}
-
-#[test]
-fn merger_refuses_unsorted_pages_and_skips_the_resumed_prefix() {
-    let mut m = Merger::new(
-        1,
-        |k: &u32| *k,
-        Order::Descending,
-        Some(Position { last: 7 }),
-    );
-    assert!(m.push(0, [3, 4]).is_err());
-    let mut m = Merger::new(
-        1,
-        |k: &u32| *k,
-        Order::Descending,
-        Some(Position { last: 7 }),
-    );
-    m.push(0, [9, 7, 6]).expect("sorted");
-    m.mark_exhausted(0).expect("exists");
-    assert!(m.push(0, [1]).is_err());
-    assert_eq!(m.pop(), Next::Item(6));
-    assert_eq!(m.pop(), Next::Done);
-    assert!(m.push(3, [1]).is_err());
 }
