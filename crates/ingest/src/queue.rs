@@ -109,6 +109,58 @@ impl SqsQueue {
             source_url,
         }
     }
+
+    /// Sends one message per entry to `queue_url`, in `SendMessageBatch` calls grouped
+    /// by the entries' estimated `sizes`; one result per entry (an entry that could not
+    /// be built fails alone).
+    async fn send_all(
+        &self,
+        queue_url: &str,
+        entries: Vec<Result<SendMessageBatchRequestEntry, String>>,
+        sizes: impl IntoIterator<Item = usize>,
+    ) -> Vec<Result<(), String>> {
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); entries.len()];
+        let mut entries: Vec<Option<Result<SendMessageBatchRequestEntry, String>>> =
+            entries.into_iter().map(Some).collect();
+        for group in groups(sizes) {
+            let mut batch = Vec::with_capacity(group.len());
+            for &i in &group {
+                match entries[i].take() {
+                    Some(Ok(e)) => batch.push(e),
+                    Some(Err(e)) => results[i] = Err(e),
+                    None => {}
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            match self
+                .client
+                .send_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(batch))
+                .send()
+                .await
+            {
+                Ok(output) => record_failures(
+                    &mut results,
+                    output
+                        .failed()
+                        .iter()
+                        .map(|f| (f.id(), f.code(), f.message())),
+                ),
+                Err(e) => fail_group(
+                    &mut results,
+                    &group,
+                    &format!(
+                        "SendMessageBatch failed: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(&e)
+                    ),
+                ),
+            }
+        }
+        results
+    }
 }
 
 fn attribute(value: &str) -> Result<MessageAttributeValue, String> {
@@ -177,47 +229,15 @@ fn fail_group(results: &mut [Result<(), String>], group: &[usize], why: &str) {
 impl Queue for SqsQueue {
     #[tracing::instrument(skip_all, fields(letters = letters.len()))]
     async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
-        let mut results: Vec<Result<(), String>> = vec![Ok(()); letters.len()];
+        let entries = letters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| entry(i, l))
+            .collect();
         let sizes = letters
             .iter()
             .map(|l| l.body.len() + l.reason().len() * 2 + l.message_id.len() + 128);
-        for group in groups(sizes) {
-            let mut entries = Vec::with_capacity(group.len());
-            for &i in &group {
-                match entry(i, &letters[i]) {
-                    Ok(e) => entries.push(e),
-                    Err(e) => results[i] = Err(e),
-                }
-            }
-            if entries.is_empty() {
-                continue;
-            }
-            match self
-                .client
-                .send_message_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                Ok(output) => record_failures(
-                    &mut results,
-                    output
-                        .failed()
-                        .iter()
-                        .map(|f| (f.id(), f.code(), f.message())),
-                ),
-                Err(e) => fail_group(
-                    &mut results,
-                    &group,
-                    &format!(
-                        "SendMessageBatch failed: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                ),
-            }
-        }
-        results
+        self.send_all(&self.dlq_url, entries, sizes).await
     }
 
     #[tracing::instrument(skip_all, fields(delays = delays.len()))]
@@ -278,7 +298,11 @@ impl Queue for SqsQueue {
         let Some(source_url) = &self.source_url else {
             return vec![Err("no source queue URL configured".to_owned()); copies.len()];
         };
-        let mut results: Vec<Result<(), String>> = vec![Ok(()); copies.len()];
+        let entries = copies
+            .iter()
+            .enumerate()
+            .map(|(i, c)| copy_entry(i, c))
+            .collect();
         let sizes = copies.iter().map(|c| {
             c.body.len()
                 + c.attributes
@@ -287,43 +311,7 @@ impl Queue for SqsQueue {
                     .sum::<usize>()
                 + 64
         });
-        for group in groups(sizes) {
-            let mut entries = Vec::with_capacity(group.len());
-            for &i in &group {
-                match copy_entry(i, &copies[i]) {
-                    Ok(e) => entries.push(e),
-                    Err(e) => results[i] = Err(e),
-                }
-            }
-            if entries.is_empty() {
-                continue;
-            }
-            match self
-                .client
-                .send_message_batch()
-                .queue_url(source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                Ok(output) => record_failures(
-                    &mut results,
-                    output
-                        .failed()
-                        .iter()
-                        .map(|f| (f.id(), f.code(), f.message())),
-                ),
-                Err(e) => fail_group(
-                    &mut results,
-                    &group,
-                    &format!(
-                        "SendMessageBatch failed: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                ),
-            }
-        }
-        results
+        self.send_all(source_url, entries, sizes).await
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::Credentials;
 
@@ -125,20 +125,4 @@ impl EnvLookup {
     }
 }
 
-/// Reads `KEY=VALUE` lines; blank lines and `#` comments are skipped.
-pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read env file {}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            bail!("{}:{}: expected KEY=VALUE", path.display(), n + 1);
-        };
-        out.insert(key.trim().to_owned(), value.trim().to_owned());
-    }
-    Ok(out)
-}
+pub use stand_in::read_env_file;

@@ -53,22 +53,48 @@ impl NodeTools {
     }
 }
 
-/// Creates `.local/venv` and installs `infra/local/requirements.txt` into it, unless
-/// a stamp shows that exactly these requirements are already installed.
+/// Creates `.local/venv` and installs `infra/local/requirements.txt` (moto) into it,
+/// unless a stamp shows that exactly these requirements are already installed.
 ///
 /// Safe to call from several processes at once (parallel test binaries): the work is
 /// done under an exclusive lock on `.local/venv.lock`, and the stamp is written last.
 pub fn ensure_venv(root: &Path) -> Result<Venv> {
-    let requirements = root.join("infra/local/requirements.txt");
-    let dir = root.join(".local/venv");
+    ensure_python_venv(
+        root,
+        "venv",
+        "infra/local/requirements.txt",
+        &["moto_server"],
+    )
+}
+
+/// Creates `.local/venv-deploy` from `infra/deploy/requirements.txt` (SAM CLI, cfn-lint,
+/// cargo-lambda, zig), like [`ensure_venv`]; `cargo xtask validate` and the Lambda
+/// tests use it.
+pub fn ensure_deploy_venv(root: &Path) -> Result<Venv> {
+    ensure_python_venv(
+        root,
+        "venv-deploy",
+        "infra/deploy/requirements.txt",
+        &["sam", "cfn-lint", "cargo-lambda"],
+    )
+}
+
+/// `.local/{name}` with the requirements file `requirements` (relative to `root`)
+/// installed and every one of `tools` present, unless the stamp `.local/{name}.stamp`
+/// holds the digest of exactly these requirements and the tools are there. Works under
+/// an exclusive lock on `.local/{name}.lock`; the stamp is written last.
+fn ensure_python_venv(root: &Path, name: &str, requirements: &str, tools: &[&str]) -> Result<Venv> {
+    let requirements = root.join(requirements);
+    let dir = root.join(".local").join(name);
     let venv = Venv {
         root: root.to_path_buf(),
         dir: dir.clone(),
     };
     let digest = digest_files(&[&requirements])?;
-    let stamp = root.join(".local/venv.stamp");
-    with_lock(&root.join(".local/venv.lock"), || {
-        if stamp_matches(&stamp, &digest) && venv.bin("moto_server").is_file() {
+    let stamp = root.join(format!(".local/{name}.stamp"));
+    with_lock(&root.join(format!(".local/{name}.lock")), || {
+        let complete = tools.iter().all(|tool| venv.bin(tool).is_file());
+        if stamp_matches(&stamp, &digest) && complete {
             return Ok(());
         }
         eprintln!(
@@ -87,10 +113,10 @@ pub fn ensure_venv(root: &Path) -> Result<Venv> {
                 "-r",
             ])
             .arg(&requirements))?;
-        if !venv.bin("moto_server").is_file() {
+        if let Some(missing) = tools.iter().find(|tool| !venv.bin(tool).is_file()) {
             bail!(
                 "pip finished but {} is missing",
-                venv.bin("moto_server").display()
+                venv.bin(missing).display()
             );
         }
         fs::write(&stamp, &digest).with_context(|| format!("writing {}", stamp.display()))
@@ -151,56 +177,6 @@ pub fn ensure_dynalite(root: &Path) -> Result<NodeTools> {
         fs::write(&stamp, &digest).with_context(|| format!("writing {}", stamp.display()))
     })?;
     Ok(tools)
-}
-
-/// Creates `.local/venv-deploy` from `infra/deploy/requirements.txt` (SAM CLI, cfn-lint,
-/// cargo-lambda, zig), unless the stamp `.local/venv-deploy.stamp` holds exactly these
-/// requirements and the tools are there; the same venv and stamp as
-/// `cargo xtask validate`. Safe to call from several processes at once, like
-/// [`ensure_venv`].
-pub fn ensure_deploy_venv(root: &Path) -> Result<Venv> {
-    let requirements = root.join("infra/deploy/requirements.txt");
-    let dir = root.join(".local/venv-deploy");
-    let venv = Venv {
-        root: root.to_path_buf(),
-        dir: dir.clone(),
-    };
-    let stamp = root.join(".local/venv-deploy.stamp");
-    let wanted = fs::read_to_string(&requirements)
-        .with_context(|| format!("reading {}", requirements.display()))?;
-    with_lock(&root.join(".local/venv-deploy.lock"), || {
-        let installed = fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
-        let complete = ["sam", "cfn-lint", "cargo-lambda"]
-            .iter()
-            .all(|tool| venv.bin(tool).is_file());
-        if installed && complete {
-            return Ok(());
-        }
-        eprintln!(
-            "stand-in: installing {} into {}",
-            requirements.display(),
-            dir.display()
-        );
-        run(Command::new(python()).arg("-m").arg("venv").arg(&dir))?;
-        run(Command::new(venv.bin("python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements))?;
-        if !venv.bin("cargo-lambda").is_file() {
-            bail!(
-                "pip finished but {} is missing",
-                venv.bin("cargo-lambda").display()
-            );
-        }
-        fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))
-    })?;
-    Ok(venv)
 }
 
 fn python() -> String {

@@ -156,20 +156,21 @@ pub fn write_env_file(path: &Path, pairs: &[(String, String)]) -> Result<()> {
 }
 
 /// Reads a `KEY=VALUE` file as written by [`Stack::write_env`] (blank lines and `#`
-/// comments skipped).
+/// comments skipped, keys and values trimmed); a line without `=` is an error naming
+/// the file and line.
 pub fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read env file {}", path.display()))?;
     let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let (k, v) = line
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line
             .split_once('=')
-            .with_context(|| format!("{}: line without '=': {line:?}", path.display()))?;
-        out.insert(k.to_owned(), v.to_owned());
+            .with_context(|| format!("{}:{}: expected KEY=VALUE", path.display(), n + 1))?;
+        out.insert(key.trim().to_owned(), value.trim().to_owned());
     }
     Ok(out)
 }
