@@ -82,6 +82,12 @@ pub struct Config {
     /// `MAX_REQUEUES` (default 3): how often one message may be requeued as a fresh copy
     /// (each copy gets `MAX_RECEIVES` receives again); 0 dead-letters at the last receive.
     pub max_requeues: u32,
+    /// `RAISE_AHEAD_WCU` (default 500, 0 turns it off): when one batch alone shows an
+    /// entity writing at least this many readings per second on each of its keys
+    /// (`sharding::fanout::over_rate`), its fan-out is raised before a throttle asks.
+    /// Half of a partition's 1,000 WCU/s: a lower bound this high means the key is
+    /// near its limit.
+    pub raise_ahead_wcu: f64,
 }
 
 impl Config {
@@ -175,7 +181,13 @@ impl Config {
         if max_receives == 0 {
             return Err(env.invalid("MAX_RECEIVES", "must be at least 1"));
         }
+        let raise_ahead_wcu: f64 =
+            env.parse_or("RAISE_AHEAD_WCU", 500.0, "readings per second per key")?;
+        if !(raise_ahead_wcu.is_finite() && raise_ahead_wcu >= 0.0) {
+            return Err(env.invalid("RAISE_AHEAD_WCU", "must be 0 (off) or more"));
+        }
         Ok(Config {
+            raise_ahead_wcu,
             max_receives,
             max_requeues: env.parse_or("MAX_REQUEUES", 3, "a non-negative integer")?,
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
@@ -306,6 +318,8 @@ mod tests {
         check(("REDELIVERY_BASE_SECS", "ten"), "REDELIVERY_BASE_SECS");
         check(("MAX_RECEIVES", "0"), "MAX_RECEIVES");
         check(("MAX_REQUEUES", "-1"), "MAX_REQUEUES");
+        check(("RAISE_AHEAD_WCU", "-5"), "RAISE_AHEAD_WCU");
+        check(("RAISE_AHEAD_WCU", "inf"), "RAISE_AHEAD_WCU");
     }
 
     #[test]

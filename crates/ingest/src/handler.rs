@@ -27,7 +27,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt;
 use rand::Rng;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::fanout::KeepReason;
+use sharding::fanout::{self, KeepReason};
 use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
@@ -531,6 +531,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         //    of an older, smaller k is no reason to raise again.
         let mut owners: Vec<(usize, String)> = Vec::new();
         let mut keyed_with: Vec<u32> = Vec::new();
+        let mut times: Vec<Timestamp> = Vec::new();
         let mut items: Vec<Item> = Vec::new();
         for (m, stage) in stages.iter_mut().enumerate() {
             if let Stage::Keyed(keyed) = stage {
@@ -538,11 +539,24 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     keyed_with.push(keying.as_ref().map_or(1, |(table, fanouts)| {
                         fanout_of(table, fanouts, &reading.device_id, reading.ts)
                     }));
+                    times.push(reading.ts);
                     owners.push((m, reading.device_id));
                     items.push(item);
                 }
             }
         }
+        // Entities whose readings in this batch alone show a rate near a key's limit get
+        // their fan-out raised before a throttle asks for it.
+        let fanout_raises_ahead = self
+            .raise_ahead(
+                &owners,
+                &keyed_with,
+                &times,
+                (now, started),
+                work_deadline,
+                rng,
+            )
+            .await;
         let pks: Vec<String> = items
             .iter()
             .map(|i| match i.get(store::batch::PK) {
@@ -577,6 +591,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             &mut early_rng,
         );
         let (batch, (mut fanout_raises, raised_early)) = tokio::join!(writes, early);
+        fanout_raises += fanout_raises_ahead;
         let mut fates: Vec<Option<Fate>> = stages
             .into_iter()
             .map(|stage| match stage {
@@ -876,6 +891,68 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 Err(refusal) => Stage::Refused(refusal),
             }
         })
+    }
+
+    /// Raises the fan-out of each entity whose readings in this batch show at least
+    /// `raise_ahead_wcu` per key at the fan-out they were keyed with (the latest of
+    /// its readings'), through the same decision as a key-range throttle: so the
+    /// cooldown, the pending check and the conditional update apply alike. Returns the
+    /// raises won.
+    async fn raise_ahead<R: Rng + ?Sized>(
+        &self,
+        owners: &[(usize, String)],
+        keyed_with: &[u32],
+        times: &[Timestamp],
+        (now, started): (Timestamp, Instant),
+        deadline: Instant,
+        rng: &mut R,
+    ) -> u64 {
+        // Per entity: readings, first and last timestamp, and the k of the last one.
+        let mut seen: BTreeMap<&str, (u64, Timestamp, Timestamp, u32)> = BTreeMap::new();
+        for (((_, entity), keyed), ts) in owners.iter().zip(keyed_with).zip(times) {
+            let entry = seen.entry(entity.as_str()).or_insert((0, *ts, *ts, *keyed));
+            entry.0 += 1;
+            entry.1 = entry.1.min(*ts);
+            if *ts >= entry.2 {
+                entry.2 = *ts;
+                entry.3 = *keyed;
+            }
+        }
+        let mut raises = 0;
+        for (entity, (count, first, last, keyed)) in seen {
+            let span_ms = last.as_millis().saturating_sub(first.as_millis());
+            if !fanout::over_rate(count, span_ms, keyed, self.config.raise_ahead_wcu) {
+                continue;
+            }
+            // A first signal may only create the entity's metadata; the second decides.
+            for _ in 0..2 {
+                if Instant::now() >= deadline {
+                    return raises;
+                }
+                let at = now.saturating_add(started.elapsed());
+                let change = tokio::time::timeout_at(
+                    deadline,
+                    self.directory
+                        .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
+                )
+                .await
+                .unwrap_or(Err(StoreError::Deadline));
+                let created = matches!(change, Ok(FanoutChange::Created { .. }));
+                if matches!(change, Ok(FanoutChange::Raised(_))) {
+                    tracing::info!(
+                        entity,
+                        readings = count,
+                        span_ms,
+                        "raising fan-out ahead of throttles"
+                    );
+                }
+                raises += log_change(entity, change);
+                if !created {
+                    break;
+                }
+            }
+        }
+        raises
     }
 
     /// Brings each key-range-throttled partition key's owner to the directory as the

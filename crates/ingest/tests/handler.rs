@@ -736,3 +736,56 @@ async fn a_failed_requeue_leaves_the_message_reported() {
         ids(&ev).into_iter().collect()
     );
 }
+
+/// The hot-burst event with its 100 readings of `hot-1` restamped `step_ms` apart.
+fn hot_burst_every(step_ms: i64) -> aws_lambda_events::event::sqs::SqsEvent {
+    let mut ev = event("sqs-hot-burst.json");
+    let start = now()
+        .checked_sub(Duration::from_secs(60))
+        .expect("in range")
+        .as_millis();
+    let mut n = 0;
+    for record in &mut ev.records {
+        let mut body: serde_json::Value =
+            serde_json::from_str(record.body.as_deref().expect("body")).expect("json");
+        for reading in body["readings"].as_array_mut().expect("readings") {
+            reading["ts"] = serde_json::json!(start + n * step_ms);
+            n += 1;
+        }
+        record.body = Some(body.to_string());
+    }
+    ev
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_showing_a_rate_near_the_key_limit_raises_the_fan_out_ahead_of_throttles() {
+    // 100 readings 10 ms apart: 99 / 0.99 s = 100 readings/s on one key.
+    let ev = hot_burst_every(10);
+    let fx = Fixture::new();
+    let report = fx
+        .service(&[("RAISE_AHEAD_WCU", "80")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.fanout_raises, 1);
+    assert!(
+        report.writes.throttles.is_empty(),
+        "no throttle asked for it"
+    );
+    let meta = fx.shards.entity("hot-1").expect("metadata created");
+    assert_eq!(meta.number_of_shards, 2);
+
+    // The same batch under the threshold, or with the signal off, raises nothing.
+    for threshold in ["120", "0"] {
+        let fx = Fixture::new();
+        let report = fx
+            .service(&[("RAISE_AHEAD_WCU", threshold)])
+            .process(&ev, now(), deadline(), &mut rng())
+            .await;
+        assert_eq!(report.fanout_raises, 0, "threshold {threshold}");
+        assert!(
+            fx.shards
+                .entity("hot-1")
+                .is_none_or(|m| m.number_of_shards == 1)
+        );
+    }
+}

@@ -151,6 +151,27 @@ pub fn grow(k: u32, max: u32) -> u32 {
     k.saturating_mul(2).max(k.saturating_add(1)).min(max)
 }
 
+/// Fewest readings of one entity in one batch that [`over_rate`] draws a rate from.
+pub const MIN_RATE_SAMPLE: u64 = 20;
+
+/// Whether `count` readings of one entity, seen in one batch with timestamps spanning
+/// `span_ms` from first to last, show at least `per_key` readings per second on each of
+/// its `k` keys: `(count - 1) / span / k >= per_key`.
+///
+/// One invocation sees only part of an entity's readings, so this is a lower bound on
+/// its rate, and a raise it prompts is one a throttle would soon prompt anyway. Fewer
+/// than [`MIN_RATE_SAMPLE`] readings say nothing; a span under 1 ms counts as 1 ms;
+/// `per_key` of 0 (or less) turns the signal off.
+#[must_use]
+pub fn over_rate(count: u64, span_ms: i64, k: u32, per_key: f64) -> bool {
+    if count < MIN_RATE_SAMPLE || per_key <= 0.0 || !per_key.is_finite() {
+        return false;
+    }
+    let span_secs = span_ms.max(1) as f64 / 1000.0;
+    let rate = (count - 1) as f64 / span_secs;
+    rate / f64::from(k.max(1)) >= per_key
+}
+
 /// Decides whether to raise an entity's fan-out after a write keyed with fan-out
 /// `keyed` saw `throttle` at `now`.
 ///
@@ -217,4 +238,24 @@ pub fn decide<R: Rng + ?Sized>(
         effective_from: now.saturating_add(policy.propagation_margin),
         updated_at: now,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_shows_a_rate_only_with_enough_readings_and_per_key() {
+        // 1,000 readings over 1 s: 999/s.
+        assert!(over_rate(1000, 1000, 1, 500.0));
+        assert!(!over_rate(1000, 1000, 2, 500.0));
+        assert!(over_rate(1000, 1000, 1, 999.0));
+        assert!(!over_rate(1000, 1000, 1, 1000.0));
+        // Too few readings say nothing, whatever their span.
+        assert!(!over_rate(MIN_RATE_SAMPLE - 1, 0, 1, 1.0));
+        assert!(over_rate(MIN_RATE_SAMPLE, 0, 1, 1.0));
+        // Off.
+        assert!(!over_rate(1000, 1, 1, 0.0));
+        assert!(!over_rate(1000, 1, 1, f64::NAN));
+    }
 }

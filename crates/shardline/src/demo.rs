@@ -564,6 +564,9 @@ fn ingest_env(
         ("FANOUT_JITTER_SECS", t.jitter_secs.to_string()),
         ("RETRY_MAX_ATTEMPTS", t.retry_max_attempts.to_string()),
         ("MAX_INFLIGHT", t.max_inflight.to_string()),
+        // Raising ahead of throttles at half a key's limit, as the default (500 of
+        // 1,000 WCU/s) does in AWS, scaled to the demo's per-key limit.
+        ("RAISE_AHEAD_WCU", (scenario.key_wcu / 2.0).to_string()),
     ] {
         env.set(k, v);
     }
