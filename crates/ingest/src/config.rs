@@ -11,6 +11,7 @@ use sharding::epoch::propagation_margin;
 use sharding::fanout::FanoutPolicy;
 use sharding::layout::{Layout, Strategy};
 use sharding::time::Bucket;
+use store::directory::DirectoryConfig;
 
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +92,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// The shard directory's settings: cache TTL, fan-out policy, initial layout.
+    pub fn directory_config(&self) -> DirectoryConfig {
+        DirectoryConfig {
+            cache_ttl: self.cache_ttl,
+            policy: self.fanout,
+            initial_layout: self.layout.clone(),
+        }
+    }
+
     /// Parses the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())

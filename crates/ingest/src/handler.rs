@@ -32,7 +32,7 @@ use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, Item, Outcome, WriteStats, WriterConfig};
-use store::directory::{DirectoryConfig, FanoutChange, ShardDirectory, ShardStore};
+use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::size::{MAX_ITEM_BYTES, item_size};
 use store::{Reading, ReadingItem, StoreError, ThrottleKind};
@@ -395,14 +395,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 backoff: config.backoff,
             },
         );
-        let directory = ShardDirectory::new(
-            shards,
-            DirectoryConfig {
-                cache_ttl: config.cache_ttl,
-                policy: config.fanout,
-                initial_layout: config.layout.clone(),
-            },
-        );
+        let directory = ShardDirectory::new(shards, config.directory_config());
         Self {
             config,
             writer,

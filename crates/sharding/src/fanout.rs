@@ -172,6 +172,60 @@ pub fn over_rate(count: u64, span_ms: i64, k: u32, per_key: f64) -> bool {
     rate / f64::from(k.max(1)) >= per_key
 }
 
+/// Why an operator's planned fan-out was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlannedRaiseError {
+    /// Over the policy's largest k.
+    #[error("fan-out {k} is over the largest allowed, {max} (FANOUT_MAX)")]
+    OverMax {
+        /// The k asked for.
+        k: u32,
+        /// `FanoutPolicy::max_fanout`.
+        max: u32,
+    },
+    /// The new epoch would not come after the last scheduled one.
+    #[error(transparent)]
+    Epoch(#[from] EpochError),
+}
+
+/// An operator's raise of a known-hot entity to fan-out `k` ahead of its load (the
+/// planner's hot-entity k, say), so its first readings already spread over `k` keys.
+///
+/// Unlike [`decide`] it needs no throttle and no cooldown: the operator knows the load is
+/// coming. It keeps the epoch rule: the new k takes effect at `now + propagation margin`,
+/// so a writer's cached history still holds every epoch its readings can fall in.
+/// `Ok(None)` when the latest scheduled k is already at least `k`: a fan-out never
+/// shrinks, and asking again is harmless.
+pub fn planned_raise(
+    meta: &ShardMeta,
+    k: u32,
+    now: Timestamp,
+    policy: &FanoutPolicy,
+) -> Result<Option<Raise>, PlannedRaiseError> {
+    if k > policy.max_fanout {
+        return Err(PlannedRaiseError::OverMax {
+            k,
+            max: policy.max_fanout,
+        });
+    }
+    let current = meta.number_of_shards.max(1);
+    if k <= current {
+        return Ok(None);
+    }
+    let raise = Raise {
+        from: current,
+        to: k,
+        precondition_last_updated: meta.last_updated,
+        effective_from: now
+            .checked_add(policy.propagation_margin)
+            .ok_or(EpochError::OutOfRange)?,
+        updated_at: now,
+    };
+    // Refuses an epoch that would not follow the last scheduled one.
+    meta.raised(&raise)?;
+    Ok(Some(raise))
+}
+
 /// Decides whether to raise an entity's fan-out after a write keyed with fan-out
 /// `keyed` saw `throttle` at `now`.
 ///
@@ -243,6 +297,74 @@ pub fn decide<R: Rng + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn policy() -> FanoutPolicy {
+        FanoutPolicy {
+            cooldown: Duration::from_secs(60),
+            jitter: Duration::from_secs(10),
+            max_fanout: 16,
+            propagation_margin: Duration::from_secs(5),
+        }
+    }
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millis(ms).unwrap()
+    }
+
+    #[test]
+    fn a_planned_raise_takes_effect_after_the_margin_without_a_cooldown() {
+        let meta = ShardMeta::initial(at(1_000_000));
+        // Right after the item was created: no cooldown applies to an operator's raise.
+        let raise = planned_raise(&meta, 4, at(1_000_001), &policy())
+            .unwrap()
+            .unwrap();
+        assert_eq!((raise.from, raise.to), (1, 4));
+        assert_eq!(raise.effective_from, at(1_005_001));
+        assert_eq!(raise.precondition_last_updated, at(1_000_000));
+        assert_eq!(raise.updated_at, at(1_000_001));
+        let raised = meta.raised(&raise).unwrap();
+        assert_eq!(raised.shard_history.at(at(1_005_000)), None);
+        assert_eq!(raised.shard_history.at(at(1_005_001)), Some(4));
+    }
+
+    #[test]
+    fn a_planned_raise_never_shrinks_and_respects_the_maximum() {
+        let meta = ShardMeta::initial(at(0));
+        let raised = meta
+            .raised(&planned_raise(&meta, 8, at(10), &policy()).unwrap().unwrap())
+            .unwrap();
+        // Asking for the same or a smaller k again changes nothing.
+        assert_eq!(planned_raise(&raised, 8, at(20_000), &policy()), Ok(None));
+        assert_eq!(planned_raise(&raised, 2, at(20_000), &policy()), Ok(None));
+        assert_eq!(
+            planned_raise(&raised, 17, at(20_000), &policy()),
+            Err(PlannedRaiseError::OverMax { k: 17, max: 16 })
+        );
+        // Growing further later is an ordinary epoch after the last one.
+        let more = planned_raise(&raised, 16, at(20_000), &policy())
+            .unwrap()
+            .unwrap();
+        assert_eq!((more.from, more.to), (8, 16));
+    }
+
+    #[test]
+    fn a_planned_raise_cannot_land_before_a_scheduled_one() {
+        let meta = ShardMeta::initial(at(0));
+        let long = FanoutPolicy {
+            propagation_margin: Duration::from_secs(60),
+            ..policy()
+        };
+        let raised = meta
+            .raised(&planned_raise(&meta, 2, at(0), &long).unwrap().unwrap())
+            .unwrap();
+        // A shorter margin now would put k = 4 before the pending k = 2.
+        assert!(matches!(
+            planned_raise(&raised, 4, at(1_000), &policy()),
+            Err(PlannedRaiseError::Epoch(
+                EpochError::NotAfterPrevious { .. }
+            ))
+        ));
+    }
 
     #[test]
     fn a_batch_shows_a_rate_only_with_enough_readings_and_per_key() {

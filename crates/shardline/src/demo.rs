@@ -29,11 +29,12 @@ use indicatif::ProgressBar;
 use serde::Deserialize;
 use sharding::planner::{CapacityPlan, DEFAULT_SAFETY, PlanInput, plan_capacity};
 use stand_in::pids::PidRecord;
+use store::directory::PlannedFanout;
 
 use crate::env::EnvLookup;
-use crate::heatmap;
 use crate::publish::{self, Generator, Plan, SendOptions, Summary};
 use crate::run_local::{self, Settings, Stats};
+use crate::{fanout, heatmap};
 
 /// The hot sensor of seed 001.
 pub const HOT_DEVICE: &str = "sensor-alpha-001";
@@ -86,6 +87,10 @@ pub struct DemoArgs {
     /// Seed of the device simulator (both runs send the same stream).
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Leave the hot device's fan-out to the ingest's raises in run 2: no fan-out planned
+    /// ahead of its load, so its first seconds throttle until a raise takes effect.
+    #[arg(long)]
+    pub reactive: bool,
     /// Output directory (heat CSVs, heatmaps, report).
     #[arg(long, default_value = DEFAULT_OUT_DIR)]
     pub out_dir: PathBuf,
@@ -151,6 +156,7 @@ impl DemoArgs {
             key_wcu: self.key_wcu,
             drain: secs("drain", self.drain)?,
             query_window: secs("query-secs", self.query_secs)?,
+            planned_fanout: !self.reactive,
             ingest: IngestTuning {
                 max_future_secs: self.max_future_secs,
                 cache_ttl_secs: self.cache_ttl_secs,
@@ -225,6 +231,8 @@ pub struct Scenario {
     pub drain: Duration,
     /// Width of the range read back.
     pub query_window: Duration,
+    /// Run 2 schedules the planner's hot fan-out for the hot device before publishing.
+    pub planned_fanout: bool,
     /// Ingest settings.
     pub ingest: IngestTuning,
     /// The runner's batching window.
@@ -400,8 +408,8 @@ pub struct RunReport {
     pub all_query: QueryResult,
     /// The hot device's fan-out epochs.
     pub fanout: Vec<FanoutEpoch>,
-    /// Throttled items from the second in which the first raise took effect, on
-    /// sub-shard keys and on the others.
+    /// Throttled items from the second in which the hot fan-out first grew (planned or
+    /// raised), on sub-shard keys and on the others.
     pub throttles_after_raise: Option<(u64, u64)>,
     /// Throttled items before that second.
     pub throttles_before_raise: Option<u64>,
@@ -452,7 +460,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          follows from the epoch in force at its own ts; the cooldown ({cd} s) is at least that margin, so k is not raised \
          again before the last raise could help. The writer retries throttled items up to {retries} times within the \
          handler's deadline instead of handing them back to the queue for 185 s.\n  \
-         Run 1 uses FANOUT_MAX=1: the naive layout has no fan-out to raise.",
+         Run 1 uses FANOUT_MAX=1: the naive layout has no fan-out to raise. {planned}",
         devices = s.devices,
         fleet = s.fleet_rate,
         hot = s.hot_device,
@@ -478,6 +486,16 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
         retries = t.retry_max_attempts,
         inflight = t.max_inflight,
         margin = t.margin_secs(),
+        planned = if s.planned_fanout {
+            format!(
+                "Run 2 schedules k = {k} for {hot} before it publishes (`shardline fanout`), as an operator \
+                 who knows the load is coming would; --reactive leaves it to the ingest's raises.",
+                k = plan.hot_entity_fanout,
+                hot = s.hot_device
+            )
+        } else {
+            "Run 2 leaves the hot device's fan-out to the ingest's raises (--reactive).".to_owned()
+        },
     )
 }
 
@@ -586,6 +604,31 @@ fn ingest_env(
     env
 }
 
+/// Schedules fan-out `k` for the hot device (what `shardline fanout` does) and waits
+/// until it is in force, so the first hot reading already spreads over `k` keys.
+async fn schedule_hot_fanout(
+    scenario: &Scenario,
+    variant: Variant,
+    env: &EnvLookup,
+    endpoint: &str,
+    k: u32,
+) -> anyhow::Result<()> {
+    let planned = fanout::schedule(env, Some(endpoint), &scenario.hot_device, k).await?;
+    scenario.say(format!(
+        "  [{}] planned: {}",
+        variant.name(),
+        fanout::describe(&scenario.hot_device, &planned)
+    ));
+    if let PlannedFanout::Scheduled(raise) = planned {
+        let wait = raise.effective_from.as_millis() - publish::wall_clock()?.as_millis();
+        if let Ok(wait) = u64::try_from(wait) {
+            // One more millisecond: the epoch starts at `effective_from` inclusive.
+            tokio::time::sleep(Duration::from_millis(wait + 1)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Messages received but not settled by a finished invocation.
 fn unsettled(stats: &Stats) -> u64 {
     stats.messages.saturating_sub(
@@ -611,10 +654,17 @@ async fn run_variant(
     venv: &stand_in::Venv,
     variant: Variant,
 ) -> anyhow::Result<RunReport> {
-    let layout = match variant {
-        Variant::Naive => "unsharded: PK = device".to_owned(),
-        Variant::Adaptive => format!(
-            "time-bucket (minute), N = {}, fan-out k from 1",
+    let planned_k = (variant == Variant::Adaptive && scenario.planned_fanout)
+        .then_some(plan.hot_entity_fanout)
+        .filter(|&k| k > 1);
+    let layout = match (variant, planned_k) {
+        (Variant::Naive, _) => "unsharded: PK = device".to_owned(),
+        (Variant::Adaptive, Some(k)) => format!(
+            "time-bucket (minute), N = {}, hot device k = {k} planned, raised on heat",
+            plan.table_shards
+        ),
+        (Variant::Adaptive, None) => format!(
+            "time-bucket (minute), N = {}, fan-out k from 1, raised on heat",
             plan.table_shards
         ),
     };
@@ -647,6 +697,10 @@ async fn run_variant(
     settings.max_concurrency = scenario.max_concurrency;
     let running = run_local::start(settings, &env, Some(&proxy.url())).await?;
     let query_addr = running.query_addr().context("the query API is not up")?;
+
+    if let Some(k) = planned_k {
+        schedule_hot_fanout(scenario, variant, &env, &proxy.url(), k).await?;
+    }
 
     // The devices talk to SQS itself, not through the DynamoDB emulator.
     let sqs = aws_sdk_sqs::Client::new(&stand_in::sdk_config(&moto_url).await);
@@ -1028,7 +1082,7 @@ pub fn report_text(report: &DemoReport) -> String {
     row(&format!("query: all devices, {window}"), &|r| {
         r.all_query.cell()
     });
-    row("throttles before the first raise took effect", &|r| {
+    row("throttles before the hot fan-out first grew", &|r| {
         r.throttles_before_raise
             .map_or_else(|| "-".to_owned(), |n| n.to_string())
     });
@@ -1071,7 +1125,8 @@ pub fn report_text(report: &DemoReport) -> String {
         }
     }
     s.push_str(&format!(
-        "\nThrottles after the first raise: on sub-shard keys the fan-out was still too small \
+        "\nThe hot fan-out first grows with the planned k (or, with --reactive, the ingest's first raise). \
+         Throttles after that: on sub-shard keys the fan-out was still too small \
          (it is raised again after the cooldown); on other keys they are readings stamped before \
          the raise, which keep their old key by design (no dual writes, no backfill).\n\
          Heatmaps (rows = partition keys, columns = seconds, red = over {} WCU/s or throttled):\n  {}\n  {}\n\

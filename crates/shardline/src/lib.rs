@@ -4,6 +4,7 @@
 //! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
 //! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
 //! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
+//! - [`fanout`]: a known-hot device's fan-out, scheduled ahead of its load;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
 //! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest;
@@ -12,6 +13,7 @@
 pub mod audit;
 pub mod demo;
 pub mod env;
+pub mod fanout;
 pub mod heatmap;
 pub mod publish;
 pub mod run_local;

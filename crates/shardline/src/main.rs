@@ -2,7 +2,7 @@
 //! (`plan` here, the others in the library so the demo and tests share them).
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, demo, heatmap, publish, run_local, soak};
+use shardline::{audit, demo, fanout, heatmap, publish, run_local, soak};
 
 mod plan;
 
@@ -22,6 +22,8 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Run the queue's event source mapping and the query API locally, in process.
     RunLocal(run_local::RunLocalArgs),
+    /// Schedule a known-hot device's fan-out ahead of its load.
+    Fanout(fanout::FanoutArgs),
     /// Audit partition keys of a write sample or a table: cardinality, shares, peaks.
     Audit(audit::AuditArgs),
     /// Draw per-key WCU over time from a capacity-proxy heat CSV as a PNG.
@@ -42,6 +44,7 @@ fn main() -> anyhow::Result<()> {
             init_tracing();
             runtime()?.block_on(run_local::run(&args))
         }
+        Command::Fanout(args) => runtime()?.block_on(fanout::run(&args)),
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
         Command::Demo(args) => {
             init_tracing();

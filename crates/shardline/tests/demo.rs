@@ -23,6 +23,7 @@ fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
         key_wcu: 100.0,
         drain: Duration::from_secs(15),
         query_window: Duration::from_secs(2),
+        planned_fanout: true,
         ingest: IngestTuning {
             max_future_secs: 1,
             cache_ttl_secs: 1,
@@ -40,7 +41,8 @@ fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demo_report_shows_naive_throttles_and_adaptive_raises() -> Result<()> {
+async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_them() -> Result<()>
+{
     let dir = tempfile::tempdir()?;
     let report = demo::run(&scenario(dir.path())?).await?;
     let text = demo::report_text(&report);
@@ -49,13 +51,20 @@ async fn the_demo_report_shows_naive_throttles_and_adaptive_raises() -> Result<(
     assert!(report.plan.table_shards > 1, "{text}");
     assert!(naive.throttled() > 0, "the naive layout throttles:\n{text}");
     assert_eq!(naive.runner.fanout_raises, 0, "{text}");
+    let planned = report.plan.hot_entity_fanout;
+    assert!(planned > 1, "{text}");
     assert!(
-        adaptive.runner.fanout_raises >= 1,
-        "the hot device's fan-out is raised:\n{text}"
+        adaptive.fanout.first().is_some_and(|e| e.k == planned),
+        "the API lists the planned fan-out first:\n{text}"
+    );
+    assert_eq!(
+        adaptive.throttles_before_raise,
+        Some(0),
+        "the planned fan-out is in force before the first reading:\n{text}"
     );
     assert!(
-        adaptive.fanout.iter().any(|e| e.k > 1),
-        "the API lists the raised fan-out:\n{text}"
+        adaptive.throttled() < naive.throttled(),
+        "the planned fan-out takes the load the naive key cannot:\n{text}"
     );
     assert_eq!(adaptive.sent.send_failures, 0, "{text}");
     assert_eq!(

@@ -19,7 +19,7 @@ use std::time::Duration;
 use rand::Rng;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::{
-    self, FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Throttle,
+    self, FanoutDecision, FanoutPolicy, KeepReason, PlannedRaiseError, Raise, ShardMeta, Throttle,
 };
 use sharding::layout::Layout;
 use sharding::time::Timestamp;
@@ -124,6 +124,48 @@ pub enum FanoutChange {
     /// Another writer changed the entity first; the cache is refreshed.
     LostRace,
 }
+
+/// What [`ShardDirectory::plan_fanout`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlannedFanout {
+    /// The raise is written; it takes effect at `effective_from`.
+    Scheduled(Raise),
+    /// The latest scheduled k is already at least the one asked for.
+    Already {
+        /// That k.
+        k: u32,
+    },
+}
+
+/// Why [`ShardDirectory::plan_fanout`] did not schedule a fan-out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanFanoutError {
+    /// The fan-out asked for cannot be scheduled.
+    #[error("cannot schedule fan-out {k} for {entity}: {source}")]
+    Refused {
+        /// The entity.
+        entity: String,
+        /// The k asked for.
+        k: u32,
+        /// Why.
+        #[source]
+        source: PlannedRaiseError,
+    },
+    /// Writers raised the entity's fan-out at every attempt.
+    #[error("writers changed the fan-out of {entity} at each of {attempts} attempts; try again")]
+    Contended {
+        /// The entity.
+        entity: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The metadata table failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Attempts of [`ShardDirectory::plan_fanout`] against racing writers.
+const PLAN_ATTEMPTS: u32 = 3;
 
 #[derive(Debug, Clone)]
 struct Cached<T> {
@@ -246,6 +288,61 @@ impl<S: ShardStore> ShardDirectory<S> {
                 value,
             },
         );
+    }
+
+    /// Schedules fan-out `k` for `entity` ahead of its load (an operator's plan): creates
+    /// its metadata if missing, then raises k with `sharding::fanout::planned_raise`,
+    /// effective after the propagation margin. Reads the store, not the cache, and
+    /// retries when a writer's raise wins the conditional update first.
+    #[tracing::instrument(skip(self))]
+    pub async fn plan_fanout(
+        &self,
+        entity: &str,
+        k: u32,
+        now: Timestamp,
+    ) -> Result<PlannedFanout, PlanFanoutError> {
+        for _ in 0..PLAN_ATTEMPTS {
+            let meta = match self.store.get_entity(entity).await? {
+                Some(meta) => meta,
+                None => {
+                    let default = self.layout(now).await?.latest().default_fanout();
+                    let created = ShardMeta {
+                        number_of_shards: default,
+                        ..ShardMeta::initial(now)
+                    };
+                    if !self.store.create_entity(entity, &created).await? {
+                        continue;
+                    }
+                    created
+                }
+            };
+            let planned =
+                fanout::planned_raise(&meta, k, now, &self.config.policy).map_err(|source| {
+                    PlanFanoutError::Refused {
+                        entity: entity.to_owned(),
+                        k,
+                        source,
+                    }
+                })?;
+            let Some(raise) = planned else {
+                let k = meta.number_of_shards;
+                self.remember(entity, now, Some(meta));
+                return Ok(PlannedFanout::Already { k });
+            };
+            if self.store.raise_entity(entity, &raise).await? {
+                let raised = meta
+                    .raised(&raise)
+                    .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
+                tracing::info!(entity, from = raise.from, to = raise.to, effective_from = %raise.effective_from, "scheduled a planned fan-out");
+                self.remember(entity, now, Some(raised));
+                return Ok(PlannedFanout::Scheduled(raise));
+            }
+            self.invalidate(entity);
+        }
+        Err(PlanFanoutError::Contended {
+            entity: entity.to_owned(),
+            attempts: PLAN_ATTEMPTS,
+        })
     }
 
     /// Reacts to a throttle on a write of `entity` keyed with fan-out `keyed`: creates

@@ -62,6 +62,6 @@ pub mod size;
 pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteStats, WriterConfig,
 };
-pub use directory::{ShardDirectory, ShardStore};
+pub use directory::{PlanFanoutError, PlannedFanout, ShardDirectory, ShardStore};
 pub use error::{StoreError, ThrottleKind};
 pub use item::{Reading, ReadingItem};

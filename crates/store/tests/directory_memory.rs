@@ -11,7 +11,7 @@ use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
 use store::ShardStore;
 use store::ThrottleKind;
-use store::directory::{DirectoryConfig, FanoutChange, ShardDirectory};
+use store::directory::{DirectoryConfig, FanoutChange, PlannedFanout, ShardDirectory};
 use store::memory::MemoryShards;
 
 pub fn policy() -> FanoutPolicy {
@@ -191,4 +191,91 @@ async fn s15_ten_writers_racing_in_memory_raise_once() {
             .len(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_planned_fanout_creates_the_entity_and_takes_effect_after_the_margin() {
+    let shards = MemoryShards::new();
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    let planned = directory
+        .plan_fanout("known-hot", 4, t(0))
+        .await
+        .expect("ok");
+    let PlannedFanout::Scheduled(raise) = planned else {
+        panic!("expected a scheduled raise, got {planned:?}");
+    };
+    assert_eq!((raise.from, raise.to), (1, 4));
+    assert_eq!(raise.effective_from, t(365));
+    let meta = shards.entity("known-hot").expect("stored");
+    assert_eq!(meta.number_of_shards, 4);
+    assert_eq!(meta.shard_history.at(t(364)), None);
+    assert_eq!(meta.shard_history.at(t(365)), Some(4));
+    // Read plans find it: it is in the hot set.
+    assert!(
+        shards
+            .hot_entities()
+            .await
+            .expect("ok")
+            .contains("known-hot")
+    );
+    // Asking again, or for less, changes nothing.
+    assert_eq!(
+        directory.plan_fanout("known-hot", 4, t(10)).await,
+        Ok(PlannedFanout::Already { k: 4 })
+    );
+    assert_eq!(
+        directory.plan_fanout("known-hot", 2, t(10)).await,
+        Ok(PlannedFanout::Already { k: 4 })
+    );
+    assert_eq!(shards.raises().len(), 1);
+}
+
+#[tokio::test]
+async fn a_planned_fanout_over_the_maximum_is_refused_and_writes_nothing_but_the_entity() {
+    let shards = MemoryShards::new();
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    let refused = directory
+        .plan_fanout("known-hot", 9, t(0))
+        .await
+        .expect_err("over FANOUT_MAX");
+    assert!(
+        refused.to_string().contains("over the largest allowed, 8"),
+        "{refused}"
+    );
+    assert!(shards.raises().is_empty());
+    assert_eq!(
+        shards.entity("known-hot").map(|m| m.number_of_shards),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn a_planned_fanout_grows_an_entity_the_writers_already_raised() {
+    let shards = MemoryShards::new();
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    let rng = &mut StdRng::seed_from_u64(5);
+    let kr = ThrottleKind::KeyRange;
+    directory
+        .on_throttle("hot", kr, 1, t(0), rng)
+        .await
+        .expect("ok");
+    directory
+        .on_throttle("hot", kr, 1, t(1), rng)
+        .await
+        .expect("ok");
+    // Within the writers' cooldown, and while their raise is pending: the operator's
+    // k = 8 is scheduled after it.
+    let planned = directory.plan_fanout("hot", 8, t(2)).await.expect("ok");
+    let PlannedFanout::Scheduled(raise) = planned else {
+        panic!("expected a scheduled raise, got {planned:?}");
+    };
+    assert_eq!((raise.from, raise.to), (2, 8));
+    let meta = shards.entity("hot").expect("stored");
+    let ks: Vec<u32> = meta
+        .shard_history
+        .epochs()
+        .iter()
+        .map(|e| e.value)
+        .collect();
+    assert_eq!(ks, [2, 8]);
 }
