@@ -3,6 +3,7 @@
 mod audit;
 mod demo;
 mod end_to_end;
+mod fanout;
 mod generate;
 mod heatmap;
 mod plan;
