@@ -1129,6 +1129,8 @@ pub fn report_text(report: &DemoReport) -> String {
          Throttles after that: on sub-shard keys the fan-out was still too small \
          (it is raised again after the cooldown); on other keys they are readings stamped before \
          the raise, which keep their old key by design (no dual writes, no backfill).\n\
+         Query times are moto's: it answers a Query on the time index (reads over every device) by \
+         scanning every item of the table, where DynamoDB reads one partition.\n\
          Heatmaps (rows = partition keys, columns = seconds, red = over {} WCU/s or throttled):\n  {}\n  {}\n\
          Heat CSVs: {}, {}\nBoth runs took {:.0} s.",
         report.scenario.key_wcu,
