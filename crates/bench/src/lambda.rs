@@ -107,9 +107,9 @@ pub async fn run(release_dir: &Path, results: &mut Results) -> Result<()> {
         "6",
         "sizes of target/release/{ingest,query} from `cargo build --release -p ingest -p query` \
          (the workspace release profile strips symbols). Start-to-ready is NOT measured under \
-         `cargo lambda watch`: cargo-lambda is not installed on this machine (it comes with \
-         .local/venv-deploy from `cargo xtask validate`, absent here) and `watch` rebuilds the \
-         function itself. Measured instead: the release binary started directly with the \
+         `cargo lambda watch`: `watch` runs `cargo build` and starts the function when the \
+         first invocation arrives, so its figure would be mostly cargo's (the e2e tests run \
+         both functions under it). Measured instead: the release binary started directly with the \
          Lambda environment variables and AWS_LAMBDA_RUNTIME_API pointing at a fake runtime API \
          on loopback, from spawn until its first GET /2018-06-01/runtime/invocation/next \
          (configuration parsed, SDK clients built, runtime loop entered; no AWS call needed; the \
