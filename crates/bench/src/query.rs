@@ -114,14 +114,15 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         &table,
         retention,
     )?;
-    let single = || {
+    // One partition key, limit 100, on the table or on an index.
+    let single = |pk: String, index: Option<String>| {
         let via = via.clone();
         let name = stack.table_name.clone();
-        let pk = one.pk.clone();
         async move {
             let t = Instant::now();
             via.query()
                 .table_name(name)
+                .set_index_name(index)
                 .key_condition_expression("PK = :pk")
                 .expression_attribute_values(":pk", AttributeValue::S(pk))
                 .limit(100)
@@ -142,24 +143,6 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         &table,
         retention,
     )?;
-    let single_index = || {
-        let via = via.clone();
-        let name = stack.table_name.clone();
-        let pk = shard_hour.pk.clone();
-        let index = time_index.clone();
-        async move {
-            let t = Instant::now();
-            via.query()
-                .table_name(name)
-                .set_index_name(index)
-                .key_condition_expression("PK = :pk")
-                .expression_attribute_values(":pk", AttributeValue::S(pk))
-                .limit(100)
-                .send()
-                .await?;
-            anyhow::Ok(t.elapsed().as_secs_f64() * 1000.0)
-        }
-    };
     let request = |path: &'static str, query: String| {
         let svc = &svc;
         async move {
@@ -181,16 +164,16 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
     );
     // Warm-up: connections, the directory cache.
     for _ in 0..3 {
-        single().await?;
+        single(one.pk.clone(), None).await?;
         request("/devices/dev-00001/readings", device_q.clone()).await?;
         request("/readings", all_q.clone()).await?;
     }
     let (mut s, mut si, mut d, mut a) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut d_stats, mut a_stats) = (None, None);
     for _ in 0..settings.iterations {
-        s.push(single().await?);
+        s.push(single(one.pk.clone(), None).await?);
         if time_index.is_some() {
-            si.push(single_index().await?);
+            si.push(single(shard_hour.pk.clone(), time_index.clone()).await?);
         }
         let (ms, st) = request("/devices/dev-00001/readings", device_q.clone()).await?;
         d.push(ms);

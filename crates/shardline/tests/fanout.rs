@@ -67,30 +67,23 @@ async fn schedules_once_refuses_over_the_maximum_and_names_bad_input() -> Result
     assert_eq!(history(&stack, "sensor-alpha-001").await?, epochs);
 
     // Over FANOUT_MAX, a bad id, k = 0: refused with the reason, nothing written.
-    let out = shardline(
-        &["--device", "sensor-alpha-001", "--k", "32"],
-        Some(&env_file),
-    )?;
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("over the largest allowed, 16 (FANOUT_MAX)"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = shardline(&["--device", "bad#id", "--k", "4"], Some(&env_file))?;
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("bad --device \"bad#id\""),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = shardline(&["--device", "sensor-beta", "--k", "0"], Some(&env_file))?;
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("--k must be at least 1"),
-        "{}",
-        text(&out.stderr)
-    );
+    for (device, k, reason) in [
+        (
+            "sensor-alpha-001",
+            "32",
+            "over the largest allowed, 16 (FANOUT_MAX)",
+        ),
+        ("bad#id", "4", "bad --device \"bad#id\""),
+        ("sensor-beta", "0", "--k must be at least 1"),
+    ] {
+        let out = shardline(&["--device", device, "--k", k], Some(&env_file))?;
+        assert!(!out.status.success(), "{device} --k {k} was accepted");
+        assert!(
+            text(&out.stderr).contains(reason),
+            "{device} --k {k}: {}",
+            text(&out.stderr)
+        );
+    }
     assert_eq!(history(&stack, "sensor-alpha-001").await?, epochs);
     Ok(())
 }

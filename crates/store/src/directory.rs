@@ -329,15 +329,9 @@ impl<S: ShardStore> ShardDirectory<S> {
                 self.remember(entity, now, Some(meta));
                 return Ok(PlannedFanout::Already { k });
             };
-            if self.store.raise_entity(entity, &raise).await? {
-                let raised = meta
-                    .raised(&raise)
-                    .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
-                tracing::info!(entity, from = raise.from, to = raise.to, effective_from = %raise.effective_from, "scheduled a planned fan-out");
-                self.remember(entity, now, Some(raised));
+            if self.apply_raise(entity, &meta, &raise, now).await? {
                 return Ok(PlannedFanout::Scheduled(raise));
             }
-            self.invalidate(entity);
         }
         Err(PlanFanoutError::Contended {
             entity: entity.to_owned(),
@@ -392,18 +386,34 @@ impl<S: ShardStore> ShardDirectory<S> {
                 let Some(current) = meta else {
                     return Ok(FanoutChange::LostRace);
                 };
-                if self.store.raise_entity(entity, &raise).await? {
-                    let raised = current
-                        .raised(&raise)
-                        .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
-                    tracing::info!(entity, from = raise.from, to = raise.to, effective_from = %raise.effective_from, "raised fan-out");
-                    self.remember(entity, now, Some(raised));
+                if self.apply_raise(entity, &current, &raise, now).await? {
                     Ok(FanoutChange::Raised(raise))
                 } else {
-                    self.invalidate(entity);
                     Ok(FanoutChange::LostRace)
                 }
             }
         }
+    }
+
+    /// Writes `raise` of `entity` (currently `current`) with the conditional update.
+    /// The winner caches the raised item; a loser forgets its stale copy. `true` if this
+    /// writer won.
+    async fn apply_raise(
+        &self,
+        entity: &str,
+        current: &ShardMeta,
+        raise: &Raise,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        if !self.store.raise_entity(entity, raise).await? {
+            self.invalidate(entity);
+            return Ok(false);
+        }
+        let raised = current
+            .raised(raise)
+            .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
+        tracing::info!(entity, from = raise.from, to = raise.to, effective_from = %raise.effective_from, "raised fan-out");
+        self.remember(entity, now, Some(raised));
+        Ok(true)
     }
 }
