@@ -151,6 +151,14 @@ pub fn grow(k: u32, max: u32) -> u32 {
     k.saturating_mul(2).max(k.saturating_add(1)).min(max)
 }
 
+/// The `last_updated` a change written at `now` sets: `now`, but always after the
+/// token it replaces, so the conditional update's token changes even when an item is
+/// created and raised within one millisecond. Otherwise a writer still holding the old
+/// token could win a second, stale raise.
+fn next_token(last_updated: Timestamp, now: Timestamp) -> Timestamp {
+    now.max(last_updated.saturating_add(Duration::from_millis(1)))
+}
+
 /// Fewest readings of one entity in one batch that [`over_rate`] draws a rate from.
 pub const MIN_RATE_SAMPLE: u64 = 20;
 
@@ -219,7 +227,7 @@ pub fn planned_raise(
         effective_from: now
             .checked_add(policy.propagation_margin)
             .ok_or(EpochError::OutOfRange)?,
-        updated_at: now,
+        updated_at: next_token(meta.last_updated, now),
     };
     // Refuses an epoch that would not follow the last scheduled one.
     meta.raised(&raise)?;
@@ -290,7 +298,7 @@ pub fn decide<R: Rng + ?Sized>(
         to: grow(k, policy.max_fanout),
         precondition_last_updated: meta.last_updated,
         effective_from: now.saturating_add(policy.propagation_margin),
-        updated_at: now,
+        updated_at: next_token(meta.last_updated, now),
     })
 }
 
@@ -325,6 +333,31 @@ mod tests {
         let raised = meta.raised(&raise).unwrap();
         assert_eq!(raised.shard_history.at(at(1_005_000)), None);
         assert_eq!(raised.shard_history.at(at(1_005_001)), Some(4));
+    }
+
+    #[test]
+    fn a_raise_in_the_millisecond_of_creation_still_changes_the_token() {
+        let meta = ShardMeta::initial(at(1_000));
+        let planned = planned_raise(&meta, 4, at(1_000), &policy())
+            .unwrap()
+            .unwrap();
+        assert_eq!(planned.precondition_last_updated, at(1_000));
+        assert_eq!(planned.updated_at, at(1_001));
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
+        let FanoutDecision::Raise(decided) = decide(
+            Some(&meta),
+            Throttle::KeyRange,
+            1,
+            at(1_000),
+            &policy(),
+            &mut rng,
+        ) else {
+            panic!("the first raise waits for nothing");
+        };
+        assert_eq!(decided.updated_at, at(1_001));
+        // A writer still holding the old token now loses the conditional update.
+        let raised = meta.raised(&decided).unwrap();
+        assert_ne!(raised.last_updated, meta.last_updated);
     }
 
     #[test]
