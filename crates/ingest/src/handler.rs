@@ -669,14 +669,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             if Instant::now() >= work_deadline {
                 break;
             }
-            let at = now.saturating_add(started.elapsed());
-            let change = tokio::time::timeout_at(
-                work_deadline,
-                self.directory
-                    .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
-            )
-            .await
-            .unwrap_or(Err(StoreError::Deadline));
+            let (_, change) = self
+                .key_range_throttle(entity, keyed, (now, started), work_deadline, rng)
+                .await;
             fanout_raises += log_change(entity, change);
         }
 
@@ -886,6 +881,29 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         })
     }
 
+    /// Brings a key-range throttle of `entity`'s key, keyed with fan-out `keyed`, to the
+    /// directory, bounded by `deadline`. The decision's time is now, not the
+    /// invocation's start: a raise takes effect a full propagation margin after it is
+    /// written. Returns that time with the directory's answer.
+    async fn key_range_throttle<R: Rng + ?Sized>(
+        &self,
+        entity: &str,
+        keyed: u32,
+        (now, started): (Timestamp, Instant),
+        deadline: Instant,
+        rng: &mut R,
+    ) -> (Timestamp, Result<FanoutChange, StoreError>) {
+        let at = now.saturating_add(started.elapsed());
+        let change = tokio::time::timeout_at(
+            deadline,
+            self.directory
+                .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
+        )
+        .await
+        .unwrap_or(Err(StoreError::Deadline));
+        (at, change)
+    }
+
     /// Raises the fan-out of each entity whose readings in this batch show at least
     /// `raise_ahead_wcu` per key at the fan-out they were keyed with (the latest of
     /// its readings'), through the same decision as a key-range throttle: so the
@@ -922,14 +940,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 if Instant::now() >= deadline {
                     return raises;
                 }
-                let at = now.saturating_add(started.elapsed());
-                let change = tokio::time::timeout_at(
-                    deadline,
-                    self.directory
-                        .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
-                )
-                .await
-                .unwrap_or(Err(StoreError::Deadline));
+                let (_, change) = self
+                    .key_range_throttle(entity, keyed, (now, started), deadline, rng)
+                    .await;
                 let created = matches!(change, Ok(FanoutChange::Created { .. }));
                 if matches!(change, Ok(FanoutChange::Raised(_))) {
                     tracing::info!(
@@ -976,16 +989,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             if !due || Instant::now() >= deadline {
                 continue;
             }
-            // The decision's time is now, not the invocation's start: the raise takes
-            // effect a full propagation margin after it is written.
-            let at = now.saturating_add(started.elapsed());
-            let change = tokio::time::timeout_at(
-                deadline,
-                self.directory
-                    .on_throttle(entity, ThrottleKind::KeyRange, *keyed, at, rng),
-            )
-            .await
-            .unwrap_or(Err(StoreError::Deadline));
+            let (at, change) = self
+                .key_range_throttle(entity, *keyed, (now, started), deadline, rng)
+                .await;
             let again = match &change {
                 Ok(FanoutChange::Created { .. }) => Some(Instant::now()),
                 Ok(FanoutChange::Kept(KeepReason::CoolingDown { until })) => {

@@ -203,13 +203,16 @@ pub enum PlannedRaiseError {
 /// coming. It keeps the epoch rule: the new k takes effect at `now + propagation margin`,
 /// so a writer's cached history still holds every epoch its readings can fall in.
 /// `Ok(None)` when the latest scheduled k is already at least `k`: a fan-out never
-/// shrinks, and asking again is harmless.
+/// shrinks, and asking again is harmless. A `k` of 0 is refused.
 pub fn planned_raise(
     meta: &ShardMeta,
     k: u32,
     now: Timestamp,
     policy: &FanoutPolicy,
 ) -> Result<Option<Raise>, PlannedRaiseError> {
+    if k == 0 {
+        return Err(EpochError::ZeroFanout.into());
+    }
     if k > policy.max_fanout {
         return Err(PlannedRaiseError::OverMax {
             k,
@@ -372,6 +375,10 @@ mod tests {
         assert_eq!(
             planned_raise(&raised, 17, at(20_000), &policy()),
             Err(PlannedRaiseError::OverMax { k: 17, max: 16 })
+        );
+        assert_eq!(
+            planned_raise(&raised, 0, at(20_000), &policy()),
+            Err(PlannedRaiseError::Epoch(EpochError::ZeroFanout))
         );
         // Growing further later is an ordinary epoch after the last one.
         let more = planned_raise(&raised, 16, at(20_000), &policy())

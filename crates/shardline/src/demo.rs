@@ -622,7 +622,7 @@ async fn schedule_hot_fanout(
     if let PlannedFanout::Scheduled(raise) = planned {
         let wait = raise.effective_from.as_millis() - publish::wall_clock()?.as_millis();
         if let Ok(wait) = u64::try_from(wait) {
-            // One more millisecond: the epoch starts at `effective_from` inclusive.
+            // One more millisecond: the wall clock reads whole milliseconds.
             tokio::time::sleep(Duration::from_millis(wait + 1)).await;
         }
     }
