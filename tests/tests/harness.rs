@@ -19,20 +19,3 @@ pub async fn dynamodb(endpoint: &str) -> aws_sdk_dynamodb::Client {
 pub async fn sqs(endpoint: &str) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::new(&stand_in::sdk_config(endpoint).await)
 }
-
-/// Variables cargo sets for this test process, not for a cargo it runs (they would
-/// change build-script fingerprints and rebuild dependencies).
-pub fn leaks_from_cargo_test(name: &str) -> bool {
-    [
-        "CARGO_PKG_",
-        "CARGO_MANIFEST_",
-        "CARGO_CRATE_",
-        "CARGO_BIN_",
-    ]
-    .iter()
-    .any(|prefix| name.starts_with(prefix))
-        || matches!(
-            name,
-            "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR" | "CARGO_RUSTC_CURRENT_DIR"
-        )
-}

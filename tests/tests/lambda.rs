@@ -60,7 +60,7 @@ impl Watch {
         // stack would be rebuilt here and again by the next `cargo test`.
         for (name, _) in std::env::vars_os() {
             let name = name.to_string_lossy();
-            if harness::leaks_from_cargo_test(&name) {
+            if stand_in::set_by_cargo_for_its_child(&name) {
                 command.env_remove(name.as_ref());
             }
         }

@@ -10,8 +10,6 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 use shardline::soak::{SoakConfig, run};
 
-use crate::harness;
-
 /// Builds the `shardline` binary into this test's target directory (a dependency's
 /// binary is not built for a test of another package) and returns its path.
 fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
@@ -22,7 +20,7 @@ fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
-        if harness::leaks_from_cargo_test(&name) {
+        if stand_in::set_by_cargo_for_its_child(&name) {
             command.env_remove(name.as_ref());
         }
     }

@@ -5,14 +5,16 @@
 //! jumps over the gaps when nothing is due. So token buckets refill during real retries
 //! and back-offs, but idle waiting costs no wall time.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use capacity_proxy::{Clock, Proxy, ProxyConfig, ProxyHandle};
 use futures::StreamExt;
-use ingest::Fate;
+use ingest::handler::SOURCE_ID_ATTRIBUTE;
+use ingest::{Fate, Requeue};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -22,10 +24,14 @@ use crate::report::Results;
 const DEVICE: &str = "sensor-alpha-001";
 /// Messages the device sends per second (its readings are batched into them).
 const MESSAGES_PER_SECOND: usize = 40;
-/// The template's IngestQueueVisibilityTimeout default.
+/// The template's IngestQueueVisibilityTimeout default: a reported message comes back
+/// after it when the handler could not set its own redelivery wait.
 const VISIBILITY: Duration = Duration::from_secs(185);
-/// The DLQ's maxReceiveCount.
+/// The DLQ's maxReceiveCount (the handler's MAX_RECEIVES default).
 const MAX_RECEIVES: u32 = 5;
+/// The source queue's URL as the handler is configured with it; the simulated queue
+/// applies the delays and copies it asks for.
+const SOURCE_QUEUE_URL: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/ingest";
 /// Concurrent invocations (the template's IngestMaxConcurrency default).
 const CONCURRENCY: usize = 20;
 
@@ -59,10 +65,72 @@ impl Clock for SimClock {
     }
 }
 
+/// One message in the simulated source queue: the device's message or a copy the
+/// handler requeued.
 struct Pending {
+    /// The body it carries (an index into the device's messages).
     index: usize,
+    /// This copy's message id.
+    id: String,
+    /// Receives so far (SQS's `ApproximateReceiveCount`).
     receives: u32,
+    /// Message attributes (a requeued copy's requeue count and first id).
+    attributes: HashMap<String, SqsMessageAttribute>,
     visible_at: Duration,
+}
+
+impl Pending {
+    /// The record of its next receive, as Lambda delivers it.
+    fn receive(&mut self, body: &str) -> SqsMessage {
+        self.receives += 1;
+        let mut m = SqsMessage::default();
+        m.message_id = Some(self.id.clone());
+        m.receipt_handle = Some(self.receipt_handle());
+        m.body = Some(body.to_owned());
+        m.attributes.insert(
+            "ApproximateReceiveCount".to_owned(),
+            self.receives.to_string(),
+        );
+        m.message_attributes = self.attributes.clone();
+        m.event_source = Some("aws:sqs".to_owned());
+        m.aws_region = Some("us-east-1".to_owned());
+        m
+    }
+
+    /// The handle of the latest receive.
+    fn receipt_handle(&self) -> String {
+        format!("{}#{}", self.id, self.receives)
+    }
+
+    /// A copy the handler sent back to the source queue, visible after its delay.
+    fn copy(n: usize, copy: Requeue, now: Duration) -> Result<Pending> {
+        let source = copy
+            .attributes
+            .get(SOURCE_ID_ATTRIBUTE)
+            .map(|(_, id)| id.as_str())
+            .context("a requeued copy without its source message id")?;
+        let index = source
+            .strip_prefix('m')
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("a requeued copy of an unknown message {source:?}"))?;
+        let attributes = copy
+            .attributes
+            .into_iter()
+            .map(|(name, (data_type, value))| {
+                let mut a = SqsMessageAttribute::default();
+                a.data_type = Some(data_type);
+                a.string_value = Some(value);
+                (name, a)
+            })
+            .collect();
+        Ok(Pending {
+            index,
+            id: format!("c{n}"),
+            receives: 0,
+            attributes,
+            visible_at: now + Duration::from_secs(copy.delay_secs.into()),
+        })
+    }
 }
 
 /// (sim time, items accepted, items throttled) so far.
@@ -77,17 +145,33 @@ fn sample(proxy: &ProxyHandle, clock: &SimClock) -> Sample {
     )
 }
 
+/// What the simulated source queue saw of the handler's answers.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Readings in messages the handler dead-lettered with a reason.
+    dead_lettered: usize,
+    /// Readings in messages still reported at the last receive, which the redrive
+    /// policy moves to the DLQ without a reason.
+    redriven: usize,
+    /// Messages the handler requeued as fresh copies.
+    requeued: usize,
+    /// Redelivery waits the handler set.
+    delayed: usize,
+    raises: u64,
+}
+
 /// What one rate produced.
 #[derive(Debug)]
-pub struct Outcome {
-    pub first_clean_window: Option<u64>,
-    pub throttled_after: f64,
-    pub stored: usize,
-    pub generated: usize,
-    pub dead_lettered: usize,
-    pub raises: u64,
-    pub wall_seconds: f64,
-    pub sim_end: f64,
+struct Outcome {
+    first_clean_window: Option<u64>,
+    throttled_after: f64,
+    stored: usize,
+    generated: usize,
+    tally: Tally,
+    /// The hot device's fan-out epochs at the end.
+    fanout: String,
+    wall_seconds: f64,
+    sim_end: f64,
 }
 
 async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
@@ -105,6 +189,7 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
         ("FANOUT_COOLDOWN_SECS", "3"),
         ("FANOUT_JITTER_SECS", "1"),
         ("RETENTION_DAYS", "30"),
+        ("SOURCE_QUEUE_URL", SOURCE_QUEUE_URL),
     ])?;
     let service = common::service(&proxy.url(), config).await;
 
@@ -150,17 +235,34 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
     };
 
     let wall = Instant::now();
+    let queue_port = service.queue().clone();
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut next = 0usize;
-    let mut dead_lettered = 0usize;
-    let mut raises = 0u64;
+    let mut copies = 0usize;
+    let mut tally = Tally::default();
     let mut invocation = 0u64;
+    let mut progress = Instant::now();
     loop {
         let now = clock.now();
+        if progress.elapsed() >= Duration::from_secs(15) {
+            progress = Instant::now();
+            eprintln!(
+                "  {rate}/s: {:.0} s simulated, {:.0} s wall: {next} of {} messages sent, {} \
+                 queued, {} items stored, {} raises",
+                now.as_secs_f64(),
+                wall.elapsed().as_secs_f64(),
+                bodies.len(),
+                queue.len(),
+                proxy.stats().items_accepted,
+                tally.raises,
+            );
+        }
         while next < bodies.len() && due(next) <= now {
             queue.push_back(Pending {
                 index: next,
+                id: format!("m{next}"),
                 receives: 0,
+                attributes: HashMap::new(),
                 visible_at: due(next),
             });
             next += 1;
@@ -184,20 +286,17 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
                 None => break,
             }
         }
-        let events: Vec<(Vec<Pending>, aws_lambda_events::event::sqs::SqsEvent)> = {
-            let mut out = Vec::new();
-            let mut ready = ready.into_iter().peekable();
-            while ready.peek().is_some() {
-                let batch: Vec<Pending> = ready.by_ref().take(10).collect();
-                let ev = common::event(
-                    batch
-                        .iter()
-                        .map(|p| (format!("m{}", p.index), bodies[p.index].clone())),
-                );
-                out.push((batch, ev));
-            }
-            out
-        };
+        let mut events: Vec<(Vec<Pending>, SqsEvent)> = Vec::new();
+        let mut ready = ready.into_iter().peekable();
+        while ready.peek().is_some() {
+            let mut batch: Vec<Pending> = ready.by_ref().take(10).collect();
+            let mut event = SqsEvent::default();
+            event.records = batch
+                .iter_mut()
+                .map(|p| p.receive(&bodies[p.index]))
+                .collect();
+            events.push((batch, event));
+        }
         let service = &service;
         let clock_ref = &clock;
         let base = invocation;
@@ -213,33 +312,55 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
+        // What the handler asked of the source queue in this poll: redelivery waits
+        // by receipt handle, and fresh copies.
+        let now = clock.now();
+        let (delays, requeued) = queue_port.take_redeliveries();
+        let waits: HashMap<String, u32> = delays
+            .into_iter()
+            .map(|d| (d.receipt_handle, d.visibility_secs))
+            .collect();
+        tally.delayed += waits.len();
+        for copy in requeued {
+            queue.push_back(Pending::copy(copies, copy, now)?);
+            copies += 1;
+        }
         for outcome in outcomes {
             let (batch, report) = outcome?;
-            raises += report.fanout_raises;
+            tally.raises += report.fanout_raises;
             for (mut p, m) in batch.into_iter().zip(report.messages) {
+                let readings = sizes(p.index);
                 match m.fate {
                     Fate::Written { .. } => {}
-                    Fate::DeadLettered { .. } => dead_lettered += sizes(p.index),
-                    // The simulated queue carries no source URL: nothing is requeued,
-                    // but a copy would start its receives again.
-                    Fate::Requeued { .. } => {
-                        p.receives = 0;
-                        p.visible_at = clock.now() + VISIBILITY;
-                        queue.push_back(p);
+                    Fate::DeadLettered { .. } => tally.dead_lettered += readings,
+                    // Deleted from the queue; its copy came back through `requeued`.
+                    Fate::Requeued { .. } => tally.requeued += 1,
+                    Fate::Reported { .. } if p.receives >= MAX_RECEIVES => {
+                        tally.redriven += readings;
                     }
                     Fate::Reported { .. } => {
-                        p.receives += 1;
-                        if p.receives >= MAX_RECEIVES {
-                            dead_lettered += sizes(p.index);
-                        } else {
-                            p.visible_at = clock.now() + VISIBILITY;
-                            queue.push_back(p);
-                        }
+                        let wait = waits
+                            .get(&p.receipt_handle())
+                            .map_or(VISIBILITY, |s| Duration::from_secs((*s).into()));
+                        p.visible_at = now + wait;
+                        queue.push_back(p);
                     }
                 }
             }
         }
     }
+    let fanout = service
+        .directory()
+        .fanout(DEVICE, common::ts(clock.now().as_millis() as i64)?)
+        .await?
+        .epochs()
+        .iter()
+        .map(|e| {
+            let at = (e.effective_from.as_millis() - common::T0_MS) as f64 / 1000.0;
+            format!("k={} from {at:.0} s", e.value)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.await?;
     let wall_seconds = wall.elapsed().as_secs_f64();
@@ -284,8 +405,8 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
         throttled_after,
         stored: stored.len(),
         generated: total,
-        dead_lettered,
-        raises,
+        tally,
+        fanout,
         wall_seconds,
         sim_end,
     })
@@ -322,12 +443,14 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
             },
         );
         let lost = o.generated.saturating_sub(o.stored);
+        let t = &o.tally;
         results.goal(
             "2",
             &format!("{label}: readings lost (not stored)"),
             format!(
-                "{lost} of {} ({} dead-lettered after {MAX_RECEIVES} receives)",
-                o.generated, o.dead_lettered
+                "{lost} of {} ({} in messages dead-lettered with a reason, {} redriven without \
+                 one)",
+                o.generated, t.dead_lettered, t.redriven
             ),
             "0",
             if lost == 0 {
@@ -338,6 +461,11 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
                     lost as f64 / o.generated as f64 * 100.0
                 )
             },
+        );
+        results.figure(
+            "2",
+            &format!("{label}: redelivery waits set; messages requeued"),
+            format!("{}; {}", t.delayed, t.requeued),
         );
         if o.wall_seconds > seconds as f64 {
             results.note(
@@ -357,8 +485,8 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
             "2",
             &format!("{label}: fan-out raises; simulated / wall time"),
             format!(
-                "{} raises; {:.0} s simulated in {:.0} s wall",
-                o.raises, o.sim_end, o.wall_seconds
+                "{} raises ({}); {:.0} s simulated in {:.0} s wall",
+                t.raises, o.fanout, o.sim_end, o.wall_seconds
             ),
         );
     }
@@ -369,11 +497,15 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
              into them) for {seconds} s into the capacity-proxy sink (1,000 WCU/s per key, no \
              burst, no injected latency); the ingest handler runs in process (events of up to 10 \
              ready messages, up to {CONCURRENCY} invocations at once, no batching window), shard \
-             metadata in memory (MemoryShards through the real ShardDirectory). A reported message \
-             comes back after the visibility timeout ({} s) and goes to the DLQ after \
-             {MAX_RECEIVES} receives: the handler's growing redelivery waits and its requeue at \
-             the last receive need a source queue, which this simulated queue does not give it, \
-             so they are not part of this figure. Simulated clock shared by the proxy, the handler's `now` and \
+             metadata in memory (MemoryShards through the real ShardDirectory). The simulated \
+             source queue behaves as SQS does for the handler: each receive carries its \
+             ApproximateReceiveCount and a receipt handle; a reported message comes back after \
+             the redelivery wait the handler set for it (REDELIVERY_BASE_SECS = 30 doubling to \
+             REDELIVERY_CAP_SECS = 900, jittered), or after the queue's visibility timeout \
+             ({} s) when it set none; the copies it requeues at the last of {MAX_RECEIVES} \
+             receives (at most MAX_REQUEUES = 3 times) come back after their delay with a fresh \
+             receive count; a message still reported at its {MAX_RECEIVES}th receive is redriven \
+             to the DLQ. Simulated clock shared by the proxy, the handler's `now` and \
              the readings' ts: real speed while busy, jumps while idle. For fan-out raises to take \
              effect within the run: MAX_FUTURE_SECS = 1, CACHE_TTL_SECS = 1, \
              PROPAGATION_SLACK_SECS = 1 (propagation margin 3 s), FANOUT_COOLDOWN_SECS = 3, \

@@ -1,21 +1,40 @@
-//! Item 6: binary sizes, and start-to-ready time against a fake Lambda runtime API.
+//! Item 6: binary sizes, start-to-ready time under `cargo lambda watch`, and the
+//! binary's own start against a fake Lambda runtime API.
 //!
-//! "Ready" is the moment the binary asks the runtime API for its first invocation
-//! (`GET /2018-06-01/runtime/invocation/next`): by then `main` has parsed its
-//! configuration, built its clients and entered the runtime loop.
+//! Under `watch`, "ready" is the moment its emulator accepts an invocation; the first
+//! invocation then includes watch's `cargo build` (a no-op over the release build) and
+//! the function's start. For the binary alone, "ready" is the moment it asks the
+//! runtime API for its first invocation (`GET /2018-06-01/runtime/invocation/next`):
+//! by then `main` has parsed its configuration, built its clients and entered the
+//! runtime loop.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::common;
 use crate::report::Results;
 
 const RUNS: usize = 7;
+
+/// The functions' configuration: both start and answer the events below without an
+/// AWS call (nothing listens at the endpoint).
+const FUNCTION_ENV: [(&str, &str); 8] = [
+    ("AWS_REGION", "us-east-1"),
+    ("AWS_ACCESS_KEY_ID", "bench"),
+    ("AWS_SECRET_ACCESS_KEY", "bench"),
+    ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+    ("TABLE_NAME", "readings"),
+    ("SHARD_TABLE_NAME", "shards"),
+    ("DLQ_URL", "http://127.0.0.1:9/000000000000/dlq"),
+    // Inline instead of a Secrets Manager ARN.
+    ("CURSOR_KEY", "bench-cursor-key-0123456789abcdef"),
+];
 
 async fn start_to_ready(binary: &Path) -> Result<f64> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -29,15 +48,7 @@ async fn start_to_ready(binary: &Path) -> Result<f64> {
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
         .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
         .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "bench")
-        .env("AWS_SECRET_ACCESS_KEY", "bench")
-        // Nothing listens here: readiness needs no AWS call.
-        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-        .env("TABLE_NAME", "readings")
-        .env("SHARD_TABLE_NAME", "shards")
-        .env("DLQ_URL", "http://127.0.0.1:9/000000000000/dlq")
-        .env("CURSOR_KEY", "bench-cursor-key-0123456789abcdef")
+        .envs(FUNCTION_ENV)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -75,8 +86,195 @@ async fn start_to_ready(binary: &Path) -> Result<f64> {
     }
 }
 
+/// What `cargo lambda watch` took to serve a function, in ms.
+struct WatchTimes {
+    /// From its start until its emulator accepted a connection.
+    listening: f64,
+    /// The first invocation: watch's `cargo build`, the function's start and its answer.
+    first: f64,
+    /// The median of the later invocations, the function already running.
+    warm: f64,
+}
+
+/// `cargo lambda watch` in its own process group, killed with cargo and the function.
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One invocation through the emulator's invoke API; fails unless it answers 200.
+async fn invoke(port: u16, function: &str, event: &str) -> Result<()> {
+    let mut socket = TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!(
+        "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{event}",
+        event.len()
+    );
+    socket.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    if !answer.starts_with("HTTP/1.1 200") {
+        bail!(
+            "invoking {function}: {}",
+            answer.lines().next().unwrap_or("no answer")
+        );
+    }
+    Ok(())
+}
+
+/// A command running cargo (or a tool that runs it) without the variables cargo set
+/// for this process, which would change build-script fingerprints.
+fn cargo_child(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if stand_in::set_by_cargo_for_its_child(&name) {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
+}
+
+/// Serves `function` (package and binary of that name) under `cargo lambda watch
+/// --release` over the release build in `target_dir`, and invokes it with `event`.
+async fn under_watch(
+    root: &Path,
+    target_dir: &Path,
+    function: &str,
+    event: &str,
+) -> Result<WatchTimes> {
+    let venv = stand_in::ensure_deploy_venv(root)?;
+    let scratch = target_dir.join("bench-watch");
+    std::fs::create_dir_all(&scratch)?;
+    let env_file = scratch.join(format!("{function}.env"));
+    let vars: String = FUNCTION_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    std::fs::write(&env_file, vars)?;
+    let log_path = scratch.join(format!("{function}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    // What watch runs (`cargo run --release --package F --bin F`) builds the package
+    // alone, with its own feature set: built here first, watch's build is a no-op.
+    let built = cargo_child("cargo")
+        .args([
+            "build",
+            "--release",
+            "--package",
+            function,
+            "--bin",
+            function,
+        ])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("cargo build")?;
+    if !built.success() {
+        bail!("cargo build --release --package {function} failed with {built}");
+    }
+    let port = stand_in::free_loopback_port()?;
+    let started = Instant::now();
+    let watch = Watch(
+        cargo_child(venv.bin("cargo-lambda"))
+            .args([
+                "lambda",
+                "watch",
+                "--release",
+                "--package",
+                function,
+                "--bin",
+                function,
+            ])
+            .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
+            .arg(port.to_string())
+            .arg("--ignore-changes")
+            .arg("--env-file")
+            .arg(&env_file)
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .context("starting cargo lambda watch")?,
+    );
+    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let listening = loop {
+        if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "cargo lambda watch did not listen within 120 s:\n{}",
+                log_text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut timed = Vec::new();
+    for _ in 0..=RUNS {
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(600), invoke(port, function, event))
+            .await
+            .context("invocation timed out")?
+            .with_context(|| format!("log:\n{}", log_text()))?;
+        timed.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    drop(watch);
+    let first = timed.remove(0);
+    Ok(WatchTimes {
+        listening: listening.as_secs_f64() * 1000.0,
+        first,
+        warm: common::median(&mut timed),
+    })
+}
+
 /// Item 6 over the release binaries in `release_dir`.
-pub async fn run(release_dir: &Path, results: &mut Results) -> Result<()> {
+pub async fn run(root: &Path, release_dir: &Path, results: &mut Results) -> Result<()> {
+    let target_dir = release_dir
+        .parent()
+        .context("the release directory has no parent (the target directory)")?;
+    let events = [
+        ("ingest", r#"{"Records":[]}"#.to_owned()),
+        (
+            "query",
+            std::fs::read_to_string(root.join("events/apigw-bad-request.json"))?,
+        ),
+    ];
+    for (name, event) in &events {
+        match under_watch(root, target_dir, name, event).await {
+            Ok(w) => {
+                results.figure(
+                    "6",
+                    &format!("{name}: cargo lambda watch, start to ready for an invocation"),
+                    format!("{:.0} ms", w.listening),
+                );
+                results.figure(
+                    "6",
+                    &format!(
+                        "{name}: cargo lambda watch, first invocation (cargo build no-op + \
+                         function start + answer); later ones, median of {RUNS}"
+                    ),
+                    format!("{:.0} ms; {:.1} ms", w.first, w.warm),
+                );
+            }
+            Err(e) => results.note(
+                "6",
+                format!("{name} under cargo lambda watch NOT MEASURED: {e:#}"),
+            ),
+        }
+    }
     for name in ["ingest", "query"] {
         let binary = release_dir.join(name);
         let size = std::fs::metadata(&binary)
@@ -106,14 +304,20 @@ pub async fn run(release_dir: &Path, results: &mut Results) -> Result<()> {
     results.note(
         "6",
         "sizes of target/release/{ingest,query} from `cargo build --release -p ingest -p query` \
-         (the workspace release profile strips symbols). Start-to-ready is NOT measured under \
-         `cargo lambda watch`: `watch` runs `cargo build` and starts the function when the \
-         first invocation arrives, so its figure would be mostly cargo's (the e2e tests run \
-         both functions under it). Measured instead: the release binary started directly with the \
-         Lambda environment variables and AWS_LAMBDA_RUNTIME_API pointing at a fake runtime API \
-         on loopback, from spawn until its first GET /2018-06-01/runtime/invocation/next \
-         (configuration parsed, SDK clients built, runtime loop entered; no AWS call needed; the \
-         query function gets CURSOR_KEY inline instead of a Secrets Manager ARN).",
+         (the workspace release profile strips symbols). Under `cargo lambda watch --release \
+         --ignore-changes` (the deploy venv's cargo-lambda, the same target directory): watch \
+         runs `cargo run --release --package F --bin F`, which builds the package alone with \
+         its own feature set, so the bench first runs that `cargo build` itself and watch's \
+         build is a no-op. Start to ready is from spawning watch \
+         until its emulator accepts a connection on the invoke port; watch starts the function \
+         only when the first invocation arrives, so that invocation's time includes watch's \
+         `cargo build` (no-op), the function's start and its answer. The events need no AWS call: \
+         ingest gets an empty SQS event, query events/apigw-bad-request.json (a 400). The binary \
+         alone: the release binary started directly with the Lambda environment variables and \
+         AWS_LAMBDA_RUNTIME_API pointing at a fake runtime API on loopback, from spawn until its \
+         first GET /2018-06-01/runtime/invocation/next (configuration parsed, SDK clients \
+         built, runtime loop entered; the query function gets CURSOR_KEY inline instead of a \
+         Secrets Manager ARN).",
     );
     Ok(())
 }

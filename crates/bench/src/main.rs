@@ -187,7 +187,7 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
     }
     if args.wants(6) {
         eprintln!("item 6: Lambda size and start");
-        if let Err(e) = lambda::run(&release_dir, results).await {
+        if let Err(e) = lambda::run(&root, &release_dir, results).await {
             results.note("6", format!("NOT MEASURED: {e:#}"));
         }
     }

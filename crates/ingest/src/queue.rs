@@ -376,6 +376,16 @@ impl MemoryQueue {
     pub fn copies(&self) -> Vec<Requeue> {
         self.state().copies.clone()
     }
+
+    /// Takes the delays and copies accepted so far, leaving none: what a simulated
+    /// source queue applies after each poll.
+    pub fn take_redeliveries(&self) -> (Vec<Delay>, Vec<Requeue>) {
+        let mut state = self.state();
+        (
+            std::mem::take(&mut state.delays),
+            std::mem::take(&mut state.copies),
+        )
+    }
 }
 
 impl Queue for MemoryQueue {

@@ -22,6 +22,6 @@ pub use provision::{
     Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables, provision,
     provision_tables, read_env_file, sdk_config, write_env_file,
 };
-pub use root::{repo_root, repo_root_from};
+pub use root::{repo_root, repo_root_from, set_by_cargo_for_its_child};
 pub use server::{Dynalite, Moto, Service, free_loopback_port};
 pub use test_stack::TestStack;
