@@ -5,15 +5,12 @@
 //! the project's deploy venv (`infra/deploy/requirements.txt`).
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
-use stand_in::{TestStack, Venv};
+use anyhow::{Context, Result, ensure};
+use stand_in::{LambdaWatch, TestStack, Venv, WatchSpec};
 use store::ReadingItem;
 use tokio::time::Instant;
 
@@ -23,8 +20,9 @@ use crate::harness;
 const FIRST_INVOKE: Duration = Duration::from_secs(1200);
 /// How long any later invocation may take.
 const INVOKE: Duration = Duration::from_secs(60);
-/// How long the emulator may take to listen.
+/// How long the emulator may take to listen, and how often to check.
 const LISTEN: Duration = Duration::from_secs(60);
+const LISTEN_POLL: Duration = Duration::from_millis(200);
 
 /// The target directory of this test binary, so `cargo lambda watch` reuses what
 /// `cargo test` built instead of compiling everything again elsewhere.
@@ -33,96 +31,6 @@ fn target_dir() -> Result<PathBuf> {
         .parent()
         .map(Path::to_path_buf)
         .context("CARGO_TARGET_TMPDIR has no parent")
-}
-
-/// `cargo lambda watch` in its own process group, killed with its children (cargo, the
-/// function) on drop.
-struct Watch {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Watch {
-    /// Serves binary `bin` of package `package` on `port`.
-    fn start(
-        venv: &Venv,
-        root: &Path,
-        (package, bin): (&str, &str),
-        port: u16,
-        env_file: &Path,
-        log: PathBuf,
-    ) -> Result<Self> {
-        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut command = Command::new(venv.bin("cargo-lambda"));
-        // Cargo gives this test process the package variables of `e2e`; inherited by the
-        // nested cargo they change the fingerprints of build scripts that watch them
-        // (ring's watches CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...), and the SDK's TLS
-        // stack would be rebuilt here and again by the next `cargo test`.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            if stand_in::set_by_cargo_for_its_child(&name) {
-                command.env_remove(name.as_ref());
-            }
-        }
-        let child = command
-            .args(["lambda", "watch", "--package", package, "--bin", bin])
-            .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
-            .arg(port.to_string())
-            // The binary is fixed for the test: no reload on file changes.
-            .arg("--ignore-changes")
-            // Through the environment: cargo-lambda 1.9 also hands `--target-dir` to
-            // `cargo metadata`, which refuses it.
-            .env("CARGO_TARGET_DIR", target_dir()?)
-            .arg("--env-file")
-            .arg(env_file)
-            .current_dir(root)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .context("starting cargo lambda watch")?;
-        Ok(Self { child, log })
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until the emulator accepts connections on `port`.
-    async fn wait_listening(&mut self, port: u16) -> Result<()> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let deadline = Instant::now() + LISTEN;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "cargo lambda watch exited with {status}:\n{}",
-                    self.log_text()
-                );
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "cargo lambda watch did not listen on {addr} within {LISTEN:?}:\n{}",
-                    self.log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // The whole group: cargo-lambda, the cargo it runs and the function binary.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `cargo lambda invoke --data-file` of `function`, bounded by `limit`; the function's
@@ -186,15 +94,20 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
         ],
     )?;
     let port = stand_in::free_loopback_port()?;
-    let mut watch = Watch::start(
+    let mut watch = LambdaWatch::start(
         &venv,
         &root,
-        ("ingest", "ingest"),
-        port,
-        &env_file,
-        scratch.join("watch.log"),
+        &target_dir()?,
+        WatchSpec {
+            package: "ingest",
+            bin: "ingest",
+            port,
+            env_file: &env_file,
+            log: scratch.join("watch.log"),
+            release: false,
+        },
     )?;
-    watch.wait_listening(port).await?;
+    watch.wait_listening(LISTEN, LISTEN_POLL).await?;
 
     let events = root.join("events");
     let mut limit = FIRST_INVOKE;
@@ -382,15 +295,20 @@ async fn cargo_lambda_watch_answers_the_api_events() -> Result<()> {
     write_readings(&env_file, &stack).await?;
 
     let port = stand_in::free_loopback_port()?;
-    let mut watch = Watch::start(
+    let mut watch = LambdaWatch::start(
         &venv,
         &root,
-        ("query", "query"),
-        port,
-        &env_file,
-        scratch.join("watch.log"),
+        &target_dir()?,
+        WatchSpec {
+            package: "query",
+            bin: "query",
+            port,
+            env_file: &env_file,
+            log: scratch.join("watch.log"),
+            release: false,
+        },
     )?;
-    watch.wait_listening(port).await?;
+    watch.wait_listening(LISTEN, LISTEN_POLL).await?;
     let events = root.join("events");
     let mut limit = FIRST_INVOKE;
     let mut ask = async |name: &str| -> Result<(u64, serde_json::Value)> {

@@ -5,7 +5,6 @@
 //! messages, and the API reader saw only sorted, in-range, unique pages.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
 use shardline::soak::{SoakConfig, run};
@@ -17,14 +16,7 @@ fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
         .parent()
         .context("CARGO_TARGET_TMPDIR has no parent")?
         .to_path_buf();
-    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if stand_in::set_by_cargo_for_its_child(&name) {
-            command.env_remove(name.as_ref());
-        }
-    }
-    let status = command
+    let status = stand_in::cargo_command(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "build",
             "--quiet",

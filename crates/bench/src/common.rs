@@ -125,16 +125,19 @@ pub fn event(bodies: impl IntoIterator<Item = (String, String)>) -> SqsEvent {
     let mut event = SqsEvent::default();
     event.records = bodies
         .into_iter()
-        .map(|(id, body)| {
-            let mut m = SqsMessage::default();
-            m.message_id = Some(id);
-            m.body = Some(body);
-            m.event_source = Some("aws:sqs".to_owned());
-            m.aws_region = Some("us-east-1".to_owned());
-            m
-        })
+        .map(|(id, body)| record(id, body))
         .collect();
     event
+}
+
+/// One SQS record of message `id`, as Lambda delivers it.
+pub fn record(id: String, body: String) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id);
+    m.body = Some(body);
+    m.event_source = Some("aws:sqs".to_owned());
+    m.aws_region = Some("us-east-1".to_owned());
+    m
 }
 
 /// The `p` quantile (0..=1) of sorted `xs` by nearest rank.

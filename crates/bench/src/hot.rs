@@ -83,17 +83,13 @@ impl Pending {
     /// The record of its next receive, as Lambda delivers it.
     fn receive(&mut self, body: &str) -> SqsMessage {
         self.receives += 1;
-        let mut m = SqsMessage::default();
-        m.message_id = Some(self.id.clone());
+        let mut m = common::record(self.id.clone(), body.to_owned());
         m.receipt_handle = Some(self.receipt_handle());
-        m.body = Some(body.to_owned());
         m.attributes.insert(
             "ApproximateReceiveCount".to_owned(),
             self.receives.to_string(),
         );
         m.message_attributes = self.attributes.clone();
-        m.event_source = Some("aws:sqs".to_owned());
-        m.aws_region = Some("us-east-1".to_owned());
         m
     }
 

@@ -8,14 +8,15 @@
 //! by then `main` has parsed its configuration, built its clients and entered the
 //! runtime loop.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use stand_in::{LambdaWatch, WatchSpec};
 
 use crate::common;
 use crate::report::Results;
@@ -96,19 +97,6 @@ struct WatchTimes {
     warm: f64,
 }
 
-/// `cargo lambda watch` in its own process group, killed with cargo and the function.
-struct Watch(Child);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One invocation through the emulator's invoke API; fails unless it answers 200.
 async fn invoke(port: u16, function: &str, event: &str) -> Result<()> {
     let mut socket = TcpStream::connect(("127.0.0.1", port)).await?;
@@ -130,19 +118,6 @@ async fn invoke(port: u16, function: &str, event: &str) -> Result<()> {
     Ok(())
 }
 
-/// A command running cargo (or a tool that runs it) without the variables cargo set
-/// for this process, which would change build-script fingerprints.
-fn cargo_child(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = Command::new(program);
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if stand_in::set_by_cargo_for_its_child(&name) {
-            command.env_remove(name.as_ref());
-        }
-    }
-    command
-}
-
 /// Serves `function` (package and binary of that name) under `cargo lambda watch
 /// --release` over the release build in `target_dir`, and invokes it with `event`.
 async fn under_watch(
@@ -160,11 +135,9 @@ async fn under_watch(
         .map(|(k, v)| format!("{k}={v}\n"))
         .collect();
     std::fs::write(&env_file, vars)?;
-    let log_path = scratch.join(format!("{function}.log"));
-    let log = std::fs::File::create(&log_path)?;
     // What watch runs (`cargo run --release --package F --bin F`) builds the package
     // alone, with its own feature set: built here first, watch's build is a no-op.
-    let built = cargo_child("cargo")
+    let built = stand_in::cargo_command("cargo")
         .args([
             "build",
             "--release",
@@ -183,52 +156,29 @@ async fn under_watch(
         bail!("cargo build --release --package {function} failed with {built}");
     }
     let port = stand_in::free_loopback_port()?;
-    let started = Instant::now();
-    let watch = Watch(
-        cargo_child(venv.bin("cargo-lambda"))
-            .args([
-                "lambda",
-                "watch",
-                "--release",
-                "--package",
-                function,
-                "--bin",
-                function,
-            ])
-            .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
-            .arg(port.to_string())
-            .arg("--ignore-changes")
-            .arg("--env-file")
-            .arg(&env_file)
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(root)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .context("starting cargo lambda watch")?,
-    );
-    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let listening = loop {
-        if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            break started.elapsed();
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "cargo lambda watch did not listen within 120 s:\n{}",
-                log_text()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let mut watch = LambdaWatch::start(
+        &venv,
+        root,
+        target_dir,
+        WatchSpec {
+            package: function,
+            bin: function,
+            port,
+            env_file: &env_file,
+            log: scratch.join(format!("{function}.log")),
+            release: true,
+        },
+    )?;
+    let listening = watch
+        .wait_listening(Duration::from_secs(120), Duration::from_millis(5))
+        .await?;
     let mut timed = Vec::new();
     for _ in 0..=RUNS {
         let t = Instant::now();
         tokio::time::timeout(Duration::from_secs(600), invoke(port, function, event))
             .await
             .context("invocation timed out")?
-            .with_context(|| format!("log:\n{}", log_text()))?;
+            .with_context(|| format!("log:\n{}", watch.log_text()))?;
         timed.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     drop(watch);

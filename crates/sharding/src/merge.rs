@@ -538,6 +538,13 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         (started > 0 && covered > 0).then(|| (kept as f64 / covered as f64, started))
     }
 
+    /// The timestamps of the items read and not yet emitted (buffered or held back).
+    fn unemitted(&self) -> impl Iterator<Item = i64> + '_ {
+        self.streams
+            .iter()
+            .flat_map(|s| s.buffer.iter().chain(&s.held).map(|(k, _)| k.ts_ms()))
+    }
+
     /// Where the answer ends at the latest: the timestamp of the `remaining`-th item
     /// in merge order among those already read and not yet emitted (buffered or held
     /// back), when there are that many. The merge emits at most `remaining` more items,
@@ -545,11 +552,7 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     /// pages" in the module header).
     fn horizon(&self, remaining: usize) -> Option<i64> {
         let order = self.order;
-        let mut known: Vec<i64> = self
-            .streams
-            .iter()
-            .flat_map(|s| s.buffer.iter().chain(&s.held).map(|(k, _)| k.ts_ms()))
-            .collect();
+        let mut known: Vec<i64> = self.unemitted().collect();
         if remaining == 0 || known.len() < remaining {
             return None;
         }
@@ -564,11 +567,7 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     fn cutoff(&self, remaining: usize, density: f64) -> Option<i64> {
         // Positions grow in merge order.
         let pos = |ts: i64| if self.order.descending() { -ts } else { ts };
-        let known: Vec<i64> = self
-            .streams
-            .iter()
-            .flat_map(|s| s.buffer.iter().chain(&s.held).map(|(k, _)| pos(k.ts_ms())))
-            .collect();
+        let known: Vec<i64> = self.unemitted().map(pos).collect();
         // Each live ordered stream's unread stretch, [from, to) in positions.
         let unread: Vec<(i64, i64)> = self
             .streams

@@ -7,7 +7,9 @@
 //!   or detached with a pid file ([`pids`]) for `cargo xtask local down`;
 //! - [`provision`] creates the tables and queues declared in `template.yaml`, so local
 //!   and cloud share one source of truth, and returns a [`Stack`];
-//! - [`TestStack`] does all of that for one test on a private port.
+//! - [`TestStack`] does all of that for one test on a private port;
+//! - [`cargo_command`] runs cargo from a process cargo started, and [`LambdaWatch`]
+//!   serves a function under `cargo lambda watch`.
 
 mod install;
 pub mod pids;
@@ -16,12 +18,14 @@ mod root;
 mod server;
 pub mod template;
 mod test_stack;
+mod watch;
 
 pub use install::{NodeTools, Venv, ensure_deploy_venv, ensure_dynalite, ensure_venv};
 pub use provision::{
     Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables, provision,
     provision_tables, read_env_file, sdk_config, write_env_file,
 };
-pub use root::{repo_root, repo_root_from, set_by_cargo_for_its_child};
+pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, Moto, Service, free_loopback_port};
 pub use test_stack::TestStack;
+pub use watch::{LambdaWatch, WatchSpec, cargo_command};

@@ -36,24 +36,6 @@ pub fn repo_root_from(start: &Path) -> Result<PathBuf> {
     )
 }
 
-/// Variables cargo sets for a process it runs (a test, `cargo run`), which a cargo that
-/// process runs in turn must not inherit: they would change build-script fingerprints
-/// and rebuild dependencies.
-pub fn set_by_cargo_for_its_child(name: &str) -> bool {
-    [
-        "CARGO_PKG_",
-        "CARGO_MANIFEST_",
-        "CARGO_CRATE_",
-        "CARGO_BIN_",
-    ]
-    .iter()
-    .any(|prefix| name.starts_with(prefix))
-        || matches!(
-            name,
-            "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR" | "CARGO_RUSTC_CURRENT_DIR"
-        )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
