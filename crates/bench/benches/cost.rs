@@ -73,6 +73,58 @@ fn cost(c: &mut Criterion) {
             black_box(bytes)
         });
     });
+    // The same path by stage, each over what the stage before it produced, so the
+    // report can say where the time goes.
+    group.bench_function("parse_validate", |b| {
+        b.iter(|| {
+            let mut n = 0usize;
+            for body in &bodies {
+                n += parse_body(black_box(body), &limits).map_or(0, |r| r.len());
+            }
+            black_box(n)
+        });
+    });
+    let readings: Vec<_> = bodies
+        .iter()
+        .filter_map(|body| parse_body(body, &limits).ok())
+        .flatten()
+        .collect();
+    let key_of = |r: &store::Reading| {
+        write_key(
+            &ReadingRef {
+                entity: &r.device_id,
+                event_id: &r.event_id,
+                ts: r.ts,
+                attribute: None,
+            },
+            &table,
+            &fanout,
+        )
+    };
+    group.bench_function("key", |b| {
+        b.iter(|| {
+            let mut n = 0usize;
+            for r in &readings {
+                n += key_of(black_box(r)).map_or(0, |k| k.pk.len());
+            }
+            black_box(n)
+        });
+    });
+    let keyed: Vec<_> = readings
+        .iter()
+        .filter_map(|r| Some((r, key_of(r).ok()?)))
+        .collect();
+    group.bench_function("marshal_size", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for (r, key) in &keyed {
+                if let Ok(item) = ReadingItem::marshal(black_box(r), key, retention) {
+                    bytes += item_size(&item);
+                }
+            }
+            black_box(bytes)
+        });
+    });
     group.finish();
 }
 
