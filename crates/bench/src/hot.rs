@@ -244,7 +244,7 @@ async fn one(rate: usize, seconds: u64) -> Result<Outcome> {
             progress = Instant::now();
             eprintln!(
                 "  {rate}/s: {:.0} s simulated, {:.0} s wall: {next} of {} messages sent, {} \
-                 queued, {} items stored, {} raises",
+                 queued, {} item writes accepted (a redelivery rewrites its items), {} raises",
                 now.as_secs_f64(),
                 wall.elapsed().as_secs_f64(),
                 bodies.len(),
