@@ -43,6 +43,18 @@ fn cost(c: &mut Criterion) {
     ));
     let fanout = FanoutHistory::new();
     let retention = Duration::from_secs(30 * 86_400);
+    let key_of = |r: &store::Reading| {
+        write_key(
+            &ReadingRef {
+                entity: &r.device_id,
+                event_id: &r.event_id,
+                ts: r.ts,
+                attribute: None,
+            },
+            &table,
+            &fanout,
+        )
+    };
     let mut group = c.benchmark_group("cost");
     group.throughput(Throughput::Elements(READINGS as u64));
     group.bench_function("parse_validate_key_marshal", |b| {
@@ -53,16 +65,7 @@ fn cost(c: &mut Criterion) {
                     continue;
                 };
                 for r in readings {
-                    let Ok(key) = write_key(
-                        &ReadingRef {
-                            entity: &r.device_id,
-                            event_id: &r.event_id,
-                            ts: r.ts,
-                            attribute: None,
-                        },
-                        &table,
-                        &fanout,
-                    ) else {
+                    let Ok(key) = key_of(&r) else {
                         continue;
                     };
                     if let Ok(item) = ReadingItem::marshal(&r, &key, retention) {
@@ -89,18 +92,6 @@ fn cost(c: &mut Criterion) {
         .filter_map(|body| parse_body(body, &limits).ok())
         .flatten()
         .collect();
-    let key_of = |r: &store::Reading| {
-        write_key(
-            &ReadingRef {
-                entity: &r.device_id,
-                event_id: &r.event_id,
-                ts: r.ts,
-                attribute: None,
-            },
-            &table,
-            &fanout,
-        )
-    };
     group.bench_function("key", |b| {
         b.iter(|| {
             let mut n = 0usize;
