@@ -1,12 +1,21 @@
 //! Shard epochs: when each change of the table layout or of an entity's fan-out takes effect.
 //!
-//! Invariant: a change scheduled at `now` takes effect at `now + margin`, where
-//! `margin > writer cache TTL + maximum accepted future skew of a reading's ts` (see
-//! [`propagation_margin`]). A writer's cached history is at most one TTL old, and a writer
-//! accepts a reading only if its ts is at most the skew ahead of its clock; so the epoch in
-//! force at any accepted reading's ts is already known to every writer. The key of a
-//! reading is a pure function of the reading and that epoch: it never changes, a
-//! redelivery lands on the same key, and no change needs dual writes or a backfill.
+//! **Table layouts** (N, strategy) do not nest: a change scheduled at `now` takes effect
+//! at `now + margin`, where `margin > writer cache TTL + maximum accepted future skew of
+//! a reading's ts` (see [`propagation_margin`]), and a reading is keyed with the layout in
+//! force at its own timestamp. Every writer therefore knows that layout, a redelivery
+//! lands on the same key, and no change needs dual writes or a backfill.
+//!
+//! **Fan-outs** nest: every key a reading can have under fan-out k is also read under any
+//! k' >= k (see `crate::key`). A reading is keyed with the fan-out in force at its
+//! *keying time* ([`keying_time`]): the later of the write and the reading's timestamp,
+//! but at most [`REKEY_HORIZON`] after the timestamp. So a raise takes effect at once,
+//! also for the backlog of readings not yet written, and a reader of a reading stamped
+//! `ts` reads with the largest fan-out in force at any time in
+//! `[ts, ts + REKEY_HORIZON]` ([`FanoutHistory::read_spans`]), which covers every k any
+//! writer can have used. Only a shrink waits for the propagation margin: by the time it
+//! is in force, every writer's cache holds it and no accepted reading's keying time can
+//! precede it unseen.
 
 use std::fmt;
 use std::str::FromStr;
@@ -61,6 +70,20 @@ pub struct Epoch<T> {
     pub effective_from: Timestamp,
     /// The layout or fan-out in force.
     pub value: T,
+}
+
+/// How long after a reading's own timestamp its key still follows fan-out raises. A
+/// reading written later than this (a late device, a long redelivery chain) is keyed
+/// with the fan-out in force at `ts + REKEY_HORIZON`, so a raise makes readers of older
+/// ranges read more keys only over the horizon before it. Part of the key rule: readers
+/// and writers must agree on it, so it is a constant, not a setting.
+pub const REKEY_HORIZON: Duration = Duration::from_secs(3600);
+
+/// The instant whose fan-out keys a reading stamped `ts` and written at `now`:
+/// `min(max(now, ts), ts + REKEY_HORIZON)`.
+#[must_use]
+pub fn keying_time(ts: Timestamp, now: Timestamp) -> Timestamp {
+    now.max(ts).min(ts.saturating_add(REKEY_HORIZON))
 }
 
 /// `cache_ttl + max_future_skew + slack`: the delay between scheduling a change and its
@@ -282,6 +305,101 @@ impl FanoutHistory {
             .into_iter()
             .map(|(r, v)| (r, v.copied()))
             .collect()
+    }
+
+    /// The fan-out a writer at `now` keys a reading stamped `ts` with: the k in force at
+    /// [`keying_time`]`(ts, now)`; `None` means the layout's default.
+    #[must_use]
+    pub fn for_write(&self, ts: Timestamp, now: Timestamp) -> Option<u32> {
+        self.at(keying_time(ts, now))
+    }
+
+    /// The largest fan-out in force at any instant of `[from, to]` (`default` where no
+    /// epoch is in force).
+    #[must_use]
+    pub fn max_over(&self, from: Timestamp, to: Timestamp, default: u32) -> u32 {
+        let first = index_at(&self.epochs, from);
+        let start = first.unwrap_or(0);
+        let mut k = if first.is_none() { default } else { 0 };
+        for epoch in &self.epochs[start..] {
+            if epoch.effective_from > to {
+                break;
+            }
+            k = k.max(epoch.value);
+        }
+        k.max(1)
+    }
+
+    /// The fan-out to read a reading stamped `ts` with: the largest in force at any time
+    /// in `[ts, ts + REKEY_HORIZON]`, the window its keying time lies in. Every k a
+    /// writer can have used for it is at most this, and keys nest, so reading this k
+    /// finds it.
+    #[must_use]
+    pub fn read_fanout(&self, ts: Timestamp, default: u32) -> u32 {
+        self.max_over(ts, ts.saturating_add(REKEY_HORIZON), default)
+    }
+
+    /// `range` cut where [`FanoutHistory::read_fanout`] changes, with that fan-out on each
+    /// piece (`default` where no epoch is in force).
+    #[must_use]
+    pub fn read_spans(&self, range: TimeRange, default: u32) -> Vec<(TimeRange, u32)> {
+        // The window [ts, ts + H] starts to meet an epoch at ts = its start - H, and stops
+        // meeting the epoch before it at ts = its start.
+        let mut cuts: Vec<Timestamp> = self
+            .epochs
+            .iter()
+            .flat_map(|e| {
+                let early = e
+                    .effective_from
+                    .checked_sub(REKEY_HORIZON)
+                    .unwrap_or(Timestamp::MIN);
+                [early, e.effective_from]
+            })
+            .filter(|t| range.from() < *t && *t < range.to())
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut out: Vec<(TimeRange, u32)> = Vec::new();
+        let mut from = range.from();
+        for to in cuts.into_iter().chain([range.to()]) {
+            let Ok(piece) = TimeRange::new(from, to) else {
+                continue;
+            };
+            let k = self.read_fanout(from, default);
+            match out.last_mut() {
+                Some((last, last_k)) if *last_k == k => *last = last.hull(&piece),
+                _ => out.push((piece, k)),
+            }
+            from = to;
+        }
+        out
+    }
+
+    /// The history after a raise to `k` decided at `now`, in force at once: any change
+    /// scheduled after `now` (a pending shrink) is dropped, and `k` is appended unless the
+    /// fan-out in force is already at least `k` (then the raise only cancels the shrink).
+    /// The new epoch starts at `now`, or 1 ms after the last remaining one.
+    pub fn raised_now(&self, k: u32, now: Timestamp, default: u32) -> Result<Self, EpochError> {
+        if k == 0 {
+            return Err(EpochError::ZeroFanout);
+        }
+        let mut epochs: Vec<Epoch<u32>> = self
+            .epochs
+            .iter()
+            .copied()
+            .filter(|e| e.effective_from <= now)
+            .collect();
+        let in_force = epochs.last().map_or(default, |e| e.value);
+        if k > in_force {
+            let effective_from = epochs
+                .last()
+                .map_or(now, |e| now.max(e.effective_from.succ()));
+            epochs.push(Epoch {
+                effective_from,
+                value: k,
+            });
+        }
+        FanoutHistory::from_epochs(epochs)
     }
 
     /// Appends fan-out `k` effective at `now + margin`; refuses k = 0 or a time not after

@@ -115,25 +115,51 @@ pub struct ItemKey {
     pub sk: String,
 }
 
-/// The key of a reading under the table layout and the entity's fan-out in force at the
-/// reading's own timestamp.
+/// The key a writer at `now` gives a reading: the table layout in force at the
+/// reading's own timestamp, and the entity's fan-out in force at its keying time
+/// ([`crate::epoch::keying_time`]: the later of `now` and `ts`, at most
+/// [`crate::epoch::REKEY_HORIZON`] after `ts`). A raise therefore re-keys every reading
+/// not yet written, and readers still find it: fan-out keys nest.
 pub fn write_key(
     reading: &ReadingRef<'_>,
     table: &TableHistory,
     fanout: &FanoutHistory,
+    now: Timestamp,
 ) -> Result<ItemKey, KeyError> {
-    key_for_layout(reading, table.at(reading.ts), fanout.at(reading.ts))
+    key_for_layout(
+        reading,
+        table.at(reading.ts),
+        fanout.for_write(reading.ts, now),
+    )
 }
 
-/// The key to read one known reading back (`GetItem`). Every strategy can rebuild it from
-/// the reading's identity; `Calculated` on an attribute other than `event_id` also needs
-/// that attribute's value in `reading.attribute`.
-pub fn point_key(
+/// The keys one known reading can be stored under (`GetItem` each until found): one per
+/// fan-out a writer can have keyed it with, from the layout's default up to
+/// [`FanoutHistory::read_fanout`] at its timestamp, the fan-out in force at its
+/// timestamp first. `Calculated` on an attribute other than `event_id` also needs that
+/// attribute's value in `reading.attribute`.
+pub fn point_keys(
     reading: &ReadingRef<'_>,
     table: &TableHistory,
     fanout: &FanoutHistory,
-) -> Result<ItemKey, KeyError> {
-    write_key(reading, table, fanout)
+) -> Result<Vec<ItemKey>, KeyError> {
+    let layout = table.at(reading.ts);
+    let default = layout.default_fanout();
+    let most_likely = fanout.at(reading.ts);
+    let mut keys = vec![key_for_layout(reading, layout, most_likely)?];
+    let lowest = match layout.strategy {
+        // A time-bucket entity starts on its cold key (k = 1).
+        Strategy::TimeBucket { .. } => 1,
+        Strategy::Unsharded => return Ok(keys),
+        Strategy::Random | Strategy::Calculated { .. } => default,
+    };
+    for k in lowest..=fanout.read_fanout(reading.ts, default) {
+        let key = key_for_layout(reading, layout, Some(k))?;
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
 }
 
 /// The key of a reading under one layout and fan-out (`None` = the layout's default).

@@ -13,7 +13,7 @@
 //! `{ts}` is the reading's timestamp in fixed-width RFC 3339 UTC with milliseconds
 //! (`2026-06-22T01:00:00.000Z`), so string order is time order. Ids (entity, event id) are
 //! 1..=256 bytes of `[A-Za-z0-9._:-]`; `#` separates components and never occurs in one.
-//! `k` is the entity's fan-out in force at `ts` (default: N for `Random`/`Calculated`,
+//! `k` is the entity's fan-out at the reading's keying time (default: N for `Random`/`Calculated`,
 //! 1 for `TimeBucket`), N the table-level shard count in force at `ts`.
 //!
 //! | strategy | PK | SK |
@@ -27,27 +27,37 @@
 //! with `s = shard_index(entity, N)`, `j = 1 + shard_index(event_id, k)` (sub-shards never
 //! share the entity's cold key), and bucket labels `2026-06-22T01:05` (minute),
 //! `2026-06-22T01` (hour), `2026-06-22` (day), `2026-06` (month). `Random` derives its
-//! suffix from the event id, so an at-least-once redelivery lands on the same key.
+//! suffix from the event id, so a redelivery under the same fan-out lands on the same key.
+//!
+//! **Fan-out keys nest**: every key a reading can have under fan-out k is read under any
+//! k' >= k: the cold key plus sub-shards `1..=k'` (`TimeBucket`), suffixes `0..k'`
+//! (`Random`, `Calculated`).
 //!
 //! # Shard epochs
 //!
-//! The table layout and each entity's fan-out form histories of [`epoch::Epoch`]s. A change
-//! scheduled at `now` takes effect at `now + margin`, with margin > writer cache TTL +
-//! maximum accepted future skew of a reading's ts ([`epoch::propagation_margin`]); so every
-//! writer knows the epoch in force at any reading it accepts, and the key of a reading is a
-//! pure function of the reading and the epochs in force at its own ts: no dual writes, no
-//! backfill, and exact read plans for any past range.
+//! The table layout and each entity's fan-out form histories of [`epoch::Epoch`]s.
+//! A table change scheduled at `now` takes effect at `now + margin`, with margin > writer
+//! cache TTL + maximum accepted future skew of a reading's ts
+//! ([`epoch::propagation_margin`]), and a reading takes the layout in force at its own
+//! timestamp. A fan-out *raise* takes effect at once: a reading takes the fan-out in
+//! force at its keying time (the later of the write and its ts, at most
+//! [`epoch::REKEY_HORIZON`] after its ts), so the backlog not yet written spreads too,
+//! and a reader reads each instant with the largest fan-out in force over the horizon
+//! after it, which holds every k a writer can have used. A fan-out *shrink* takes
+//! effect after the margin, like a table change.
 //!
 //! # Read plans
 //!
-//! One entity over `[from, to)` ([`plan::plan_entity`]): for each table epoch, fan-out
-//! epoch, bucket and sub-shard, one `Query` with `SK BETWEEN lo AND hi`:
+//! One entity over `[from, to)` ([`plan::plan_entity`]): for each table epoch, read
+//! fan-out span, bucket and key, one `Query` with `SK BETWEEN lo AND hi`:
 //! `{entity}#{from}` .. `{entity}#{to - 1 ms}#~` for `TimeBucket`, `{from}` ..
 //! `{to - 1 ms}#~` otherwise (`~` sorts above every id character). Queries on the same PK
-//! with touching ranges are joined: a `TimeBucket` entity with k = 1 costs one query per
-//! bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every `{s}#{bucket}` for
-//! s in 0..N plus the hot entities' sub-shard keys, each with a time filter; such a PK is
-//! ordered by entity, then time, so the reader merges after buffering.
+//! with touching ranges are joined: a `TimeBucket` entity that was never raised costs one
+//! query per bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every
+//! `{s}#{bucket}` for s in 0..N plus the hot entities' sub-shard keys, each with a time
+//! filter; such a PK is ordered by entity, then time, so the reader merges after
+//! buffering. A reading stored twice (written, then redelivered after a raise) has one
+//! sort key under both keys: readers de-duplicate by it.
 //!
 //! # Merging
 //!
@@ -69,10 +79,15 @@ pub mod planner;
 pub mod time;
 
 pub use backoff::{Backoff, Redelivery};
-pub use epoch::{Epoch, EpochError, FanoutHistory, TableHistory, propagation_margin};
-pub use fanout::{FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Throttle, decide};
+pub use epoch::{
+    Epoch, EpochError, FanoutHistory, REKEY_HORIZON, TableHistory, keying_time, propagation_margin,
+};
+pub use fanout::{
+    FanoutDecision, FanoutPolicy, KeepReason, Raise, ShardMeta, Shrink, Signal, Throttle, decide,
+    decide_shrink, needed_fanout,
+};
 pub use hash::{HASH_VERSION, shard_index, stable_hash};
-pub use key::{ItemKey, KeyError, ReadingRef, point_key, validate_id, write_key};
+pub use key::{ItemKey, KeyError, ReadingRef, point_keys, validate_id, write_key};
 pub use layout::{Layout, Strategy};
 pub use merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
 pub use plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};

@@ -177,8 +177,12 @@ impl<'a> Builder<'a> {
 }
 
 /// The queries that read one entity's readings in `range`, across every table epoch,
-/// fan-out epoch, bucket and sub-shard. Each query is time-ordered; pieces of one PK that
-/// touch are joined, so a `TimeBucket` entity with k = 1 costs one query per bucket.
+/// fan-out epoch, bucket and sub-shard. The fan-out read at each instant is
+/// [`FanoutHistory::read_fanout`]: the largest any writer can have keyed a reading of
+/// that instant with. Keys nest, so under read fan-out k a `TimeBucket` entity is read
+/// on its cold key plus sub-shards 1..=k, a `Random` or `Calculated` one on suffixes
+/// 0..k. Each query is time-ordered; pieces of one PK that touch are joined, so a
+/// `TimeBucket` entity that was never raised costs one query per bucket.
 pub fn plan_entity(
     entity: &str,
     range: TimeRange,
@@ -188,8 +192,8 @@ pub fn plan_entity(
     validate_id("entity", entity)?;
     let mut builder = Builder::new(false);
     for (table_span, layout) in table.spans(range) {
-        for (span, k) in fanout.spans(table_span) {
-            let k = fanout_count(layout, k).get();
+        for (span, k) in fanout.read_spans(table_span, layout.default_fanout()) {
+            let k = fanout_count(layout, Some(k)).get();
             match &layout.strategy {
                 Strategy::Unsharded => builder.push(entity.to_owned(), span, SkShape::Plain)?,
                 Strategy::Random | Strategy::Calculated { .. } => {
@@ -200,10 +204,10 @@ pub fn plan_entity(
                 Strategy::TimeBucket { bucket } => {
                     let s = shard_index(entity, layout.shards);
                     for piece in bucket.spans(span) {
-                        if k == 1 {
-                            let pk = bucket_pk(s, None, &piece.label);
-                            builder.push(pk, piece.range, SkShape::Entity(entity))?;
-                        } else {
+                        // The cold key always: a writer with an older view keys with k = 1.
+                        let cold = bucket_pk(s, None, &piece.label);
+                        builder.push(cold, piece.range, SkShape::Entity(entity))?;
+                        if k >= 2 {
                             for j in 1..=k {
                                 let pk = bucket_pk(s, Some(j), &piece.label);
                                 builder.push(pk, piece.range, SkShape::Entity(entity))?;
@@ -219,7 +223,8 @@ pub fn plan_entity(
 
 /// The queries that read every entity's readings in `range`. Only `TimeBucket` epochs
 /// support it: for each bucket, each cold key `{s}#{bucket}` for s in 0..N, plus the
-/// sub-shard keys `{s}.{j}#{bucket}` of each hot entity listed in `hot` while its k >= 2.
+/// sub-shard keys `{s}.{j}#{bucket}`, j in 1..=k, of each hot entity listed in `hot`
+/// wherever its read fan-out k ([`FanoutHistory::read_fanout`]) is at least 2.
 /// Items of such a PK are ordered by entity, then time: `time_ordered` is false and
 /// `time_filter` holds the part of the range the query answers for.
 ///
@@ -252,8 +257,7 @@ pub fn plan_all(
             }
             for (entity, history) in hot {
                 let s = shard_index(entity, n);
-                for (sub_span, k) in history.spans(piece.range) {
-                    let k = fanout_count(layout, k).get();
+                for (sub_span, k) in history.read_spans(piece.range, layout.default_fanout()) {
                     if k < 2 {
                         continue;
                     }

@@ -1,84 +1,101 @@
-//! Dynamic fan-out decisions (seed 002, epoch-safe).
+//! Dynamic fan-out decisions: instant raises to the measured need, shrinks after a
+//! quiet period and the propagation margin.
 
 use std::time::Duration;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sharding::fanout::grow;
-use sharding::{Epoch, FanoutHistory};
-use sharding::{FanoutDecision, FanoutPolicy, KeepReason, ShardMeta, Throttle, decide};
+use sharding::fanout::{grow, needed_fanout};
+use sharding::{
+    FanoutDecision, FanoutPolicy, KeepReason, ShardMeta, Signal, Throttle, decide, decide_shrink,
+};
 
 use crate::common::ts;
 
+/// The template's defaults.
 const POLICY: FanoutPolicy = FanoutPolicy {
-    cooldown: Duration::from_secs(300),
-    jitter: Duration::from_secs(10),
-    max_fanout: 16,
-    propagation_margin: Duration::from_secs(90),
+    cooldown: Duration::from_secs(2),
+    jitter: Duration::from_secs(1),
+    max_fanout: 32,
+    propagation_margin: Duration::from_secs(365),
+    key_rate: 500.0,
+    shrink_after: Duration::from_secs(900),
 };
 
-/// An entity at `k` that was never raised (created at `last_updated`).
-fn meta(k: u32, last_updated: &str) -> ShardMeta {
-    ShardMeta {
-        number_of_shards: k,
-        ..ShardMeta::initial(ts(last_updated))
+fn signal(throttle: Throttle, keyed: u32, rate: Option<f64>) -> Signal {
+    Signal {
+        throttle,
+        keyed,
+        rate,
     }
 }
 
-/// An entity whose k was last raised to `k` at `last_updated` (in force since then).
-fn raised_meta(k: u32, last_updated: &str) -> ShardMeta {
-    let at = ts(last_updated);
-    ShardMeta {
-        number_of_shards: k,
-        last_updated: at,
-        shard_history: FanoutHistory::from_epochs(vec![Epoch {
-            effective_from: at,
-            value: k,
-        }])
-        .expect("one epoch"),
-    }
+/// An entity raised to `k` at `at` (in force since then).
+fn raised_to(k: u32, at: &str) -> ShardMeta {
+    let meta = ShardMeta::initial(ts("2026-06-22T00:00:00Z"));
+    let raise = sharding::fanout::planned_raise(&meta, k, ts(at), 1, &POLICY)
+        .expect("valid")
+        .expect("a raise");
+    meta.raised(&raise).expect("valid")
 }
 
 #[test]
 fn growth_doubles_and_caps() {
     let got: Vec<u32> = [1, 2, 3, 8, 9, 16].iter().map(|&k| grow(k, 16)).collect();
     assert_eq!(got, [2, 4, 6, 16, 16, 16]);
+    assert_eq!(needed_fanout(20.0 * 500.0, 500.0, 32), 20);
 }
 
 #[test]
-fn unknown_entity_is_created_at_one() {
+fn unknown_entity_is_created_at_the_layout_default() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    let d = decide(
-        None,
-        Throttle::KeyRange,
-        1,
-        ts("2026-06-22T01:00:00Z"),
-        &POLICY,
-        &mut rng,
-    );
-    assert_eq!(d, FanoutDecision::Create { k: 1 });
-}
-
-#[test]
-fn table_and_other_throttles_never_raise() {
-    let mut rng = ChaCha8Rng::seed_from_u64(1);
-    let m = meta(2, "2026-06-22T00:00:00Z");
     let now = ts("2026-06-22T01:00:00Z");
+    let hot = signal(Throttle::KeyRange, 1, None);
     assert_eq!(
-        decide(Some(&m), Throttle::Table, 2, now, &POLICY, &mut rng),
+        decide(None, &hot, now, 1, &POLICY, &mut rng),
+        FanoutDecision::Create { k: 1 }
+    );
+    assert_eq!(
+        decide(None, &hot, now, 8, &POLICY, &mut rng),
+        FanoutDecision::Create { k: 8 }
+    );
+}
+
+#[test]
+fn table_and_unmeasured_signals_never_raise() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let m = raised_to(2, "2026-06-22T00:00:00Z");
+    let now = ts("2026-06-22T01:00:00Z");
+    let table = signal(Throttle::Table, 2, Some(1e9));
+    assert_eq!(
+        decide(Some(&m), &table, now, 1, &POLICY, &mut rng),
         FanoutDecision::Keep {
             reason: KeepReason::TableThrottle
         }
     );
     assert_eq!(
-        decide(Some(&m), Throttle::Other, 2, now, &POLICY, &mut rng),
+        decide(
+            Some(&m),
+            &signal(Throttle::Other, 2, None),
+            now,
+            1,
+            &POLICY,
+            &mut rng
+        ),
         FanoutDecision::Keep {
             reason: KeepReason::NotKeyRange
         }
     );
-    let full = meta(16, "2026-06-22T00:00:00Z");
+    let full = raised_to(32, "2026-06-22T00:00:00Z");
     assert_eq!(
-        decide(Some(&full), Throttle::KeyRange, 16, now, &POLICY, &mut rng),
+        decide(
+            Some(&full),
+            &signal(Throttle::KeyRange, 32, None),
+            now,
+            1,
+            &POLICY,
+            &mut rng
+        ),
         FanoutDecision::Keep {
             reason: KeepReason::AtMax
         }
@@ -86,79 +103,31 @@ fn table_and_other_throttles_never_raise() {
 }
 
 #[test]
-fn raise_after_cooldown_and_jitter_with_precondition() {
-    let m = raised_meta(2, "2026-06-22T01:00:00Z");
-    let mut rng = ChaCha8Rng::seed_from_u64(42);
-    // Inside the cooldown: keep, with a retry time between cooldown and cooldown + jitter.
-    let d = decide(
-        Some(&m),
-        Throttle::KeyRange,
-        2,
-        ts("2026-06-22T01:04:59Z"),
-        &POLICY,
-        &mut rng,
-    );
-    let FanoutDecision::Keep {
-        reason: KeepReason::CoolingDown { until },
-    } = d
-    else {
-        panic!("expected a cooldown, got {d:?}");
+fn a_device_at_twenty_times_a_key_gets_its_fanout_in_one_step() {
+    // Hot from its first reading: created, then one throttle with a measured rate.
+    let now = ts("2026-06-22T01:00:00Z");
+    let meta = ShardMeta::initial(now);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let hot = signal(Throttle::KeyRange, 1, Some(20.0 * 1_000.0));
+    let FanoutDecision::Raise(raise) = decide(Some(&meta), &hot, now, 1, &POLICY, &mut rng) else {
+        panic!("the first raise waits for nothing");
     };
-    assert!(
-        until >= ts("2026-06-22T01:05:00Z") && until <= ts("2026-06-22T01:05:10Z"),
-        "{until}"
-    );
-    // After cooldown + the whole jitter: raise.
-    let now = ts("2026-06-22T01:05:10Z");
-    let FanoutDecision::Raise(raise) =
-        decide(Some(&m), Throttle::KeyRange, 2, now, &POLICY, &mut rng)
-    else {
-        panic!("expected a raise");
-    };
-    assert_eq!((raise.from, raise.to), (2, 4));
-    assert_eq!(raise.precondition_last_updated, ts("2026-06-22T01:00:00Z"));
-    assert_eq!(raise.effective_from, ts("2026-06-22T01:06:40Z"));
-    let after = m.raised(&raise).expect("valid");
-    assert_eq!(after.number_of_shards, 4);
-    assert_eq!(after.last_updated, now);
-    assert_eq!(
-        after.shard_history.at(ts("2026-06-22T01:06:39.999Z")),
-        Some(2)
-    );
-    assert_eq!(after.shard_history.at(ts("2026-06-22T01:06:40Z")), Some(4));
-    // The raise is pending until it takes effect, whatever the cooldown says.
-    let pending = ShardMeta {
-        last_updated: ts("2026-06-22T00:00:00Z"),
-        ..after
-    };
-    assert_eq!(
-        decide(
-            Some(&pending),
-            Throttle::KeyRange,
-            2,
-            ts("2026-06-22T01:06:00Z"),
-            &POLICY,
-            &mut rng
-        ),
-        FanoutDecision::Keep {
-            reason: KeepReason::Pending {
-                effective_from: ts("2026-06-22T01:06:40Z")
-            }
-        }
-    );
+    assert_eq!((raise.from, raise.to), (1, 32));
+    assert_eq!(raise.effective_from, now, "in force at once");
 }
 
 #[test]
 fn jitter_spreads_racing_writers() {
     // Ten writers at the same instant right after the cooldown: the seeded back-offs
     // differ, so they do not all try the conditional update at once.
-    let m = raised_meta(2, "2026-06-22T01:00:00Z");
-    let now = ts("2026-06-22T01:05:00Z");
+    let m = raised_to(2, "2026-06-22T01:00:00Z");
+    let now = ts("2026-06-22T01:00:02Z");
     let mut raising = 0;
     let mut untils = Vec::new();
     for seed in 0..10 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        match decide(Some(&m), Throttle::KeyRange, 2, now, &POLICY, &mut rng) {
+        let hot = signal(Throttle::KeyRange, 2, None);
+        match decide(Some(&m), &hot, now, 1, &POLICY, &mut rng) {
             FanoutDecision::Raise(_) => raising += 1,
             FanoutDecision::Keep {
                 reason: KeepReason::CoolingDown { until },
@@ -176,30 +145,19 @@ fn jitter_spreads_racing_writers() {
 }
 
 #[test]
-fn first_raise_needs_no_cooldown_or_back_off() {
-    // Created (k = 1, no history) at 01:00:00 and throttled again at once: no k was
-    // changed yet, so neither cooldown nor back-off applies.
-    let m = meta(1, "2026-06-22T01:00:00Z");
-    let mut rng = ChaCha8Rng::seed_from_u64(3);
-    let now = ts("2026-06-22T01:00:00Z");
-    let FanoutDecision::Raise(raise) =
-        decide(Some(&m), Throttle::KeyRange, 1, now, &POLICY, &mut rng)
-    else {
-        panic!("expected a raise within the jitter of creation");
-    };
-    assert_eq!((raise.from, raise.to), (1, 2));
-    assert_eq!(raise.effective_from, ts("2026-06-22T01:01:30Z"));
-}
-
-#[test]
 fn throttles_of_writes_keyed_before_the_last_raise_do_not_raise() {
-    // k went 2 -> 4 at 01:00 (in force); a throttle on a key of the k = 2 epoch (a
-    // reading stamped before 01:00, retried now) says nothing about k = 4.
-    let m = raised_meta(4, "2026-06-22T01:00:00Z");
+    let m = raised_to(4, "2026-06-22T01:00:00Z");
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    let late = ts("2026-06-22T02:00:00Z");
+    let later = ts("2026-06-22T01:00:10Z");
     assert_eq!(
-        decide(Some(&m), Throttle::KeyRange, 2, late, &POLICY, &mut rng),
+        decide(
+            Some(&m),
+            &signal(Throttle::KeyRange, 2, None),
+            later,
+            1,
+            &POLICY,
+            &mut rng
+        ),
         FanoutDecision::Keep {
             reason: KeepReason::Superseded {
                 keyed: 2,
@@ -207,8 +165,35 @@ fn throttles_of_writes_keyed_before_the_last_raise_do_not_raise() {
             }
         }
     );
-    assert!(matches!(
-        decide(Some(&m), Throttle::KeyRange, 4, late, &POLICY, &mut rng),
-        FanoutDecision::Raise(_)
-    ));
+    // Unless the measured rate needs more than the keys in force carry.
+    let FanoutDecision::Raise(raise) = decide(
+        Some(&m),
+        &signal(Throttle::KeyRange, 2, Some(5_000.0)),
+        later,
+        1,
+        &POLICY,
+        &mut rng,
+    ) else {
+        panic!("the rate needs 10 keys");
+    };
+    assert_eq!((raise.from, raise.to), (4, 10));
+}
+
+#[test]
+fn shrinks_wait_for_quiet_and_the_margin() {
+    let m = raised_to(16, "2026-06-22T01:00:00Z");
+    // 15 minutes without a change or a busy mark, no measured rate: back to the default.
+    let now = ts("2026-06-22T01:15:00Z");
+    let shrink = decide_shrink(&m, None, now, 1, &POLICY).expect("quiet long enough");
+    assert_eq!((shrink.from, shrink.to), (16, 2));
+    assert_eq!(shrink.effective_from, ts("2026-06-22T01:21:05Z"));
+    assert_eq!(
+        decide_shrink(&m, None, ts("2026-06-22T01:14:59.999Z"), 1, &POLICY),
+        None
+    );
+    let busy = ShardMeta {
+        last_hot: Some(ts("2026-06-22T01:10:00Z")),
+        ..m
+    };
+    assert_eq!(decide_shrink(&busy, None, now, 1, &POLICY), None);
 }

@@ -7,7 +7,7 @@ use sharding::key::key_for_layout;
 use sharding::plan::{plan_all, plan_entity};
 use sharding::{
     Bucket, FanoutHistory, ItemKey, KeyError, Layout, PlanError, ReadingRef, TableHistory,
-    TimeRange, Timestamp, point_key, propagation_margin, write_key,
+    TimeRange, Timestamp, point_keys, propagation_margin, write_key,
 };
 
 use crate::common::{nz, ts};
@@ -146,15 +146,35 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
         ts: ts(t),
         attribute: None,
     };
-    let key = |t: &str| write_key(&at(t), &table, &fanout).expect("valid").pk;
+    // Written at the reading's own time.
+    let key = |t: &str| write_key(&at(t), &table, &fanout, ts(t)).expect("valid").pk;
     assert_eq!(key("2026-06-22T00:59:59.999Z"), ENTITY);
     assert_eq!(key("2026-06-22T01:00:00.000Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.089Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.090Z"), "13.2#2026-06-22T01");
+    // A reading stamped before the raise and written after it takes the raised k.
     assert_eq!(
-        point_key(&at(TS), &table, &fanout),
-        write_key(&at(TS), &table, &fanout)
+        write_key(
+            &at("2026-06-22T01:05:07.089Z"),
+            &table,
+            &fanout,
+            ts("2026-06-22T01:06:00Z")
+        )
+        .expect("valid")
+        .pk,
+        "13.2#2026-06-22T01"
     );
+    // A point read tries the key at the reading's time first, then every other key a
+    // writer can have used.
+    let candidates = point_keys(&at(TS), &table, &fanout).expect("valid");
+    assert_eq!(
+        candidates.first(),
+        Some(&write_key(&at(TS), &table, &fanout, ts(TS)).expect("valid"))
+    );
+    let pks: Vec<&str> = candidates.iter().map(|k| k.pk.as_str()).collect();
+    assert_eq!(pks.first(), Some(&"13#2026-06-22T01"));
+    assert!(pks.contains(&"13.2#2026-06-22T01"), "{pks:?}");
+    assert!(pks.len() <= 4, "{pks:?}");
 }
 
 #[test]
@@ -440,19 +460,32 @@ fn entity_plan_across_legacy_and_hot_epochs() {
                 "sensor-alpha-001#2026-06-22T01:30:00.000Z",
                 "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
             ),
+            // From an hour (REKEY_HORIZON) before the raise, a reading not yet written
+            // can be keyed with k = 2; the cold key stays for writers that had not seen
+            // the raise yet.
+            e(
+                "13.1#2026-06-22T01",
+                "sensor-alpha-001#2026-06-22T01:30:00.000Z",
+                "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
+            ),
+            e(
+                "13.2#2026-06-22T01",
+                "sensor-alpha-001#2026-06-22T01:30:00.000Z",
+                "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
+            ),
             e(
                 "13#2026-06-22T02",
                 "sensor-alpha-001#2026-06-22T02:00:00.000Z",
-                "sensor-alpha-001#2026-06-22T02:19:59.999Z#~"
+                "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
             e(
                 "13.1#2026-06-22T02",
-                "sensor-alpha-001#2026-06-22T02:20:00.000Z",
+                "sensor-alpha-001#2026-06-22T02:00:00.000Z",
                 "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
             e(
                 "13.2#2026-06-22T02",
-                "sensor-alpha-001#2026-06-22T02:20:00.000Z",
+                "sensor-alpha-001#2026-06-22T02:00:00.000Z",
                 "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
         ]
@@ -461,6 +494,8 @@ fn entity_plan_across_legacy_and_hot_epochs() {
 
 #[test]
 fn random_plan_joins_unchanged_suffixes() {
+    // k = 4 (the layout's N), then 2 from 01:00, 3 from 02:00: the suffixes nest, so a
+    // reading is read with the largest k in force over the hour after it.
     let table = TableHistory::new(Layout::random(nz(4)));
     let fanout = FanoutHistory::from_epochs(vec![
         Epoch {
@@ -495,15 +530,11 @@ fn random_plan_joins_unchanged_suffixes() {
             ),
             e(
                 "sensor-alpha-001#2",
-                "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"
+                "[2026-06-22T00:00:00.000Z, 2026-06-22T03:00:00.000Z)"
             ),
             e(
                 "sensor-alpha-001#3",
                 "[2026-06-22T00:00:00.000Z, 2026-06-22T01:00:00.000Z)"
-            ),
-            e(
-                "sensor-alpha-001#2",
-                "[2026-06-22T02:00:00.000Z, 2026-06-22T03:00:00.000Z)"
             ),
         ]
     );
@@ -534,7 +565,8 @@ fn all_entities_plan() {
         })
         .collect();
     let day1 = "[2026-06-22T06:00:00.000Z, 2026-06-23T00:00:00.000Z)";
-    let hot1 = "[2026-06-22T12:00:00.000Z, 2026-06-23T00:00:00.000Z)";
+    // An hour (REKEY_HORIZON) before the raise: readings not yet written take k = 2.
+    let hot1 = "[2026-06-22T11:00:00.000Z, 2026-06-23T00:00:00.000Z)";
     let day2 = "[2026-06-23T00:00:00.000Z, 2026-06-23T06:00:00.000Z)";
     // shard_index("sensor-alpha-001", 3) = 2
     let e = |pk: &str, r: &str| (pk.to_owned(), r.to_owned());

@@ -3,6 +3,7 @@
 mod common;
 mod fanout;
 mod formats;
+mod lifecycle;
 mod merge;
 mod planner;
 mod props;
