@@ -57,9 +57,12 @@ pub struct Config {
     pub max_future: Duration,
     /// `CACHE_TTL_SECS` (default 60): how long shard metadata reads are trusted.
     pub cache_ttl: Duration,
-    /// `FANOUT_COOLDOWN_SECS` (default 600, at least the propagation margin),
-    /// `FANOUT_JITTER_SECS` (default 30), `FANOUT_MAX` (default 32),
-    /// `PROPAGATION_SLACK_SECS` (default 5): dynamic fan-out.
+    /// `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
+    /// `FANOUT_MAX` (default 32), `FANOUT_SHRINK_AFTER_SECS` (default 900),
+    /// `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate, default
+    /// 500): dynamic fan-out. Raises take effect at once (keys nest), so the cooldown
+    /// only spaces the conditional updates of racing writers; shrinks wait for the
+    /// propagation margin `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
     pub fanout: FanoutPolicy,
     /// `DEADLINE_MARGIN_MS` (default 1000): time kept back from the Lambda deadline for
     /// dead-lettering and answering.
@@ -83,11 +86,11 @@ pub struct Config {
     /// `MAX_REQUEUES` (default 3): how often one message may be requeued as a fresh copy
     /// (each copy gets `MAX_RECEIVES` receives again); 0 dead-letters at the last receive.
     pub max_requeues: u32,
-    /// `RAISE_AHEAD_WCU` (default 500, 0 turns it off): when one batch alone shows an
-    /// entity writing at least this many readings per second on each of its keys
-    /// (`sharding::fanout::over_rate`), its fan-out is raised before a throttle asks.
-    /// Half of a partition's 1,000 WCU/s: a lower bound this high means the key is
-    /// near its limit.
+    /// `RAISE_AHEAD_WCU` (default 500, 0 turns rate-driven raises off): the readings per
+    /// second one key is sized for (`FanoutPolicy::key_rate`). When a batch shows an
+    /// entity writing faster than its keys carry at this rate, its fan-out is raised to
+    /// `ceil(rate / RAISE_AHEAD_WCU)` before its readings are keyed. Half of a
+    /// partition's 1,000 WCU/s leaves room for the rate a batch cannot see.
     pub raise_ahead_wcu: f64,
 }
 
@@ -148,14 +151,14 @@ impl Config {
         let cache_ttl = Duration::from_secs(env.parse_or("CACHE_TTL_SECS", 60, "seconds")?);
         let slack = Duration::from_secs(env.parse_or("PROPAGATION_SLACK_SECS", 5, "seconds")?);
         let margin = propagation_margin(cache_ttl, max_future, slack);
-        let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 600, "seconds")?);
-        if cooldown < margin {
+        let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 2, "seconds")?);
+        let shrink_after =
+            Duration::from_secs(env.parse_or("FANOUT_SHRINK_AFTER_SECS", 900, "seconds")?);
+        if shrink_after < cache_ttl {
             return Err(env.invalid(
-                "FANOUT_COOLDOWN_SECS",
-                &format!(
-                    "must be at least the propagation margin CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS = {} s",
-                    margin.as_secs()
-                ),
+                "FANOUT_SHRINK_AFTER_SECS",
+                "must be at least CACHE_TTL_SECS (a quiet period shorter than a cache read \
+                 cannot tell a quiet entity from a writer's stale view)",
             ));
         }
         let max_fanout: u32 = env.parse_or("FANOUT_MAX", 32, "a positive integer")?;
@@ -212,9 +215,11 @@ impl Config {
             cache_ttl,
             fanout: FanoutPolicy {
                 cooldown,
-                jitter: Duration::from_secs(env.parse_or("FANOUT_JITTER_SECS", 30, "seconds")?),
+                jitter: Duration::from_secs(env.parse_or("FANOUT_JITTER_SECS", 1, "seconds")?),
                 max_fanout,
                 propagation_margin: margin,
+                key_rate: raise_ahead_wcu,
+                shrink_after,
             },
             deadline_margin: Duration::from_millis(env.parse_or(
                 "DEADLINE_MARGIN_MS",
@@ -298,6 +303,9 @@ mod tests {
         assert_eq!(config.max_future, Duration::from_secs(300));
         assert_eq!(config.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(config.fanout.propagation_margin, Duration::from_secs(365));
+        assert_eq!(config.fanout.cooldown, Duration::from_secs(2));
+        assert_eq!(config.fanout.shrink_after, Duration::from_secs(900));
+        assert_eq!(config.fanout.key_rate, 500.0);
         assert_eq!(config.source_queue_url, None);
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
@@ -323,7 +331,8 @@ mod tests {
         check(("SHARDS", "0"), "SHARDS");
         check(("MAX_INFLIGHT", "0"), "MAX_INFLIGHT");
         check(("RETENTION_DAYS", "-1"), "RETENTION_DAYS");
-        check(("FANOUT_COOLDOWN_SECS", "10"), "FANOUT_COOLDOWN_SECS");
+        check(("FANOUT_COOLDOWN_SECS", "soon"), "FANOUT_COOLDOWN_SECS");
+        check(("FANOUT_SHRINK_AFTER_SECS", "10"), "FANOUT_SHRINK_AFTER_SECS");
         check(("REDELIVERY_CAP_SECS", "50000"), "REDELIVERY_CAP_SECS");
         check(("REDELIVERY_BASE_SECS", "ten"), "REDELIVERY_BASE_SECS");
         check(("MAX_RECEIVES", "0"), "MAX_RECEIVES");

@@ -1,47 +1,67 @@
 //! The handler: one SQS batch in, one partial-batch response out.
 //!
-//! Every message ends in exactly one of three fates:
+//! [`Ingest::process`] is a pipeline of named stages, each about a screen:
+//! 1. **parse** each message, guarded against panics;
+//! 2. **observe** each entity's rate in the batch, and raise its fan-out before its
+//!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
+//!    shrink a quiet one);
+//! 3. **key** every reading with the fan-out in force now;
+//! 4. **write** in rounds: a throttle brings the entity to the directory at once, and
+//!    when that raises its fan-out, the items not yet written are given back by the
+//!    writer and re-keyed with the new k for the next round;
+//! 5. **settle** each message's fate from its readings' outcomes;
+//! 6. **requeue or dead-letter** what must leave the batch, and delay the reported;
+//! 7. **metrics** (EMF lines).
+//!
+//! Every message ends in exactly one of these fates:
 //! - **written**: all its readings are stored;
 //! - **dead-lettered**: refused for good (bad JSON, a broken rule, an unkeyable
 //!   reading), sent to the DLQ at once with the reason, and not reported, so SQS does
 //!   not redeliver it;
-//! - **reported** in `batchItemFailures`: something transient kept it out (a throttle,
-//!   the deadline, a 5xx, a failed DLQ send, a panic), so SQS redelivers it; its keys are
-//!   deterministic, so a redelivery rewrites the same items.
+//! - **split**: some readings are stored and the rest failed transiently: the rest is
+//!   sent back to the queue as a fresh copy and the message is acknowledged, so no
+//!   stored reading is ever written again (under another key, after a raise);
+//! - **reported** in `batchItemFailures`: something transient kept all of it out (a
+//!   throttle, the deadline, a 5xx, a failed DLQ send, a panic), so SQS redelivers it.
 //!
-//! A message with several readings is reported if any of them failed retryably (the
-//! written ones are rewritten identically). A reported message stays invisible for a
-//! wait that doubles with its receive count (when the source queue's URL is
-//! configured), so the redrive policy's receives span minutes of throttling rather than
-//! a few fixed timeouts. At its last receive before the redrive (`MAX_RECEIVES`), a
-//! message still failing is **requeued** instead: sent back to the source queue as a
-//! fresh copy, delayed, up to `MAX_REQUEUES` times, then dead-lettered with its reason,
-//! so the DLQ never holds a message without one. If every message is reported, the
-//! invocation fails as a whole, so Lambda backs off the queue.
+//! A reported message stays invisible for a wait that doubles with its receive count
+//! (when the source queue's URL is configured), so the redrive policy's receives span
+//! minutes of throttling rather than a few fixed timeouts. At its last receive before
+//! the redrive (`MAX_RECEIVES`), a message still failing is **requeued** instead: sent
+//! back to the source queue as a fresh copy, delayed, up to `MAX_REQUEUES` times, then
+//! dead-lettered with its reason, so the DLQ never holds a message without one. If
+//! every message is reported, the invocation fails as a whole, so Lambda backs off the
+//! queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::fanout::{self, KeepReason};
+use sharding::fanout::{self, KeepReason, Signal, Throttle};
 use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
-use store::batch::{BatchTable, BatchWriter, Item, Outcome, WriteStats, WriterConfig};
+use store::batch::{
+    BatchReport, BatchTable, BatchWriter, Item, Outcome, PK, WriteObserver, WriteStats,
+    WriterConfig,
+};
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::size::{MAX_ITEM_BYTES, item_size};
-use store::{Reading, ReadingItem, StoreError, ThrottleKind};
+use store::{Reading, ReadingItem, StoreError};
 use tokio::time::Instant;
 use tracing::Span;
 
 use crate::config::Config;
 use crate::emf::{self, Metric};
-use crate::message::{Limits, Refusal, parse_body};
+use crate::message::{Limits, Refusal, parse_body, to_body};
 use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, SqsQueue};
 
 /// Why the invocation failed as a whole.
@@ -84,6 +104,16 @@ pub enum Fate {
         /// The last real error.
         reason: String,
     },
+    /// Part of its readings stored; the rest sent back to the queue as a fresh copy
+    /// holding only them (not reported, so the original is deleted).
+    Split {
+        /// Readings stored.
+        written: usize,
+        /// Readings in the copy.
+        requeued: usize,
+        /// Why the rest was not stored.
+        reason: String,
+    },
 }
 
 /// The message attribute counting how often a message was requeued.
@@ -119,9 +149,9 @@ fn source_id(record: &SqsMessage, id: &str) -> String {
         .unwrap_or_else(|| id.to_owned())
 }
 
-/// A fresh copy of `record`: the same body and string-valued attributes, the requeue
+/// A fresh copy of `record` holding `body`: its string-valued attributes, the requeue
 /// count `requeues` and the first message id.
-fn copy_of(record: &SqsMessage, id: &str, requeues: u32, delay_secs: u32) -> Requeue {
+fn copy_of(record: &SqsMessage, id: &str, body: String, requeues: u32, delay_secs: u32) -> Requeue {
     let mut attributes: BTreeMap<String, (String, String)> = record
         .message_attributes
         .iter()
@@ -140,7 +170,7 @@ fn copy_of(record: &SqsMessage, id: &str, requeues: u32, delay_secs: u32) -> Req
         ("Number".to_owned(), requeues.to_string()),
     );
     Requeue {
-        body: record.body.clone().unwrap_or_default(),
+        body,
         attributes,
         delay_secs: delay_secs.min(MAX_DELAY_SECS),
     }
@@ -164,6 +194,10 @@ pub struct Report {
     pub writes: WriteStats,
     /// Fan-out raises this invocation won.
     pub fanout_raises: u64,
+    /// Fan-out shrinks this invocation won.
+    pub fanout_shrinks: u64,
+    /// Items given back unwritten by a raise and written again under a new key.
+    pub rekeyed: u64,
     /// Messages the DLQ accepted.
     pub dead_lettered: u64,
     /// Messages whose DLQ send failed (they are reported instead).
@@ -177,6 +211,8 @@ pub struct Report {
     pub delay_failures: u64,
     /// Messages sent back to the queue as fresh copies at their last receive.
     pub requeued: u64,
+    /// Messages split: their unwritten readings sent back as a fresh copy.
+    pub split: u64,
 }
 
 impl Report {
@@ -236,6 +272,9 @@ impl Report {
                 Metric::count("LargeItems", self.writes.large_items),
                 Metric::count("DuplicateItems", self.writes.duplicates),
                 Metric::count("FanoutRaises", self.fanout_raises),
+                Metric::count("FanoutShrinks", self.fanout_shrinks),
+                Metric::count("Rekeyed", self.rekeyed),
+                Metric::count("SplitRequeues", self.split),
                 Metric::count("Panics", self.panics),
                 Metric::count("RedeliveriesDelayed", self.delayed),
                 Metric::count("DelayFailures", self.delay_failures),
@@ -256,13 +295,42 @@ impl Report {
 /// Where a message stands between stages.
 enum Stage {
     Parsed(Vec<Reading>),
-    Keyed(Vec<(Item, Reading)>),
+    Keyed(Vec<Keyed>),
     Refused(Refusal),
     Retry(String),
 }
 
+/// A reading on its way to the table.
+struct Keyed {
+    reading: Reading,
+    /// The item to write next (taken while a round writes it).
+    item: Option<Item>,
+    /// The fan-out its key was made with.
+    fanout: u32,
+    /// Its outcome, once final (a stale item has none until it is written again).
+    outcome: Option<Outcome>,
+}
+
+/// What became of a message once its readings have outcomes.
+enum Settled {
+    Final(Fate),
+    /// Some readings stored, these not: to be requeued as a fresh copy.
+    Split {
+        unwritten: Vec<Reading>,
+        written: usize,
+        reason: String,
+    },
+}
+
 /// A hook run inside each message's guarded section (fault injection in tests).
 pub type MessageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Rounds of re-keying after raises within one invocation: each needs a raise, and
+/// raises of one entity are a cooldown apart.
+const MAX_REKEY_ROUNDS: usize = 4;
+
+/// The share of a throttled key's items an entity must hold to be raised for it.
+const OWNER_SHARE: usize = 10;
 
 /// The ingest service: configuration plus the three ports.
 pub struct Ingest<T, S, Q> {
@@ -306,61 +374,206 @@ fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
     })
 }
 
-/// Each entity's fan-out history, or why it could not be read.
-type Fanouts = HashMap<String, Result<FanoutHistory, StoreError>>;
+/// What every stage of one invocation shares.
+struct Run<'a> {
+    records: &'a [SqsMessage],
+    ids: Vec<String>,
+    spans: Vec<Span>,
+    /// The clock reading at the start, and when that was.
+    now: Timestamp,
+    started: Instant,
+    /// The Lambda deadline, and the one writes and metadata calls keep to.
+    deadline: Instant,
+    work_deadline: Instant,
+}
 
-/// The fan-out `device`'s key at `ts` was made with: its history's k at `ts`, or the
-/// layout's default where the history has none.
-fn fanout_of(table: &TableHistory, fanouts: &Fanouts, device: &str, ts: Timestamp) -> u32 {
-    match fanouts.get(device) {
-        Some(Ok(history)) => history
-            .at(ts)
-            .unwrap_or_else(|| table.at(ts).default_fanout()),
-        _ => table.at(ts).default_fanout(),
+impl<'a> Run<'a> {
+    fn new(records: &'a [SqsMessage], now: Timestamp, deadline: Instant, margin: Duration) -> Self {
+        let ids: Vec<String> = records
+            .iter()
+            .map(|r| r.message_id.clone().unwrap_or_default())
+            .collect();
+        let spans = ids
+            .iter()
+            .map(|id| tracing::info_span!("message", message_id = %id))
+            .collect();
+        Self {
+            records,
+            ids,
+            spans,
+            now,
+            started: Instant::now(),
+            deadline,
+            work_deadline: deadline.checked_sub(margin).unwrap_or_else(Instant::now),
+        }
+    }
+
+    /// The clock now: a decision's time is when it is made, not when the batch began.
+    fn clock(&self) -> Timestamp {
+        self.now.saturating_add(self.started.elapsed())
+    }
+
+    fn out_of_time(&self) -> bool {
+        Instant::now() >= self.work_deadline
     }
 }
 
-/// Per partition key, the entity with the most items on it (ties: the smaller id) and
-/// the fan-out its items there were keyed with.
-fn key_owners(
-    owners: &[(usize, String)],
-    keyed_with: &[u32],
-    pks: &[String],
-) -> HashMap<String, (String, u32)> {
-    let mut counts: HashMap<&str, HashMap<(&str, u32), usize>> = HashMap::new();
-    for (((_, device), keyed), pk) in owners.iter().zip(keyed_with).zip(pks) {
-        *counts
-            .entry(pk.as_str())
-            .or_default()
-            .entry((device.as_str(), *keyed))
-            .or_default() += 1;
-    }
-    counts
-        .into_iter()
-        .filter_map(|(pk, by_owner)| {
-            by_owner
-                .into_iter()
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map(|((device, keyed), _)| (pk.to_owned(), (device.to_owned(), keyed)))
-        })
-        .collect()
+/// Fan-out changes this invocation won.
+#[derive(Debug, Default)]
+struct Changes {
+    raises: u64,
+    shrinks: u64,
 }
 
-/// Logs what the directory did about a throttle; 1 when this writer raised k.
-fn log_change(entity: &str, change: Result<FanoutChange, StoreError>) -> u64 {
-    match change {
-        Ok(FanoutChange::Raised(raise)) => {
-            tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
-            1
+impl Changes {
+    /// Logs and counts what the directory did about `entity`.
+    fn record(&mut self, entity: &str, change: &Result<FanoutChange, StoreError>) {
+        match change {
+            Ok(FanoutChange::Raised(raise)) => {
+                tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
+                self.raises += 1;
+            }
+            Ok(FanoutChange::Shrunk(shrink)) => {
+                tracing::info!(entity, from = shrink.from, to = shrink.to, effective_from = %shrink.effective_from, "fan-out shrinking");
+                self.shrinks += 1;
+            }
+            Ok(change) => tracing::debug!(entity, ?change, "fan-out unchanged"),
+            Err(err) => tracing::warn!(entity, error = %err, "fan-out update failed"),
         }
-        Ok(change) => {
-            tracing::debug!(entity, ?change, "fan-out unchanged");
-            0
+    }
+}
+
+/// Each entity's readings per second in this batch, where a sample shows one
+/// (`sharding::fanout::rate_of`): the larger of what the whole batch shows and what its
+/// densest message shows. Every entity of the batch is present.
+fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
+    type Span = (u64, Timestamp, Timestamp);
+    fn add(spans: &mut HashMap<String, Span>, r: &Reading) {
+        let entry = spans
+            .entry(r.device_id.clone())
+            .or_insert((0, r.ts, r.ts));
+        entry.0 += 1;
+        entry.1 = entry.1.min(r.ts);
+        entry.2 = entry.2.max(r.ts);
+    }
+    let rate = |(n, first, last): Span| fanout::rate_of(n, last.as_millis() - first.as_millis());
+    let keep_max = |best: &mut Option<f64>, rate: Option<f64>| {
+        *best = match (*best, rate) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    };
+    let mut rates: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    let mut batch: HashMap<String, Span> = HashMap::new();
+    for stage in stages {
+        let Stage::Parsed(readings) = stage else {
+            continue;
+        };
+        let mut message: HashMap<String, Span> = HashMap::new();
+        for r in readings {
+            add(&mut batch, r);
+            add(&mut message, r);
         }
-        Err(err) => {
-            tracing::warn!(entity, error = %err, "fan-out update failed");
-            0
+        for (entity, span) in message {
+            keep_max(rates.entry(entity).or_default(), rate(span));
         }
+    }
+    for (entity, span) in batch {
+        keep_max(rates.entry(entity).or_default(), rate(span));
+    }
+    rates
+}
+
+/// Who writes to each partition key of one round, and what the writer hears.
+struct Watch {
+    /// Per partition key: its entities with the fan-out their keys there were made with
+    /// and their item count, most items first.
+    owners: HashMap<String, Vec<(String, u32, usize)>>,
+    /// Per entity raised during the round: the fan-out now in force.
+    raised: Mutex<HashMap<String, u32>>,
+    throttled: Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>,
+}
+
+impl Watch {
+    fn new(
+        items: &[Item],
+        keyed: &[(&str, u32)],
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Self {
+        let mut counts: HashMap<&str, HashMap<(&str, u32), usize>> = HashMap::new();
+        for (item, (entity, k)) in items.iter().zip(keyed) {
+            if let Some(AttributeValue::S(pk)) = item.get(PK) {
+                *counts
+                    .entry(pk.as_str())
+                    .or_default()
+                    .entry((entity, *k))
+                    .or_default() += 1;
+            }
+        }
+        let owners = counts
+            .into_iter()
+            .map(|(pk, by_owner)| {
+                let mut list: Vec<(String, u32, usize)> = by_owner
+                    .into_iter()
+                    .map(|((e, k), n)| (e.to_owned(), k, n))
+                    .collect();
+                list.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+                (pk.to_owned(), list)
+            })
+            .collect();
+        Self {
+            owners,
+            raised: Mutex::new(HashMap::new()),
+            throttled: Mutex::new(Some(tx)),
+        }
+    }
+
+    /// Ends the round: the listener's channel closes.
+    fn close(&self) {
+        lock(&self.throttled).take();
+    }
+
+    /// The entities a throttle of `pk` is about: those holding at least a tenth of its
+    /// items, most first, with the fan-out of their keys there.
+    fn owners_of(&self, pk: &str) -> Vec<(String, u32)> {
+        let Some(list) = self.owners.get(pk) else {
+            return Vec::new();
+        };
+        let total: usize = list.iter().map(|o| o.2).sum();
+        list.iter()
+            .filter(|o| o.2 * OWNER_SHARE >= total)
+            .map(|o| (o.0.clone(), o.1))
+            .collect()
+    }
+}
+
+/// A random stream of its own, seeded from `rng` (so a seeded test stays reproducible).
+fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
+    let mut seed = <StdRng as SeedableRng>::Seed::default();
+    rng.fill(&mut seed);
+    StdRng::from_seed(seed)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain maps: a panic cannot leave them half-updated.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl WriteObserver for Watch {
+    fn throttled(&self, pk: &str) {
+        if let Some(tx) = lock(&self.throttled).as_ref() {
+            // The receiver lives until the round ends: a send cannot fail before.
+            let _ = tx.send(pk.to_owned());
+        }
+    }
+
+    fn stale(&self, pk: &str) -> bool {
+        let raised = lock(&self.raised);
+        !raised.is_empty()
+            && self.owners.get(pk).is_some_and(|list| {
+                list.iter()
+                    .any(|(e, k, _)| raised.get(e).is_some_and(|now| now > k))
+            })
     }
 }
 
@@ -382,6 +595,56 @@ fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
     Refusal {
         field: format!("{prefix}{field}"),
         rule: err.to_string(),
+    }
+}
+
+/// Stage 5: a message's fate from its readings' outcomes. Any reading refused for good
+/// dead-letters the message; otherwise any stored reading splits off the unwritten
+/// rest, and none stored reports the message for redelivery.
+fn settle(stage: Stage) -> Settled {
+    let keyed = match stage {
+        Stage::Refused(r) => {
+            return Settled::Final(Fate::DeadLettered {
+                reason: r.to_string(),
+            });
+        }
+        Stage::Retry(reason) => return Settled::Final(Fate::Reported { reason }),
+        Stage::Parsed(_) => {
+            return Settled::Final(Fate::Reported {
+                reason: "not keyed".to_owned(),
+            });
+        }
+        Stage::Keyed(keyed) => keyed,
+    };
+    let permanent = keyed.iter().find_map(|k| match &k.outcome {
+        Some(Outcome::FailedPermanent { reason }) => Some(reason.clone()),
+        _ => None,
+    });
+    if let Some(reason) = permanent {
+        return Settled::Final(Fate::DeadLettered {
+            reason: format!("item: {reason}"),
+        });
+    }
+    let retry = keyed.iter().find_map(|k| match &k.outcome {
+        Some(Outcome::Written) => None,
+        Some(Outcome::FailedRetryable { reason, .. }) => Some(reason.clone()),
+        _ => Some(format!(
+            "not written: its key went stale (fan-out raised) more often than \
+             {MAX_REKEY_ROUNDS} rounds or the deadline allowed"
+        )),
+    });
+    let readings = keyed.len();
+    let (written, unwritten): (Vec<Keyed>, Vec<Keyed>) = keyed
+        .into_iter()
+        .partition(|k| matches!(k.outcome, Some(Outcome::Written)));
+    match retry {
+        None => Settled::Final(Fate::Written { readings }),
+        Some(reason) if written.is_empty() => Settled::Final(Fate::Reported { reason }),
+        Some(reason) => Settled::Split {
+            unwritten: unwritten.into_iter().map(|k| k.reading).collect(),
+            written: written.len(),
+            reason,
+        },
     }
 }
 
@@ -452,7 +715,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         report.response()
     }
 
-    /// Processes one SQS batch and reports every message's fate (no output).
+    /// Processes one SQS batch and reports every message's fate (no output): the
+    /// stages of the module docs, in order.
     pub async fn process<R: Rng + Send + ?Sized>(
         &self,
         event: &SqsEvent,
@@ -460,248 +724,398 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         deadline: Instant,
         rng: &mut R,
     ) -> Report {
-        let records = &event.records;
-        let ids: Vec<String> = records
+        let run = Run::new(&event.records, now, deadline, self.config.deadline_margin);
+        let mut changes = Changes::default();
+        let mut stages = self.parse_stage(&run);
+        let rates = entity_rates(&stages);
+        self.observe_stage(&rates, &run, &mut changes, rng).await;
+        self.key_stage(&mut stages, &run).await;
+        let (writes, rekeyed) = self
+            .write_stage(&mut stages, &rates, &run, &mut changes, rng)
+            .await;
+        let panics = stages
             .iter()
-            .map(|r| r.message_id.clone().unwrap_or_default())
-            .collect();
-        let spans: Vec<Span> = ids
-            .iter()
-            .map(|id| tracing::info_span!("message", message_id = %id))
-            .collect();
-        let started = Instant::now();
-        let work_deadline = deadline
-            .checked_sub(self.config.deadline_margin)
-            .unwrap_or_else(Instant::now);
+            .filter(|s| matches!(s, Stage::Retry(reason) if reason.starts_with("panic")))
+            .count() as u64;
+        let settled: Vec<Settled> = stages.into_iter().map(settle).collect();
+        let leaving = self.leave_stage(settled, &run, rng).await;
+        let (delayed, delay_failures) = self
+            .delay_reported(run.records, &leaving.fates, run.deadline, rng)
+            .await;
+        let messages = self.log_fates(leaving.fates, &run);
+        Report {
+            messages,
+            writes,
+            fanout_raises: changes.raises,
+            fanout_shrinks: changes.shrinks,
+            rekeyed,
+            dead_lettered: leaving.dead_lettered,
+            dlq_failures: leaving.dlq_failures,
+            panics,
+            delayed,
+            delay_failures,
+            requeued: leaving.requeued,
+            split: leaving.split,
+        }
+    }
+
+    /// Stage 1: parses and validates each message, guarded against panics.
+    fn parse_stage(&self, run: &Run<'_>) -> Vec<Stage> {
         let limits = Limits {
-            now,
+            now: run.now,
             max_future: self.config.max_future,
             retention: self.config.retention,
             max_readings: self.config.max_readings_per_message,
         };
-
-        // 1. Parse and validate, each message guarded against panics.
-        let mut stages: Vec<Stage> = records
+        run.records
             .iter()
-            .zip(&spans)
-            .zip(&ids)
+            .zip(&run.spans)
+            .zip(&run.ids)
             .map(|((record, span), id)| span.in_scope(|| self.parse(record, id, &limits)))
-            .collect();
+            .collect()
+    }
 
-        // 2. Key: the layout and each entity's fan-out, then the items.
-        let mut keying: Option<(TableHistory, Fanouts)> = None;
-        if stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
-            // Metadata reads are bounded by the deadline like the writes: a slow metadata
-            // table must not keep the handler past it.
-            let layout = tokio::time::timeout_at(work_deadline, self.directory.layout(now))
-                .await
-                .unwrap_or(Err(StoreError::Deadline));
-            match layout {
-                Ok(table) => {
-                    let fanouts = self.fanouts(&stages, now, work_deadline).await;
-                    for (stage, span) in stages.iter_mut().zip(&spans) {
-                        if let Stage::Parsed(readings) = stage {
-                            let readings = std::mem::take(readings);
-                            *stage =
-                                span.in_scope(|| guarded(|| self.key(readings, &table, &fanouts)));
-                        }
-                    }
-                    keying = Some((table, fanouts));
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "shard layout unavailable");
-                    for stage in &mut stages {
-                        if matches!(stage, Stage::Parsed(_)) {
-                            *stage = Stage::Retry(format!("shard layout unavailable: {err}"));
-                        }
-                    }
-                }
-            }
-        }
-
-        // 3. Write every keyed item in one deduplicated, chunked, bounded batch. Each
-        //    owner also records the fan-out its key was made with: a throttle on a key
-        //    of an older, smaller k is no reason to raise again.
-        let mut owners: Vec<(usize, String)> = Vec::new();
-        let mut keyed_with: Vec<u32> = Vec::new();
-        let mut times: Vec<Timestamp> = Vec::new();
-        let mut items: Vec<Item> = Vec::new();
-        for (m, stage) in stages.iter_mut().enumerate() {
-            if let Stage::Keyed(keyed) = stage {
-                for (item, reading) in keyed.drain(..) {
-                    keyed_with.push(keying.as_ref().map_or(1, |(table, fanouts)| {
-                        fanout_of(table, fanouts, &reading.device_id, reading.ts)
-                    }));
-                    times.push(reading.ts);
-                    owners.push((m, reading.device_id));
-                    items.push(item);
-                }
-            }
-        }
-        // Entities whose readings in this batch alone show a rate near a key's limit get
-        // their fan-out raised before a throttle asks for it.
-        let fanout_raises_ahead = self
-            .raise_ahead(
-                &owners,
-                &keyed_with,
-                &times,
-                (now, started),
-                work_deadline,
-                rng,
-            )
-            .await;
-        let pks: Vec<String> = items
+    /// Stage 2: brings each entity's rate in this batch to the directory before its
+    /// readings are keyed, so a rate its keys cannot carry raises its fan-out now and
+    /// this very batch is keyed with the new k (and a busy entity is marked, a quiet
+    /// one shrunk). Entities are handled concurrently, each with its own random stream.
+    async fn observe_stage<R: Rng + ?Sized>(
+        &self,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        changes: &mut Changes,
+        rng: &mut R,
+    ) {
+        let signals: Vec<(&str, Signal, StdRng)> = rates
             .iter()
-            .map(|i| match i.get(store::batch::PK) {
-                Some(aws_sdk_dynamodb::types::AttributeValue::S(s)) => s.clone(),
-                _ => String::new(),
+            .map(|(entity, rate)| {
+                let signal = Signal {
+                    throttle: Throttle::Other,
+                    keyed: 0,
+                    rate: *rate,
+                };
+                (entity.as_str(), signal, seeded(rng))
             })
             .collect();
-        // Per partition key, the entity with the most items on it (the one a key-range
-        // throttle there is about) and the fan-out of those items' keys.
-        let key_owners = key_owners(&owners, &keyed_with, &pks);
-        // Key-range throttles reach the directory while the writes still back off, so
-        // a raise takes effect as early as it can.
-        let (throttled_tx, throttled_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let mut seed = <rand::rngs::StdRng as rand::SeedableRng>::Seed::default();
-        rng.fill(&mut seed);
-        let mut early_rng = <rand::rngs::StdRng as rand::SeedableRng>::from_seed(seed);
-        let write_rng = &mut *rng;
-        let writes = async move {
-            let observer = move |pk: &str| {
-                // The receiver lives until the writes end: a send cannot fail before.
-                let _ = throttled_tx.send(pk.to_owned());
-            };
-            self.writer
-                .write_observed(items, work_deadline, write_rng, &observer)
-                .await
+        let results: Vec<(&str, Result<FanoutChange, StoreError>)> =
+            futures::stream::iter(signals)
+                .map(|(entity, signal, mut rng)| async move {
+                    let change = tokio::time::timeout_at(
+                        run.work_deadline,
+                        self.directory
+                            .on_signal(entity, signal, run.clock(), &mut rng),
+                    )
+                    .await
+                    .unwrap_or(Err(StoreError::Deadline));
+                    (entity, change)
+                })
+                .buffer_unordered(self.config.max_inflight.max(1))
+                .collect()
+                .await;
+        for (entity, change) in results {
+            changes.record(entity, &change);
+        }
+    }
+
+    /// Stage 3: keys every parsed message with the layout and each entity's fan-out in
+    /// force now; a message whose metadata cannot be read is reported.
+    async fn key_stage(&self, stages: &mut [Stage], run: &Run<'_>) {
+        if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+            return;
+        }
+        let now = run.clock();
+        // Metadata reads are bounded by the deadline like the writes: a slow metadata
+        // table must not keep the handler past it.
+        let layout = tokio::time::timeout_at(run.work_deadline, self.directory.layout(now))
+            .await
+            .unwrap_or(Err(StoreError::Deadline));
+        let table = match layout {
+            Ok(table) => table,
+            Err(err) => {
+                tracing::warn!(error = %err, "shard layout unavailable");
+                for stage in stages.iter_mut() {
+                    if matches!(stage, Stage::Parsed(_)) {
+                        *stage = Stage::Retry(format!("shard layout unavailable: {err}"));
+                    }
+                }
+                return;
+            }
         };
-        let early = self.raise_on_throttles(
-            throttled_rx,
-            &key_owners,
-            (now, started),
-            work_deadline,
-            &mut early_rng,
-        );
-        let (batch, (mut fanout_raises, raised_early)) = tokio::join!(writes, early);
-        fanout_raises += fanout_raises_ahead;
-        let mut fates: Vec<Option<Fate>> = stages
-            .into_iter()
-            .map(|stage| match stage {
-                Stage::Keyed(_) | Stage::Parsed(_) => None,
-                Stage::Refused(r) => Some(Fate::DeadLettered {
-                    reason: r.to_string(),
-                }),
-                Stage::Retry(reason) => Some(Fate::Reported { reason }),
-            })
-            .collect();
-        let panics = fates
+        let entities: BTreeSet<&str> = stages
             .iter()
-            .filter(|f| matches!(f, Some(Fate::Reported { reason }) if reason.starts_with("panic")))
-            .count() as u64;
-        let mut written: HashMap<usize, usize> = HashMap::new();
-        let mut retry: HashMap<usize, String> = HashMap::new();
-        let mut permanent: HashMap<usize, String> = HashMap::new();
-        let mut hot: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
-        for (((m, device), outcome), pk) in owners.iter().zip(&batch.outcomes).zip(&pks) {
-            match outcome {
-                Outcome::Written => *written.entry(*m).or_default() += 1,
-                Outcome::FailedRetryable { reason, throttle } => {
-                    retry.entry(*m).or_insert_with(|| reason.clone());
-                    if *throttle == Some(ThrottleKind::KeyRange) {
-                        *hot.entry(pk.as_str())
-                            .or_default()
-                            .entry(device.as_str())
-                            .or_default() += 1;
-                    }
-                }
-                Outcome::FailedPermanent { reason } => {
-                    permanent.entry(*m).or_insert_with(|| reason.clone());
-                }
-            }
-        }
-        for (m, fate) in fates.iter_mut().enumerate() {
-            if fate.is_some() {
-                continue;
-            }
-            *fate = Some(if let Some(reason) = retry.remove(&m) {
-                Fate::Reported { reason }
-            } else if let Some(reason) = permanent.remove(&m) {
-                Fate::DeadLettered {
-                    reason: format!("item: {reason}"),
-                }
-            } else {
-                Fate::Written {
-                    readings: written.get(&m).copied().unwrap_or(0),
-                }
-            });
-        }
-
-        // Items a key-range throttle refused before a retry stored them count too: the
-        // key is hot although retries got them through (at the key's capped rate).
-        for (((_, device), outcome), pk) in owners.iter().zip(&batch.outcomes).zip(&pks) {
-            if outcome.is_written() && batch.stats.key_range_throttled.contains_key(pk) {
-                *hot.entry(pk.as_str())
-                    .or_default()
-                    .entry(device.as_str())
-                    .or_default() += 1;
-            }
-        }
-
-        // 4. Key-range throttles that the writes' own throttle signal did not already
-        //    bring to the directory (items that retries got through count too): per hot
-        //    partition key, the entity with the most throttled items there. Table
-        //    throttles only back off.
-        let hot_entities: BTreeSet<(&str, u32)> = hot
-            .iter()
-            .filter_map(|(pk, by_entity)| {
-                by_entity
-                    .iter()
-                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-                    .map(|(e, _)| {
-                        let keyed = key_owners.get(*pk).map_or(1, |(_, k)| *k);
-                        (*e, keyed)
-                    })
+            .filter_map(|s| match s {
+                Stage::Parsed(readings) => Some(readings.iter().map(|r| r.device_id.as_str())),
+                _ => None,
             })
-            .filter(|(e, _)| !raised_early.contains(*e))
+            .flatten()
             .collect();
-        for (entity, keyed) in hot_entities {
-            if Instant::now() >= work_deadline {
+        let fanouts = self.fanouts(entities, now, run.work_deadline).await;
+        for (stage, span) in stages.iter_mut().zip(&run.spans) {
+            if let Stage::Parsed(readings) = stage {
+                let readings = std::mem::take(readings);
+                *stage = span.in_scope(|| guarded(|| self.key(readings, &table, &fanouts, now)));
+            }
+        }
+    }
+
+    /// Stage 4: writes every keyed reading, in rounds. In a round, a throttled key's
+    /// entity goes to the directory at once; when its fan-out is raised, the writer
+    /// gives back that entity's items not yet written, and the next round re-keys them
+    /// with the new k. Nothing written is ever written again. Returns the writer's
+    /// counters and how many items were re-keyed.
+    async fn write_stage<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        changes: &mut Changes,
+        rng: &mut R,
+    ) -> (WriteStats, u64) {
+        let mut stats = WriteStats::default();
+        let mut rekeyed = 0;
+        for round in 0..MAX_REKEY_ROUNDS {
+            if round > 0 {
+                self.rekey(stages, run).await;
+            }
+            let mut slots: Vec<&mut Keyed> = stages
+                .iter_mut()
+                .filter_map(|s| match s {
+                    Stage::Keyed(keyed) => Some(keyed.iter_mut()),
+                    _ => None,
+                })
+                .flatten()
+                .filter(|k| k.outcome.is_none() && k.item.is_some())
+                .collect();
+            if slots.is_empty() || run.out_of_time() {
                 break;
             }
-            let (_, change) = self
-                .key_range_throttle(entity, keyed, (now, started), work_deadline, rng)
-                .await;
-            fanout_raises += log_change(entity, change);
+            let items: Vec<Item> = slots.iter_mut().filter_map(|k| k.item.take()).collect();
+            let owners: Vec<(&str, u32)> = slots
+                .iter()
+                .map(|k| (k.reading.device_id.as_str(), k.fanout))
+                .collect();
+            let (report, round_changes) = self.write_round(items, &owners, rates, run, rng).await;
+            drop(owners);
+            changes.raises += round_changes.raises;
+            changes.shrinks += round_changes.shrinks;
+            stats.absorb(report.stats);
+            for (slot, outcome) in slots.iter_mut().zip(report.outcomes) {
+                if outcome == Outcome::Stale {
+                    rekeyed += 1;
+                } else {
+                    slot.outcome = Some(outcome);
+                }
+            }
         }
+        (stats, rekeyed)
+    }
 
-        // 5. The last receive before the redrive: a message still failing transiently
-        //    is requeued while it may be, else dead-lettered with its reason.
-        let can_requeue = self.config.source_queue_url.is_some();
-        let mut copies: Vec<(usize, Requeue)> = Vec::new();
-        for (m, fate) in fates.iter_mut().enumerate() {
-            let Some(Fate::Reported { reason }) = fate else {
+    /// One round of [`Self::write_stage`]: the writes, and beside them the listener
+    /// that brings throttled keys to the directory while the writes back off.
+    async fn write_round<R: Rng + Send + ?Sized>(
+        &self,
+        items: Vec<Item>,
+        owners: &[(&str, u32)],
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> (BatchReport, Changes) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let watch = Watch::new(&items, owners, tx);
+        let mut listener_rng = seeded(rng);
+        let writes = async {
+            let report = self
+                .writer
+                .write_observed(items, run.work_deadline, rng, &watch)
+                .await;
+            watch.close();
+            report
+        };
+        let listener = self.follow_throttles(rx, &watch, rates, run, &mut listener_rng);
+        tokio::join!(writes, listener)
+    }
+
+    /// Brings each throttled key's entities to the directory as the throttles arrive,
+    /// until the round ends: each entity once, unless the directory only created its
+    /// metadata or said it cools down (a throttle after that decides again). Records
+    /// in `watch` every entity whose fan-out in force now exceeds its keys', so the
+    /// writer gives their items back for re-keying.
+    async fn follow_throttles<R: Rng + ?Sized>(
+        &self,
+        mut throttled: tokio::sync::mpsc::UnboundedReceiver<String>,
+        watch: &Watch,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Changes {
+        let mut changes = Changes::default();
+        // Per entity: `None` once settled for this round, else when to ask again.
+        let mut next: HashMap<String, Option<Instant>> = HashMap::new();
+        while let Some(pk) = throttled.recv().await {
+            let due = watch.owners_of(&pk).into_iter().find(|(entity, _)| {
+                match next.get(entity) {
+                    None => true,
+                    Some(None) => false,
+                    Some(Some(at)) => Instant::now() >= *at,
+                }
+            });
+            let Some((entity, keyed)) = due else {
                 continue;
             };
-            let receives = receive_count(&records[m]);
-            if receives < self.config.max_receives {
+            if run.out_of_time() {
                 continue;
             }
-            let requeues = requeue_count(&records[m]);
-            if can_requeue && requeues < self.config.max_requeues {
-                let wait = self.config.redelivery.visibility(receives, rng);
-                let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
-                copies.push((m, copy_of(&records[m], &ids[m], requeues + 1, delay)));
-            } else {
-                *fate = Some(Fate::DeadLettered {
-                    reason: format!(
-                        "message: still failing after {receives} receives and {requeues} requeues: {reason}"
-                    ),
-                });
+            let at = run.clock();
+            let signal = Signal {
+                throttle: Throttle::KeyRange,
+                keyed,
+                rate: rates.get(&entity).copied().flatten(),
+            };
+            let change = tokio::time::timeout_at(
+                run.work_deadline,
+                self.directory.on_signal(&entity, signal, at, rng),
+            )
+            .await
+            .unwrap_or(Err(StoreError::Deadline));
+            let again = match &change {
+                Ok(FanoutChange::Created { .. }) => Some(Instant::now()),
+                Ok(FanoutChange::Kept(KeepReason::CoolingDown { until })) => {
+                    let wait = until.as_millis().saturating_sub(at.as_millis());
+                    Some(Instant::now() + Duration::from_millis(u64::try_from(wait).unwrap_or(0)))
+                }
+                _ => None,
+            };
+            // The directory re-read the entity: whoever raised it, this is its k now.
+            if let Ok(Ok(history)) = tokio::time::timeout_at(
+                run.work_deadline,
+                self.directory.fanout(&entity, at),
+            )
+            .await
+                && let Some(k) = history.for_write(at, at)
+                && k > keyed
+            {
+                lock(&watch.raised).insert(entity.clone(), k);
+            }
+            changes.record(&entity, &change);
+            next.insert(entity, again);
+        }
+        changes
+    }
+
+    /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
+    /// force now; one whose metadata cannot be read stays unwritten (reported).
+    async fn rekey(&self, stages: &mut [Stage], run: &Run<'_>) {
+        let now = run.clock();
+        let Ok(Ok(table)) =
+            tokio::time::timeout_at(run.work_deadline, self.directory.layout(now)).await
+        else {
+            return;
+        };
+        let entities: BTreeSet<&str> = stages
+            .iter()
+            .filter_map(|s| match s {
+                Stage::Keyed(keyed) => Some(keyed.iter()),
+                _ => None,
+            })
+            .flatten()
+            .filter(|k| k.outcome.is_none() && k.item.is_none())
+            .map(|k| k.reading.device_id.as_str())
+            .collect();
+        if entities.is_empty() {
+            return;
+        }
+        let fanouts = self.fanouts(entities, now, run.work_deadline).await;
+        for stage in stages.iter_mut() {
+            let Stage::Keyed(keyed) = stage else {
+                continue;
+            };
+            for k in keyed
+                .iter_mut()
+                .filter(|k| k.outcome.is_none() && k.item.is_none())
+            {
+                let Some(Ok(history)) = fanouts.get(&k.reading.device_id) else {
+                    continue;
+                };
+                if let Ok((item, fanout)) = self.item_for(&k.reading, &table, history, now) {
+                    k.item = Some(item);
+                    k.fanout = fanout;
+                }
             }
         }
+    }
 
-        // 6. Dead letters, at once; a failed send is reported instead.
+    /// Stage 6: what leaves the batch. A split message's unwritten readings, and a
+    /// message still failing at its last receive (while it may be requeued), go back to
+    /// the queue as fresh copies; refused messages, and those out of requeues, go to the
+    /// DLQ with their reason. A failed send leaves the message reported.
+    async fn leave_stage<R: Rng + ?Sized>(
+        &self,
+        settled: Vec<Settled>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Leaving {
+        let can_requeue = self.config.source_queue_url.is_some();
+        let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
+        // Per copy: its message, the fate once sent, and the copy.
+        let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
+        for (m, settled) in settled.into_iter().enumerate() {
+            let record = &run.records[m];
+            let receives = receive_count(record);
+            let requeues = requeue_count(record);
+            let delay = |rng: &mut R| {
+                let wait = self.config.redelivery.visibility(receives, rng);
+                u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS)
+            };
+            let fate = match settled {
+                Settled::Split {
+                    unwritten,
+                    written,
+                    reason,
+                } if can_requeue => {
+                    // Progress was made, so the copy keeps the requeue count.
+                    let body = to_body(&unwritten);
+                    let copy = copy_of(record, &run.ids[m], body, requeues, delay(rng));
+                    let sent = Fate::Split {
+                        written,
+                        requeued: unwritten.len(),
+                        reason: reason.clone(),
+                    };
+                    copies.push((m, sent, copy));
+                    Fate::Reported { reason }
+                }
+                Settled::Split { reason, .. } => Fate::Reported { reason },
+                Settled::Final(Fate::Reported { reason }) if receives >= self.config.max_receives => {
+                    if can_requeue && requeues < self.config.max_requeues {
+                        let body = record.body.clone().unwrap_or_default();
+                        let copy = copy_of(record, &run.ids[m], body, requeues + 1, delay(rng));
+                        copies.push((m, Fate::Requeued { reason: reason.clone() }, copy));
+                        Fate::Reported { reason }
+                    } else {
+                        Fate::DeadLettered {
+                            reason: format!(
+                                "message: still failing after {receives} receives and {requeues} requeues: {reason}"
+                            ),
+                        }
+                    }
+                }
+                Settled::Final(fate) => fate,
+            };
+            fates.push(Some(fate));
+        }
+        let (dead_lettered, dlq_failures) = self.dead_letter(&mut fates, run).await;
+        let (requeued, split) = self.send_copies(&mut fates, copies, run).await;
+        Leaving {
+            fates,
+            dead_lettered,
+            dlq_failures,
+            requeued,
+            split,
+        }
+    }
+
+    /// Sends the dead-lettered messages to the DLQ at once; a failed send is reported
+    /// instead. Returns the sends accepted and failed.
+    async fn dead_letter(&self, fates: &mut [Option<Fate>], run: &Run<'_>) -> (u64, u64) {
         let letters: Vec<(usize, DeadLetter)> = fates
             .iter()
             .enumerate()
@@ -712,8 +1126,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     Some((
                         m,
                         DeadLetter {
-                            message_id: source_id(&records[m], &ids[m]),
-                            body: records[m].body.clone().unwrap_or_default(),
+                            message_id: source_id(&run.records[m], &run.ids[m]),
+                            body: run.records[m].body.clone().unwrap_or_default(),
                             field: field.to_owned(),
                             rule: rule.to_owned(),
                         },
@@ -722,70 +1136,75 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 _ => None,
             })
             .collect();
-        let mut dead_lettered = 0;
-        let mut dlq_failures = 0;
-        if !letters.is_empty() {
-            let batch_letters: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
-            let results =
-                match tokio::time::timeout_at(deadline, self.queue.dead_letter(&batch_letters))
-                    .await
-                {
-                    Ok(results) => results,
-                    Err(_) => {
-                        vec![
-                            Err("deadline reached while sending to the DLQ".to_owned());
-                            letters.len()
-                        ]
-                    }
-                };
-            for ((m, letter), result) in letters.iter().zip(results) {
-                match result {
-                    Ok(()) => dead_lettered += 1,
-                    Err(why) => {
-                        dlq_failures += 1;
-                        fates[*m] = Some(Fate::Reported {
-                            reason: format!(
-                                "DLQ send failed ({why}) for refused message: {}",
-                                letter.reason()
-                            ),
-                        });
-                    }
+        if letters.is_empty() {
+            return (0, 0);
+        }
+        let batch: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
+        let results = tokio::time::timeout_at(run.deadline, self.queue.dead_letter(&batch))
+            .await
+            .unwrap_or_else(|_| {
+                vec![Err("deadline reached while sending to the DLQ".to_owned()); letters.len()]
+            });
+        let (mut sent, mut failed) = (0, 0);
+        for ((m, letter), result) in letters.iter().zip(results) {
+            match result {
+                Ok(()) => sent += 1,
+                Err(why) => {
+                    failed += 1;
+                    fates[*m] = Some(Fate::Reported {
+                        reason: format!(
+                            "DLQ send failed ({why}) for refused message: {}",
+                            letter.reason()
+                        ),
+                    });
                 }
             }
         }
+        (sent, failed)
+    }
 
-        // 7. The copies; a failed send leaves the message reported.
-        let mut requeued = 0;
-        if !copies.is_empty() {
-            let batch_copies: Vec<Requeue> = copies.iter().map(|(_, c)| c.clone()).collect();
-            let results = tokio::time::timeout_at(deadline, self.queue.requeue(&batch_copies))
-                .await
-                .unwrap_or_else(|_| {
-                    vec![Err("deadline reached while requeueing".to_owned()); copies.len()]
-                });
-            for ((m, _), result) in copies.iter().zip(results) {
-                match (result, &fates[*m]) {
-                    (Ok(()), Some(Fate::Reported { reason })) => {
+    /// Sends the copies; each sent one gives its message the fate it carries, a failed
+    /// one leaves the message reported. Returns the requeued and split messages.
+    async fn send_copies(
+        &self,
+        fates: &mut [Option<Fate>],
+        copies: Vec<(usize, Fate, Requeue)>,
+        run: &Run<'_>,
+    ) -> (u64, u64) {
+        if copies.is_empty() {
+            return (0, 0);
+        }
+        let batch: Vec<Requeue> = copies.iter().map(|(_, _, c)| c.clone()).collect();
+        let results = tokio::time::timeout_at(run.deadline, self.queue.requeue(&batch))
+            .await
+            .unwrap_or_else(|_| {
+                vec![Err("deadline reached while requeueing".to_owned()); copies.len()]
+            });
+        let (mut requeued, mut split) = (0, 0);
+        for ((m, sent, _), result) in copies.into_iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    if matches!(sent, Fate::Split { .. }) {
+                        split += 1;
+                    } else {
                         requeued += 1;
-                        fates[*m] = Some(Fate::Requeued {
-                            reason: reason.clone(),
-                        });
                     }
-                    (Err(why), _) => {
-                        tracing::warn!(message_id = %ids[*m], error = %why, "requeue failed; the message stays reported");
-                    }
-                    _ => {}
+                    fates[m] = Some(sent);
+                }
+                Err(why) => {
+                    tracing::warn!(message_id = %run.ids[m], error = %why, "requeue failed; the message stays reported");
                 }
             }
         }
+        (requeued, split)
+    }
 
-        // 8. Redelivery waits for the reported messages, growing with their receives.
-        let (delayed, delay_failures) = self.delay_reported(records, &fates, deadline, rng).await;
-
-        let messages: Vec<MessageReport> = fates
+    /// Stage 7's log line per message, and the reports.
+    fn log_fates(&self, fates: Vec<Option<Fate>>, run: &Run<'_>) -> Vec<MessageReport> {
+        fates
             .into_iter()
-            .zip(ids)
-            .zip(&spans)
+            .zip(&run.ids)
+            .zip(&run.spans)
             .map(|((fate, message_id), span)| {
                 let fate = fate.unwrap_or(Fate::Reported {
                     reason: "no outcome recorded".to_owned(),
@@ -797,21 +1216,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     Fate::Requeued { reason } => {
                         tracing::warn!(%reason, "requeued as a fresh copy")
                     }
+                    Fate::Split {
+                        written,
+                        requeued,
+                        reason,
+                    } => {
+                        tracing::info!(written, requeued, %reason, "unwritten readings requeued")
+                    }
                 });
-                MessageReport { message_id, fate }
+                MessageReport {
+                    message_id: message_id.clone(),
+                    fate,
+                }
             })
-            .collect();
-        Report {
-            messages,
-            writes: batch.stats,
-            fanout_raises,
-            dead_lettered,
-            dlq_failures,
-            panics,
-            delayed,
-            delay_failures,
-            requeued,
-        }
+            .collect()
     }
 
     /// Gives each reported message with a receipt handle the redelivery wait of its
@@ -881,143 +1299,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         })
     }
 
-    /// Brings a key-range throttle of `entity`'s key, keyed with fan-out `keyed`, to the
-    /// directory, bounded by `deadline`. The decision's time is now, not the
-    /// invocation's start: a raise takes effect a full propagation margin after it is
-    /// written. Returns that time with the directory's answer.
-    async fn key_range_throttle<R: Rng + ?Sized>(
+    /// Each entity's fan-out history (cached), or why it could not be read.
+    async fn fanouts(
         &self,
-        entity: &str,
-        keyed: u32,
-        (now, started): (Timestamp, Instant),
+        entities: BTreeSet<&str>,
+        now: Timestamp,
         deadline: Instant,
-        rng: &mut R,
-    ) -> (Timestamp, Result<FanoutChange, StoreError>) {
-        let at = now.saturating_add(started.elapsed());
-        let change = tokio::time::timeout_at(
-            deadline,
-            self.directory
-                .on_throttle(entity, ThrottleKind::KeyRange, keyed, at, rng),
-        )
-        .await
-        .unwrap_or(Err(StoreError::Deadline));
-        (at, change)
-    }
-
-    /// Raises the fan-out of each entity whose readings in this batch show at least
-    /// `raise_ahead_wcu` per key at the fan-out they were keyed with (the latest of
-    /// its readings'), through the same decision as a key-range throttle: so the
-    /// cooldown, the pending check and the conditional update apply alike. Returns the
-    /// raises won.
-    async fn raise_ahead<R: Rng + ?Sized>(
-        &self,
-        owners: &[(usize, String)],
-        keyed_with: &[u32],
-        times: &[Timestamp],
-        (now, started): (Timestamp, Instant),
-        deadline: Instant,
-        rng: &mut R,
-    ) -> u64 {
-        // Per entity: readings, first and last timestamp, and the k of the last one.
-        let mut seen: BTreeMap<&str, (u64, Timestamp, Timestamp, u32)> = BTreeMap::new();
-        for (((_, entity), keyed), ts) in owners.iter().zip(keyed_with).zip(times) {
-            let entry = seen.entry(entity.as_str()).or_insert((0, *ts, *ts, *keyed));
-            entry.0 += 1;
-            entry.1 = entry.1.min(*ts);
-            if *ts >= entry.2 {
-                entry.2 = *ts;
-                entry.3 = *keyed;
-            }
-        }
-        let mut raises = 0;
-        for (entity, (count, first, last, keyed)) in seen {
-            let span_ms = last.as_millis().saturating_sub(first.as_millis());
-            if !fanout::over_rate(count, span_ms, keyed, self.config.raise_ahead_wcu) {
-                continue;
-            }
-            // A first signal may only create the entity's metadata; the second decides.
-            for _ in 0..2 {
-                if Instant::now() >= deadline {
-                    return raises;
-                }
-                let (_, change) = self
-                    .key_range_throttle(entity, keyed, (now, started), deadline, rng)
-                    .await;
-                let created = matches!(change, Ok(FanoutChange::Created { .. }));
-                if matches!(change, Ok(FanoutChange::Raised(_))) {
-                    tracing::info!(
-                        entity,
-                        readings = count,
-                        span_ms,
-                        "raising fan-out ahead of throttles"
-                    );
-                }
-                raises += log_change(entity, change);
-                if !created {
-                    break;
-                }
-            }
-        }
-        raises
-    }
-
-    /// Brings each key-range-throttled partition key's owner to the directory as the
-    /// throttles arrive, until the writes end (the sender is dropped): once per entity,
-    /// unless the directory only created its metadata (the next throttle decides again)
-    /// or said it cools down (a throttle after that time decides again). Returns the
-    /// raises won and the entities brought to the directory.
-    async fn raise_on_throttles<R: Rng + ?Sized>(
-        &self,
-        mut throttled: tokio::sync::mpsc::UnboundedReceiver<String>,
-        key_owners: &HashMap<String, (String, u32)>,
-        (now, started): (Timestamp, Instant),
-        deadline: Instant,
-        rng: &mut R,
-    ) -> (u64, BTreeSet<String>) {
-        let mut raises = 0;
-        // Per entity: `None` once settled for this invocation, else when to ask again.
-        let mut next: HashMap<String, Option<Instant>> = HashMap::new();
-        while let Some(pk) = throttled.recv().await {
-            let Some((entity, keyed)) = key_owners.get(&pk) else {
-                continue;
-            };
-            let due = match next.get(entity) {
-                None => true,
-                Some(None) => false,
-                Some(Some(at)) => Instant::now() >= *at,
-            };
-            if !due || Instant::now() >= deadline {
-                continue;
-            }
-            let (at, change) = self
-                .key_range_throttle(entity, *keyed, (now, started), deadline, rng)
-                .await;
-            let again = match &change {
-                Ok(FanoutChange::Created { .. }) => Some(Instant::now()),
-                Ok(FanoutChange::Kept(KeepReason::CoolingDown { until })) => {
-                    let wait = until.as_millis().saturating_sub(at.as_millis());
-                    Some(
-                        Instant::now()
-                            + std::time::Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
-                    )
-                }
-                _ => None,
-            };
-            next.insert(entity.clone(), again);
-            raises += log_change(entity, change);
-        }
-        (raises, next.into_keys().collect())
-    }
-
-    async fn fanouts(&self, stages: &[Stage], now: Timestamp, deadline: Instant) -> Fanouts {
-        let entities: BTreeSet<&str> = stages
-            .iter()
-            .filter_map(|s| match s {
-                Stage::Parsed(readings) => Some(readings.iter().map(|r| r.device_id.as_str())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
+    ) -> Fanouts {
         futures::stream::iter(entities)
             .map(|entity| async move {
                 let fanout = tokio::time::timeout_at(deadline, self.directory.fanout(entity, now))
@@ -1030,9 +1318,57 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .await
     }
 
-    fn key(&self, readings: Vec<Reading>, table: &TableHistory, fanouts: &Fanouts) -> Stage {
+    /// The item of `reading` keyed by a writer at `now`, and the fan-out of its key.
+    fn item_for(
+        &self,
+        reading: &Reading,
+        table: &TableHistory,
+        fanout: &FanoutHistory,
+        now: Timestamp,
+    ) -> Result<(Item, u32), ItemError> {
+        let layout = table.at(reading.ts);
+        let attribute = match &layout.strategy {
+            Strategy::Calculated { attribute } if attribute == "device_id" => {
+                Some(reading.device_id.as_str())
+            }
+            Strategy::Calculated { attribute } => reading.tags.get(attribute).map(String::as_str),
+            _ => None,
+        };
+        let key = write_key(
+            &ReadingRef {
+                entity: &reading.device_id,
+                event_id: &reading.event_id,
+                ts: reading.ts,
+                attribute,
+            },
+            table,
+            fanout,
+            now,
+        )
+        .map_err(ItemError::Key)?;
+        let k = fanout
+            .for_write(reading.ts, now)
+            .unwrap_or_else(|| layout.default_fanout());
+        let item = ReadingItem::marshal(reading, &key, self.config.retention)
+            .map_err(|e| ItemError::Rule(format!("cannot be stored: {e}")))?;
+        let size = item_size(&item);
+        if size > MAX_ITEM_BYTES {
+            return Err(ItemError::Rule(format!(
+                "the stored item would be {size} bytes; the limit is 400 KB"
+            )));
+        }
+        Ok((item, k))
+    }
+
+    fn key(
+        &self,
+        readings: Vec<Reading>,
+        table: &TableHistory,
+        fanouts: &Fanouts,
+        now: Timestamp,
+    ) -> Stage {
         let batch = readings.len() > 1;
-        let mut items = Vec::with_capacity(readings.len());
+        let mut keyed = Vec::with_capacity(readings.len());
         for (i, reading) in readings.into_iter().enumerate() {
             let index = batch.then_some(i);
             let fanout = match fanouts.get(&reading.device_id) {
@@ -1050,50 +1386,44 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     ));
                 }
             };
-            let attribute = match &table.at(reading.ts).strategy {
-                Strategy::Calculated { attribute } if attribute == "device_id" => {
-                    Some(reading.device_id.as_str())
-                }
-                Strategy::Calculated { attribute } => {
-                    reading.tags.get(attribute).map(String::as_str)
-                }
-                _ => None,
-            };
-            let key = match write_key(
-                &ReadingRef {
-                    entity: &reading.device_id,
-                    event_id: &reading.event_id,
-                    ts: reading.ts,
-                    attribute,
-                },
-                table,
-                fanout,
-            ) {
-                Ok(key) => key,
-                Err(err) => return Stage::Refused(key_refusal(index, &err)),
-            };
-            let item = match ReadingItem::marshal(&reading, &key, self.config.retention) {
-                Ok(item) => item,
-                Err(err) => {
+            match self.item_for(&reading, table, fanout, now) {
+                Ok((item, fanout)) => keyed.push(Keyed {
+                    reading,
+                    item: Some(item),
+                    fanout,
+                    outcome: None,
+                }),
+                Err(ItemError::Key(err)) => return Stage::Refused(key_refusal(index, &err)),
+                Err(ItemError::Rule(rule)) => {
                     return Stage::Refused(Refusal {
                         field: index
                             .map(|i| format!("readings[{i}]"))
                             .unwrap_or_else(|| "body".to_owned()),
-                        rule: format!("cannot be stored: {err}"),
+                        rule,
                     });
                 }
-            };
-            let size = item_size(&item);
-            if size > MAX_ITEM_BYTES {
-                return Stage::Refused(Refusal {
-                    field: index
-                        .map(|i| format!("readings[{i}]"))
-                        .unwrap_or_else(|| "body".to_owned()),
-                    rule: format!("the stored item would be {size} bytes; the limit is 400 KB"),
-                });
             }
-            items.push((item, reading));
         }
-        Stage::Keyed(items)
+        Stage::Keyed(keyed)
     }
+}
+
+/// Why a reading has no item.
+enum ItemError {
+    /// Its key cannot be made.
+    Key(KeyError),
+    /// The item breaks a rule of the table.
+    Rule(String),
+}
+
+/// Each entity's fan-out history, or why it could not be read.
+type Fanouts = HashMap<String, Result<FanoutHistory, StoreError>>;
+
+/// What [`Ingest::leave_stage`] did.
+struct Leaving {
+    fates: Vec<Option<Fate>>,
+    dead_lettered: u64,
+    dlq_failures: u64,
+    requeued: u64,
+    split: u64,
 }

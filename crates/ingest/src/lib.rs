@@ -19,5 +19,5 @@ pub mod queue;
 
 pub use config::{Config, ConfigError};
 pub use handler::{Fate, Ingest, IngestError, MessageReport, Report};
-pub use message::{Limits, Refusal, parse_body};
+pub use message::{Limits, Refusal, parse_body, to_body};
 pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, Requeue, SqsQueue};

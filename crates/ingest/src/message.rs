@@ -111,6 +111,45 @@ pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> 
     }
 }
 
+/// The body of a message holding `readings`, in the documented format: what
+/// [`parse_body`] parses back into the same readings (a requeued remainder of a
+/// message is sent as one).
+pub fn to_body(readings: &[Reading]) -> String {
+    let list: Vec<Value> = readings
+        .iter()
+        .map(|r| {
+            let mut o = Map::new();
+            o.insert("device_id".to_owned(), Value::from(r.device_id.as_str()));
+            o.insert("event_id".to_owned(), Value::from(r.event_id.as_str()));
+            o.insert("ts".to_owned(), Value::from(r.ts.to_rfc3339()));
+            o.insert(
+                "metrics".to_owned(),
+                Value::Object(
+                    r.metrics
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::from(*v)))
+                        .collect(),
+                ),
+            );
+            if !r.tags.is_empty() {
+                o.insert(
+                    "tags".to_owned(),
+                    Value::Object(
+                        r.tags
+                            .iter()
+                            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                            .collect(),
+                    ),
+                );
+            }
+            Value::Object(o)
+        })
+        .collect();
+    let mut body = Map::new();
+    body.insert("readings".to_owned(), Value::Array(list));
+    Value::Object(body).to_string()
+}
+
 const FIELDS: [&str; 5] = ["device_id", "event_id", "ts", "metrics", "tags"];
 
 /// The path of field `name` of the reading at `index` of a batch (`None`: the body is
@@ -307,6 +346,19 @@ mod tests {
     }
 
     const OK: &str = r#"{"device_id":"dev-1","event_id":"e-1","ts":"2026-06-22T11:59:00Z","metrics":{"t":21.5}}"#;
+
+    #[test]
+    fn a_remainder_body_parses_back_into_the_same_readings() {
+        let tagged = r#"{"device_id":"dev-2","event_id":"e-2","ts":1782129540123,"metrics":{"t":-0.1,"h":1e300},"tags":{"site":"a b"}}"#;
+        let body = format!(r#"{{"readings":[{OK},{tagged}]}}"#);
+        let readings = parse_body(&body, &limits()).expect("valid");
+        let again = parse_body(&to_body(&readings), &limits()).expect("valid");
+        assert_eq!(again, readings);
+        assert_eq!(
+            parse_body(&to_body(&readings[1..]), &limits()).expect("valid"),
+            readings[1..]
+        );
+    }
 
     #[test]
     fn valid_single_and_batch() {

@@ -13,7 +13,11 @@
 //!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
 //!    the deadline;
 //! 5. a `ValidationException` on a chunk of several items splits it in halves (no
-//!    delay), so one item the pre-checks missed cannot take good items down with it.
+//!    delay), so one item the pre-checks missed cannot take good items down with it;
+//! 6. a [`WriteObserver`] hears of every partition key a throttle refused as it happens,
+//!    and may declare a key stale: its items not yet written come back as
+//!    [`Outcome::Stale`] at their next attempt, for the caller to re-key (a raised
+//!    fan-out spreads them over more keys) rather than retried on the hot key.
 //!
 //! The one call is behind the [`BatchTable`] port: [`crate::dynamo::DynamoTable`] in
 //! production, [`crate::memory::MemoryTable`] (with injectable faults) in tests.
@@ -97,11 +101,33 @@ impl<T: BatchTable> BatchTable for std::sync::Arc<T> {
     }
 }
 
+/// What a caller hears, and decides, while a write is under way.
+pub trait WriteObserver: Sync {
+    /// A key-range throttle refused items of partition key `pk`, or a call left them
+    /// unprocessed (DynamoDB's answer for a partition over its limit).
+    fn throttled(&self, pk: &str) {
+        let _ = pk;
+    }
+
+    /// Whether the items of `pk` not yet written are to be given back unwritten, as
+    /// [`Outcome::Stale`], instead of retried under that key.
+    fn stale(&self, pk: &str) -> bool {
+        let _ = pk;
+        false
+    }
+}
+
+/// Hears nothing, declares nothing stale.
+impl WriteObserver for () {}
+
 /// What became of one input item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Stored.
     Written,
+    /// Never stored, given back before a retry because the observer declared its key
+    /// stale: re-key it and write it again.
+    Stale,
     /// Not stored this time; another delivery may succeed.
     FailedRetryable {
         /// The last real error (or `unprocessed` / `deadline`).
@@ -152,10 +178,13 @@ pub struct WriteStats {
     pub failed_retryable: u64,
     /// Distinct items failed permanently (refused or rejected).
     pub failed_permanent: u64,
+    /// Distinct items given back unwritten because their key went stale.
+    pub stale: u64,
 }
 
 impl WriteStats {
-    fn absorb(&mut self, other: WriteStats) {
+    /// Adds `other`'s counts to these.
+    pub fn absorb(&mut self, other: WriteStats) {
         self.calls += other.calls;
         self.retries += other.retries;
         self.written += other.written;
@@ -172,6 +201,7 @@ impl WriteStats {
         self.transient_errors += other.transient_errors;
         self.failed_retryable += other.failed_retryable;
         self.failed_permanent += other.failed_permanent;
+        self.stale += other.stale;
     }
 }
 
@@ -291,21 +321,20 @@ impl<T: BatchTable> BatchWriter<T> {
         deadline: Instant,
         rng: &mut R,
     ) -> BatchReport {
-        self.write_observed(items, deadline, rng, &|_: &str| {})
-            .await
+        self.write_observed(items, deadline, rng, &()).await
     }
 
-    /// [`write`](Self::write), calling `on_key_range_throttle` with the partition key
-    /// of every item a key-range throttle refused, as it happens: a caller can react
-    /// (raise the entity's fan-out) while the retries are still backing off, instead of
-    /// after the deadline.
+    /// [`write`](Self::write), telling `observer` the partition key of every item a
+    /// throttle refused, as it happens, so a caller can react (raise the entity's
+    /// fan-out) while the retries still back off; items whose key the observer then
+    /// declares stale come back as [`Outcome::Stale`].
     #[tracing::instrument(skip_all, fields(items = items.len()))]
     pub async fn write_observed<R: Rng + ?Sized>(
         &self,
         items: Vec<Item>,
         deadline: Instant,
         rng: &mut R,
-        on_key_range_throttle: &(dyn Fn(&str) + Sync),
+        observer: &dyn WriteObserver,
     ) -> BatchReport {
         let prepared = prepare(&items);
         let mut stats = WriteStats {
@@ -350,7 +379,7 @@ impl<T: BatchTable> BatchWriter<T> {
         let max_inflight = self.config.max_inflight.max(1);
         let mut results = futures::stream::iter(
             jobs.into_iter()
-                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng, on_key_range_throttle)),
+                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng, observer)),
         )
         .buffer_unordered(max_inflight);
         while let Some((outcomes, chunk_stats)) = results.next().await {
@@ -383,7 +412,7 @@ impl<T: BatchTable> BatchWriter<T> {
         chunk: Vec<(usize, Item)>,
         deadline: Instant,
         mut rng: StdRng,
-        on_key_range_throttle: &(dyn Fn(&str) + Sync),
+        observer: &dyn WriteObserver,
     ) -> (Vec<(usize, Outcome)>, WriteStats) {
         let mut stats = WriteStats::default();
         let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(chunk.len());
@@ -402,10 +431,14 @@ impl<T: BatchTable> BatchWriter<T> {
                     fail_all(&mut done, &mut stats, &mut pending, &last_reason, throttle);
                     break;
                 }
-                stats.calls += 1;
                 if attempt > 0 {
+                    give_back_stale(&mut done, &mut stats, &mut pending, observer);
+                    if pending.is_empty() {
+                        break;
+                    }
                     stats.retries += 1;
                 }
+                stats.calls += 1;
                 let items: Vec<Item> = pending.iter().map(|(_, item)| item.clone()).collect();
                 let result =
                     match tokio::time::timeout_at(deadline, self.table.batch_write(items)).await {
@@ -430,6 +463,11 @@ impl<T: BatchTable> BatchWriter<T> {
                         });
                         stats.written += (before - pending.len()) as u64;
                         stats.unprocessed += pending.len() as u64;
+                        for (_, item) in &pending {
+                            if let Some(AttributeValue::S(pk)) = item.get(PK) {
+                                observer.throttled(pk);
+                            }
+                        }
                         last_reason = match throttle {
                             Some(kind) => format!("unprocessed after a {kind} throttle"),
                             None => "unprocessed".to_owned(),
@@ -462,7 +500,7 @@ impl<T: BatchTable> BatchWriter<T> {
                                 if *kind == ThrottleKind::KeyRange {
                                     for (_, item) in &pending {
                                         if let Some(AttributeValue::S(pk)) = item.get(PK) {
-                                            on_key_range_throttle(pk);
+                                            observer.throttled(pk);
                                             *stats
                                                 .key_range_throttled
                                                 .entry(pk.clone())
@@ -507,6 +545,23 @@ impl<T: BatchTable> BatchWriter<T> {
         }
         (done, stats)
     }
+}
+
+/// Moves the items whose key `observer` declares stale from `pending` to `done`.
+fn give_back_stale(
+    done: &mut Vec<(usize, Outcome)>,
+    stats: &mut WriteStats,
+    pending: &mut Vec<(usize, Item)>,
+    observer: &dyn WriteObserver,
+) {
+    pending.retain(|(i, item)| {
+        let stale = matches!(item.get(PK), Some(AttributeValue::S(pk)) if observer.stale(pk));
+        if stale {
+            stats.stale += 1;
+            done.push((*i, Outcome::Stale));
+        }
+        !stale
+    });
 }
 
 fn fail_all(

@@ -1,15 +1,17 @@
-//! The shard directory: layout and per-entity fan-out, cached, and the fan-out raise.
+//! The shard directory: layout and per-entity fan-out, cached, and every change of k.
 //!
 //! Writers key every reading with the layout and the entity's fan-out history, so both
 //! are read often and change rarely: they are cached for `cache_ttl` (time comes in as
-//! a parameter). The cache TTL is part of the epoch invariant: a change takes effect
-//! `propagation_margin` after it is written, and the margin exceeds the TTL plus the
-//! largest accepted future skew, so a cached history is never missing an epoch that
-//! governs a reading this writer accepts.
+//! a parameter). Fan-out keys nest (`sharding::key`), so a cache that misses a raise
+//! only keys with a smaller k that readers still read; the one change a cache must not
+//! miss, a shrink, takes effect `propagation_margin` after it is written, and the margin
+//! exceeds the TTL plus the largest accepted future skew.
 //!
-//! A raise is decided by `sharding::fanout::decide` and applied with a conditional
-//! update on `last_updated`: of any number of writers racing on one entity, exactly one
-//! wins per cooldown, and the losers only refresh their cache.
+//! A key-range throttle is news the cache may not have: [`ShardDirectory::on_signal`]
+//! re-reads the entity from the table before deciding, so every writer follows a raise
+//! within one round trip of its first throttle. Changes are decided by
+//! `sharding::fanout` and applied with a conditional update on `last_updated`: of any
+//! number of writers racing on one entity, exactly one wins, and the losers refresh.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -19,16 +21,27 @@ use std::time::Duration;
 use rand::Rng;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::{
-    self, FanoutDecision, FanoutPolicy, KeepReason, PlannedRaiseError, Raise, ShardMeta, Throttle,
+    self, FanoutDecision, FanoutPolicy, KeepReason, PlannedRaiseError, Raise, ShardMeta, Shrink,
+    Signal, Throttle,
 };
 use sharding::layout::Layout;
 use sharding::time::Timestamp;
 
-use crate::error::{StoreError, ThrottleKind};
+use crate::error::StoreError;
+
+/// The conditions of an [`ShardStore::update_entity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateCondition {
+    /// The item's `last_updated` must still equal this (no other change won since).
+    pub last_updated: Timestamp,
+    /// When set, the item's `last_hot` must be absent or earlier than this (no writer
+    /// saw the entity busy since; a shrink's quiet period).
+    pub quiet_since: Option<Timestamp>,
+}
 
 /// The port over the shard metadata table (schema in the crate docs).
 pub trait ShardStore: Send + Sync {
-    /// An entity's metadata, if it has any.
+    /// An entity's metadata, if it has any (a strongly consistent read).
     fn get_entity(
         &self,
         entity: &str,
@@ -41,14 +54,24 @@ pub trait ShardStore: Send + Sync {
         meta: &ShardMeta,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Applies `raise` if the item's `last_updated` still equals
-    /// `raise.precondition_last_updated`, appending to `shard_history` and adding the
-    /// entity to the hot set; `false` if the condition failed (another writer won).
-    fn raise_entity(
+    /// Replaces an entity's `number_of_shards`, `last_updated` and `shard_history` with
+    /// `meta`'s if `condition` holds, and adds the entity to the hot set when `meta` has
+    /// a fan-out above 1; `false` if the condition failed (another writer won, or a
+    /// writer saw the entity busy).
+    fn update_entity(
         &self,
         entity: &str,
-        raise: &Raise,
+        condition: &UpdateCondition,
+        meta: &ShardMeta,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Sets an existing entity's `last_hot` to `at` (a writer saw it busy). Touches
+    /// nothing else, so it never fails another writer's change.
+    fn mark_hot(
+        &self,
+        entity: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The table-level layout history, if stored.
     fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send;
@@ -77,12 +100,20 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).create_entity(entity, meta)
     }
-    fn raise_entity(
+    fn update_entity(
         &self,
         entity: &str,
-        raise: &Raise,
+        condition: &UpdateCondition,
+        meta: &ShardMeta,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        (**self).raise_entity(entity, raise)
+        (**self).update_entity(entity, condition, meta)
+    }
+    fn mark_hot(
+        &self,
+        entity: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_hot(entity, at)
     }
     fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send {
         (**self).get_layout()
@@ -103,41 +134,54 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
 pub struct DirectoryConfig {
     /// How long a read of the metadata table is trusted (`CACHE_TTL_SECS`).
     pub cache_ttl: Duration,
-    /// Cooldown, jitter, maximum and propagation margin of raises.
+    /// Cooldown, jitter, maximum, key rate, quiet period and propagation margin.
     pub policy: FanoutPolicy,
     /// The layout stored when the table has none yet (from the configuration).
     pub initial_layout: Layout,
 }
 
-/// What [`ShardDirectory::on_throttle`] did.
+/// What [`ShardDirectory::on_signal`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FanoutChange {
-    /// Created the entity's metadata (`false`: another writer had just created it).
+    /// Created the entity's metadata at the layout's default and left it there
+    /// (`false`: another writer had just created it).
     Created {
         /// Whether this writer's conditional put won.
         won: bool,
     },
     /// Left k alone.
     Kept(KeepReason),
-    /// This writer's conditional update won.
+    /// This writer's raise won; in force at once.
     Raised(Raise),
+    /// This writer's shrink won; in force after the propagation margin.
+    Shrunk(Shrink),
     /// Another writer changed the entity first; the cache is refreshed.
     LostRace,
+}
+
+impl FanoutChange {
+    /// The k now in force if this writer raised it.
+    pub fn raised_to(&self) -> Option<u32> {
+        match self {
+            Self::Raised(raise) => Some(raise.to),
+            _ => None,
+        }
+    }
 }
 
 /// What [`ShardDirectory::plan_fanout`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlannedFanout {
-    /// The raise is written; it takes effect at `effective_from`.
+    /// The raise is written, in force at once.
     Scheduled(Raise),
-    /// The latest scheduled k is already at least the one asked for.
+    /// The fan-out in force is already at least the one asked for.
     Already {
         /// That k.
         k: u32,
     },
 }
 
-/// Why [`ShardDirectory::plan_fanout`] did not schedule a fan-out.
+/// Why [`ShardDirectory::plan_fanout`] did not raise the fan-out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanFanoutError {
     /// The fan-out asked for cannot be scheduled.
@@ -151,7 +195,7 @@ pub enum PlanFanoutError {
         #[source]
         source: PlannedRaiseError,
     },
-    /// Writers raised the entity's fan-out at every attempt.
+    /// Writers changed the entity's fan-out at every attempt.
     #[error("writers changed the fan-out of {entity} at each of {attempts} attempts; try again")]
     Contended {
         /// The entity.
@@ -167,13 +211,17 @@ pub enum PlanFanoutError {
 /// Attempts of [`ShardDirectory::plan_fanout`] against racing writers.
 const PLAN_ATTEMPTS: u32 = 3;
 
+/// How often one writer marks an entity busy, as a share of the quiet period: a mark
+/// costs a write, and a quiet period only needs one mark inside it.
+const HOT_MARK_SHARE: u32 = 8;
+
 #[derive(Debug, Clone)]
 struct Cached<T> {
     fetched_at: Timestamp,
     value: T,
 }
 
-/// Cached reads of the shard metadata plus the fan-out raise; see the module docs.
+/// Cached reads of the shard metadata plus every change of k; see the module docs.
 #[derive(Debug)]
 pub struct ShardDirectory<S> {
     store: S,
@@ -244,6 +292,12 @@ impl<S: ShardStore> ShardDirectory<S> {
         Ok(history)
     }
 
+    /// The fan-out of an entity without metadata under the layout in force at `now`
+    /// (1 for time buckets, N for random and calculated).
+    async fn default_fanout(&self, now: Timestamp) -> Result<u32, StoreError> {
+        Ok(self.layout(now).await?.at(now).default_fanout())
+    }
+
     /// An entity's metadata (cached).
     #[tracing::instrument(skip(self))]
     pub async fn meta(
@@ -256,6 +310,15 @@ impl<S: ShardStore> ShardDirectory<S> {
         {
             return Ok(cached.value.clone());
         }
+        self.refresh(entity, now).await
+    }
+
+    /// An entity's metadata read from the table (not the cache), then cached.
+    pub async fn refresh(
+        &self,
+        entity: &str,
+        now: Timestamp,
+    ) -> Result<Option<ShardMeta>, StoreError> {
         let meta = self.store.get_entity(entity).await?;
         self.remember(entity, now, meta.clone());
         Ok(meta)
@@ -290,10 +353,10 @@ impl<S: ShardStore> ShardDirectory<S> {
         );
     }
 
-    /// Schedules fan-out `k` for `entity` ahead of its load (an operator's plan): creates
-    /// its metadata if missing, then raises k with `sharding::fanout::planned_raise`,
-    /// effective after the propagation margin. Reads the store, not the cache, and
-    /// retries when a writer's raise wins the conditional update first.
+    /// Raises `entity`'s fan-out to `k` ahead of its load (an operator's plan): creates
+    /// its metadata if missing, then raises k with `sharding::fanout::planned_raise`, in
+    /// force at once. Reads the store, not the cache, and retries when a writer's change
+    /// wins the conditional update first.
     #[tracing::instrument(skip(self))]
     pub async fn plan_fanout(
         &self,
@@ -301,31 +364,19 @@ impl<S: ShardStore> ShardDirectory<S> {
         k: u32,
         now: Timestamp,
     ) -> Result<PlannedFanout, PlanFanoutError> {
+        let default = self.default_fanout(now).await?;
         for _ in 0..PLAN_ATTEMPTS {
-            let meta = match self.store.get_entity(entity).await? {
-                Some(meta) => meta,
-                None => {
-                    let default = self.layout(now).await?.latest().default_fanout();
-                    let created = ShardMeta {
-                        number_of_shards: default,
-                        ..ShardMeta::initial(now)
-                    };
-                    if !self.store.create_entity(entity, &created).await? {
-                        continue;
-                    }
-                    created
-                }
+            let Some(meta) = self.existing_or_created(entity, default, now).await? else {
+                continue;
             };
-            let planned =
-                fanout::planned_raise(&meta, k, now, &self.config.policy).map_err(|source| {
-                    PlanFanoutError::Refused {
-                        entity: entity.to_owned(),
-                        k,
-                        source,
-                    }
+            let planned = fanout::planned_raise(&meta, k, now, default, &self.config.policy)
+                .map_err(|source| PlanFanoutError::Refused {
+                    entity: entity.to_owned(),
+                    k,
+                    source,
                 })?;
             let Some(raise) = planned else {
-                let k = meta.number_of_shards;
+                let k = meta.in_force(now, default);
                 self.remember(entity, now, Some(meta));
                 return Ok(PlannedFanout::Already { k });
             };
@@ -339,65 +390,145 @@ impl<S: ShardStore> ShardDirectory<S> {
         })
     }
 
-    /// Reacts to a throttle on a write of `entity` keyed with fan-out `keyed`: creates
-    /// its metadata if missing, raises its fan-out when `sharding::fanout::decide` says
-    /// so. Only key-range throttles of writes keyed with the latest k ever raise.
-    #[tracing::instrument(skip(self, rng))]
-    pub async fn on_throttle<R: Rng + ?Sized>(
+    /// The stored metadata of `entity`, or the item this writer created for it (k =
+    /// `default`, no history); `None` if another writer created it first.
+    async fn existing_or_created(
         &self,
         entity: &str,
-        throttle: ThrottleKind,
-        keyed: u32,
+        default: u32,
+        now: Timestamp,
+    ) -> Result<Option<ShardMeta>, StoreError> {
+        if let Some(meta) = self.store.get_entity(entity).await? {
+            return Ok(Some(meta));
+        }
+        let created = ShardMeta {
+            number_of_shards: default,
+            ..ShardMeta::initial(now)
+        };
+        if self.store.create_entity(entity, &created).await? {
+            self.remember(entity, now, Some(created.clone()));
+            Ok(Some(created))
+        } else {
+            self.invalidate(entity);
+            Ok(None)
+        }
+    }
+
+    /// Brings what a writer saw of `entity` to its fan-out: raises k when
+    /// `sharding::fanout::decide` says so, marks the entity busy when it is, and shrinks
+    /// k when `sharding::fanout::decide_shrink` says it stayed quiet long enough.
+    ///
+    /// A key-range throttle re-reads the entity from the table first (another writer may
+    /// have raised it already) and creates its metadata when missing, then decides on
+    /// the item it created, in the same call. A signal without a throttle creates
+    /// nothing unless its rate needs more than the layout's default.
+    #[tracing::instrument(skip(self, rng))]
+    pub async fn on_signal<R: Rng + ?Sized>(
+        &self,
+        entity: &str,
+        signal: Signal,
         now: Timestamp,
         rng: &mut R,
     ) -> Result<FanoutChange, StoreError> {
-        let meta = self.meta(entity, now).await?;
-        let throttle = match throttle {
-            ThrottleKind::KeyRange => Throttle::KeyRange,
-            ThrottleKind::Table => Throttle::Table,
-            ThrottleKind::Other => Throttle::Other,
+        let policy = &self.config.policy;
+        let default = self.default_fanout(now).await?;
+        let throttled = signal.throttle == Throttle::KeyRange;
+        let mut meta = if throttled {
+            self.refresh(entity, now).await?
+        } else {
+            self.meta(entity, now).await?
         };
-        match fanout::decide(
-            meta.as_ref(),
-            throttle,
-            keyed,
-            now,
-            &self.config.policy,
-            rng,
-        ) {
-            FanoutDecision::Create { k } => {
-                // Start at the layout's own default (1 for time buckets, N for random and
-                // calculated), so creating the item never changes where keys go.
-                let default = self.layout(now).await?.latest().default_fanout();
-                let created = ShardMeta {
-                    number_of_shards: k.max(default),
-                    ..ShardMeta::initial(now)
-                };
-                let won = self.store.create_entity(entity, &created).await?;
-                if won {
-                    self.remember(entity, now, Some(created));
-                } else {
-                    self.invalidate(entity);
-                }
-                Ok(FanoutChange::Created { won })
+        let by_rate = signal
+            .rate
+            .map_or(1, |r| fanout::needed_fanout(r, policy.key_rate, policy.max_fanout));
+        let mut created = None;
+        if meta.is_none() {
+            if !throttled && by_rate <= default {
+                return Ok(FanoutChange::Kept(KeepReason::Enough { current: default }));
             }
-            FanoutDecision::Keep { reason } => Ok(FanoutChange::Kept(reason)),
+            match self.existing_or_created(entity, default, now).await? {
+                Some(m) => {
+                    created = Some(m.clone());
+                    meta = Some(m);
+                }
+                None => return Ok(FanoutChange::Created { won: false }),
+            }
+        }
+        let Some(meta) = meta else {
+            return Ok(FanoutChange::LostRace);
+        };
+        match fanout::decide(Some(&meta), &signal, now, default, policy, rng) {
             FanoutDecision::Raise(raise) => {
-                let Some(current) = meta else {
-                    return Ok(FanoutChange::LostRace);
-                };
-                if self.apply_raise(entity, &current, &raise, now).await? {
+                if self.apply_raise(entity, &meta, &raise, now).await? {
                     Ok(FanoutChange::Raised(raise))
                 } else {
                     Ok(FanoutChange::LostRace)
                 }
             }
+            // Unreachable: `decide` only asks to create when there is no item.
+            FanoutDecision::Create { .. } => Ok(FanoutChange::LostRace),
+            FanoutDecision::Keep { reason } => {
+                let current = meta.in_force(now, default);
+                let busy = throttled
+                    || signal
+                        .rate
+                        .is_some_and(|r| fanout::shows_heat(r, current, policy.key_rate));
+                if busy {
+                    self.mark_hot(entity, &meta, now).await;
+                } else if let Some(shrink) =
+                    fanout::decide_shrink(&meta, signal.rate, now, default, policy)
+                {
+                    return self.apply_shrink(entity, &meta, &shrink, now).await;
+                }
+                Ok(match created {
+                    Some(_) => FanoutChange::Created { won: true },
+                    None => FanoutChange::Kept(reason),
+                })
+            }
         }
     }
 
-    /// Writes `raise` of `entity` (currently `current`) with the conditional update.
-    /// The winner caches the raised item; a loser forgets its stale copy. `true` if this
-    /// writer won.
+    /// Records that a writer saw `entity` busy, at most once per eighth of the quiet
+    /// period per writer (a mark costs a write). A failed mark is logged and otherwise
+    /// ignored: at worst the entity shrinks early and the next throttle raises it again.
+    async fn mark_hot(&self, entity: &str, meta: &ShardMeta, now: Timestamp) {
+        let every = self.config.policy.shrink_after / HOT_MARK_SHARE;
+        if meta
+            .last_hot
+            .is_some_and(|at| at <= now && now < at.saturating_add(every))
+        {
+            return;
+        }
+        match self.store.mark_hot(entity, now).await {
+            Ok(()) => {
+                if let Some(cached) = lock(&self.entities).get_mut(entity)
+                    && let Some(cached) = cached.value.as_mut()
+                {
+                    cached.last_hot = Some(now);
+                }
+            }
+            Err(err) => tracing::warn!(entity, error = %err, "could not mark the entity busy"),
+        }
+    }
+
+    /// Writes the item after `change` with the conditional update. The winner caches the
+    /// new item; a loser forgets its stale copy. `true` if this writer won.
+    async fn apply(
+        &self,
+        entity: &str,
+        condition: UpdateCondition,
+        next: ShardMeta,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        if !self.store.update_entity(entity, &condition, &next).await? {
+            self.invalidate(entity);
+            return Ok(false);
+        }
+        self.remember(entity, now, Some(next));
+        Ok(true)
+    }
+
+    /// Writes `raise` of `entity` (currently `current`); the raised item is marked busy.
     async fn apply_raise(
         &self,
         entity: &str,
@@ -405,15 +536,42 @@ impl<S: ShardStore> ShardDirectory<S> {
         raise: &Raise,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        if !self.store.raise_entity(entity, raise).await? {
-            self.invalidate(entity);
-            return Ok(false);
-        }
-        let raised = current
+        let mut raised = current
             .raised(raise)
             .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
-        tracing::info!(entity, from = raise.from, to = raise.to, effective_from = %raise.effective_from, "raised fan-out");
-        self.remember(entity, now, Some(raised));
-        Ok(true)
+        raised.last_hot = Some(raise.effective_from);
+        let condition = UpdateCondition {
+            last_updated: raise.precondition_last_updated,
+            quiet_since: None,
+        };
+        let won = self.apply(entity, condition, raised, now).await?;
+        if won {
+            tracing::info!(entity, from = raise.from, to = raise.to, "raised fan-out");
+        }
+        Ok(won)
+    }
+
+    /// Writes `shrink` of `entity` (currently `current`), conditional on no writer having
+    /// marked it busy during the quiet period.
+    async fn apply_shrink(
+        &self,
+        entity: &str,
+        current: &ShardMeta,
+        shrink: &Shrink,
+        now: Timestamp,
+    ) -> Result<FanoutChange, StoreError> {
+        let shrunk = current
+            .shrunk(shrink)
+            .map_err(|e| StoreError::Malformed(format!("shrink of {entity}: {e}")))?;
+        let condition = UpdateCondition {
+            last_updated: shrink.precondition_last_updated,
+            quiet_since: Some(shrink.quiet_since),
+        };
+        if self.apply(entity, condition, shrunk, now).await? {
+            tracing::info!(entity, from = shrink.from, to = shrink.to, effective_from = %shrink.effective_from, "shrinking fan-out");
+            Ok(FanoutChange::Shrunk(*shrink))
+        } else {
+            Ok(FanoutChange::LostRace)
+        }
     }
 }

@@ -9,11 +9,11 @@ use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde::{Deserialize, Serialize};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
-use sharding::fanout::{Raise, ShardMeta};
+use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, PK};
-use crate::directory::ShardStore;
+use crate::directory::{ShardStore, UpdateCondition};
 use crate::error::StoreError;
 
 /// The readings table behind [`BatchTable`].
@@ -124,6 +124,8 @@ struct EntityItem {
     last_updated: i64,
     #[serde(default)]
     shard_history: Vec<HistoryEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_hot: Option<i64>,
 }
 
 impl EntityItem {
@@ -141,6 +143,7 @@ impl EntityItem {
                     k: e.value,
                 })
                 .collect(),
+            last_hot: meta.last_hot.map(Timestamp::as_millis),
         }
     }
 
@@ -162,6 +165,11 @@ impl EntityItem {
             last_updated: Timestamp::from_millis(self.last_updated)
                 .map_err(|e| malformed(e.to_string()))?,
             shard_history: FanoutHistory::from_epochs(epochs)
+                .map_err(|e| malformed(e.to_string()))?,
+            last_hot: self
+                .last_hot
+                .map(Timestamp::from_millis)
+                .transpose()
                 .map_err(|e| malformed(e.to_string()))?,
         })
     }
@@ -254,52 +262,87 @@ impl ShardStore for DynamoShards {
             .await
     }
 
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn raise_entity(&self, entity: &str, raise: &Raise) -> Result<bool, StoreError> {
-        // The hot set first: ADD is idempotent, so a raise that then loses its race
-        // leaves at most a superset (an entity a read plan checks for nothing), while the
-        // opposite order could leave a raised entity that read plans never look at.
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, AttributeValue::S(HOT_PK.to_owned()))
-            .update_expression("ADD entities :e")
-            .expression_attribute_values(":e", AttributeValue::Ss(vec![entity.to_owned()]))
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
-        let entry = serde_dynamo::to_attribute_value(vec![HistoryEntry {
-            effective_from: raise.effective_from.as_millis(),
-            k: raise.to,
-        }])
-        .map_err(|e| StoreError::Malformed(e.to_string()))?;
-        let result = self
+    #[tracing::instrument(skip(self, meta), fields(table = %self.table))]
+    async fn update_entity(
+        &self,
+        entity: &str,
+        condition: &UpdateCondition,
+        meta: &ShardMeta,
+    ) -> Result<bool, StoreError> {
+        if meta.shard_history.epochs().iter().any(|e| e.value > 1) {
+            // The hot set first: ADD is idempotent, so a change that then loses its race
+            // leaves at most a superset (an entity a read plan checks for nothing), while
+            // the opposite order could leave a raised entity that read plans never see.
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, AttributeValue::S(HOT_PK.to_owned()))
+                .update_expression("ADD entities :e")
+                .expression_attribute_values(":e", AttributeValue::Ss(vec![entity.to_owned()]))
+                .send()
+                .await
+                .map_err(|e| classify(&e))?;
+        }
+        let item = EntityItem::from_meta(entity, meta);
+        let history = serde_dynamo::to_attribute_value(&item.shard_history)
+            .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let number = |n: i64| AttributeValue::N(n.to_string());
+        let mut request = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key(PK, AttributeValue::S(entity_pk(entity)))
-            .condition_expression("last_updated = :expected")
-            .update_expression(
-                "SET number_of_shards = :to, last_updated = :now, \
-                 shard_history = list_append(if_not_exists(shard_history, :empty), :entry)",
-            )
-            .expression_attribute_values(
-                ":expected",
-                AttributeValue::N(raise.precondition_last_updated.as_millis().to_string()),
-            )
-            .expression_attribute_values(":to", AttributeValue::N(raise.to.to_string()))
-            .expression_attribute_values(
-                ":now",
-                AttributeValue::N(raise.updated_at.as_millis().to_string()),
-            )
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":entry", entry)
+            .key(PK, AttributeValue::S(item.pk.clone()))
+            .expression_attribute_values(":expected", number(condition.last_updated.as_millis()))
+            .expression_attribute_values(":k", number(i64::from(item.number_of_shards)))
+            .expression_attribute_values(":now", number(item.last_updated))
+            .expression_attribute_values(":history", history);
+        let mut set = "SET number_of_shards = :k, last_updated = :now, shard_history = :history"
+            .to_owned();
+        if let Some(hot) = item.last_hot {
+            set.push_str(", last_hot = :hot");
+            request = request.expression_attribute_values(":hot", number(hot));
+        }
+        let mut condition_expression = "last_updated = :expected".to_owned();
+        if let Some(quiet_since) = condition.quiet_since {
+            condition_expression
+                .push_str(" AND (attribute_not_exists(last_hot) OR last_hot < :quiet)");
+            request =
+                request.expression_attribute_values(":quiet", number(quiet_since.as_millis()));
+        }
+        let result = request
+            .update_expression(set)
+            .condition_expression(condition_expression)
             .send()
             .await;
         match result {
             Ok(_) => Ok(true),
             Err(e) => match classify(&e) {
                 StoreError::ConditionFailed => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn mark_hot(&self, entity: &str, at: Timestamp) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(entity_pk(entity)))
+            .update_expression("SET last_hot = :at")
+            // Never create an item, and never move the mark back in time.
+            .condition_expression(
+                "attribute_exists(#pk) AND (attribute_not_exists(last_hot) OR last_hot < :at)",
+            )
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":at", AttributeValue::N(at.as_millis().to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(&e) {
+                StoreError::ConditionFailed => Ok(()),
                 other => Err(other),
             },
         }

@@ -60,7 +60,8 @@ pub mod read;
 pub mod size;
 
 pub use batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteStats, WriterConfig,
+    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteObserver, WriteStats,
+    WriterConfig,
 };
 pub use directory::{PlanFanoutError, PlannedFanout, ShardDirectory, ShardStore};
 pub use error::{StoreError, ThrottleKind};

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sharding::epoch::TableHistory;
-use sharding::fanout::{Raise, ShardMeta};
+use sharding::fanout::ShardMeta;
+use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
-use crate::directory::ShardStore;
+use crate::directory::{ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::size::{MAX_ITEM_BYTES, item_size};
 
@@ -148,7 +149,7 @@ struct ShardState {
     entities: HashMap<String, ShardMeta>,
     layout: Option<TableHistory>,
     hot: BTreeSet<String>,
-    raises: Vec<(String, Raise)>,
+    changes: Vec<(String, ShardMeta)>,
     entity_reads: u64,
 }
 
@@ -175,9 +176,9 @@ impl MemoryShards {
         lock(&self.state).entities.get(entity).cloned()
     }
 
-    /// The raises that won, in order, with their entity.
-    pub fn raises(&self) -> Vec<(String, Raise)> {
-        lock(&self.state).raises.clone()
+    /// The conditional updates that won, in order: the entity and the item written.
+    pub fn changes(&self) -> Vec<(String, ShardMeta)> {
+        lock(&self.state).changes.clone()
     }
 
     /// How many entity reads reached the table (the cache's misses).
@@ -202,20 +203,41 @@ impl ShardStore for MemoryShards {
         Ok(true)
     }
 
-    async fn raise_entity(&self, entity: &str, raise: &Raise) -> Result<bool, StoreError> {
+    async fn update_entity(
+        &self,
+        entity: &str,
+        condition: &UpdateCondition,
+        meta: &ShardMeta,
+    ) -> Result<bool, StoreError> {
         let mut state = lock(&self.state);
-        let Some(meta) = state.entities.get_mut(entity) else {
+        if meta.shard_history.epochs().iter().any(|e| e.value > 1) {
+            state.hot.insert(entity.to_owned());
+        }
+        let Some(stored) = state.entities.get_mut(entity) else {
             return Ok(false);
         };
-        if meta.last_updated != raise.precondition_last_updated {
+        let quiet = condition
+            .quiet_since
+            .is_none_or(|since| stored.last_hot.is_none_or(|hot| hot < since));
+        if stored.last_updated != condition.last_updated || !quiet {
             return Ok(false);
         }
-        *meta = meta
-            .raised(raise)
-            .map_err(|e| StoreError::Validation(e.to_string()))?;
-        state.hot.insert(entity.to_owned());
-        state.raises.push((entity.to_owned(), *raise));
+        let last_hot = meta.last_hot.or(stored.last_hot);
+        *stored = ShardMeta {
+            last_hot,
+            ..meta.clone()
+        };
+        state.changes.push((entity.to_owned(), meta.clone()));
         Ok(true)
+    }
+
+    async fn mark_hot(&self, entity: &str, at: Timestamp) -> Result<(), StoreError> {
+        if let Some(stored) = lock(&self.state).entities.get_mut(entity)
+            && stored.last_hot.is_none_or(|hot| hot < at)
+        {
+            stored.last_hot = Some(at);
+        }
+        Ok(())
     }
 
     async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
