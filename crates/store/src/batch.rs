@@ -104,7 +104,7 @@ impl<T: BatchTable> BatchTable for std::sync::Arc<T> {
 /// What a caller hears, and decides, while a write is under way.
 pub trait WriteObserver: Sync {
     /// A key-range throttle refused items of partition key `pk`, or a call left them
-    /// unprocessed (DynamoDB's answer for a partition over its limit).
+    /// unprocessed after a key-range throttle of their chunk.
     fn throttled(&self, pk: &str) {
         let _ = pk;
     }
@@ -463,9 +463,13 @@ impl<T: BatchTable> BatchWriter<T> {
                         });
                         stats.written += (before - pending.len()) as u64;
                         stats.unprocessed += pending.len() as u64;
-                        for (_, item) in &pending {
-                            if let Some(AttributeValue::S(pk)) = item.get(PK) {
-                                observer.throttled(pk);
+                        // Unprocessed items carry no reason: after a key-range throttle
+                        // on this chunk, they are more of the same.
+                        if throttle == Some(ThrottleKind::KeyRange) {
+                            for (_, item) in &pending {
+                                if let Some(AttributeValue::S(pk)) = item.get(PK) {
+                                    observer.throttled(pk);
+                                }
                             }
                         }
                         last_reason = match throttle {
