@@ -324,6 +324,7 @@ fn cold_pk(layout: &TableHistory, device: &str, ts: Timestamp) -> Result<String>
         },
         layout,
         &Default::default(),
+        ts,
     )?
     .pk)
 }
@@ -580,6 +581,7 @@ async fn hot_device_raises_fan_out_once_per_cooldown() -> Result<()> {
             },
             &stored_layout,
             &after.shard_history,
+            t4,
         )?;
         assert_eq!(item.pk, expected.pk);
         assert_ne!(item.pk, cold_pk(&stored_layout, hot, ts)?);

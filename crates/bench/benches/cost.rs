@@ -53,6 +53,7 @@ fn cost(c: &mut Criterion) {
             },
             &table,
             &fanout,
+            r.ts,
         )
     };
     let mut group = c.benchmark_group("cost");

@@ -87,6 +87,7 @@ pub fn keyed_item(g: &Gen, table: &TableHistory, retention: Duration) -> Result<
         },
         table,
         &FanoutHistory::new(),
+        reading.ts,
     )?;
     Ok(ReadingItem::new(&reading, key, retention))
 }

@@ -102,6 +102,7 @@ pub fn run(seconds: usize, results: &mut Results) -> Result<()> {
                 },
                 &table,
                 fanout,
+                *ts,
             )?;
             *load.entry(key.pk).or_default() += 1;
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cursor::CursorKey;
 use crate::params::{Limits, parse_interval};
-use crate::service::ServiceConfig;
+use crate::service::{DEFAULT_STATS_WINDOW, ServiceConfig};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -64,6 +64,7 @@ impl ServiceSettings {
             retry_after_secs: 1,
             max_buffered: self.max_buffered,
             time_index: self.time_index.clone(),
+            stats_window: DEFAULT_STATS_WINDOW,
         }
     }
 }
@@ -123,7 +124,7 @@ impl Config {
     /// | `MAX_STATS_BUCKETS` | `10000` | most buckets in one stats answer |
     /// | `QUERY_CONCURRENCY` | `32` | most Queries in flight per request |
     /// | `MAX_BUFFERED_READINGS` | `200000` | most readings an all-devices read may sort in memory |
-    /// | `SHARD_CACHE_TTL_SECS` | `60` | reuse of shard metadata; keep it <= the epoch propagation margin |
+    /// | `SHARD_CACHE_TTL_SECS` | `5` | reuse of shard metadata: a reading written under a raise newer than this cache may be missed for this long |
     /// | `READINGS_TIME_INDEX` | empty | the readings table's time index (LSI on `ts_ms`); empty: reads over every device sort whole buckets |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
@@ -177,7 +178,7 @@ impl Config {
             )?,
         };
         let concurrency = usize::try_from(number("QUERY_CONCURRENCY", 32)?).unwrap_or(usize::MAX);
-        let directory_ttl = Duration::from_secs(number("SHARD_CACHE_TTL_SECS", 60)?);
+        let directory_ttl = Duration::from_secs(number("SHARD_CACHE_TTL_SECS", 5)?);
         let max_buffered =
             usize::try_from(number("MAX_BUFFERED_READINGS", 200_000)?).unwrap_or(usize::MAX);
         Ok(Self {
@@ -221,7 +222,7 @@ mod tests {
         assert_eq!(c.table_name, "readings");
         assert_eq!(c.service.limits, Limits::default());
         assert_eq!(c.service.concurrency, 32);
-        assert_eq!(c.service.directory_ttl, Duration::from_secs(60));
+        assert_eq!(c.service.directory_ttl, Duration::from_secs(5));
         assert_eq!(c.service.time_index, None);
         assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
     }

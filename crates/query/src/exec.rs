@@ -13,9 +13,19 @@
 //! - otherwise (a `time-bucket` partition read over every device, without the index):
 //!   [`Arrival::Unordered`], read whole within its time filter and sorted in memory,
 //!   about one bucket (per shard) per page of the answer.
+//!
+//! # Readings stored twice
+//! A reading can be stored under two partition keys of one plan (written, then
+//! redelivered after a fan-out raise and keyed with the larger fan-out). Its sort key
+//! is the same under both, and so is its merge key, [`ReadingKey`] (time, device,
+//! event id), which is the reading's identity. The merge emits each key once (see
+//! `sharding::merge`, "Items stored twice"): [`read_merged`] answers, their pages and
+//! the reads resumed after them, and [`merge_each`] (stats), show every reading once,
+//! holding one key more than they would anyway. [`scan_all`] reads in no order and does
+//! not de-duplicate: it serves lookups that stop at the first match.
 
 use futures::StreamExt as _;
-use sharding::merge::{Arrival, BoundedMerge, Order, Step, StreamShape};
+use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{PageKey, PageRequest, ReadingSource};
@@ -44,16 +54,25 @@ pub struct StreamSpec {
 /// What one merged read returned and cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadOutcome {
-    /// At most `limit` items in merge order.
+    /// At most `limit` items in merge order, each reading once.
     pub items: Vec<ReadingItem>,
-    /// Whether at least one more item follows the last one returned.
+    /// Whether at least one more reading follows the last one returned.
     pub more: bool,
+    /// What it cost.
+    pub cost: ReadCost,
+}
+
+/// What a merged read cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadCost {
     /// Items DynamoDB evaluated (ScannedCount summed over every page).
     pub items_read: u64,
     /// Query calls made.
     pub pages: u64,
     /// Rounds of concurrent Query calls, one after another.
     pub rounds: u64,
+    /// Second copies of readings stored under two keys, read and left out.
+    pub duplicates: u64,
 }
 
 /// Why a merged read stopped without an answer.
@@ -81,7 +100,8 @@ pub struct ReadOptions {
     pub max_buffered: usize,
 }
 
-/// The merge key of a stored reading.
+/// The merge key of a stored reading: its identity (time, device, event id), the same
+/// under every partition key it may be stored under, so copies merge as equal keys.
 pub fn key_of(item: &ReadingItem) -> ReadingKey {
     ReadingKey {
         ts_ms: item.ts_ms,
@@ -106,8 +126,8 @@ impl StreamSpec {
     }
 }
 
-/// Reads `limit` items in merge order strictly after `after` (when given), plus
-/// enough to know whether more follow.
+/// Reads `limit` readings in merge order strictly after `after` (when given), plus
+/// enough to know whether more follow; a reading stored under two keys counts once.
 pub async fn read_merged<S: ReadingSource>(
     source: &S,
     specs: Vec<StreamSpec>,
@@ -115,71 +135,122 @@ pub async fn read_merged<S: ReadingSource>(
     limit: usize,
     after: Option<&ReadingKey>,
 ) -> Result<ReadOutcome, ExecError> {
-    let order = if opts.descending {
+    let merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned());
+    let mut items = Vec::new();
+    let (more, cost) = drive(source, &specs, opts, merge, |batch| items.extend(batch)).await?;
+    Ok(ReadOutcome { items, more, cost })
+}
+
+/// Hands every reading of `specs` to `each` in merge order, each reading once however
+/// many keys it is stored under, holding about `window` readings at a time (plus one
+/// round's pages) however many there are: for aggregates over a whole range.
+pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem)>(
+    source: &S,
+    specs: Vec<StreamSpec>,
+    opts: ReadOptions,
+    window: usize,
+    mut each: F,
+) -> Result<ReadCost, ExecError> {
+    let merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
+    let emit = |batch: Vec<ReadingItem>| batch.into_iter().for_each(&mut each);
+    let (_, cost) = drive(source, &specs, opts, merge, emit).await?;
+    Ok(cost)
+}
+
+fn shapes(specs: &[StreamSpec]) -> Vec<StreamShape> {
+    specs.iter().map(StreamSpec::shape).collect()
+}
+
+fn order(opts: ReadOptions) -> Order {
+    if opts.descending {
         Order::Descending
     } else {
         Order::Ascending
-    };
-    let mut merge = BoundedMerge::new(
-        specs.iter().map(StreamSpec::shape).collect(),
-        order,
-        limit,
-        after.cloned(),
-    );
+    }
+}
+
+/// Runs `merge` over `specs` to its end, handing what it emits to `emit` batch by batch
+/// (after every round); returns whether more follow its limit, and the cost.
+async fn drive<S: ReadingSource>(
+    source: &S,
+    specs: &[StreamSpec],
+    opts: ReadOptions,
+    mut merge: BoundedMerge<ReadingKey, ReadingItem>,
+    mut emit: impl FnMut(Vec<ReadingItem>),
+) -> Result<(bool, ReadCost), ExecError> {
     // Where each stream's next page starts.
     let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
-    let (mut items_read, mut pages, mut rounds) = (0u64, 0u64, 0u64);
+    let mut cost = ReadCost::default();
     loop {
         let asks = match merge.step(opts.concurrency) {
             Step::Read(asks) => asks,
             Step::Done { items, more } => {
-                return Ok(ReadOutcome {
-                    items,
-                    more,
-                    items_read,
-                    pages,
-                    rounds,
-                });
+                emit(items);
+                cost.duplicates = merge.duplicates();
+                return Ok((more, cost));
             }
         };
-        rounds += 1;
-        let requests: Vec<(usize, PageRequest)> = asks
-            .iter()
-            .map(|ask| {
-                let i = ask.stream;
-                (
-                    i,
-                    page_request(&specs[i], ask.limit, next_start[i].clone(), opts),
-                )
-            })
-            .collect();
-        let results: Vec<(usize, Result<store::read::Page, StoreError>)> =
-            futures::stream::iter(requests)
-                .map(|(i, req)| async move { (i, source.query_page(&req).await) })
-                .buffer_unordered(opts.concurrency.max(1))
-                .collect()
-                .await;
-        for (i, result) in results {
-            let page = result?;
-            pages += 1;
-            items_read += page.items_read;
-            // The page's last timestamp (what a time-indexed stream holds ties at).
-            let last_ts = page
-                .items
-                .last()
-                .map(|item| item.ts_ms)
-                .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms));
-            next_start[i] = page.last_key;
-            let last_page = next_start[i].is_none();
-            let keyed = page.items.into_iter().map(|item| (key_of(&item), item));
-            merge.deliver(i, keyed, last_ts, last_page);
-        }
+        emit(merge.take_emitted());
+        cost.rounds += 1;
+        read_round(
+            source,
+            specs,
+            opts,
+            &asks,
+            &mut next_start,
+            &mut merge,
+            &mut cost,
+        )
+        .await?;
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
             });
         }
     }
+}
+
+/// Reads the pages `asks` names, at most `opts.concurrency` at once, and delivers each
+/// to the merge.
+async fn read_round<S: ReadingSource>(
+    source: &S,
+    specs: &[StreamSpec],
+    opts: ReadOptions,
+    asks: &[PageAsk],
+    next_start: &mut [Option<PageKey>],
+    merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
+    cost: &mut ReadCost,
+) -> Result<(), ExecError> {
+    let requests: Vec<(usize, PageRequest)> = asks
+        .iter()
+        .map(|ask| {
+            let i = ask.stream;
+            let req = page_request(&specs[i], ask.limit, next_start[i].clone(), opts);
+            (i, req)
+        })
+        .collect();
+    let results: Vec<(usize, Result<store::read::Page, StoreError>)> =
+        futures::stream::iter(requests)
+            .map(|(i, req)| async move { (i, source.query_page(&req).await) })
+            .buffer_unordered(opts.concurrency.max(1))
+            .collect()
+            .await;
+    for (i, result) in results {
+        let page = result?;
+        cost.pages += 1;
+        cost.items_read += page.items_read;
+        // The page's last timestamp (what a time-indexed stream holds ties at).
+        let last_ts = page
+            .items
+            .last()
+            .map(|item| item.ts_ms)
+            .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms));
+        next_start[i] = page.last_key;
+        let last_page = next_start[i].is_none();
+        let keyed = page.items.into_iter().map(|item| (key_of(&item), item));
+        merge.deliver(i, keyed, last_ts, last_page);
+    }
+    Ok(())
 }
 
 fn page_request(
@@ -211,7 +282,8 @@ pub struct ScanOutcome {
 
 /// Reads every item of every stream (all pages), `concurrency` streams at a time, and
 /// hands each item inside its stream's span to `each`, in no particular order. Memory
-/// stays at one page per stream in flight: nothing is collected.
+/// stays at one page per stream in flight: nothing is collected, and nothing is
+/// de-duplicated (a reading stored under two keys comes twice; see [`merge_each`]).
 pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
     source: &S,
     specs: Vec<StreamSpec>,

@@ -4,7 +4,7 @@
 //! - [`params`]: routing and validation, pure: every 4xx is decided before any read.
 //! - [`cursor`]: sealed, request-bound page cursors (HMAC-SHA256).
 //! - [`exec`]: concurrent paged reads and the k-way merge that reads only what the
-//!   page needs.
+//!   page needs, and shows a reading stored under two keys once.
 //! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
 //!   runtime (the local runner and tests call [`QueryService::handle`]).
 //! - [`lambda`]: the API Gateway adapter and [`config::Config`] for the `query` binary.

@@ -1,6 +1,11 @@
 //! The query service: validated request in, JSON response out. Independent of the
 //! Lambda runtime: [`QueryService::handle`] takes any `http::Request`, so the Lambda,
 //! the local runner and tests share it.
+//!
+//! A reading can be stored under more than one partition key (fan-out keys nest, and a
+//! redelivery after a raise keys it with the larger fan-out). Every answer shows it
+//! once: range reads and stats merge by the reading's identity and drop copies (see
+//! [`crate::exec`]), and a single-reading lookup stops at the first key that holds it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,7 +13,7 @@ use std::time::Duration;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::key::{KeyError, ReadingRef, point_key};
+use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
 use sharding::plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
 use store::directory::ShardStore;
@@ -19,9 +24,15 @@ use store::read::{PageKey, ReadingSource};
 use crate::cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
 use crate::directory::ReadDirectory;
 use crate::error::{ApiError, codes};
-use crate::exec::{ExecError, ReadOptions, StreamSpec, key_of, read_merged, scan_all};
+use crate::exec::{
+    ExecError, ReadCost, ReadOptions, StreamSpec, key_of, merge_each, read_merged, scan_all,
+};
 use crate::model::{ReadingOut, ReadingsPage, StatsBucket, StatsResponse, format_ts};
 use crate::params::{Endpoint, Limits, Range, ReadParams, parse_request};
+
+/// Readings a stats read plans each round for, by default
+/// ([`ServiceConfig::stats_window`]).
+pub const DEFAULT_STATS_WINDOW: usize = 5_000;
 
 /// Settings of the service.
 #[derive(Debug, Clone)]
@@ -39,11 +50,15 @@ pub struct ServiceConfig {
     /// The readings table's time index (LSI with sort key `ts_ms`), for reads over
     /// every device; `None`: such reads sort whole buckets in memory.
     pub time_index: Option<String>,
+    /// Readings a stats read plans each round of Queries for: it holds about this many
+    /// in memory (merged in order, to count each reading once) however long the range.
+    pub stats_window: usize,
 }
 
 impl ServiceConfig {
     /// Defaults: the limits of [`Limits::default`], 32 Queries in flight, 60 s
-    /// directory cache, 200,000 readings buffered at most.
+    /// directory cache, 200,000 readings buffered at most, stats read 5,000 readings a
+    /// round.
     pub fn new(cursor_key: CursorKey) -> Self {
         Self {
             limits: Limits::default(),
@@ -53,6 +68,7 @@ impl ServiceConfig {
             retry_after_secs: 1,
             max_buffered: 200_000,
             time_index: None,
+            stats_window: DEFAULT_STATS_WINDOW,
         }
     }
 }
@@ -69,8 +85,24 @@ pub struct ReadStats {
     /// Queries in the read plan.
     pub plan_queries: u64,
     /// Rounds of concurrent Queries the read waited for one after another (its round
-    /// trips); 0 where not tracked (point reads, stats).
+    /// trips); 0 where not tracked (point reads).
     pub rounds: u64,
+    /// Second copies of readings stored under two keys that the read came across and
+    /// left out of the answer.
+    pub duplicates: u64,
+}
+
+impl ReadStats {
+    fn of(cost: ReadCost, items_returned: u64, plan_queries: u64) -> Self {
+        Self {
+            items_read: cost.items_read,
+            items_returned,
+            calls: cost.pages,
+            plan_queries,
+            rounds: cost.rounds,
+            duplicates: cost.duplicates,
+        }
+    }
 }
 
 /// The query API over a reading source and the shard metadata.
@@ -129,6 +161,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                     items_returned = stats.items_returned,
                     calls = stats.calls,
                     plan_queries = stats.plan_queries,
+                    duplicates = stats.duplicates,
                     over_read = over_read(&stats),
                     "query answered"
                 );
@@ -195,7 +228,8 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             None => None,
         };
         // Resuming narrows the range to what lies after the position; the position's
-        // own timestamp stays in (ties at the same ms are dropped by key).
+        // own timestamp stays in (ties at the same ms are dropped by key, and so is
+        // every copy of the position's own reading, under whichever key).
         let mut range = read.range;
         if let Some(pos) = &after {
             if read.descending {
@@ -235,23 +269,12 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             after.as_ref(),
         )
         .await
-        .map_err(|e| match e {
-            ExecError::Store(e) => store_error(e),
-            e @ ExecError::TooMuchToSort { .. } => {
-                ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string())
-            }
-        })?;
+        .map_err(exec_error)?;
         let next_cursor = match (outcome.more, outcome.items.last()) {
             (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
             _ => None,
         };
-        let stats = ReadStats {
-            items_read: outcome.items_read,
-            items_returned: outcome.items.len() as u64,
-            calls: outcome.pages,
-            plan_queries,
-            rounds: outcome.rounds,
-        };
+        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan_queries);
         let items = outcome
             .items
             .into_iter()
@@ -280,21 +303,10 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             attribute: None,
         };
         let mut stats = ReadStats::default();
-        let found = match point_key(&reading, &table, &fanout) {
-            Ok(key) => {
-                stats.calls = 1;
-                let key = PageKey {
-                    pk: key.pk,
-                    sk: key.sk,
-                    ts_ms: None,
-                };
-                let item = self
-                    .source
-                    .get_reading(&key, consistent)
-                    .await
-                    .map_err(store_error)?;
-                stats.items_read = u64::from(item.is_some());
-                item.filter(|i| i.device_id == device && i.event_id == event_id)
+        let found = match point_keys(&reading, &table, &fanout) {
+            Ok(keys) => {
+                self.first_stored(&keys, &reading, consistent, &mut stats)
+                    .await?
             }
             // A layout that hashes another attribute: look in every shard at that ms.
             Err(KeyError::MissingAttribute { .. }) => {
@@ -330,6 +342,38 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
         Ok((body, stats))
     }
 
+    /// GetItem on each of `keys` in order (most likely first) until one holds
+    /// `reading`; counts the calls and items read into `stats`.
+    async fn first_stored(
+        &self,
+        keys: &[ItemKey],
+        reading: &ReadingRef<'_>,
+        consistent: bool,
+        stats: &mut ReadStats,
+    ) -> Result<Option<ReadingItem>, ApiError> {
+        for key in keys {
+            let key = PageKey {
+                pk: key.pk.clone(),
+                sk: key.sk.clone(),
+                ts_ms: None,
+            };
+            stats.calls += 1;
+            let item = self
+                .source
+                .get_reading(&key, consistent)
+                .await
+                .map_err(store_error)?;
+            stats.items_read += u64::from(item.is_some());
+            if let Some(item) = item
+                && item.device_id == reading.entity
+                && item.event_id == reading.event_id
+            {
+                return Ok(Some(item));
+            }
+        }
+        Ok(None)
+    }
+
     async fn stats(
         &self,
         device: &str,
@@ -348,11 +392,18 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
         let fanout = self.directory.fanout(device).await.map_err(store_error)?;
         let plan = plan_entity(device, time_range, &table, &fanout).map_err(plan_error)?;
         let mut agg = Downsampler::new(interval_ms);
-        let outcome = scan_all(
+        let opts = ReadOptions {
+            descending: false,
+            consistent,
+            concurrency: self.config.concurrency,
+            max_buffered: self.config.max_buffered,
+        };
+        // In merge order, so a reading stored under two keys is counted once.
+        let cost = merge_each(
             &self.source,
             specs(&plan),
-            consistent,
-            self.config.concurrency,
+            opts,
+            self.config.stats_window,
             |item| {
                 if item.device_id == device
                     && (range.from_ms..range.to_ms).contains(&item.ts_ms)
@@ -363,14 +414,8 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             },
         )
         .await
-        .map_err(store_error)?;
-        let stats = ReadStats {
-            items_read: outcome.items_read,
-            items_returned: agg.count,
-            calls: outcome.pages,
-            plan_queries: plan.len() as u64,
-            rounds: 0,
-        };
+        .map_err(exec_error)?;
+        let stats = ReadStats::of(cost, agg.count, plan.len() as u64);
         let body =
             serde_json::to_value(agg.finish()?).map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, stats))
@@ -419,6 +464,15 @@ fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
 fn to_time_range(r: Range) -> Result<TimeRange, ApiError> {
     let ts = |ms| Timestamp::from_millis(ms).map_err(|e| ApiError::bad_range(e.to_string()));
     TimeRange::new(ts(r.from_ms)?, ts(r.to_ms)?).map_err(|e| ApiError::bad_range(e.to_string()))
+}
+
+fn exec_error(e: ExecError) -> ApiError {
+    match e {
+        ExecError::Store(e) => store_error(e),
+        e @ ExecError::TooMuchToSort { .. } => {
+            ApiError::bad_request(codes::RANGE_TOO_LARGE, e.to_string())
+        }
+    }
 }
 
 fn plan_error(e: PlanError) -> ApiError {

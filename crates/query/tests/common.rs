@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use query::{CursorKey, QueryService, ServiceConfig};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
-use sharding::fanout::{Raise, ShardMeta};
+use sharding::fanout::ShardMeta;
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
-use store::directory::ShardStore;
+use store::directory::{ShardStore, UpdateCondition};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{Page, PageKey, PageRequest, ReadingSource};
@@ -227,12 +227,21 @@ impl ShardStore for FakeShards {
             number_of_shards: h.latest().map_or(1, |e| e.value),
             last_updated: Timestamp::from_millis(0).unwrap(),
             shard_history: h.clone(),
+            last_hot: None,
         }))
     }
     async fn create_entity(&self, _: &str, _: &ShardMeta) -> Result<bool, StoreError> {
         unreachable!("the query service never writes")
     }
-    async fn raise_entity(&self, _: &str, _: &Raise) -> Result<bool, StoreError> {
+    async fn update_entity(
+        &self,
+        _: &str,
+        _: &UpdateCondition,
+        _: &ShardMeta,
+    ) -> Result<bool, StoreError> {
+        unreachable!("the query service never writes")
+    }
+    async fn mark_hot(&self, _: &str, _: Timestamp) -> Result<(), StoreError> {
         unreachable!("the query service never writes")
     }
     async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
@@ -262,7 +271,8 @@ pub struct R {
     pub value: f64,
 }
 
-/// Writes `readings` through `sharding::key::write_key` under the histories.
+/// Writes `readings` through `sharding::key::write_key` under the histories, each by a
+/// writer at the reading's own time (keyed with the fan-out in force at its timestamp).
 pub fn load(table: &FakeTable, shards: &FakeShards, readings: &[R]) {
     let layout = shards.layout.as_ref().expect("layout set");
     let empty = FanoutHistory::new();
@@ -278,6 +288,7 @@ pub fn load(table: &FakeTable, shards: &FakeShards, readings: &[R]) {
             },
             layout,
             fanout,
+            ts,
         )
         .unwrap();
         let reading = store::item::Reading {

@@ -11,7 +11,7 @@ use sharding::fanout::{Raise, ShardMeta};
 use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::TestStack;
-use store::directory::ShardStore;
+use store::directory::{ShardStore, UpdateCondition};
 use store::dynamo::DynamoShards;
 use store::item::{Reading, ReadingItem};
 use store::read::DynamoReadingSource;
@@ -37,7 +37,12 @@ async fn readings_written_to_moto_read_back_through_the_handler() -> anyhow::Res
         effective_from: ts(BASE_MS + 1_800_000),
         updated_at: ts(BASE_MS),
     };
-    assert!(shards.raise_entity("hot-1", &raise).await?);
+    let raised = created.raised(&raise)?;
+    let condition = UpdateCondition {
+        last_updated: created.last_updated,
+        quiet_since: None,
+    };
+    assert!(shards.update_entity("hot-1", &condition, &raised).await?);
     let hot_history = shards
         .get_entity("hot-1")
         .await?
@@ -68,6 +73,7 @@ async fn readings_written_to_moto_read_back_through_the_handler() -> anyhow::Res
                 },
                 &layout,
                 &history,
+                reading.ts,
             )?;
             let item = ReadingItem::new(&reading, k, Duration::from_secs(86_400 * 3650));
             client

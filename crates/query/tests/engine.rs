@@ -281,7 +281,10 @@ async fn fanout_raised_inside_the_range_is_read_in_order() {
         "fan-out change: items_read={} calls={}",
         stats.items_read, stats.calls
     );
-    assert!(stats.items_read <= 30, "read {}", stats.items_read);
+    // All five keys are read from 00:29: a reading of the hour before the raise may
+    // have been keyed with k = 4 (keys nest). The first round's shares (6 each) find
+    // 6 cold readings and 24 sub-shard ones; the cold key's last 4 follow.
+    assert!(stats.items_read <= 35, "read {}", stats.items_read);
 }
 
 #[tokio::test]

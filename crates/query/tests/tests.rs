@@ -6,6 +6,7 @@
 
 mod common;
 mod cursor;
+mod duplicates;
 mod e2e;
 mod engine;
 mod events;

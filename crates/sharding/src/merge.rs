@@ -54,8 +54,29 @@
 //! - [`Arrival::Unordered`]: the stream is read whole (pages without a `Limit`) when
 //!   the merge first reaches it, then sorted in memory.
 //!
-//! Keys must be unique across streams; items outside a stream's span, or not after
+//! Keys must be unique within a stream; items outside a stream's span, or not after
 //! the resume key, are dropped on delivery.
+//!
+//! # Items stored twice
+//! Equal keys in two streams are one item stored twice (a reading written, then
+//! redelivered after a fan-out raise and keyed under another partition): the merge
+//! emits it once. The merge key must therefore be the item's identity (for a reading,
+//! its sort key or its (time, entity, event id)). Emission is in merge order and an
+//! item is emitted only when no stream's bound precedes it, so every copy of a key
+//! comes out right after the first, wherever its stream is; the merge drops a head
+//! equal to the key it emitted last. That costs one key of memory, whatever the
+//! number of streams or items. Copies count neither toward the limit nor as "more"
+//! (a page whose last item's copy is all that follows has no next page), and a
+//! resumed read drops every copy of its resume key on delivery, so no page repeats
+//! the last item of the page before it. Copies still count as items read where the
+//! merge estimates density and the horizon, which at worst costs a round, never an
+//! item.
+//!
+//! # Emitting as it goes
+//! [`BoundedMerge::windowed`] emits every item, with no limit, to a caller that takes
+//! them after each step ([`BoundedMerge::take_emitted`]) (aggregations over a whole
+//! range): its rounds are planned as if `window` items were needed, so memory stays
+//! about `window` items however long the range.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -305,14 +326,49 @@ pub struct BoundedMerge<K, T> {
     streams: Vec<Stream<K, T>>,
     order: Order,
     limit: usize,
+    /// Most items the reads of one round are planned for (see
+    /// [`BoundedMerge::windowed`]); `usize::MAX` for a bounded merge.
+    window: usize,
     after: Option<K>,
+    /// Emitted and not yet taken ([`BoundedMerge::take_emitted`]).
     out: Vec<T>,
+    /// Items emitted so far, taken or not.
+    emitted: usize,
+    /// The key last emitted: an equal key popped next is the same item stored twice.
+    last: Option<K>,
+    /// Items dropped as copies of the one emitted before them.
+    duplicates: u64,
 }
 
 impl<K: TimedKey, T> BoundedMerge<K, T> {
     /// A merge of `shapes` in `order`, emitting at most `limit` items strictly after
-    /// `after` (a resumed read).
+    /// `after` (a resumed read), each key once.
     pub fn new(shapes: Vec<StreamShape>, order: Order, limit: usize, after: Option<K>) -> Self {
+        Self::with_window(shapes, order, limit, usize::MAX, after)
+    }
+
+    /// A merge of `shapes` in `order` emitting every item strictly after `after`, each
+    /// key once, to a caller that takes them as they come
+    /// ([`BoundedMerge::take_emitted`] after each [`BoundedMerge::step`] that asks for
+    /// pages). Each round's pages are sized, and later streams read ahead, as if
+    /// `window` more items were needed, so what it buffers stays about `window` items
+    /// (plus the pages of one round) however many it emits in all.
+    pub fn windowed(
+        shapes: Vec<StreamShape>,
+        order: Order,
+        window: usize,
+        after: Option<K>,
+    ) -> Self {
+        Self::with_window(shapes, order, usize::MAX, window.max(1), after)
+    }
+
+    fn with_window(
+        shapes: Vec<StreamShape>,
+        order: Order,
+        limit: usize,
+        window: usize,
+        after: Option<K>,
+    ) -> Self {
         let streams = shapes
             .into_iter()
             .map(|shape| {
@@ -334,9 +390,27 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
             streams,
             order,
             limit,
+            window,
             after,
-            out: Vec::with_capacity(limit.min(1024)),
+            out: Vec::with_capacity(limit.min(window).min(1024)),
+            emitted: 0,
+            last: None,
+            duplicates: 0,
         }
+    }
+
+    /// Takes the items emitted so far and not yet taken, in merge order. A windowed
+    /// merge's caller calls it after each step that asks for pages, which keeps the
+    /// merge's memory bounded; [`Step::Done`] carries whatever was not taken.
+    pub fn take_emitted(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Items dropped so far because an equal key had just been emitted: one item
+    /// stored under two of the merged streams (see the module header).
+    #[must_use]
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
     }
 
     /// Items held in memory (buffered or held back), for the caller's memory cap.
@@ -351,24 +425,7 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     /// Emits every item that can be emitted, then says which pages to read next (at
     /// most `concurrency` streams are read ahead of need), or gives the answer.
     pub fn step(&mut self, concurrency: usize) -> Step<T> {
-        let mut fetch: Vec<usize> = Vec::new();
-        let mut more = false;
-        while let Some(min) = self.min_bound() {
-            if !self.streams[min].has_head() {
-                fetch = self.fetch_set(min);
-                break;
-            }
-            if self.out.len() >= self.limit {
-                more = true;
-                break;
-            }
-            let s = &mut self.streams[min];
-            let Some((key, item)) = s.buffer.pop_front() else {
-                break;
-            };
-            s.rebound(Some(&key));
-            self.out.push(item);
-        }
+        let (mut fetch, more) = self.emit_ready();
         if fetch.is_empty() {
             return Step::Done {
                 items: std::mem::take(&mut self.out),
@@ -378,8 +435,8 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         let remaining = self
             .limit
             .saturating_add(1)
-            .saturating_sub(self.out.len())
-            .max(1);
+            .saturating_sub(self.emitted)
+            .clamp(1, self.window);
         // A stream bounded after the horizon cannot hold an item of the answer.
         let order = self.order;
         if let Some(h) = self.horizon(remaining) {
@@ -434,6 +491,38 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         Step::Read(asks)
     }
 
+    /// Emits heads in merge order while no stream's bound precedes them, dropping a
+    /// head equal to the key just emitted (a second copy of one item). Returns the
+    /// streams to read before anything more can be emitted (empty: the answer is
+    /// complete), and whether an item beyond the limit is known to follow.
+    fn emit_ready(&mut self) -> (Vec<usize>, bool) {
+        while let Some(min) = self.min_bound() {
+            if !self.streams[min].has_head() {
+                return (self.fetch_set(min), false);
+            }
+            let s = &mut self.streams[min];
+            let copy = matches!(
+                (s.buffer.front(), &self.last),
+                (Some((head, _)), Some(last)) if head == last
+            );
+            if !copy && self.emitted >= self.limit {
+                return (Vec::new(), true);
+            }
+            let Some((key, item)) = s.buffer.pop_front() else {
+                break;
+            };
+            s.rebound(Some(&key));
+            if copy {
+                self.duplicates += 1;
+                continue;
+            }
+            self.out.push(item);
+            self.emitted += 1;
+            self.last = Some(key);
+        }
+        (Vec::new(), false)
+    }
+
     /// A page of stream `stream`, in arrival order with each item's key; `last_ts` is
     /// the page's last timestamp (its last item's, or where the read stopped), and
     /// `last_page` whether the stream has no more pages.
@@ -479,7 +568,8 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     }
 
     /// The live stream whose bound sorts first; on ties, one with a buffered head (a
-    /// blocked stream's next item is strictly after its bound, since keys are unique).
+    /// blocked stream's next item is strictly after its bound, since keys are unique
+    /// within a stream).
     fn min_bound(&self) -> Option<usize> {
         let mut best: Option<usize> = None;
         for (i, s) in self.streams.iter().enumerate() {
@@ -866,6 +956,103 @@ mod tests {
                 more: false
             }
         );
+    }
+
+    /// Delivers each stream whole on its first ask; returns every item emitted.
+    fn drive_whole(merge: &mut BoundedMerge<Key, i64>, streams: &[Vec<Key>]) -> (Vec<i64>, bool) {
+        let mut out = Vec::new();
+        loop {
+            match merge.step(8) {
+                Step::Done { items, more } => {
+                    out.extend(items);
+                    return (out, more);
+                }
+                Step::Read(asks) => {
+                    out.extend(merge.take_emitted());
+                    for ask in asks {
+                        let page = streams[ask.stream].iter().map(|k| (k.clone(), k.0));
+                        merge.deliver(ask.stream, page, None, true);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_in_two_streams_is_emitted_once() {
+        for order in [Order::Ascending, Order::Descending] {
+            let keys = |ts: &[i64]| {
+                let mut v: Vec<Key> = ts.iter().map(|&t| Key(t, 0)).collect();
+                v.sort_by(|a, b| order.cmp(a, b));
+                v
+            };
+            let streams = [keys(&[1, 3, 5]), keys(&[3, 4, 5]), keys(&[5])];
+            let shapes = vec![shape((0, 10), Arrival::InOrder); 3];
+            let mut merge: BoundedMerge<Key, i64> = BoundedMerge::new(shapes, order, 10, None);
+            let (items, more) = drive_whole(&mut merge, &streams);
+            let mut expected = vec![1, 3, 4, 5];
+            if order == Order::Descending {
+                expected.reverse();
+            }
+            assert_eq!((items, more), (expected, false), "{order:?}");
+            assert_eq!(merge.duplicates(), 3);
+        }
+    }
+
+    #[test]
+    fn a_copy_of_the_last_item_is_not_a_next_page() {
+        let streams = [vec![Key(1, 0), Key(2, 0)], vec![Key(2, 0)]];
+        let shapes = vec![shape((0, 10), Arrival::InOrder); 2];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::new(shapes, Order::Ascending, 2, None);
+        assert_eq!(drive_whole(&mut merge, &streams), (vec![1, 2], false));
+    }
+
+    #[test]
+    fn a_windowed_merge_emits_everything_in_pages_of_about_the_window() {
+        // Eight overlapping streams of 50 items each, every tenth also in the next one.
+        let mut streams: Vec<Vec<Key>> = (0..8u32)
+            .map(|s| (0..50).map(|i| Key(i * 8 + i64::from(s), 0)).collect())
+            .collect();
+        let copies: Vec<Vec<Key>> = streams
+            .iter()
+            .map(|keys| keys.iter().step_by(10).cloned().collect())
+            .collect();
+        for (s, copies) in copies.into_iter().enumerate() {
+            let next = &mut streams[(s + 1) % 8];
+            next.extend(copies);
+            next.sort();
+        }
+        let shapes = vec![shape((0, 400), Arrival::InOrder); 8];
+        let mut merge: BoundedMerge<Key, i64> =
+            BoundedMerge::windowed(shapes, Order::Ascending, 16, None);
+        let mut positions = [0usize; 8];
+        let mut out = Vec::new();
+        loop {
+            match merge.step(8) {
+                Step::Done { items, more } => {
+                    assert!(!more);
+                    out.extend(items);
+                    break;
+                }
+                Step::Read(asks) => {
+                    out.extend(merge.take_emitted());
+                    for ask in asks {
+                        let limit = ask.limit.expect("ordered streams get a Limit");
+                        assert!(limit <= 16, "{ask:?}");
+                        let keys = &streams[ask.stream];
+                        let start = positions[ask.stream];
+                        let end = (start + limit as usize).min(keys.len());
+                        positions[ask.stream] = end;
+                        let page = keys[start..end].iter().map(|k| (k.clone(), k.0));
+                        merge.deliver(ask.stream, page, None, end == keys.len());
+                    }
+                    assert!(merge.buffered() <= 8 * 16, "{}", merge.buffered());
+                }
+            }
+        }
+        assert_eq!(out, (0..400).collect::<Vec<i64>>());
+        assert_eq!(merge.duplicates(), 40);
     }
 
     #[test]

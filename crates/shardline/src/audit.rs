@@ -14,8 +14,15 @@
 //!
 //! A day bucket does not lower a key's per-second peak: at 1,500 writes/s today's
 //! `OPS_LOG#<day>` is as hot as `OPS_LOG`, and the audit says so.
+//!
+//! It also counts readings stored twice ([`count_duplicates`]): fan-out keys nest, so a
+//! reading written, then redelivered after a raise, can sit under two partition keys
+//! with one sort key. Reads show it once; the copies still cost storage and WCU. The
+//! count needs each item's sort key (`sk`/`SK` in a sample line, `--sk-attribute` in a
+//! scan); a reading is identified by its sort key, qualified by its entity where the
+//! sort key does not hold it ([`reading_identity`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, Write as _};
 use std::path::PathBuf;
 
@@ -43,6 +50,15 @@ pub struct Write {
     pub ts_ms: Option<i64>,
     /// Item size in bytes.
     pub bytes: usize,
+}
+
+/// One item of the input: its write, and its sort key when the input has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sampled {
+    /// The write.
+    pub write: Write,
+    /// The item's sort key (`None`: the input does not carry one).
+    pub sk: Option<String>,
 }
 
 /// How to judge.
@@ -216,6 +232,81 @@ pub struct AuditReport {
     pub flagged: Vec<KeyReport>,
     /// Key patterns by writes.
     pub patterns: Vec<PatternReport>,
+    /// Readings stored under more than one partition key; `None` when the input has
+    /// no sort keys (set by [`AuditReport::with_duplicates`]).
+    pub duplicates: Option<DuplicateReport>,
+}
+
+/// Readings stored under more than one partition key, from the items' sort keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DuplicateReport {
+    /// Distinct stored items (partition key, reading) whose sort key names a reading.
+    pub items: u64,
+    /// Distinct readings among them.
+    pub readings: u64,
+    /// Readings stored under more than one partition key.
+    pub duplicated: u64,
+    /// Items beyond each reading's first (what de-duplicating reads leave out).
+    pub extra_copies: u64,
+}
+
+/// The identity of the reading a Shardline item holds, from its keys: a sort key
+/// `{entity}#{ts}#{event_id}` (time-bucket layouts) names it whole; `{ts}#{event_id}`
+/// names it within one entity, the partition key's first `#` segment (`{entity}` or
+/// `{entity}#{r}`). `None` for a sort key of neither shape (not a reading).
+#[must_use]
+pub fn reading_identity(pk: &str, sk: &str) -> Option<String> {
+    let parts: Vec<&str> = sk.split('#').collect();
+    let is_ts = |s: &str| Timestamp::parse(s).is_ok();
+    match parts.as_slice() {
+        [entity, ts, event] if !entity.is_empty() && is_ts(ts) && !event.is_empty() => {
+            Some(sk.to_owned())
+        }
+        [ts, event] if is_ts(ts) && !event.is_empty() => {
+            let entity = pk.split('#').next().unwrap_or(pk);
+            Some(format!("{entity}#{sk}"))
+        }
+        _ => None,
+    }
+}
+
+/// Counts the readings stored under more than one partition key among `items`
+/// (partition key, sort key), in any order; an item seen twice (a write repeated on
+/// one key) counts once. Memory: one entry per distinct reading.
+pub fn count_duplicates<'a>(
+    items: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> DuplicateReport {
+    let mut pks_of: HashMap<String, HashSet<&'a str>> = HashMap::new();
+    for (pk, sk) in items {
+        if let Some(identity) = reading_identity(pk, sk) {
+            pks_of.entry(identity).or_default().insert(pk);
+        }
+    }
+    let items: u64 = pks_of.values().map(|pks| pks.len() as u64).sum();
+    let readings = pks_of.len() as u64;
+    DuplicateReport {
+        items,
+        readings,
+        duplicated: pks_of.values().filter(|pks| pks.len() > 1).count() as u64,
+        extra_copies: items - readings,
+    }
+}
+
+/// Audits a sample whose items may carry sort keys: [`audit`] on the writes, with the
+/// duplicate count when any item has a sort key.
+pub fn audit_sampled(sample: &[Sampled], config: &AuditConfig) -> AuditReport {
+    let keyed = sample
+        .iter()
+        .filter_map(|s| s.sk.as_deref().map(|sk| (s.write.pk.as_str(), sk)));
+    let duplicates = sample
+        .iter()
+        .any(|s| s.sk.is_some())
+        .then(|| count_duplicates(keyed));
+    let report = audit(sample.iter().map(|s| s.write.clone()), config);
+    match duplicates {
+        Some(d) => report.with_duplicates(d),
+        None => report,
+    }
 }
 
 #[derive(Default)]
@@ -371,6 +462,7 @@ pub fn audit(writes: impl IntoIterator<Item = Write>, config: &AuditConfig) -> A
         top: reports.into_iter().take(config.top).collect(),
         flagged,
         patterns,
+        duplicates: None,
     }
 }
 
@@ -386,7 +478,26 @@ fn human_bytes(b: f64) -> String {
 }
 
 impl AuditReport {
-    /// The human report; one `FLAG` line per flagged key, or one `PASS` line.
+    /// The report with its duplicate count.
+    #[must_use]
+    pub fn with_duplicates(mut self, duplicates: DuplicateReport) -> Self {
+        self.duplicates = Some(duplicates);
+        self
+    }
+
+    /// The duplicates line: readings stored under more than one partition key.
+    fn duplicates_line(&self) -> String {
+        match &self.duplicates {
+            Some(d) => format!(
+                "duplicates: {} of {} readings stored under more than one partition key ({} extra items; reads show each reading once)\n",
+                d.duplicated, d.readings, d.extra_copies
+            ),
+            None => "duplicates: not counted (the input has no sort keys)\n".to_owned(),
+        }
+    }
+
+    /// The human report: a `duplicates:` line, then one `FLAG` line per flagged key, or
+    /// one `PASS` line.
     pub fn text(&self) -> String {
         let mut s = format!(
             "{} writes over {:.0} s, {} distinct partition keys, average item {:.0} bytes ({} WCU per write), table peak {}\n",
@@ -410,6 +521,7 @@ impl AuditReport {
                 self.writes_without_ts
             ));
         }
+        s.push_str(&self.duplicates_line());
         s.push_str("key patterns (cardinality, share of writes):\n");
         for p in self.patterns.iter().take(self.config.top) {
             s.push_str(&format!(
@@ -498,9 +610,14 @@ fn json_size(v: &Value) -> usize {
 }
 
 /// Parses one JSONL line: `pk`/`PK`, `ts`/`ts_ms`/`timestamp` (RFC 3339 or epoch ms),
-/// and `bytes`/`size` or, for a full item, its estimated size; a line with only a key
+/// and `bytes`/`size` or, for a full item, its estimated size; a line with only keys
 /// and a timestamp counts `default_bytes`.
 pub fn parse_line(line: &str, default_bytes: usize) -> Result<Write, String> {
+    parse_sampled(line, default_bytes).map(|s| s.write)
+}
+
+/// [`parse_line`], with the item's sort key (`sk`/`SK`) when the line has one.
+pub fn parse_sampled(line: &str, default_bytes: usize) -> Result<Sampled, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(o) = value else {
         return Err("not a JSON object".into());
@@ -510,31 +627,41 @@ pub fn parse_line(line: &str, default_bytes: usize) -> Result<Write, String> {
         _ => return Err("no \"pk\" string".into()),
     };
     let ts_ms = field(&o, &["ts_ms", "ts", "timestamp"]).and_then(json_ts);
+    let sk = match field(&o, &["sk", "SK"]) {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
     let explicit = field(&o, &["bytes", "size"]).and_then(|v| match v {
         Value::Number(n) => n.as_u64(),
         Value::String(s) => s.parse().ok(),
         _ => None,
     });
-    let key_only = o
-        .keys()
-        .all(|k| matches!(k.as_str(), "pk" | "PK" | "ts" | "ts_ms" | "timestamp"));
+    let key_only = o.keys().all(|k| {
+        matches!(
+            k.as_str(),
+            "pk" | "PK" | "sk" | "SK" | "ts" | "ts_ms" | "timestamp"
+        )
+    });
     let bytes = match explicit {
         Some(b) => usize::try_from(b).unwrap_or(usize::MAX),
         None if key_only => default_bytes,
         None => o.iter().map(|(k, v)| k.len() + json_size(v)).sum(),
     };
-    Ok(Write { pk, ts_ms, bytes })
+    Ok(Sampled {
+        write: Write { pk, ts_ms, bytes },
+        sk,
+    })
 }
 
 /// Reads a JSONL sample; blank lines are skipped, a bad line is an error naming it.
-pub fn read_sample(reader: impl BufRead, default_bytes: usize) -> anyhow::Result<Vec<Write>> {
+pub fn read_sample(reader: impl BufRead, default_bytes: usize) -> anyhow::Result<Vec<Sampled>> {
     let mut out = Vec::new();
     for (n, line) in reader.lines().enumerate() {
         let line = line.context("cannot read the sample")?;
         if line.trim().is_empty() {
             continue;
         }
-        out.push(parse_line(&line, default_bytes).map_err(|e| anyhow!("line {}: {e}", n + 1))?);
+        out.push(parse_sampled(&line, default_bytes).map_err(|e| anyhow!("line {}: {e}", n + 1))?);
     }
     Ok(out)
 }
@@ -547,15 +674,25 @@ fn item_ts(item: &HashMap<String, AttributeValue>, ts_attribute: &str) -> Option
     }
 }
 
-/// Scans a table into writes: the key attribute, a timestamp attribute (`ts_ms` by
-/// default, number of epoch ms or RFC 3339 string) and each item's size.
+/// Names of the attributes a scan reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanAttributes<'a> {
+    /// The partition key.
+    pub pk: &'a str,
+    /// The sort key (for the duplicate count); items without it still count as writes.
+    pub sk: &'a str,
+    /// The timestamp (number of epoch ms or RFC 3339 string).
+    pub ts: &'a str,
+}
+
+/// Scans a table into writes: the key attribute, the sort key, a timestamp attribute
+/// and each item's size.
 pub async fn scan_table(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    pk_attribute: &str,
-    ts_attribute: &str,
+    attributes: ScanAttributes<'_>,
     limit: Option<u64>,
-) -> anyhow::Result<Vec<Write>> {
+) -> anyhow::Result<Vec<Sampled>> {
     let mut out = Vec::new();
     let mut start = None;
     loop {
@@ -572,13 +709,20 @@ pub async fn scan_table(
                 )
             })?;
         for item in page.items() {
-            let Some(AttributeValue::S(pk)) = item.get(pk_attribute) else {
+            let Some(AttributeValue::S(pk)) = item.get(attributes.pk) else {
                 continue;
             };
-            out.push(Write {
-                pk: pk.clone(),
-                ts_ms: item_ts(item, ts_attribute),
-                bytes: item_size(item),
+            let sk = match item.get(attributes.sk) {
+                Some(AttributeValue::S(sk)) => Some(sk.clone()),
+                _ => None,
+            };
+            out.push(Sampled {
+                write: Write {
+                    pk: pk.clone(),
+                    ts_ms: item_ts(item, attributes.ts),
+                    bytes: item_size(item),
+                },
+                sk,
             });
             if limit.is_some_and(|l| out.len() as u64 >= l) {
                 return Ok(out);
@@ -609,6 +753,10 @@ pub struct AuditArgs {
     /// Partition key attribute of the scanned table.
     #[arg(long, default_value = "PK")]
     pub pk_attribute: String,
+    /// Sort key attribute of the scanned table (readings stored under two keys are
+    /// counted by it).
+    #[arg(long, default_value = "SK")]
+    pub sk_attribute: String,
     /// Timestamp attribute of the scanned table (epoch ms number or RFC 3339 string).
     #[arg(long, default_value = "ts_ms")]
     pub ts_attribute: String,
@@ -646,7 +794,7 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
     if !(args.max_key_gb >= 0.0 && args.max_key_gb.is_finite()) {
         bail!("--max-key-gb must be a non-negative number");
     }
-    let writes = match (&args.sample, &args.table) {
+    let sample = match (&args.sample, &args.table) {
         (Some(path), _) if path.as_os_str() == "-" => {
             read_sample(std::io::stdin().lock(), args.item_bytes)?
         }
@@ -661,14 +809,12 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
             let env = EnvLookup::load(args.env_file.as_deref())?;
             let sdk = env.sdk_config(args.endpoint_url.as_deref()).await;
             let client = aws_sdk_dynamodb::Client::new(&sdk);
-            scan_table(
-                &client,
-                table,
-                &args.pk_attribute,
-                &args.ts_attribute,
-                args.limit,
-            )
-            .await?
+            let attributes = ScanAttributes {
+                pk: &args.pk_attribute,
+                sk: &args.sk_attribute,
+                ts: &args.ts_attribute,
+            };
+            scan_table(&client, table, attributes, args.limit).await?
         }
         (None, None) => bail!("give --sample FILE or --table NAME"),
     };
@@ -679,7 +825,7 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
         scale: args.scale,
         top: args.top,
     };
-    let report = audit(writes, &config);
+    let report = audit_sampled(&sample, &config);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("cannot encode the report")?;
@@ -688,4 +834,91 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
         writeln!(out, "{}", report.text())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+
+    use super::*;
+
+    fn sampled(pk: &str, sk: &str) -> Sampled {
+        Sampled {
+            write: Write {
+                pk: pk.into(),
+                ts_ms: Some(1_782_086_400_000),
+                bytes: 500,
+            },
+            sk: Some(sk.into()),
+        }
+    }
+
+    #[test]
+    fn a_reading_is_named_by_its_sort_key_and_entity() {
+        let at = "2026-06-22T00:00:00.007Z";
+        let bucket_sk = format!("dev-1#{at}#e1");
+        assert_eq!(
+            reading_identity("1#2026-06-22T00", &bucket_sk),
+            reading_identity("1.3#2026-06-22T00", &bucket_sk)
+        );
+        let plain_sk = format!("{at}#e1");
+        assert_eq!(
+            reading_identity("dev-1#0", &plain_sk),
+            reading_identity("dev-1#2", &plain_sk)
+        );
+        // One sort key under two entities: two readings.
+        assert_ne!(
+            reading_identity("dev-1#0", &plain_sk),
+            reading_identity("dev-2#0", &plain_sk)
+        );
+        assert_eq!(reading_identity("OPS_LOG", "METADATA"), None);
+    }
+
+    #[test]
+    fn readings_under_two_keys_are_counted_in_the_report() {
+        let at = "2026-06-22T00:00:00.007Z";
+        let sample = vec![
+            // e1 under the cold key and a sub-shard, e2 written twice to one key, e3
+            // once; dev-1's and dev-2's e9 are two readings.
+            sampled("1#2026-06-22T00", &format!("dev-1#{at}#e1")),
+            sampled("1.3#2026-06-22T00", &format!("dev-1#{at}#e1")),
+            sampled("1#2026-06-22T00", &format!("dev-1#{at}#e2")),
+            sampled("1#2026-06-22T00", &format!("dev-1#{at}#e2")),
+            sampled("1.2#2026-06-22T00", &format!("dev-1#{at}#e3")),
+            sampled("dev-1#0", &format!("{at}#e9")),
+            sampled("dev-1#3", &format!("{at}#e9")),
+            sampled("dev-2#3", &format!("{at}#e9")),
+        ];
+        let report = audit_sampled(&sample, &AuditConfig::default());
+        let want = DuplicateReport {
+            items: 7,
+            readings: 5,
+            duplicated: 2,
+            extra_copies: 2,
+        };
+        assert_eq!(report.duplicates, Some(want));
+        assert_eq!(report.writes, 8);
+        assert!(
+            report.text().contains(
+                "duplicates: 2 of 5 readings stored under more than one partition key (2 extra items"
+            ),
+            "{}",
+            report.text()
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["duplicates"]["duplicated"], 2);
+        assert_eq!(json["duplicates"]["extra_copies"], 2);
+    }
+
+    #[test]
+    fn without_sort_keys_duplicates_are_not_counted() {
+        let line = r#"{"pk":"OPS_LOG","ts":"2026-06-22T10:00:00Z"}"#;
+        let sample = vec![parse_sampled(line, 500).unwrap()];
+        let report = audit_sampled(&sample, &AuditConfig::default());
+        assert_eq!(report.duplicates, None);
+        assert!(report.text().contains("duplicates: not counted"));
+        let keyed = parse_sampled(r#"{"pk":"a","sk":"x","ts":1000}"#, 500).unwrap();
+        assert_eq!(keyed.sk.as_deref(), Some("x"));
+        assert_eq!(keyed.write.bytes, 500, "keys and a timestamp only");
+    }
 }

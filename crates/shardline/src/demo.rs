@@ -87,26 +87,27 @@ pub struct DemoArgs {
     /// Seed of the device simulator (both runs send the same stream).
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Leave the hot device's fan-out to the ingest's raises in run 2: no fan-out planned
-    /// ahead of its load, so its first seconds throttle until a raise takes effect.
+    /// Schedule the planner's fan-out for the hot device before run 2 publishes (what an
+    /// operator who knows the load is coming does with `shardline fanout`), instead of
+    /// leaving it to the ingest's raises.
     #[arg(long)]
-    pub reactive: bool,
+    pub planned: bool,
     /// Output directory (heat CSVs, heatmaps, report).
     #[arg(long, default_value = DEFAULT_OUT_DIR)]
     pub out_dir: PathBuf,
-    /// MAX_FUTURE_SECS of the ingest.
-    #[arg(long, default_value_t = 2)]
+    /// MAX_FUTURE_SECS of the ingest (the production default).
+    #[arg(long, default_value_t = 300)]
     pub max_future_secs: u64,
-    /// CACHE_TTL_SECS of the ingest.
-    #[arg(long, default_value_t = 2)]
+    /// CACHE_TTL_SECS of the ingest (the production default).
+    #[arg(long, default_value_t = 60)]
     pub cache_ttl_secs: u64,
-    /// FANOUT_COOLDOWN_SECS of the ingest.
-    #[arg(long, default_value_t = 5)]
+    /// FANOUT_COOLDOWN_SECS of the ingest (the production default).
+    #[arg(long, default_value_t = 2)]
     pub cooldown_secs: u64,
-    /// PROPAGATION_SLACK_SECS of the ingest.
-    #[arg(long, default_value_t = 1)]
+    /// PROPAGATION_SLACK_SECS of the ingest (the production default).
+    #[arg(long, default_value_t = 5)]
     pub slack_secs: u64,
-    /// FANOUT_JITTER_SECS of the ingest.
+    /// FANOUT_JITTER_SECS of the ingest (the production default).
     #[arg(long, default_value_t = 1)]
     pub fanout_jitter_secs: u64,
     /// RETRY_MAX_ATTEMPTS of the ingest's batch writer (the deadline bounds it too).
@@ -156,7 +157,7 @@ impl DemoArgs {
             key_wcu: self.key_wcu,
             drain: secs("drain", self.drain)?,
             query_window: secs("query-secs", self.query_secs)?,
-            planned_fanout: !self.reactive,
+            planned_fanout: self.planned,
             ingest: IngestTuning {
                 max_future_secs: self.max_future_secs,
                 cache_ttl_secs: self.cache_ttl_secs,
@@ -176,7 +177,7 @@ impl DemoArgs {
     }
 }
 
-/// The ingest settings that make a fan-out raise take effect within seconds.
+/// The ingest settings the demo passes (the production fan-out defaults unless changed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IngestTuning {
     /// `MAX_FUTURE_SECS`.
@@ -452,14 +453,15 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          5 receives before the DLQ).\n\
          Planner for {global} writes/s ({hot_rate} on {hot}), ~{bytes}-byte items, per-key limit {wcu} WCU/s, safety {safety}: \
          N = {n} table shards, hot fan-out k = {k} expected.\n\
-         Ingest settings of the demo (the production defaults are 300/60/600/5/30 s):\n  \
+         Ingest settings of the demo (the production fan-out defaults are 300/60/5/2/1 s):\n  \
          MAX_FUTURE_SECS={mf} CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
-         RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight}\n  \
-         A raise decided at t takes effect at t + {margin} s: the epoch margin (cache TTL {ttl} + future skew {mf} + slack {slack}) \
-         must exceed what any writer's cached fan-out or a reading's future timestamp can lag, so every reading's key \
-         follows from the epoch in force at its own ts; the cooldown ({cd} s) is at least that margin, so k is not raised \
-         again before the last raise could help. The writer retries throttled items up to {retries} times within the \
-         handler's deadline instead of handing them back to the queue for 185 s.\n  \
+         RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight} RAISE_AHEAD_WCU={key_rate}\n  \
+         Fan-out keys nest, so a raise is in force the moment it is decided: to the k the measured rate needs at \
+         RAISE_AHEAD_WCU readings/s per key (half the per-key limit, as the default 500 of 1,000 is), or the next \
+         doubling on a throttle; a throttled writer re-reads the device's fan-out at once and re-keys what it has \
+         not written. Raises are at least the cooldown ({cd} s) apart; only a shrink waits for the margin \
+         ({margin} s = cache TTL {ttl} + future skew {mf} + slack {slack}). The writer retries throttled items up \
+         to {retries} times within the handler's deadline instead of handing them back to the queue for 185 s.\n  \
          Run 1 uses FANOUT_MAX=1: the naive layout has no fan-out to raise. {planned}",
         devices = s.devices,
         fleet = s.fleet_rate,
@@ -486,15 +488,18 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
         retries = t.retry_max_attempts,
         inflight = t.max_inflight,
         margin = t.margin_secs(),
+        key_rate = s.key_wcu / 2.0,
         planned = if s.planned_fanout {
             format!(
-                "Run 2 schedules k = {k} for {hot} before it publishes (`shardline fanout`), as an operator \
-                 who knows the load is coming would; --reactive leaves it to the ingest's raises.",
+                "Run 2 schedules k = {k} for {hot} before it publishes (`shardline fanout`, --planned), as \
+                 an operator who knows the load is coming would.",
                 k = plan.hot_entity_fanout,
                 hot = s.hot_device
             )
         } else {
-            "Run 2 leaves the hot device's fan-out to the ingest's raises (--reactive).".to_owned()
+            "Run 2 leaves the hot device's fan-out to the ingest's raises (--planned schedules it \
+             ahead instead)."
+                .to_owned()
         },
     )
 }
@@ -632,7 +637,11 @@ async fn schedule_hot_fanout(
 /// Messages received but not settled by a finished invocation.
 fn unsettled(stats: &Stats) -> u64 {
     stats.messages.saturating_sub(
-        stats.written_messages + stats.dead_lettered + stats.failures_reported + stats.requeued,
+        stats.written_messages
+            + stats.dead_lettered
+            + stats.failures_reported
+            + stats.requeued
+            + stats.split,
     )
 }
 
@@ -1125,10 +1134,11 @@ pub fn report_text(report: &DemoReport) -> String {
         }
     }
     s.push_str(&format!(
-        "\nThe hot fan-out first grows with the planned k (or, with --reactive, the ingest's first raise). \
-         Throttles after that: on sub-shard keys the fan-out was still too small \
-         (it is raised again after the cooldown); on other keys they are readings stamped before \
-         the raise, which keep their old key by design (no dual writes, no backfill).\n\
+        "\nThe hot fan-out first grows with the ingest's first raise (or, with --planned, the planned k), \
+         in force at once: readings not yet written, the backlog included, take the new k. Throttles \
+         after that: the fan-out was still too small (it is raised again after the cooldown, to what \
+         the measured rate needs), or a writer's first throttle on a key the raise already replaced \
+         (it re-reads the fan-out and re-keys what it has not written).\n\
          Query times are moto's: it answers a Query on the time index (reads over every device) by \
          scanning every item of the table, where DynamoDB reads one partition.\n\
          Heatmaps (rows = partition keys, columns = seconds, red = over {} WCU/s or throttled):\n  {}\n  {}\n\

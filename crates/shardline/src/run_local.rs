@@ -194,6 +194,10 @@ pub struct Stats {
     /// Messages sent back to the queue as fresh copies at their last receive (the
     /// original is deleted, the copy comes back).
     pub requeued: u64,
+    /// Messages split: their stored readings acknowledged, the unwritten rest sent back
+    /// as a fresh copy.
+    #[serde(default)]
+    pub split: u64,
     /// Invocations that failed as a whole (every message failed, a panic, a timeout):
     /// nothing of them was deleted.
     pub failed_invocations: u64,
@@ -215,6 +219,12 @@ pub struct Stats {
     pub throttles: BTreeMap<String, u64>,
     /// Fan-out raises won.
     pub fanout_raises: u64,
+    /// Fan-out shrinks won.
+    #[serde(default)]
+    pub fanout_shrinks: u64,
+    /// Items given back unwritten by a raise and written under a new key.
+    #[serde(default)]
+    pub rekeyed: u64,
     /// DLQ sends that failed (those messages were reported).
     pub dlq_failures: u64,
     /// Milliseconds from a message's `SentTimestamp` to its deletion after a
@@ -246,9 +256,9 @@ impl Stats {
         let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
         let throttles: u64 = self.throttles.values().sum();
         format!(
-            "batches {}, messages {} (written {}, dead-lettered {}, reported {}, requeued {}), failed invocations {} ({} timeouts)\n\
+            "batches {}, messages {} (written {}, dead-lettered {}, reported {}, requeued {}, split {}), failed invocations {} ({} timeouts)\n\
              deleted {}, delete failures {}, receive errors {}\n\
-             readings written {}, write calls {} ({} retries, {} unprocessed items, {} throttled calls), fan-out raises {}, DLQ send failures {}\n\
+             readings written {}, write calls {} ({} retries, {} unprocessed items, {} throttled calls), fan-out raises {} (items re-keyed {}), shrinks {}, DLQ send failures {}\n\
              write lag p50 {}, p99 {}",
             self.batches,
             self.messages,
@@ -256,6 +266,7 @@ impl Stats {
             self.dead_lettered,
             self.failures_reported,
             self.requeued,
+            self.split,
             self.failed_invocations,
             self.timeouts,
             self.deleted,
@@ -267,6 +278,8 @@ impl Stats {
             self.unprocessed_items,
             throttles,
             self.fanout_raises,
+            self.rekeyed,
+            self.fanout_shrinks,
             self.dlq_failures,
             ms(self.write_lag_p50_ms),
             ms(self.write_lag_p99_ms),
@@ -707,6 +720,8 @@ async fn invoke(shared: &Arc<Shared>, messages: Vec<Message>) {
             *stats.throttles.entry(reason.clone()).or_default() += n;
         }
         stats.fanout_raises += report.fanout_raises;
+        stats.fanout_shrinks += report.fanout_shrinks;
+        stats.rekeyed += report.rekeyed;
         stats.dlq_failures += report.dlq_failures;
         for m in &report.messages {
             match m.fate {
@@ -714,6 +729,7 @@ async fn invoke(shared: &Arc<Shared>, messages: Vec<Message>) {
                 Fate::DeadLettered { .. } => stats.dead_lettered += 1,
                 Fate::Reported { .. } => stats.failures_reported += 1,
                 Fate::Requeued { .. } => stats.requeued += 1,
+                Fate::Split { .. } => stats.split += 1,
             }
         }
         if failed.is_none() {

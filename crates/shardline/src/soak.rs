@@ -1299,6 +1299,7 @@ mod tests {
             },
             &layout,
             &FanoutHistory::new(),
+            ts,
         )
         .expect("key");
         let reading = Reading {
