@@ -222,7 +222,9 @@ async fn one(rate: usize, key_wcu: u32, seconds: u64) -> Result<Outcome> {
                     .json()
                 })
                 .collect();
-            serde_json::json!({ "readings": readings }).to_string().into()
+            serde_json::json!({ "readings": readings })
+                .to_string()
+                .into()
         })
         .collect();
     let due = |j: usize| {
@@ -444,7 +446,8 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
     for (rate, key_wcu, window_goal) in RUNS {
         let o = one(rate, key_wcu, seconds).await?;
         let times = rate / key_wcu as usize;
-        let label = format!("{times}x a key ({rate} readings/s, {key_wcu} WCU/s per key) x {seconds} s");
+        let label =
+            format!("{times}x a key ({rate} readings/s, {key_wcu} WCU/s per key) x {seconds} s");
         results.goal(
             "2",
             &format!("{label}: first 10-s window without a throttle starts at"),
@@ -493,7 +496,10 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
             if lost == 0 && t.dead_lettered + t.redriven == 0 {
                 "met".to_owned()
             } else {
-                format!("missed by {lost} lost, {} dead-lettered", t.dead_lettered + t.redriven)
+                format!(
+                    "missed by {lost} lost, {} dead-lettered",
+                    t.dead_lettered + t.redriven
+                )
             },
         );
         let per_reading = o.accepted as f64 / o.generated as f64;
@@ -511,7 +517,12 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
         results.figure(
             "2",
             &format!("{label}: readings stored twice (under two keys)"),
-            format!("{} ({} items for {} readings)", o.items - o.stored, o.items, o.stored),
+            format!(
+                "{} ({} items for {} readings)",
+                o.items - o.stored,
+                o.items,
+                o.stored
+            ),
         );
         results.figure(
             "2",

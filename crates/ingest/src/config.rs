@@ -332,7 +332,10 @@ mod tests {
         check(("MAX_INFLIGHT", "0"), "MAX_INFLIGHT");
         check(("RETENTION_DAYS", "-1"), "RETENTION_DAYS");
         check(("FANOUT_COOLDOWN_SECS", "soon"), "FANOUT_COOLDOWN_SECS");
-        check(("FANOUT_SHRINK_AFTER_SECS", "10"), "FANOUT_SHRINK_AFTER_SECS");
+        check(
+            ("FANOUT_SHRINK_AFTER_SECS", "10"),
+            "FANOUT_SHRINK_AFTER_SECS",
+        );
         check(("REDELIVERY_CAP_SECS", "50000"), "REDELIVERY_CAP_SECS");
         check(("REDELIVERY_BASE_SECS", "ten"), "REDELIVERY_BASE_SECS");
         check(("MAX_RECEIVES", "0"), "MAX_RECEIVES");

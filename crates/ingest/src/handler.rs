@@ -449,9 +449,7 @@ impl Changes {
 fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
     type Span = (u64, Timestamp, Timestamp);
     fn add(spans: &mut HashMap<String, Span>, r: &Reading) {
-        let entry = spans
-            .entry(r.device_id.clone())
-            .or_insert((0, r.ts, r.ts));
+        let entry = spans.entry(r.device_id.clone()).or_insert((0, r.ts, r.ts));
         entry.0 += 1;
         entry.1 = entry.1.min(r.ts);
         entry.2 = entry.2.max(r.ts);
@@ -797,21 +795,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 (entity.as_str(), signal, seeded(rng))
             })
             .collect();
-        let results: Vec<(&str, Result<FanoutChange, StoreError>)> =
-            futures::stream::iter(signals)
-                .map(|(entity, signal, mut rng)| async move {
-                    let change = tokio::time::timeout_at(
-                        run.work_deadline,
-                        self.directory
-                            .on_signal(entity, signal, run.clock(), &mut rng),
-                    )
-                    .await
-                    .unwrap_or(Err(StoreError::Deadline));
-                    (entity, change)
-                })
-                .buffer_unordered(self.config.max_inflight.max(1))
-                .collect()
-                .await;
+        let results: Vec<(&str, Result<FanoutChange, StoreError>)> = futures::stream::iter(signals)
+            .map(|(entity, signal, mut rng)| async move {
+                let change = tokio::time::timeout_at(
+                    run.work_deadline,
+                    self.directory
+                        .on_signal(entity, signal, run.clock(), &mut rng),
+                )
+                .await
+                .unwrap_or(Err(StoreError::Deadline));
+                (entity, change)
+            })
+            .buffer_unordered(self.config.max_inflight.max(1))
+            .collect()
+            .await;
         for (entity, change) in results {
             changes.record(entity, &change);
         }
@@ -952,13 +949,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         // Per entity: `None` once settled for this round, else when to ask again.
         let mut next: HashMap<String, Option<Instant>> = HashMap::new();
         while let Some(pk) = throttled.recv().await {
-            let due = watch.owners_of(&pk).into_iter().find(|(entity, _)| {
-                match next.get(entity) {
+            let due = watch
+                .owners_of(&pk)
+                .into_iter()
+                .find(|(entity, _)| match next.get(entity) {
                     None => true,
                     Some(None) => false,
                     Some(Some(at)) => Instant::now() >= *at,
-                }
-            });
+                });
             let Some((entity, keyed)) = due else {
                 continue;
             };
@@ -986,11 +984,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 _ => None,
             };
             // The directory re-read the entity: whoever raised it, this is its k now.
-            if let Ok(Ok(history)) = tokio::time::timeout_at(
-                run.work_deadline,
-                self.directory.fanout(&entity, at),
-            )
-            .await
+            if let Ok(Ok(history)) =
+                tokio::time::timeout_at(run.work_deadline, self.directory.fanout(&entity, at)).await
                 && let Some(k) = history.for_write(at, at)
                 && k > keyed
             {
@@ -1084,11 +1079,19 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     Fate::Reported { reason }
                 }
                 Settled::Split { reason, .. } => Fate::Reported { reason },
-                Settled::Final(Fate::Reported { reason }) if receives >= self.config.max_receives => {
+                Settled::Final(Fate::Reported { reason })
+                    if receives >= self.config.max_receives =>
+                {
                     if can_requeue && requeues < self.config.max_requeues {
                         let body = record.body.clone().unwrap_or_default();
                         let copy = copy_of(record, &run.ids[m], body, requeues + 1, delay(rng));
-                        copies.push((m, Fate::Requeued { reason: reason.clone() }, copy));
+                        copies.push((
+                            m,
+                            Fate::Requeued {
+                                reason: reason.clone(),
+                            },
+                            copy,
+                        ));
                         Fate::Reported { reason }
                     } else {
                         Fate::DeadLettered {

@@ -240,13 +240,12 @@ async fn raises_follow_each_other_a_cooldown_apart_within_one_invocation() {
         let probe = Fixture::new();
         if k > 1 {
             let mut meta = ShardMeta::initial(now());
-            meta.shard_history = sharding::epoch::FanoutHistory::from_epochs(vec![
-                sharding::epoch::Epoch {
+            meta.shard_history =
+                sharding::epoch::FanoutHistory::from_epochs(vec![sharding::epoch::Epoch {
                     effective_from: now(),
                     value: k,
-                },
-            ])
-            .expect("valid");
+                }])
+                .expect("valid");
             probe.shards.put_entity("hot-1", meta);
         }
         probe
@@ -286,9 +285,7 @@ async fn raises_follow_each_other_a_cooldown_apart_within_one_invocation() {
 /// back, as a fresh copy in the documented format.
 #[tokio::test(start_paused = true)]
 async fn a_partly_written_message_requeues_only_its_unwritten_readings() {
-    let reading = |event: &str, ts: &str| {
-        serde_json::json!({"device_id": "dev-7", "event_id": event, "ts": ts, "metrics": {"t": 1.5}})
-    };
+    let reading = |event: &str, ts: &str| serde_json::json!({"device_id": "dev-7", "event_id": event, "ts": ts, "metrics": {"t": 1.5}});
     let mut ev = event("sqs-single.json");
     ev.records[0].body = Some(
         serde_json::json!({"readings": [
@@ -329,7 +326,13 @@ async fn a_partly_written_message_requeues_only_its_unwritten_readings() {
         "{report:?}"
     );
     assert_eq!(report.split, 1);
-    assert!(report.response().expect("ids").batch_item_failures.is_empty());
+    assert!(
+        report
+            .response()
+            .expect("ids")
+            .batch_item_failures
+            .is_empty()
+    );
     assert_eq!(fx.table.items().len(), 1);
     let copies = fx.dlq.copies();
     assert_eq!(copies.len(), 1);
@@ -344,7 +347,9 @@ async fn a_partly_written_message_requeues_only_its_unwritten_readings() {
     assert_eq!(events, ["e-1", "e-2"]);
     // Progress was made: the copy keeps the requeue count.
     assert_eq!(
-        copies[0].attributes.get(ingest::handler::REQUEUES_ATTRIBUTE),
+        copies[0]
+            .attributes
+            .get(ingest::handler::REQUEUES_ATTRIBUTE),
         Some(&("Number".to_owned(), "0".to_owned()))
     );
 }

@@ -438,9 +438,9 @@ impl<S: ShardStore> ShardDirectory<S> {
         } else {
             self.meta(entity, now).await?
         };
-        let by_rate = signal
-            .rate
-            .map_or(1, |r| fanout::needed_fanout(r, policy.key_rate, policy.max_fanout));
+        let by_rate = signal.rate.map_or(1, |r| {
+            fanout::needed_fanout(r, policy.key_rate, policy.max_fanout)
+        });
         let mut created = None;
         if meta.is_none() {
             if !throttled && by_rate <= default {

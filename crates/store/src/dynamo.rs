@@ -296,8 +296,8 @@ impl ShardStore for DynamoShards {
             .expression_attribute_values(":k", number(i64::from(item.number_of_shards)))
             .expression_attribute_values(":now", number(item.last_updated))
             .expression_attribute_values(":history", history);
-        let mut set = "SET number_of_shards = :k, last_updated = :now, shard_history = :history"
-            .to_owned();
+        let mut set =
+            "SET number_of_shards = :k, last_updated = :now, shard_history = :history".to_owned();
         if let Some(hot) = item.last_hot {
             set.push_str(", last_hot = :hot");
             request = request.expression_attribute_values(":hot", number(hot));

@@ -199,10 +199,16 @@ async fn a_throttle_refreshes_a_stale_cache_at_once() {
     let shards = MemoryShards::new();
     let raiser = ShardDirectory::new(shards.clone(), directory_config());
     let follower = ShardDirectory::new(shards.clone(), directory_config());
-    assert_eq!(follower.fanout("hot", t(0)).await.expect("ok").at(t(0)), None);
+    assert_eq!(
+        follower.fanout("hot", t(0)).await.expect("ok").at(t(0)),
+        None
+    );
     signal(&raiser, "hot", throttle(1), t(1)).await;
     // Within its cache TTL, the follower still keys with k = 1 ...
-    assert_eq!(follower.fanout("hot", t(2)).await.expect("ok").at(t(2)), None);
+    assert_eq!(
+        follower.fanout("hot", t(2)).await.expect("ok").at(t(2)),
+        None
+    );
     // ... until its own write of the old key is throttled: it re-reads, sees k = 2, and
     // does not raise on a key the raise already replaced.
     assert_eq!(
@@ -212,7 +218,10 @@ async fn a_throttle_refreshes_a_stale_cache_at_once() {
             current: 2
         })
     );
-    assert_eq!(follower.fanout("hot", t(2)).await.expect("ok").at(t(2)), Some(2));
+    assert_eq!(
+        follower.fanout("hot", t(2)).await.expect("ok").at(t(2)),
+        Some(2)
+    );
 }
 
 #[tokio::test]
@@ -246,14 +255,8 @@ async fn ten_writers_racing_in_memory_raise_once() {
     let results = futures::future::join_all(writers.iter().enumerate().map(|(i, w)| async move {
         let mut rng = StdRng::seed_from_u64(i as u64);
         let meta = w.meta("hot", t(1000)).await?;
-        let decision = sharding::fanout::decide(
-            meta.as_ref(),
-            &throttle(1),
-            t(1000),
-            1,
-            &policy(),
-            &mut rng,
-        );
+        let decision =
+            sharding::fanout::decide(meta.as_ref(), &throttle(1), t(1000), 1, &policy(), &mut rng);
         let sharding::fanout::FanoutDecision::Raise(raise) = decision else {
             panic!("expected a raise, got {decision:?}");
         };

@@ -11,8 +11,8 @@ use rand::rngs::StdRng;
 use sharding::fanout::{ShardMeta, Shrink, Signal, Throttle};
 use sharding::time::Timestamp;
 use stand_in::{Backend, Dynalite, TestStack, ensure_dynalite, provision_tables, repo_root};
-use store::batch::{BatchWriter, Outcome};
 use store::ShardStore;
+use store::batch::{BatchWriter, Outcome};
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
 use store::dynamo::{DynamoShards, DynamoTable};
 use tokio::time::Instant;
@@ -117,8 +117,8 @@ async fn ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_mot
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_dynalite()
--> Result<()> {
+async fn ten_writers_race_to_raise_one_entity_exactly_one_raise_per_cooldown_dynalite() -> Result<()>
+{
     ten_writers_race(Backend::Dynalite).await
 }
 
