@@ -55,7 +55,7 @@ use store::batch::{
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::size::{MAX_ITEM_BYTES, item_size};
-use store::{Reading, ReadingItem, StoreError};
+use store::{Reading, ReadingItem, StoreError, ThrottleKind};
 use tokio::time::Instant;
 use tracing::Span;
 
@@ -919,6 +919,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     ) -> (BatchReport, Changes) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let watch = Watch::new(&items, owners, tx);
+        let pks: Vec<Option<String>> = items
+            .iter()
+            .map(|item| match item.get(PK) {
+                Some(AttributeValue::S(pk)) => Some(pk.clone()),
+                _ => None,
+            })
+            .collect();
         let mut listener_rng = seeded(rng);
         let writes = async {
             let report = self
@@ -929,7 +936,22 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             report
         };
         let listener = self.follow_throttles(rx, &watch, rates, run, &mut listener_rng);
-        tokio::join!(writes, listener)
+        let (mut report, changes) = tokio::join!(writes, listener);
+        // A raise the listener won after the writer's retries ran out still re-keys
+        // what the throttle kept out: nothing of it was written.
+        for (outcome, pk) in report.outcomes.iter_mut().zip(&pks) {
+            let throttled = matches!(
+                outcome,
+                Outcome::FailedRetryable {
+                    throttle: Some(ThrottleKind::KeyRange),
+                    ..
+                }
+            );
+            if throttled && pk.as_deref().is_some_and(|pk| watch.stale(pk)) {
+                *outcome = Outcome::Stale;
+            }
+        }
+        (report, changes)
     }
 
     /// Brings each throttled key's entities to the directory as the throttles arrive,
