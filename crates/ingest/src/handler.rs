@@ -408,7 +408,9 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The clock now: a decision's time is when it is made, not when the batch began.
+    /// The clock now: a decision during the writes, and a re-key after it, take the time
+    /// it is made at, not when the batch began. The stages before the writes use `now`
+    /// itself, so the reads of one invocation share one clock reading (and its cache).
     fn clock(&self) -> Timestamp {
         self.now.saturating_add(self.started.elapsed())
     }
@@ -426,6 +428,11 @@ struct Changes {
 }
 
 impl Changes {
+    fn absorb(&mut self, other: Changes) {
+        self.raises += other.raises;
+        self.shrinks += other.shrinks;
+    }
+
     /// Logs and counts what the directory did about `entity`.
     fn record(&mut self, entity: &str, change: &Result<FanoutChange, StoreError>) {
         match change {
@@ -447,9 +454,10 @@ impl Changes {
 /// (`sharding::fanout::rate_of`): the larger of what the whole batch shows and what its
 /// densest message shows. Every entity of the batch is present.
 fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
+    // Borrowed ids while counting: one allocation per entity, not per reading.
     type Span = (u64, Timestamp, Timestamp);
-    fn add(spans: &mut HashMap<String, Span>, r: &Reading) {
-        let entry = spans.entry(r.device_id.clone()).or_insert((0, r.ts, r.ts));
+    fn add<'r>(spans: &mut HashMap<&'r str, Span>, r: &'r Reading) {
+        let entry = spans.entry(&r.device_id).or_insert((0, r.ts, r.ts));
         entry.0 += 1;
         entry.1 = entry.1.min(r.ts);
         entry.2 = entry.2.max(r.ts);
@@ -461,13 +469,13 @@ fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
             (a, b) => a.or(b),
         };
     };
-    let mut rates: BTreeMap<String, Option<f64>> = BTreeMap::new();
-    let mut batch: HashMap<String, Span> = HashMap::new();
+    let mut rates: BTreeMap<&str, Option<f64>> = BTreeMap::new();
+    let mut batch: HashMap<&str, Span> = HashMap::new();
     for stage in stages {
         let Stage::Parsed(readings) = stage else {
             continue;
         };
-        let mut message: HashMap<String, Span> = HashMap::new();
+        let mut message: HashMap<&str, Span> = HashMap::new();
         for r in readings {
             add(&mut batch, r);
             add(&mut message, r);
@@ -480,6 +488,31 @@ fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
         keep_max(rates.entry(entity).or_default(), rate(span));
     }
     rates
+        .into_iter()
+        .map(|(entity, rate)| (entity.to_owned(), rate))
+        .collect()
+}
+
+/// The keyed readings of every message.
+fn keyed(stages: &[Stage]) -> impl Iterator<Item = &Keyed> {
+    stages
+        .iter()
+        .filter_map(|s| match s {
+            Stage::Keyed(keyed) => Some(keyed.iter()),
+            _ => None,
+        })
+        .flatten()
+}
+
+/// The keyed readings of every message, to change.
+fn keyed_mut(stages: &mut [Stage]) -> impl Iterator<Item = &mut Keyed> {
+    stages
+        .iter_mut()
+        .filter_map(|s| match s {
+            Stage::Keyed(keyed) => Some(keyed.iter_mut()),
+            _ => None,
+        })
+        .flatten()
 }
 
 /// Who writes to each partition key of one round, and what the writer hears.
@@ -799,8 +832,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .map(|(entity, signal, mut rng)| async move {
                 let change = tokio::time::timeout_at(
                     run.work_deadline,
-                    self.directory
-                        .on_signal(entity, signal, run.clock(), &mut rng),
+                    self.directory.on_signal(entity, signal, run.now, &mut rng),
                 )
                 .await
                 .unwrap_or(Err(StoreError::Deadline));
@@ -820,7 +852,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
             return;
         }
-        let now = run.clock();
+        let now = run.now;
         // Metadata reads are bounded by the deadline like the writes: a slow metadata
         // table must not keep the handler past it.
         let layout = tokio::time::timeout_at(run.work_deadline, self.directory.layout(now))
@@ -874,13 +906,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             if round > 0 {
                 self.rekey(stages, run).await;
             }
-            let mut slots: Vec<&mut Keyed> = stages
-                .iter_mut()
-                .filter_map(|s| match s {
-                    Stage::Keyed(keyed) => Some(keyed.iter_mut()),
-                    _ => None,
-                })
-                .flatten()
+            let mut slots: Vec<&mut Keyed> = keyed_mut(stages)
                 .filter(|k| k.outcome.is_none() && k.item.is_some())
                 .collect();
             if slots.is_empty() || run.out_of_time() {
@@ -893,8 +919,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 .collect();
             let (report, round_changes) = self.write_round(items, &owners, rates, run, rng).await;
             drop(owners);
-            changes.raises += round_changes.raises;
-            changes.shrinks += round_changes.shrinks;
+            changes.absorb(round_changes);
             stats.absorb(report.stats);
             for (slot, outcome) in slots.iter_mut().zip(report.outcomes) {
                 if outcome == Outcome::Stale {
@@ -919,13 +944,6 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     ) -> (BatchReport, Changes) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let watch = Watch::new(&items, owners, tx);
-        let pks: Vec<Option<String>> = items
-            .iter()
-            .map(|item| match item.get(PK) {
-                Some(AttributeValue::S(pk)) => Some(pk.clone()),
-                _ => None,
-            })
-            .collect();
         let mut listener_rng = seeded(rng);
         let writes = async {
             let report = self
@@ -938,8 +956,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let listener = self.follow_throttles(rx, &watch, rates, run, &mut listener_rng);
         let (mut report, changes) = tokio::join!(writes, listener);
         // A raise the listener won after the writer's retries ran out still re-keys
-        // what the throttle kept out: nothing of it was written.
-        for (outcome, pk) in report.outcomes.iter_mut().zip(&pks) {
+        // what the throttle kept out of the raised entities: nothing of it was written.
+        let raised = lock(&watch.raised);
+        for (outcome, (entity, k)) in report.outcomes.iter_mut().zip(owners) {
             let throttled = matches!(
                 outcome,
                 Outcome::FailedRetryable {
@@ -947,10 +966,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     ..
                 }
             );
-            if throttled && pk.as_deref().is_some_and(|pk| watch.stale(pk)) {
+            if throttled && raised.get(*entity).is_some_and(|now| now > k) {
                 *outcome = Outcome::Stale;
             }
         }
+        drop(raised);
         (report, changes)
     }
 
@@ -1028,13 +1048,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         else {
             return;
         };
-        let entities: BTreeSet<&str> = stages
-            .iter()
-            .filter_map(|s| match s {
-                Stage::Keyed(keyed) => Some(keyed.iter()),
-                _ => None,
-            })
-            .flatten()
+        let entities: BTreeSet<&str> = keyed(stages)
             .filter(|k| k.outcome.is_none() && k.item.is_none())
             .map(|k| k.reading.device_id.as_str())
             .collect();
@@ -1042,21 +1056,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             return;
         }
         let fanouts = self.fanouts(entities, now, run.work_deadline).await;
-        for stage in stages.iter_mut() {
-            let Stage::Keyed(keyed) = stage else {
+        for k in keyed_mut(stages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
+            let Some(Ok(history)) = fanouts.get(&k.reading.device_id) else {
                 continue;
             };
-            for k in keyed
-                .iter_mut()
-                .filter(|k| k.outcome.is_none() && k.item.is_none())
-            {
-                let Some(Ok(history)) = fanouts.get(&k.reading.device_id) else {
-                    continue;
-                };
-                if let Ok((item, fanout)) = self.item_for(&k.reading, &table, history, now) {
-                    k.item = Some(item);
-                    k.fanout = fanout;
-                }
+            if let Ok((item, fanout)) = self.item_for(&k.reading, &table, history, now) {
+                k.item = Some(item);
+                k.fanout = fanout;
             }
         }
     }

@@ -256,7 +256,7 @@ impl ShardStore for FakeShards {
         Ok(self
             .entities
             .iter()
-            .filter(|(_, h)| h.epochs().iter().any(|e| e.value > 1))
+            .filter(|(_, h)| h.ever_fanned_out())
             .map(|(n, _)| n.clone())
             .collect())
     }

@@ -307,6 +307,13 @@ impl FanoutHistory {
             .collect()
     }
 
+    /// Whether any epoch has a fan-out above 1: the entity has sub-shards that reads over
+    /// every device must look at (the hot set).
+    #[must_use]
+    pub fn ever_fanned_out(&self) -> bool {
+        self.epochs.iter().any(|e| e.value > 1)
+    }
+
     /// The fan-out a writer at `now` keys a reading stamped `ts` with: the k in force at
     /// [`keying_time`]`(ts, now)`; `None` means the layout's default.
     #[must_use]

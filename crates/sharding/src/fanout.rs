@@ -40,8 +40,8 @@ pub struct ShardMeta {
 }
 
 impl ShardMeta {
-    /// The item a writer creates for an entity seen for the first time: k = `k` (the
-    /// layout's default), no history, so no existing key moves.
+    /// The item a writer creates for an entity seen for the first time: k = 1 (a
+    /// writer sets the layout's default), no history, so no existing key moves.
     #[must_use]
     pub fn initial(now: Timestamp) -> Self {
         ShardMeta {
@@ -270,17 +270,6 @@ pub fn rate_of(count: u64, span_ms: i64) -> Option<f64> {
     }
     let span_secs = span_ms.max(1) as f64 / 1000.0;
     Some((count - 1) as f64 / span_secs)
-}
-
-/// Whether `count` readings of one entity, seen with timestamps spanning `span_ms`, show
-/// at least `per_key` readings per second on each of its `k` keys. `per_key` of 0 (or
-/// less) turns the signal off.
-#[must_use]
-pub fn over_rate(count: u64, span_ms: i64, k: u32, per_key: f64) -> bool {
-    if per_key <= 0.0 || !per_key.is_finite() {
-        return false;
-    }
-    rate_of(count, span_ms).is_some_and(|rate| rate / f64::from(k.max(1)) >= per_key)
 }
 
 /// Whether a rate of `rate` readings per second over `k` keys marks the entity busy:
@@ -695,17 +684,14 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_shows_a_rate_only_with_enough_readings_and_per_key() {
+    fn a_sample_shows_a_rate_only_with_enough_readings() {
         // 1,000 readings over 1 s: 999/s.
-        assert!(over_rate(1000, 1000, 1, 500.0));
-        assert!(!over_rate(1000, 1000, 2, 500.0));
-        assert!(over_rate(1000, 1000, 1, 999.0));
-        assert!(!over_rate(1000, 1000, 1, 1000.0));
-        // Too few readings say nothing, whatever their span.
-        assert!(!over_rate(MIN_RATE_SAMPLE - 1, 0, 1, 1.0));
-        assert!(over_rate(MIN_RATE_SAMPLE, 0, 1, 1.0));
-        // Off.
-        assert!(!over_rate(1000, 1, 1, 0.0));
-        assert!(!over_rate(1000, 1, 1, f64::NAN));
+        assert_eq!(rate_of(1000, 1000), Some(999.0));
+        // Too few readings say nothing, whatever their span; a span under 1 ms is 1 ms.
+        assert_eq!(rate_of(MIN_RATE_SAMPLE - 1, 1000), None);
+        assert_eq!(
+            rate_of(MIN_RATE_SAMPLE, 0),
+            Some((MIN_RATE_SAMPLE - 1) as f64 * 1000.0)
+        );
     }
 }

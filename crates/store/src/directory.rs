@@ -159,16 +159,6 @@ pub enum FanoutChange {
     LostRace,
 }
 
-impl FanoutChange {
-    /// The k now in force if this writer raised it.
-    pub fn raised_to(&self) -> Option<u32> {
-        match self {
-            Self::Raised(raise) => Some(raise.to),
-            _ => None,
-        }
-    }
-}
-
 /// What [`ShardDirectory::plan_fanout`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlannedFanout {
@@ -433,7 +423,7 @@ impl<S: ShardStore> ShardDirectory<S> {
         let policy = &self.config.policy;
         let default = self.default_fanout(now).await?;
         let throttled = signal.throttle == Throttle::KeyRange;
-        let mut meta = if throttled {
+        let stored = if throttled {
             self.refresh(entity, now).await?
         } else {
             self.meta(entity, now).await?
@@ -441,21 +431,15 @@ impl<S: ShardStore> ShardDirectory<S> {
         let by_rate = signal.rate.map_or(1, |r| {
             fanout::needed_fanout(r, policy.key_rate, policy.max_fanout)
         });
-        let mut created = None;
-        if meta.is_none() {
-            if !throttled && by_rate <= default {
+        let (meta, created) = match stored {
+            Some(meta) => (meta, false),
+            None if !throttled && by_rate <= default => {
                 return Ok(FanoutChange::Kept(KeepReason::Enough { current: default }));
             }
-            match self.existing_or_created(entity, default, now).await? {
-                Some(m) => {
-                    created = Some(m.clone());
-                    meta = Some(m);
-                }
+            None => match self.existing_or_created(entity, default, now).await? {
+                Some(meta) => (meta, true),
                 None => return Ok(FanoutChange::Created { won: false }),
-            }
-        }
-        let Some(meta) = meta else {
-            return Ok(FanoutChange::LostRace);
+            },
         };
         match fanout::decide(Some(&meta), &signal, now, default, policy, rng) {
             FanoutDecision::Raise(raise) => {
@@ -467,24 +451,40 @@ impl<S: ShardStore> ShardDirectory<S> {
             }
             // Unreachable: `decide` only asks to create when there is no item.
             FanoutDecision::Create { .. } => Ok(FanoutChange::LostRace),
-            FanoutDecision::Keep { reason } => {
-                let current = meta.in_force(now, default);
-                let busy = throttled
-                    || signal
-                        .rate
-                        .is_some_and(|r| fanout::shows_heat(r, current, policy.key_rate));
-                if busy {
-                    self.mark_hot(entity, &meta, now).await;
-                } else if let Some(shrink) =
-                    fanout::decide_shrink(&meta, signal.rate, now, default, policy)
-                {
-                    return self.apply_shrink(entity, &meta, &shrink, now).await;
-                }
-                Ok(match created {
-                    Some(_) => FanoutChange::Created { won: true },
-                    None => FanoutChange::Kept(reason),
-                })
-            }
+            FanoutDecision::Keep { .. } if created => Ok(FanoutChange::Created { won: true }),
+            FanoutDecision::Keep { reason } => self
+                .busy_or_quiet(entity, &meta, &signal, now, default)
+                .await
+                .map(|shrunk| shrunk.unwrap_or(FanoutChange::Kept(reason))),
+        }
+    }
+
+    /// An entity whose k stays: marked busy when the signal shows it is, else shrunk
+    /// when it stayed quiet long enough (`Some` with what the shrink did).
+    async fn busy_or_quiet(
+        &self,
+        entity: &str,
+        meta: &ShardMeta,
+        signal: &Signal,
+        now: Timestamp,
+        default: u32,
+    ) -> Result<Option<FanoutChange>, StoreError> {
+        let policy = &self.config.policy;
+        let current = meta.in_force(now, default);
+        let busy = signal.throttle == Throttle::KeyRange
+            || signal
+                .rate
+                .is_some_and(|r| fanout::shows_heat(r, current, policy.key_rate));
+        if busy {
+            self.mark_hot(entity, meta, now).await;
+            return Ok(None);
+        }
+        match fanout::decide_shrink(meta, signal.rate, now, default, policy) {
+            Some(shrink) => self
+                .apply_shrink(entity, meta, &shrink, now)
+                .await
+                .map(Some),
+            None => Ok(None),
         }
     }
 

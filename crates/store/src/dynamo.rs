@@ -195,6 +195,21 @@ where
     StoreError::from_sdk(err, &[])
 }
 
+/// The answer of a conditional write: `true` if written, `false` if its condition
+/// failed, or the classified error.
+fn conditional<T, E>(result: Result<T, SdkError<E>>) -> Result<bool, StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) => match classify(&e) {
+            StoreError::ConditionFailed => Ok(false),
+            other => Err(other),
+        },
+    }
+}
+
 fn to_item<T: Serialize>(value: &T) -> Result<Item, StoreError> {
     serde_dynamo::to_item(value).map_err(|e| StoreError::Malformed(e.to_string()))
 }
@@ -237,13 +252,7 @@ impl DynamoShards {
             .expression_attribute_names("#pk", PK)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => match classify(&e) {
-                StoreError::ConditionFailed => Ok(false),
-                other => Err(other),
-            },
-        }
+        conditional(result)
     }
 }
 
@@ -269,7 +278,7 @@ impl ShardStore for DynamoShards {
         condition: &UpdateCondition,
         meta: &ShardMeta,
     ) -> Result<bool, StoreError> {
-        if meta.shard_history.epochs().iter().any(|e| e.value > 1) {
+        if meta.shard_history.ever_fanned_out() {
             // The hot set first: ADD is idempotent, so a change that then loses its race
             // leaves at most a superset (an entity a read plan checks for nothing), while
             // the opposite order could leave a raised entity that read plans never see.
@@ -314,13 +323,7 @@ impl ShardStore for DynamoShards {
             .condition_expression(condition_expression)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => match classify(&e) {
-                StoreError::ConditionFailed => Ok(false),
-                other => Err(other),
-            },
-        }
+        conditional(result)
     }
 
     #[tracing::instrument(skip(self), fields(table = %self.table))]
@@ -339,13 +342,8 @@ impl ShardStore for DynamoShards {
             .expression_attribute_values(":at", AttributeValue::N(at.as_millis().to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => match classify(&e) {
-                StoreError::ConditionFailed => Ok(()),
-                other => Err(other),
-            },
-        }
+        // A failed condition: a later mark is already there, or no item to mark.
+        conditional(result).map(|_| ())
     }
 
     #[tracing::instrument(skip(self), fields(table = %self.table))]

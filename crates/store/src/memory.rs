@@ -210,7 +210,7 @@ impl ShardStore for MemoryShards {
         meta: &ShardMeta,
     ) -> Result<bool, StoreError> {
         let mut state = lock(&self.state);
-        if meta.shard_history.epochs().iter().any(|e| e.value > 1) {
+        if meta.shard_history.ever_fanned_out() {
             state.hot.insert(entity.to_owned());
         }
         let Some(stored) = state.entities.get_mut(entity) else {
