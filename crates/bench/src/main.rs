@@ -3,6 +3,7 @@
 //! Runs items 1-4 and 6, reads item 5's criterion estimate, prints one table and writes
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
+mod adaptive;
 mod common;
 mod hot;
 mod lambda;
@@ -180,6 +181,9 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         eprintln!("item 3: write spread");
         if let Err(e) = spread::run(if quick { 2 } else { 10 }, results) {
             results.note("3", format!("NOT MEASURED: {e:#}"));
+        }
+        if let Err(e) = adaptive::run(if quick { 20 } else { 60 }, results).await {
+            results.note("3", format!("over time: NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(1) || args.wants(5) {

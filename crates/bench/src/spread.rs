@@ -15,13 +15,40 @@ use sharding::time::Timestamp;
 use crate::common::{self, T0_MS};
 use crate::report::Results;
 
-const GLOBAL_WPS: usize = 50_000;
-const HOT_WPS: usize = 2_000;
-const DEVICES: usize = 1_000_000;
+/// The reference scenario: writes per second of the fleet, of its hot sensor, and its
+/// size.
+pub(crate) const GLOBAL_WPS: usize = 50_000;
+pub(crate) const HOT_WPS: usize = 2_000;
+pub(crate) const DEVICES: usize = 1_000_000;
 /// With s = 1.0 the Zipf head alone (1/H(1,000,000) of 48,000 w/s, about 3,300 w/s)
 /// would be hotter than the scenario's hottest sensor; 0.8 puts it near 640 w/s.
 const ZIPF_S: f64 = 0.8;
-const HOT: &str = "sensor-alpha-001";
+pub(crate) const HOT: &str = "sensor-alpha-001";
+
+/// Device ranks drawn Zipf (s = [`ZIPF_S`]) by inverse CDF.
+pub(crate) struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    pub(crate) fn new(devices: usize) -> Self {
+        let mut acc = 0.0;
+        let cdf = (1..=devices)
+            .map(|rank| {
+                acc += 1.0 / (rank as f64).powf(ZIPF_S);
+                acc
+            })
+            .collect();
+        Self { cdf }
+    }
+
+    /// A rank, 1 to the number of devices.
+    pub(crate) fn sample<R: Rng>(&self, rng: &mut R) -> usize {
+        let total = self.cdf.last().copied().unwrap_or(0.0);
+        let u = rng.random::<f64>() * total;
+        self.cdf.partition_point(|&c| c < u) + 1
+    }
+}
 
 /// Item 3 over `seconds` of the reference scenario.
 pub fn run(seconds: usize, results: &mut Results) -> Result<()> {
@@ -29,20 +56,13 @@ pub fn run(seconds: usize, results: &mut Results) -> Result<()> {
     let n = NonZeroU32::new(plan.table_shards).unwrap_or(NonZeroU32::MIN);
     let k = plan.hot_entity_fanout.max(1);
 
-    // Zipf over the devices by inverse CDF.
-    let mut cdf = Vec::with_capacity(DEVICES);
-    let mut acc = 0.0;
-    for rank in 1..=DEVICES {
-        acc += 1.0 / (rank as f64).powf(ZIPF_S);
-        cdf.push(acc);
-    }
+    let zipf = Zipf::new(DEVICES);
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let cold_wps = GLOBAL_WPS - HOT_WPS;
     let mut readings: Vec<(String, String, Timestamp)> = Vec::with_capacity(GLOBAL_WPS * seconds);
     for s in 0..seconds {
         for i in 0..cold_wps {
-            let u = rng.random::<f64>() * acc;
-            let rank = cdf.partition_point(|&c| c < u);
+            let rank = zipf.sample(&mut rng) - 1;
             let ms = (s * 1000 + i * 1000 / cold_wps) as i64;
             readings.push((
                 format!("dev-{rank:07}"),
