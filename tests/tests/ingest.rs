@@ -415,10 +415,21 @@ async fn dynalite_thirty_percent_unprocessed_all_written_once_calls_bounded() ->
 /// owning hot items can be reported, and after redeliveries every reading is stored,
 /// any reading stored twice (re-keyed on a redelivery) under one sort key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed() -> Result<()> {
+async fn moto_hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed() -> Result<()> {
+    hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed(Backend::Moto).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynalite_hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed() -> Result<()> {
+    hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed(Backend::Dynalite).await
+}
+
+async fn hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed(
+    backend: Backend,
+) -> Result<()> {
     let clock = Arc::new(ManualClock::new());
     let proxy_clock = clock.clone();
-    let rig = Rig::start(Backend::Moto, move |c, readings| {
+    let rig = Rig::start(backend, move |c, readings| {
         c.clock = proxy_clock;
         c.tables.insert(
             readings.to_owned(),

@@ -23,8 +23,6 @@ use crate::common::{self, Gen};
 use crate::report::Results;
 
 const DEVICE: &str = "sensor-alpha-001";
-/// Messages the device sends per second (its readings are batched into them).
-const MESSAGES_PER_SECOND: usize = 40;
 /// The template's IngestQueueVisibilityTimeout default: a reported message comes back
 /// after it when the handler could not set its own redelivery wait.
 const VISIBILITY: Duration = Duration::from_secs(185);
@@ -184,10 +182,60 @@ const KEY_WCU: u32 = 1_000;
 /// The template's RAISE_AHEAD_WCU default, as a share of [`KEY_WCU`].
 const KEY_RATE_SHARE: f64 = 0.5;
 
-/// One run: `rate` readings/s for `seconds` against keys of `key_wcu` WCU/s each. Every
-/// fan-out setting is the template's default; only the key rate follows a scaled-down
-/// key limit (RAISE_AHEAD_WCU is half a key's limit by default).
-async fn one(rate: usize, key_wcu: u32, seconds: u64) -> Result<Outcome> {
+/// One of item 2's runs.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// Readings per second from 0 s.
+    rate: usize,
+    /// Write limit of one key, WCU/s.
+    key_wcu: u32,
+    /// Readings per message: 50 shows the device's rate to the ingest in every message;
+    /// 1 shows none, so only throttles raise.
+    per_message: usize,
+    /// Goal for the start of the first 10-s window without a throttle, seconds.
+    window_goal: u64,
+}
+
+/// Item 2's runs. 20x a key at DynamoDB's 1,000 WCU/s is 20,000 readings/s, more than
+/// this machine ingests in real time (item 1); so the 20x runs scale the key limit, and
+/// with it the key rate, down by 10.
+const RUNS: [Run; 4] = [
+    Run {
+        rate: 2_000,
+        key_wcu: KEY_WCU,
+        per_message: 50,
+        window_goal: 5,
+    },
+    Run {
+        rate: 2_000,
+        key_wcu: KEY_WCU,
+        per_message: 1,
+        window_goal: 5,
+    },
+    Run {
+        rate: 2_000,
+        key_wcu: KEY_WCU / 10,
+        per_message: 50,
+        window_goal: 15,
+    },
+    Run {
+        rate: 2_000,
+        key_wcu: KEY_WCU / 10,
+        per_message: 1,
+        window_goal: 15,
+    },
+];
+
+/// One run for `seconds` against keys of `key_wcu` WCU/s each. Every fan-out setting is
+/// the template's default; only the key rate follows a scaled-down key limit
+/// (RAISE_AHEAD_WCU is half a key's limit by default).
+async fn one(run: Run, seconds: u64) -> Result<Outcome> {
+    let Run {
+        rate,
+        key_wcu,
+        per_message,
+        ..
+    } = run;
     let clock = Arc::new(SimClock::new());
     let mut pc = ProxyConfig::sink();
     pc.seed = Some(2);
@@ -205,7 +253,6 @@ async fn one(rate: usize, key_wcu: u32, seconds: u64) -> Result<Outcome> {
     let service = common::service(&proxy.url(), config).await;
 
     let total = rate * seconds as usize;
-    let per_message = (rate / MESSAGES_PER_SECOND).max(1);
     let gap_ms = 1000.0 / rate as f64;
     // Message j is sent when its last reading has been taken.
     let bodies: Vec<Arc<str>> = (0..total.div_ceil(per_message))
@@ -435,19 +482,21 @@ async fn one(rate: usize, key_wcu: u32, seconds: u64) -> Result<Outcome> {
     })
 }
 
-/// Item 2's two runs: (readings/s, key limit WCU/s, goal for the first clean window).
-/// 20x a key at DynamoDB's 1,000 WCU/s is 20,000 readings/s, more than this machine
-/// ingests in real time (item 1); so the 20x run scales the key limit, and with it the
-/// key rate, down by 10.
-const RUNS: [(usize, u32, u64); 2] = [(2_000, KEY_WCU, 5), (2_000, KEY_WCU / 10, 15)];
-
 /// Item 2 at 2x and 20x a key's limit.
 pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
-    for (rate, key_wcu, window_goal) in RUNS {
-        let o = one(rate, key_wcu, seconds).await?;
+    for run in RUNS {
+        let Run {
+            rate,
+            key_wcu,
+            per_message,
+            window_goal,
+        } = run;
+        let o = one(run, seconds).await?;
         let times = rate / key_wcu as usize;
-        let label =
-            format!("{times}x a key ({rate} readings/s, {key_wcu} WCU/s per key) x {seconds} s");
+        let label = format!(
+            "{times}x a key ({rate} readings/s in messages of {per_message}, {key_wcu} WCU/s per \
+             key) x {seconds} s"
+        );
         results.goal(
             "2",
             &format!("{label}: first 10-s window without a throttle starts at"),
@@ -556,14 +605,16 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
     results.note(
         "2",
         format!(
-            "one device ({DEVICE}) going from nothing to the offered rate at 0 s, sending \
-             {MESSAGES_PER_SECOND} messages/s (its readings batched into them) for {seconds} s \
+            "one device ({DEVICE}) going from nothing to the offered rate at 0 s for {seconds} s, \
+             its readings batched 50 to a message (every message shows its rate to the ingest, \
+             which raises before keying) or sent one to a message (no message shows a rate: \
+             only key-range throttles raise), \
              into the capacity-proxy sink (no burst, no injected latency). Every fan-out setting \
              is the template's default (CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, \
              PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1, FANOUT_MAX \
              32, FANOUT_SHRINK_AFTER_SECS 900). 2x runs at DynamoDB's 1,000 WCU/s per key and \
              RAISE_AHEAD_WCU 500 (the defaults); 20x at 20,000 readings/s is beyond what this \
-             machine ingests in real time (item 1c), so the 20x run scales the per-key limit to \
+             machine ingests in real time (item 1c), so the 20x runs scale the per-key limit to \
              100 WCU/s and RAISE_AHEAD_WCU with it to 50 (half a key, as the default is), and \
              offers 2,000 readings/s. The ingest handler runs in process (events of up to 10 \
              ready messages, up to {CONCURRENCY} invocations at once), shard metadata in memory \

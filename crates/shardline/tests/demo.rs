@@ -105,3 +105,49 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
     println!("{text}");
     Ok(())
 }
+
+/// What `cargo xtask demo` runs by default: run 2 leaves the hot device to the ingest's
+/// raises, with the production fan-out settings (CACHE_TTL_SECS 60, MAX_FUTURE_SECS
+/// 300, PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_report_shows_the_reactive_fanout_with_the_production_defaults() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let scenario = Scenario {
+        planned_fanout: false,
+        ingest: IngestTuning {
+            max_future_secs: 300,
+            cache_ttl_secs: 60,
+            cooldown_secs: 2,
+            slack_secs: 5,
+            jitter_secs: 1,
+            ..scenario(dir.path())?.ingest
+        },
+        ..scenario(dir.path())?
+    };
+    let report = demo::run(&scenario).await?;
+    let text = demo::report_text(&report);
+    let (naive, adaptive) = (&report.naive, &report.adaptive);
+    assert!(
+        adaptive.runner.fanout_raises >= 1,
+        "the ingest raised:\n{text}"
+    );
+    assert!(
+        adaptive.fanout.first().is_some_and(|e| e.k > 1),
+        "the API lists the raised fan-out:\n{text}"
+    );
+    assert!(
+        adaptive.throttled() < naive.throttled(),
+        "the raised fan-out takes the load the naive key cannot:\n{text}"
+    );
+    assert_eq!(
+        adaptive.written, adaptive.sent.sent.readings,
+        "every valid reading of the adaptive run is written:\n{text}"
+    );
+    assert_eq!(
+        adaptive.dlq,
+        adaptive.sent.sent.malformed_total(),
+        "the DLQ holds exactly the malformed messages:\n{text}"
+    );
+    println!("{text}");
+    Ok(())
+}
