@@ -16,7 +16,7 @@ use anyhow::Result;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::fanout::{Signal, Throttle};
+use sharding::fanout::{MIN_RATE_SAMPLE, Signal, Throttle, rate_of};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::planner::{PlanInput, plan_capacity};
@@ -83,6 +83,7 @@ pub async fn run(seconds: usize, results: &mut Results) -> Result<()> {
     for s in 0..seconds {
         let now = common::ts((s * 1000) as i64)?;
         let mut readings = std::mem::take(&mut backlog);
+        let carried = readings.len();
         for i in 0..cold_wps {
             let ts = common::ts((s * 1000 + i * 1000 / cold_wps) as i64)?;
             readings.push((Some(zipf.sample(&mut rng)), next_event, ts));
@@ -93,15 +94,18 @@ pub async fn run(seconds: usize, results: &mut Results) -> Result<()> {
             readings.push((None, next_event, ts));
             next_event += 1;
         }
-        // The hot sensor's messages (50 readings in 25 ms) show its rate to the ingest.
-        let rate = Signal {
-            throttle: Throttle::Other,
-            keyed: 0,
-            rate: Some(HOT_WPS as f64),
-        };
-        let change = directory.on_signal(HOT, rate, now, &mut rng).await?;
-        raises += u64::from(matches!(change, FanoutChange::Raised(_)));
-        fanouts.insert(HOT.to_owned(), directory.fanout(HOT, now).await?);
+        // Every device sends a message per second or per 50 readings, whichever comes
+        // first; one of at least MIN_RATE_SAMPLE readings shows the device's rate.
+        for (id, rate) in shown_rates(&readings[carried..]) {
+            let signal = Signal {
+                throttle: Throttle::Other,
+                keyed: 0,
+                rate: Some(rate),
+            };
+            let change = directory.on_signal(&id, signal, now, &mut rng).await?;
+            raises += u64::from(matches!(change, FanoutChange::Raised(_)));
+            fanouts.insert(id.clone(), directory.fanout(&id, now).await?);
+        }
 
         let written = write_second(&readings, &table, &fanouts, now)?;
         backlog = written.throttled;
@@ -149,6 +153,29 @@ pub async fn run(seconds: usize, results: &mut Results) -> Result<()> {
         ),
     );
     Ok(())
+}
+
+/// The rates one second's fresh readings show to the ingest: each device's messages
+/// hold at most 50 readings and one second, and a message of at least
+/// [`MIN_RATE_SAMPLE`] readings shows its device's rate ([`rate_of`]).
+fn shown_rates(readings: &[Reading]) -> Vec<(String, f64)> {
+    let mut counts: HashMap<Option<usize>, u64> = HashMap::new();
+    for (device, _, _) in readings {
+        *counts.entry(*device).or_default() += 1;
+    }
+    let mut shown: Vec<(String, f64)> = counts
+        .into_iter()
+        .filter(|(_, n)| *n >= MIN_RATE_SAMPLE)
+        .filter_map(|(device, n)| {
+            // Readings evenly spread over the second: a message of m readings spans
+            // (m - 1) gaps of 1/n s.
+            let m = n.min(50);
+            let span_ms = ((m - 1) * 1000 / n) as i64;
+            rate_of(m, span_ms).map(|rate| (device_id(device), rate))
+        })
+        .collect();
+    shown.sort_by(|a, b| a.0.cmp(&b.0));
+    shown
 }
 
 /// Keys one second's readings and caps every key at [`KEY_WCU`].

@@ -49,7 +49,7 @@ use crate::publish::wall_clock;
 /// template.yaml `IngestBatchSize` default (the mapping's `BatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// template.yaml `BatchingWindow` default, seconds.
-pub const DEFAULT_BATCHING_WINDOW_SECS: f64 = 5.0;
+pub const DEFAULT_BATCHING_WINDOW_SECS: f64 = 1.0;
 /// template.yaml `IngestTimeout` default, seconds.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: f64 = 30.0;
 /// template.yaml `IngestMaxConcurrency` default (`ScalingConfig.MaximumConcurrency`).
