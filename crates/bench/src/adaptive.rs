@@ -5,8 +5,8 @@
 //! force, and every partition key takes at most its limit; the rest is throttled and
 //! written again the next second, keyed anew. The loop is the ingest's: the real
 //! `ShardDirectory` over the in-memory metadata port, with the template's default
-//! policy, hears the hot sensor's measured rate (its messages are dense enough to show
-//! one) and, per throttled key, a key-range throttle for each device holding at least a
+//! policy, hears the measured rate of every device whose messages are dense enough to
+//! show one and, per throttled key, a key-range throttle for each device holding at least a
 //! tenth of the key's writes, as the ingest's throttle listener brings them.
 
 use std::collections::{BTreeSet, HashMap};
@@ -141,8 +141,9 @@ pub async fn run(seconds: usize, results: &mut Results) -> Result<()> {
              second (no burst) and throttles the rest, which are written again the next \
              second under the key in force then. The loop: the real ShardDirectory (in-memory \
              metadata) with the template's default policy (cooldown {} s + up to {} s jitter, \
-             FANOUT_MAX {}, RAISE_AHEAD_WCU {}) hears the hot sensor's rate each second, and \
-             after each second a key-range throttle for every device holding at least 1/{OWNER_SHARE} \
+             FANOUT_MAX {}, RAISE_AHEAD_WCU {}) hears each second the rate of every device \
+             whose messages show one (a message per device and second or per 50 readings; \
+             one of at least {MIN_RATE_SAMPLE} readings shows a rate), and after each second a key-range throttle for every device holding at least 1/{OWNER_SHARE} \
              of a throttled key's writes. Writers' caches are taken as fresh (a throttle \
              re-reads them). Busiest / mean = accepted writes of the busiest key over the mean \
              of keys with any write, over the last {WINDOW} s.",
