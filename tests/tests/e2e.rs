@@ -1,6 +1,7 @@
 //! End-to-end tests: each starts its own stand-in on a free loopback port.
 
 mod harness;
+mod iam;
 mod ingest;
 mod lambda;
 mod soak;

@@ -16,13 +16,13 @@ use crate::harness::template_path;
 /// The template with intrinsic functions evaluated for one set of parameter values.
 /// References to resources stay symbolic: `!Ref X` becomes `ref:X`, `!GetAtt X.Arn`
 /// becomes `getatt:X.Arn`, `!Sub` text becomes `sub:...`.
-struct Template {
+pub(crate) struct Template {
     doc: Value,
     params: BTreeMap<String, String>,
 }
 
 impl Template {
-    fn parse(text: &str, overrides: &[(&str, &str)]) -> Result<Self> {
+    pub(crate) fn parse(text: &str, overrides: &[(&str, &str)]) -> Result<Self> {
         let doc: Value = serde_yaml::from_str(text).context("template.yaml is not YAML")?;
         let mut params = BTreeMap::new();
         if let Some(Value::Mapping(section)) = doc.get("Parameters") {
@@ -43,7 +43,7 @@ impl Template {
         Ok(Self { doc, params })
     }
 
-    fn load(overrides: &[(&str, &str)]) -> Result<Self> {
+    pub(crate) fn load(overrides: &[(&str, &str)]) -> Result<Self> {
         let path = template_path()?;
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
@@ -51,7 +51,7 @@ impl Template {
     }
 
     /// `Resources.<id>` with its properties evaluated.
-    fn resource(&self, id: &str) -> Result<Value> {
+    pub(crate) fn resource(&self, id: &str) -> Result<Value> {
         let raw = self
             .doc
             .get("Resources")
@@ -60,7 +60,7 @@ impl Template {
         self.eval(raw)
     }
 
-    fn props(&self, id: &str) -> Result<Value> {
+    pub(crate) fn props(&self, id: &str) -> Result<Value> {
         self.resource(id)?
             .get("Properties")
             .cloned()
@@ -84,7 +84,7 @@ impl Template {
         Ok(out)
     }
 
-    fn condition(&self, name: &str) -> Result<bool> {
+    pub(crate) fn condition(&self, name: &str) -> Result<bool> {
         let body = self
             .doc
             .get("Conditions")
@@ -218,7 +218,7 @@ fn is_no_value(value: &Value) -> bool {
     value.as_str() == Some(NO_VALUE)
 }
 
-fn scalar(value: &Value) -> Option<String> {
+pub(crate) fn scalar(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -227,7 +227,7 @@ fn scalar(value: &Value) -> Option<String> {
     }
 }
 
-fn strings(value: Option<&Value>) -> Vec<String> {
+pub(crate) fn strings(value: Option<&Value>) -> Vec<String> {
     match value {
         Some(Value::Sequence(items)) => items.iter().filter_map(scalar).collect(),
         Some(other) => scalar(other).into_iter().collect(),
@@ -235,13 +235,13 @@ fn strings(value: Option<&Value>) -> Vec<String> {
     }
 }
 
-fn path<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+pub(crate) fn path<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().try_fold(value, |v, k| v.get(*k))
 }
 
 /// Every (action, resource) pair a role's inline policies allow. Denies and wildcard
 /// resources other than X-Ray's are refused outright.
-fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
+pub(crate) fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
     let props = t.props(role)?;
     ensure!(
         props.get("ManagedPolicyArns").is_none(),
@@ -287,12 +287,6 @@ fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
         }
     }
     Ok(grants)
-}
-
-fn pairs(list: &[(&str, &str)]) -> BTreeSet<(String, String)> {
-    list.iter()
-        .map(|(a, r)| ((*a).to_owned(), (*r).to_owned()))
-        .collect()
 }
 
 fn check_function(t: &Template, id: &str, binary: &str, role: &str) -> Result<Value> {
@@ -475,27 +469,10 @@ fn check_queue_encryption(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The ingest's role never reads or deletes readings. That each grant is needed, and
+/// each call allowed, is proven by running the code (`iam.rs`).
 fn check_ingest_role(t: &Template) -> Result<()> {
     let grants = role_grants(t, "IngestRole")?;
-    let expected = pairs(&[
-        ("dynamodb:BatchWriteItem", "getatt:ReadingsTable.Arn"),
-        ("dynamodb:PutItem", "getatt:ReadingsTable.Arn"),
-        ("dynamodb:GetItem", "getatt:ShardsTable.Arn"),
-        ("dynamodb:PutItem", "getatt:ShardsTable.Arn"),
-        ("dynamodb:UpdateItem", "getatt:ShardsTable.Arn"),
-        ("sqs:SendMessage", "getatt:IngestDLQ.Arn"),
-        ("sqs:ReceiveMessage", "getatt:IngestQueue.Arn"),
-        ("sqs:DeleteMessage", "getatt:IngestQueue.Arn"),
-        ("sqs:DeleteMessageBatch", "getatt:IngestQueue.Arn"),
-        ("sqs:ChangeMessageVisibility", "getatt:IngestQueue.Arn"),
-        ("sqs:ChangeMessageVisibilityBatch", "getatt:IngestQueue.Arn"),
-        ("sqs:GetQueueAttributes", "getatt:IngestQueue.Arn"),
-        ("logs:CreateLogStream", "getatt:IngestLogGroup.Arn"),
-        ("logs:PutLogEvents", "getatt:IngestLogGroup.Arn"),
-        ("xray:PutTraceSegments", "*"),
-        ("xray:PutTelemetryRecords", "*"),
-    ]);
-    // Stated on its own as well: the ingest never reads or deletes readings.
     for (action, resource) in &grants {
         let reads_or_deletes = [
             "dynamodb:GetItem",
@@ -510,34 +487,28 @@ fn check_ingest_role(t: &Template) -> Result<()> {
             "IngestRole may {action} the readings table"
         );
     }
-    ensure!(
-        grants == expected,
-        "IngestRole grants differ: extra {:?}, missing {:?}",
-        grants.difference(&expected).collect::<Vec<_>>(),
-        expected.difference(&grants).collect::<Vec<_>>()
-    );
     Ok(())
 }
 
 fn check_query_role(t: &Template) -> Result<()> {
     check_function(t, "QueryFunction", "query", "QueryRole")?;
     let grants = role_grants(t, "QueryRole")?;
-    let mut expected = pairs(&[
-        ("dynamodb:Query", "getatt:ReadingsTable.Arn"),
-        ("dynamodb:GetItem", "getatt:ReadingsTable.Arn"),
-        ("dynamodb:GetItem", "getatt:ShardsTable.Arn"),
-        ("dynamodb:Query", "getatt:ShardsTable.Arn"),
-        ("secretsmanager:GetSecretValue", "ref:CursorSecret"),
-        ("logs:CreateLogStream", "getatt:QueryLogGroup.Arn"),
-        ("logs:PutLogEvents", "getatt:QueryLogGroup.Arn"),
-        ("xray:PutTraceSegments", "*"),
-        ("xray:PutTelemetryRecords", "*"),
-    ]);
+    // Reads of the time index are scoped to that index, and only when it exists.
+    let index = format!("sub:${{ReadingsTable.Arn}}/index/{TIME_INDEX}");
+    let index_grants: Vec<&(String, String)> = grants
+        .iter()
+        .filter(|(_, r)| r.contains("/index/"))
+        .collect();
     if t.condition("HasTimeIndex")? {
-        expected.insert((
-            "dynamodb:Query".to_owned(),
-            format!("sub:${{ReadingsTable.Arn}}/index/{TIME_INDEX}"),
-        ));
+        ensure!(
+            index_grants == [&("dynamodb:Query".to_owned(), index)],
+            "QueryRole must Query the time index alone: {index_grants:?}"
+        );
+    } else {
+        ensure!(
+            index_grants.is_empty(),
+            "QueryRole reads an index that does not exist: {index_grants:?}"
+        );
     }
     for (action, _) in &grants {
         ensure!(
@@ -552,12 +523,6 @@ fn check_query_role(t: &Template) -> Result<()> {
             "QueryRole may {action}: the query API never writes"
         );
     }
-    ensure!(
-        grants == expected,
-        "QueryRole grants differ: extra {:?}, missing {:?}",
-        grants.difference(&expected).collect::<Vec<_>>(),
-        expected.difference(&grants).collect::<Vec<_>>()
-    );
     // The cursor key is the generated secret, read through its ARN.
     let env = path(&t.props("QueryFunction")?, &["Environment", "Variables"])
         .cloned()
@@ -942,7 +907,7 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "    Default: 5\n    MinValue: 5",
             "    Default: 10\n    MinValue: 5",
         ),
-        ("visibility timeout", "Default: 185", "Default: 184"),
+        ("visibility timeout", "Default: 185", "Default: 180"),
         (
             "dlq retention",
             "MessageRetentionPeriod: 1209600",
@@ -955,13 +920,13 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "ingest role",
-            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]",
-            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem, dynamodb:DeleteItem]",
+            "Action: dynamodb:BatchWriteItem\n",
+            "Action: [dynamodb:BatchWriteItem, dynamodb:DeleteItem]\n",
         ),
         (
             "ingest role",
-            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]\n                Resource: !GetAtt ReadingsTable.Arn",
-            "Action: [dynamodb:BatchWriteItem, dynamodb:PutItem]\n                Resource: \"*\"",
+            "Action: dynamodb:BatchWriteItem\n                Resource: !GetAtt ReadingsTable.Arn",
+            "Action: dynamodb:BatchWriteItem\n                Resource: \"*\"",
         ),
         (
             "query role",

@@ -1,0 +1,490 @@
+//! Every AWS call the Lambda code makes is allowed by its function's role in
+//! `template.yaml`, and every grant of a role is used (issue 21).
+//!
+//! moto checks no IAM. So each function runs against a private stand-in, configured
+//! with its environment from the template, over SDK clients that record every request:
+//! the IAM action that authorizes it and the resource it names. The record is checked
+//! against the role's grants in both directions: a call no grant allows fails, and so
+//! does a grant no call and no AWS-side use needs. What AWS itself does with a
+//! function's role is read from the function's properties, as AWS documents it: the
+//! SQS event source mapping polls with `sqs:ReceiveMessage`, `sqs:DeleteMessage` and
+//! `sqs:GetQueueAttributes`; logging writes streams and events to the function's log
+//! group; active tracing sends segments and telemetry to X-Ray.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde_yaml::Value;
+use sharding::time::Timestamp;
+use stand_in::TestStack;
+use tokio::time::Instant;
+
+use crate::template::{Template, path, role_grants, scalar};
+
+/// A resource as a request names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Named {
+    Table { name: String, index: Option<String> },
+    Queue(String),
+    Secret(String),
+}
+
+/// One request: the IAM action that authorizes it, and what it names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Call {
+    action: String,
+    resource: Named,
+}
+
+/// Records every request of the clients it is installed on.
+#[derive(Debug, Clone, Default)]
+struct Recorder {
+    calls: Arc<Mutex<BTreeSet<Call>>>,
+}
+
+impl Recorder {
+    fn calls(&self) -> BTreeSet<Call> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Intercept for Recorder {
+    fn name(&self) -> &'static str {
+        "IamRecorder"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let request = context.request();
+        let target = request
+            .headers()
+            .get("x-amz-target")
+            .ok_or("a request without X-Amz-Target: not a JSON-protocol call")?;
+        let body: serde_json::Value =
+            serde_json::from_slice(request.body().bytes().ok_or("a streaming request body")?)?;
+        let calls = calls_of(target, &body)?;
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(calls);
+        Ok(())
+    }
+}
+
+/// The calls one JSON-protocol request makes, from its `X-Amz-Target` and body.
+fn calls_of(target: &str, body: &serde_json::Value) -> Result<Vec<Call>, BoxError> {
+    let (prefix, operation) = target
+        .split_once('.')
+        .ok_or_else(|| format!("X-Amz-Target {target:?}"))?;
+    let text = |field: &str| {
+        body.get(field)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{operation} without {field}"))
+    };
+    let (action, resources) = if prefix.starts_with("DynamoDB_") {
+        let resources = match body.get("RequestItems").and_then(|r| r.as_object()) {
+            Some(items) => items
+                .keys()
+                .map(|name| Named::Table {
+                    name: name.clone(),
+                    index: None,
+                })
+                .collect(),
+            None => vec![Named::Table {
+                name: text("TableName")?,
+                index: body
+                    .get("IndexName")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned),
+            }],
+        };
+        (format!("dynamodb:{operation}"), resources)
+    } else if prefix == "AmazonSQS" {
+        // IAM authorizes SQS's batch actions as their single counterparts.
+        let action = operation.strip_suffix("Batch").unwrap_or(operation);
+        (
+            format!("sqs:{action}"),
+            vec![Named::Queue(text("QueueUrl")?)],
+        )
+    } else if prefix == "secretsmanager" {
+        (
+            format!("secretsmanager:{operation}"),
+            vec![Named::Secret(text("SecretId")?)],
+        )
+    } else {
+        return Err(format!("a call to an unexpected service: {target}").into());
+    };
+    Ok(resources
+        .into_iter()
+        .map(|resource| Call {
+            action: action.clone(),
+            resource,
+        })
+        .collect())
+}
+
+/// The stack's physical names, and the template's symbol of each (`getatt:X.Arn` for a
+/// table or queue, `ref:X` for a secret, as the role policies name them).
+struct Names {
+    tables: BTreeMap<String, String>,
+    queues: BTreeMap<String, String>,
+    secrets: BTreeMap<String, String>,
+}
+
+impl Names {
+    fn symbol(&self, resource: &Named) -> Result<String> {
+        Ok(match resource {
+            Named::Table { name, index } => {
+                let id = self
+                    .tables
+                    .get(name)
+                    .with_context(|| format!("table {name} is not the stack's"))?;
+                match index {
+                    None => format!("getatt:{id}.Arn"),
+                    Some(index) => format!("sub:${{{id}.Arn}}/index/{index}"),
+                }
+            }
+            Named::Queue(url) => {
+                let id = self
+                    .queues
+                    .get(url)
+                    .with_context(|| format!("queue {url} is not the stack's"))?;
+                format!("getatt:{id}.Arn")
+            }
+            Named::Secret(arn) => self
+                .secrets
+                .get(arn)
+                .with_context(|| format!("secret {arn} is not the stack's"))?
+                .clone(),
+        })
+    }
+}
+
+/// A function's environment from the template, each `ref:X` replaced by the stack's
+/// value of X (a table's name, a queue's URL, a secret's ARN).
+fn environment(
+    template: &Template,
+    function: &str,
+    refs: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>> {
+    let props = template.props(function)?;
+    let variables = path(&props, &["Environment", "Variables"])
+        .and_then(Value::as_mapping)
+        .with_context(|| format!("{function} has no environment"))?;
+    let mut env = BTreeMap::new();
+    for (name, value) in variables {
+        let name = name.as_str().context("variable name")?.to_owned();
+        let value = scalar(value).with_context(|| format!("{function}: {name}"))?;
+        let value = match value.strip_prefix("ref:") {
+            Some(id) => refs
+                .get(id)
+                .with_context(|| format!("{function}: {name} refers to {id}, not provisioned"))?
+                .clone(),
+            None => value,
+        };
+        env.insert(name, value);
+    }
+    Ok(env)
+}
+
+/// What AWS does with a function's role on its own, from the function's properties.
+fn aws_side_uses(template: &Template, function: &str) -> Result<BTreeSet<(String, String)>> {
+    let props = template.props(function)?;
+    let mut uses = BTreeSet::new();
+    let mut add = |actions: &[&str], resource: &str| {
+        for action in actions {
+            uses.insert(((*action).to_owned(), resource.to_owned()));
+        }
+    };
+    if let Some(Value::Mapping(events)) = props.get("Events") {
+        for (name, event) in events {
+            if event.get("Type").and_then(Value::as_str) != Some("SQS") {
+                bail!("{function}: event {name:?} is not SQS; extend aws_side_uses");
+            }
+            let queue = path(event, &["Properties", "Queue"])
+                .and_then(scalar)
+                .with_context(|| format!("{function}: event {name:?} has no queue"))?;
+            add(
+                &[
+                    "sqs:ReceiveMessage",
+                    "sqs:DeleteMessage",
+                    "sqs:GetQueueAttributes",
+                ],
+                &queue,
+            );
+        }
+    }
+    if let Some(group) = path(&props, &["LoggingConfig", "LogGroup"]).and_then(scalar) {
+        let id = group
+            .strip_prefix("ref:")
+            .with_context(|| format!("{function}: log group {group}"))?;
+        add(
+            &["logs:CreateLogStream", "logs:PutLogEvents"],
+            &format!("getatt:{id}.Arn"),
+        );
+    }
+    if props.get("Tracing").and_then(scalar).as_deref() == Some("Active") {
+        add(&["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*");
+    }
+    Ok(uses)
+}
+
+/// The role of a function (`Role: !GetAtt X.Arn`).
+fn role_of(template: &Template, function: &str) -> Result<String> {
+    let role = template
+        .props(function)?
+        .get("Role")
+        .and_then(scalar)
+        .with_context(|| format!("{function} has no Role"))?;
+    role.strip_prefix("getatt:")
+        .and_then(|r| r.strip_suffix(".Arn"))
+        .map(str::to_owned)
+        .with_context(|| format!("{function}: Role {role}"))
+}
+
+/// Checks a function's recorded calls against its role, both ways.
+fn check(template: &Template, function: &str, calls: &BTreeSet<Call>, names: &Names) -> Result<()> {
+    let role = role_of(template, function)?;
+    let grants = role_grants(template, &role)?;
+    let mut needed = aws_side_uses(template, function)?;
+    for call in calls {
+        needed.insert((call.action.clone(), names.symbol(&call.resource)?));
+    }
+    let missing: Vec<_> = needed.difference(&grants).collect();
+    let unused: Vec<_> = grants.difference(&needed).collect();
+    ensure!(
+        missing.is_empty() && unused.is_empty(),
+        "{role} (of {function}): calls no grant allows {missing:?}; grants nothing uses \
+         {unused:?}"
+    );
+    Ok(())
+}
+
+fn event(name: &str) -> Result<SqsEvent> {
+    let path = stand_in::repo_root()?.join("events").join(name);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    serde_json::from_str(&text).with_context(|| path.display().to_string())
+}
+
+/// The stand-in with the template's tables and queues, and a cursor secret.
+struct Stand {
+    stack: TestStack,
+    refs: BTreeMap<String, String>,
+    names: Names,
+}
+
+async fn stand() -> Result<Stand> {
+    let stack = TestStack::start().await?;
+    let sdk = stack.sdk_config().await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
+    let secret = secrets
+        .create_secret()
+        .name(format!("{}-cursor", stack.stack.table_name))
+        .secret_string("k".repeat(32))
+        .send()
+        .await?;
+    let arn = secret.arn().context("a secret ARN")?.to_owned();
+    let s = &stack.stack;
+    let mut refs: BTreeMap<String, String> = s.tables.clone();
+    refs.extend(s.queues.clone());
+    refs.insert("CursorSecret".to_owned(), arn.clone());
+    let invert =
+        |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (v.clone(), k.clone())).collect();
+    let names = Names {
+        tables: invert(&s.tables),
+        queues: invert(&s.queues),
+        secrets: BTreeMap::from([(arn, "ref:CursorSecret".to_owned())]),
+    };
+    Ok(Stand { stack, refs, names })
+}
+
+/// The ingest over recording clients: written readings, created and raised fan-outs,
+/// refused messages to the DLQ, transient failures delayed and, at the last receive,
+/// requeued.
+async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call>> {
+    let recorder = Recorder::default();
+    let sdk = stand.stack.sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(recorder.clone())
+            .build(),
+    );
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&sdk)
+            .interceptor(recorder.clone())
+            .build(),
+    );
+    let env = environment(template, "IngestFunction", &stand.refs)?;
+    let config = ingest::Config::from_lookup(|name| env.get(name).cloned())?;
+    let service = ingest::Ingest::from_clients(config, &dynamo, &sqs);
+    let mut rng = StdRng::seed_from_u64(21);
+    let now = Timestamp::parse("2026-06-22T04:00:00Z")?;
+    let later = || Instant::now() + Duration::from_secs(30);
+    for name in [
+        "sqs-single.json",
+        "sqs-batch.json",
+        "sqs-hot-burst.json",
+        "sqs-mixed-bad.json",
+    ] {
+        service
+            .handle(&event(name)?, now, later(), &mut rng)
+            .await?;
+    }
+    // A device writing 50 readings in 49 ms: its rate raises its fan-out.
+    let mut dense = event("sqs-single.json")?;
+    let readings: Vec<serde_json::Value> = (0..50)
+        .map(|i| {
+            serde_json::json!({
+                "device_id": "dense-1",
+                "event_id": format!("dense-{i:02}"),
+                "ts": format!("2026-06-22T03:59:00.{i:03}Z"),
+                "metrics": { "temperature": 20 },
+            })
+        })
+        .collect();
+    dense.records[0].message_id = Some("dense-message".to_owned());
+    dense.records[0].body = Some(serde_json::json!({ "readings": readings }).to_string());
+    let report = service.process(&dense, now, later(), &mut rng).await;
+    ensure!(
+        report.fanout_raises == 1,
+        "the dense device was not raised: {report:?}"
+    );
+    // Time for the queue but none for work (the deadline falls inside the margin kept
+    // for the queue): both messages fail for a transient reason. The first is at its
+    // first receive (a redelivery wait), the second at its last (a requeue).
+    let mut failing = event("sqs-batch.json")?;
+    failing.records.truncate(2);
+    let receives = env.get("MAX_RECEIVES").context("MAX_RECEIVES")?.clone();
+    let margin = Duration::from_millis(1000);
+    ensure!(
+        !env.contains_key("DEADLINE_MARGIN_MS"),
+        "the template sets DEADLINE_MARGIN_MS; take the margin from it"
+    );
+    failing.records[1]
+        .attributes
+        .insert("ApproximateReceiveCount".to_owned(), receives);
+    let report = service
+        .process(&failing, now, Instant::now() + margin / 2, &mut rng)
+        .await;
+    let fates: Vec<&ingest::Fate> = report.messages.iter().map(|m| &m.fate).collect();
+    ensure!(
+        matches!(
+            fates[..],
+            [ingest::Fate::Reported { .. }, ingest::Fate::Requeued { .. }]
+        ),
+        "one message reported, one requeued: {fates:?}"
+    );
+    Ok(recorder.calls())
+}
+
+/// The query over recording clients: the cursor key from its secret, then every
+/// shared API Gateway event.
+async fn query_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call>> {
+    let recorder = Recorder::default();
+    let sdk = stand.stack.sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(recorder.clone())
+            .build(),
+    );
+    let secrets = aws_sdk_secretsmanager::Client::from_conf(
+        aws_sdk_secretsmanager::config::Builder::from(&sdk)
+            .interceptor(recorder.clone())
+            .build(),
+    );
+    let env = environment(template, "QueryFunction", &stand.refs)?;
+    let config = query::config::Config::from_lookup(|name| env.get(name).cloned())?;
+    let key = query::config::resolve_cursor_key(&config.cursor_key, &secrets).await?;
+    let service = query::QueryService::new(
+        store::read::DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),
+        config.service.with_key(key),
+    );
+    let events = stand_in::repo_root()?.join("events");
+    let mut answered = 0;
+    for entry in std::fs::read_dir(&events)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !(name.starts_with("apigw-") && name.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let request = lambda_http::request::from_str(&text)
+            .with_context(|| format!("{name}: not an API Gateway event"))?;
+        let response = query::lambda::handle_apigw(&service, request)
+            .await
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        ensure!(
+            response.status().as_u16() < 500,
+            "{name}: answered {}",
+            response.status()
+        );
+        answered += 1;
+    }
+    ensure!(
+        answered >= 5,
+        "only {answered} API Gateway events in events/"
+    );
+    Ok(recorder.calls())
+}
+
+/// Both functions on one stand-in (the ingest first, so the query reads what it
+/// wrote), each checked against its role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_is_granted_and_every_grant_is_used() -> Result<()> {
+    let template = Template::load(&[])?;
+    let stand = stand().await?;
+    let ingest = ingest_calls(&template, &stand).await?;
+    let query = query_calls(&template, &stand).await?;
+    let ingest_result = check(&template, "IngestFunction", &ingest, &stand.names);
+    let query_result = check(&template, "QueryFunction", &query, &stand.names);
+    match (ingest_result, query_result) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(a), Ok(())) | (Ok(()), Err(a)) => Err(a),
+        (Err(a), Err(b)) => bail!("{a:#}\n{b:#}"),
+    }
+}
+
+/// The check itself fails on a template that misses a grant a call needs, or holds
+/// one nothing uses.
+#[test]
+fn a_missing_or_unused_grant_fails_the_check() -> Result<()> {
+    let text = std::fs::read_to_string(crate::harness::template_path()?)?;
+    let names = Names {
+        tables: BTreeMap::from([("t".to_owned(), "ReadingsTable".to_owned())]),
+        queues: BTreeMap::new(),
+        secrets: BTreeMap::new(),
+    };
+    let write = |action: &str| Call {
+        action: action.to_owned(),
+        resource: Named::Table {
+            name: "t".to_owned(),
+            index: None,
+        },
+    };
+    let template = Template::parse(&text, &[])?;
+    let calls = BTreeSet::from([write("dynamodb:DeleteItem")]);
+    let err =
+        check(&template, "IngestFunction", &calls, &names).expect_err("a call without a grant");
+    ensure!(format!("{err}").contains("dynamodb:DeleteItem"), "{err}");
+    let err = check(&template, "IngestFunction", &BTreeSet::new(), &names)
+        .expect_err("grants nothing uses");
+    ensure!(format!("{err}").contains("BatchWriteItem"), "{err}");
+    Ok(())
+}
