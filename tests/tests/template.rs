@@ -187,6 +187,17 @@ impl Template {
                     .context("!Equals takes two items")?;
                 Value::Bool(scalar(&self.eval(&parts[0])?) == scalar(&self.eval(&parts[1])?))
             }
+            "Fn::And" => {
+                let parts = arg.as_sequence().context("!And takes a list")?;
+                let mut all = true;
+                for part in parts {
+                    all &= self
+                        .eval(part)?
+                        .as_bool()
+                        .context("!And of a non-boolean")?;
+                }
+                Value::Bool(all)
+            }
             "Fn::Not" => {
                 let inner = arg
                     .as_sequence()
@@ -616,20 +627,137 @@ fn check_api(t: &Template) -> Result<()> {
     Ok(())
 }
 
-fn check_alarms(t: &Template) -> Result<()> {
-    let mut watched = BTreeSet::new();
-    for id in t.ids_of("AWS::CloudWatch::Alarm")? {
-        let alarm = t.props(&id)?;
-        let namespace = alarm.get("Namespace").and_then(scalar).unwrap_or_default();
-        let metric = alarm.get("MetricName").and_then(scalar).unwrap_or_default();
-        let dimensions = alarm
+/// One metric an alarm watches: namespace, name and dimension values.
+type Watched = (String, String, Vec<String>);
+
+/// The metrics an alarm watches: its own, or each `MetricStat` of its metric math.
+fn watched_by(alarm: &Value) -> Vec<(Option<String>, Watched)> {
+    let one = |metric: &Value| -> Watched {
+        let dimensions = metric
             .get("Dimensions")
             .and_then(Value::as_sequence)
-            .cloned()
+            .map(|ds| {
+                ds.iter()
+                    .filter_map(|d| d.get("Value").and_then(scalar))
+                    .collect()
+            })
             .unwrap_or_default();
-        for d in dimensions {
-            if let Some(value) = d.get("Value").and_then(scalar) {
+        (
+            metric.get("Namespace").and_then(scalar).unwrap_or_default(),
+            metric
+                .get("MetricName")
+                .and_then(scalar)
+                .unwrap_or_default(),
+            dimensions,
+        )
+    };
+    match alarm.get("Metrics").and_then(Value::as_sequence) {
+        None => vec![(None, one(alarm))],
+        Some(metrics) => metrics
+            .iter()
+            .filter_map(|m| {
+                let id = m.get("Id").and_then(scalar);
+                path(m, &["MetricStat", "Metric"]).map(|metric| (id, one(metric)))
+            })
+            .collect(),
+    }
+}
+
+/// The value of a metric-math expression of the form `a - b + FILL(c, 0) ...` over
+/// `values` (a missing id is no data, which `FILL(x, 0)` makes 0).
+fn evaluate(expression: &str, values: &BTreeMap<&str, f64>) -> Result<f64> {
+    let mut total = 0.0;
+    let mut sign = 1.0;
+    let text = expression.replace(['(', ')', ','], " ");
+    let mut tokens = text.split_whitespace();
+    while let Some(token) = tokens.next() {
+        match token {
+            "+" => sign = 1.0,
+            "-" => sign = -1.0,
+            "FILL" => {
+                let id = tokens.next().context("FILL without a metric")?;
+                let fill: f64 = tokens.next().context("FILL without a value")?.parse()?;
+                total += sign * values.get(id).copied().unwrap_or(fill);
+            }
+            id => {
+                total += sign
+                    * values
+                        .get(id)
+                        .copied()
+                        .with_context(|| format!("{id} has no data and no FILL"))?;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The metrics the ingest's embedded-metric lines carry, with their dimension values.
+fn emitted_metrics() -> Result<BTreeSet<(String, Vec<String>)>> {
+    let report = ingest::Report {
+        messages: vec![],
+        writes: store::WriteStats {
+            throttles: [("TableWriteKeyRangeThroughputExceeded".to_owned(), 1)].into(),
+            ..Default::default()
+        },
+        fanout_raises: 0,
+        fanout_shrinks: 0,
+        rekeyed: 0,
+        split: 0,
+        dead_lettered: 0,
+        dlq_failures: 0,
+        panics: 0,
+        delayed: 0,
+        delay_failures: 0,
+        requeued: 0,
+    };
+    let now = sharding::time::Timestamp::from_millis(0)?;
+    let mut emitted = BTreeSet::new();
+    for line in report.emf_lines(now) {
+        let line: serde_json::Value = serde_json::from_str(&line)?;
+        for directive in line["_aws"]["CloudWatchMetrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for dimensions in directive["Dimensions"].as_array().into_iter().flatten() {
+                let values: Vec<String> = dimensions
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| d.as_str())
+                    .filter_map(|d| line[d].as_str().map(str::to_owned))
+                    .collect();
+                for metric in directive["Metrics"].as_array().into_iter().flatten() {
+                    if let Some(name) = metric["Name"].as_str() {
+                        emitted.insert((name.to_owned(), values.clone()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(emitted)
+}
+
+fn check_alarms(t: &Template) -> Result<()> {
+    let emitted = emitted_metrics()?;
+    let mut watched = BTreeSet::new();
+    let mut errors_alarm = None;
+    for id in t.ids_of("AWS::CloudWatch::Alarm")? {
+        let alarm = t.props(&id)?;
+        for (metric_id, (namespace, metric, dimensions)) in watched_by(&alarm) {
+            // A custom metric that nothing emits leaves its alarm silent forever.
+            if namespace == "Shardline" {
+                ensure!(
+                    emitted.contains(&(metric.clone(), dimensions.clone())),
+                    "{id} watches Shardline {metric} {dimensions:?}, which the ingest does \
+                     not emit"
+                );
+            }
+            for value in &dimensions {
                 watched.insert(format!("{namespace} {metric} {value}"));
+            }
+            if namespace == "AWS/Lambda" && metric == "Errors" {
+                errors_alarm = Some((id.clone(), alarm.clone(), metric_id));
             }
         }
     }
@@ -639,9 +767,66 @@ fn check_alarms(t: &Template) -> Result<()> {
         "AWS/Lambda Errors ref:IngestFunction",
         "AWS/DynamoDB WriteThrottleEvents ref:ReadingsTable",
         "AWS/ApiGateway 5xx ref:HttpApi",
+        "AWS/Lambda Duration ref:QueryFunction",
+        "Shardline DlqSendFailures ingest",
+        "Shardline Panics ingest",
     ] {
         ensure!(watched.contains(want), "no alarm on {want}");
     }
+    // The errors alarm fires on an invocation that failed by itself, and not on the
+    // ones the handler fails on purpose so that Lambda backs off (BackoffInvocations).
+    let (id, alarm, errors_id) = errors_alarm.context("no alarm on the ingest's Errors")?;
+    let errors_id = errors_id.with_context(|| {
+        format!("{id} counts Lambda Errors alone, which include deliberate back-offs")
+    })?;
+    let metrics = alarm
+        .get("Metrics")
+        .and_then(Value::as_sequence)
+        .context("metric math")?;
+    let backoffs_id = metrics
+        .iter()
+        .find(|m| {
+            path(m, &["MetricStat", "Metric", "MetricName"])
+                .and_then(scalar)
+                .as_deref()
+                == Some("BackoffInvocations")
+        })
+        .and_then(|m| m.get("Id").and_then(scalar))
+        .with_context(|| format!("{id} does not read BackoffInvocations"))?;
+    let expression = metrics
+        .iter()
+        .find(|m| m.get("ReturnData").and_then(Value::as_bool) == Some(true))
+        .and_then(|m| m.get("Expression").and_then(scalar))
+        .with_context(|| format!("{id} returns no expression"))?;
+    let threshold = t.number(alarm.get("Threshold"), "Threshold")? as f64;
+    ensure!(
+        alarm.get("ComparisonOperator").and_then(scalar).as_deref()
+            == Some("GreaterThanOrEqualToThreshold"),
+        "{id}: compare with GreaterThanOrEqualToThreshold"
+    );
+    let fires = |errors: Option<f64>, backoffs: Option<f64>| -> Result<bool> {
+        let mut values = BTreeMap::new();
+        if let Some(e) = errors {
+            values.insert(errors_id.as_str(), e);
+        }
+        if let Some(b) = backoffs {
+            values.insert(backoffs_id.as_str(), b);
+        }
+        Ok(evaluate(&expression, &values)? >= threshold)
+    };
+    ensure!(
+        !fires(Some(12.0), Some(12.0))?,
+        "{id} fires on invocations failed on purpose"
+    );
+    ensure!(
+        fires(Some(13.0), Some(12.0))?,
+        "{id} misses a crash among back-offs"
+    );
+    ensure!(
+        fires(Some(1.0), None)?,
+        "{id} misses a crash when nothing backed off"
+    );
+    ensure!(!fires(None, None)?, "{id} fires without data");
     Ok(())
 }
 
@@ -896,7 +1081,7 @@ fn outputs_name_the_entry_points() -> Result<()> {
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 15] = [
+    let mutations: [(&str, &str, &str); 17] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -945,9 +1130,19 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         ("alarms", "      MetricName: 5xx", "      MetricName: 4xx"),
         (
+            "alarms",
+            "Expression: FILL(errors, 0) - FILL(backoffs, 0)",
+            "Expression: FILL(errors, 0)",
+        ),
+        (
+            "alarms",
+            "MetricName: BackoffInvocations",
+            "MetricName: BackoffInvocation",
+        ),
+        (
             "tables",
-            "PointInTimeRecoveryEnabled: true\n      # Shows",
-            "PointInTimeRecoveryEnabled: false\n      # Shows",
+            "PointInTimeRecoveryEnabled: true\n      OnDemandThroughput",
+            "PointInTimeRecoveryEnabled: false\n      OnDemandThroughput",
         ),
         (
             "time index",

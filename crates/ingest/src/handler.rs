@@ -279,6 +279,10 @@ impl Report {
                 Metric::count("RedeliveriesDelayed", self.delayed),
                 Metric::count("DelayFailures", self.delay_failures),
                 Metric::count("Requeued", self.requeued),
+                // 1 when the handler fails this invocation on purpose (every message
+                // failed transiently, so that Lambda backs off): the errors alarm
+                // subtracts these from Lambda's Errors.
+                Metric::count("BackoffInvocations", u64::from(self.all_failed().is_some())),
             ],
         )];
         for (reason, n) in &self.writes.throttles {

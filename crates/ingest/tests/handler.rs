@@ -558,6 +558,17 @@ async fn every_message_failing_transiently_fails_the_invocation() {
     let fx = Fixture::new();
     fx.table
         .fail_next(vec![StoreError::Transient("HTTP 500".into()); 1000]);
+    let report = fx
+        .service(&[])
+        .process(&event("sqs-batch.json"), now(), deadline(), &mut rng())
+        .await;
+    let main: serde_json::Value = serde_json::from_str(&report.emf_lines(now())[0]).expect("json");
+    assert_eq!(
+        main["BackoffInvocations"], 1.0,
+        "counted for the errors alarm"
+    );
+    fx.table
+        .fail_next(vec![StoreError::Transient("HTTP 500".into()); 1000]);
     let err = fx
         .service(&[])
         .handle(&event("sqs-batch.json"), now(), deadline(), &mut rng())
@@ -594,6 +605,7 @@ fn emf_lines_carry_the_counters() {
     let main: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
     assert_eq!(main["ReadingsWritten"], 7.0);
     assert_eq!(main["FanoutRaises"], 1.0);
+    assert_eq!(main["BackoffInvocations"], 0.0, "no message failed");
     let throttles: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
     assert_eq!(throttles["Reason"], "TableWriteKeyRangeThroughputExceeded");
     assert_eq!(throttles["Throttles"], 2.0);
