@@ -37,6 +37,19 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
         ]),
     )?;
     let wants = |item: u8| args.only.is_empty() || args.only.contains(&item);
+    if wants(6) {
+        // Item 6 lists each Lambda binary's largest crates.
+        run_command(
+            "cargo-bloat (item 6)",
+            Command::new(cargo()).current_dir(root).args([
+                "install",
+                "cargo-bloat",
+                "--locked",
+                "--version",
+                "0.12.1",
+            ]),
+        )?;
+    }
     if wants(5) {
         let mut criterion = Command::new(cargo());
         criterion.current_dir(root);
