@@ -22,10 +22,10 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde_yaml::Value;
 use sharding::time::Timestamp;
 use stand_in::TestStack;
 use tokio::time::Instant;
+use yaml_serde::Value;
 
 use crate::template::{Template, path, role_grants, scalar};
 

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context, Result, bail, ensure};
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use crate::harness::template_path;
 
@@ -23,7 +23,7 @@ pub(crate) struct Template {
 
 impl Template {
     pub(crate) fn parse(text: &str, overrides: &[(&str, &str)]) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text).context("template.yaml is not YAML")?;
+        let doc: Value = yaml_serde::from_str(text).context("template.yaml is not YAML")?;
         let mut params = BTreeMap::new();
         if let Some(Value::Mapping(section)) = doc.get("Parameters") {
             for (name, body) in section {
@@ -872,7 +872,7 @@ fn check_tables(t: &Template) -> Result<()> {
     );
     // The provisioned alternative really switches the mode.
     let provisioned = Template::parse(
-        &serde_yaml::to_string(&t.doc)?,
+        &yaml_serde::to_string(&t.doc)?,
         &[("BillingMode", "PROVISIONED")],
     )?;
     let props = provisioned.props("ReadingsTable")?;
@@ -892,7 +892,7 @@ const TIME_INDEX: &str = "by-time";
 /// function then reads whole buckets).
 fn check_time_index(t: &Template) -> Result<()> {
     for (setting, on) in [("enabled", true), ("disabled", false)] {
-        let t = Template::parse(&serde_yaml::to_string(&t.doc)?, &[("TimeIndex", setting)])?;
+        let t = Template::parse(&yaml_serde::to_string(&t.doc)?, &[("TimeIndex", setting)])?;
         let readings = t.props("ReadingsTable")?;
         let defines_ts = readings
             .get("AttributeDefinitions")

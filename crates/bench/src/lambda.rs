@@ -204,7 +204,14 @@ fn build_alone(root: &Path, target_dir: &Path, function: &str) -> Result<()> {
 /// cargo-bloat is not installed.
 fn bloat(root: &Path, target_dir: &Path, function: &str) -> Result<Option<String>> {
     let output = stand_in::cargo_command("cargo")
-        .args(["bloat", "--release", "--package", function, "--bin", function])
+        .args([
+            "bloat",
+            "--release",
+            "--package",
+            function,
+            "--bin",
+            function,
+        ])
         .args(["--crates", "-n", "12"])
         .env("CARGO_TARGET_DIR", target_dir)
         .env("CARGO_PROFILE_RELEASE_STRIP", "false")
@@ -297,7 +304,11 @@ pub async fn run(root: &Path, release_dir: &Path, results: &mut Results) -> Resu
         results.goal(
             "6",
             &format!("{name}: process start to first runtime-API poll, median (min-max) of {RUNS}"),
-            format!("{median:.1} ms ({:.1}-{:.1})", times[0], times[times.len() - 1]),
+            format!(
+                "{median:.1} ms ({:.1}-{:.1})",
+                times[0],
+                times[times.len() - 1]
+            ),
             "at most 10 ms",
             if median <= 10.0 {
                 "met".to_owned()

@@ -1,10 +1,10 @@
 //! run-local's defaults are the template's event source mapping and function settings.
 
-use serde_yaml::Value;
 use shardline::run_local::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
     DEFAULT_MAX_CONCURRENCY,
 };
+use yaml_serde::Value;
 
 fn parameter_default(template: &Value, name: &str) -> f64 {
     template["Parameters"][name]["Default"]
@@ -16,7 +16,7 @@ fn parameter_default(template: &Value, name: &str) -> f64 {
 fn defaults_match_template_yaml() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
     let text = std::fs::read_to_string(path).expect("template.yaml is readable");
-    let template: Value = serde_yaml::from_str(&text).expect("template.yaml is YAML");
+    let template: Value = yaml_serde::from_str(&text).expect("template.yaml is YAML");
     assert_eq!(
         parameter_default(&template, "IngestBatchSize"),
         DEFAULT_BATCH_SIZE as f64

@@ -8,7 +8,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
 use aws_sdk_dynamodb::types as ddb;
 use aws_sdk_sqs::types::QueueAttributeName;
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use crate::template::{Bindings, Resource, Template, scalar_string};
 
@@ -752,7 +752,7 @@ mod tests {
     #[test]
     fn redrive_count_becomes_a_number() {
         let v: Value =
-            serde_yaml::from_str("{deadLetterTargetArn: 'arn:x', maxReceiveCount: '5'}").unwrap();
+            yaml_serde::from_str("{deadLetterTargetArn: 'arn:x', maxReceiveCount: '5'}").unwrap();
         let json: serde_json::Value = serde_json::from_str(&redrive_json(&v).unwrap()).unwrap();
         assert_eq!(json["maxReceiveCount"], 5);
         assert_eq!(json["deadLetterTargetArn"], "arn:x");
@@ -760,7 +760,7 @@ mod tests {
 
     #[test]
     fn unsupported_queue_properties_are_refused() {
-        let props: Mapping = serde_yaml::from_str("{Bogus: 1}").unwrap();
+        let props: Mapping = yaml_serde::from_str("{Bogus: 1}").unwrap();
         assert!(queue_attributes(&props).is_err());
     }
 }

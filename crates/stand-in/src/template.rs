@@ -2,14 +2,14 @@
 //! functions the local stand-in needs to resolve property values.
 //!
 //! Short-form tags (`!Ref X`, `!GetAtt X.Arn`, `!Sub ...`, `!If [...]`, ...) arrive from
-//! serde_yaml as tagged values; long forms (`Ref:`, `Fn::GetAtt:`) as one-key maps.
+//! yaml_serde as tagged values; long forms (`Ref:`, `Fn::GetAtt:`) as one-key maps.
 //! Both resolve through the same code.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 /// A parsed CloudFormation/SAM template.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ impl Template {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text)?;
+        let doc: Value = yaml_serde::from_str(text)?;
         let section = |name: &str| -> Result<Mapping> {
             match doc.get(name) {
                 None | Some(Value::Null) => Ok(Mapping::new()),
@@ -367,8 +367,8 @@ const NO_VALUE: &str = "AWS::NoValue";
 /// The marker `!Ref AWS::NoValue` resolves to; the enclosing mapping or list drops it,
 /// and as a scalar it is no string, so any other use of it is an error.
 fn no_value() -> Value {
-    Value::Tagged(Box::new(serde_yaml::value::TaggedValue {
-        tag: serde_yaml::value::Tag::new(NO_VALUE),
+    Value::Tagged(Box::new(yaml_serde::value::TaggedValue {
+        tag: yaml_serde::value::Tag::new(NO_VALUE),
         value: Value::Null,
     }))
 }
@@ -463,9 +463,9 @@ Resources:
         assert!(props.get("VisibilityTimeout").is_some());
         assert_eq!(
             resolved("List"),
-            serde_yaml::from_str::<Value>("[a, c]").unwrap()
+            yaml_serde::from_str::<Value>("[a, c]").unwrap()
         );
-        let v: Value = serde_yaml::from_str("!Sub '${AWS::NoValue}'").unwrap();
+        let v: Value = yaml_serde::from_str("!Sub '${AWS::NoValue}'").unwrap();
         assert!(t.resolve(&v, &bindings()).is_err());
     }
 
@@ -484,9 +484,9 @@ Resources:
     #[test]
     fn unknown_references_and_functions_are_errors() {
         let t = Template::parse("Resources: {}").unwrap();
-        let v: Value = serde_yaml::from_str("!Ref Missing").unwrap();
+        let v: Value = yaml_serde::from_str("!Ref Missing").unwrap();
         assert!(t.resolve(&v, &bindings()).is_err());
-        let v: Value = serde_yaml::from_str("!ImportValue Other").unwrap();
+        let v: Value = yaml_serde::from_str("!ImportValue Other").unwrap();
         assert!(t.resolve(&v, &bindings()).is_err());
     }
 
