@@ -17,7 +17,7 @@ fn event(name: &str) -> lambda_http::Request {
     lambda_http::request::from_str(&json).expect("an API Gateway v2 event")
 }
 
-async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
+pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
     let table = FakeTable::new(None);
     let shards = FakeShards {
         layout: Some(table_history(vec![(0, hourly(4))])),

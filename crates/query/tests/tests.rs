@@ -12,4 +12,5 @@ mod engine;
 mod events;
 mod fuzz;
 mod model;
+mod openapi;
 mod params;
