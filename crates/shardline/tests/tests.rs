@@ -3,6 +3,7 @@
 mod audit;
 mod demo;
 mod end_to_end;
+mod examples;
 mod fanout;
 mod generate;
 mod heatmap;

@@ -1,0 +1,141 @@
+//! The publisher examples under `examples/`: the Python one sends readings to a private
+//! moto's queue, the real ingest (run-local) writes them, and every reading is in the
+//! table under the key the example computed with the README's hash function. The
+//! TypeScript one is type-checked where Node is present.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use shardline::env::EnvLookup;
+use shardline::run_local::{self, Settings};
+use stand_in::TestStack;
+
+/// The layout the ingest writes when the table has none, and the example keys with.
+const SHARDS: &str = "8";
+const BUCKET: &str = "hour";
+const READINGS: usize = 120;
+const PER_MESSAGE: usize = 25;
+
+/// Every (PK, SK) of the readings table.
+async fn stored_keys(stack: &TestStack) -> Result<BTreeSet<(String, String)>> {
+    let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
+    let items: Vec<_> = client
+        .scan()
+        .table_name(&stack.stack.table_name)
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    items
+        .iter()
+        .map(|item| {
+            let text = |name: &str| {
+                item.get(name)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .with_context(|| format!("an item without {name}"))
+            };
+            Ok((text("PK")?, text("SK")?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Result<()> {
+    let stack = TestStack::start().await?;
+    let root = stand_in::repo_root()?;
+    let venv = stand_in::ensure_venv(&root)?;
+    let s = &stack.stack;
+    let output = Command::new(venv.bin("python"))
+        .arg(root.join("examples/python/publish.py"))
+        .args(["--queue-url", &s.queue_url, "--endpoint-url", &s.endpoint])
+        .args(["--region", &s.region, "--device", "example-device-1"])
+        .args(["--count", &READINGS.to_string(), "--every-ms", "250"])
+        .args(["--per-message", &PER_MESSAGE.to_string(), "--print-keys"])
+        .args(["--shards", SHARDS, "--bucket", BUCKET])
+        .envs(s.env_pairs())
+        .stdin(Stdio::null())
+        .output()
+        .context("running examples/python/publish.py")?;
+    ensure!(
+        output.status.success(),
+        "publish.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let computed: BTreeSet<(String, String)> = String::from_utf8(output.stdout)?
+        .lines()
+        .map(|line| {
+            let key: serde_json::Value = serde_json::from_str(line)?;
+            let text = |name: &str| key[name].as_str().map(str::to_owned).context("a key");
+            Ok((text("PK")?, text("SK")?))
+        })
+        .collect::<Result<_>>()?;
+    ensure!(
+        computed.len() == READINGS,
+        "{} keys printed",
+        computed.len()
+    );
+
+    let mut env = s.env_pairs();
+    env.extend([("SHARDS", SHARDS), ("BUCKET", BUCKET)].map(|(k, v)| (k.into(), v.into())));
+    let mut settings = Settings::new(&s.queue_url);
+    settings.batching_window = Duration::from_millis(200);
+    let running = run_local::start(settings, &EnvLookup::from_pairs(env), None).await?;
+    let messages = READINGS.div_ceil(PER_MESSAGE) as u64;
+    let mut waited = 0;
+    while running.stats().deleted < messages {
+        if waited > 600 {
+            bail!(
+                "the ingest did not take every message: {}",
+                running.stats().text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    running.stop();
+    let stats = running.wait().await?;
+    ensure!(stats.dead_lettered == 0, "{}", stats.text());
+
+    let stored = stored_keys(&stack).await?;
+    ensure!(
+        stored == computed,
+        "stored and computed keys differ: only stored {:?}, only computed {:?}",
+        stored.difference(&computed).take(3).collect::<Vec<_>>(),
+        computed.difference(&stored).take(3).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// `tsc --noEmit` over examples/typescript, with its pinned dependencies installed
+/// from npm; skipped (with a line saying so) where Node is absent.
+#[test]
+fn the_typescript_publisher_type_checks() -> Result<()> {
+    let root = stand_in::repo_root()?;
+    let dir = root.join("examples/typescript");
+    if Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("npm is not installed: examples/typescript not type-checked");
+        return Ok(());
+    }
+    let run = |args: &[&str], dir: &Path| -> Result<()> {
+        let output = Command::new("npm")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("npm {args:?}"))?;
+        ensure!(
+            output.status.success(),
+            "npm {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
+    };
+    run(&["ci", "--no-audit", "--no-fund"], &dir)?;
+    run(&["run", "--silent", "typecheck"], &dir)
+}
