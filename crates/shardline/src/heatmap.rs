@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
@@ -231,6 +232,26 @@ pub fn cell_colour(wcu: f64, throttled: u64, limit: f64) -> RGBColor {
     RGBColor(mix(222, 255), mix(235, 140), mix(250, 0))
 }
 
+/// The labels' font, bundled (DejaVu Sans Mono, `assets/fonts/LICENSE`), so that no
+/// system font library is needed to draw them.
+const FONT_NAME: &str = "dejavu-sans-mono";
+static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSansMono.ttf");
+
+/// Registers [`FONT_BYTES`] with plotters under [`FONT_NAME`], once per process.
+fn register_font() -> anyhow::Result<()> {
+    static REGISTER: Once = Once::new();
+    let mut registered = true;
+    REGISTER.call_once(|| {
+        registered =
+            plotters::style::register_font(FONT_NAME, FontStyle::Normal, FONT_BYTES).is_ok();
+    });
+    if registered {
+        Ok(())
+    } else {
+        bail!("the bundled font {FONT_NAME} could not be read")
+    }
+}
+
 fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     grid: &Grid,
@@ -272,30 +293,28 @@ fn draw<DB: DrawingBackend>(
         [(lx, over_y), (lx + 16, over_y + 9)],
         OVER_LIMIT.filled(),
     ))?;
-    // Labels need a system font (the ttf feature); without one the picture is still
-    // complete, only unlabelled, so text errors are not fatal.
-    let font = ("sans-serif", 12).into_font();
+    let font = (FONT_NAME, 12).into_font();
     let text = |s: String, at: (i32, i32)| area.draw(&Text::new(s, at, font.clone()));
-    let _ = text(
+    text(
         format!(
             "WCU per partition key per second (top {} keys; red = over {limit:.0} WCU/s or throttled)",
             grid.keys.len()
         ),
         (10, 8),
-    );
+    )?;
     for (r, key) in grid.keys.iter().enumerate() {
         let mut label: String = key.chars().take(40).collect();
         if key.chars().count() > 40 {
             label.push('~');
         }
-        let _ = text(label, (6, y(r) + (l.cell_h as i32 - 12) / 2));
+        text(label, (6, y(r) + (l.cell_h as i32 - 12) / 2))?;
     }
-    let _ = text(format!("> {limit:.0}"), (lx + 22, over_y - 1));
-    let _ = text(format!("{limit:.0}"), (lx + 22, l.top as i32));
-    let _ = text("0".to_owned(), (lx + 22, l.top as i32 + steps * 8 - 10));
+    text(format!("> {limit:.0}"), (lx + 22, over_y - 1))?;
+    text(format!("{limit:.0}"), (lx + 22, l.top as i32))?;
+    text("0".to_owned(), (lx + 22, l.top as i32 + steps * 8 - 10))?;
     let axis_y = y(grid.keys.len()) + 6;
     let span = grid.columns() as u64 * grid.bin;
-    let _ = text(
+    text(
         format!(
             "seconds from {} (+0 .. +{span}){}",
             grid.first_second,
@@ -306,17 +325,18 @@ fn draw<DB: DrawingBackend>(
             }
         ),
         (x(0), axis_y + 16),
-    );
+    )?;
     let ticks = 10.min(grid.columns().max(1));
     for t in 0..=ticks {
         let c = grid.columns() * t / ticks.max(1);
-        let _ = text(format!("{}", c as u64 * grid.bin), (x(c), axis_y));
+        text(format!("{}", c as u64 * grid.bin), (x(c), axis_y))?;
     }
     Ok(())
 }
 
 /// Renders the grid to a PNG file; returns the layout (the picture's size).
 pub fn render_png(grid: &Grid, limit: f64, path: &Path) -> anyhow::Result<Layout> {
+    register_font()?;
     let l = layout(grid.keys.len(), grid.columns());
     let area = BitMapBackend::new(path, (l.width, l.height)).into_drawing_area();
     draw(&area, grid, limit, &l).map_err(|e| anyhow!("cannot draw the heatmap: {e}"))?;
@@ -327,6 +347,7 @@ pub fn render_png(grid: &Grid, limit: f64, path: &Path) -> anyhow::Result<Layout
 
 /// Renders the grid to RGB pixels (row-major, 3 bytes each) with its layout.
 pub fn render_rgb(grid: &Grid, limit: f64) -> anyhow::Result<(Vec<u8>, Layout)> {
+    register_font()?;
     let l = layout(grid.keys.len(), grid.columns());
     let mut buffer = vec![0u8; l.width as usize * l.height as usize * 3];
     {

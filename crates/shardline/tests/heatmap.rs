@@ -128,6 +128,22 @@ fn png_has_the_layout_size_and_red_cells_where_over() {
     assert_ne!(at(2, 2), (255, 255, 255));
 }
 
+/// Each row's label is drawn with the bundled font: the left margin beside every row
+/// holds dark pixels, with no system font library involved.
+#[test]
+fn row_labels_are_drawn_with_the_bundled_font() {
+    let rows = parse_csv(&csv()).expect("parses");
+    let g = grid(&rows, 40).expect("grid");
+    let (pixels, l) = render_rgb(&g, 1000.0).expect("renders");
+    for row in 0..g.keys.len() as u32 {
+        let dark = (l.top + row * l.cell_h..l.top + (row + 1) * l.cell_h)
+            .flat_map(|y| (0..l.left).map(move |x| ((y * l.width + x) * 3) as usize))
+            .filter(|&i| pixels[i] < 128 && pixels[i + 1] < 128 && pixels[i + 2] < 128)
+            .count();
+        assert!(dark > 20, "row {row}'s label has {dark} dark pixels");
+    }
+}
+
 #[test]
 fn the_binary_writes_the_png() {
     let dir = tempfile::tempdir().expect("tempdir");
