@@ -117,6 +117,39 @@ mod tests {
         assert_eq!(B.next_delay(0, Duration::ZERO, &mut rng), None);
     }
 
+    /// Share of `draws` in each of `bins` equal parts of `[lo, hi]`.
+    fn shares(draws: &[f64], lo: f64, hi: f64, bins: usize) -> Vec<f64> {
+        let mut counts = vec![0usize; bins];
+        for &d in draws {
+            let bin = (((d - lo) / (hi - lo)) * bins as f64) as usize;
+            counts[bin.min(bins - 1)] += 1;
+        }
+        counts
+            .iter()
+            .map(|&c| c as f64 / draws.len() as f64)
+            .collect()
+    }
+
+    /// Full jitter spreads retries: the delays after one attempt cover their whole range
+    /// `[0, ceiling]` evenly (each tenth holds 5% to 15% of 2,000 draws), so writers
+    /// throttled together do not come back together.
+    #[test]
+    fn delays_spread_over_the_whole_range() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for attempt in [0, 3, 6] {
+            let ceiling = B.ceiling(attempt).as_secs_f64();
+            let draws: Vec<f64> = (0..2000)
+                .map(|_| B.delay(attempt, &mut rng).as_secs_f64())
+                .collect();
+            for (i, share) in shares(&draws, 0.0, ceiling, 10).iter().enumerate() {
+                assert!(
+                    (0.05..=0.15).contains(share),
+                    "attempt {attempt}: tenth {i} holds {share:.3} of the delays"
+                );
+            }
+        }
+    }
+
     const R: Redelivery = Redelivery {
         base: Duration::from_secs(30),
         cap: Duration::from_secs(900),
@@ -146,6 +179,18 @@ mod tests {
                     "{wait:?} vs {ceiling:?}"
                 );
             }
+        }
+        // Spread over the upper half: each fifth of [ceiling/2, ceiling] holds 10% to
+        // 30% of the waits.
+        let ceiling = R.ceiling(6).as_secs_f64();
+        let waits: Vec<f64> = (0..2000)
+            .map(|_| R.visibility(6, &mut rng).as_secs_f64())
+            .collect();
+        for (i, share) in shares(&waits, ceiling / 2.0, ceiling, 5).iter().enumerate() {
+            assert!(
+                (0.10..=0.30).contains(share),
+                "fifth {i} holds {share:.3} of the waits"
+            );
         }
         let zero = Redelivery {
             base: Duration::ZERO,
