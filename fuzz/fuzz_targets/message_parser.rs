@@ -1,11 +1,16 @@
-//! The ingest message parser on arbitrary bodies: it refuses or accepts, never panics.
+//! The ingest message parser on arbitrary bodies: it refuses or accepts, never panics,
+//! and every reading it accepts obeys the documented limits.
 
 #![no_main]
 
 use std::time::Duration;
 
+use ingest::message::{
+    MAX_ID_CHARS, MAX_METRIC_NAME, MAX_METRICS, MAX_TAG_NAME, MAX_TAG_VALUE, MAX_TAGS,
+};
 use ingest::{Limits, parse_body};
 use libfuzzer_sys::fuzz_target;
+use sharding::key::validate_id;
 use sharding::time::Timestamp;
 
 fuzz_target!(|data: &[u8]| {
@@ -22,8 +27,30 @@ fuzz_target!(|data: &[u8]| {
         retention: Duration::from_secs(30 * 86_400),
         max_readings: 500,
     };
-    if let Ok(readings) = parse_body(body, &limits) {
-        // An accepted body holds at least one reading.
-        assert!(!readings.is_empty());
+    let Ok(readings) = parse_body(body, &limits) else {
+        return;
+    };
+    // An accepted body holds 1 to max_readings readings, each within the documented
+    // limits (README, "Pointing devices at the queue").
+    assert!((1..=limits.max_readings).contains(&readings.len()));
+    let latest = now.saturating_add(limits.max_future);
+    let earliest = now.checked_sub(limits.retention).unwrap_or(Timestamp::MIN);
+    for r in &readings {
+        for (name, id) in [("device_id", &r.device_id), ("event_id", &r.event_id)] {
+            assert!((1..=MAX_ID_CHARS).contains(&id.chars().count()), "{name} {id:?}");
+            assert!(validate_id(name, id).is_ok(), "{name} {id:?}");
+        }
+        assert!(earliest <= r.ts && r.ts <= latest, "ts {}", r.ts);
+        assert!((1..=MAX_METRICS).contains(&r.metrics.len()));
+        for (name, value) in &r.metrics {
+            assert!((1..=MAX_METRIC_NAME).contains(&name.len()), "metric {name:?}");
+            assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+            assert!(value.is_finite(), "metric {name} = {value}");
+        }
+        assert!(r.tags.len() <= MAX_TAGS);
+        for (name, value) in &r.tags {
+            assert!((1..=MAX_TAG_NAME).contains(&name.chars().count()), "tag {name:?}");
+            assert!(value.chars().count() <= MAX_TAG_VALUE, "tag {name}");
+        }
     }
 });
