@@ -100,7 +100,10 @@ pub fn parse_csv(text: &str) -> anyhow::Result<Vec<HeatRow>> {
 /// The cells to draw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Grid {
-    /// Row labels, hottest first.
+    /// The tables of the rows, named in the title (numbered from 1 when several).
+    pub tables: Vec<String>,
+    /// Row labels, hottest first: the partition key, and `[n]`, the table's number,
+    /// when there are several tables.
     pub keys: Vec<String>,
     /// Total WCU per row.
     pub totals: Vec<f64>,
@@ -124,13 +127,18 @@ pub fn grid(rows: &[HeatRow], top: usize) -> anyhow::Result<Grid> {
     if rows.is_empty() {
         bail!("the heat CSV has no rows");
     }
-    let tables: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.table.as_str()).collect();
-    let label = |r: &HeatRow| {
-        if tables.len() > 1 {
-            format!("{}:{}", r.table, r.pk)
-        } else {
-            r.pk.clone()
-        }
+    let tables: Vec<String> = rows
+        .iter()
+        .map(|r| r.table.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    // A row is its partition key; with several tables, also the table's number in the
+    // title ([`Grid::tables`]).
+    let label = |r: &HeatRow| match tables.iter().position(|t| *t == r.table) {
+        Some(i) if tables.len() > 1 => format!("{} [{}]", r.pk, i + 1),
+        _ => r.pk.clone(),
     };
     let first = rows.iter().map(|r| r.second).min().unwrap_or(0);
     let last = rows.iter().map(|r| r.second).max().unwrap_or(0);
@@ -169,6 +177,7 @@ pub fn grid(rows: &[HeatRow], top: usize) -> anyhow::Result<Grid> {
         }
     }
     Ok(Grid {
+        tables,
         keys: ranked.iter().map(|(k, _)| k.clone()).collect(),
         totals: ranked.iter().map(|(_, t)| *t).collect(),
         first_second: first,
@@ -230,6 +239,20 @@ pub fn cell_colour(wcu: f64, throttled: u64, limit: f64) -> RGBColor {
     let t = (wcu / limit).clamp(0.0, 1.0);
     let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * t).round() as u8;
     RGBColor(mix(222, 255), mix(235, 140), mix(250, 0))
+}
+
+/// The tables as the title names them: one by its name, several numbered as the row
+/// labels refer to them.
+fn table_names(tables: &[String]) -> String {
+    match tables {
+        [one] => one.clone(),
+        several => several
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("[{}] {t}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// The labels' font, bundled (DejaVu Sans Mono, `assets/fonts/LICENSE`), so that no
@@ -297,7 +320,8 @@ fn draw<DB: DrawingBackend>(
     let text = |s: String, at: (i32, i32)| area.draw(&Text::new(s, at, font.clone()));
     text(
         format!(
-            "WCU per partition key per second (top {} keys; red = over {limit:.0} WCU/s or throttled)",
+            "WCU per partition key per second of {} (top {} keys; red = over {limit:.0} WCU/s or throttled)",
+            table_names(&grid.tables),
             grid.keys.len()
         ),
         (10, 8),

@@ -54,6 +54,26 @@ fn csv_rows_with_header_and_quotes() {
     assert!(parse_csv("1,t,\"k,1,0\n").is_err());
 }
 
+/// Rows show the partition key; with rows of several tables (the demo's readings and
+/// shard tables), the key and its table's number, the tables named in order.
+#[test]
+fn labels_are_partition_keys_and_tables_are_numbered() {
+    let rows = parse_csv(
+        "second,table,pk,wcu,throttled_items\n\
+         1,demo-1-sharded-ShardsTable,device#hot,5,0\n\
+         1,demo-1-sharded-ReadingsTable,3.4#2026-06-22T10,900,0\n",
+    )
+    .expect("parses");
+    let g = grid(&rows, 10).expect("grid");
+    assert_eq!(
+        g.tables,
+        ["demo-1-sharded-ReadingsTable", "demo-1-sharded-ShardsTable"]
+    );
+    assert_eq!(g.keys, ["3.4#2026-06-22T10 [1]", "device#hot [2]"]);
+    let one = grid(&rows[1..], 10).expect("grid");
+    assert_eq!(one.keys, ["3.4#2026-06-22T10"]);
+}
+
 #[test]
 fn rows_are_the_top_keys_by_total_wcu() {
     let rows = parse_csv(&csv()).expect("parses");
