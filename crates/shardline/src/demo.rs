@@ -40,6 +40,8 @@ use crate::{fanout, heatmap};
 pub const HOT_DEVICE: &str = "sensor-alpha-001";
 /// Where the demo writes heat CSVs, heatmaps and the report (under the repository root).
 pub const DEFAULT_OUT_DIR: &str = ".local/demo";
+/// The log file of a demo, in its output directory.
+pub const LOG_FILE: &str = "demo.log";
 /// Prefix of the pid files of the demo's moto servers: `demo-<pid>-...`.
 pub const PID_PREFIX: &str = "demo-";
 /// Most items one query page asks for (the API's maximum).
@@ -130,6 +132,21 @@ pub struct DemoArgs {
 
 impl DemoArgs {
     /// The scenario of these flags, relative to `root` (the repository root).
+    /// The output directory, under `root` unless absolute.
+    pub fn out_dir(&self, root: &Path) -> PathBuf {
+        if self.out_dir.is_absolute() {
+            self.out_dir.clone()
+        } else {
+            root.join(&self.out_dir)
+        }
+    }
+
+    /// Where the handler's and the runner's logs go: [`LOG_FILE`] in the output
+    /// directory, so the terminal shows only progress and the report.
+    pub fn log_path(&self, root: &Path) -> PathBuf {
+        self.out_dir(root).join(LOG_FILE)
+    }
+
     pub fn scenario(&self, root: &Path) -> anyhow::Result<Scenario> {
         let secs = |name: &str, v: f64| {
             if v.is_finite() && v > 0.0 {
@@ -138,11 +155,7 @@ impl DemoArgs {
                 Err(anyhow!("--{name} must be a positive number of seconds"))
             }
         };
-        let out_dir = if self.out_dir.is_absolute() {
-            self.out_dir.clone()
-        } else {
-            root.join(&self.out_dir)
-        };
+        let out_dir = self.out_dir(root);
         let scenario = Scenario {
             root: root.to_path_buf(),
             out_dir,
@@ -1216,6 +1229,11 @@ pub async fn run_command(args: &DemoArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")?;
     writeln!(out, "Report written to {}", path.display())?;
+    writeln!(
+        out,
+        "Logs of the handler and the runner: {}",
+        args.log_path(&root).display()
+    )?;
     Ok(())
 }
 

@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         Command::Fanout(args) => runtime()?.block_on(fanout::run(&args)),
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
         Command::Demo(args) => {
-            init_tracing();
+            init_tracing_to_file(&args.log_path(&stand_in::repo_root()?))?;
             runtime()?.block_on(demo::run_command(&args))
         }
         Command::Soak(args) => runtime()?.block_on(soak::run_command(&args)),
@@ -69,4 +69,23 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Logs to `path` instead of the terminal, `RUST_LOG` filtered (default: warnings): the
+/// demo's terminal shows only its progress and its report.
+fn init_tracing_to_file(path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .init();
+    Ok(())
 }
