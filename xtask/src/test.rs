@@ -1,4 +1,5 @@
-//! `cargo xtask test`: what CI runs (ending with `cargo xtask validate`).
+//! `cargo xtask test`: what CI runs: fmt, clippy, every test, `cargo xtask validate`,
+//! and a short run of each fuzz target.
 
 use std::path::Path;
 
@@ -9,6 +10,9 @@ use crate::steps::{cargo, run_step};
 
 #[derive(Debug, Args)]
 pub struct TestArgs {}
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SMOKE_SECS: u64 = 10;
 
 pub fn run(root: &Path, _args: &TestArgs) -> Result<()> {
     // Install first, once, so parallel test binaries find everything ready.
@@ -34,6 +38,15 @@ pub fn run(root: &Path, _args: &TestArgs) -> Result<()> {
     )?;
     run_step("test", root, &cargo, &["test", "--workspace"])?;
     crate::validate::run(root, &crate::validate::ValidateArgs::default())?;
+    // The fuzz targets live in their own workspace: build each and run it briefly, so
+    // a target that no longer compiles, or an input the seeds already break, fails here.
+    crate::fuzz::run(
+        root,
+        &crate::fuzz::FuzzArgs {
+            seconds: FUZZ_SMOKE_SECS,
+            target: None,
+        },
+    )?;
     eprintln!("==> all checks passed");
     Ok(())
 }
