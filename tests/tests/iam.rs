@@ -1,9 +1,12 @@
 //! Every AWS call the Lambda code makes is allowed by its function's role in
 //! `template.yaml`, and every grant of a role is used (issue 21).
 //!
-//! moto checks no IAM. So each function runs against a private stand-in, configured
-//! with its environment from the template, over SDK clients that record every request:
-//! the IAM action that authorizes it and the resource it names. The record is checked
+//! moto can enforce IAM, but it authorizes every DynamoDB call against resource `*`
+//! (its DynamoDB handlers name no table; only SQS's name their queue), which cannot tell
+//! a grant on one table from a grant on another. So each function runs against a
+//! private stand-in, configured with its environment from the template, over SDK
+//! clients that record every request: the IAM action that authorizes it and the
+//! resource it names. The record is checked
 //! against the role's grants in both directions: a call no grant allows fails, and so
 //! does a grant no call and no AWS-side use needs. What AWS itself does with a
 //! function's role is read from the function's properties, as AWS documents it: the
