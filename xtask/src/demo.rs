@@ -31,21 +31,27 @@ pub struct DemoArgs {
 }
 
 pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
-    let venv = stand_in::ensure_venv(root).context("installing the stand-in")?;
-    eprintln!("==> stand-in: {}", venv.dir().display());
     let profile = if args.release { "release" } else { "debug" };
-    let mut build = vec![
-        "build",
-        "--quiet",
-        "--package",
-        "shardline",
-        "--bin",
-        "shardline",
-    ];
+    let mut build = vec!["build", "--package", "shardline", "--bin", "shardline"];
     if args.release {
         build.push("--release");
     }
-    run_step("build shardline", root, &cargo(), &build)?;
+    // The stand-in's install (a Python venv, about 30 s the first time) runs while
+    // shardline builds; cargo's own progress shows the build.
+    eprintln!(
+        "==> build shardline and install the stand-in, side by side (a first build takes \
+         about 4 min on 2 cores, a later one seconds)"
+    );
+    let venv = std::thread::scope(|scope| {
+        let install = scope.spawn(|| stand_in::ensure_venv(root));
+        let built = run_step("build shardline", root, &cargo(), &build);
+        let venv = install
+            .join()
+            .map_err(|_| anyhow::anyhow!("the stand-in's install panicked"))?
+            .context("installing the stand-in");
+        built.and(venv)
+    })?;
+    eprintln!("==> stand-in: {}", venv.dir().display());
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
