@@ -86,13 +86,9 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
         assert!(run.heatmap.is_file(), "{text}");
         assert!(run.hot_query.refused.is_none(), "{text}");
         assert!(run.hot_query.items > 0, "{text}");
+        assert!(run.fleet_query.refused.is_none(), "{text}");
+        assert!(run.fleet_query.items > 0, "{text}");
     }
-    // Every device's range under the adaptive layout reads the hot device's too.
-    assert!(adaptive.all_query.refused.is_none(), "{text}");
-    assert!(
-        adaptive.all_query.items >= adaptive.hot_query.items,
-        "{text}"
-    );
     assert!(adaptive.throttles_after_raise.is_some(), "{text}");
     for needle in [
         "readings sent",
