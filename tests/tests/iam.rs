@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -56,6 +57,24 @@ struct Recorder {
 impl Recorder {
     fn calls(&self) -> BTreeSet<Call> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A DynamoDB client whose requests this recorder records.
+    fn dynamodb(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
+        let config = aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(self.clone());
+        aws_sdk_dynamodb::Client::from_conf(config.build())
+    }
+
+    /// An SQS client whose requests this recorder records.
+    fn sqs(&self, sdk: &SdkConfig) -> aws_sdk_sqs::Client {
+        let config = aws_sdk_sqs::config::Builder::from(sdk).interceptor(self.clone());
+        aws_sdk_sqs::Client::from_conf(config.build())
+    }
+
+    /// A Secrets Manager client whose requests this recorder records.
+    fn secrets(&self, sdk: &SdkConfig) -> aws_sdk_secretsmanager::Client {
+        let config = aws_sdk_secretsmanager::config::Builder::from(sdk).interceptor(self.clone());
+        aws_sdk_secretsmanager::Client::from_conf(config.build())
     }
 }
 
@@ -320,16 +339,7 @@ async fn stand() -> Result<Stand> {
 async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call>> {
     let recorder = Recorder::default();
     let sdk = stand.stack.sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .interceptor(recorder.clone())
-            .build(),
-    );
-    let sqs = aws_sdk_sqs::Client::from_conf(
-        aws_sdk_sqs::config::Builder::from(&sdk)
-            .interceptor(recorder.clone())
-            .build(),
-    );
+    let (dynamo, sqs) = (recorder.dynamodb(&sdk), recorder.sqs(&sdk));
     let env = environment(template, "IngestFunction", &stand.refs)?;
     let config = ingest::Config::from_lookup(|name| env.get(name).cloned())?;
     let service = ingest::Ingest::from_clients(config, &dynamo, &sqs);
@@ -398,16 +408,7 @@ async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Cal
 async fn query_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call>> {
     let recorder = Recorder::default();
     let sdk = stand.stack.sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .interceptor(recorder.clone())
-            .build(),
-    );
-    let secrets = aws_sdk_secretsmanager::Client::from_conf(
-        aws_sdk_secretsmanager::config::Builder::from(&sdk)
-            .interceptor(recorder.clone())
-            .build(),
-    );
+    let (dynamo, secrets) = (recorder.dynamodb(&sdk), recorder.secrets(&sdk));
     let env = environment(template, "QueryFunction", &stand.refs)?;
     let config = query::config::Config::from_lookup(|name| env.get(name).cloned())?;
     let key = query::config::resolve_cursor_key(&config.cursor_key, &secrets).await?;

@@ -186,6 +186,46 @@ const KEY_WCU: u32 = 1_000;
 /// The template's RAISE_AHEAD_WCU default, as a share of [`KEY_WCU`].
 const KEY_RATE_SHARE: f64 = 0.5;
 
+/// The event source mapping's batching of ready messages into invocations.
+#[derive(Debug, Clone, Copy)]
+struct Batching {
+    /// Most messages in one invocation.
+    size: usize,
+    /// How long a part batch waits for more.
+    window: Duration,
+}
+
+impl Batching {
+    /// Takes from `queue` the messages that go to invocations at `now`: every full batch
+    /// of the visible ones, and the part batch too once its oldest message has been
+    /// visible for the window. The rest stays queued.
+    fn take_ready(&self, queue: &mut VecDeque<Pending>, now: Duration) -> Vec<Pending> {
+        let (mut ready, waiting): (Vec<Pending>, Vec<Pending>) =
+            queue.drain(..).partition(|p| p.visible_at <= now);
+        let window_over = ready
+            .iter()
+            .map(|p| p.visible_at)
+            .min()
+            .is_some_and(|oldest| oldest + self.window <= now);
+        if !window_over {
+            let full = ready.len() / self.size * self.size;
+            queue.extend(ready.drain(full..));
+        }
+        queue.extend(waiting);
+        ready
+    }
+
+    /// When a queued message next matters: when it becomes visible, or, visible in a
+    /// part batch, when the window of that batch ends.
+    fn due(&self, p: &Pending, now: Duration) -> Duration {
+        if p.visible_at <= now {
+            p.visible_at + self.window
+        } else {
+            p.visible_at
+        }
+    }
+}
+
 /// One of item 2's runs.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -272,10 +312,14 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
         rate,
         key_wcu,
         per_message,
-        batch: batch_size,
-        window: batch_window,
+        batch,
+        window,
         ..
     } = run;
+    let batching = Batching {
+        size: batch,
+        window,
+    };
     let clock = Arc::new(SimClock::new());
     let mut pc = ProxyConfig::sink();
     pc.seed = Some(2);
@@ -368,30 +412,11 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
             });
             next += 1;
         }
-        let (mut ready, waiting): (Vec<Pending>, Vec<Pending>) =
-            queue.drain(..).partition(|p| p.visible_at <= now);
-        // The event source mapping's batching: full batches go at once, and a part batch
-        // once its oldest message has been visible for the batching window.
-        let window_over = ready
-            .iter()
-            .map(|p| p.visible_at)
-            .min()
-            .is_some_and(|oldest| oldest + batch_window <= now);
-        if !window_over {
-            let full = ready.len() / batch_size * batch_size;
-            queue.extend(ready.drain(full..));
-        }
-        queue.extend(waiting);
+        let ready = batching.take_ready(&mut queue, now);
         if ready.is_empty() {
             let upcoming = queue
                 .iter()
-                .map(|p| {
-                    if p.visible_at <= now {
-                        p.visible_at + batch_window
-                    } else {
-                        p.visible_at
-                    }
-                })
+                .map(|p| batching.due(p, now))
                 .chain((next < bodies.len()).then(|| due(next)))
                 .min();
             match upcoming {
@@ -407,7 +432,7 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
         let mut events: Vec<(Vec<Pending>, SqsEvent)> = Vec::new();
         let mut ready = ready.into_iter().peekable();
         while ready.peek().is_some() {
-            let mut batch: Vec<Pending> = ready.by_ref().take(batch_size).collect();
+            let mut batch: Vec<Pending> = ready.by_ref().take(batching.size).collect();
             let mut event = SqsEvent::default();
             event.records = batch
                 .iter_mut()

@@ -186,7 +186,7 @@ pub struct MessageReport {
 }
 
 /// Everything one invocation did.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     /// One entry per record, in order.
     pub messages: Vec<MessageReport>,

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
@@ -262,17 +262,14 @@ static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSansMono.ttf");
 
 /// Registers [`FONT_BYTES`] with plotters under [`FONT_NAME`], once per process.
 fn register_font() -> anyhow::Result<()> {
-    static REGISTER: Once = Once::new();
-    let mut registered = true;
-    REGISTER.call_once(|| {
-        registered =
-            plotters::style::register_font(FONT_NAME, FontStyle::Normal, FONT_BYTES).is_ok();
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let registered = REGISTERED.get_or_init(|| {
+        plotters::style::register_font(FONT_NAME, FontStyle::Normal, FONT_BYTES).is_ok()
     });
-    if registered {
-        Ok(())
-    } else {
-        bail!("the bundled font {FONT_NAME} could not be read")
+    if !*registered {
+        bail!("the bundled font {FONT_NAME} could not be read");
     }
+    Ok(())
 }
 
 fn draw<DB: DrawingBackend>(
