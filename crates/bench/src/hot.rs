@@ -184,7 +184,7 @@ struct Outcome {
 /// DynamoDB's write limit of one partition key, WCU/s.
 const KEY_WCU: u32 = 1_000;
 /// The template's RAISE_AHEAD_WCU default, as a share of [`KEY_WCU`].
-const KEY_RATE_SHARE: f64 = 0.5;
+const KEY_RATE_SHARE: f64 = 0.1;
 
 /// The event source mapping's batching of ready messages into invocations.
 #[derive(Debug, Clone, Copy)]
@@ -306,7 +306,7 @@ const RUNS: [Run; 6] = [
 
 /// One run for `seconds` against keys of `key_wcu` WCU/s each. Every fan-out setting is
 /// the template's default; only the key rate follows a scaled-down key limit
-/// (RAISE_AHEAD_WCU is half a key's limit by default).
+/// (RAISE_AHEAD_WCU is a tenth of a key's limit by default).
 async fn one(run: Run, seconds: u64) -> Result<Outcome> {
     let Run {
         rate,
@@ -714,9 +714,9 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
              is the template's default (CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, \
              PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1, FANOUT_MAX \
              32, FANOUT_SHRINK_AFTER_SECS 900). 2x runs at DynamoDB's 1,000 WCU/s per key and \
-             RAISE_AHEAD_WCU 500 (the defaults); 20x at 20,000 readings/s is beyond what this \
+             RAISE_AHEAD_WCU 100 (the defaults); 20x at 20,000 readings/s is beyond what this \
              machine ingests in real time (item 1c), so the 20x runs scale the per-key limit to \
-             100 WCU/s and RAISE_AHEAD_WCU with it to 50 (half a key, as the default is), and \
+             100 WCU/s and RAISE_AHEAD_WCU with it to 10 (a tenth of a key, as the default is), and \
              offers 2,000 readings/s. The ingest handler runs in process (events of up to \
              {BATCH_SIZE} messages, a part batch once its oldest message has been visible for \
              {} s: the template's IngestBatchSize and BatchingWindow defaults; up to \

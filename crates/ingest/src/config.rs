@@ -9,7 +9,7 @@ use std::time::Duration;
 use sharding::backoff::{Backoff, MAX_VISIBILITY, Redelivery};
 use sharding::epoch::propagation_margin;
 use sharding::fanout::FanoutPolicy;
-use sharding::layout::{Layout, Strategy};
+use sharding::layout::{Layout, Strategy, SubShards};
 use sharding::time::Bucket;
 use store::directory::DirectoryConfig;
 
@@ -45,8 +45,10 @@ pub struct Config {
     pub dlq_url: String,
     /// `SHARD_STRATEGY` (`time-bucket` | `random` | `calculated` | `unsharded`, default
     /// `time-bucket`), `BUCKET` (`minute` | `hour` | `day` | `month`, default `hour`),
-    /// `SHARDS` (default 8), `CALCULATED_ATTRIBUTE` (default `event_id`): the layout
-    /// stored when the metadata table has none yet.
+    /// `SHARDS` (default 8), `CALCULATED_ATTRIBUTE` (default `event_id`), `SUB_SHARDS`
+    /// (`base` | `dedicated`, default `base`: where a raised time-bucket entity's
+    /// sub-shards live, [`sharding::layout::SubShards`]): the layout stored when the
+    /// metadata table has none yet. A stored layout is never changed by these.
     pub layout: Layout,
     /// `RETENTION_DAYS` (default 30): readings older than this are refused; items expire
     /// this long after their ts.
@@ -60,7 +62,7 @@ pub struct Config {
     /// `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
     /// `FANOUT_MAX` (default 32), `FANOUT_SHRINK_AFTER_SECS` (default 900),
     /// `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate, default
-    /// 500): dynamic fan-out. Raises take effect at once (keys nest), so the cooldown
+    /// 100): dynamic fan-out. Raises take effect at once (keys nest), so the cooldown
     /// only spaces the conditional updates of racing writers; shrinks wait for the
     /// propagation margin `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
     pub fanout: FanoutPolicy,
@@ -86,11 +88,13 @@ pub struct Config {
     /// `MAX_REQUEUES` (default 3): how often one message may be requeued as a fresh copy
     /// (each copy gets `MAX_RECEIVES` receives again); 0 dead-letters at the last receive.
     pub max_requeues: u32,
-    /// `RAISE_AHEAD_WCU` (default 500, 0 turns rate-driven raises off): the readings per
-    /// second one key is sized for (`FanoutPolicy::key_rate`). When a batch shows an
-    /// entity writing faster than its keys carry at this rate, its fan-out is raised to
-    /// `ceil(rate / RAISE_AHEAD_WCU)` before its readings are keyed. Half of a
-    /// partition's 1,000 WCU/s leaves room for the rate a batch cannot see.
+    /// `RAISE_AHEAD_WCU` (default 100, 0 turns rate-driven raises off): the readings per
+    /// second one entity may put on one key (`FanoutPolicy::key_rate`). When a batch
+    /// shows an entity writing faster than its keys carry at this rate, its fan-out is
+    /// raised to `ceil(rate / RAISE_AHEAD_WCU)` before its readings are keyed. A tenth of
+    /// a partition's 1,000 WCU/s: with sub-shards on base shards, an entity's share lands
+    /// on keys that already carry the table's mean (half a partition, as the planner
+    /// sizes N), so a share must stay small beside it (bench item 3).
     pub raise_ahead_wcu: f64,
 }
 
@@ -121,8 +125,19 @@ impl Config {
             NonZeroU32::new(8).unwrap_or(NonZeroU32::MIN),
             "a positive integer",
         )?;
+        let sub_shards = match env.optional("SUB_SHARDS").as_deref() {
+            None | Some("base") => SubShards::Base,
+            Some("dedicated") => SubShards::Dedicated,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    name: "SUB_SHARDS",
+                    value: other.to_owned(),
+                    reason: "expected base or dedicated".to_owned(),
+                });
+            }
+        };
         let strategy = match strategy_name.as_str() {
-            "time-bucket" => Strategy::TimeBucket { bucket },
+            "time-bucket" => Strategy::TimeBucket { bucket, sub_shards },
             "random" => Strategy::Random,
             "calculated" => Strategy::Calculated {
                 attribute: env
@@ -195,7 +210,7 @@ impl Config {
             return Err(env.invalid("MAX_RECEIVES", "must be at least 1"));
         }
         let raise_ahead_wcu: f64 =
-            env.parse_or("RAISE_AHEAD_WCU", 500.0, "readings per second per key")?;
+            env.parse_or("RAISE_AHEAD_WCU", 100.0, "readings per second per key")?;
         if !(raise_ahead_wcu.is_finite() && raise_ahead_wcu >= 0.0) {
             return Err(env.invalid("RAISE_AHEAD_WCU", "must be 0 (off) or more"));
         }
@@ -305,10 +320,16 @@ mod tests {
         assert_eq!(config.fanout.propagation_margin, Duration::from_secs(365));
         assert_eq!(config.fanout.cooldown, Duration::from_secs(2));
         assert_eq!(config.fanout.shrink_after, Duration::from_secs(900));
-        assert_eq!(config.fanout.key_rate, 500.0);
+        assert_eq!(config.fanout.key_rate, 100.0);
         assert_eq!(config.source_queue_url, None);
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
+        let mut vars = REQUIRED.to_vec();
+        vars.push(("SUB_SHARDS", "dedicated"));
+        assert_eq!(
+            parse(&vars).expect("valid").layout,
+            Layout::time_bucket_dedicated(Bucket::Hour, NonZeroU32::new(8).expect("8 > 0"))
+        );
     }
 
     #[test]
@@ -328,6 +349,7 @@ mod tests {
         };
         check(("SHARD_STRATEGY", "round-robin"), "SHARD_STRATEGY");
         check(("BUCKET", "week"), "BUCKET");
+        check(("SUB_SHARDS", "own"), "SUB_SHARDS");
         check(("SHARDS", "0"), "SHARDS");
         check(("MAX_INFLIGHT", "0"), "MAX_INFLIGHT");
         check(("RETENTION_DAYS", "-1"), "RETENTION_DAYS");

@@ -382,22 +382,27 @@ impl FanoutHistory {
         out
     }
 
-    /// The history after a raise to `k` decided at `now`, in force at once: any change
-    /// scheduled after `now` (a pending shrink) is dropped, and `k` is appended unless the
-    /// fan-out in force is already at least `k` (then the raise only cancels the shrink).
-    /// The new epoch starts at `now`, or 1 ms after the last remaining one.
+    /// The history after a raise to `k` decided at `now`, in force at once: any shrink
+    /// scheduled after `now` is dropped, and `k` is appended unless the latest fan-out left
+    /// is already at least `k` (then the raise only cancels the shrink). The new epoch
+    /// starts at `now`, or 1 ms after the last remaining one.
+    ///
+    /// A raise that starts after `now` (two raises in one millisecond) stays: writers may
+    /// already have keyed readings stamped after `now` with it, so dropping it, or
+    /// following it with a smaller k, would hide those readings from readers.
     pub fn raised_now(&self, k: u32, now: Timestamp, default: u32) -> Result<Self, EpochError> {
         if k == 0 {
             return Err(EpochError::ZeroFanout);
         }
-        let mut epochs: Vec<Epoch<u32>> = self
-            .epochs
-            .iter()
-            .copied()
-            .filter(|e| e.effective_from <= now)
-            .collect();
-        let in_force = epochs.last().map_or(default, |e| e.value);
-        if k > in_force {
+        let mut epochs: Vec<Epoch<u32>> = Vec::with_capacity(self.epochs.len() + 1);
+        for epoch in &self.epochs {
+            let before = epochs.last().map_or(default, |e| e.value);
+            if epoch.effective_from <= now || epoch.value > before {
+                epochs.push(*epoch);
+            }
+        }
+        let latest = epochs.last().map_or(default, |e| e.value);
+        if k > latest {
             let effective_from = epochs
                 .last()
                 .map_or(now, |e| now.max(e.effective_from.succ()));

@@ -75,7 +75,8 @@ impl ShardMeta {
             .shard_history
             .raised_now(raise.to, raise.effective_from, raise.from)?;
         Ok(ShardMeta {
-            number_of_shards: raise.to,
+            // A raise a millisecond ahead that was already larger stays the latest.
+            number_of_shards: history.latest().map_or(raise.to, |e| e.value),
             last_updated: raise.updated_at,
             shard_history: history,
             last_hot: self.last_hot,
@@ -315,8 +316,13 @@ pub fn planned_raise(
             max: policy.max_fanout,
         });
     }
-    let current = meta.in_force(now, default);
     let pending = meta.pending(now);
+    // A raise placed a millisecond ahead (two raises in one ms) counts as in force.
+    let current = meta.in_force(now, default).max(
+        pending
+            .filter(|&p| p > meta.in_force(now, default))
+            .unwrap_or(0),
+    );
     if k <= current && pending.is_none_or(|p| k <= p) {
         return Ok(None);
     }

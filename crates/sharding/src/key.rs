@@ -199,13 +199,18 @@ pub fn key_for_layout(
                 sk: plain_sk(&ts, reading.event_id),
             })
         }
-        Strategy::TimeBucket { bucket } => {
+        Strategy::TimeBucket { bucket, sub_shards } => {
             let s = shard_index(reading.entity, layout.shards);
-            let sub = (k.get() > 1).then(|| 1 + shard_index(reading.event_id, k));
+            let (shard, dedicated) = if k.get() > 1 {
+                let j = 1 + shard_index(reading.event_id, k);
+                sub_shards.home(s, j, layout.shards)
+            } else {
+                (s, None)
+            };
             // Built in place: this runs once per ingested reading.
             let mut pk = String::with_capacity(32);
-            let _ = write!(pk, "{s}");
-            if let Some(j) = sub {
+            let _ = write!(pk, "{shard}");
+            if let Some(j) = dedicated {
                 let _ = write!(pk, ".{j}");
             }
             pk.push(SEPARATOR);
@@ -235,7 +240,7 @@ pub(crate) fn entity_pk(entity: &str, r: u32) -> String {
     format!("{entity}#{r}")
 }
 
-/// `{s}#{label}` for the cold key, `{s}.{j}#{label}` for a hot entity's sub-shard j.
+/// `{s}#{label}` for a base shard, `{s}.{j}#{label}` for a dedicated sub-shard j.
 pub(crate) fn bucket_pk(s: u32, sub: Option<u32>, label: &str) -> String {
     match sub {
         None => format!("{s}#{label}"),

@@ -20,11 +20,56 @@ pub enum Strategy {
         /// Name of the attribute whose value is hashed (`event_id` names the event id).
         attribute: String,
     },
-    /// The adaptive hybrid `PK = shard#bucket` (hot entities: `shard.j#bucket`).
+    /// The adaptive hybrid `PK = shard#bucket`; a raised entity's sub-shards live where
+    /// `sub_shards` says.
     TimeBucket {
         /// Granularity of the bucket in the partition key.
         bucket: Bucket,
+        /// Where a raised entity's sub-shards live. A stored layout without the field
+        /// predates base placement: it reads as `Dedicated`.
+        #[serde(default)]
+        sub_shards: SubShards,
     },
+}
+
+/// Where sub-shard `j` (1-based) of a raised `TimeBucket` entity with base shard `s` lives,
+/// N being the table's shard count.
+///
+/// Either way the home of sub-shard j depends on (s, j, N) alone, never on the fan-out,
+/// so the keys of fan-out k are among those of any k' >= k (keys nest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubShards {
+    /// On a key of its own, `{s}.{j}#{bucket}`. A raise adds partition keys that carry
+    /// only the entity's share: tables created before base placement keep it.
+    #[default]
+    Dedicated,
+    /// On the base shard `(s + j) mod N`, `{(s + j) mod N}#{bucket}`, for j < N (so the
+    /// entity's sub-shards are distinct keys and never its own cold key); on
+    /// `{s}.{j}#{bucket}` beyond. A raise spreads the entity over keys that exist anyway
+    /// and carry the table's mean load, so the loop can afford to spread every entity
+    /// above a small share of a key; the entity's sort-key prefix keeps its readings apart.
+    Base,
+}
+
+impl SubShards {
+    /// The base shard and the dedicated suffix (if any) of sub-shard `j` of an entity
+    /// whose base shard is `s`: the partition key is `{shard}#{bucket}` or
+    /// `{shard}.{j}#{bucket}`.
+    #[must_use]
+    pub const fn home(self, s: u32, j: u32, shards: NonZeroU32) -> (u32, Option<u32>) {
+        let n = shards.get();
+        match self {
+            SubShards::Base if j < n => ((s % n + j) % n, None),
+            SubShards::Base | SubShards::Dedicated => (s, Some(j)),
+        }
+    }
+
+    /// Whether sub-shard `j` has a key of its own (the every-entity read lists it).
+    #[must_use]
+    pub const fn is_dedicated(self, j: u32, shards: NonZeroU32) -> bool {
+        self.home(0, j, shards).1.is_some()
+    }
 }
 
 impl Strategy {
@@ -44,7 +89,14 @@ impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Strategy::Calculated { attribute } => write!(f, "calculated({attribute})"),
-            Strategy::TimeBucket { bucket } => write!(f, "time_bucket({bucket})"),
+            Strategy::TimeBucket {
+                bucket,
+                sub_shards: SubShards::Base,
+            } => write!(f, "time_bucket({bucket})"),
+            Strategy::TimeBucket {
+                bucket,
+                sub_shards: SubShards::Dedicated,
+            } => write!(f, "time_bucket({bucket}, dedicated sub-shards)"),
             other => f.write_str(other.name()),
         }
     }
@@ -89,11 +141,27 @@ impl Layout {
         }
     }
 
-    /// The hybrid `TimeBucket` layout with N table shards.
+    /// The hybrid `TimeBucket` layout with N table shards, sub-shards on base shards.
     #[must_use]
     pub const fn time_bucket(bucket: Bucket, shards: NonZeroU32) -> Self {
         Layout {
-            strategy: Strategy::TimeBucket { bucket },
+            strategy: Strategy::TimeBucket {
+                bucket,
+                sub_shards: SubShards::Base,
+            },
+            shards,
+        }
+    }
+
+    /// The hybrid `TimeBucket` layout with N table shards and dedicated sub-shard keys,
+    /// the layout of tables created before base placement.
+    #[must_use]
+    pub const fn time_bucket_dedicated(bucket: Bucket, shards: NonZeroU32) -> Self {
+        Layout {
+            strategy: Strategy::TimeBucket {
+                bucket,
+                sub_shards: SubShards::Dedicated,
+            },
             shards,
         }
     }

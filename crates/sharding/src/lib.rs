@@ -21,11 +21,14 @@
 //! | `Unsharded` (legacy) | `{entity}` | `{ts}#{event_id}` |
 //! | `Random` | `{entity}#{shard_index(event_id, k)}` | `{ts}#{event_id}` |
 //! | `Calculated { attribute }` | `{entity}#{shard_index(attribute value, k)}` | `{ts}#{event_id}` |
-//! | `TimeBucket { bucket }`, k = 1 | `{s}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
-//! | `TimeBucket { bucket }`, k >= 2 | `{s}.{j}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
+//! | `TimeBucket { bucket, .. }`, k = 1 | `{s}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
+//! | `TimeBucket { sub_shards: Base, .. }`, k >= 2, j < N | `{(s + j) % N}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
+//! | `TimeBucket { .. }`, k >= 2, otherwise | `{s}.{j}#{bucket_label}` | `{entity}#{ts}#{event_id}` |
 //!
 //! with `s = shard_index(entity, N)`, `j = 1 + shard_index(event_id, k)` (sub-shards never
-//! share the entity's cold key), and bucket labels `2026-06-22T01:05` (minute),
+//! share the entity's cold key; under `Base` placement they are the entity's next base
+//! shards, which carry other entities too, told apart by the sort key's entity prefix),
+//! and bucket labels `2026-06-22T01:05` (minute),
 //! `2026-06-22T01` (hour), `2026-06-22` (day), `2026-06` (month). `Random` derives its
 //! suffix from the event id, so a redelivery under the same fan-out lands on the same key.
 //!
@@ -54,7 +57,7 @@
 //! `{to - 1 ms}#~` otherwise (`~` sorts above every id character). Queries on the same PK
 //! with touching ranges are joined: a `TimeBucket` entity that was never raised costs one
 //! query per bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every
-//! `{s}#{bucket}` for s in 0..N plus the hot entities' sub-shard keys, each with a time
+//! `{s}#{bucket}` for s in 0..N plus the hot entities' dedicated sub-shard keys, each with a time
 //! filter; such a PK is ordered by entity, then time, so the reader merges after
 //! buffering. A reading stored twice (written, then redelivered after a raise) has one
 //! sort key under both keys: readers de-duplicate by it.

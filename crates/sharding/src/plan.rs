@@ -201,7 +201,7 @@ pub fn plan_entity(
                         builder.push(entity_pk(entity, r), span, SkShape::Plain)?;
                     }
                 }
-                Strategy::TimeBucket { bucket } => {
+                Strategy::TimeBucket { bucket, sub_shards } => {
                     let s = shard_index(entity, layout.shards);
                     for piece in bucket.spans(span) {
                         // The cold key always: a writer with an older view keys with k = 1.
@@ -209,7 +209,8 @@ pub fn plan_entity(
                         builder.push(cold, piece.range, SkShape::Entity(entity))?;
                         if k >= 2 {
                             for j in 1..=k {
-                                let pk = bucket_pk(s, Some(j), &piece.label);
+                                let (shard, dedicated) = sub_shards.home(s, j, layout.shards);
+                                let pk = bucket_pk(shard, dedicated, &piece.label);
                                 builder.push(pk, piece.range, SkShape::Entity(entity))?;
                             }
                         }
@@ -222,9 +223,10 @@ pub fn plan_entity(
 }
 
 /// The queries that read every entity's readings in `range`. Only `TimeBucket` epochs
-/// support it: for each bucket, each cold key `{s}#{bucket}` for s in 0..N, plus the
-/// sub-shard keys `{s}.{j}#{bucket}`, j in 1..=k, of each hot entity listed in `hot`
-/// wherever its read fan-out k ([`FanoutHistory::read_fanout`]) is at least 2.
+/// support it: for each bucket, each base key `{s}#{bucket}` for s in 0..N, plus the
+/// dedicated sub-shard keys `{s}.{j}#{bucket}`, j in 1..=k, of each hot entity listed in
+/// `hot` wherever its read fan-out k ([`FanoutHistory::read_fanout`]) is at least 2
+/// (under [`SubShards::Base`](crate::layout::SubShards) only those with j >= N).
 /// Items of such a PK are ordered by entity, then time: `time_ordered` is false and
 /// `time_filter` holds the part of the range the query answers for.
 ///
@@ -240,7 +242,7 @@ pub fn plan_all(
     }
     let mut builder = Builder::new(true);
     for (span, layout) in table.spans(range) {
-        let Strategy::TimeBucket { bucket } = &layout.strategy else {
+        let Strategy::TimeBucket { bucket, sub_shards } = &layout.strategy else {
             return Err(PlanError::Unsupported {
                 strategy: layout.strategy.to_string(),
                 span,
@@ -255,13 +257,14 @@ pub fn plan_all(
                     SkShape::Plain,
                 )?;
             }
+            // Sub-shards on base shards were read above; the dedicated ones are listed.
             for (entity, history) in hot {
                 let s = shard_index(entity, n);
                 for (sub_span, k) in history.read_spans(piece.range, layout.default_fanout()) {
                     if k < 2 {
                         continue;
                     }
-                    for j in 1..=k {
+                    for j in (1..=k).filter(|&j| sub_shards.is_dedicated(j, n)) {
                         builder.push(
                             bucket_pk(s, Some(j), &piece.label),
                             sub_span,

@@ -77,7 +77,8 @@ fn key_formats() {
         "sensor-alpha-001#5",
         plain_sk,
     );
-    // TimeBucket: s = shard_index(entity, 16) = 13; hot sub-shard j = 1 + shard_index("evt-1", 4) = 2.
+    // TimeBucket: s = shard_index(entity, 16) = 13; hot sub-shard j = 1 + shard_index("evt-1", 4) = 2,
+    // on base shard (13 + 2) mod 16 = 15, or on its own key 13.2 (dedicated sub-shards).
     check_key(
         Layout::time_bucket(Bucket::Hour, nz(16)),
         None,
@@ -96,7 +97,22 @@ fn key_formats() {
         Layout::time_bucket(Bucket::Hour, nz(16)),
         Some(4),
         reading("evt-1", None),
+        "15#2026-06-22T01",
+        bucket_sk,
+    );
+    check_key(
+        Layout::time_bucket_dedicated(Bucket::Hour, nz(16)),
+        Some(4),
+        reading("evt-1", None),
         "13.2#2026-06-22T01",
+        bucket_sk,
+    );
+    // N = 2: s = 1; sub-shard j = 2 is not below N, so it has a key of its own.
+    check_key(
+        Layout::time_bucket(Bucket::Hour, nz(2)),
+        Some(4),
+        reading("evt-1", None),
+        "1.2#2026-06-22T01",
         bucket_sk,
     );
     check_key(
@@ -151,7 +167,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
     assert_eq!(key("2026-06-22T00:59:59.999Z"), ENTITY);
     assert_eq!(key("2026-06-22T01:00:00.000Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.089Z"), "13#2026-06-22T01");
-    assert_eq!(key("2026-06-22T01:05:07.090Z"), "13.2#2026-06-22T01");
+    assert_eq!(key("2026-06-22T01:05:07.090Z"), "15#2026-06-22T01");
     // A reading stamped before the raise and written after it takes the raised k.
     assert_eq!(
         write_key(
@@ -162,7 +178,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
         )
         .expect("valid")
         .pk,
-        "13.2#2026-06-22T01"
+        "15#2026-06-22T01"
     );
     // A point read tries the key at the reading's time first, then every other key a
     // writer can have used.
@@ -173,7 +189,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
     );
     let pks: Vec<&str> = candidates.iter().map(|k| k.pk.as_str()).collect();
     assert_eq!(pks.first(), Some(&"13#2026-06-22T01"));
-    assert!(pks.contains(&"13.2#2026-06-22T01"), "{pks:?}");
+    assert!(pks.contains(&"15#2026-06-22T01"), "{pks:?}");
     assert!(pks.len() <= 4, "{pks:?}");
 }
 
@@ -461,15 +477,15 @@ fn entity_plan_across_legacy_and_hot_epochs() {
                 "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
             ),
             // From an hour (REKEY_HORIZON) before the raise, a reading not yet written
-            // can be keyed with k = 2; the cold key stays for writers that had not seen
-            // the raise yet.
+            // can be keyed with k = 2, on sub-shards 1 and 2: base shards 14 and 15. The
+            // cold key stays for writers that had not seen the raise yet.
             e(
-                "13.1#2026-06-22T01",
+                "14#2026-06-22T01",
                 "sensor-alpha-001#2026-06-22T01:30:00.000Z",
                 "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
             ),
             e(
-                "13.2#2026-06-22T01",
+                "15#2026-06-22T01",
                 "sensor-alpha-001#2026-06-22T01:30:00.000Z",
                 "sensor-alpha-001#2026-06-22T01:59:59.999Z#~"
             ),
@@ -479,12 +495,12 @@ fn entity_plan_across_legacy_and_hot_epochs() {
                 "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
             e(
-                "13.1#2026-06-22T02",
+                "14#2026-06-22T02",
                 "sensor-alpha-001#2026-06-22T02:00:00.000Z",
                 "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
             e(
-                "13.2#2026-06-22T02",
+                "15#2026-06-22T02",
                 "sensor-alpha-001#2026-06-22T02:00:00.000Z",
                 "sensor-alpha-001#2026-06-22T02:29:59.999Z#~"
             ),
@@ -542,7 +558,7 @@ fn random_plan_joins_unchanged_suffixes() {
 
 #[test]
 fn all_entities_plan() {
-    let table = TableHistory::new(Layout::time_bucket(Bucket::Day, nz(3)));
+    let table = TableHistory::new(Layout::time_bucket_dedicated(Bucket::Day, nz(3)));
     let hot = FanoutHistory::from_epochs(vec![Epoch {
         effective_from: ts("2026-06-22T12:00:00Z"),
         value: 2,
@@ -590,4 +606,50 @@ fn all_entities_plan() {
         plan_all(range, &legacy, &[]),
         Err(PlanError::Unsupported { .. })
     ));
+}
+
+#[test]
+fn all_entities_plan_lists_only_dedicated_sub_shards() {
+    // Base placement, N = 3: sub-shards 1 and 2 live on base shards, which are read
+    // anyway; from k = 4, sub-shards 3 and 4 have keys of their own.
+    let table = TableHistory::new(Layout::time_bucket(Bucket::Day, nz(3)));
+    let hot = FanoutHistory::from_epochs(vec![
+        Epoch {
+            effective_from: ts("2026-06-22T12:00:00Z"),
+            value: 2,
+        },
+        Epoch {
+            effective_from: ts("2026-06-22T18:00:00Z"),
+            value: 4,
+        },
+    ])
+    .expect("valid");
+    let range =
+        TimeRange::new(ts("2026-06-22T06:00:00Z"), ts("2026-06-23T06:00:00Z")).expect("range");
+    let plan = plan_all(range, &table, &[(ENTITY, &hot)]).expect("plan");
+    let got: Vec<(String, String)> = plan
+        .queries
+        .iter()
+        .map(|q| (q.pk.clone(), q.time_filter.expect("filtered").to_string()))
+        .collect();
+    let day1 = "[2026-06-22T06:00:00.000Z, 2026-06-23T00:00:00.000Z)";
+    // An hour (REKEY_HORIZON) before the raise to 4.
+    let hot1 = "[2026-06-22T17:00:00.000Z, 2026-06-23T00:00:00.000Z)";
+    let day2 = "[2026-06-23T00:00:00.000Z, 2026-06-23T06:00:00.000Z)";
+    let e = |pk: &str, r: &str| (pk.to_owned(), r.to_owned());
+    assert_eq!(
+        got,
+        [
+            e("0#2026-06-22", day1),
+            e("1#2026-06-22", day1),
+            e("2#2026-06-22", day1),
+            e("2.3#2026-06-22", hot1),
+            e("2.4#2026-06-22", hot1),
+            e("0#2026-06-23", day2),
+            e("1#2026-06-23", day2),
+            e("2#2026-06-23", day2),
+            e("2.3#2026-06-23", day2),
+            e("2.4#2026-06-23", day2),
+        ]
+    );
 }

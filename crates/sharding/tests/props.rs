@@ -33,7 +33,11 @@ fn layout() -> impl Strategy<Value = Layout> {
         1 => (1u32..=12, any::<bool>()).prop_map(|(n, on_event)| {
             Layout::calculated(if on_event { "event_id" } else { "site" }, nz(n))
         }),
-        3 => (1u32..=40, bucket()).prop_map(|(n, b)| Layout::time_bucket(b, nz(n))),
+        3 => (1u32..=40, bucket(), any::<bool>()).prop_map(|(n, b, base)| if base {
+            Layout::time_bucket(b, nz(n))
+        } else {
+            Layout::time_bucket_dedicated(b, nz(n))
+        }),
     ]
 }
 
@@ -185,12 +189,17 @@ proptest! {
     fn stable_entity_costs_one_query_per_bucket(
         n in 1u32..=40,
         b in bucket(),
+        base in any::<bool>(),
         table_changes in prop::collection::vec(1..3 * HOUR, 0..4),
         fanout_changes in prop::collection::vec(1..3 * HOUR, 0..4),
         from in (T0 - HOUR)..(T0 + 10 * HOUR),
         len in 1..8 * HOUR,
     ) {
-        let layout = Layout::time_bucket(b, nz(n));
+        let layout = if base {
+            Layout::time_bucket(b, nz(n))
+        } else {
+            Layout::time_bucket_dedicated(b, nz(n))
+        };
         let mut epochs = vec![Epoch { effective_from: Timestamp::MIN, value: layout.clone() }];
         let mut t = T0 - HOUR;
         for gap in table_changes {

@@ -422,8 +422,8 @@ pub struct RunReport {
     /// The hot device's fan-out epochs.
     pub fanout: Vec<FanoutEpoch>,
     /// Throttled items from the second in which the hot fan-out first grew (planned or
-    /// raised), on sub-shard keys and on the others.
-    pub throttles_after_raise: Option<(u64, u64)>,
+    /// raised).
+    pub throttles_after_raise: Option<u64>,
     /// Throttled items before that second.
     pub throttles_before_raise: Option<u64>,
     /// The heatmap PNG.
@@ -469,7 +469,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          MAX_FUTURE_SECS={mf} CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
          RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight} RAISE_AHEAD_WCU={key_rate}\n  \
          Fan-out keys nest, so a raise is in force the moment it is decided: to the k the measured rate needs at \
-         RAISE_AHEAD_WCU readings/s per key (half the per-key limit, as the default 500 of 1,000 is), or the next \
+         RAISE_AHEAD_WCU readings/s per key (a tenth of the per-key limit, as the default 100 of 1,000 is), or the next \
          doubling on a throttle; a throttled writer re-reads the device's fan-out at once and re-keys what it has \
          not written. Raises are at least the cooldown ({cd} s) apart; only a shrink waits for the margin \
          ({margin} s = cache TTL {ttl} + future skew {mf} + slack {slack}). The writer retries throttled items up \
@@ -500,7 +500,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
         retries = t.retry_max_attempts,
         inflight = t.max_inflight,
         margin = t.margin_secs(),
-        key_rate = s.key_wcu / 2.0,
+        key_rate = s.key_wcu / 10.0,
         planned = if s.planned_fanout {
             format!(
                 "Run 2 schedules k = {k} for {hot} before it publishes (`shardline fanout`, --planned), as \
@@ -599,9 +599,9 @@ fn ingest_env(
         ("FANOUT_JITTER_SECS", t.jitter_secs.to_string()),
         ("RETRY_MAX_ATTEMPTS", t.retry_max_attempts.to_string()),
         ("MAX_INFLIGHT", t.max_inflight.to_string()),
-        // Raising ahead of throttles at half a key's limit, as the default (500 of
+        // Raising ahead of throttles at a tenth of a key's limit, as the default (100 of
         // 1,000 WCU/s) does in AWS, scaled to the demo's per-key limit.
-        ("RAISE_AHEAD_WCU", (scenario.key_wcu / 2.0).to_string()),
+        ("RAISE_AHEAD_WCU", (scenario.key_wcu / 10.0).to_string()),
     ] {
         env.set(k, v);
     }
@@ -864,17 +864,15 @@ async fn run_variant(
     let (throttles_after_raise, throttles_before_raise) = match first_raise {
         Some(ms) => {
             let second = u64::try_from((ms - proxy_origin_ms).max(0) / 1000).unwrap_or(0);
-            let (mut sub, mut other, mut before) = (0, 0, 0);
+            let (mut after, mut before) = (0, 0);
             for r in rows.iter().filter(|r| r.table == stack.table_name) {
                 if r.second < second {
                     before += r.throttled_items;
-                } else if is_sub_shard_key(&r.pk) {
-                    sub += r.throttled_items;
                 } else {
-                    other += r.throttled_items;
+                    after += r.throttled_items;
                 }
             }
-            (Some((sub, other)), Some(before))
+            (Some(after), Some(before))
         }
         None => (None, None),
     };
@@ -909,11 +907,6 @@ async fn run_variant(
         report.queued_visible + report.queued_invisible
     ));
     Ok(report)
-}
-
-/// `{s}.{j}#{bucket}`: a sub-shard key of a fanned-out entity.
-fn is_sub_shard_key(pk: &str) -> bool {
-    pk.split('#').next().is_some_and(|head| head.contains('.'))
 }
 
 #[derive(Debug, Deserialize)]
@@ -1130,9 +1123,9 @@ pub fn report_text(report: &DemoReport) -> String {
         r.throttles_before_raise
             .map_or_else(|| "-".to_owned(), |n| n.to_string())
     });
-    row("throttles after it (sub-shard keys / other keys)", &|r| {
+    row("throttles after it", &|r| {
         r.throttles_after_raise
-            .map_or_else(|| "-".to_owned(), |(s, o)| format!("{s} / {o}"))
+            .map_or_else(|| "-".to_owned(), |n| n.to_string())
     });
     row("heatmap", &|r| r.heatmap.display().to_string());
 

@@ -601,7 +601,12 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     // redelivery) is stored again by design, once per such crash: a message in flight at
     // two kills can be stored three times; reads answer it once by its sort key. Copies under
     // different sort keys would be two readings to a reader: that is a violation.
-    let copies = || counts.values().map(|sks| sks.len() as u64).filter(|&n| n > 1);
+    let copies = || {
+        counts
+            .values()
+            .map(|sks| sks.len() as u64)
+            .filter(|&n| n > 1)
+    };
     report.stored_again = copies().count() as u64;
     report.extra_copies = copies().map(|n| n - 1).sum();
     let split: Vec<_> = counts
