@@ -46,6 +46,12 @@ fuzz_target!(|data: &[u8]| {
             assert!((1..=MAX_METRIC_NAME).contains(&name.len()), "metric {name:?}");
             assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
             assert!(value.is_finite(), "metric {name} = {value}");
+            // DynamoDB's number range: 0, or a magnitude from 1e-130 to below 1e126.
+            let magnitude = value.abs();
+            assert!(
+                magnitude == 0.0 || (1e-130..1e126).contains(&magnitude),
+                "metric {name} = {value} is outside what DynamoDB stores"
+            );
         }
         assert!(r.tags.len() <= MAX_TAGS);
         for (name, value) in &r.tags {

@@ -25,6 +25,19 @@ pub const MAX_TAGS: usize = 32;
 pub const MAX_TAG_NAME: usize = 64;
 /// Longest tag value, in characters.
 pub const MAX_TAG_VALUE: usize = 256;
+/// Every metric's magnitude is below this: DynamoDB stores numbers up to 38 nines E+125,
+/// and a larger one fails the whole `BatchWriteItem` call with a ValidationException.
+pub const METRIC_MAGNITUDE_BELOW: f64 = 1e126;
+/// Smallest magnitude of a non-zero metric (DynamoDB's smallest number, 1E-130).
+pub const METRIC_MAGNITUDE_MIN: f64 = 1e-130;
+
+/// Whether DynamoDB stores `x` as a number: zero, or of a magnitude from
+/// [`METRIC_MAGNITUDE_MIN`] to below [`METRIC_MAGNITUDE_BELOW`]. Every `f64` prints with
+/// at most 17 significant digits, within DynamoDB's 38.
+#[must_use]
+pub fn is_storable_number(x: f64) -> bool {
+    x == 0.0 || (METRIC_MAGNITUDE_MIN..METRIC_MAGNITUDE_BELOW).contains(&x.abs())
+}
 
 /// Why a message was refused: the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -278,6 +291,12 @@ fn metrics(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, f6
                 "must be a finite number",
             ));
         };
+        if !is_storable_number(number) {
+            return Err(Refusal::new(
+                format_args!("{}.{name}", at()),
+                "must be 0 or of a magnitude from 1e-130 to below 1e126 (what DynamoDB stores)",
+            ));
+        }
         out.insert(name, number);
     }
     Ok(out)
@@ -349,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_remainder_body_parses_back_into_the_same_readings() {
-        let tagged = r#"{"device_id":"dev-2","event_id":"e-2","ts":1782129540123,"metrics":{"t":-0.1,"h":1e300},"tags":{"site":"a b"}}"#;
+        let tagged = r#"{"device_id":"dev-2","event_id":"e-2","ts":1782129540123,"metrics":{"t":-0.1,"h":1e125},"tags":{"site":"a b"}}"#;
         let body = format!(r#"{{"readings":[{OK},{tagged}]}}"#);
         let readings = parse_body(&body, &limits()).expect("valid");
         let again = parse_body(&to_body(&readings), &limits()).expect("valid");
@@ -434,6 +453,12 @@ mod tests {
         );
         check(&with(r#"{"t":"21"}"#), Err(("metrics.t", "finite number")));
         check(&with(r#"{"t":null}"#), Err(("metrics.t", "finite number")));
+        check(&with(r#"{"t":1e126}"#), Err(("metrics.t", "below 1e126")));
+        check(&with(r#"{"t":-1e126}"#), Err(("metrics.t", "below 1e126")));
+        check(&with(r#"{"t":1e-131}"#), Err(("metrics.t", "1e-130")));
+        check(&with(r#"{"t":9.99e125}"#), Ok(1));
+        check(&with(r#"{"t":-2e-130}"#), Ok(1));
+        check(&with(r#"{"t":-0.0}"#), Ok(1));
         let many: Vec<String> = (0..65).map(|i| format!("\"m{i}\":1")).collect();
         check(
             &with(&format!("{{{}}}", many.join(","))),

@@ -26,7 +26,7 @@
 //! | `device_id`, `event_id` | S | the reading's identity |
 //! | `ts` | S | RFC 3339 UTC with milliseconds, fixed width |
 //! | `ts_ms` | N | the same instant in epoch milliseconds |
-//! | `metrics` | M of N | 1 to 64 finite numbers |
+//! | `metrics` | M of N | 1 to 64 numbers DynamoDB stores (0, or a magnitude from 1e-130 to below 1e126) |
 //! | `tags` | M of S | omitted when empty |
 //! | `ttl` | N | epoch seconds, `ts + RETENTION_DAYS`; the table's TTL attribute |
 //!
