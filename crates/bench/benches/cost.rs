@@ -1,19 +1,30 @@
-//! Item 5 of issue 8: CPU cost per reading of the ingest path without I/O: parse and
-//! validate the message body, compute the key, marshal the item (serde_dynamo) and size
-//! it. Run by `cargo xtask bench`; prints figures, asserts nothing.
+//! Item 5: CPU cost per reading of the ingest path without I/O: parse and validate the
+//! message body, compute the key, marshal the item (the typed encoder) and size it; the
+//! same marshal through `serde_dynamo` beside it, and the allocations of each stage.
+//! Run by `cargo xtask bench`; prints figures, asserts nothing.
 
+use std::alloc::System;
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ingest::{Limits, parse_body};
+use serde::Serialize;
 use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::key::ItemKey;
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
-use store::ReadingItem;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use store::size::item_size;
+use store::{Reading, ReadingItem};
+
+/// Counts every allocation, so the bench can report allocations per reading.
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const T0: i64 = 1_782_086_400_000;
 const READINGS: usize = 1_000;
@@ -43,7 +54,7 @@ fn cost(c: &mut Criterion) {
     ));
     let fanout = FanoutHistory::new();
     let retention = Duration::from_secs(30 * 86_400);
-    let key_of = |r: &store::Reading| {
+    let key_of = |r: &Reading| {
         write_key(
             &ReadingRef {
                 entity: &r.device_id,
@@ -69,9 +80,7 @@ fn cost(c: &mut Criterion) {
                     let Ok(key) = key_of(&r) else {
                         continue;
                     };
-                    if let Ok(item) = ReadingItem::marshal(&r, &key, retention) {
-                        bytes += item_size(&item);
-                    }
+                    bytes += item_size(&ReadingItem::marshal(&r, &key, retention));
                 }
             }
             black_box(bytes)
@@ -110,7 +119,18 @@ fn cost(c: &mut Criterion) {
         b.iter(|| {
             let mut bytes = 0usize;
             for (r, key) in &keyed {
-                if let Ok(item) = ReadingItem::marshal(black_box(r), key, retention) {
+                bytes += item_size(&ReadingItem::marshal(black_box(r), key, retention));
+            }
+            black_box(bytes)
+        });
+    });
+    // The same marshal through serde_dynamo from a borrowed view (what the ingest did
+    // before the typed encoder), for the ratio in the same run.
+    group.bench_function("marshal_size_serde_dynamo", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for (r, key) in &keyed {
+                if let Ok(item) = serde_dynamo_marshal(black_box(r), key, retention) {
                     bytes += item_size(&item);
                 }
             }
@@ -118,6 +138,125 @@ fn cost(c: &mut Criterion) {
         });
     });
     group.finish();
+
+    // Allocations per reading, whole path and by stage (one pass each; the counts do
+    // not vary between passes).
+    let per_reading = |f: &dyn Fn()| {
+        let region = Region::new(GLOBAL);
+        f();
+        let change = region.change();
+        (change.allocations + change.reallocations) as f64 / READINGS as f64
+    };
+    let allocations = BTreeMap::from([
+        (
+            "parse_validate_key_marshal",
+            per_reading(&|| {
+                for body in &bodies {
+                    for r in parse_body(body, &limits).unwrap_or_default() {
+                        if let Ok(key) = key_of(&r) {
+                            black_box(item_size(&ReadingItem::marshal(&r, &key, retention)));
+                        }
+                    }
+                }
+            }),
+        ),
+        (
+            "parse_validate",
+            per_reading(&|| {
+                for body in &bodies {
+                    black_box(parse_body(body, &limits).map(|r| r.len()).ok());
+                }
+            }),
+        ),
+        (
+            "key",
+            per_reading(&|| {
+                for r in &readings {
+                    black_box(key_of(r).ok());
+                }
+            }),
+        ),
+        (
+            "marshal_size",
+            per_reading(&|| {
+                for (r, key) in &keyed {
+                    black_box(item_size(&ReadingItem::marshal(r, key, retention)));
+                }
+            }),
+        ),
+        (
+            "marshal_size_serde_dynamo",
+            per_reading(&|| {
+                for (r, key) in &keyed {
+                    black_box(serde_dynamo_marshal(r, key, retention).ok());
+                }
+            }),
+        ),
+    ]);
+    println!("allocations per reading: {allocations:?}");
+    let path = criterion_dir().join("cost/allocations.json");
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::write(
+                &path,
+                serde_json::to_string_pretty(&allocations).unwrap_or_default(),
+            )
+        });
+    if let Err(e) = written {
+        eprintln!("cannot write {}: {e}", path.display());
+    }
+}
+
+/// Where criterion writes its estimates: `CRITERION_HOME`, else
+/// `$CARGO_TARGET_DIR/criterion`, else the workspace's `target/criterion`.
+fn criterion_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(target).join("criterion");
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/criterion")
+}
+
+/// [`ReadingItem`]'s attributes borrowed from the reading, for `serde_dynamo`.
+#[derive(Serialize)]
+struct ReadingItemRef<'a> {
+    #[serde(rename = "PK")]
+    pk: &'a str,
+    #[serde(rename = "SK")]
+    sk: &'a str,
+    device_id: &'a str,
+    event_id: &'a str,
+    ts: String,
+    ts_ms: i64,
+    metrics: &'a BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    tags: &'a BTreeMap<String, String>,
+    ttl: i64,
+}
+
+/// The reading's item through `serde_dynamo`, as the ingest marshalled it before.
+fn serde_dynamo_marshal(
+    reading: &Reading,
+    key: &ItemKey,
+    retention: Duration,
+) -> Result<store::Item, serde_dynamo::Error> {
+    let ts_ms = reading.ts.as_millis();
+    let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+    serde_dynamo::to_item(ReadingItemRef {
+        pk: &key.pk,
+        sk: &key.sk,
+        device_id: &reading.device_id,
+        event_id: &reading.event_id,
+        ts: reading.ts.to_rfc3339(),
+        ts_ms,
+        metrics: &reading.metrics,
+        tags: &reading.tags,
+        ttl: ts_ms.div_euclid(1000).saturating_add(retention_secs),
+    })
 }
 
 criterion_group!(benches, cost);

@@ -1384,8 +1384,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let k = fanout
             .for_write(reading.ts, now)
             .unwrap_or_else(|| layout.default_fanout());
-        let item = ReadingItem::marshal(reading, &key, self.config.retention)
-            .map_err(|e| ItemError::Rule(format!("cannot be stored: {e}")))?;
+        let item = ReadingItem::marshal(reading, &key, self.config.retention);
         let size = item_size(&item);
         if size > MAX_ITEM_BYTES {
             return Err(ItemError::Rule(format!(

@@ -11,6 +11,7 @@
 //! The binary `ingest` only builds the configuration, tracing and clients, then runs
 //! the handler under `lambda_runtime`.
 
+mod body;
 pub mod config;
 pub mod emf;
 pub mod handler;

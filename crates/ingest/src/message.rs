@@ -13,6 +13,8 @@ use serde_json::{Map, Value};
 use sharding::time::Timestamp;
 use store::Reading;
 
+use crate::body::{self, Element, Members, RawBody, RawReading, Readings, Scalar};
+
 /// Longest id, in characters.
 pub const MAX_ID_CHARS: usize = 128;
 /// Most metrics per reading.
@@ -73,55 +75,58 @@ pub struct Limits {
 
 /// Parses and validates one message body into its readings (at least one).
 ///
-/// Runs once per message on the ingest hot path: values are moved out of the parsed
-/// JSON rather than cloned, and field paths and rule texts are only formatted for a
-/// refusal.
+/// Runs once per message on the ingest hot path: the body is read straight into the
+/// shapes the rules look at (`body.rs`), strings borrowed from it, and field paths and
+/// rule texts are only formatted for a refusal.
 pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
-    let value: Value = serde_json::from_str(body)
-        .map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))?;
-    let Value::Object(mut object) = value else {
+    let raw =
+        body::read(body).map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))?;
+    let RawBody::Object {
+        reading,
+        readings,
+        other,
+    } = raw
+    else {
         return Err(Refusal::new(
             "body",
             "must be a JSON object (one reading or {\"readings\": [...]})",
         ));
     };
-    if object.contains_key("readings") {
-        if let Some(other) = object.keys().find(|k| *k != "readings") {
-            return Err(Refusal::new(
-                other,
-                "unknown field (a batch holds only \"readings\")",
-            ));
-        }
-        let readings = object.remove("readings").unwrap_or(Value::Null);
-        let Value::Array(list) = readings else {
-            return Err(Refusal::new("readings", "must be an array"));
-        };
-        if list.is_empty() {
-            return Err(Refusal::new("readings", "must hold at least one reading"));
-        }
-        if list.len() > limits.max_readings {
-            return Err(Refusal::new(
-                "readings",
-                format!(
-                    "must hold at most {} readings, not {}",
-                    limits.max_readings,
-                    list.len()
-                ),
-            ));
-        }
-        list.into_iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::Object(o) => parse_reading(o, Some(i), limits),
-                _ => Err(Refusal::new(
-                    format_args!("readings[{i}]"),
-                    "must be a JSON object",
-                )),
-            })
-            .collect()
-    } else {
-        Ok(vec![parse_reading(object, None, limits)?])
+    let Some(readings) = readings else {
+        return Ok(vec![parse_reading(reading, None, limits)?]);
+    };
+    if let Some(other) = other {
+        return Err(Refusal::new(
+            other,
+            "unknown field (a batch holds only \"readings\")",
+        ));
     }
+    let Readings::Array(list) = readings else {
+        return Err(Refusal::new("readings", "must be an array"));
+    };
+    if list.is_empty() {
+        return Err(Refusal::new("readings", "must hold at least one reading"));
+    }
+    if list.len() > limits.max_readings {
+        return Err(Refusal::new(
+            "readings",
+            format!(
+                "must hold at most {} readings, not {}",
+                limits.max_readings,
+                list.len()
+            ),
+        ));
+    }
+    list.into_iter()
+        .enumerate()
+        .map(|(i, element)| match element {
+            Element::Reading(r) => parse_reading(r, Some(i), limits),
+            Element::NotObject => Err(Refusal::new(
+                format_args!("readings[{i}]"),
+                "must be a JSON object",
+            )),
+        })
+        .collect()
 }
 
 /// The body of a message holding `readings`, in the documented format: what
@@ -163,8 +168,6 @@ pub fn to_body(readings: &[Reading]) -> String {
     Value::Object(body).to_string()
 }
 
-const FIELDS: [&str; 5] = ["device_id", "event_id", "ts", "metrics", "tags"];
-
 /// The path of field `name` of the reading at `index` of a batch (`None`: the body is
 /// the reading).
 fn path(index: Option<usize>, name: &str) -> String {
@@ -175,21 +178,21 @@ fn path(index: Option<usize>, name: &str) -> String {
 }
 
 fn parse_reading(
-    mut o: Map<String, Value>,
+    raw: RawReading<'_>,
     index: Option<usize>,
     limits: &Limits,
 ) -> Result<Reading, Refusal> {
-    if let Some(unknown) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    if let Some(unknown) = raw.unknown {
         return Err(Refusal::new(
-            path(index, unknown),
+            path(index, &unknown),
             "unknown field (allowed: device_id, event_id, ts, metrics, tags)",
         ));
     }
-    let device_id = id(o.remove("device_id"), index, "device_id")?;
-    let event_id = id(o.remove("event_id"), index, "event_id")?;
-    let ts = timestamp(o.get("ts"), index, limits)?;
-    let metrics = metrics(o.remove("metrics"), index)?;
-    let tags = tags(o.remove("tags"), index)?;
+    let device_id = id(raw.device_id, index, "device_id")?;
+    let event_id = id(raw.event_id, index, "event_id")?;
+    let ts = timestamp(raw.ts.as_ref(), index, limits)?;
+    let metrics = metrics(raw.metrics, index)?;
+    let tags = tags(raw.tags, index)?;
     Ok(Reading {
         device_id,
         event_id,
@@ -199,17 +202,17 @@ fn parse_reading(
     })
 }
 
-fn id(v: Option<Value>, index: Option<usize>, name: &str) -> Result<String, Refusal> {
+fn id(v: Option<Scalar<'_>>, index: Option<usize>, name: &str) -> Result<String, Refusal> {
     let rule = || format!("must be 1 to {MAX_ID_CHARS} characters of [A-Za-z0-9._:-]");
     match v {
-        None | Some(Value::Null) => Err(Refusal::new(path(index, name), "is required")),
-        Some(Value::String(s)) => {
+        None | Some(Scalar::Null) => Err(Refusal::new(path(index, name), "is required")),
+        Some(Scalar::Str(s)) => {
             // Every allowed character is ASCII, so bytes are characters here.
             let ok = (1..=MAX_ID_CHARS).contains(&s.len())
                 && s.bytes()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'));
             if ok {
-                Ok(s)
+                Ok(s.into_owned())
             } else {
                 Err(Refusal::new(path(index, name), rule()))
             }
@@ -222,7 +225,7 @@ fn id(v: Option<Value>, index: Option<usize>, name: &str) -> Result<String, Refu
 }
 
 fn timestamp(
-    v: Option<&Value>,
+    v: Option<&Scalar<'_>>,
     index: Option<usize>,
     limits: &Limits,
 ) -> Result<Timestamp, Refusal> {
@@ -230,12 +233,9 @@ fn timestamp(
     let format_rule =
         || refuse("must be an RFC 3339 timestamp or integer epoch milliseconds".into());
     let ts = match v {
-        None | Some(Value::Null) => return Err(refuse("is required".into())),
-        Some(Value::String(s)) => Timestamp::parse(s).map_err(|_| format_rule())?,
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .and_then(|ms| Timestamp::from_millis(ms).ok())
-            .ok_or_else(format_rule)?,
+        None | Some(Scalar::Null) => return Err(refuse("is required".into())),
+        Some(Scalar::Str(s)) => Timestamp::parse(s).map_err(|_| format_rule())?,
+        Some(Scalar::Int(ms)) => Timestamp::from_millis(*ms).map_err(|_| format_rule())?,
         Some(_) => return Err(format_rule()),
     };
     let latest = limits.now.saturating_add(limits.max_future);
@@ -263,13 +263,15 @@ fn is_metric_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-fn metrics(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, f64>, Refusal> {
+fn metrics(v: Option<Members<'_>>, index: Option<usize>) -> Result<BTreeMap<String, f64>, Refusal> {
     let at = || path(index, "metrics");
     let shape = || format!("must be an object of 1 to {MAX_METRICS} numbers");
     let object = match v {
-        None | Some(Value::Null) => return Err(Refusal::new(at(), "is required")),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(Refusal::new(at(), shape())),
+        None | Some(Members::Other(Scalar::Null)) => {
+            return Err(Refusal::new(at(), "is required"));
+        }
+        Some(Members::Object(o)) => o,
+        Some(Members::Other(_)) => return Err(Refusal::new(at(), shape())),
     };
     if object.is_empty() || object.len() > MAX_METRICS {
         return Err(Refusal::new(
@@ -297,18 +299,18 @@ fn metrics(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, f6
                 "must be 0 or of a magnitude from 1e-130 to below 1e126 (what DynamoDB stores)",
             ));
         }
-        out.insert(name, number);
+        out.insert(name.into_owned(), number);
     }
     Ok(out)
 }
 
-fn tags(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, String>, Refusal> {
+fn tags(v: Option<Members<'_>>, index: Option<usize>) -> Result<BTreeMap<String, String>, Refusal> {
     let at = || path(index, "tags");
     let shape = || format!("must be an object of at most {MAX_TAGS} strings");
     let object = match v {
-        None | Some(Value::Null) => return Ok(BTreeMap::new()),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(Refusal::new(at(), shape())),
+        None | Some(Members::Other(Scalar::Null)) => return Ok(BTreeMap::new()),
+        Some(Members::Object(o)) => o,
+        Some(Members::Other(_)) => return Err(Refusal::new(at(), shape())),
     };
     if object.len() > MAX_TAGS {
         return Err(Refusal::new(
@@ -325,7 +327,7 @@ fn tags(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, Strin
                 format!("tag names must be 1 to {MAX_TAG_NAME} characters"),
             ));
         }
-        let Value::String(s) = value else {
+        let Scalar::Str(s) = value else {
             return Err(Refusal::new(tag(), "must be a string"));
         };
         if s.chars().count() > MAX_TAG_VALUE {
@@ -334,7 +336,7 @@ fn tags(v: Option<Value>, index: Option<usize>) -> Result<BTreeMap<String, Strin
                 format!("must be at most {MAX_TAG_VALUE} characters"),
             ));
         }
-        out.insert(name, s);
+        out.insert(name.into_owned(), s.into_owned());
     }
     Ok(out)
 }
@@ -387,6 +389,69 @@ mod tests {
             r#"{"device_id":"a.b:c_d-9","event_id":"x","ts":1782129540000,"metrics":{"a_1":-1e10,"b":0},"tags":{"site":"north"}}"#,
             Ok(1),
         );
+    }
+
+    /// Members are read in key order with the last of repeated keys winning, as a
+    /// `serde_json::Value` holds them: the refusal names the same member.
+    #[test]
+    fn members_are_judged_in_key_order_and_the_last_repeat_wins() {
+        let tail = r#""event_id":"e-1","ts":"2026-06-22T11:59:00Z","metrics":{"t":1}"#;
+        check(
+            &format!(r#"{{"zeta":1,"alpha":2,"device_id":"dev-1",{tail}}}"#),
+            Err(("alpha", "unknown field (allowed")),
+        );
+        check(
+            &format!(r#"{{"x":1,"readings":[{OK}],"a":2}}"#),
+            Err(("a", "a batch holds only")),
+        );
+        check(
+            &format!(r#"{{"device_id":"bad#","device_id":"dev-1",{tail}}}"#),
+            Ok(1),
+        );
+        check(
+            &format!(r#"{{"device_id":"dev-1",{tail},"device_id":"bad#"}}"#),
+            Err(("device_id", "[A-Za-z0-9._:-]")),
+        );
+        check(
+            &OK.replace(r#"{"t":21.5}"#, r#"{"b":"x","a":"y"}"#),
+            Err(("metrics.a", "finite number")),
+        );
+        check(
+            r#"{"readings":[{"readings":[]}]}"#,
+            Err(("readings[0].readings", "unknown field (allowed")),
+        );
+        check(
+            &format!(r#"{{"readings":[{OK}],"readings":7}}"#),
+            Err(("readings", "must be an array")),
+        );
+    }
+
+    #[test]
+    fn escaped_strings_and_every_json_type_are_read() {
+        let escaped = OK.replace(r#""dev-1""#, r#""dev\u002d1""#);
+        let readings = parse_body(&escaped, &limits()).expect("valid");
+        assert_eq!(readings[0].device_id, "dev-1");
+        for value in ["true", "[1,[2]]", r#"{"a":{"b":1}}"#, "-1.5", "18446744073709551615"] {
+            check(
+                &OK.replace(r#""dev-1""#, value),
+                Err(("device_id", "must be a string")),
+            );
+            check(
+                &OK.replace(r#"{"t":21.5}"#, &format!(r#"{{"t":21.5,"u":{value}}}"#)),
+                if value.starts_with(['-', '1']) {
+                    Ok(1)
+                } else {
+                    Err(("metrics.u", "finite number"))
+                },
+            );
+        }
+        let ts = |v: &str| OK.replace(r#""2026-06-22T11:59:00Z""#, v);
+        check(&ts("1782129540000.0"), Err(("ts", "RFC 3339")));
+        check(&ts("18446744073709551615"), Err(("ts", "RFC 3339")));
+        check(&ts("[1782129540000]"), Err(("ts", "RFC 3339")));
+        check(&ts("1782129540000"), Ok(1));
+        check(r#""a string""#, Err(("body", "JSON object")));
+        check("null", Err(("body", "JSON object")));
     }
 
     #[test]

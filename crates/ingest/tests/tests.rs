@@ -1,5 +1,6 @@
 //! Integration tests of `ingest`, one binary (scenario numbers from RELIABILITY.md).
 
 mod handler;
+mod marshal;
 mod moto;
 mod support;

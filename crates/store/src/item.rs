@@ -3,11 +3,17 @@
 //! A [`ReadingItem`] is the stored form: the key from `sharding::key::write_key`, the
 //! reading's fields, `ts` twice (RFC 3339 for people and sort keys, `ts_ms` for
 //! arithmetic) and `ttl` in epoch seconds, so DynamoDB expires it after the retention.
-//! It goes through `serde_dynamo`, never through hand-built attribute maps.
+//! It goes through `serde_dynamo`, with one exception: [`ReadingItem::marshal`], the
+//! ingest's hot path, builds the SDK's attribute map directly. Through `serde_dynamo` that
+//! step was 68% of the ingest's CPU per reading (bench/REPORT.md item 5), because it
+//! builds its own map first and then the SDK's. A property test (`tests/marshal.rs` of
+//! the ingest) holds it equal to `serde_dynamo`'s output for every reading the parser
+//! accepts. Every other item, and every read, stays with `serde_dynamo` (STYLE.md rule 7).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
@@ -56,23 +62,6 @@ pub struct ReadingItem {
     pub ttl: i64,
 }
 
-/// [`ReadingItem`] borrowing the reading: same attributes, same serde attributes.
-#[derive(Serialize)]
-struct ReadingItemRef<'a> {
-    #[serde(rename = "PK")]
-    pk: &'a str,
-    #[serde(rename = "SK")]
-    sk: &'a str,
-    device_id: &'a str,
-    event_id: &'a str,
-    ts: String,
-    ts_ms: i64,
-    metrics: &'a BTreeMap<String, f64>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    tags: &'a BTreeMap<String, String>,
-    ttl: i64,
-}
-
 impl ReadingItem {
     /// The stored form of `reading` under `key`, expiring `retention` after its ts.
     pub fn new(reading: &Reading, key: ItemKey, retention: Duration) -> Self {
@@ -92,28 +81,38 @@ impl ReadingItem {
     }
 
     /// The SDK attribute map of `reading` under `key`: the same item as
-    /// `ReadingItem::new(reading, key, retention).to_item()`, marshalled through
-    /// `serde_dynamo` from a borrowed view, without copying the reading's strings and
-    /// maps first (this runs once per ingested reading).
-    pub fn marshal(
-        reading: &Reading,
-        key: &ItemKey,
-        retention: Duration,
-    ) -> Result<Item, StoreError> {
+    /// `ReadingItem::new(reading, key, retention).to_item()`, built directly (the one
+    /// hand-built attribute map of the project: this runs once per ingested reading).
+    /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
+    #[must_use]
+    pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Item {
         let ts_ms = reading.ts.as_millis();
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let view = ReadingItemRef {
-            pk: &key.pk,
-            sk: &key.sk,
-            device_id: &reading.device_id,
-            event_id: &reading.event_id,
-            ts: reading.ts.to_rfc3339(),
-            ts_ms,
-            metrics: &reading.metrics,
-            tags: &reading.tags,
-            ttl: ts_ms.div_euclid(1000).saturating_add(retention_secs),
-        };
-        serde_dynamo::to_item(&view).map_err(|e| StoreError::Malformed(e.to_string()))
+        let ttl = ts_ms.div_euclid(1000).saturating_add(retention_secs);
+        let string = |s: &str| AttributeValue::S(s.to_owned());
+        let mut item = Item::with_capacity(9);
+        item.insert("PK".to_owned(), string(&key.pk));
+        item.insert("SK".to_owned(), string(&key.sk));
+        item.insert("device_id".to_owned(), string(&reading.device_id));
+        item.insert("event_id".to_owned(), string(&reading.event_id));
+        item.insert("ts".to_owned(), AttributeValue::S(reading.ts.to_rfc3339()));
+        item.insert("ts_ms".to_owned(), AttributeValue::N(ts_ms.to_string()));
+        let metrics = reading
+            .metrics
+            .iter()
+            .map(|(name, value)| (name.clone(), AttributeValue::N(value.to_string())))
+            .collect();
+        item.insert("metrics".to_owned(), AttributeValue::M(metrics));
+        if !reading.tags.is_empty() {
+            let tags = reading
+                .tags
+                .iter()
+                .map(|(name, value)| (name.clone(), string(value)))
+                .collect();
+            item.insert("tags".to_owned(), AttributeValue::M(tags));
+        }
+        item.insert("ttl".to_owned(), AttributeValue::N(ttl.to_string()));
+        item
     }
 
     /// The item's key.
@@ -150,8 +149,6 @@ impl ReadingItem {
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_dynamodb::types::AttributeValue;
-
     use super::*;
 
     fn reading(tags: &[(&str, &str)]) -> Reading {
@@ -208,8 +205,7 @@ mod tests {
                 let owned = ReadingItem::new(&r, key(), retention)
                     .to_item()
                     .expect("serializable");
-                let borrowed = ReadingItem::marshal(&r, &key(), retention).expect("serializable");
-                assert_eq!(borrowed, owned);
+                assert_eq!(ReadingItem::marshal(&r, &key(), retention), owned);
             }
         }
     }
