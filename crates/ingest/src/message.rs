@@ -431,7 +431,13 @@ mod tests {
         let escaped = OK.replace(r#""dev-1""#, r#""dev\u002d1""#);
         let readings = parse_body(&escaped, &limits()).expect("valid");
         assert_eq!(readings[0].device_id, "dev-1");
-        for value in ["true", "[1,[2]]", r#"{"a":{"b":1}}"#, "-1.5", "18446744073709551615"] {
+        for value in [
+            "true",
+            "[1,[2]]",
+            r#"{"a":{"b":1}}"#,
+            "-1.5",
+            "18446744073709551615",
+        ] {
             check(
                 &OK.replace(r#""dev-1""#, value),
                 Err(("device_id", "must be a string")),

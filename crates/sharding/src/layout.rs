@@ -60,7 +60,11 @@ impl SubShards {
     pub const fn home(self, s: u32, j: u32, shards: NonZeroU32) -> (u32, Option<u32>) {
         let n = shards.get();
         match self {
-            SubShards::Base if j < n => ((s % n + j) % n, None),
+            SubShards::Base if j < n => {
+                // In u64: s + j can exceed u32::MAX for N above 2^31; the remainder fits.
+                let shard = ((s % n) as u64 + j as u64) % n as u64;
+                (shard as u32, None)
+            }
             SubShards::Base | SubShards::Dedicated => (s, Some(j)),
         }
     }

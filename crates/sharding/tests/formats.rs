@@ -653,3 +653,23 @@ fn all_entities_plan_lists_only_dedicated_sub_shards() {
         ]
     );
 }
+
+#[test]
+fn a_stored_layout_without_a_placement_keeps_dedicated_sub_shards() {
+    let stored = r#"{"strategy":{"kind":"time_bucket","bucket":"hour"},"shards":16}"#;
+    let layout: Layout = serde_json::from_str(stored).expect("a stored layout");
+    assert_eq!(layout, Layout::time_bucket_dedicated(Bucket::Hour, nz(16)));
+    let written = serde_json::to_string(&Layout::time_bucket(Bucket::Hour, nz(16))).expect("json");
+    assert!(written.contains(r#""sub_shards":"base""#), "{written}");
+    let back: Layout = serde_json::from_str(&written).expect("json");
+    assert_eq!(back, Layout::time_bucket(Bucket::Hour, nz(16)));
+}
+
+#[test]
+fn sub_shard_homes_wrap_without_overflow() {
+    use sharding::layout::SubShards;
+    let n = nz(u32::MAX);
+    assert_eq!(SubShards::Base.home(u32::MAX - 2, 5, n), (3, None));
+    assert_eq!(SubShards::Base.home(3, u32::MAX, n), (3, Some(u32::MAX)));
+    assert_eq!(SubShards::Dedicated.home(3, 1, n), (3, Some(1)));
+}
