@@ -10,6 +10,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -100,54 +101,87 @@ fn first_key<'a>(slot: &mut Option<Cow<'a, str>>, key: Cow<'a, str>) {
     }
 }
 
-struct ScalarVisitor;
+/// A value read whatever its JSON type: an object or an array may be read into something
+/// of its own, and every other value (or an object or array left unread) is a [`Scalar`].
+trait Shape<'de>: Sized {
+    /// Any value that is not read as an object or an array.
+    fn scalar(value: Scalar<'de>) -> Self;
 
-impl<'de> Visitor<'de> for ScalarVisitor {
-    type Value = Scalar<'de>;
+    /// A JSON object; skipped unless the shape reads objects.
+    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Self::scalar(Scalar::Object))
+    }
+
+    /// A JSON array; skipped unless the shape reads arrays.
+    fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Self::scalar(Scalar::Array))
+    }
+}
+
+/// The one visitor of every [`Shape`]: it takes any JSON value.
+struct ShapeVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Shape<'de>> Visitor<'de> for ShapeVisitor<T> {
+    type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Scalar::Null)
+    fn visit_unit<E>(self) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Null))
     }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(Scalar::Null)
+    fn visit_none<E>(self) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Null))
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Scalar::Bool)
+    fn visit_bool<E>(self, _: bool) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Bool))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Scalar::Int(v))
+    fn visit_i64<E>(self, v: i64) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Int(v)))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(i64::try_from(v).map_or(Scalar::BigUint(v), Scalar::Int))
+    fn visit_u64<E>(self, v: u64) -> Result<T, E> {
+        Ok(T::scalar(
+            i64::try_from(v).map_or(Scalar::BigUint(v), Scalar::Int),
+        ))
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Scalar::Float(v))
+    fn visit_f64<E>(self, v: f64) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Float(v)))
     }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Scalar::Str(Cow::Borrowed(v)))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Str(Cow::Borrowed(v))))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+    fn visit_str<E>(self, v: &str) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Str(Cow::Owned(v.to_owned()))))
     }
-    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Scalar::Str(Cow::Owned(v)))
+    fn visit_string<E>(self, v: String) -> Result<T, E> {
+        Ok(T::scalar(Scalar::Str(Cow::Owned(v))))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Scalar::Array)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
+        T::seq(seq)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Scalar::Object)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::map(map)
     }
 }
 
-impl<'de> Deserialize<'de> for Scalar<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ScalarVisitor)
+/// Implements `Deserialize` for a [`Shape`] through [`ShapeVisitor`].
+macro_rules! deserialize_shape {
+    ($($shape:ident),*) => {$(
+        impl<'de> Deserialize<'de> for $shape<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(ShapeVisitor(PhantomData))
+            }
+        }
+    )*};
+}
+
+deserialize_shape!(Scalar, Members, Readings, Element, RawBody);
+
+impl<'de> Shape<'de> for Scalar<'de> {
+    fn scalar(value: Scalar<'de>) -> Self {
+        value
     }
 }
 
@@ -176,221 +210,89 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct MembersVisitor;
-        impl<'de> Visitor<'de> for MembersVisitor {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members = BTreeMap::new();
-                while let Some((Key(name), value)) = map.next_entry::<Key<'de>, Scalar<'de>>()? {
-                    members.insert(name, value);
-                }
-                Ok(Members::Object(members))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                ScalarVisitor.visit_seq(seq).map(Members::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Members::Other(Scalar::Null))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Members::Other(Scalar::Bool))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(Members::Other(Scalar::Int(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(Members::Other(
-                    i64::try_from(v).map_or(Scalar::BigUint(v), Scalar::Int),
-                ))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(Members::Other(Scalar::Float(v)))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Members::Other(Scalar::Str(Cow::Borrowed(""))))
-            }
+impl<'de> Shape<'de> for Members<'de> {
+    fn scalar(value: Scalar<'de>) -> Self {
+        Members::Other(value)
+    }
+    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut members = BTreeMap::new();
+        while let Some((Key(name), value)) = map.next_entry::<Key<'de>, Scalar<'de>>()? {
+            members.insert(name, value);
         }
-        d.deserialize_any(MembersVisitor)
+        Ok(Members::Object(members))
     }
 }
 
-/// Reads one reading object's members into `reading`; `batch_key` says whether a
-/// `readings` key is the batch (top level) or an unknown member (inside a batch).
-struct ReadingMembers<'r, 'a> {
-    reading: &'r mut RawReading<'a>,
-    readings: Option<&'r mut Option<Readings<'a>>>,
-    other: &'r mut Option<Cow<'a, str>>,
+impl<'de> Shape<'de> for Readings<'de> {
+    fn scalar(_: Scalar<'de>) -> Self {
+        Readings::Other
+    }
+    fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(element) = seq.next_element::<Element<'de>>()? {
+            list.push(element);
+        }
+        Ok(Readings::Array(list))
+    }
 }
 
-impl<'de> ReadingMembers<'_, 'de> {
-    fn visit<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let ReadingMembers {
+impl<'de> Shape<'de> for Element<'de> {
+    fn scalar(_: Scalar<'de>) -> Self {
+        Element::NotObject
+    }
+    fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut reading = RawReading::default();
+        read_reading(map, &mut reading, None, &mut None)?;
+        Ok(Element::Reading(reading))
+    }
+}
+
+impl<'de> Shape<'de> for RawBody<'de> {
+    fn scalar(_: Scalar<'de>) -> Self {
+        RawBody::NotObject
+    }
+    fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut reading = RawReading::default();
+        let mut readings = None;
+        let mut other = None;
+        read_reading(map, &mut reading, Some(&mut readings), &mut other)?;
+        Ok(RawBody::Object {
             reading,
-            mut readings,
+            readings,
             other,
-        } = self;
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            match key.as_ref() {
-                "device_id" => reading.device_id = Some(map.next_value()?),
-                "event_id" => reading.event_id = Some(map.next_value()?),
-                "ts" => reading.ts = Some(map.next_value()?),
-                "metrics" => reading.metrics = Some(map.next_value()?),
-                "tags" => reading.tags = Some(map.next_value()?),
-                "readings" if readings.is_some() => {
-                    if let Some(slot) = readings.as_deref_mut() {
-                        *slot = Some(map.next_value()?);
-                    }
-                    continue;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    first_key(&mut reading.unknown, key.clone());
-                }
-            }
-            // Every key but `readings` is "another key" of a batch.
-            first_key(other, key);
-        }
-        Ok(())
+        })
     }
 }
 
-impl<'de> Deserialize<'de> for Readings<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ReadingsVisitor;
-        impl<'de> Visitor<'de> for ReadingsVisitor {
-            type Value = Readings<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some(element) = seq.next_element::<Element<'de>>()? {
-                    list.push(element);
+/// Reads one object's members into `reading`. With `readings` (the body's top level), a
+/// `readings` member is the batch, and `other` is set to the first other key in key
+/// order; without it (inside a batch), `readings` is an unknown member like any other.
+fn read_reading<'de, A: MapAccess<'de>>(
+    mut map: A,
+    reading: &mut RawReading<'de>,
+    mut readings: Option<&mut Option<Readings<'de>>>,
+    other: &mut Option<Cow<'de, str>>,
+) -> Result<(), A::Error> {
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        match key.as_ref() {
+            "device_id" => reading.device_id = Some(map.next_value()?),
+            "event_id" => reading.event_id = Some(map.next_value()?),
+            "ts" => reading.ts = Some(map.next_value()?),
+            "metrics" => reading.metrics = Some(map.next_value()?),
+            "tags" => reading.tags = Some(map.next_value()?),
+            "readings" if readings.is_some() => {
+                if let Some(slot) = readings.as_deref_mut() {
+                    *slot = Some(map.next_value()?);
                 }
-                Ok(Readings::Array(list))
+                continue;
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                ScalarVisitor.visit_map(map).map(|_| Readings::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Readings::Other)
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+                first_key(&mut reading.unknown, key.clone());
             }
         }
-        d.deserialize_any(ReadingsVisitor)
+        // Every key but the batch's `readings` is "another key" of a batch.
+        first_key(other, key);
     }
-}
-
-impl<'de> Deserialize<'de> for Element<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ElementVisitor;
-        impl<'de> Visitor<'de> for ElementVisitor {
-            type Value = Element<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                let mut reading = RawReading::default();
-                let mut other = None;
-                ReadingMembers {
-                    reading: &mut reading,
-                    readings: None,
-                    other: &mut other,
-                }
-                .visit(map)?;
-                Ok(Element::Reading(reading))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                ScalarVisitor.visit_seq(seq).map(|_| Element::NotObject)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Element::NotObject)
-            }
-        }
-        d.deserialize_any(ElementVisitor)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawBody<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct BodyVisitor;
-        impl<'de> Visitor<'de> for BodyVisitor {
-            type Value = RawBody<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                let mut reading = RawReading::default();
-                let mut readings = None;
-                let mut other = None;
-                ReadingMembers {
-                    reading: &mut reading,
-                    readings: Some(&mut readings),
-                    other: &mut other,
-                }
-                .visit(map)?;
-                Ok(RawBody::Object {
-                    reading,
-                    readings,
-                    other,
-                })
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                ScalarVisitor.visit_seq(seq).map(|_| RawBody::NotObject)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(RawBody::NotObject)
-            }
-        }
-        d.deserialize_any(BodyVisitor)
-    }
+    Ok(())
 }

@@ -318,11 +318,8 @@ pub fn planned_raise(
     }
     let pending = meta.pending(now);
     // A raise placed a millisecond ahead (two raises in one ms) counts as in force.
-    let current = meta.in_force(now, default).max(
-        pending
-            .filter(|&p| p > meta.in_force(now, default))
-            .unwrap_or(0),
-    );
+    let in_force = meta.in_force(now, default);
+    let current = pending.filter(|&p| p > in_force).unwrap_or(in_force);
     if k <= current && pending.is_none_or(|p| k <= p) {
         return Ok(None);
     }

@@ -6,8 +6,8 @@ use sharding::epoch::Epoch;
 use sharding::key::key_for_layout;
 use sharding::plan::{plan_all, plan_entity};
 use sharding::{
-    Bucket, FanoutHistory, ItemKey, KeyError, Layout, PlanError, ReadingRef, TableHistory,
-    TimeRange, Timestamp, point_keys, propagation_margin, write_key,
+    Bucket, FanoutHistory, ItemKey, KeyError, Layout, PlanError, ReadPlan, ReadingRef,
+    TableHistory, TimeRange, Timestamp, point_keys, propagation_margin, write_key,
 };
 
 use crate::common::{nz, ts};
@@ -556,6 +556,18 @@ fn random_plan_joins_unchanged_suffixes() {
     );
 }
 
+/// An every-entity plan as (PK, time filter), each query checked to be unordered and
+/// unbounded by sort key.
+fn all_plan_pks(plan: &ReadPlan) -> Vec<(String, String)> {
+    plan.queries
+        .iter()
+        .map(|q| {
+            assert!(!q.time_ordered && q.sk_between.is_none());
+            (q.pk.clone(), q.time_filter.expect("filtered").to_string())
+        })
+        .collect()
+}
+
 #[test]
 fn all_entities_plan() {
     let table = TableHistory::new(Layout::time_bucket_dedicated(Bucket::Day, nz(3)));
@@ -572,14 +584,7 @@ fn all_entities_plan() {
         &[(ENTITY, &hot), ("cold-one", &FanoutHistory::new())],
     )
     .expect("plan");
-    let got: Vec<(String, String)> = plan
-        .queries
-        .iter()
-        .map(|q| {
-            assert!(!q.time_ordered && q.sk_between.is_none());
-            (q.pk.clone(), q.time_filter.expect("filtered").to_string())
-        })
-        .collect();
+    let got = all_plan_pks(&plan);
     let day1 = "[2026-06-22T06:00:00.000Z, 2026-06-23T00:00:00.000Z)";
     // An hour (REKEY_HORIZON) before the raise: readings not yet written take k = 2.
     let hot1 = "[2026-06-22T11:00:00.000Z, 2026-06-23T00:00:00.000Z)";
@@ -627,11 +632,7 @@ fn all_entities_plan_lists_only_dedicated_sub_shards() {
     let range =
         TimeRange::new(ts("2026-06-22T06:00:00Z"), ts("2026-06-23T06:00:00Z")).expect("range");
     let plan = plan_all(range, &table, &[(ENTITY, &hot)]).expect("plan");
-    let got: Vec<(String, String)> = plan
-        .queries
-        .iter()
-        .map(|q| (q.pk.clone(), q.time_filter.expect("filtered").to_string()))
-        .collect();
+    let got = all_plan_pks(&plan);
     let day1 = "[2026-06-22T06:00:00.000Z, 2026-06-23T00:00:00.000Z)";
     // An hour (REKEY_HORIZON) before the raise to 4.
     let hot1 = "[2026-06-22T17:00:00.000Z, 2026-06-23T00:00:00.000Z)";
