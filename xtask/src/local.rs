@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use stand_in::pids::{self, StopOutcome};
-use stand_in::{Moto, Service, Stack, ensure_dynalite, ensure_venv, provision, read_env_file};
+use stand_in::{Moto, Service, ensure_dynalite, ensure_venv, read_env_file};
 
 /// Name of moto's pid file in `.local/pids`.
 pub const MOTO: &str = "moto";
@@ -35,16 +35,13 @@ pub enum LocalCommand {
 pub fn run(root: &Path, command: LocalCommand) -> Result<()> {
     match command {
         LocalCommand::Up { prefix, capacity } => {
-            let stack = up(root, &prefix)?;
+            let endpoint = up(root, &prefix)?;
             if capacity.capacity {
-                let proxy = start_capacity_proxy(root, &stack.endpoint, &capacity)?;
+                let proxy = start_capacity_proxy(root, &endpoint, &capacity)?;
                 point_env_at_proxy(&env_path(root), &proxy)?;
             }
             print_env(&env_path(root))?;
-            eprintln!(
-                "stand-in up at {} (stop it with `cargo xtask local down`)",
-                stack.endpoint
-            );
+            eprintln!("stand-in up at {endpoint} (stop it with `cargo xtask local down`)");
             Ok(())
         }
         LocalCommand::Down => down(root),
@@ -138,9 +135,10 @@ pub fn env_path(root: &Path) -> PathBuf {
     root.join(".local/stack.env")
 }
 
-/// Brings the stack up (moto detached, resources created, env file written). If a
-/// recorded moto still runs, it is reused so `up` twice does not leak servers.
-pub fn up(root: &Path, prefix: &str) -> Result<Stack> {
+/// Brings the stack up (moto detached, resources created by `shardline provision`, env
+/// file written) and returns moto's endpoint. If a recorded moto still runs, it is
+/// reused so `up` twice does not leak servers.
+pub fn up(root: &Path, prefix: &str) -> Result<String> {
     let venv = ensure_venv(root)?;
     let running = pids::recorded(root)?
         .into_iter()
@@ -156,15 +154,19 @@ pub fn up(root: &Path, prefix: &str) -> Result<Stack> {
             record.endpoint.context("moto record without endpoint")?
         }
     };
-    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    let stack = runtime
-        .block_on(provision(&endpoint, &root.join("template.yaml"), prefix))
-        .with_context(|| format!("provisioning template.yaml on {endpoint}"))?;
-    stack.write_env_with(
-        &env_path(root),
-        &[("MOTO_URL".to_owned(), endpoint.clone())],
+    // Creating resources takes the AWS SDK, which xtask does not build: shardline does.
+    let shardline = crate::steps::build_binary(root, "shardline", "shardline")?;
+    let env_file = env_path(root);
+    crate::steps::run_command(
+        "provision",
+        std::process::Command::new(shardline)
+            .current_dir(root)
+            .args(["provision", "--endpoint", &endpoint, "--prefix", prefix])
+            .arg("--env-file")
+            .arg(&env_file)
+            .arg(format!("--env=MOTO_URL={endpoint}")),
     )?;
-    Ok(stack)
+    Ok(endpoint)
 }
 
 /// Stops every recorded process and removes the env file.

@@ -50,7 +50,7 @@ pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<std::path::
         &format!("build {bin}"),
         root,
         &cargo(),
-        &["build", "--quiet", "--package", package, "--bin", bin],
+        &["build", "--package", package, "--bin", bin],
     )?;
     let path = target_dir(root).join("debug").join(bin);
     if !path.is_file() {

@@ -7,6 +7,7 @@
 //! - [`fanout`]: a known-hot device's fan-out, scheduled ahead of its load;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
+//! - [`provision`]: the template's tables and queues on a local stand-in (`cargo xtask local up`);
 //! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest;
 //! - [`env`]: the `.local/stack.env` file and SDK configuration shared by all of them.
 
@@ -15,6 +16,7 @@ pub mod demo;
 pub mod env;
 pub mod fanout;
 pub mod heatmap;
+pub mod provision;
 pub mod publish;
 pub mod run_local;
 pub mod soak;

@@ -2,7 +2,7 @@
 //! (`plan` here, the others in the library so the demo and tests share them).
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, demo, fanout, heatmap, publish, run_local, soak};
+use shardline::{audit, demo, fanout, heatmap, provision, publish, run_local, soak};
 
 mod plan;
 
@@ -32,6 +32,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Fault and crash soak: private moto, capacity-proxy, run-local SIGKILLed and restarted.
     Soak(soak::SoakArgs),
+    /// Create template.yaml's tables and queues on a local stand-in, write its env file.
+    Provision(provision::ProvisionArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +53,7 @@ fn main() -> anyhow::Result<()> {
             runtime()?.block_on(demo::run_command(&args))
         }
         Command::Soak(args) => runtime()?.block_on(soak::run_command(&args)),
+        Command::Provision(args) => runtime()?.block_on(provision::run(&args)),
     }
 }
 

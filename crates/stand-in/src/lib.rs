@@ -11,21 +11,33 @@
 //! - [`cargo_command`] runs cargo from a process cargo started, and [`LambdaWatch`]
 //!   serves a function under `cargo lambda watch`.
 
+//!
+//! Creating resources and building SDK clients needs the AWS SDK, so it sits behind the
+//! `provision` feature ([`provision`], [`sdk_config`], [`TestStack`]); without it the
+//! crate installs, starts and stops servers and reads a stack, which is all `xtask`
+//! needs, and `xtask` builds in seconds.
+
 mod install;
 pub mod pids;
+#[cfg(feature = "provision")]
 mod provision;
 mod root;
 mod server;
+mod stack;
 pub mod template;
+#[cfg(feature = "provision")]
 mod test_stack;
 mod watch;
 
 pub use install::{NodeTools, Venv, ensure_deploy_venv, ensure_dynalite, ensure_venv};
-pub use provision::{
-    Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables, provision,
-    provision_tables, read_env_file, sdk_config, write_env_file,
-};
+#[cfg(feature = "provision")]
+pub use provision::{provision, provision_tables, sdk_config};
 pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, Moto, Service, free_loopback_port};
+pub use stack::{
+    Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables,
+    read_env_file, write_env_file,
+};
+#[cfg(feature = "provision")]
 pub use test_stack::TestStack;
 pub use watch::{LambdaWatch, WatchSpec, cargo_command};

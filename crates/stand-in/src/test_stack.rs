@@ -4,9 +4,10 @@ use anyhow::Result;
 use aws_config::SdkConfig;
 
 use crate::install::ensure_venv;
-use crate::provision::{Stack, provision};
+use crate::provision::provision;
 use crate::root::repo_root;
 use crate::server::Moto;
+use crate::stack::Stack;
 
 /// A private stand-in for one test: its own moto on a free loopback port, the
 /// template's tables and queues under a unique prefix. Dropping it stops moto.

@@ -1,0 +1,72 @@
+//! `shardline provision`: creates `template.yaml`'s tables and queues on a local
+//! stand-in and writes the env file the other commands read. `cargo xtask local up`
+//! starts moto and runs this, so that xtask itself builds without the AWS SDK.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ProvisionArgs {
+    /// The local server's endpoint (moto on loopback).
+    #[arg(long)]
+    pub endpoint: String,
+    /// Prefix of the resource names (`{prefix}-{LogicalId}`).
+    #[arg(long, default_value = "shardline-local")]
+    pub prefix: String,
+    /// The template to provision (default: the workspace's `template.yaml`).
+    #[arg(long)]
+    pub template: Option<PathBuf>,
+    /// Where to write the stack's variables (default: `.local/stack.env`).
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+    /// A further `KEY=VALUE` line for the env file (repeatable), e.g. `MOTO_URL=...`.
+    #[arg(long = "env", value_parser = parse_pair)]
+    pub extra: Vec<(String, String)>,
+}
+
+pub async fn run(args: &ProvisionArgs) -> Result<()> {
+    let root = stand_in::repo_root()?;
+    let template = args
+        .template
+        .clone()
+        .unwrap_or_else(|| root.join("template.yaml"));
+    let env_file = args
+        .env_file
+        .clone()
+        .unwrap_or_else(|| root.join(".local/stack.env"));
+    let stack = stand_in::provision(&args.endpoint, &template, &args.prefix)
+        .await
+        .with_context(|| format!("provisioning {} on {}", template.display(), args.endpoint))?;
+    stack.write_env_with(&env_file, &args.extra)?;
+    eprintln!(
+        "provisioned {} on {}; variables in {}",
+        template.display(),
+        args.endpoint,
+        env_file.display()
+    );
+    Ok(())
+}
+
+fn parse_pair(text: &str) -> Result<(String, String)> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => bail!("expected KEY=VALUE, got {text:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_env_pair_needs_a_key_and_an_equals_sign() {
+        assert_eq!(
+            parse_pair("MOTO_URL=http://127.0.0.1:1=x").unwrap(),
+            ("MOTO_URL".to_owned(), "http://127.0.0.1:1=x".to_owned())
+        );
+        assert!(parse_pair("MOTO_URL").is_err());
+        assert!(parse_pair("=value").is_err());
+    }
+}
