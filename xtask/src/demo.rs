@@ -36,22 +36,31 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
     if args.release {
         build.push("--release");
     }
-    // The stand-in's install (a Python venv, about 30 s the first time) runs while
-    // shardline builds; cargo's own progress shows the build.
+    // The stand-in's install (moto's Python venv, about 30 s the first time, and
+    // dynalite's node packages) runs while shardline builds; cargo's own progress shows
+    // the build.
     eprintln!(
         "==> build shardline and install the stand-in, side by side (a first build takes \
          about 4 min on 2 cores, a later one seconds)"
     );
-    let venv = std::thread::scope(|scope| {
-        let install = scope.spawn(|| stand_in::ensure_venv(root));
+    let (venv, node) = std::thread::scope(|scope| {
+        let install = scope.spawn(|| {
+            let venv = stand_in::ensure_venv(root)?;
+            let node = stand_in::ensure_dynalite(root)?;
+            anyhow::Ok((venv, node))
+        });
         let built = run_step("build shardline", root, &cargo(), &build);
-        let venv = install
+        let tools = install
             .join()
             .map_err(|_| anyhow::anyhow!("the stand-in's install panicked"))?
             .context("installing the stand-in");
-        built.and(venv)
+        built.and(tools)
     })?;
-    eprintln!("==> stand-in: {}", venv.dir().display());
+    eprintln!(
+        "==> stand-in: {} and {}",
+        venv.dir().display(),
+        node.dynalite_cli().display()
+    );
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("target"));

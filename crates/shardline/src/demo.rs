@@ -1,11 +1,13 @@
 //! `shardline demo`: the reference scenario of seed 001, scaled to the machine, run twice
 //! on identical load, and one side-by-side report.
 //!
-//! Each run gets its own private moto, an in-process `capacity-proxy` in front of it
-//! (per-key write limit, its own heat CSV) and the local runner (ingest and query in
-//! process). The publisher sends straight to moto's SQS; ingest and query reach both
-//! SQS and DynamoDB through the proxy, which charges DynamoDB calls and passes
-//! everything else through unchanged.
+//! Each run gets its own private moto for SQS, its own dynalite for DynamoDB, an
+//! in-process `capacity-proxy` in front of dynalite (per-key write limit, its own heat
+//! CSV) and the local runner (ingest and query in process). The publisher and the
+//! runner reach moto's SQS directly; ingest and query reach DynamoDB through the proxy.
+//! dynalite, not moto, holds the tables because it keeps each partition's items in key
+//! order, so a Query reads one key's range as DynamoDB does; moto answers every Query
+//! by scanning the whole table, which made the demo's reads take tens of seconds.
 //!
 //! 1. The seed's naive layout (`SHARD_STRATEGY=unsharded`, `PK = device`): the hot
 //!    device is one partition key and is capped at the per-key limit.
@@ -45,7 +47,7 @@ pub const DEFAULT_OUT_DIR: &str = ".local/demo";
 pub const FLEET_DEVICE: &str = "dev-00001";
 /// The log file of a demo, in its output directory.
 pub const LOG_FILE: &str = "demo.log";
-/// Prefix of the pid files of the demo's moto servers: `demo-<pid>-...`.
+/// Prefix of the pid files of the demo's servers (moto, dynalite): `demo-<pid>-...`.
 pub const PID_PREFIX: &str = "demo-";
 /// Most items one query page asks for (the API's maximum).
 const PAGE_LIMIT: u32 = 1000;
@@ -68,7 +70,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = HOT_DEVICE)]
     pub hot_device: String,
     /// Readings per second of the hot device. Seed 001's sensor sends 2,000/s against a
-    /// 1,000 WCU/s key; moto on this 2-core machine stores well under 2,000 items/s, so
+    /// 1,000 WCU/s key; the local stand-in on this 2-core machine stores well under 2,000 items/s, so
     /// the default keeps the ratio (hot = 2x the per-key limit) at a fifth of the rate.
     #[arg(long, default_value_t = 400.0)]
     pub hot_rate: f64,
@@ -122,7 +124,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1.0)]
     pub batching_window: f64,
     /// Messages per handler invocation (the mapping's BatchSize): small enough that an
-    /// invocation's writes fit its deadline on moto.
+    /// invocation's writes fit its deadline on the local stand-in.
     #[arg(long, default_value_t = 10)]
     pub batch_size: usize,
     /// The runner's concurrent invocations.
@@ -460,7 +462,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
     format!(
         "Scenario: {devices} Zipf devices at {fleet} readings/s + {hot} at {hot_rate} readings/s for {dur} s, \
          {batch} readings per message, {bad}% malformed messages, seed {seed}; the same stream twice.\n\
-         Each run: a private moto, capacity-proxy in process ({wcu} WCU/s per partition key, its own heat CSV), \
+         Each run: a private moto (SQS) and dynalite (DynamoDB), capacity-proxy in process ({wcu} WCU/s per partition key, its own heat CSV), \
          run-local in process (batch size {bs}, window {win} s, {conc} concurrent invocations, queue visibility 185 s, \
          5 receives before the DLQ).\n\
          Planner for {global} writes/s ({hot_rate} on {hot}), ~{bytes}-byte items, per-key limit {wcu} WCU/s, safety {safety}: \
@@ -524,11 +526,20 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<DemoReport> {
         .with_context(|| format!("cannot create {}", scenario.out_dir.display()))?;
     scenario.say(settings_text(scenario, &plan));
     let root = scenario.root.clone();
-    let venv = tokio::task::spawn_blocking(move || stand_in::ensure_venv(&root))
-        .await
-        .context("the install task failed")??;
-    let naive = run_variant(scenario, &plan, &venv, Variant::Naive).await?;
-    let adaptive = run_variant(scenario, &plan, &venv, Variant::Adaptive).await?;
+    let tools = tokio::task::spawn_blocking(move || -> anyhow::Result<Tools> {
+        Ok(Tools {
+            venv: stand_in::ensure_venv(&root)?,
+            node: stand_in::ensure_dynalite(&root)?,
+        })
+    })
+    .await
+    .context("the install task failed")??;
+    // The runs share nothing but the machine (each has its own servers, proxy and
+    // runner), so they run side by side: the demo takes one run's time, not two.
+    let (naive, adaptive) = tokio::try_join!(
+        run_variant(scenario, &plan, &tools, Variant::Naive),
+        run_variant(scenario, &plan, &tools, Variant::Adaptive),
+    )?;
     Ok(DemoReport {
         scenario: scenario.clone(),
         plan,
@@ -538,33 +549,54 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<DemoReport> {
     })
 }
 
-/// A moto server recorded in `.local/pids` (so `cargo xtask demo` can stop it even if
+/// The stand-in's installed tools: moto's venv and dynalite's node packages.
+#[derive(Debug, Clone)]
+struct Tools {
+    venv: stand_in::Venv,
+    node: stand_in::NodeTools,
+}
+
+/// A local server recorded in `.local/pids` (so `cargo xtask demo` can stop it even if
 /// this process dies), stopped when dropped.
 #[derive(Debug)]
-struct MotoGuard {
+struct ServerGuard {
     root: PathBuf,
     record: PidRecord,
 }
 
-impl MotoGuard {
-    fn start(venv: &stand_in::Venv, root: &Path, name: &str) -> anyhow::Result<Self> {
-        let moto = stand_in::Moto::start(venv)?;
-        let record = moto.detach(name)?;
-        Ok(Self {
-            root: root.to_path_buf(),
-            record,
-        })
+impl ServerGuard {
+    /// Starts this run's moto (SQS) and dynalite (DynamoDB), side by side.
+    async fn start_pair(
+        tools: &Tools,
+        root: &Path,
+        variant: Variant,
+    ) -> anyhow::Result<(Self, Self)> {
+        let (venv, dir) = (tools.venv.clone(), root.to_path_buf());
+        let moto = tokio::task::spawn_blocking(move || {
+            let record =
+                stand_in::Moto::start(&venv)?.detach(&server_record_name("moto", variant))?;
+            Ok::<_, anyhow::Error>(Self { root: dir, record })
+        });
+        let (node, dir) = (tools.node.clone(), root.to_path_buf());
+        let dynalite = tokio::task::spawn_blocking(move || {
+            let record = stand_in::Dynalite::start(&node)?
+                .detach(&server_record_name("dynalite", variant))?;
+            Ok::<_, anyhow::Error>(Self { root: dir, record })
+        });
+        let moto = moto.await.context("the moto task failed")??;
+        let dynalite = dynalite.await.context("the dynalite task failed")??;
+        Ok((moto, dynalite))
     }
 
     fn endpoint(&self) -> anyhow::Result<String> {
         self.record
             .endpoint
             .clone()
-            .context("the moto record has no endpoint")
+            .with_context(|| format!("the {} record has no endpoint", self.record.name))
     }
 }
 
-impl Drop for MotoGuard {
+impl Drop for ServerGuard {
     fn drop(&mut self) {
         match self.record.stop(Duration::from_secs(5)) {
             Ok(_) => {
@@ -573,14 +605,21 @@ impl Drop for MotoGuard {
                     let _ = std::fs::remove_file(log);
                 }
             }
-            Err(e) => eprintln!("cannot stop moto (pid {}): {e:#}", self.record.pid),
+            Err(e) => eprintln!(
+                "cannot stop {} (pid {}): {e:#}",
+                self.record.name, self.record.pid
+            ),
         }
     }
 }
 
-/// The pid-file name of a demo moto of this process.
-pub fn moto_record_name(variant: Variant) -> String {
-    format!("{PID_PREFIX}{}-moto-{}", std::process::id(), variant.name())
+/// The pid-file name of a demo server (`moto`, `dynalite`) of this process.
+pub fn server_record_name(server: &str, variant: Variant) -> String {
+    format!(
+        "{PID_PREFIX}{}-{server}-{}",
+        std::process::id(),
+        variant.name()
+    )
 }
 
 fn ingest_env(
@@ -611,10 +650,8 @@ fn ingest_env(
             env.set("FANOUT_MAX", "1");
         }
         Variant::Adaptive => {
+            // The bucket is the template's default (hour).
             env.set("SHARD_STRATEGY", "time-bucket");
-            // Minute buckets keep each partition small: moto's Query reads a whole
-            // partition per call, so hour buckets made the range reads crawl.
-            env.set("BUCKET", "minute");
             env.set("SHARDS", plan.table_shards.to_string());
         }
     }
@@ -702,7 +739,7 @@ fn progress_line(variant: Variant, t: Duration, runner: &Stats, proxy: &StatsSna
 async fn run_variant(
     scenario: &Scenario,
     plan: &CapacityPlan,
-    venv: &stand_in::Venv,
+    tools: &Tools,
     variant: Variant,
 ) -> anyhow::Result<RunReport> {
     let planned_k = (variant == Variant::Adaptive && scenario.planned_fanout)
@@ -711,29 +748,33 @@ async fn run_variant(
     let layout = match (variant, planned_k) {
         (Variant::Naive, _) => "unsharded: PK = device".to_owned(),
         (Variant::Adaptive, Some(k)) => format!(
-            "time-bucket (minute), N = {}, hot device k = {k} planned, raised on heat",
+            "time-bucket (hour), N = {}, hot device k = {k} planned, raised on heat",
             plan.table_shards
         ),
         (Variant::Adaptive, None) => format!(
-            "time-bucket (minute), N = {}, fan-out k from 1, raised on heat",
+            "time-bucket (hour), N = {}, fan-out k from 1, raised on heat",
             plan.table_shards
         ),
     };
     scenario.say(format!("== run {}: {layout}", variant.name()));
-    let (venv2, root) = (venv.clone(), scenario.root.clone());
-    let name = moto_record_name(variant);
-    let moto = tokio::task::spawn_blocking(move || MotoGuard::start(&venv2, &root, &name))
-        .await
-        .context("the moto task failed")??;
-    let moto_url = moto.endpoint()?;
+    let (moto, dynalite) = ServerGuard::start_pair(tools, &scenario.root, variant).await?;
+    let (moto_url, dynalite_url) = (moto.endpoint()?, dynalite.endpoint()?);
     let prefix = format!("demo-{}-{}", std::process::id(), variant.name());
-    let stack =
-        stand_in::provision(&moto_url, &scenario.root.join("template.yaml"), &prefix).await?;
+    let template = scenario.root.join("template.yaml");
+    // The queues on moto, the tables (same names) on dynalite.
+    let stack = stand_in::provision(&moto_url, &template, &prefix).await?;
+    stand_in::provision_tables(
+        &dynalite_url,
+        &template,
+        &prefix,
+        stand_in::Backend::Dynalite,
+    )
+    .await?;
 
     let heat_csv = scenario
         .out_dir
         .join(format!("heat-{}.csv", variant.name()));
-    let mut config = ProxyConfig::forward(&moto_url)?;
+    let mut config = ProxyConfig::forward(&dynalite_url)?;
     config.limits.key_wcu = scenario.key_wcu;
     config.heat_csv = Some(heat_csv.clone());
     // The heat CSV counts seconds from the proxy clock's origin; keep its wall time.
@@ -741,7 +782,8 @@ async fn run_variant(
     config.clock = Arc::new(MonotonicClock::new());
     let proxy = Proxy::start(config).await?;
 
-    let env = ingest_env(scenario, plan, &stack, variant);
+    let mut env = ingest_env(scenario, plan, &stack, variant);
+    env.set("AWS_ENDPOINT_URL_SQS", &moto_url);
     let mut settings = Settings::new(&stack.queue_url);
     settings.batching_window = scenario.batching_window;
     settings.batch_size = scenario.batch_size;
@@ -818,9 +860,7 @@ async fn run_variant(
         to_ms,
     )
     .await?;
-    // A read moto serves as DynamoDB does (a Query of one partition key per key
-    // read); every device's read goes through the time index, which moto answers by
-    // scanning the whole table, so its time would say nothing about DynamoDB.
+    // The fleet's busiest device over the same range, for contrast with the hot one.
     let fleet_query = read_range(
         &http,
         &format!("{base}/devices/{FLEET_DEVICE}/readings"),
@@ -842,9 +882,9 @@ async fn run_variant(
     let (queued_visible, queued_invisible) =
         run_local::queue_counts(&sqs, &stack.queue_url).await?;
     let (dlq_visible, dlq_invisible) = run_local::queue_counts(&sqs, &stack.dlq_url).await?;
-    let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&moto_url).await);
+    let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite_url).await);
     let (items, written) = stored(&dynamo, &stack.table_name).await?;
-    drop(moto);
+    drop((moto, dynalite));
 
     let text = std::fs::read_to_string(&heat_csv)
         .with_context(|| format!("cannot read {}", heat_csv.display()))?;
@@ -1167,9 +1207,9 @@ pub fn report_text(report: &DemoReport) -> String {
          after that: the fan-out was still too small (it is raised again after the cooldown, to what \
          the measured rate needs), or a writer's first throttle on a key the raise already replaced \
          (it re-reads the fan-out and re-keys what it has not written).\n\
-         Query times are moto's, for reads it serves as DynamoDB does: each reads one partition \
-         key per key read. Reads over every device are left out: moto answers a Query on the time \
-         index by scanning the whole table.\n\
+         Query times are dynalite's through capacity-proxy: dynalite keeps each partition's items \
+         in key order, so a Query reads one key's range, as DynamoDB does (moto, which serves the \
+         queues, would scan the whole table for each Query).\n\
          Heatmaps (rows = partition keys, columns = seconds, red = over {} WCU/s or throttled):\n  {}\n  {}\n\
          Heat CSVs: {}, {}\nBoth runs took {:.0} s.",
         report.scenario.key_wcu,
@@ -1218,7 +1258,7 @@ pub async fn run_command(args: &DemoArgs) -> anyhow::Result<()> {
     let report = tokio::select! {
         report = run(&scenario) => report?,
         () = wait_for_signal() => {
-            // Dropping the demo's future stops the runner and proxy and kills moto.
+            // Dropping the demo's future stops the runner and proxy and stops its servers.
             bail!("interrupted: every process of the demo was stopped");
         }
     };

@@ -68,7 +68,8 @@ pub struct RunLocalArgs {
     /// The queue (default: QUEUE_URL from the environment or the env file).
     #[arg(long)]
     pub queue_url: Option<String>,
-    /// The AWS endpoint (default: AWS_ENDPOINT_URL from the environment or the env file).
+    /// The AWS endpoint (default: AWS_ENDPOINT_URL from the environment or the env file;
+    /// AWS_ENDPOINT_URL_SQS there, when set, for SQS alone).
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// Env file to read (default: .local/stack.env when present). Ingest and query read
@@ -377,7 +378,17 @@ pub async fn start(
         .region()
         .map(ToString::to_string)
         .unwrap_or_else(|| crate::env::DEFAULT_REGION.to_owned());
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    // AWS_ENDPOINT_URL_SQS, the SDK's name for a service's own endpoint, puts the
+    // queues on another server than the tables (the demo: moto for SQS, dynalite for
+    // DynamoDB).
+    let sqs = match env.get("AWS_ENDPOINT_URL_SQS") {
+        Some(url) => aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(&sdk)
+                .endpoint_url(url)
+                .build(),
+        ),
+        None => aws_sdk_sqs::Client::new(&sdk),
+    };
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     let ingest = Arc::new(Ingest::from_clients(ingest_config, &dynamo, &sqs));
 
