@@ -41,7 +41,7 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
     // the build.
     eprintln!(
         "==> build shardline and install the stand-in, side by side (a first build takes \
-         about 4 min on 2 cores, a later one seconds)"
+         about 2 min on 2 cores, a later one seconds)"
     );
     let (venv, node) = std::thread::scope(|scope| {
         let install = scope.spawn(|| {
