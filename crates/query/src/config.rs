@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::cursor::CursorKey;
 use crate::params::{Limits, parse_interval};
 use crate::service::{DEFAULT_STATS_WINDOW, ServiceConfig};
+use crate::stats::StatsBudget;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -52,6 +53,7 @@ pub struct ServiceSettings {
     pub directory_ttl: Duration,
     pub max_buffered: usize,
     pub time_index: Option<String>,
+    pub stats_budget: StatsBudget,
 }
 
 impl ServiceSettings {
@@ -65,6 +67,7 @@ impl ServiceSettings {
             max_buffered: self.max_buffered,
             time_index: self.time_index.clone(),
             stats_window: DEFAULT_STATS_WINDOW,
+            stats_budget: self.stats_budget,
         }
     }
 }
@@ -125,6 +128,8 @@ impl Config {
     /// | `QUERY_CONCURRENCY` | `32` | most Queries in flight per request |
     /// | `MAX_BUFFERED_READINGS` | `200000` | most readings an all-devices read may sort in memory |
     /// | `SHARD_CACHE_TTL_SECS` | `5` | reuse of shard metadata: a reading written under a raise newer than this cache may be missed for this long |
+    /// | `STATS_MAX_READINGS` | `100000` | readings a stats page aggregates before it ends at the next bucket boundary (at most twice this inside one bucket) |
+    /// | `STATS_MAX_SECS` | `3` | seconds a stats page reads before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `READINGS_TIME_INDEX` | empty | the readings table's time index (LSI on `ts_ms`); empty: reads over every device sort whole buckets |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
@@ -181,6 +186,11 @@ impl Config {
         let directory_ttl = Duration::from_secs(number("SHARD_CACHE_TTL_SECS", 5)?);
         let max_buffered =
             usize::try_from(number("MAX_BUFFERED_READINGS", 200_000)?).unwrap_or(usize::MAX);
+        let default_budget = StatsBudget::default();
+        let stats_budget = StatsBudget {
+            readings: number("STATS_MAX_READINGS", default_budget.readings)?,
+            time: Duration::from_secs(number("STATS_MAX_SECS", default_budget.time.as_secs())?),
+        };
         Ok(Self {
             table_name,
             shard_table_name,
@@ -191,6 +201,7 @@ impl Config {
                 directory_ttl,
                 max_buffered,
                 time_index: get("READINGS_TIME_INDEX").filter(|v| !v.is_empty()),
+                stats_budget,
             },
         })
     }
@@ -224,6 +235,7 @@ mod tests {
         assert_eq!(c.service.concurrency, 32);
         assert_eq!(c.service.directory_ttl, Duration::from_secs(5));
         assert_eq!(c.service.time_index, None);
+        assert_eq!(c.service.stats_budget, StatsBudget::default());
         assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
     }
 
@@ -235,8 +247,16 @@ mod tests {
             ("MAX_ALL_RANGE", "30m"),
             ("QUERY_CONCURRENCY", "8"),
             ("READINGS_TIME_INDEX", "by-time"),
+            ("STATS_MAX_READINGS", "5000"),
+            ("STATS_MAX_SECS", "2"),
         ]);
         let c = Config::from_lookup(lookup(&pairs)).expect("valid");
+        let budget = c
+            .service
+            .with_key(CursorKey::new(vec![1; 32]).expect("key"))
+            .stats_budget;
+        assert_eq!(budget.readings, 5000);
+        assert_eq!(budget.time, Duration::from_secs(2));
         assert_eq!(c.service.time_index.as_deref(), Some("by-time"));
         assert_eq!(
             c.service
@@ -268,6 +288,14 @@ mod tests {
         check(
             &[BASE[0], BASE[1], BASE[2], ("MAX_ALL_RANGE", "1 day")],
             "MAX_ALL_RANGE",
+        );
+        check(
+            &[BASE[0], BASE[1], BASE[2], ("STATS_MAX_READINGS", "0")],
+            "STATS_MAX_READINGS",
+        );
+        check(
+            &[BASE[0], BASE[1], BASE[2], ("STATS_MAX_SECS", "soon")],
+            "STATS_MAX_SECS",
         );
         let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor";
         let c = Config::from_lookup(lookup(&[BASE[0], BASE[1], ("CURSOR_SECRET_ARN", arn)]))

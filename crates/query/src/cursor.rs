@@ -69,6 +69,9 @@ pub struct Fingerprint {
     pub to_ms: i64,
     pub descending: bool,
     pub limit: u32,
+    /// Further parameters that shape what the route reads (stats: interval and metric);
+    /// empty for the reading routes.
+    pub detail: String,
 }
 
 impl Fingerprint {
@@ -83,7 +86,12 @@ impl Fingerprint {
             self.to_ms.to_string(),
             if self.descending { "desc" } else { "asc" }.to_string(),
             self.limit.to_string(),
-        ] {
+        ]
+        .iter()
+        // An empty detail adds nothing, so cursors of the reading routes keep the
+        // digest they had before the field existed.
+        .chain((!self.detail.is_empty()).then_some(&self.detail))
+        {
             h.update((field.len() as u64).to_be_bytes());
             h.update(field.as_bytes());
         }

@@ -24,6 +24,8 @@
 //! holding one key more than they would anyway. [`scan_all`] reads in no order and does
 //! not de-duplicate: it serves lookups that stop at the first match.
 
+use std::ops::ControlFlow;
+
 use futures::StreamExt as _;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
 use store::error::StoreError;
@@ -137,14 +139,20 @@ pub async fn read_merged<S: ReadingSource>(
 ) -> Result<ReadOutcome, ExecError> {
     let merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned());
     let mut items = Vec::new();
-    let (more, cost) = drive(source, &specs, opts, merge, |batch| items.extend(batch)).await?;
+    let (more, cost) = drive(source, &specs, opts, merge, |batch| {
+        items.extend(batch);
+        ControlFlow::Continue(())
+    })
+    .await?;
     Ok(ReadOutcome { items, more, cost })
 }
 
 /// Hands every reading of `specs` to `each` in merge order, each reading once however
 /// many keys it is stored under, holding about `window` readings at a time (plus one
-/// round's pages) however many there are: for aggregates over a whole range.
-pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem)>(
+/// round's pages) however many there are: for aggregates over a whole range. `each`
+/// may stop the read: no further page is asked for after a `Break`, and no further
+/// reading is handed over.
+pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem) -> ControlFlow<()>>(
     source: &S,
     specs: Vec<StreamSpec>,
     opts: ReadOptions,
@@ -152,7 +160,7 @@ pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem)>(
     mut each: F,
 ) -> Result<ReadCost, ExecError> {
     let merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
-    let emit = |batch: Vec<ReadingItem>| batch.into_iter().for_each(&mut each);
+    let emit = |batch: Vec<ReadingItem>| batch.into_iter().try_for_each(&mut each);
     let (_, cost) = drive(source, &specs, opts, merge, emit).await?;
     Ok(cost)
 }
@@ -169,14 +177,15 @@ fn order(opts: ReadOptions) -> Order {
     }
 }
 
-/// Runs `merge` over `specs` to its end, handing what it emits to `emit` batch by batch
-/// (after every round); returns whether more follow its limit, and the cost.
+/// Runs `merge` over `specs` to its end, or until `emit` breaks, handing what it emits
+/// to `emit` batch by batch (after every round); returns whether more follow its limit,
+/// and the cost.
 async fn drive<S: ReadingSource>(
     source: &S,
     specs: &[StreamSpec],
     opts: ReadOptions,
     mut merge: BoundedMerge<ReadingKey, ReadingItem>,
-    mut emit: impl FnMut(Vec<ReadingItem>),
+    mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<(bool, ReadCost), ExecError> {
     // Where each stream's next page starts.
     let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
@@ -185,12 +194,15 @@ async fn drive<S: ReadingSource>(
         let asks = match merge.step(opts.concurrency) {
             Step::Read(asks) => asks,
             Step::Done { items, more } => {
-                emit(items);
+                let _ = emit(items);
                 cost.duplicates = merge.duplicates();
                 return Ok((more, cost));
             }
         };
-        emit(merge.take_emitted());
+        if emit(merge.take_emitted()).is_break() {
+            cost.duplicates = merge.duplicates();
+            return Ok((true, cost));
+        }
         cost.rounds += 1;
         read_round(
             source,

@@ -5,6 +5,7 @@
 //! - [`cursor`]: sealed, request-bound page cursors (HMAC-SHA256).
 //! - [`exec`]: concurrent paged reads and the k-way merge that reads only what the
 //!   page needs, and shows a reading stored under two keys once.
+//! - [`stats`]: stats pages of complete buckets within a read budget.
 //! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
 //!   runtime (the local runner and tests call [`QueryService::handle`]).
 //! - [`lambda`]: the API Gateway adapter and [`config::Config`] for the `query` binary.
@@ -13,7 +14,7 @@
 //! - `GET /devices/{device_id}/readings?from=&to=&limit=&order=&cursor=&consistent=`
 //! - `GET /devices/{device_id}/readings/{event_id}?ts=&consistent=`
 //! - `GET /readings?from=&to=&limit=&order=&cursor=&consistent=`
-//! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=`
+//! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
 //! - `GET /devices/{device_id}/shards`
 
 pub mod config;
@@ -25,6 +26,7 @@ pub mod lambda;
 pub mod model;
 pub mod params;
 pub mod service;
+pub mod stats;
 
 pub use config::Config;
 pub use cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};

@@ -52,6 +52,8 @@ pub struct StatsBucket {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatsResponse {
     pub buckets: Vec<StatsBucket>,
+    /// Where the next page starts; `None` on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Formats epoch milliseconds as RFC 3339 UTC with milliseconds, e.g.

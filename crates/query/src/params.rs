@@ -68,7 +68,7 @@ impl Route {
                 &["from", "to", "limit", "order", "cursor", "consistent"]
             }
             Route::Reading { .. } => &["ts", "consistent"],
-            Route::Stats { .. } => &["from", "to", "interval", "metric", "consistent"],
+            Route::Stats { .. } => &["from", "to", "interval", "metric", "consistent", "cursor"],
             Route::Shards { .. } => &[],
         }
     }
@@ -114,6 +114,8 @@ pub enum Endpoint {
         interval_ms: i64,
         metric: String,
         consistent: bool,
+        /// `next_cursor` of the previous page of this request.
+        cursor: Option<String>,
     },
     Shards {
         device: String,
@@ -218,6 +220,7 @@ pub fn parse_params(
                 interval_ms,
                 metric: metric_name(metric)?,
                 consistent,
+                cursor: cursor_param(get("cursor"))?,
             })
         }
         Route::Shards { device } => Ok(Endpoint::Shards { device }),
@@ -244,12 +247,7 @@ fn read_params(
             ));
         }
     };
-    let cursor = match params.get("cursor") {
-        Some(c) if c.is_empty() => {
-            return Err(ApiError::bad_cursor("cursor is empty"));
-        }
-        other => other.cloned(),
-    };
+    let cursor = cursor_param(params.get("cursor").map(String::as_str))?;
     Ok(ReadParams {
         range,
         limit,
@@ -257,6 +255,14 @@ fn read_params(
         cursor,
         consistent,
     })
+}
+
+/// The `cursor` parameter, opened later against the request it must belong to.
+fn cursor_param(raw: Option<&str>) -> Result<Option<String>, ApiError> {
+    match raw {
+        Some("") => Err(ApiError::bad_cursor("cursor is empty")),
+        other => Ok(other.map(str::to_owned)),
+    }
 }
 
 fn parse_limit(raw: &str) -> Result<u32, ApiError> {

@@ -7,8 +7,8 @@
 //! once: range reads and stats merge by the reading's identity and drop copies (see
 //! [`crate::exec`]), and a single-reading lookup stops at the first key that holds it.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
@@ -27,8 +27,9 @@ use crate::error::{ApiError, codes};
 use crate::exec::{
     ExecError, ReadCost, ReadOptions, StreamSpec, key_of, merge_each, read_merged, scan_all,
 };
-use crate::model::{ReadingOut, ReadingsPage, StatsBucket, StatsResponse, format_ts};
+use crate::model::{ReadingKey, ReadingOut, ReadingsPage, StatsResponse, format_ts};
 use crate::params::{Endpoint, Limits, Range, ReadParams, parse_request};
+use crate::stats::{PageEnd, Pager, StatsBudget, interval_text};
 
 /// Readings a stats read plans each round for, by default
 /// ([`ServiceConfig::stats_window`]).
@@ -53,6 +54,8 @@ pub struct ServiceConfig {
     /// Readings a stats read plans each round of Queries for: it holds about this many
     /// in memory (merged in order, to count each reading once) however long the range.
     pub stats_window: usize,
+    /// How much one stats page may read before it ends at a bucket boundary.
+    pub stats_budget: StatsBudget,
 }
 
 impl ServiceConfig {
@@ -69,6 +72,7 @@ impl ServiceConfig {
             max_buffered: 200_000,
             time_index: None,
             stats_window: DEFAULT_STATS_WINDOW,
+            stats_budget: StatsBudget::default(),
         }
     }
 }
@@ -101,6 +105,32 @@ impl ReadStats {
             plan_queries,
             rounds: cost.rounds,
             duplicates: cost.duplicates,
+        }
+    }
+}
+
+/// A validated stats request.
+#[derive(Debug, Clone, Copy)]
+struct StatsRequest<'a> {
+    device: &'a str,
+    range: Range,
+    interval_ms: i64,
+    metric: &'a str,
+    consistent: bool,
+    cursor: Option<&'a str>,
+}
+
+impl StatsRequest<'_> {
+    /// What its cursors are bound to: everything that shapes the buckets.
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            route: "stats",
+            device: Some(self.device.to_owned()),
+            from_ms: self.range.from_ms,
+            to_ms: self.range.to_ms,
+            descending: false,
+            limit: 0,
+            detail: format!("interval={} metric={}", self.interval_ms, self.metric),
         }
     }
 }
@@ -197,9 +227,17 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                 interval_ms,
                 metric,
                 consistent,
+                cursor,
             } => {
-                self.stats(&device, range, interval_ms, &metric, consistent)
-                    .await
+                let request = StatsRequest {
+                    device: &device,
+                    range,
+                    interval_ms,
+                    metric: &metric,
+                    consistent,
+                    cursor: cursor.as_deref(),
+                };
+                self.stats(&request).await
             }
             Endpoint::Shards { device } => self.shards(&device).await,
         }
@@ -218,6 +256,7 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             to_ms: read.range.to_ms,
             descending: read.descending,
             limit: read.limit,
+            detail: String::new(),
         };
         // The cursor is opened before any read: a bad one costs nothing.
         let after = match &read.cursor {
@@ -374,50 +413,77 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
         Ok(None)
     }
 
-    async fn stats(
-        &self,
-        device: &str,
-        range: Range,
-        interval_ms: i64,
-        metric: &str,
-        consistent: bool,
-    ) -> Answer {
-        let time_range = to_time_range(range)?;
+    async fn stats(&self, request: &StatsRequest<'_>) -> Answer {
+        let started = Instant::now();
+        let StatsRequest {
+            device,
+            range,
+            interval_ms,
+            metric,
+            consistent,
+            cursor,
+        } = *request;
+        let fp = request.fingerprint();
+        // A page after the first starts at the bucket the previous one left out.
+        let from_ms = match cursor {
+            Some(raw) => {
+                decode_cursor(raw, &fp, &self.config.cursor_key)
+                    .map_err(|e| ApiError::bad_cursor(e.to_string()))?
+                    .ts_ms
+            }
+            None => range.from_ms,
+        };
+        let read = Range {
+            from_ms,
+            to_ms: range.to_ms,
+        };
+        let empty = || {
+            json!(StatsResponse {
+                buckets: vec![],
+                next_cursor: None
+            })
+        };
         let Some(table) = self.directory.table().await.map_err(store_error)? else {
-            return Ok((
-                json!(StatsResponse { buckets: vec![] }),
-                ReadStats::default(),
-            ));
+            return Ok((empty(), ReadStats::default()));
         };
         let fanout = self.directory.fanout(device).await.map_err(store_error)?;
-        let plan = plan_entity(device, time_range, &table, &fanout).map_err(plan_error)?;
-        let mut agg = Downsampler::new(interval_ms);
+        let plan =
+            plan_entity(device, to_time_range(read)?, &table, &fanout).map_err(plan_error)?;
+        let mut pager = Pager::new(interval_ms, self.config.stats_budget, started);
         let opts = ReadOptions {
             descending: false,
             consistent,
             concurrency: self.config.concurrency,
             max_buffered: self.config.max_buffered,
         };
-        // In merge order, so a reading stored under two keys is counted once.
+        // In merge order, so a reading stored under two keys is counted once, and the
+        // buckets close in time order.
         let cost = merge_each(
             &self.source,
             specs(&plan),
             opts,
             self.config.stats_window,
             |item| {
-                if item.device_id == device
-                    && (range.from_ms..range.to_ms).contains(&item.ts_ms)
-                    && let Some(v) = item.metrics.get(metric)
-                {
-                    agg.add(item.ts_ms, *v);
+                if item.device_id != device || !(read.from_ms..read.to_ms).contains(&item.ts_ms) {
+                    return ControlFlow::Continue(());
                 }
+                let value = item.metrics.get(metric).copied();
+                pager.add(item.ts_ms, value, Instant::now())
             },
         )
         .await
         .map_err(exec_error)?;
-        let stats = ReadStats::of(cost, agg.count, plan.len() as u64);
-        let body =
-            serde_json::to_value(agg.finish()?).map_err(|e| ApiError::internal(e.to_string()))?;
+        let stats = ReadStats::of(cost, pager.readings(), plan.len() as u64);
+        let (mut page, end) = pager.finish(&interval_text(interval_ms))?;
+        if let PageEnd::ResumeAt(next) = end {
+            let position = ReadingKey {
+                ts_ms: next,
+                device_id: device.to_owned(),
+                event_id: String::new(),
+            };
+            page.next_cursor = Some(encode_cursor(&position, &fp, &self.config.cursor_key));
+        }
+        let body = serde_json::to_value(page).map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, stats))
     }
 
@@ -568,58 +634,4 @@ fn json_response(status: StatusCode, body: String, retry_after: Option<u32>) -> 
             .insert(header::ALLOW, HeaderValue::from_static("GET"));
     }
     resp
-}
-
-/// Per-interval count/min/max/avg of one metric. Buckets are aligned to multiples of
-/// the interval since the Unix epoch (like a time-series database's `GROUP BY time`),
-/// so the first bucket may start before `from`; empty buckets are left out.
-#[derive(Debug)]
-struct Downsampler {
-    interval_ms: i64,
-    buckets: BTreeMap<i64, (u64, f64, f64, f64)>,
-    count: u64,
-}
-
-impl Downsampler {
-    fn new(interval_ms: i64) -> Self {
-        Self {
-            interval_ms,
-            buckets: BTreeMap::new(),
-            count: 0,
-        }
-    }
-
-    fn add(&mut self, ts_ms: i64, v: f64) {
-        if !v.is_finite() {
-            return;
-        }
-        let start = ts_ms.div_euclid(self.interval_ms) * self.interval_ms;
-        let b = self
-            .buckets
-            .entry(start)
-            .or_insert((0, f64::INFINITY, f64::NEG_INFINITY, 0.0));
-        b.0 += 1;
-        b.1 = b.1.min(v);
-        b.2 = b.2.max(v);
-        b.3 += v;
-        self.count += 1;
-    }
-
-    fn finish(self) -> Result<StatsResponse, ApiError> {
-        let buckets = self
-            .buckets
-            .into_iter()
-            .map(|(start, (count, min, max, sum))| {
-                Ok(StatsBucket {
-                    start: format_ts(start)
-                        .ok_or_else(|| ApiError::internal("bucket start out of range"))?,
-                    count,
-                    min,
-                    max,
-                    avg: sum / count as f64,
-                })
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
-        Ok(StatsResponse { buckets })
-    }
 }

@@ -50,6 +50,7 @@ fn fp() -> Fingerprint {
         to_ms: 10_000,
         descending: false,
         limit: 5,
+        detail: String::new(),
     }
 }
 

@@ -16,6 +16,7 @@ fn fp() -> Fingerprint {
         to_ms: i64::MAX,
         descending: true,
         limit: 1000,
+        detail: String::new(),
     }
 }
 

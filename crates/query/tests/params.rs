@@ -213,12 +213,12 @@ async fn unknown_parameters_are_named() {
         "from",
     )
     .await;
-    // The stats route does not page.
+    // The stats route pages by cursor, not by limit.
     refused(
-        &format!("/devices/dev-1/stats?{R1}&interval=1h&metric=t&cursor=x"),
+        &format!("/devices/dev-1/stats?{R1}&interval=1h&metric=t&limit=10"),
         400,
         "unknown_parameter",
-        "cursor",
+        "limit",
     )
     .await;
 }

@@ -14,3 +14,4 @@ mod fuzz;
 mod model;
 mod openapi;
 mod params;
+mod stats;

@@ -1,0 +1,327 @@
+//! Stats pages: one metric of one device downsampled into buckets, read within a budget.
+//!
+//! A stats request may span a month of a busy device, millions of readings. One page
+//! reads at most [`StatsBudget::readings`] readings and for at most
+//! [`StatsBudget::time`], then stops at a bucket boundary: a page holds only complete
+//! buckets, and its cursor names where the next page starts (the first bucket it left
+//! out). The readings arrive in time order from the merge, so a bucket is complete as
+//! soon as a reading of a later bucket arrives.
+//!
+//! When the budget runs out inside a bucket, [`Pager`] keeps reading to the bucket's
+//! end while the readings stay within twice the budget (and the time within twice its
+//! time); past that, the bucket is dropped from the page and the next page starts with
+//! it. A bucket that alone holds more than twice the budget cannot be answered: the
+//! request is refused with `bad_interval`, naming a shorter interval as the way out.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+use crate::error::{ApiError, codes};
+use crate::model::{StatsBucket, StatsResponse, format_ts};
+
+/// How much one stats page may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsBudget {
+    /// Readings aggregated before the page ends at the next bucket boundary.
+    pub readings: u64,
+    /// Time spent reading before the page ends at the next bucket boundary.
+    pub time: Duration,
+}
+
+impl Default for StatsBudget {
+    /// 100,000 readings (about 28 hours of a device writing every second), and 3 s:
+    /// at twice both, still well inside the query function's default 10-s timeout.
+    fn default() -> Self {
+        Self {
+            readings: 100_000,
+            time: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Where a page stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageEnd {
+    /// Every reading of the range was aggregated: the last page.
+    Complete,
+    /// The next page starts at this bucket start (epoch ms).
+    ResumeAt(i64),
+}
+
+/// Aggregates one stats page and decides where it ends.
+#[derive(Debug)]
+pub struct Pager {
+    agg: Downsampler,
+    budget: StatsBudget,
+    started: Instant,
+    /// The bucket the latest reading fell in.
+    open: Option<i64>,
+    /// Set once the page has stopped.
+    end: Option<PageEnd>,
+}
+
+impl Pager {
+    pub fn new(interval_ms: i64, budget: StatsBudget, started: Instant) -> Self {
+        Self {
+            agg: Downsampler::new(interval_ms),
+            budget,
+            started,
+            open: None,
+            end: None,
+        }
+    }
+
+    /// Takes the next reading in time order (`v`, the metric's value, `None` when the
+    /// reading lacks it); `Break` once the page is full.
+    pub fn add(&mut self, ts_ms: i64, v: Option<f64>, now: Instant) -> ControlFlow<()> {
+        if self.end.is_some() {
+            return ControlFlow::Break(());
+        }
+        let bucket = self.agg.bucket_of(ts_ms);
+        let elapsed = now.saturating_duration_since(self.started);
+        let count = self.agg.readings;
+        let opens_bucket = self.open.is_some_and(|open| bucket != open);
+        if opens_bucket && (count >= self.budget.readings || elapsed >= self.budget.time) {
+            // Every bucket so far is complete: the page ends before this one.
+            self.end = Some(PageEnd::ResumeAt(bucket));
+            return ControlFlow::Break(());
+        }
+        if count >= 2 * self.budget.readings || elapsed >= 2 * self.budget.time {
+            // Still inside one bucket at twice the budget: leave it to the next page.
+            let open = self.open.unwrap_or(bucket);
+            self.agg.drop_from(open);
+            self.end = Some(PageEnd::ResumeAt(open));
+            return ControlFlow::Break(());
+        }
+        self.open = Some(bucket);
+        self.agg.add(ts_ms, v);
+        ControlFlow::Continue(())
+    }
+
+    /// Readings aggregated into the page.
+    pub fn readings(&self) -> u64 {
+        self.agg.readings
+    }
+
+    /// The page's buckets and where the next page starts. A page that would hold no
+    /// bucket but has more to read is refused: one bucket holds more than two budgets.
+    pub fn finish(self, interval: &str) -> Result<(StatsResponse, PageEnd), ApiError> {
+        let end = self.end.unwrap_or(PageEnd::Complete);
+        if matches!(end, PageEnd::ResumeAt(_)) && self.agg.buckets.is_empty() {
+            return Err(ApiError::bad_request(
+                codes::BAD_INTERVAL,
+                format!(
+                    "one bucket of interval {interval} holds more readings than a stats page \
+                     may read ({} readings or {} s); choose a shorter interval",
+                    2 * self.budget.readings,
+                    (2 * self.budget.time).as_secs_f64()
+                ),
+            ));
+        }
+        Ok((self.agg.finish()?, end))
+    }
+}
+
+/// An interval in the largest unit that divides it (`90s`, `5m`, `1h`, `2d`), for
+/// messages.
+pub fn interval_text(ms: i64) -> String {
+    const UNITS: [(i64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1000, "s"),
+    ];
+    UNITS.iter().find(|(unit, _)| ms % unit == 0).map_or_else(
+        || format!("{ms}ms"),
+        |(unit, name)| format!("{}{name}", ms / unit),
+    )
+}
+
+/// Per-interval count/min/max/avg of one metric. Buckets are aligned to multiples of
+/// the interval since the Unix epoch (like a time-series database's `GROUP BY time`),
+/// so the first bucket may start before `from`; empty buckets are left out.
+#[derive(Debug)]
+struct Downsampler {
+    interval_ms: i64,
+    /// Bucket start -> (readings with the metric, min, max, sum).
+    buckets: BTreeMap<i64, (u64, f64, f64, f64)>,
+    /// Readings taken, with or without the metric.
+    readings: u64,
+}
+
+impl Downsampler {
+    fn new(interval_ms: i64) -> Self {
+        Self {
+            interval_ms,
+            buckets: BTreeMap::new(),
+            readings: 0,
+        }
+    }
+
+    fn bucket_of(&self, ts_ms: i64) -> i64 {
+        ts_ms.div_euclid(self.interval_ms) * self.interval_ms
+    }
+
+    fn add(&mut self, ts_ms: i64, v: Option<f64>) {
+        self.readings += 1;
+        let Some(v) = v.filter(|v| v.is_finite()) else {
+            return;
+        };
+        let b = self.buckets.entry(self.bucket_of(ts_ms)).or_insert((
+            0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+        ));
+        b.0 += 1;
+        b.1 = b.1.min(v);
+        b.2 = b.2.max(v);
+        b.3 += v;
+    }
+
+    /// Forgets the buckets from `start` on.
+    fn drop_from(&mut self, start: i64) {
+        self.buckets.split_off(&start);
+    }
+
+    fn finish(self) -> Result<StatsResponse, ApiError> {
+        let buckets = self
+            .buckets
+            .into_iter()
+            .map(|(start, (count, min, max, sum))| {
+                Ok(StatsBucket {
+                    start: format_ts(start)
+                        .ok_or_else(|| ApiError::internal("bucket start out of range"))?,
+                    count,
+                    min,
+                    max,
+                    avg: sum / count as f64,
+                })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        Ok(StatsResponse {
+            buckets,
+            next_cursor: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+
+    fn budget(readings: u64) -> StatsBudget {
+        StatsBudget {
+            readings,
+            time: Duration::from_secs(3600),
+        }
+    }
+
+    /// Feeds `per_bucket` readings into each of `buckets` hour buckets, one value each.
+    fn feed(pager: &mut Pager, buckets: i64, per_bucket: i64, at: Instant) -> ControlFlow<()> {
+        for b in 0..buckets {
+            for i in 0..per_bucket {
+                pager.add(b * HOUR + i, Some(1.0), at)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    #[test]
+    fn a_page_ends_at_the_first_bucket_boundary_past_the_budget() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(25), t);
+        assert!(feed(&mut pager, 10, 10, t).is_break());
+        let (page, end) = pager.finish("1h").unwrap();
+        // 25 readings reached inside the third bucket, which is finished first.
+        assert_eq!(page.buckets.len(), 3);
+        assert!(page.buckets.iter().all(|b| b.count == 10));
+        assert_eq!(end, PageEnd::ResumeAt(3 * HOUR));
+    }
+
+    #[test]
+    fn a_range_within_the_budget_is_one_complete_page() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(1000), t);
+        assert!(feed(&mut pager, 10, 10, t).is_continue());
+        let (page, end) = pager.finish("1h").unwrap();
+        assert_eq!(page.buckets.len(), 10);
+        assert_eq!(end, PageEnd::Complete);
+    }
+
+    #[test]
+    fn a_bucket_past_twice_the_budget_moves_to_the_next_page() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(10), t);
+        // 5 in bucket 0, then bucket 1 runs past 20 readings.
+        for i in 0..5 {
+            assert!(pager.add(i, Some(1.0), t).is_continue());
+        }
+        let mut broke_at = None;
+        for i in 0..100 {
+            if pager.add(HOUR + i, Some(1.0), t).is_break() {
+                broke_at = Some(i);
+                break;
+            }
+        }
+        assert_eq!(broke_at, Some(15), "20 readings in all, then it stops");
+        let (page, end) = pager.finish("1h").unwrap();
+        assert_eq!(page.buckets.len(), 1, "the partial bucket is left out");
+        assert_eq!(page.buckets[0].count, 5);
+        assert_eq!(end, PageEnd::ResumeAt(HOUR));
+    }
+
+    #[test]
+    fn a_single_bucket_past_twice_the_budget_is_refused_naming_the_interval() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(10), t);
+        assert!(feed(&mut pager, 1, 100, t).is_break());
+        let err = pager.finish("1h").unwrap_err();
+        assert_eq!(err.code, codes::BAD_INTERVAL);
+        assert!(err.message.contains("interval 1h"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_time_budget_ends_a_page_at_a_bucket_boundary() {
+        let t = Instant::now();
+        let mut pager = Pager::new(
+            HOUR,
+            StatsBudget {
+                readings: u64::MAX / 4,
+                time: Duration::from_secs(1),
+            },
+            t,
+        );
+        assert!(pager.add(0, Some(1.0), t).is_continue());
+        let late = t + Duration::from_millis(1500);
+        assert!(pager.add(1, Some(2.0), late).is_continue(), "same bucket");
+        assert!(pager.add(HOUR, Some(3.0), late).is_break());
+        let (page, end) = pager.finish("1h").unwrap();
+        assert_eq!(page.buckets.len(), 1);
+        assert_eq!(page.buckets[0].count, 2);
+        assert_eq!(end, PageEnd::ResumeAt(HOUR));
+    }
+
+    #[test]
+    fn intervals_are_named_in_their_largest_unit() {
+        assert_eq!(interval_text(90_000), "90s");
+        assert_eq!(interval_text(300_000), "5m");
+        assert_eq!(interval_text(3_600_000), "1h");
+        assert_eq!(interval_text(2 * 86_400_000), "2d");
+    }
+
+    #[test]
+    fn readings_without_the_metric_count_against_the_budget_but_make_no_bucket() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(1000), t);
+        assert!(pager.add(0, None, t).is_continue());
+        assert!(pager.add(1, Some(f64::NAN), t).is_continue());
+        assert_eq!(pager.readings(), 2);
+        let (page, end) = pager.finish("1h").unwrap();
+        assert!(page.buckets.is_empty());
+        assert_eq!(end, PageEnd::Complete);
+    }
+}
