@@ -501,7 +501,16 @@ fn check_ingest_role(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The query role under both settings of `TimeIndex`.
 fn check_query_role(t: &Template) -> Result<()> {
+    for setting in ["enabled", "disabled"] {
+        let t = Template::parse(&yaml_serde::to_string(&t.doc)?, &[("TimeIndex", setting)])?;
+        check_query_role_with(&t).with_context(|| format!("with TimeIndex={setting}"))?;
+    }
+    Ok(())
+}
+
+fn check_query_role_with(t: &Template) -> Result<()> {
     check_function(t, "QueryFunction", "query", "QueryRole")?;
     let grants = role_grants(t, "QueryRole")?;
     // Reads of the time index are scoped to that index, and only when it exists.
@@ -877,7 +886,7 @@ fn check_tables(t: &Template) -> Result<()> {
 /// The readings table's local secondary index that orders a shard's bucket by time.
 const TIME_INDEX: &str = "by-time";
 
-/// With `TimeIndex` enabled (the default): the LSI with sort key `ts_ms` (a Number,
+/// With `TimeIndex` enabled (disabled by default): the LSI with sort key `ts_ms` (a Number,
 /// declared), every attribute projected (a page answers without a fetch per item), and
 /// its name handed to the query function; disabled: none of it, and an empty name (the
 /// function then reads whole buckets).
@@ -1057,9 +1066,20 @@ fn readings_table_has_the_time_index() -> Result<()> {
     run("time index")
 }
 
+/// What the default template charges per reading: every index on the readings table
+/// writes each item again, so the default has none, and a reading of up to 1 KB costs
+/// one write unit.
 #[test]
-fn query_role_reads_without_the_time_index_when_disabled() -> Result<()> {
-    check_query_role(&Template::load(&[("TimeIndex", "disabled")])?)
+fn the_default_template_writes_a_reading_for_one_write_unit() -> Result<()> {
+    let t = Template::load(&[])?;
+    let readings = t.props("ReadingsTable")?;
+    for index in ["LocalSecondaryIndexes", "GlobalSecondaryIndexes"] {
+        ensure!(
+            readings.get(index).is_none(),
+            "the default ReadingsTable has {index}: each writes every reading again"
+        );
+    }
+    Ok(())
 }
 
 #[test]

@@ -21,6 +21,10 @@ pub enum LocalCommand {
         /// Prefix of the local resource names (`{prefix}-{LogicalId}`).
         #[arg(long, default_value = DEFAULT_PREFIX)]
         prefix: String,
+        /// A template parameter in place of its default (repeatable), e.g.
+        /// `--parameter TimeIndex=enabled`.
+        #[arg(long = "parameter")]
+        parameters: Vec<String>,
         #[command(flatten)]
         capacity: CapacityArgs,
     },
@@ -34,8 +38,12 @@ pub enum LocalCommand {
 
 pub fn run(root: &Path, command: LocalCommand) -> Result<()> {
     match command {
-        LocalCommand::Up { prefix, capacity } => {
-            let endpoint = up(root, &prefix)?;
+        LocalCommand::Up {
+            prefix,
+            parameters,
+            capacity,
+        } => {
+            let endpoint = up(root, &prefix, &parameters)?;
             if capacity.capacity {
                 let proxy = start_capacity_proxy(root, &endpoint, &capacity)?;
                 point_env_at_proxy(&env_path(root), &proxy)?;
@@ -138,7 +146,7 @@ pub fn env_path(root: &Path) -> PathBuf {
 /// Brings the stack up (moto detached, resources created by `shardline provision`, env
 /// file written) and returns moto's endpoint. If a recorded moto still runs, it is
 /// reused so `up` twice does not leak servers.
-pub fn up(root: &Path, prefix: &str) -> Result<String> {
+pub fn up(root: &Path, prefix: &str, parameters: &[String]) -> Result<String> {
     let venv = ensure_venv(root)?;
     let running = pids::recorded(root)?
         .into_iter()
@@ -164,7 +172,8 @@ pub fn up(root: &Path, prefix: &str) -> Result<String> {
             .args(["provision", "--endpoint", &endpoint, "--prefix", prefix])
             .arg("--env-file")
             .arg(&env_file)
-            .arg(format!("--env=MOTO_URL={endpoint}")),
+            .arg(format!("--env=MOTO_URL={endpoint}"))
+            .args(parameters.iter().map(|p| format!("--parameter={p}"))),
     )?;
     Ok(endpoint)
 }

@@ -308,7 +308,24 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             after.as_ref(),
         )
         .await
-        .map_err(exec_error)?;
+        .map_err(|e| match e {
+            // Without the index, a read over every device sorts whole buckets: say
+            // which deployment setting lifts the limit.
+            ExecError::TooMuchToSort { limit }
+                if device.is_none() && self.config.time_index.is_none() =>
+            {
+                ApiError::bad_request(
+                    codes::RANGE_TOO_LARGE,
+                    format!(
+                        "without the time index, a read over every device sorts the whole time \
+                         buckets its range touches, and these hold more than {limit} readings; \
+                         read a shorter range, or deploy with TimeIndex=enabled (one more write \
+                         unit per reading) so that such a read stops after the readings it needs"
+                    ),
+                )
+            }
+            e => exec_error(e),
+        })?;
         let next_cursor = match (outcome.more, outcome.items.last()) {
             (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
             _ => None,

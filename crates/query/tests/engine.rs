@@ -324,7 +324,8 @@ async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
         layout: Some(table_history(vec![(0, hourly(1))])),
         ..FakeShards::default()
     };
-    load(&table, &shards, &readings("dev-1", 500, 1_000));
+    // 2,000 readings in one bucket, 40 pages of 50.
+    load(&table, &shards, &readings("dev-1", 2_000, 1_000));
     let mut config = query::ServiceConfig::new(crate::common::key());
     config.max_buffered = 300;
     let svc = query::QueryService::new(&table, Arc::new(shards), config);
@@ -337,6 +338,16 @@ async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
         .await;
     assert_eq!(resp.status(), 400, "{}", resp.body());
     assert!(resp.body().contains("range_too_large"), "{}", resp.body());
+    assert!(
+        resp.body().contains("TimeIndex=enabled"),
+        "the refusal names the option that lifts it: {}",
+        resp.body()
+    );
+    assert!(
+        table.calls() <= 10,
+        "it stops reading past the limit, not at the bucket's end: {} calls of 40",
+        table.calls()
+    );
 }
 
 #[tokio::test]

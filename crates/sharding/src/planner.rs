@@ -253,6 +253,73 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, PlannerError> {
     })
 }
 
+/// Price of one million on-demand write request units, standard table class,
+/// us-east-1 (since November 2024); other regions and provisioned capacity differ.
+pub const ON_DEMAND_PRICE_PER_MILLION_WRITES: f64 = 0.625;
+
+/// Seconds of the month a cost estimate covers (30 days).
+pub const MONTH_SECS: f64 = 30.0 * 86_400.0;
+
+/// What one choice of the readings table's indexes costs in writes, and what it buys.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WriteCost {
+    /// The template setting, e.g. `TimeIndex=disabled`.
+    pub option: &'static str,
+    /// Write units per reading: the item once, and again for each index holding it.
+    pub wcu_per_reading: u32,
+    /// Write cost of a 30-day month at the given mean rate and price, in US dollars.
+    pub monthly_usd: f64,
+    /// What the writes buy.
+    pub buys: &'static str,
+}
+
+/// The write cost of each choice of the readings table's time index, for readings of
+/// `wcu_per_item` write units at a mean of `mean_wps` readings per second. The index
+/// projects every attribute, so its entry is as large as the item and costs as much.
+///
+/// # Errors
+/// A rate or price that is negative or not finite.
+pub fn write_costs(
+    wcu_per_item: u32,
+    mean_wps: f64,
+    price_per_million: f64,
+) -> Result<Vec<WriteCost>, PlannerError> {
+    for (field, value) in [
+        ("mean_wps", mean_wps),
+        ("price_per_million", price_per_million),
+    ] {
+        if finite(field, value)? < 0.0 {
+            return Err(PlannerError::InvalidInput {
+                field,
+                reason: format!("{value} is negative"),
+            });
+        }
+    }
+    let cost = |indexes: u32| {
+        let wcu = wcu_per_item.saturating_mul(1 + indexes);
+        let monthly_usd = mean_wps * MONTH_SECS * f64::from(wcu) * price_per_million / 1e6;
+        (wcu, monthly_usd)
+    };
+    let (without, without_usd) = cost(0);
+    let (with, with_usd) = cost(1);
+    Ok(vec![
+        WriteCost {
+            option: "TimeIndex=disabled",
+            wcu_per_reading: without,
+            monthly_usd: without_usd,
+            buys: "reads of one device; a read over every device sorts the whole buckets \
+                   its range touches, and is refused past MAX_BUFFERED_READINGS",
+        },
+        WriteCost {
+            option: "TimeIndex=enabled",
+            wcu_per_reading: with,
+            monthly_usd: with_usd,
+            buys: "reads over every device stop after the readings they need; each key \
+                   takes half the readings per second, and a key's bucket at most 10 GB",
+        },
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,5 +332,29 @@ mod tests {
         assert_eq!(num(500.0), "500");
         assert_eq!(num(2.5), "2.5");
         assert_eq!(num(2.0), "2");
+    }
+
+    #[test]
+    fn the_time_index_doubles_the_write_cost() {
+        let costs = write_costs(1, 50_000.0, ON_DEMAND_PRICE_PER_MILLION_WRITES).unwrap();
+        assert_eq!(costs[0].option, "TimeIndex=disabled");
+        assert_eq!(costs[0].wcu_per_reading, 1);
+        // 50,000/s for 30 days is 129.6 billion writes at $0.625 per million.
+        assert!(
+            (costs[0].monthly_usd - 81_000.0).abs() < 1e-6,
+            "{}",
+            costs[0].monthly_usd
+        );
+        assert_eq!(costs[1].wcu_per_reading, 2);
+        assert!((costs[1].monthly_usd - 162_000.0).abs() < 1e-6);
+        let big = write_costs(3, 10.0, 1.0).unwrap();
+        assert_eq!((big[0].wcu_per_reading, big[1].wcu_per_reading), (3, 6));
+    }
+
+    #[test]
+    fn a_cost_of_a_negative_or_infinite_rate_is_refused() {
+        assert!(write_costs(1, -1.0, 0.625).is_err());
+        assert!(write_costs(1, f64::NAN, 0.625).is_err());
+        assert!(write_costs(1, 1.0, f64::INFINITY).is_err());
     }
 }

@@ -4,7 +4,10 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
-use sharding::planner::{CapacityPlan, DEFAULT_SAFETY, PARTITION_WCU, PlanInput, plan_capacity};
+use sharding::planner::{
+    CapacityPlan, DEFAULT_SAFETY, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_WRITES, PARTITION_WCU,
+    PlanInput, WriteCost, plan_capacity, write_costs,
+};
 
 /// Flags of `shardline plan`.
 #[derive(Debug, Args)]
@@ -27,12 +30,24 @@ pub struct PlanArgs {
     /// Evaluate this table-level shard count instead of choosing one.
     #[arg(long)]
     pub table_shards: Option<u32>,
+    /// Mean readings per second over a month, for the write cost (default: the peak,
+    /// --global-wps).
+    #[arg(long)]
+    pub mean_wps: Option<f64>,
+    /// US dollars per million write request units (default: on-demand, standard table
+    /// class, us-east-1).
+    #[arg(long, default_value_t = ON_DEMAND_PRICE_PER_MILLION_WRITES)]
+    pub price_per_million_writes: f64,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
 }
 
 impl PlanArgs {
+    fn mean_wps(&self) -> f64 {
+        self.mean_wps.unwrap_or(self.global_wps)
+    }
+
     fn input(&self) -> PlanInput {
         PlanInput {
             global_wps: self.global_wps,
@@ -48,10 +63,18 @@ impl PlanArgs {
 /// Runs the planner and prints its answer to stdout.
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let plan = plan_capacity(&args.input()).context("cannot plan capacity")?;
+    let costs = write_costs(
+        plan.wcu_per_item,
+        args.mean_wps(),
+        args.price_per_million_writes,
+    )
+    .context("cannot estimate the write cost")?;
     let text = if args.json {
-        serde_json::to_string_pretty(&plan).context("cannot encode the plan")?
+        let mut value = serde_json::to_value(&plan).context("cannot encode the plan")?;
+        value["write_costs"] = serde_json::to_value(&costs).context("cannot encode the costs")?;
+        serde_json::to_string_pretty(&value).context("cannot encode the plan")?
     } else {
-        summary(args, &plan)
+        format!("{}\n{}", summary(args, &plan), costs_text(args, &costs))
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}").context("cannot write to stdout")?;
@@ -101,6 +124,23 @@ fn summary(args: &PlanArgs, plan: &CapacityPlan) -> String {
             s.push_str("\n  - ");
             s.push_str(w);
         }
+    }
+    s
+}
+
+/// The write cost of each time-index choice, one line each.
+fn costs_text(args: &PlanArgs, costs: &[WriteCost]) -> String {
+    let mut s = format!(
+        "Write cost of a {:.0}-day month at a mean {} readings/s, ${} per million write units:",
+        MONTH_SECS / 86_400.0,
+        args.mean_wps(),
+        args.price_per_million_writes
+    );
+    for c in costs {
+        s.push_str(&format!(
+            "\n  {:<20} {} WCU per reading, ${:.0} a month: {}",
+            c.option, c.wcu_per_reading, c.monthly_usd, c.buys
+        ));
     }
     s
 }

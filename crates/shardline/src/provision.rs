@@ -24,6 +24,10 @@ pub struct ProvisionArgs {
     /// A further `KEY=VALUE` line for the env file (repeatable), e.g. `MOTO_URL=...`.
     #[arg(long = "env", value_parser = parse_pair)]
     pub extra: Vec<(String, String)>,
+    /// A template parameter in place of its default (repeatable), as `sam deploy
+    /// --parameter-overrides` takes it, e.g. `TimeIndex=enabled`.
+    #[arg(long = "parameter", value_parser = parse_pair)]
+    pub parameters: Vec<(String, String)>,
 }
 
 pub async fn run(args: &ProvisionArgs) -> Result<()> {
@@ -36,7 +40,7 @@ pub async fn run(args: &ProvisionArgs) -> Result<()> {
         .env_file
         .clone()
         .unwrap_or_else(|| root.join(".local/stack.env"));
-    let stack = stand_in::provision(&args.endpoint, &template, &args.prefix)
+    let stack = stand_in::provision_with(&args.endpoint, &template, &args.prefix, &args.parameters)
         .await
         .with_context(|| format!("provisioning {} on {}", template.display(), args.endpoint))?;
     stack.write_env_with(&env_file, &args.extra)?;

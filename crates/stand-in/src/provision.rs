@@ -49,9 +49,20 @@ impl Stack {
 /// attributes again). Returns the stack by the logical ids `ReadingsTable`,
 /// `ShardsTable`, `IngestQueue` and `IngestDLQ`.
 pub async fn provision(endpoint: &str, template_path: &Path, prefix: &str) -> Result<Stack> {
+    provision_with(endpoint, template_path, prefix, &[]).await
+}
+
+/// [`provision`] with parameter values in place of the template's defaults (`Name`,
+/// `Value` pairs, as `sam deploy --parameter-overrides`); an unknown name is an error.
+pub async fn provision_with(
+    endpoint: &str,
+    template_path: &Path,
+    prefix: &str,
+    parameters: &[(String, String)],
+) -> Result<Stack> {
     let template = Template::load(template_path)?;
     let config = sdk_config(endpoint).await;
-    let mut bindings = local_bindings(prefix);
+    let mut bindings = local_bindings(&template, prefix, parameters)?;
     let tables = create_tables(&template, &config, prefix, Backend::Moto, &mut bindings).await?;
     let queues = create_queues(&template, &config, prefix, &mut bindings).await?;
     let table = |id: &str| {
@@ -112,7 +123,7 @@ pub async fn provision_tables(
 ) -> Result<Tables> {
     let template = Template::load(template_path)?;
     let config = sdk_config(endpoint).await;
-    let mut bindings = local_bindings(prefix);
+    let mut bindings = local_bindings(&template, prefix, &[])?;
     let names = create_tables(&template, &config, prefix, backend, &mut bindings).await?;
     Ok(Tables {
         endpoint: endpoint.to_owned(),
@@ -121,13 +132,23 @@ pub async fn provision_tables(
     })
 }
 
-fn local_bindings(prefix: &str) -> Bindings {
-    Bindings {
+fn local_bindings(
+    template: &Template,
+    prefix: &str,
+    parameters: &[(String, String)],
+) -> Result<Bindings> {
+    for (name, _) in parameters {
+        if template.parameter_default(name).is_none() {
+            bail!("template.yaml has no parameter {name} with a default to override");
+        }
+    }
+    Ok(Bindings {
         region: LOCAL_REGION.to_owned(),
         account_id: LOCAL_ACCOUNT_ID.to_owned(),
         stack_name: prefix.to_owned(),
+        parameters: parameters.iter().cloned().collect(),
         ..Bindings::default()
-    }
+    })
 }
 
 fn local_name(prefix: &str, logical_id: &str) -> String {

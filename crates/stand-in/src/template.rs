@@ -38,6 +38,9 @@ pub struct Bindings {
     pub region: String,
     pub account_id: String,
     pub stack_name: String,
+    /// Parameter values that replace their `Default`, as `sam deploy
+    /// --parameter-overrides` does.
+    pub parameters: BTreeMap<String, String>,
 }
 
 impl Template {
@@ -270,6 +273,9 @@ impl Template {
             _ => {}
         }
         if self.parameters.contains_key(name) {
+            if let Some(value) = b.parameters.get(name) {
+                return Ok(value.clone());
+            }
             return self
                 .parameter_default(name)
                 .with_context(|| format!("parameter {name} has no Default"));
@@ -433,6 +439,20 @@ Resources:
         let t = Template::parse(TEXT).unwrap();
         let q = t.resource("Q").unwrap();
         t.resolve(&q.properties[key], &bindings()).unwrap()
+    }
+
+    #[test]
+    fn a_parameter_override_replaces_the_default_in_references_and_conditions() {
+        let t = Template::parse(TEXT).unwrap();
+        let mut b = bindings();
+        b.parameters.insert("Env".into(), "dev".into());
+        assert!(t.condition("IsDev", &b).unwrap());
+        let q = t.resource("Q").unwrap();
+        assert_eq!(
+            t.resolve(&q.properties["Pick"], &b).unwrap(),
+            Value::String("dev-value".into())
+        );
+        assert!(!t.condition("IsDev", &bindings()).unwrap(), "the default");
     }
 
     #[test]
