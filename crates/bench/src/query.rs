@@ -1,4 +1,6 @@
-//! Item 4: query latency through the proxy (forward mode, 10 ms) in front of moto.
+//! Item 4: the default template's write units per reading, and query latency through the
+//! proxy (forward mode, 10 ms) in front of dynalite (held to the goals) and moto
+//! (context).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -6,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue;
 use capacity_proxy::{Proxy, ProxyConfig};
+use query::service::ReadStats;
 use query::{CursorKey, QueryService, ServiceConfig, parse_request};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -35,32 +38,198 @@ fn pcts(mut xs: Vec<f64>) -> (f64, f64) {
     (common::quantile(&xs, 0.5), common::quantile(&xs, 0.99))
 }
 
-/// Item 4.
+/// The two DynamoDB stand-ins item 4 reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// Keeps each key's items, and each index's entries, in their own key order: a
+    /// Query reads the key's range, as DynamoDB does. Its figures stand for DynamoDB.
+    Dynalite,
+    /// Answers every Query, on the table or an index, by scanning the whole table
+    /// (`Table.query` in moto/dynamodb/models/table.py loops over `all_items()`): context.
+    Moto,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Dynalite => "dynalite",
+            Self::Moto => "moto",
+        }
+    }
+}
+
+/// A local DynamoDB stand-in, stopped when dropped.
+enum Server {
+    Dynalite(stand_in::Dynalite),
+    Moto(stand_in::Moto),
+}
+
+impl Server {
+    fn start(root: &Path, backend: Backend) -> Result<Self> {
+        Ok(match backend {
+            Backend::Dynalite => Self::Dynalite(stand_in::Dynalite::start(
+                &stand_in::ensure_dynalite(root)?,
+            )?),
+            Backend::Moto => Self::Moto(stand_in::Moto::start(&stand_in::ensure_venv(root)?)?),
+        })
+    }
+
+    fn endpoint(&self) -> String {
+        match self {
+            Self::Dynalite(d) => d.endpoint(),
+            Self::Moto(m) => m.endpoint(),
+        }
+    }
+
+    fn backend(&self) -> stand_in::Backend {
+        match self {
+            Self::Dynalite(_) => stand_in::Backend::Dynalite,
+            Self::Moto(_) => stand_in::Backend::Moto,
+        }
+    }
+}
+
+/// What one backend's run measured, in ms and read statistics.
+struct Measured {
+    stored: usize,
+    single: Vec<f64>,
+    single_index: Vec<f64>,
+    device: Vec<f64>,
+    every: Vec<f64>,
+    device_stats: Option<ReadStats>,
+    every_stats: Option<ReadStats>,
+}
+
+/// Item 4: the write cost of the default template, then the reads on dynalite (the
+/// figures held to the goals) and on moto (context).
 pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Result<()> {
-    let venv = stand_in::ensure_venv(root)?;
-    let moto = stand_in::Moto::start(&venv)?;
+    write_units_per_reading(root, results).await?;
+    for backend in [Backend::Dynalite, Backend::Moto] {
+        let measured = measure(root, backend, settings)
+            .await
+            .with_context(|| format!("item 4 on {}", backend.name()))?;
+        report(results, backend, settings, &measured);
+    }
+    Ok(())
+}
+
+/// Write units one reading costs with the default template: its item's units, once
+/// for the table and once more for every index on it (each writes the item again).
+async fn write_units_per_reading(root: &Path, results: &mut Results) -> Result<()> {
+    let server = Server::start(root, Backend::Dynalite)?;
+    let tables = stand_in::provision_tables(
+        &server.endpoint(),
+        &root.join("template.yaml"),
+        "bench-default",
+        server.backend(),
+    )
+    .await
+    .context("provisioning the default template's tables")?;
+    let client = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+    let described = client
+        .describe_table()
+        .table_name(tables.name("ReadingsTable")?)
+        .send()
+        .await?;
+    let table = described
+        .table()
+        .context("DescribeTable answered no table")?;
+    let indexes = table.local_secondary_indexes().len() + table.global_secondary_indexes().len();
+    let item = common::keyed_item(
+        &Gen {
+            device: "sensor-alpha-001".to_owned(),
+            event: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".to_owned(),
+            ts_ms: T0_MS,
+            temperature: 21.5,
+        },
+        &TableHistory::new(common::hourly(SHARDS)),
+        Duration::from_secs(365 * 86_400),
+    )?
+    .to_item()?;
+    let size = store::size::item_size(&item);
+    let units = store::size::write_units(size) * (1 + indexes);
+    results.goal(
+        "4",
+        "write units per reading, default template (a reading of the demo's shape)",
+        format!(
+            "{units}.0 ({size}-byte item, {} WCU; {indexes} indexes on the readings table)",
+            store::size::write_units(size)
+        ),
+        "<= 1.0",
+        at_most(units as f64, 1.0),
+    );
+    Ok(())
+}
+
+/// Seeds one backend with the item's readings and times the reads through the query
+/// service behind the capacity-proxy.
+async fn measure(root: &Path, backend: Backend, settings: Settings) -> Result<Measured> {
+    let server = Server::start(root, backend)?;
     // The time index is off by default (one more write unit per reading); this item
     // measures the every-device route with it, as a deployment that turns it on reads.
-    let stack = stand_in::provision_with(
-        &moto.endpoint(),
+    let tables = stand_in::provision_tables_with(
+        &server.endpoint(),
         &root.join("template.yaml"),
         "bench",
+        server.backend(),
         &[("TimeIndex".to_owned(), "enabled".to_owned())],
     )
     .await
-    .context("provisioning the template's tables on moto")?;
-    let direct = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&moto.endpoint()).await);
-    // The time index as the stand-in created it from template.yaml (TimeIndex=enabled).
-    let time_index = stack.readings_time_index.clone();
+    .context("provisioning the template's tables")?;
+    let (readings_table, shards_table) = (
+        tables.name("ReadingsTable")?.to_owned(),
+        tables.name("ShardsTable")?.to_owned(),
+    );
+    let direct = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+    let time_index = stand_in::time_index(&direct, &readings_table)
+        .await?
+        .context("the provisioned readings table has no time index")?;
     let table = TableHistory::new(common::hourly(SHARDS));
-    DynamoShards::new(&direct, &stack.shard_table_name)
+    DynamoShards::new(&direct, &shards_table)
         .create_layout(&table)
         .await?;
+    let stored = seed(&direct, &readings_table, &table, settings.devices).await?;
 
-    // Every device, one reading every 2 minutes for 6 hours, written straight to moto.
+    let mut pc = ProxyConfig::forward(&server.endpoint())?;
+    pc.faults.latency_ms = LATENCY_MS;
+    pc.seed = Some(4);
+    let proxy = Proxy::start(pc).await?;
+    let via = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&proxy.url()).await);
+    let mut config = ServiceConfig::new(CursorKey::new(vec![7u8; 32])?);
+    config.time_index = Some(time_index.clone());
+    let svc = QueryService::new(
+        DynamoReadingSource::new(via.clone(), &readings_table),
+        DynamoShards::new(&via, &shards_table),
+        config,
+    );
+    let reads = Reads {
+        via: &via,
+        table_name: &readings_table,
+        svc: &svc,
+        // One device's partition for one hour: the single Query every figure is set
+        // against.
+        device_pk: pk_of("dev-00001", T0_MS + 1, &table)?,
+        // One shard's hour through the time index: the kind of Query a read over every
+        // device makes.
+        shard_hour_pk: pk_of("dev-00001", T0_MS + 2 * 3_600_000 + 1, &table)?,
+        time_index,
+    };
+    let measured = reads.time(settings.iterations, stored).await;
+    proxy.shutdown().await?;
+    measured
+}
+
+/// Every device, one reading every 2 minutes for 6 hours, written straight to the
+/// backend; returns how many items.
+async fn seed(
+    client: &aws_sdk_dynamodb::Client,
+    table_name: &str,
+    table: &TableHistory,
+    devices: usize,
+) -> Result<usize> {
     let retention = Duration::from_secs(3650 * 86_400);
     let mut items = Vec::new();
-    for d in 0..settings.devices {
+    for d in 0..devices {
         for i in 0..(HOURS * 3_600_000 / EVERY_MS) {
             let g = Gen {
                 device: format!("dev-{d:05}"),
@@ -68,12 +237,12 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
                 ts_ms: T0_MS + i * EVERY_MS + d as i64,
                 temperature: 20.0,
             };
-            items.push(common::keyed_item(&g, &table, retention)?.to_item()?);
+            items.push(common::keyed_item(&g, table, retention)?.to_item()?);
         }
     }
     let stored = items.len();
     let writer = BatchWriter::new(
-        DynamoTable::new(&direct, &stack.table_name),
+        DynamoTable::new(client, table_name),
         WriterConfig {
             max_inflight: 4,
             backoff: sharding::Backoff {
@@ -93,199 +262,201 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         .await;
     anyhow::ensure!(
         report.stats.written as usize == stored,
-        "seeding moto wrote {} of {stored} items",
+        "seeding wrote {} of {stored} items",
         report.stats.written
     );
+    Ok(stored)
+}
 
-    let mut pc = ProxyConfig::forward(&moto.endpoint())?;
-    pc.faults.latency_ms = LATENCY_MS;
-    pc.seed = Some(4);
-    let proxy = Proxy::start(pc).await?;
-    let via = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&proxy.url()).await);
-    let mut config = ServiceConfig::new(CursorKey::new(vec![7u8; 32])?);
-    config.time_index.clone_from(&time_index);
-    let svc = QueryService::new(
-        DynamoReadingSource::new(via.clone(), &stack.table_name),
-        DynamoShards::new(&via, &stack.shard_table_name),
-        config,
-    );
-
-    // One device's partition for one hour: the single Query every figure is set against.
-    let one = common::keyed_item(
-        &Gen {
-            device: "dev-00001".to_owned(),
-            event: "e00000".to_owned(),
-            ts_ms: T0_MS + 1,
-            temperature: 20.0,
-        },
-        &table,
-        retention,
-    )?;
-    // One partition key, limit 100, on the table or on an index.
-    let single = |pk: String, index: Option<String>| {
-        let via = via.clone();
-        let name = stack.table_name.clone();
-        async move {
-            let t = Instant::now();
-            via.query()
-                .table_name(name)
-                .set_index_name(index)
-                .key_condition_expression("PK = :pk")
-                .expression_attribute_values(":pk", AttributeValue::S(pk))
-                .limit(100)
-                .send()
-                .await?;
-            anyhow::Ok(t.elapsed().as_secs_f64() * 1000.0)
-        }
+/// The partition key of `device`'s reading at `ts_ms`.
+fn pk_of(device: &str, ts_ms: i64, table: &TableHistory) -> Result<String> {
+    let g = Gen {
+        device: device.to_owned(),
+        event: "e00000".to_owned(),
+        ts_ms,
+        temperature: 20.0,
     };
-    // One shard's hour through the time index: the kind of Query a read over every
-    // device makes (moto answers an index Query by scanning every item of the table).
-    let shard_hour = common::keyed_item(
-        &Gen {
-            device: "dev-00001".to_owned(),
-            event: "e00000".to_owned(),
-            ts_ms: T0_MS + 2 * 3_600_000 + 1,
-            temperature: 20.0,
-        },
-        &table,
-        retention,
-    )?;
-    let request = |path: &'static str, query: String| {
-        let svc = &svc;
-        async move {
-            let t = Instant::now();
-            let endpoint = parse_request("GET", path, Some(&query), &svc.config().limits)
-                .map_err(|e| anyhow::anyhow!("{path}?{query}: {}", e.message))?;
-            let (_, stats) = svc
-                .execute(endpoint)
-                .await
-                .map_err(|e| anyhow::anyhow!("{path}?{query}: {}", e.message))?;
-            anyhow::Ok((t.elapsed().as_secs_f64() * 1000.0, stats))
-        }
-    };
-    let device_q = format!("from={T0_MS}&to={}&limit=100", T0_MS + HOURS * 3_600_000);
-    let all_q = format!(
-        "from={}&to={}&limit=100",
-        T0_MS + 2 * 3_600_000,
-        T0_MS + 3 * 3_600_000
-    );
-    // Warm-up: connections, the directory cache.
-    for _ in 0..3 {
-        single(one.pk.clone(), None).await?;
-        request("/devices/dev-00001/readings", device_q.clone()).await?;
-        request("/readings", all_q.clone()).await?;
-    }
-    let (mut s, mut si, mut d, mut a) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut d_stats, mut a_stats) = (None, None);
-    for _ in 0..settings.iterations {
-        s.push(single(one.pk.clone(), None).await?);
-        if time_index.is_some() {
-            si.push(single(shard_hour.pk.clone(), time_index.clone()).await?);
-        }
-        let (ms, st) = request("/devices/dev-00001/readings", device_q.clone()).await?;
-        d.push(ms);
-        d_stats = Some(st);
-        let (ms, st) = request("/readings", all_q.clone()).await?;
-        a.push(ms);
-        a_stats = Some(st);
-    }
-    proxy.shutdown().await?;
-    drop(moto);
+    Ok(common::keyed_item(&g, table, Duration::from_secs(3650 * 86_400))?.pk)
+}
 
-    let (s50, s99) = pcts(s);
-    let (d50, d99) = pcts(d);
-    let (a50, a99) = pcts(a);
+/// The reads item 4 times, on one backend.
+struct Reads<'a, S: store::read::ReadingSource, D: ShardStore> {
+    via: &'a aws_sdk_dynamodb::Client,
+    table_name: &'a str,
+    svc: &'a QueryService<S, D>,
+    device_pk: String,
+    shard_hour_pk: String,
+    time_index: String,
+}
+
+impl<S: store::read::ReadingSource, D: ShardStore> Reads<'_, S, D> {
+    /// One partition key, limit 100, on the table or on an index; ms.
+    async fn single(&self, pk: &str, index: Option<&str>) -> Result<f64> {
+        let t = Instant::now();
+        self.via
+            .query()
+            .table_name(self.table_name)
+            .set_index_name(index.map(str::to_owned))
+            .key_condition_expression("PK = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+            .limit(100)
+            .send()
+            .await?;
+        Ok(t.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    /// One API request through the query service; ms and its read statistics.
+    async fn request(&self, path: &str, query: &str) -> Result<(f64, ReadStats)> {
+        let t = Instant::now();
+        let endpoint = parse_request("GET", path, Some(query), &self.svc.config().limits)
+            .map_err(|e| anyhow::anyhow!("{path}?{query}: {}", e.message))?;
+        let (_, stats) = self
+            .svc
+            .execute(endpoint)
+            .await
+            .map_err(|e| anyhow::anyhow!("{path}?{query}: {}", e.message))?;
+        Ok((t.elapsed().as_secs_f64() * 1000.0, stats))
+    }
+
+    /// Three warm-up rounds (connections, the directory cache), then `iterations`
+    /// measured rounds of each read.
+    async fn time(&self, iterations: usize, stored: usize) -> Result<Measured> {
+        let device_q = format!("from={T0_MS}&to={}&limit=100", T0_MS + HOURS * 3_600_000);
+        let every_q = format!(
+            "from={}&to={}&limit=100",
+            T0_MS + 2 * 3_600_000,
+            T0_MS + 3 * 3_600_000
+        );
+        const DEVICE: &str = "/devices/dev-00001/readings";
+        for _ in 0..3 {
+            self.single(&self.device_pk, None).await?;
+            self.request(DEVICE, &device_q).await?;
+            self.request("/readings", &every_q).await?;
+        }
+        let mut m = Measured {
+            stored,
+            single: Vec::new(),
+            single_index: Vec::new(),
+            device: Vec::new(),
+            every: Vec::new(),
+            device_stats: None,
+            every_stats: None,
+        };
+        for _ in 0..iterations {
+            m.single.push(self.single(&self.device_pk, None).await?);
+            m.single_index.push(
+                self.single(&self.shard_hour_pk, Some(&self.time_index))
+                    .await?,
+            );
+            let (ms, st) = self.request(DEVICE, &device_q).await?;
+            m.device.push(ms);
+            m.device_stats = Some(st);
+            let (ms, st) = self.request("/readings", &every_q).await?;
+            m.every.push(ms);
+            m.every_stats = Some(st);
+        }
+        Ok(m)
+    }
+}
+
+/// Item 4's rows for one backend: held to the goals on dynalite, context on moto.
+fn report(results: &mut Results, backend: Backend, settings: Settings, m: &Measured) {
+    let on = backend.name();
+    let (s50, s99) = pcts(m.single.clone());
+    let (i50, i99) = pcts(m.single_index.clone());
+    let (d50, d99) = pcts(m.device.clone());
+    let (a50, a99) = pcts(m.every.clone());
     results.figure(
         "4",
-        "single Query (one PK, limit 100): p50 / p99",
+        &format!("{on}: single Query (one PK, limit 100): p50 / p99"),
         format!("{s50:.1} / {s99:.1} ms"),
     );
-    if !si.is_empty() {
-        let (i50, i99) = pcts(si);
-        results.figure(
-            "4",
-            "single Query through the time index (one shard's hour, limit 100): p50 / p99",
-            format!("{i50:.1} / {i99:.1} ms"),
-        );
-        results.figure(
-            "4",
-            "every device over 1 hour, N = 32: p50 / p99 (x single time-index Query; context, \
-             the goal is set against the single Query above)",
-            format!("{:.2}x / {:.2}x", a50 / i50, a99 / i99),
-        );
-    }
-    for (name, p50, p99, goal) in [
+    results.figure(
+        "4",
+        &format!(
+            "{on}: single Query through the time index (one shard's hour, limit 100): p50 / p99"
+        ),
+        format!("{i50:.1} / {i99:.1} ms"),
+    );
+    let rows = [
         ("one device over 6 hour-buckets, limit 100", d50, d99, 2.0),
         ("every device over 1 hour, N = 32, limit 100", a50, a99, 3.0),
-    ] {
-        results.goal(
-            "4",
-            &format!("{name}: p50 / p99 (x single Query)"),
-            format!(
-                "{p50:.1} / {p99:.1} ms ({:.2}x / {:.2}x)",
-                p50 / s50,
-                p99 / s99
-            ),
-            &format!("<= {goal}x"),
-            format!(
-                "p50 {}; p99 {}",
-                at_most(p50 / s50, goal),
-                at_most(p99 / s99, goal)
-            ),
+    ];
+    for (name, p50, p99, goal) in rows {
+        let metric = format!("{on}: {name}: p50 / p99 (x single Query)");
+        let value = format!(
+            "{p50:.1} / {p99:.1} ms ({:.2}x / {:.2}x)",
+            p50 / s50,
+            p99 / s99
         );
-    }
-    for (name, st, goal) in [
-        ("every device over 1 hour, limit=100", a_stats, Some(1.5)),
-        ("one device over 6 hours, limit=100", d_stats, None),
-    ] {
-        if let Some(st) = st {
-            let ratio = st.items_read as f64 / st.items_returned.max(1) as f64;
-            let value = format!(
-                "{ratio:.2} ({} read / {} returned, {} Query calls in {} rounds, plan {} Queries)",
-                st.items_read, st.items_returned, st.calls, st.rounds, st.plan_queries
-            );
-            match goal {
-                Some(g) => {
-                    results.goal(
-                        "4",
-                        &format!("over-read ratio, {name}"),
-                        value,
-                        "<= 1.5",
-                        at_most(ratio, g),
-                    );
-                }
-                None => results.figure("4", &format!("over-read ratio, {name}"), value),
-            }
+        match backend {
+            Backend::Dynalite => results.goal(
+                "4",
+                &metric,
+                value,
+                &format!("<= {goal}x"),
+                format!(
+                    "p50 {}; p99 {}",
+                    at_most(p50 / s50, goal),
+                    at_most(p99 / s99, goal)
+                ),
+            ),
+            Backend::Moto => results.figure("4", &metric, value),
         }
     }
-    let all_path = match &time_index {
-        Some(name) => format!(
-            "reads over every device go through the time index {name} (the LSI on ts_ms the \
-             stand-in created from template.yaml with TimeIndex=enabled), page by page; moto answers a \
-             Query on an index by scanning every item of the table (Table.query in \
-             moto/dynamodb/models/table.py loops over all_items() when an index is named), \
-             where DynamoDB reads only the key's partition, so the time-index single Query is \
-             given beside the base-table one"
+    for (name, st, goal) in [
+        (
+            "every device over 1 hour, limit=100",
+            m.every_stats,
+            Some(1.3),
         ),
-        None => "reads over every device read each shard's whole bucket and sort it (no time \
-                 index on the provisioned table)"
-            .to_owned(),
+        (
+            "one device over 6 hours, limit=100",
+            m.device_stats,
+            Some(1.3),
+        ),
+    ] {
+        let Some(st) = st else { continue };
+        let ratio = st.items_read as f64 / st.items_returned.max(1) as f64;
+        let metric = format!("{on}: over-read ratio, {name}");
+        let value = format!(
+            "{ratio:.2} ({} read / {} returned, {} Query calls in {} rounds, plan {} Queries)",
+            st.items_read, st.items_returned, st.calls, st.rounds, st.plan_queries
+        );
+        match (backend, goal) {
+            (Backend::Dynalite, Some(g)) => {
+                results.goal("4", &metric, value, &format!("<= {g}"), at_most(ratio, g));
+            }
+            _ => results.figure("4", &metric, value),
+        }
+    }
+    let how = match backend {
+        Backend::Dynalite => {
+            "dynalite keeps each key's items, and each index's entries, in their own key \
+             order, and answers a Query, on the table or through the time index, from that \
+             key's range (actions/query.js and db/index.js queryTable stream the index's own \
+             store for an IndexName): its figures stand for DynamoDB and are held to the goals"
+        }
+        Backend::Moto => {
+            "moto answers every Query, on the table or an index, by scanning every item of the \
+             table (Table.query in moto/dynamodb/models/table.py loops over all_items()), so its \
+             times grow with the table, not the key: context only"
+        }
     };
     results.note(
         "4",
         format!(
-            "moto (stand-in venv) with the template's tables; {all_path}; a device's read over \
-             several buckets reads ahead into later buckets once the first round shows their \
-             density; layout hour buckets, N = {SHARDS}; \
-             {} devices x one reading every 2 minutes for {HOURS} hours ({stored} items) written \
-             straight to moto; then the query service in process (query::QueryService: \
-             parse_request + execute, the real planner, scatter-gather and merge over the \
-             DynamoDB adapter) through the capacity-proxy in forward mode with {LATENCY_MS} ms \
-             injected latency per call. {} measured requests of each kind after 3 warm-up rounds \
-             (the service's shard-metadata cache is warm, as in a running Lambda). Over-read = \
-             items DynamoDB evaluated / items returned.",
-            settings.devices, settings.iterations
+            "{on}: {how}. The template's tables with TimeIndex=enabled (the every-device route \
+             reads through the LSI on ts_ms page by page; the default template has no index); \
+             layout hour buckets, N = {SHARDS}; {} devices x one reading every 2 minutes for \
+             {HOURS} hours ({} items) written straight to {on}; then the query service in \
+             process (query::QueryService: parse_request + execute, the real planner, \
+             scatter-gather and merge over the DynamoDB adapter) through the capacity-proxy \
+             in forward mode with {LATENCY_MS} ms injected latency per call. {} measured \
+             requests of each kind after 3 warm-up rounds (the service's shard-metadata cache \
+             is warm, as in a running Lambda). Over-read = items DynamoDB evaluated / items \
+             returned.",
+            settings.devices, m.stored, settings.iterations
         ),
     );
-    Ok(())
 }

@@ -121,9 +121,20 @@ pub async fn provision_tables(
     prefix: &str,
     backend: Backend,
 ) -> Result<Tables> {
+    provision_tables_with(endpoint, template_path, prefix, backend, &[]).await
+}
+
+/// [`provision_tables`] with parameter values in place of the template's defaults.
+pub async fn provision_tables_with(
+    endpoint: &str,
+    template_path: &Path,
+    prefix: &str,
+    backend: Backend,
+    parameters: &[(String, String)],
+) -> Result<Tables> {
     let template = Template::load(template_path)?;
     let config = sdk_config(endpoint).await;
-    let mut bindings = local_bindings(&template, prefix, &[])?;
+    let mut bindings = local_bindings(&template, prefix, parameters)?;
     let names = create_tables(&template, &config, prefix, backend, &mut bindings).await?;
     Ok(Tables {
         endpoint: endpoint.to_owned(),
