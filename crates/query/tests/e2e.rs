@@ -20,7 +20,8 @@ use crate::common::{BASE_MS, hourly, key, table_history, ts};
 
 #[tokio::test]
 async fn readings_written_to_moto_read_back_through_the_handler() -> anyhow::Result<()> {
-    let stand_in = TestStack::start().await?;
+    // With the time index (off by default), so both every-device paths are read.
+    let stand_in = TestStack::start_with(&[("TimeIndex", "enabled")]).await?;
     let client = aws_sdk_dynamodb::Client::new(&stand_in.sdk_config().await);
     let stack = &stand_in.stack;
     let shards = DynamoShards::new(&client, &stack.shard_table_name);

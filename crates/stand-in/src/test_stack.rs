@@ -4,7 +4,7 @@ use anyhow::Result;
 use aws_config::SdkConfig;
 
 use crate::install::ensure_venv;
-use crate::provision::provision;
+use crate::provision::provision_with;
 use crate::root::repo_root;
 use crate::server::Moto;
 use crate::stack::Stack;
@@ -20,6 +20,12 @@ pub struct TestStack {
 impl TestStack {
     /// Installs the venv if needed, starts moto and provisions `template.yaml`.
     pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`TestStack::start`] with template parameters in place of their defaults, e.g.
+    /// `TimeIndex=enabled`.
+    pub async fn start_with(parameters: &[(&str, &str)]) -> Result<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let root = repo_root()?;
         let venv = ensure_venv(&root)?;
@@ -30,7 +36,17 @@ impl TestStack {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let stack = provision(&moto.endpoint(), &root.join("template.yaml"), &prefix).await?;
+        let parameters: Vec<(String, String)> = parameters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let stack = provision_with(
+            &moto.endpoint(),
+            &root.join("template.yaml"),
+            &prefix,
+            &parameters,
+        )
+        .await?;
         Ok(Self { stack, moto })
     }
 
