@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         to_ms: 1_782_100_000_000,
         descending: false,
         limit: 100,
+        detail: String::new(),
     };
     let Some((&mode, rest)) = data.split_first() else {
         return;
