@@ -25,6 +25,8 @@ const SHARDS: u32 = 32;
 const HOURS: i64 = 6;
 const EVERY_MS: i64 = 120_000;
 const LATENCY_MS: u64 = 10;
+/// Days of one device's readings, one a second, that the stats figure reads.
+const STATS_DAYS: i64 = 4;
 
 /// Settings of item 4.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,7 @@ struct Measured {
 /// figures held to the goals) and on moto (context).
 pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Result<()> {
     write_units_per_reading(root, results).await?;
+    stats_pages(root, settings, results).await?;
     for backend in [Backend::Dynalite, Backend::Moto] {
         let measured = measure(root, backend, settings)
             .await
@@ -159,6 +162,147 @@ async fn write_units_per_reading(root: &Path, results: &mut Results) -> Result<(
         at_most(units as f64, 1.0),
     );
     Ok(())
+}
+
+/// Hourly stats of one device writing a reading every second, over `STATS_DAYS` days,
+/// page by page with the default budget, on dynalite through the capacity-proxy (10 ms
+/// per call): how many pages, and the slowest page against the query function's
+/// default 10-s timeout.
+async fn stats_pages(root: &Path, settings: Settings, results: &mut Results) -> Result<()> {
+    let days: i64 = if settings.iterations < 100 {
+        1
+    } else {
+        STATS_DAYS
+    };
+    let server = Server::start(root, Backend::Dynalite)?;
+    let tables = stand_in::provision_tables(
+        &server.endpoint(),
+        &root.join("template.yaml"),
+        "bench-stats",
+        server.backend(),
+    )
+    .await
+    .context("provisioning the default template's tables")?;
+    let (readings_table, shards_table) = (
+        tables.name("ReadingsTable")?.to_owned(),
+        tables.name("ShardsTable")?.to_owned(),
+    );
+    let direct = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+    let table = TableHistory::new(common::hourly(SHARDS));
+    DynamoShards::new(&direct, &shards_table)
+        .create_layout(&table)
+        .await?;
+    let retention = Duration::from_secs(3650 * 86_400);
+    let readings = days * 86_400;
+    let items = (0..readings)
+        .map(|i| {
+            let g = Gen {
+                device: "sensor-alpha-001".to_owned(),
+                event: format!("e{i:07}"),
+                ts_ms: T0_MS + i * 1000,
+                temperature: (i % 50) as f64,
+            };
+            Ok(common::keyed_item(&g, &table, retention)?.to_item()?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let written = write_all(&direct, &readings_table, items).await?;
+
+    let mut pc = ProxyConfig::forward(&server.endpoint())?;
+    pc.faults.latency_ms = LATENCY_MS;
+    pc.seed = Some(5);
+    let proxy = Proxy::start(pc).await?;
+    let via = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&proxy.url()).await);
+    let svc = QueryService::new(
+        DynamoReadingSource::new(via.clone(), &readings_table),
+        DynamoShards::new(&via, &shards_table),
+        ServiceConfig::new(CursorKey::new(vec![7u8; 32])?),
+    );
+    let (mut pages, mut buckets, mut counted, mut slowest, mut total) = (0, 0, 0u64, 0.0f64, 0.0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut query = format!(
+            "from={T0_MS}&to={}&interval=1h&metric=temperature",
+            T0_MS + days * 86_400_000
+        );
+        if let Some(c) = &cursor {
+            query.push_str(&format!("&cursor={c}"));
+        }
+        let path = "/devices/sensor-alpha-001/stats";
+        let t = Instant::now();
+        let endpoint = parse_request("GET", path, Some(&query), &svc.config().limits)
+            .map_err(|e| anyhow::anyhow!("{path}: {}", e.message))?;
+        let (body, _) = svc
+            .execute(endpoint)
+            .await
+            .map_err(|e| anyhow::anyhow!("{path}: {}", e.message))?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        slowest = slowest.max(ms);
+        total += ms;
+        pages += 1;
+        for b in body["buckets"]
+            .as_array()
+            .context("stats answer without buckets")?
+        {
+            buckets += 1;
+            counted += b["count"].as_u64().unwrap_or(0);
+        }
+        cursor = body["next_cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+        anyhow::ensure!(pages < 10_000, "the stats pages never end");
+    }
+    proxy.shutdown().await?;
+    anyhow::ensure!(
+        counted == written as u64 && buckets == days * 24,
+        "stats counted {counted} readings in {buckets} buckets of {written} in {}",
+        days * 24
+    );
+    results.goal(
+        "4",
+        &format!(
+            "dynalite: hourly stats of one device, a reading a second for {days} days \
+             ({written} readings), default budget: pages; slowest page; all pages"
+        ),
+        format!("{pages} pages of complete buckets; {slowest:.0} ms; {total:.0} ms"),
+        "slowest page <= 6 s (the function's timeout is 10 s)",
+        at_most(slowest / 1000.0, 6.0),
+    );
+    Ok(())
+}
+
+/// Writes `items` straight to `table_name`; returns how many were written.
+async fn write_all(
+    client: &aws_sdk_dynamodb::Client,
+    table_name: &str,
+    items: Vec<std::collections::HashMap<String, AttributeValue>>,
+) -> Result<usize> {
+    let stored = items.len();
+    let writer = BatchWriter::new(
+        DynamoTable::new(client, table_name),
+        WriterConfig {
+            max_inflight: 4,
+            backoff: sharding::Backoff {
+                base: Duration::from_millis(25),
+                cap: Duration::from_millis(1000),
+                max_attempts: 8,
+            },
+        },
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let report = writer
+        .write(
+            items,
+            tokio::time::Instant::now() + Duration::from_secs(3600),
+            &mut rng,
+        )
+        .await;
+    anyhow::ensure!(
+        report.stats.written as usize == stored,
+        "seeding wrote {} of {stored} items",
+        report.stats.written
+    );
+    Ok(stored)
 }
 
 /// Seeds one backend with the item's readings and times the reads through the query
@@ -240,32 +384,7 @@ async fn seed(
             items.push(common::keyed_item(&g, table, retention)?.to_item()?);
         }
     }
-    let stored = items.len();
-    let writer = BatchWriter::new(
-        DynamoTable::new(client, table_name),
-        WriterConfig {
-            max_inflight: 4,
-            backoff: sharding::Backoff {
-                base: Duration::from_millis(25),
-                cap: Duration::from_millis(1000),
-                max_attempts: 8,
-            },
-        },
-    );
-    let mut rng = ChaCha8Rng::seed_from_u64(4);
-    let report = writer
-        .write(
-            items,
-            tokio::time::Instant::now() + Duration::from_secs(600),
-            &mut rng,
-        )
-        .await;
-    anyhow::ensure!(
-        report.stats.written as usize == stored,
-        "seeding wrote {} of {stored} items",
-        report.stats.written
-    );
-    Ok(stored)
+    write_all(client, table_name, items).await
 }
 
 /// The partition key of `device`'s reading at `ts_ms`.
