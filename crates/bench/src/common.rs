@@ -116,8 +116,12 @@ pub fn ingest_config(extra: &[(&str, &str)]) -> Result<Config> {
 /// The ingest service writing through the SDK to `endpoint`.
 pub async fn service(endpoint: &str, config: Config) -> Service {
     let sdk = stand_in::sdk_config(endpoint).await;
-    let client = aws_sdk_dynamodb::Client::new(&sdk);
-    let table = DynamoTable::new(&client, &config.table_name);
+    service_on(&aws_sdk_dynamodb::Client::new(&sdk), config)
+}
+
+/// The ingest handler writing through `client`, shard metadata and queue in memory.
+pub fn service_on(client: &aws_sdk_dynamodb::Client, config: Config) -> Service {
+    let table = DynamoTable::new(client, &config.table_name);
     Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new())
 }
 

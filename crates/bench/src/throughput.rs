@@ -4,9 +4,15 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use capacity_proxy::{Proxy, ProxyConfig, ProxyHandle};
 use futures::StreamExt;
@@ -105,6 +111,121 @@ struct Writer {
     readings: u64,
     seconds: f64,
     calls: u64,
+    /// Where one invocation's time goes, for a run of one invocation at a time.
+    breakdown: Option<Breakdown>,
+}
+
+/// When each BatchWriteItem attempt of a run left and its answer came back, as the
+/// handler's own SDK client sees it.
+#[derive(Debug, Clone, Default)]
+struct CallClock {
+    /// (when, true for a send, false for an answer).
+    events: Arc<Mutex<Vec<(Instant, bool)>>>,
+}
+
+impl CallClock {
+    fn push(&self, send: bool) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now(), send));
+    }
+
+    fn events(&self) -> Vec<(Instant, bool)> {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Intercept for CallClock {
+    fn name(&self) -> &'static str {
+        "CallClock"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.push(true);
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        _context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.push(false);
+        Ok(())
+    }
+}
+
+/// Mean milliseconds per invocation: before its first call leaves (parse, key, marshal,
+/// request building), with calls out, after its last answer (settling), and between
+/// invocations; and the calls' own round trips.
+#[derive(Debug, Clone, Copy)]
+struct Breakdown {
+    invocation_ms: f64,
+    head_ms: f64,
+    io_ms: f64,
+    tail_ms: f64,
+    gap_ms: f64,
+    calls_per_invocation: f64,
+    rtt_ms: f64,
+    /// `MAX_INFLIGHT`: calls one invocation may have out at once.
+    slots: usize,
+    /// Call time over `slots` x time with calls out.
+    slots_used: f64,
+}
+
+impl Breakdown {
+    fn of(
+        invocations: &[(Instant, Instant)],
+        events: &[(Instant, bool)],
+        max_inflight: usize,
+    ) -> Option<Self> {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let (mut head, mut io, mut tail, mut gap, mut busy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let mut calls = 0usize;
+        for (i, &(start, end)) in invocations.iter().enumerate() {
+            let inside: Vec<&(Instant, bool)> = events
+                .iter()
+                .filter(|(t, _)| *t >= start && *t <= end)
+                .collect();
+            let first_send = inside.iter().filter(|(_, s)| *s).map(|(t, _)| *t).min()?;
+            let last_answer = inside.iter().filter(|(_, s)| !*s).map(|(t, _)| *t).max()?;
+            head += ms(first_send - start);
+            io += ms(last_answer.saturating_duration_since(first_send));
+            tail += ms(end.saturating_duration_since(last_answer));
+            // Every call adds its answer time and takes its send time: the sum is the
+            // calls' total round trip, however they pair up.
+            for (t, send) in &inside {
+                let at = ms(t.saturating_duration_since(start));
+                busy += if *send { -at } else { at };
+            }
+            calls += inside.iter().filter(|(_, s)| *s).count();
+            if let Some(&(next, _)) = invocations.get(i + 1) {
+                gap += ms(next.saturating_duration_since(end));
+            }
+        }
+        let n = invocations.len() as f64;
+        Some(Self {
+            invocation_ms: invocations.iter().map(|(s, e)| ms(*e - *s)).sum::<f64>() / n,
+            head_ms: head / n,
+            io_ms: io / n,
+            tail_ms: tail / n,
+            gap_ms: gap / (n - 1.0).max(1.0),
+            calls_per_invocation: calls as f64 / n,
+            rtt_ms: busy / calls.max(1) as f64,
+            slots: max_inflight,
+            slots_used: busy / (max_inflight as f64 * io).max(f64::MIN_POSITIVE),
+        })
+    }
 }
 
 impl Writer {
@@ -122,7 +243,14 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
     let proxy = sink().await?;
     let config = common::ingest_config(&[("SHARDS", "64"), ("BUCKET", "hour")])?;
     let max_inflight = config.max_inflight;
-    let service = common::service(&proxy.url(), config).await;
+    let clock = CallClock::default();
+    let sdk = stand_in::sdk_config(&proxy.url()).await;
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(clock.clone())
+            .build(),
+    );
+    let service = common::service_on(&client, config);
     let now = common::ts(86_400_000 + 60_000)?;
     let messages: Vec<(String, String)> = gens
         .chunks(per_message)
@@ -142,18 +270,23 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
         .collect();
     let service = &service;
     let started = Instant::now();
-    let written: Vec<u64> = futures::stream::iter(events.iter().enumerate())
+    let done: Vec<(u64, (Instant, Instant))> = futures::stream::iter(events.iter().enumerate())
         .map(|(i, ev)| async move {
             let mut rng = ChaCha8Rng::seed_from_u64(i as u64);
+            let start = Instant::now();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             let report = service.process(ev, now, deadline, &mut rng).await;
-            report.writes.written
+            (report.writes.written, (start, Instant::now()))
         })
         .buffer_unordered(concurrency)
         .collect()
         .await;
     let seconds = started.elapsed().as_secs_f64();
-    let readings: u64 = written.iter().sum();
+    let readings: u64 = done.iter().map(|(w, _)| w).sum();
+    let invocations: Vec<(Instant, Instant)> = done.iter().map(|(_, span)| *span).collect();
+    let breakdown = (concurrency == 1)
+        .then(|| Breakdown::of(&invocations, &clock.events(), max_inflight))
+        .flatten();
     let calls = calls(&proxy);
     proxy.shutdown().await?;
     if readings != gens.len() as u64 {
@@ -166,6 +299,7 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
         readings,
         seconds,
         calls,
+        breakdown,
     })
 }
 
@@ -211,6 +345,7 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         readings: out.written,
         seconds: out.seconds,
         calls: calls(&proxy),
+        breakdown: None,
     };
     proxy.shutdown().await?;
 
@@ -233,6 +368,7 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         readings: out.written,
         seconds: out.seconds,
         calls: calls(&proxy),
+        breakdown: None,
     };
     proxy.shutdown().await?;
 
@@ -293,6 +429,27 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
             c1.seconds
         ),
     );
+    if let Some(k) = c.breakdown {
+        results.figure(
+            "1c",
+            "where one invocation's time goes (mean of the run, ms)",
+            format!(
+                "{:.2} per invocation: {:.2} before its first call leaves (parse, key, marshal, \
+                 request building), {:.2} with calls out ({:.1} calls of {:.2} ms round trip \
+                 as the handler's client sees it, {:.0}% of the {} slots used), {:.2} after \
+                 the last answer; {:.2} between invocations",
+                k.invocation_ms,
+                k.head_ms,
+                k.io_ms,
+                k.calls_per_invocation,
+                k.rtt_ms,
+                k.slots_used * 100.0,
+                k.slots,
+                k.tail_ms,
+                k.gap_ms
+            ),
+        );
+    }
     results.figure("1", "ratio (b)/(a)", format!("{:.1}x", b.rate() / a.rate()));
     results.figure("1", "ratio (c)/(a)", format!("{:.1}x", c.rate() / a.rate()));
     results.goal(
