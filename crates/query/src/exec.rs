@@ -237,7 +237,7 @@ async fn read_round<S: ReadingSource>(
         .iter()
         .map(|ask| {
             let i = ask.stream;
-            let req = page_request(&specs[i], ask.limit, next_start[i].clone(), opts);
+            let req = page_request(&specs[i], ask, next_start[i].clone(), opts);
             (i, req)
         })
         .collect();
@@ -267,18 +267,25 @@ async fn read_round<S: ReadingSource>(
 
 fn page_request(
     spec: &StreamSpec,
-    limit: Option<u32>,
+    ask: &PageAsk,
     start_after: Option<PageKey>,
     opts: ReadOptions,
 ) -> PageRequest {
+    // On the index the page's span is the key condition, which bounds what is
+    // evaluated: the page ends where the merge expects the answer to end. A filter
+    // keeps the stream's whole span, so that an item past the page's span still shows
+    // the merge that the stream has nothing more before it.
+    let span = if spec.index.is_some() {
+        Some(ask.span)
+    } else {
+        spec.filter_time.then_some(spec.span)
+    };
     PageRequest {
         pk: spec.pk.clone(),
         sk_between: spec.sk_between.clone(),
-        // On the index the span is the key condition, which bounds what is evaluated.
-        ts_ms_between: (spec.filter_time || spec.index.is_some())
-            .then(|| (spec.span.0, spec.span.1 - 1)),
+        ts_ms_between: span.map(|(from, to)| (from, to - 1)),
         time_index: spec.index.clone(),
-        limit,
+        limit: ask.limit,
         ascending: !opts.descending,
         start_after,
         consistent: opts.consistent,
@@ -315,7 +322,12 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         let state = (spec, Some(None::<PageKey>));
         futures::stream::unfold(state, move |(spec, start)| async move {
             let start = start?;
-            let req = page_request(&spec, None, start, opts);
+            let whole = PageAsk {
+                stream: 0,
+                limit: None,
+                span: spec.span,
+            };
+            let req = page_request(&spec, &whole, start, opts);
             match source.query_page(&req).await {
                 Ok(page) => {
                     let next = page.last_key.clone().map(Some);

@@ -1,11 +1,12 @@
 //! Property 4: a bounded merge, driven page by page over streams of every arrival kind,
+//! by a reader that bounds a time-indexed page by the ask's span or reads on past it,
 //! returns exactly the brute-force answer, and resuming after each answer's last key
 //! pages through everything with no gap and no duplicate. Also when some items are
 //! stored in two streams (one reading under two fan-outs' keys): every key comes out
 //! once, in order, in the answers, across pages and resumes, and from a windowed merge.
 
 use proptest::prelude::*;
-use sharding::merge::{Arrival, BoundedMerge, Order, Step, StreamShape, TimedKey};
+use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
 
 /// Timestamp, then a unique id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,12 +43,57 @@ fn arrival_order(keys: &[Key], arrival: Arrival, order: Order) -> Vec<Key> {
     keys
 }
 
+/// How the test's reader answers a page.
+#[derive(Debug, Clone, Copy)]
+struct Reader {
+    /// Most items a page returns, whatever its limit (a page of 1 MB).
+    page_cap: usize,
+    /// Whether a time-indexed page is bounded by the ask's span, as the index's key
+    /// condition bounds it; otherwise the reader reads on past it.
+    honour_span: bool,
+}
+
+impl Reader {
+    /// The page `ask` reads of `stream` from `position`, and whether nothing follows
+    /// it (inside the ask's span, when it is honoured).
+    fn page(
+        self,
+        (shape, keys): &(StreamShape, Vec<Key>),
+        position: &mut usize,
+        ask: PageAsk,
+        order: Order,
+    ) -> (Vec<(Key, Key)>, bool) {
+        let start = *position;
+        let (lo, hi) = ask.span;
+        let inside = |k: &Key| match order {
+            Order::Ascending => k.0 < hi,
+            Order::Descending => k.0 >= lo,
+        };
+        let stop = if self.honour_span && shape.arrival == Arrival::TimeIndexed {
+            start + keys[start..].iter().take_while(|k| inside(k)).count()
+        } else {
+            keys.len()
+        };
+        let take = ask
+            .limit
+            .map_or(self.page_cap, |l| (l as usize).min(self.page_cap))
+            .max(1);
+        let end = (start + take).min(stop);
+        *position = end;
+        let page = keys[start..end]
+            .iter()
+            .map(|k| (k.clone(), k.clone()))
+            .collect();
+        (page, end == stop)
+    }
+}
+
 fn read(
     streams: &[(StreamShape, Vec<Key>)],
     order: Order,
     limit: usize,
     after: Option<Key>,
-    page_cap: usize,
+    reader: Reader,
     concurrency: usize,
 ) -> (Vec<Key>, bool) {
     let shapes = streams.iter().map(|(s, _)| *s).collect();
@@ -59,20 +105,10 @@ fn read(
             Step::Read(asks) => {
                 assert!(!asks.is_empty());
                 for ask in asks {
-                    let keys = &streams[ask.stream].1;
-                    let start = positions[ask.stream];
-                    let take = ask
-                        .limit
-                        .map_or(page_cap, |l| (l as usize).min(page_cap))
-                        .max(1);
-                    let end = (start + take).min(keys.len());
-                    positions[ask.stream] = end;
-                    let page: Vec<(Key, Key)> = keys[start..end]
-                        .iter()
-                        .map(|k| (k.clone(), k.clone()))
-                        .collect();
+                    let (stream, position) = (&streams[ask.stream], &mut positions[ask.stream]);
+                    let (page, last_page) = reader.page(stream, position, ask, order);
                     let last_ts = page.last().map(|(k, _)| k.0);
-                    merge.deliver(ask.stream, page, last_ts, end == keys.len());
+                    merge.deliver(ask.stream, page, last_ts, last_page);
                 }
             }
         }
@@ -111,8 +147,10 @@ proptest! {
         descending in any::<bool>(),
         limit in 1usize..30,
         page_cap in 1usize..12,
+        honour_span in any::<bool>(),
         concurrency in 1usize..6,
     ) {
+        let reader = Reader { page_cap, honour_span };
         let order = if descending { Order::Descending } else { Order::Ascending };
         let mut id = 0u32;
         let mut all: Vec<Key> = Vec::new();
@@ -139,7 +177,7 @@ proptest! {
         let mut paged: Vec<Key> = Vec::new();
         let mut after: Option<Key> = None;
         loop {
-            let (items, more) = read(&streams, order, limit, after.clone(), page_cap, concurrency);
+            let (items, more) = read(&streams, order, limit, after.clone(), reader, concurrency);
             let expected: Vec<Key> = all
                 .iter()
                 .filter(|k| after.as_ref().is_none_or(|a| order.before(a, k)))
@@ -164,14 +202,16 @@ proptest! {
         descending in any::<bool>(),
         limit in 1usize..30,
         page_cap in 1usize..12,
+        honour_span in any::<bool>(),
         concurrency in 1usize..6,
     ) {
+        let reader = Reader { page_cap, honour_span };
         let order = if descending { Order::Descending } else { Order::Ascending };
         let (streams, all) = with_copies(&cases, &copies, order);
         let mut paged: Vec<Key> = Vec::new();
         let mut after: Option<Key> = None;
         loop {
-            let (items, more) = read(&streams, order, limit, after.clone(), page_cap, concurrency);
+            let (items, more) = read(&streams, order, limit, after.clone(), reader, concurrency);
             let expected: Vec<Key> = all
                 .iter()
                 .filter(|k| after.as_ref().is_none_or(|a| order.before(a, k)))
@@ -196,11 +236,13 @@ proptest! {
         descending in any::<bool>(),
         window in 1usize..30,
         page_cap in 1usize..12,
+        honour_span in any::<bool>(),
         concurrency in 1usize..6,
     ) {
+        let reader = Reader { page_cap, honour_span };
         let order = if descending { Order::Descending } else { Order::Ascending };
         let (streams, all) = with_copies(&cases, &copies, order);
-        let items = read_windowed(&streams, order, window, page_cap, concurrency);
+        let items = read_windowed(&streams, order, window, reader, concurrency);
         prop_assert_eq!(items, all);
     }
 }
@@ -266,7 +308,7 @@ fn read_windowed(
     streams: &[(StreamShape, Vec<Key>)],
     order: Order,
     window: usize,
-    page_cap: usize,
+    reader: Reader,
     concurrency: usize,
 ) -> Vec<Key> {
     let shapes = streams.iter().map(|(s, _)| *s).collect();
@@ -283,20 +325,10 @@ fn read_windowed(
             Step::Read(asks) => {
                 out.extend(merge.take_emitted());
                 for ask in asks {
-                    let keys = &streams[ask.stream].1;
-                    let start = positions[ask.stream];
-                    let take = ask
-                        .limit
-                        .map_or(page_cap, |l| (l as usize).min(page_cap))
-                        .max(1);
-                    let end = (start + take).min(keys.len());
-                    positions[ask.stream] = end;
-                    let page: Vec<(Key, Key)> = keys[start..end]
-                        .iter()
-                        .map(|k| (k.clone(), k.clone()))
-                        .collect();
+                    let (stream, position) = (&streams[ask.stream], &mut positions[ask.stream]);
+                    let (page, last_page) = reader.page(stream, position, ask, order);
                     let last_ts = page.last().map(|(k, _)| k.0);
-                    merge.deliver(ask.stream, page, last_ts, end == keys.len());
+                    merge.deliver(ask.stream, page, last_ts, last_page);
                 }
             }
         }
