@@ -42,6 +42,10 @@ struct Args {
     /// written from a partial run says which items it holds.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
     only: Vec<u8>,
+    /// Days of one device's readings, one a second, that item 4's stats figure reads
+    /// page by page (default 4, 1 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=31))]
+    stats_days: Option<u16>,
 }
 
 impl Args {
@@ -238,6 +242,9 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         let qs = query::Settings {
             devices: if quick { 16 } else { 64 },
             iterations: if quick { 20 } else { 100 },
+            stats_days: args
+                .stats_days
+                .map_or(if quick { 1 } else { query::STATS_DAYS }, i64::from),
         };
         if let Err(e) = query::run(&root, qs, results).await {
             results.note("4", format!("NOT MEASURED: {e:#}"));
