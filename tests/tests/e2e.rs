@@ -3,6 +3,7 @@
 mod harness;
 mod iam;
 mod ingest;
+mod item_size;
 mod lambda;
 mod soak;
 mod stand_in;

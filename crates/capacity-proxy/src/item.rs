@@ -1,17 +1,14 @@
 //! DynamoDB JSON helpers: item size, key values, and the partition key of a Query.
 //!
-//! Item size follows DynamoDB's rule: the sum over attributes of the name's UTF-8 length plus
-//! the value's size. Value sizes: String = UTF-8 bytes; Binary = decoded bytes; Number =
-//! the length of its decimal string (an approximation: DynamoDB stores about one byte per two
-//! significant digits plus one, so this over-counts long numbers slightly); Boolean and Null
-//! = 1; sets = sum of their elements; List and Map = 3 bytes plus, per element, 1 byte plus
-//! its size (and, for Map, its name).
+//! Item size is DynamoDB's rule from the `item-size` crate, the same the batch writer
+//! plans its write units with; this only maps DynamoDB JSON onto it.
 
+use item_size as rule;
 use serde_json::{Map, Value};
 
 /// Size in bytes of an item (a map of attribute name to DynamoDB JSON value).
 pub fn item_size(item: &Map<String, Value>) -> usize {
-    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+    rule::item_size(item.iter().map(|(k, v)| (k.as_str(), value_size(v))))
 }
 
 /// Size in bytes of one DynamoDB JSON attribute value (`{"S": "..."}` etc.).
@@ -23,34 +20,32 @@ pub fn value_size(value: &Value) -> usize {
         return 0;
     };
     match ty.as_str() {
-        "S" | "N" => v.as_str().map_or(0, str::len),
-        "B" => v.as_str().map_or(0, base64_decoded_len),
-        "BOOL" | "NULL" => 1,
-        "SS" | "NS" => v.as_array().map_or(0, |a| {
-            a.iter().filter_map(Value::as_str).map(str::len).sum()
-        }),
-        "BS" => v.as_array().map_or(0, |a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(base64_decoded_len)
-                .sum()
-        }),
-        "L" => v.as_array().map_or(3, |a| {
-            3 + a.iter().map(|e| 1 + value_size(e)).sum::<usize>()
-        }),
-        "M" => v.as_object().map_or(3, |m| {
-            3 + m
-                .iter()
-                .map(|(k, e)| 1 + k.len() + value_size(e))
-                .sum::<usize>()
-        }),
+        "S" => v.as_str().map_or(0, rule::string_size),
+        "N" => v.as_str().map_or(0, rule::number_size),
+        "B" => v
+            .as_str()
+            .map_or(0, |b| rule::binary_size(rule::base64_decoded_len(b))),
+        "BOOL" | "NULL" => rule::SCALAR_SIZE,
+        "SS" => rule::set_size(elements(v).map(rule::string_size)),
+        "NS" => rule::set_size(elements(v).map(rule::number_size)),
+        "BS" => rule::set_size(elements(v).map(|b| rule::binary_size(rule::base64_decoded_len(b)))),
+        "L" => rule::list_size(v.as_array().into_iter().flatten().map(value_size)),
+        "M" => rule::map_size(
+            v.as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, e)| (k.as_str(), value_size(e))),
+        ),
         _ => 0,
     }
 }
 
-fn base64_decoded_len(s: &str) -> usize {
-    let padding = s.bytes().rev().take_while(|&b| b == b'=').count();
-    (s.len() / 4 * 3 + (s.len() % 4).saturating_sub(1)).saturating_sub(padding)
+/// The string elements of a set.
+fn elements(set: &Value) -> impl Iterator<Item = &str> {
+    set.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
 }
 
 /// A scalar key value rendered as text (`S` and `N` as is, `B` as its base64 text).
@@ -144,7 +139,8 @@ mod tests {
     #[test]
     fn item_size_counts_names_and_values() {
         assert_eq!(size(json!({"PK": {"S": "abc"}})), 5);
-        assert_eq!(size(json!({"n": {"N": "123.5"}})), 6);
+        // 4 significant digits: 2 bytes, plus 1.
+        assert_eq!(size(json!({"n": {"N": "123.5"}})), 1 + 3);
         assert_eq!(size(json!({"b": {"B": "AAEC"}})), 4); // 3 bytes
         assert_eq!(size(json!({"b": {"B": "AAE="}})), 3); // 2 bytes
         assert_eq!(size(json!({"b": {"B": "AA=="}})), 2); // 1 byte

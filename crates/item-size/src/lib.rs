@@ -1,0 +1,139 @@
+//! DynamoDB's item-size rule, written once. The 400 KB item limit and the 1 KB write
+//! unit are both measured on this size, so the batch writer (`store::size`, over the
+//! SDK's `AttributeValue`) and the hot-partition emulator (`capacity-proxy`, over
+//! DynamoDB JSON) must agree on it: both size their values with these functions, and
+//! only map their own representation onto them.
+//!
+//! The rule (DynamoDB Developer Guide, "Item sizes and formats"):
+//! - an item is the sum, over its attributes, of the name's UTF-8 length plus the
+//!   value's size;
+//! - a string is its UTF-8 length, a binary its raw (decoded) length;
+//! - a number is 1 byte per 2 significant digits, plus 1 byte; leading and trailing
+//!   zeros are not significant, nor are the sign, the decimal point or the exponent;
+//! - a Boolean or a null is 1 byte;
+//! - a set is the sum of its elements;
+//! - a list or a map is 3 bytes, plus per element 1 byte and the element's size (and,
+//!   in a map, the element's name).
+//!
+//! No dependencies: the emulator stays free of the SDK, and the writer of serde_json.
+
+/// Size of a string attribute value: its UTF-8 length.
+#[must_use]
+pub fn string_size(text: &str) -> usize {
+    text.len()
+}
+
+/// Size of a number attribute value, given as DynamoDB's decimal text (`"-12.50e3"`):
+/// 1 byte per 2 significant digits, plus 1. Zero counts as one digit.
+#[must_use]
+pub fn number_size(text: &str) -> usize {
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    // Significant digits: from the first non-zero digit to the last, counted in place
+    // (every item of every batch is sized; no copy of the digits).
+    let mut digits = mantissa.bytes().filter(u8::is_ascii_digit);
+    let significant: usize = match digits.position(|d| d != b'0') {
+        None => 0,
+        Some(_) => {
+            let (mut count, mut run) = (1, 1);
+            for d in digits {
+                run += 1;
+                if d != b'0' {
+                    count = run;
+                }
+            }
+            count
+        }
+    }
+    .max(1);
+    significant.div_ceil(2) + 1
+}
+
+/// Size of a binary attribute value of `len` raw bytes.
+#[must_use]
+pub fn binary_size(len: usize) -> usize {
+    len
+}
+
+/// Size of a Boolean or a null attribute value.
+pub const SCALAR_SIZE: usize = 1;
+
+/// Size of a set, from its elements' sizes.
+pub fn set_size(elements: impl IntoIterator<Item = usize>) -> usize {
+    elements.into_iter().sum()
+}
+
+/// Size of a list, from its elements' sizes.
+pub fn list_size(elements: impl IntoIterator<Item = usize>) -> usize {
+    3 + elements.into_iter().map(|size| 1 + size).sum::<usize>()
+}
+
+/// Size of a map, from its elements' names and sizes.
+pub fn map_size<'a>(elements: impl IntoIterator<Item = (&'a str, usize)>) -> usize {
+    3 + elements
+        .into_iter()
+        .map(|(name, size)| 1 + name.len() + size)
+        .sum::<usize>()
+}
+
+/// Size of an item, from its attributes' names and value sizes.
+pub fn item_size<'a>(attributes: impl IntoIterator<Item = (&'a str, usize)>) -> usize {
+    attributes
+        .into_iter()
+        .map(|(name, size)| name.len() + size)
+        .sum()
+}
+
+/// The raw length of a standard base64 text (DynamoDB JSON's binaries), padded or not.
+#[must_use]
+pub fn base64_decoded_len(text: &str) -> usize {
+    let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
+    (text.len() / 4 * 3 + (text.len() % 4).saturating_sub(1)).saturating_sub(padding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_count_significant_digits_only() {
+        for (n, digits) in [
+            ("0", 1),
+            ("-0.0", 1),
+            ("7", 1),
+            ("100", 1),
+            ("1001", 4),
+            ("12345", 5),
+            ("0.00100", 1),
+            ("0.0102300", 4),
+            ("-1.5e10", 2),
+            ("-12.5e-3", 3),
+            ("123456789012345678901234567890123456789", 39),
+        ] {
+            assert_eq!(number_size(n), usize::div_ceil(digits, 2) + 1, "{n}");
+        }
+    }
+
+    #[test]
+    fn strings_count_bytes_not_chars() {
+        assert_eq!(string_size("abc"), 3);
+        assert_eq!(string_size("€"), 3);
+    }
+
+    #[test]
+    fn containers_add_three_bytes_and_one_per_element() {
+        assert_eq!(list_size([1, 2]), 3 + (1 + 1) + (1 + 2));
+        assert_eq!(map_size([("k", 1)]), 3 + 1 + 1 + 1);
+        assert_eq!(list_size([]), 3);
+        assert_eq!(set_size([2, 3]), 5);
+        assert_eq!(item_size([("PK", 3), ("n", 2)]), 2 + 3 + 1 + 2);
+    }
+
+    #[test]
+    fn base64_decodes_to_its_raw_length() {
+        assert_eq!(base64_decoded_len("AAEC"), 3);
+        assert_eq!(base64_decoded_len("AAE="), 2);
+        assert_eq!(base64_decoded_len("AA=="), 1);
+        assert_eq!(base64_decoded_len("AAE"), 2);
+        assert_eq!(base64_decoded_len(""), 0);
+    }
+}
