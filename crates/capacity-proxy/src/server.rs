@@ -28,7 +28,7 @@ use crate::ddb;
 use crate::error::ProxyError;
 use crate::faults::{CallFault, FaultInjector};
 use crate::item::{item_size, key_string, query_partition_key};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{HeatRow, Stats, StatsSnapshot};
 
 const TARGET_PREFIX: &str = "DynamoDB_20120810.";
 /// Stats label for writes whose partition key could not be read.
@@ -69,7 +69,7 @@ impl Proxy {
         let heat_file = match &config.heat_csv {
             Some(path) => {
                 let mut f = std::fs::File::create(path)?;
-                f.write_all(b"second,table,pk,wcu,throttled_items\n")?;
+                f.write_all(HeatRow::HEADER.as_bytes())?;
                 Some(f)
             }
             None => None,

@@ -888,7 +888,7 @@ async fn run_variant(
 
     let text = std::fs::read_to_string(&heat_csv)
         .with_context(|| format!("cannot read {}", heat_csv.display()))?;
-    let rows = heatmap::parse_csv(&text)?;
+    let rows = heatmap::HeatRow::parse_csv(&text)?;
     let heatmap_path = scenario
         .out_dir
         .join(format!("heat-{}.png", variant.name()));

@@ -22,80 +22,9 @@ pub const OVER_LIMIT: RGBColor = RGBColor(220, 20, 20);
 /// The colour of a cell without writes.
 pub const EMPTY: RGBColor = RGBColor(255, 255, 255);
 
-/// One CSV row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeatRow {
-    /// Clock second.
-    pub second: u64,
-    /// Table name.
-    pub table: String,
-    /// Partition key.
-    pub pk: String,
-    /// WCU in that second.
-    pub wcu: f64,
-    /// Items throttled in that second.
-    pub throttled_items: u64,
-}
-
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (false, '"') if field.is_empty() => quoted = true,
-            (false, ',') => fields.push(std::mem::take(&mut field)),
-            (_, c) => field.push(c),
-        }
-    }
-    if quoted {
-        return Err("unterminated quote".into());
-    }
-    fields.push(field);
-    Ok(fields)
-}
-
-/// Parses the heat CSV; a header line is skipped.
-pub fn parse_csv(text: &str) -> anyhow::Result<Vec<HeatRow>> {
-    let mut rows = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() || (n == 0 && line.starts_with("second")) {
-            continue;
-        }
-        let at = || format!("line {}", n + 1);
-        let f = split_csv(line).map_err(|e| anyhow!("{}: {e}", at()))?;
-        let [second, table, pk, wcu, throttled] = f.as_slice() else {
-            bail!(
-                "{}: expected second,table,pk,wcu,throttled_items, got {} fields",
-                at(),
-                f.len()
-            );
-        };
-        let wcu: f64 = wcu.parse().with_context(|| format!("{}: wcu", at()))?;
-        if !(wcu.is_finite() && wcu >= 0.0) {
-            bail!("{}: wcu must be a non-negative number", at());
-        }
-        rows.push(HeatRow {
-            second: second
-                .parse()
-                .with_context(|| format!("{}: second", at()))?,
-            table: table.clone(),
-            pk: pk.clone(),
-            wcu,
-            throttled_items: throttled
-                .parse()
-                .with_context(|| format!("{}: throttled_items", at()))?,
-        });
-    }
-    Ok(rows)
-}
+/// One row of the heat CSV, written and read by `capacity_proxy` (the one copy of
+/// its format).
+pub use capacity_proxy::HeatRow;
 
 /// The cells to draw.
 #[derive(Debug, Clone, PartialEq)]
@@ -404,7 +333,7 @@ pub fn run(args: &HeatmapArgs) -> anyhow::Result<()> {
     }
     let text = std::fs::read_to_string(&args.csv)
         .with_context(|| format!("cannot read {}", args.csv.display()))?;
-    let rows = parse_csv(&text).with_context(|| format!("{}", args.csv.display()))?;
+    let rows = HeatRow::parse_csv(&text).with_context(|| format!("{}", args.csv.display()))?;
     let grid = grid(&rows, args.top)?;
     let l = render_png(&grid, args.partition_wcu, &args.out)?;
     let over: usize = grid

@@ -3,8 +3,7 @@
 use std::process::Command;
 
 use shardline::heatmap::{
-    EMPTY, HeatRow, MAX_COLUMNS, OVER_LIMIT, cell_colour, grid, layout, parse_csv, render_png,
-    render_rgb,
+    EMPTY, HeatRow, MAX_COLUMNS, OVER_LIMIT, cell_colour, grid, layout, render_png, render_rgb,
 };
 
 /// 3 keys over 60 seconds; `hot` passes 1,000 WCU/s in seconds 20..30.
@@ -36,7 +35,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 
 #[test]
 fn csv_rows_with_header_and_quotes() {
-    let rows = parse_csv(&csv()).expect("parses");
+    let rows = HeatRow::parse_csv(&csv()).expect("parses");
     assert_eq!(rows.len(), 60 + 60 + 30);
     assert_eq!(
         rows[2],
@@ -48,17 +47,17 @@ fn csv_rows_with_header_and_quotes() {
             throttled_items: 0,
         }
     );
-    let err = parse_csv("1,t,k,x,0\n").expect_err("bad wcu");
+    let err = HeatRow::parse_csv("1,t,k,x,0\n").expect_err("bad wcu");
     assert!(format!("{err:#}").contains("line 1"), "{err:#}");
-    assert!(parse_csv("1,t,k,1\n").is_err());
-    assert!(parse_csv("1,t,\"k,1,0\n").is_err());
+    assert!(HeatRow::parse_csv("1,t,k,1\n").is_err());
+    assert!(HeatRow::parse_csv("1,t,\"k,1,0\n").is_err());
 }
 
 /// Rows show the partition key; with rows of several tables (the demo's readings and
 /// shard tables), the key and its table's number, the tables named in order.
 #[test]
 fn labels_are_partition_keys_and_tables_are_numbered() {
-    let rows = parse_csv(
+    let rows = HeatRow::parse_csv(
         "second,table,pk,wcu,throttled_items\n\
          1,demo-1-sharded-ShardsTable,device#hot,5,0\n\
          1,demo-1-sharded-ReadingsTable,3.4#2026-06-22T10,900,0\n",
@@ -76,7 +75,7 @@ fn labels_are_partition_keys_and_tables_are_numbered() {
 
 #[test]
 fn rows_are_the_top_keys_by_total_wcu() {
-    let rows = parse_csv(&csv()).expect("parses");
+    let rows = HeatRow::parse_csv(&csv()).expect("parses");
     let g = grid(&rows, 2).expect("grid");
     assert_eq!(g.keys, ["hot", "s01#2026-06-22T10"]);
     assert_eq!(g.columns(), 60);
@@ -119,7 +118,7 @@ fn colours_follow_the_limit() {
 
 #[test]
 fn png_has_the_layout_size_and_red_cells_where_over() {
-    let rows = parse_csv(&csv()).expect("parses");
+    let rows = HeatRow::parse_csv(&csv()).expect("parses");
     let g = grid(&rows, 40).expect("grid");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("heat.png");
@@ -152,7 +151,7 @@ fn png_has_the_layout_size_and_red_cells_where_over() {
 /// holds dark pixels, with no system font library involved.
 #[test]
 fn row_labels_are_drawn_with_the_bundled_font() {
-    let rows = parse_csv(&csv()).expect("parses");
+    let rows = HeatRow::parse_csv(&csv()).expect("parses");
     let g = grid(&rows, 40).expect("grid");
     let (pixels, l) = render_rgb(&g, 1000.0).expect("renders");
     for row in 0..g.keys.len() as u32 {
