@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
     ScalarAttributeType, WriteRequest,
@@ -21,17 +19,6 @@ const CLIENTS: usize = 8;
 const TASKS_PER_CLIENT: usize = 8;
 const THROUGHPUT_SECS: u64 = 5;
 const LATENCY_CALLS: usize = 400;
-
-fn client(endpoint: &str) -> Client {
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("bench", "bench", None, None, "static"))
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(conf)
-}
 
 fn reading(pk: String, sk: String) -> HashMap<String, AttributeValue> {
     HashMap::from([
@@ -52,7 +39,7 @@ async fn sink_throughput() -> Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let sdk = client(&proxy.url());
+        let sdk = stand_in::dynamodb_client_without_retries(&proxy.url());
         for t in 0..TASKS_PER_CLIENT {
             let sdk = sdk.clone();
             let (accepted, calls) = (accepted.clone(), calls.clone());
@@ -139,7 +126,7 @@ async fn forward_latency() -> Result<()> {
     let root = stand_in::repo_root()?;
     let venv = stand_in::ensure_venv(&root)?;
     let moto = stand_in::Moto::start(&venv)?;
-    let direct = client(&moto.endpoint());
+    let direct = stand_in::dynamodb_client_without_retries(&moto.endpoint());
     direct
         .create_table()
         .table_name("bench")
@@ -172,7 +159,7 @@ async fn forward_latency() -> Result<()> {
         .await
         .context("create table")?;
     let proxy = Proxy::start(ProxyConfig::forward(&moto.endpoint())?).await?;
-    let via = client(&proxy.url());
+    let via = stand_in::dynamodb_client_without_retries(&proxy.url());
 
     let d = latencies(&direct, "bench", "direct").await?;
     let p = latencies(&via, "bench", "proxy").await?;

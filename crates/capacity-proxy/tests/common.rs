@@ -5,25 +5,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use capacity_proxy::ManualClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// An SDK client for `endpoint` with retries off, so every proxy answer is observed.
-pub fn client(endpoint: &str) -> Client {
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(conf)
-}
+/// An SDK client for an endpoint with retries off, so every proxy answer is observed.
+pub use stand_in::dynamodb_client_without_retries as client;
 
 /// An item of about 560 bytes (1 WCU) under `PK = pk`, `SK = sk`.
 pub fn item(pk_attr: &str, pk: &str, sk: &str) -> HashMap<String, AttributeValue> {

@@ -18,9 +18,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsEvent;
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use capacity_proxy::{Faults, Proxy, ProxyConfig};
 use ingest::{Config, Fate, Ingest, MemoryQueue};
@@ -42,17 +39,6 @@ const RTT_CALLS: usize = 200;
 /// cached and the SDK's connections open, as in a warm Lambda instance.
 const WARM_UP: usize = 5;
 const DAY_MS: u64 = 86_400_000;
-
-fn client(endpoint: &str) -> Client {
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("bench", "bench", None, None, "static"))
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(conf)
-}
 
 fn config() -> Result<Config> {
     let max_inflight = MAX_INFLIGHT.to_string();
@@ -107,7 +93,7 @@ async fn call_round_trip() -> Result<Duration> {
     let mut config = ProxyConfig::sink();
     config.seed = Some(1);
     let proxy = Proxy::start(config).await?;
-    let sdk = client(&proxy.url());
+    let sdk = stand_in::dynamodb_client_without_retries(&proxy.url());
     let mut samples = Vec::with_capacity(RTT_CALLS);
     for call in 0..RTT_CALLS {
         let requests: Vec<WriteRequest> = (0..25)
@@ -158,7 +144,7 @@ async fn main() -> Result<()> {
         ..Faults::default()
     };
     let proxy = Proxy::start(proxy_config).await?;
-    let sdk = client(&proxy.url());
+    let sdk = stand_in::dynamodb_client_without_retries(&proxy.url());
     let config = config()?;
     let table = DynamoTable::new(&sdk, config.table_name.clone());
     let service = Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new());

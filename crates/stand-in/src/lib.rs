@@ -32,7 +32,8 @@ mod watch;
 pub use install::{NodeTools, Venv, ensure_deploy_venv, ensure_dynalite, ensure_venv};
 #[cfg(feature = "provision")]
 pub use provision::{
-    provision, provision_tables, provision_tables_with, provision_with, sdk_config, time_index,
+    dynamodb_client_without_retries, provision, provision_tables, provision_tables_with,
+    provision_with, sdk_config, time_index,
 };
 pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, Moto, Service, free_loopback_port};

@@ -37,6 +37,27 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
         .await
 }
 
+/// A DynamoDB client for a local `endpoint` (the credentials and region of
+/// [`sdk_config`]) with the SDK's retries off, so every answer, a throttle or an
+/// injected 5xx, reaches the caller: for tests and benchmarks that observe the
+/// capacity-proxy. Built without loading any configuration, so it needs no runtime.
+pub fn dynamodb_client_without_retries(endpoint: &str) -> aws_sdk_dynamodb::Client {
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(LOCAL_REGION))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new(
+            DUMMY_ACCESS_KEY_ID,
+            DUMMY_SECRET_ACCESS_KEY,
+            None,
+            None,
+            "shardline-stand-in",
+        ))
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
 impl Stack {
     /// An SDK configuration for this stack's endpoint.
     pub async fn sdk_config(&self) -> SdkConfig {
