@@ -180,23 +180,9 @@ impl Rig {
 }
 
 async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<store::batch::Item>> {
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .with_context(|| format!("scanning {table}"))?;
-        items.extend(page.items.unwrap_or_default());
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok(items);
-        }
-    }
+    store::read::scan_items(client.scan().table_name(table).consistent_read(true))
+        .await
+        .with_context(|| format!("scanning {table}"))
 }
 
 /// A reading's identity.

@@ -131,23 +131,11 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
 
     // Every valid reading stored exactly once (1 + 11 + 100 + 9 in the four events).
     let dynamo = harness::dynamodb(&stack.endpoint()).await;
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let page = dynamo
-            .scan()
-            .table_name(&stack.stack.table_name)
-            .set_exclusive_start_key(start)
-            .send()
-            .await?;
-        for item in page.items() {
-            items.push(ReadingItem::from_item(item.clone())?);
-        }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
+    let items = store::read::scan_items(dynamo.scan().table_name(&stack.stack.table_name))
+        .await?
+        .into_iter()
+        .map(ReadingItem::from_item)
+        .collect::<Result<Vec<_>, _>>()?;
     let distinct: BTreeSet<(&str, &str)> = items
         .iter()
         .map(|i| (i.device_id.as_str(), i.event_id.as_str()))

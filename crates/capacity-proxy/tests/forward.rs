@@ -57,22 +57,15 @@ async fn create_table(c: &Client, name: &str, pk: &str) -> Result<()> {
 
 /// Items in `table`, over every Scan page (a page stops at 1 MB).
 async fn count(c: &Client, table: &str) -> Result<i32> {
-    let mut total = 0;
-    let mut start = None;
-    loop {
-        let page = c
-            .scan()
-            .table_name(table)
-            .select(Select::Count)
-            .set_exclusive_start_key(start)
-            .send()
-            .await?;
-        total += page.count();
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return Ok(total);
-        }
-    }
+    let pages = c
+        .scan()
+        .table_name(table)
+        .select(Select::Count)
+        .into_paginator()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    Ok(pages.iter().map(|page| page.count()).sum())
 }
 
 fn forward_config(upstream: &str, clock: &Arc<ManualClock>) -> Result<ProxyConfig> {

@@ -694,20 +694,15 @@ pub async fn scan_table(
     limit: Option<u64>,
 ) -> anyhow::Result<Vec<Sampled>> {
     let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| {
-                anyhow!(
-                    "cannot scan {table}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?;
+    // Page by page, so a sample stops reading at its limit.
+    let mut pages = client.scan().table_name(table).into_paginator().send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| {
+            anyhow!(
+                "cannot scan {table}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
         for item in page.items() {
             let Some(AttributeValue::S(pk)) = item.get(attributes.pk) else {
                 continue;
@@ -728,11 +723,8 @@ pub async fn scan_table(
                 return Ok(out);
             }
         }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok(out);
-        }
     }
+    Ok(out)
 }
 
 /// Flags of `shardline audit`.

@@ -827,32 +827,19 @@ async fn scan_readings(
     let mut set = BTreeSet::new();
     // Per reading, the sort key of each stored copy.
     let mut counts: HashMap<(String, String), Vec<String>> = HashMap::new();
-    let mut start = None;
-    loop {
-        let page = dynamo
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(&e)))?;
-        for item in page.items() {
-            let item = store::ReadingItem::from_item(item.clone())?;
-            counts
-                .entry((item.device_id.clone(), item.event_id.clone()))
-                .or_default()
-                .push(item.sk.clone());
-            set.insert(ReadingId {
-                device_id: item.device_id,
-                event_id: item.event_id,
-                ts_ms: item.ts_ms,
-            });
-        }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok((set, counts));
-        }
+    for item in store::read::scan_items(dynamo.scan().table_name(table)).await? {
+        let item = store::ReadingItem::from_item(item)?;
+        counts
+            .entry((item.device_id.clone(), item.event_id.clone()))
+            .or_default()
+            .push(item.sk.clone());
+        set.insert(ReadingId {
+            device_id: item.device_id,
+            event_id: item.event_id,
+            ts_ms: item.ts_ms,
+        });
     }
+    Ok((set, counts))
 }
 
 /// Fan-out changes in the shard table (entries of every `shard_history`) and the
@@ -862,28 +849,15 @@ async fn fanout_raises(
     table: &str,
 ) -> anyhow::Result<(u64, u64)> {
     let (mut raises, mut entities) = (0, 0);
-    let mut start = None;
-    loop {
-        let page = dynamo
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| anyhow!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(&e)))?;
-        for item in page.items() {
-            if let Some(AttributeValue::L(history)) = item.get("shard_history")
-                && !history.is_empty()
-            {
-                raises += history.len() as u64;
-                entities += 1;
-            }
-        }
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok((raises, entities));
+    for item in store::read::scan_items(dynamo.scan().table_name(table)).await? {
+        if let Some(AttributeValue::L(history)) = item.get("shard_history")
+            && !history.is_empty()
+        {
+            raises += history.len() as u64;
+            entities += 1;
         }
     }
+    Ok((raises, entities))
 }
 
 struct Letter {

@@ -22,14 +22,7 @@ const PER_MESSAGE: usize = 25;
 /// Every (PK, SK) of the readings table.
 async fn stored_keys(stack: &TestStack) -> Result<BTreeSet<(String, String)>> {
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
-    let items: Vec<_> = client
-        .scan()
-        .table_name(&stack.stack.table_name)
-        .into_paginator()
-        .items()
-        .send()
-        .collect::<Result<Vec<_>, _>>()
-        .await?;
+    let items = store::read::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
     items
         .iter()
         .map(|item| {

@@ -17,6 +17,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::scan::ScanError;
+use aws_sdk_dynamodb::operation::scan::builders::ScanFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
 use tracing::instrument;
 
@@ -257,6 +259,31 @@ fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError
         sk: get(SK)?,
         ts_ms,
     })
+}
+
+/// Every item `scan` returns, over all its pages (the SDK's paginator follows
+/// `LastEvaluatedKey`): the one way the workspace reads a whole table, for audits,
+/// tallies and tests. The caller sets the table and any projection, filter or
+/// consistency on the builder.
+pub async fn scan_items(
+    scan: ScanFluentBuilder,
+) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+    scan.into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await
+        .map_err(|e| scan_error(&e))
+}
+
+fn scan_error(err: &SdkError<ScanError>) -> StoreError {
+    let reasons: &[ThrottlingReason] = match err.as_service_error() {
+        Some(ScanError::ProvisionedThroughputExceededException(e)) => e.throttling_reasons(),
+        Some(ScanError::ThrottlingException(e)) => e.throttling_reasons(),
+        Some(ScanError::RequestLimitExceeded(e)) => e.throttling_reasons(),
+        _ => &[],
+    };
+    StoreError::from_sdk(err, reasons)
 }
 
 fn query_error(err: &SdkError<QueryError>) -> StoreError {
