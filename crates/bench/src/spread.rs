@@ -6,10 +6,10 @@ use std::num::NonZeroU32;
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use sharding::capacity::{PlanInput, plan_capacity};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
-use sharding::planner::{PlanInput, plan_capacity};
 use sharding::time::Timestamp;
 
 use crate::common::{self, T0_MS};

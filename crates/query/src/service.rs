@@ -14,7 +14,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
-use sharding::plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
+use sharding::read_plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
 use store::directory::ShardStore;
 use store::error::StoreError;

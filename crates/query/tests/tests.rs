@@ -7,11 +7,11 @@
 mod common;
 mod cursor;
 mod duplicates;
-mod e2e;
 mod engine;
 mod events;
 mod fuzz;
 mod model;
+mod on_moto;
 mod openapi;
 mod params;
 mod stats;

@@ -51,12 +51,12 @@
 //!
 //! # Read plans
 //!
-//! One entity over `[from, to)` ([`plan::plan_entity`]): for each table epoch, read
+//! One entity over `[from, to)` ([`read_plan::plan_entity`]): for each table epoch, read
 //! fan-out span, bucket and key, one `Query` with `SK BETWEEN lo AND hi`:
 //! `{entity}#{from}` .. `{entity}#{to - 1 ms}#~` for `TimeBucket`, `{from}` ..
 //! `{to - 1 ms}#~` otherwise (`~` sorts above every id character). Queries on the same PK
 //! with touching ranges are joined: a `TimeBucket` entity that was never raised costs one
-//! query per bucket. All entities ([`plan::plan_all`], `TimeBucket` only): every
+//! query per bucket. All entities ([`read_plan::plan_all`], `TimeBucket` only): every
 //! `{s}#{bucket}` for s in 0..N plus the hot entities' dedicated sub-shard keys, each with a time
 //! filter; such a PK is ordered by entity, then time, so the reader merges after
 //! buffering. A reading stored twice (written, then redelivered after a raise) has one
@@ -71,17 +71,18 @@
 //! precede them. The caller (the query function) does the I/O.
 
 pub mod backoff;
+pub mod capacity;
 pub mod epoch;
 pub mod fanout;
 pub mod hash;
 pub mod key;
 pub mod layout;
 pub mod merge;
-pub mod plan;
-pub mod planner;
+pub mod read_plan;
 pub mod time;
 
 pub use backoff::{Backoff, Redelivery};
+pub use capacity::{CapacityPlan, PlanInput, PlannerError, plan_capacity};
 pub use epoch::{
     Epoch, EpochError, FanoutHistory, REKEY_HORIZON, TableHistory, keying_time, propagation_margin,
 };
@@ -93,6 +94,5 @@ pub use hash::{HASH_VERSION, shard_index, stable_hash};
 pub use key::{ItemKey, KeyError, ReadingRef, point_keys, validate_id, write_key};
 pub use layout::{Layout, Strategy};
 pub use merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
-pub use plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
-pub use planner::{CapacityPlan, PlanInput, PlannerError, plan_capacity};
+pub use read_plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 pub use time::{Bucket, BucketSpan, TimeError, TimeRange, Timestamp};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sharding::epoch::Epoch;
 use sharding::key::key_for_layout;
-use sharding::plan::{plan_all, plan_entity};
+use sharding::read_plan::{plan_all, plan_entity};
 use sharding::{
     Bucket, FanoutHistory, ItemKey, KeyError, Layout, PlanError, ReadPlan, ReadingRef,
     TableHistory, TimeRange, Timestamp, point_keys, propagation_margin, write_key,

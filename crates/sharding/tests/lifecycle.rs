@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::fanout::planned_raise;
-use sharding::plan::{passes_time_filter, plan_all, plan_entity, sk_in_bounds};
+use sharding::read_plan::{passes_time_filter, plan_all, plan_entity, sk_in_bounds};
 use sharding::{
     Bucket, FanoutDecision, FanoutPolicy, Layout, ReadPlan, ReadingRef, ShardMeta, Signal,
     TableHistory, Throttle, TimeRange, Timestamp, decide, decide_shrink, write_key,

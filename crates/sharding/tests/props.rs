@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sharding::epoch::Epoch;
-use sharding::plan::{passes_time_filter, plan_all, plan_entity, sk_in_bounds};
+use sharding::read_plan::{passes_time_filter, plan_all, plan_entity, sk_in_bounds};
 use sharding::{
     Bucket, FanoutHistory, Layout, PlanError, REKEY_HORIZON, ReadingRef, Strategy as KeyStrategy,
     TableHistory, TimeRange, Timestamp, propagation_margin, write_key,

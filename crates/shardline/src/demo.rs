@@ -29,7 +29,7 @@ use capacity_proxy::{MonotonicClock, Proxy, ProxyConfig, StatsSnapshot};
 use clap::Args;
 use indicatif::ProgressBar;
 use serde::Deserialize;
-use sharding::planner::{CapacityPlan, DEFAULT_SAFETY, PlanInput, plan_capacity};
+use sharding::capacity::{CapacityPlan, DEFAULT_SAFETY, PlanInput, plan_capacity};
 use stand_in::pids::PidRecord;
 use store::directory::PlannedFanout;
 

@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use shardline::{audit, demo, fanout, heatmap, provision, publish, run_local, soak};
 
-mod plan;
+mod capacity;
 
 /// Shardline: high-velocity time-series ingestion into DynamoDB without hot partitions.
 #[derive(Debug, Parser)]
@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Size the table-level shard count N and a hot entity's fan-out k from write rates.
-    Plan(plan::PlanArgs),
+    Plan(capacity::PlanArgs),
     /// Simulate devices: send readings (and malformed messages) to the SQS queue.
     Publish(publish::PublishArgs),
     /// Run the queue's event source mapping and the query API locally, in process.
@@ -39,7 +39,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Plan(args) => plan::run(&args),
+        Command::Plan(args) => capacity::run(&args),
         Command::Heatmap(args) => heatmap::run(&args),
         Command::Publish(args) => runtime()?.block_on(publish::run(&args)),
         Command::RunLocal(args) => {

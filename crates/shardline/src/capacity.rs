@@ -4,7 +4,7 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
-use sharding::planner::{
+use sharding::capacity::{
     CapacityPlan, DEFAULT_SAFETY, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_WRITES, PARTITION_WCU,
     PlanInput, WriteCost, plan_capacity, write_costs,
 };
