@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use stand_in::pids;
 
-use crate::steps::{cargo, run_step};
+use crate::steps::{Profile, build_binary};
 
 /// How long the child gets to stop its servers after Ctrl-C before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -31,11 +31,11 @@ pub struct DemoArgs {
 }
 
 pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
-    let profile = if args.release { "release" } else { "debug" };
-    let mut build = vec!["build", "--package", "shardline", "--bin", "shardline"];
-    if args.release {
-        build.push("--release");
-    }
+    let profile = if args.release {
+        Profile::Release
+    } else {
+        Profile::Debug
+    };
     // The stand-in's install (moto's Python venv, about 30 s the first time, and
     // dynalite's node packages) runs while shardline builds; cargo's own progress shows
     // the build.
@@ -43,31 +43,24 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
         "==> build shardline and install the stand-in, side by side (a first build takes \
          about 2 min on 2 cores, a later one seconds)"
     );
-    let (venv, node) = std::thread::scope(|scope| {
+    let (binary, (venv, node)) = std::thread::scope(|scope| {
         let install = scope.spawn(|| {
             let venv = stand_in::ensure_venv(root)?;
             let node = stand_in::ensure_dynalite(root)?;
             anyhow::Ok((venv, node))
         });
-        let built = run_step("build shardline", root, &cargo(), &build);
+        let built = build_binary(root, "shardline", "shardline", profile);
         let tools = install
             .join()
             .map_err(|_| anyhow::anyhow!("the stand-in's install panicked"))?
             .context("installing the stand-in");
-        built.and(tools)
+        anyhow::Ok((built?, tools?))
     })?;
     eprintln!(
         "==> stand-in: {} and {}",
         venv.dir().display(),
         node.dynalite_cli().display()
     );
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let binary = target.join(profile).join("shardline");
-    if !binary.is_file() {
-        bail!("{} was not built", binary.display());
-    }
 
     let interrupted = Arc::new(AtomicBool::new(false));
     watch_ctrl_c(interrupted.clone())?;

@@ -95,7 +95,12 @@ pub fn start_capacity_proxy(root: &Path, upstream: &str, args: &CapacityArgs) ->
         // Its flags may differ from the ones asked for now: restart rather than guess.
         running.stop(Duration::from_secs(10))?;
     }
-    let program = crate::steps::build_binary(root, "capacity-proxy", "capacity-proxy")?;
+    let program = crate::steps::build_binary(
+        root,
+        "capacity-proxy",
+        "capacity-proxy",
+        crate::steps::Profile::Debug,
+    )?;
     let upstream = upstream.to_owned();
     let key_wcu = args.key_wcu.to_string();
     let heat_csv = args.heat_csv.clone();
@@ -163,7 +168,8 @@ pub fn up(root: &Path, prefix: &str, parameters: &[String]) -> Result<String> {
         }
     };
     // Creating resources takes the AWS SDK, which xtask does not build: shardline does.
-    let shardline = crate::steps::build_binary(root, "shardline", "shardline")?;
+    let shardline =
+        crate::steps::build_binary(root, "shardline", "shardline", crate::steps::Profile::Debug)?;
     let env_file = env_path(root);
     crate::steps::run_command(
         "provision",

@@ -36,7 +36,7 @@ enum Command {
     /// The main job end to end: naive vs adaptive layout under the same burst, a time
     /// range read back through the API, one side-by-side report and two heatmaps.
     Demo(demo::DemoArgs),
-    /// The benchmarks of issue 8: prints a table and regenerates bench/REPORT.md.
+    /// The benchmarks: prints a table and regenerates bench/REPORT.md.
     Bench(bench::BenchArgs),
     /// Fault and crash soak through run-local, checked against the publisher's manifest.
     Soak(soak::SoakArgs),
@@ -55,5 +55,27 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(&root, &args),
         Command::Soak(args) => soak::run(&root, &args),
         Command::Fuzz(args) => fuzz::run(&root, &args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soak_flags_pass_through_to_shardline_soak() {
+        let cli = Cli::try_parse_from([
+            "cargo xtask",
+            "soak",
+            "--messages",
+            "200",
+            "--kills",
+            "1",
+        ])
+        .expect("parses");
+        let Command::Soak(args) = cli.command else {
+            panic!("a soak command: {cli:?}");
+        };
+        assert_eq!(args.soak_args, ["--messages", "200", "--kills", "1"]);
     }
 }

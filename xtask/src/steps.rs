@@ -43,16 +43,32 @@ pub fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
-/// Builds `package`'s binary `bin` (debug profile, the one `cargo xtask test` already
-/// built) and returns its path in the workspace's target directory.
-pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<std::path::PathBuf> {
-    run_step(
-        &format!("build {bin}"),
-        root,
-        &cargo(),
-        &["build", "--package", package, "--bin", bin],
-    )?;
-    let path = target_dir(root).join("debug").join(bin);
+/// The cargo profile a binary is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The one `cargo xtask test` already built.
+    Debug,
+    Release,
+}
+
+/// Builds `package`'s binary `bin` with `profile` and returns its path in the
+/// workspace's target directory.
+pub fn build_binary(
+    root: &Path,
+    package: &str,
+    bin: &str,
+    profile: Profile,
+) -> Result<std::path::PathBuf> {
+    let mut args = vec!["build", "--package", package, "--bin", bin];
+    if profile == Profile::Release {
+        args.push("--release");
+    }
+    run_step(&format!("build {bin}"), root, &cargo(), &args)?;
+    let dir = match profile {
+        Profile::Debug => "debug",
+        Profile::Release => "release",
+    };
+    let path = target_dir(root).join(dir).join(bin);
     if !path.is_file() {
         bail!("{} was not built", path.display());
     }
