@@ -34,7 +34,7 @@ use serde_json::Value;
 use sharding::time::Timestamp;
 use store::size::{item_size, write_units};
 
-use crate::env::EnvLookup;
+use crate::env::StackArgs;
 
 /// One partition's write limit, WCU/s.
 pub const PARTITION_WCU: f64 = 1000.0;
@@ -736,12 +736,8 @@ pub struct AuditArgs {
     /// Scan this table instead.
     #[arg(long)]
     pub table: Option<String>,
-    /// DynamoDB endpoint of the scan (default: AWS_ENDPOINT_URL).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// Env file to read (default: .local/stack.env when present).
-    #[arg(long)]
-    pub env_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub stack: StackArgs,
     /// Partition key attribute of the scanned table.
     #[arg(long, default_value = "PK")]
     pub pk_attribute: String,
@@ -798,8 +794,8 @@ pub async fn run(args: &AuditArgs) -> anyhow::Result<()> {
             args.item_bytes,
         )?,
         (None, Some(table)) => {
-            let env = EnvLookup::load(args.env_file.as_deref())?;
-            let sdk = env.sdk_config(args.endpoint_url.as_deref()).await;
+            let env = args.stack.env()?;
+            let sdk = args.stack.sdk_config(&env).await;
             let client = aws_sdk_dynamodb::Client::new(&sdk);
             let attributes = ScanAttributes {
                 pk: &args.pk_attribute,

@@ -17,6 +17,32 @@ pub const DEFAULT_ENV_FILE: &str = ".local/stack.env";
 /// Region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
 pub const DEFAULT_REGION: &str = "us-east-1";
 
+/// Where a command finds the stack it talks to: the flags every such command shares
+/// (`publish`, `run-local`, `audit`, `fanout`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StackArgs {
+    /// The AWS endpoint (default: AWS_ENDPOINT_URL from the environment or the env
+    /// file; AWS_ENDPOINT_URL_SQS there, when set, for SQS alone; without either, AWS).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// Env file to read (default: .local/stack.env when present): the variables the
+    /// Lambdas read (TABLE_NAME, SHARD_TABLE_NAME, QUEUE_URL, SHARD_STRATEGY, ...).
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+}
+
+impl StackArgs {
+    /// The process environment over the env file.
+    pub fn env(&self) -> anyhow::Result<EnvLookup> {
+        EnvLookup::load(self.env_file.as_deref())
+    }
+
+    /// An SDK configuration for the stack's endpoint (`--endpoint-url` first).
+    pub async fn sdk_config(&self, env: &EnvLookup) -> SdkConfig {
+        env.sdk_config(self.endpoint_url.as_deref()).await
+    }
+}
+
 /// Variables from the process environment (optionally) over those of an env file.
 #[derive(Debug, Clone, Default)]
 pub struct EnvLookup {

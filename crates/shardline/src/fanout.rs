@@ -9,7 +9,6 @@
 //! force.
 
 use std::io::Write as _;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -17,7 +16,7 @@ use sharding::key::validate_id;
 use store::directory::{PlannedFanout, ShardDirectory};
 use store::dynamo::DynamoShards;
 
-use crate::env::EnvLookup;
+use crate::env::{EnvLookup, StackArgs};
 use crate::publish::wall_clock;
 
 /// Flags of `shardline fanout`.
@@ -30,13 +29,10 @@ pub struct FanoutArgs {
     /// hot-entity k for a rate).
     #[arg(long)]
     pub k: u32,
-    /// Env file with the ingest's variables (default: .local/stack.env when present);
-    /// its margin and FANOUT_MAX apply, so the schedule is the one the writers follow.
-    #[arg(long)]
-    pub env_file: Option<PathBuf>,
-    /// DynamoDB endpoint (default: AWS_ENDPOINT_URL).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
+    /// The stack; the env file's margin and FANOUT_MAX apply, so the schedule is the
+    /// one the writers follow.
+    #[command(flatten)]
+    pub stack: StackArgs,
 }
 
 /// Schedules fan-out `k` for `device` in the shard table the ingest configuration of
@@ -76,8 +72,8 @@ pub async fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     if args.k == 0 {
         anyhow::bail!("--k must be at least 1");
     }
-    let env = EnvLookup::load(args.env_file.as_deref())?;
-    let planned = schedule(&env, args.endpoint_url.as_deref(), &args.device, args.k).await?;
+    let env = args.stack.env()?;
+    let planned = schedule(&env, args.stack.endpoint_url.as_deref(), &args.device, args.k).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", describe(&args.device, &planned)).context("cannot write to stdout")?;
     Ok(())

@@ -18,7 +18,7 @@ use sharding::time::Timestamp;
 pub use generate::{Content, Generator, Malformation, Message, Plan, ReadingId, Tally};
 pub use send::{Manifest, ManifestLine, SendOptions, Summary, send_all};
 
-use crate::env::EnvLookup;
+use crate::env::StackArgs;
 
 /// Flags of `shardline publish`.
 #[derive(Debug, Clone, Args)]
@@ -26,12 +26,8 @@ pub struct PublishArgs {
     /// The queue (default: QUEUE_URL from the environment or the env file).
     #[arg(long)]
     pub queue_url: Option<String>,
-    /// The SQS endpoint (default: AWS_ENDPOINT_URL from the environment or the env file).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// Env file to read (default: .local/stack.env when present).
-    #[arg(long)]
-    pub env_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub stack: StackArgs,
     /// Devices in the fleet; each reading picks one Zipf-distributed.
     #[arg(long, default_value_t = 100)]
     pub devices: u32,
@@ -130,12 +126,12 @@ pub async fn publish(
 /// The command: reads the environment, publishes, prints the summary.
 pub async fn run(args: &PublishArgs) -> anyhow::Result<()> {
     let plan = args.plan()?;
-    let env = EnvLookup::load(args.env_file.as_deref())?;
+    let env = args.stack.env()?;
     let queue_url = match &args.queue_url {
         Some(url) => url.clone(),
         None => env.require("QUEUE_URL")?,
     };
-    let sdk = env.sdk_config(args.endpoint_url.as_deref()).await;
+    let sdk = args.stack.sdk_config(&env).await;
     let client = aws_sdk_sqs::Client::new(&sdk);
     let progress = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(plan.messages());

@@ -14,7 +14,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,7 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::env::EnvLookup;
+use crate::env::{EnvLookup, StackArgs};
 use crate::publish::wall_clock;
 
 /// template.yaml `IngestBatchSize` default (the mapping's `BatchSize`).
@@ -68,15 +67,8 @@ pub struct RunLocalArgs {
     /// The queue (default: QUEUE_URL from the environment or the env file).
     #[arg(long)]
     pub queue_url: Option<String>,
-    /// The AWS endpoint (default: AWS_ENDPOINT_URL from the environment or the env file;
-    /// AWS_ENDPOINT_URL_SQS there, when set, for SQS alone).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// Env file to read (default: .local/stack.env when present). Ingest and query read
-    /// TABLE_NAME, SHARD_TABLE_NAME, DLQ_URL, SHARD_STRATEGY, CURSOR_KEY, ... like the
-    /// Lambdas.
-    #[arg(long)]
-    pub env_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub stack: StackArgs,
     /// Most messages per handler invocation (the mapping's BatchSize).
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
@@ -845,13 +837,13 @@ async fn delete<'a>(shared: &Shared, messages: &[&'a Message]) -> Vec<&'a Messag
 /// or when idle, prints the stats.
 pub async fn run(args: &RunLocalArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let env = EnvLookup::load(args.env_file.as_deref())?;
+    let env = args.stack.env()?;
     let queue_url = match &args.queue_url {
         Some(url) => url.clone(),
         None => env.require("QUEUE_URL")?,
     };
     let settings = Settings::from_args(args, queue_url)?;
-    let running = start(settings, &env, args.endpoint_url.as_deref()).await?;
+    let running = start(settings, &env, args.stack.endpoint_url.as_deref()).await?;
     if let Some(addr) = running.query_addr() {
         let mut out = std::io::stdout().lock();
         writeln!(out, "query listening on http://{addr}")?;
