@@ -22,7 +22,7 @@ pub const DEFAULT_REGION: &str = "us-east-1";
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StackArgs {
     /// The AWS endpoint (default: AWS_ENDPOINT_URL from the environment or the env
-    /// file; AWS_ENDPOINT_URL_SQS there, when set, for SQS alone; without either, AWS).
+    /// file; without either, AWS itself).
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// Env file to read (default: .local/stack.env when present): the variables the

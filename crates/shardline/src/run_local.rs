@@ -61,7 +61,9 @@ const MAX_DELETE: usize = 10;
 type Service = Ingest<DynamoTable, DynamoShards, SqsQueue>;
 type Query = QueryService<DynamoReadingSource, DynamoShards>;
 
-/// Flags of `shardline run-local`.
+/// Flags of `shardline run-local`. Its SQS client takes AWS_ENDPOINT_URL_SQS from the
+/// environment or the env file when set (the demo's queues on moto beside its tables
+/// on dynalite).
 #[derive(Debug, Clone, Args)]
 pub struct RunLocalArgs {
     /// The queue (default: QUEUE_URL from the environment or the env file).
