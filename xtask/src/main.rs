@@ -64,15 +64,8 @@ mod tests {
 
     #[test]
     fn soak_flags_pass_through_to_shardline_soak() {
-        let cli = Cli::try_parse_from([
-            "cargo xtask",
-            "soak",
-            "--messages",
-            "200",
-            "--kills",
-            "1",
-        ])
-        .expect("parses");
+        let cli = Cli::try_parse_from(["cargo xtask", "soak", "--messages", "200", "--kills", "1"])
+            .expect("parses");
         let Command::Soak(args) = cli.command else {
             panic!("a soak command: {cli:?}");
         };

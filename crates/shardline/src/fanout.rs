@@ -73,7 +73,13 @@ pub async fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         anyhow::bail!("--k must be at least 1");
     }
     let env = args.stack.env()?;
-    let planned = schedule(&env, args.stack.endpoint_url.as_deref(), &args.device, args.k).await?;
+    let planned = schedule(
+        &env,
+        args.stack.endpoint_url.as_deref(),
+        &args.device,
+        args.k,
+    )
+    .await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", describe(&args.device, &planned)).context("cannot write to stdout")?;
     Ok(())
