@@ -1056,6 +1056,28 @@ fn ms(v: Option<u64>) -> String {
 
 /// The side-by-side report.
 pub fn report_text(report: &DemoReport) -> String {
+    let mut s = report_heading(report);
+    s.push_str(&side_by_side(&report_rows(report)));
+    s.push_str(&report_footer(report));
+    s
+}
+
+/// The report's first line: the scenario.
+fn report_heading(report: &DemoReport) -> String {
+    format!(
+        "Shardline demo: {} Zipf devices at {} readings/s + {} at {} readings/s for {} s, {}% malformed; per-key limit {} WCU/s\n\n",
+        report.scenario.devices,
+        report.scenario.fleet_rate,
+        report.scenario.hot_device,
+        report.scenario.hot_rate,
+        report.scenario.duration.as_secs_f64(),
+        report.scenario.bad_rate * 100.0,
+        report.scenario.key_wcu,
+    )
+}
+
+/// The report's rows: a label, then the naive run's cell and the adaptive run's.
+fn report_rows(report: &DemoReport) -> Vec<(String, String, String)> {
     let (a, b) = (&report.naive, &report.adaptive);
     let mut rows: Vec<(String, String, String)> = Vec::new();
     let mut row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
@@ -1168,7 +1190,12 @@ pub fn report_text(report: &DemoReport) -> String {
             .map_or_else(|| "-".to_owned(), |n| n.to_string())
     });
     row("heatmap", &|r| r.heatmap.display().to_string());
+    rows
+}
 
+/// `rows` as two columns side by side under the runs' names, long cells wrapped
+/// within their column.
+fn side_by_side(rows: &[(String, String, String)]) -> String {
     let w0 = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
     let w1 = rows
         .iter()
@@ -1176,21 +1203,12 @@ pub fn report_text(report: &DemoReport) -> String {
         .max()
         .unwrap_or(0)
         .clamp(20, CELL_WIDTH);
-    let mut s = format!(
-        "Shardline demo: {} Zipf devices at {} readings/s + {} at {} readings/s for {} s, {}% malformed; per-key limit {} WCU/s\n\n",
-        report.scenario.devices,
-        report.scenario.fleet_rate,
-        report.scenario.hot_device,
-        report.scenario.hot_rate,
-        report.scenario.duration.as_secs_f64(),
-        report.scenario.bad_rate * 100.0,
-        report.scenario.key_wcu,
-    );
+    let mut s = String::new();
     s.push_str(&format!(
         "{:<w0$}  {:<w1$}  {}\n",
         "", "(1) naive", "(2) adaptive hybrid"
     ));
-    for (label, x, y) in &rows {
+    for (label, x, y) in rows {
         // Long cells wrap within their column, so the two runs stay side by side.
         let (x, y) = (wrap(x, w1), wrap(y, CELL_WIDTH));
         for line in 0..x.len().max(y.len()) {
@@ -1201,7 +1219,14 @@ pub fn report_text(report: &DemoReport) -> String {
             s.push('\n');
         }
     }
-    s.push_str(&format!(
+    s
+}
+
+/// The notes under the table: what the rows mean, where the heatmaps are, how long
+/// it took.
+fn report_footer(report: &DemoReport) -> String {
+    let (a, b) = (&report.naive, &report.adaptive);
+    format!(
         "\nThe hot fan-out first grows with the ingest's first raise (or, with --planned, the planned k), \
          in force at once: readings not yet written, the backlog included, take the new k. Throttles \
          after that: the fan-out was still too small (it is raised again after the cooldown, to what \
@@ -1218,8 +1243,7 @@ pub fn report_text(report: &DemoReport) -> String {
         a.heat_csv.display(),
         b.heat_csv.display(),
         report.elapsed.as_secs_f64()
-    ));
-    s
+    )
 }
 
 /// Widest a report cell prints before it wraps.
