@@ -1,5 +1,5 @@
 //! Every AWS call the Lambda code makes is allowed by its function's role in
-//! `template.yaml`, and every grant of a role is used (issue 21).
+//! `template.yaml`, and every grant of a role is used (docs/reliability.md scenario 21).
 //!
 //! moto can enforce IAM, but it authorizes every DynamoDB call against resource `*`
 //! (its DynamoDB handlers name no table; only SQS's name their queue), which cannot tell

@@ -1,6 +1,6 @@
 //! The ingest handler end to end: the real handler (`Ingest::from_clients`) with its SDK
 //! pointed at `capacity-proxy` in front of a private moto, one fault per test
-//! (RELIABILITY.md scenarios 3, 4, 5, 6, 13 and the 5xx part of 14), and the handler on
+//! (docs/reliability.md scenarios 3, 4, 5, 6, 13 and the 5xx part of 14), and the handler on
 //! dynalite for the table side, so no behaviour of one emulator is taken for DynamoDB's.
 //!
 //! Time comes in as `now` and the proxy's capacity runs on a `ManualClock` wherever

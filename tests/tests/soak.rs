@@ -1,4 +1,4 @@
-//! The soak of issue 9, smaller: about 2,000 messages through capacity-proxy (30%
+//! The soak of `cargo xtask soak` (docs/reliability.md scenarios 14 and 16), smaller: about 2,000 messages through capacity-proxy (30%
 //! unprocessed, 5% HTTP 500, 10 ms latency, 4 WCU/s per key so the hot devices
 //! throttle and fan out) and `shardline run-local` SIGKILLed three
 //! times; the table holds exactly the valid readings, the DLQ exactly the malformed

@@ -1,4 +1,4 @@
-//! The promises of `template.yaml` (RELIABILITY.md scenario 20, issue 6), read from the
+//! The promises of `template.yaml` (docs/reliability.md scenario 20), read from the
 //! file itself: partial batch responses, redrive, the visibility-timeout rule, DLQ
 //! retention, queue encryption, each role's exact permissions, API auth and throttling,
 //! the alarms. Parameters take their defaults unless a check overrides them.

@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: the measurements of issue 8, regenerating `bench/REPORT.md`.
+//! `cargo xtask bench`: the measurements, regenerating `bench/REPORT.md`.
 //!
 //! Builds once in release (the two Lambda binaries and the bench program), runs the
 //! criterion cost bench, then the bench program, which prints the table and writes the

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 /// One figure.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// Issue 8 item, e.g. `1c`.
+    /// Report item, e.g. `1c`.
     pub item: String,
     pub metric: String,
     pub value: String,

@@ -4,7 +4,7 @@
 //! without it). Shard metadata and the DLQ are the in-memory fakes: sink mode answers
 //! only writes. Prints figures; asserts nothing.
 //!
-//! The workload is issue 8's item 1: events of 10 messages of 40 readings (400 readings,
+//! The workload is bench item 1's (bench/REPORT.md): events of 10 messages of 40 readings (400 readings,
 //! one full round of `MAX_INFLIGHT` calls of 25 items), one invocation at a time,
 //! readings of 5,000 devices spread over one day under hour buckets and N = 64, so no
 //! partition key reaches the proxy's 1,000 WCU/s: the figure is the handler's, not the

@@ -1,4 +1,4 @@
-//! Integration tests of `ingest`, one binary (scenario numbers from RELIABILITY.md).
+//! Integration tests of `ingest`, one binary (scenario numbers from docs/reliability.md).
 
 mod handler;
 mod marshal;

@@ -1,4 +1,4 @@
-//! Issue 17, the read side: a reading stored under two partition keys (written under
+//! The read side of a reading stored twice: a reading stored under two partition keys (written under
 //! fan-out 1, then redelivered after a raise and keyed under fan-out 4) appears exactly
 //! once in every answer: whole ranges, every page and cursor resume in both orders,
 //! the every-device route with and without the time index, and every stats bucket.

@@ -1,4 +1,7 @@
-//! Properties 1-3 of issue 2 over random epoch histories: legacy `Unsharded` to sharded,
+//! Properties of the key design over random epoch histories (1: every written key is
+//! covered by the read plan of every range holding it; 2: plans cost one query per
+//! bucket for a cold entity and hold no query that cannot hold data; 3: a writer gives
+//! a reading the same key every time): legacy `Unsharded` to sharded,
 //! N up and down, k up and down, and a writer's clock anywhere a reading can be written
 //! (ahead of it by the accepted skew, or after it by a redelivery or a late device).
 

@@ -1,5 +1,5 @@
 //! `shardline soak`: the whole pipeline under faults and crashes, checked against the
-//! publisher's manifest (RELIABILITY.md scenarios 14 and 16, and the query API under load).
+//! publisher's manifest (docs/reliability.md scenarios 14 and 16, and the query API under load).
 //!
 //! A private moto, `capacity-proxy` in front of it (unprocessed items, HTTP 500s,
 //! latency, a per-key write cap so hot devices throttle), `shardline run-local` as a

@@ -1,4 +1,4 @@
-//! Integration tests of `store`, one binary (scenario numbers from RELIABILITY.md).
+//! Integration tests of `store`, one binary (scenario numbers from docs/reliability.md).
 
 mod batch_memory;
 mod batch_mock;
