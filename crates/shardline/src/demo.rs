@@ -736,16 +736,9 @@ fn progress_line(variant: Variant, t: Duration, runner: &Stats, proxy: &StatsSna
     )
 }
 
-async fn run_variant(
-    scenario: &Scenario,
-    plan: &CapacityPlan,
-    tools: &Tools,
-    variant: Variant,
-) -> anyhow::Result<RunReport> {
-    let planned_k = (variant == Variant::Adaptive && scenario.planned_fanout)
-        .then_some(plan.hot_entity_fanout)
-        .filter(|&k| k > 1);
-    let layout = match (variant, planned_k) {
+/// What the report calls `variant`'s layout.
+fn layout_label(variant: Variant, planned_k: Option<u32>, plan: &CapacityPlan) -> String {
+    match (variant, planned_k) {
         (Variant::Naive, _) => "unsharded: PK = device".to_owned(),
         (Variant::Adaptive, Some(k)) => format!(
             "time-bucket (hour), N = {}, hot device k = {k} planned, raised on heat",
@@ -755,7 +748,163 @@ async fn run_variant(
             "time-bucket (hour), N = {}, fan-out k from 1, raised on heat",
             plan.table_shards
         ),
+    }
+}
+
+/// One run's publishing and draining, with a progress line every 5 s.
+struct Watch<'a> {
+    scenario: &'a Scenario,
+    variant: Variant,
+    running: &'a run_local::Running,
+    proxy: &'a capacity_proxy::ProxyHandle,
+    t0: Instant,
+}
+
+impl Watch<'_> {
+    fn say_progress(&self, stats: &Stats) {
+        self.scenario.say(progress_line(
+            self.variant,
+            self.t0.elapsed(),
+            stats,
+            &self.proxy.stats(),
+        ));
+    }
+
+    /// Publishes the scenario's plan to `queue_url` from `start` on.
+    async fn publish(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        queue_url: &str,
+        start: sharding::time::Timestamp,
+    ) -> anyhow::Result<Summary> {
+        let hidden = ProgressBar::hidden();
+        let publishing = publish::publish(
+            sqs,
+            queue_url,
+            self.scenario.plan(0),
+            start,
+            SendOptions::default(),
+            &hidden,
+            None,
+        );
+        tokio::pin!(publishing);
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        tick.tick().await;
+        let sent = loop {
+            tokio::select! {
+                sent = &mut publishing => break sent?,
+                _ = tick.tick() => self.say_progress(&self.running.stats()),
+            }
+        };
+        self.scenario.say(format!(
+            "  [{}] published: {}",
+            self.variant.name(),
+            sent.text().replace('\n', "; ")
+        ));
+        Ok(sent)
+    }
+
+    /// Waits until nothing is visible and no invocation holds messages (what is left
+    /// then waits out the visibility timeout), at most the scenario's drain time;
+    /// returns how long it waited and whether the queue emptied.
+    async fn drain(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        queue_url: &str,
+    ) -> anyhow::Result<(Duration, bool)> {
+        let drain_start = Instant::now();
+        let mut last_say = Instant::now();
+        while drain_start.elapsed() < self.scenario.drain {
+            let (visible, invisible) = run_local::queue_counts(sqs, queue_url).await?;
+            let stats = self.running.stats();
+            if visible == 0 && unsettled(&stats) == 0 {
+                return Ok((drain_start.elapsed(), invisible == 0));
+            }
+            if last_say.elapsed() >= Duration::from_secs(5) {
+                self.say_progress(&stats);
+                last_say = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok((drain_start.elapsed(), false))
+    }
+}
+
+/// The range reads through the API at `query_addr`: the hot device and the fleet's
+/// busiest over the scenario's query window, and the hot device's fan-out epochs.
+async fn read_back(
+    scenario: &Scenario,
+    query_addr: std::net::SocketAddr,
+    start: sharding::time::Timestamp,
+) -> anyhow::Result<(QueryResult, QueryResult, Vec<FanoutEpoch>)> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("cannot build the HTTP client")?;
+    let base = format!("http://{query_addr}");
+    let quarter = scenario.duration / 4;
+    let from_ms = start.as_millis() + i64::try_from(quarter.as_millis()).unwrap_or(0);
+    let to_ms = from_ms + i64::try_from(scenario.query_window.as_millis()).unwrap_or(0);
+    let hot_query = read_range(
+        &http,
+        &format!("{base}/devices/{}/readings", scenario.hot_device),
+        format!("{} readings", scenario.hot_device),
+        from_ms,
+        to_ms,
+    )
+    .await?;
+    // The fleet's busiest device over the same range, for contrast with the hot one.
+    let fleet_query = read_range(
+        &http,
+        &format!("{base}/devices/{FLEET_DEVICE}/readings"),
+        format!("{FLEET_DEVICE} readings"),
+        from_ms,
+        to_ms,
+    )
+    .await?;
+    let fanout = fanout_epochs(&http, &base, &scenario.hot_device).await?;
+    Ok((hot_query, fleet_query, fanout))
+}
+
+/// Items throttled on `table` before and after the hot device's fan-out first grew
+/// (`None` when it never did); heat rows count seconds from `proxy_origin_ms`.
+fn throttles_around_first_raise(
+    fanout: &[FanoutEpoch],
+    rows: &[heatmap::HeatRow],
+    table: &str,
+    proxy_origin_ms: i64,
+) -> (Option<u64>, Option<u64>) {
+    let Some(first_raise) = fanout
+        .iter()
+        .filter(|e| e.k > 1)
+        .filter_map(|e| sharding::time::Timestamp::parse(&e.effective_from).ok())
+        .map(|ts| ts.as_millis())
+        .min()
+    else {
+        return (None, None);
     };
+    let second = u64::try_from((first_raise - proxy_origin_ms).max(0) / 1000).unwrap_or(0);
+    let (mut before, mut after) = (0, 0);
+    for r in rows.iter().filter(|r| r.table == table) {
+        if r.second < second {
+            before += r.throttled_items;
+        } else {
+            after += r.throttled_items;
+        }
+    }
+    (Some(before), Some(after))
+}
+
+async fn run_variant(
+    scenario: &Scenario,
+    plan: &CapacityPlan,
+    tools: &Tools,
+    variant: Variant,
+) -> anyhow::Result<RunReport> {
+    let planned_k = (variant == Variant::Adaptive && scenario.planned_fanout)
+        .then_some(plan.hot_entity_fanout)
+        .filter(|&k| k > 1);
+    let layout = layout_label(variant, planned_k, plan);
     scenario.say(format!("== run {}: {layout}", variant.name()));
     let (moto, dynalite) = ServerGuard::start_pair(tools, &scenario.root, variant).await?;
     let (moto_url, dynalite_url) = (moto.endpoint()?, dynalite.endpoint()?);
@@ -797,79 +946,17 @@ async fn run_variant(
 
     // The devices talk to SQS itself, not through the DynamoDB emulator.
     let sqs = aws_sdk_sqs::Client::new(&stand_in::sdk_config(&moto_url).await);
-    let start = publish::wall_clock()?;
-    let t0 = Instant::now();
-    let hidden = ProgressBar::hidden();
-    let publishing = publish::publish(
-        &sqs,
-        &stack.queue_url,
-        scenario.plan(0),
-        start,
-        SendOptions::default(),
-        &hidden,
-        None,
-    );
-    tokio::pin!(publishing);
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    tick.tick().await;
-    let sent = loop {
-        tokio::select! {
-            sent = &mut publishing => break sent?,
-            _ = tick.tick() => scenario.say(progress_line(variant, t0.elapsed(), &running.stats(), &proxy.stats())),
-        }
+    let watch = Watch {
+        scenario,
+        variant,
+        running: &running,
+        proxy: &proxy,
+        t0: Instant::now(),
     };
-    scenario.say(format!(
-        "  [{}] published: {}",
-        variant.name(),
-        sent.text().replace('\n', "; ")
-    ));
-
-    // Drain: until nothing is visible and no invocation holds messages (what is left
-    // then waits out the visibility timeout), bounded.
-    let drain_start = Instant::now();
-    let mut drained = false;
-    let mut last_say = Instant::now();
-    while drain_start.elapsed() < scenario.drain {
-        let (visible, invisible) = run_local::queue_counts(&sqs, &stack.queue_url).await?;
-        let stats = running.stats();
-        if visible == 0 && unsettled(&stats) == 0 {
-            drained = invisible == 0;
-            break;
-        }
-        if last_say.elapsed() >= Duration::from_secs(5) {
-            scenario.say(progress_line(variant, t0.elapsed(), &stats, &proxy.stats()));
-            last_say = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let drain = drain_start.elapsed();
-
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("cannot build the HTTP client")?;
-    let base = format!("http://{query_addr}");
-    let quarter = scenario.duration / 4;
-    let from_ms = start.as_millis() + i64::try_from(quarter.as_millis()).unwrap_or(0);
-    let to_ms = from_ms + i64::try_from(scenario.query_window.as_millis()).unwrap_or(0);
-    let hot_query = read_range(
-        &http,
-        &format!("{base}/devices/{}/readings", scenario.hot_device),
-        format!("{} readings", scenario.hot_device),
-        from_ms,
-        to_ms,
-    )
-    .await?;
-    // The fleet's busiest device over the same range, for contrast with the hot one.
-    let fleet_query = read_range(
-        &http,
-        &format!("{base}/devices/{FLEET_DEVICE}/readings"),
-        format!("{FLEET_DEVICE} readings"),
-        from_ms,
-        to_ms,
-    )
-    .await?;
-    let fanout = fanout_epochs(&http, &base, &scenario.hot_device).await?;
+    let start = publish::wall_clock()?;
+    let sent = watch.publish(&sqs, &stack.queue_url, start).await?;
+    let (drain, drained) = watch.drain(&sqs, &stack.queue_url).await?;
+    let (hot_query, fleet_query, fanout) = read_back(scenario, query_addr, start).await?;
 
     running.stop();
     let runner = running.wait().await?;
@@ -894,28 +981,8 @@ async fn run_variant(
         .join(format!("heat-{}.png", variant.name()));
     let grid = heatmap::grid(&rows, 40)?;
     heatmap::render_png(&grid, scenario.key_wcu, &heatmap_path)?;
-
-    let first_raise = fanout
-        .iter()
-        .filter(|e| e.k > 1)
-        .filter_map(|e| sharding::time::Timestamp::parse(&e.effective_from).ok())
-        .map(|ts| ts.as_millis())
-        .min();
-    let (throttles_after_raise, throttles_before_raise) = match first_raise {
-        Some(ms) => {
-            let second = u64::try_from((ms - proxy_origin_ms).max(0) / 1000).unwrap_or(0);
-            let (mut after, mut before) = (0, 0);
-            for r in rows.iter().filter(|r| r.table == stack.table_name) {
-                if r.second < second {
-                    before += r.throttled_items;
-                } else {
-                    after += r.throttled_items;
-                }
-            }
-            (Some(after), Some(before))
-        }
-        None => (None, None),
-    };
+    let (throttles_before_raise, throttles_after_raise) =
+        throttles_around_first_raise(&fanout, &rows, &stack.table_name, proxy_origin_ms);
 
     let report = RunReport {
         variant,
