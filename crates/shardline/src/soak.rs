@@ -325,71 +325,20 @@ macro_rules! say {
 /// report's `violations`.
 pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let root = cfg.root.clone();
-    let moto = tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Moto> {
-        let venv = stand_in::ensure_venv(&root)?;
-        stand_in::Moto::start(&venv)
-    })
-    .await
-    .context("moto start task")??;
     let prefix = format!("soak-{}-{}", std::process::id(), cfg.seed);
-    let stack = stand_in::provision(&moto.endpoint(), &cfg.root.join("template.yaml"), &prefix)
-        .await
-        .context("provisioning the soak stack")?;
-    let sdk = stand_in::sdk_config(&moto.endpoint()).await;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-    // A short visibility timeout so messages held by a killed run-local come back
-    // within the soak (the template's 185 s suits a 30 s Lambda, not a soak).
-    sqs.set_queue_attributes()
-        .queue_url(&stack.queue_url)
-        .attributes(
-            QueueAttributeName::VisibilityTimeout,
-            cfg.visibility_timeout_secs.to_string(),
-        )
-        .send()
-        .await
-        .context("setting the soak queue's visibility timeout")?;
-
-    let mut proxy_config = ProxyConfig::forward(&moto.endpoint())?;
-    proxy_config.faults = cfg.faults;
-    proxy_config.seed = Some(cfg.seed);
-    proxy_config.limits.key_wcu = cfg.key_wcu;
-    let proxy = Proxy::start(proxy_config).await?;
-    say!(
-        cfg,
-        "moto {}, capacity-proxy {}",
-        moto.endpoint(),
-        proxy.url()
-    );
+    let Services {
+        moto,
+        stack,
+        sqs,
+        dynamo,
+        proxy,
+    } = Services::start(cfg, &prefix).await?;
 
     let dir = cfg.root.join(".local/soak");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let env_file = dir.join(format!("{prefix}.env"));
     let query_port = stand_in::free_loopback_port()?;
-    let cursor_key = hex::encode(ChaCha8Rng::seed_from_u64(cfg.seed).random::<[u8; 32]>());
-    stack.write_env_with(
-        &env_file,
-        &[
-            ("AWS_ENDPOINT_URL".to_owned(), proxy.url()),
-            // Fixed, so cursors stay valid across restarts of run-local.
-            ("CURSOR_KEY".to_owned(), cursor_key),
-            // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
-            // a hot device may double its shards every few seconds rather than every
-            // ten minutes (the cooldown must cover the propagation margin, so the
-            // caches and the future skew shrink with it).
-            ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
-            ("CACHE_TTL_SECS".to_owned(), "2".to_owned()),
-            ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
-            ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
-            ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
-            // Redelivery waits on the same scale: 5, 10, 20, 40 s at most before
-            // receives 2 to 5, so a throttled message lives about a minute before the
-            // redrive could take it (30 s, 60 s, ... in production).
-            ("REDELIVERY_BASE_SECS".to_owned(), "5".to_owned()),
-            ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
-        ],
-    )?;
+    write_child_env(&stack, &proxy.url(), cfg.seed, &env_file)?;
     let child_spec = ChildSpec {
         bin: cfg.shardline_bin.clone(),
         env_file: env_file.clone(),
@@ -418,54 +367,20 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     // Publishing runs beside the kills.
     let manifest_path = dir.join(format!("{prefix}.manifest.jsonl"));
     let plan = soak_plan(cfg);
-    let publisher = {
-        let sqs = sqs.clone();
-        let queue = stack.queue_url.clone();
-        let path = manifest_path.clone();
-        let max_queued = cfg.max_queued;
-        tokio::spawn(async move {
-            let mut file = std::io::BufWriter::new(
-                std::fs::File::create(&path)
-                    .with_context(|| format!("creating {}", path.display()))?,
-            );
-            let t = Instant::now();
-            let summary = publish::publish(
-                &sqs,
-                &queue,
-                plan,
-                publish_start,
-                SendOptions {
-                    max_queued: Some(max_queued),
-                    ..SendOptions::default()
-                },
-                &ProgressBar::hidden(),
-                Some(&mut file),
-            )
-            .await?;
-            std::io::Write::flush(&mut file).context("writing the manifest")?;
-            anyhow::Ok((summary, t.elapsed()))
-        })
-    };
-
+    let publisher = tokio::spawn(publish_to(
+        sqs.clone(),
+        stack.queue_url.clone(),
+        plan,
+        publish_start,
+        cfg.max_queued,
+        manifest_path.clone(),
+    ));
     // Queue depth while publishing, for the progress lines.
-    let monitor = {
-        let sqs = sqs.clone();
-        let url = stack.queue_url.clone();
-        let verbose = cfg.verbose;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                if let (true, Ok((visible, hidden))) =
-                    (verbose, crate::run_local::queue_counts(&sqs, &url).await)
-                {
-                    eprintln!(
-                        "soak {:>7.1}: publishing; queue {visible} visible, {hidden} in flight",
-                        T0.get_or_init(Instant::now).elapsed().as_secs_f64()
-                    );
-                }
-            }
-        })
-    };
+    let monitor = tokio::spawn(watch_queue(
+        sqs.clone(),
+        stack.queue_url.clone(),
+        cfg.verbose,
+    ));
     // Kills at seeded moments, each after the restarted runner had time to take
     // batches in hand.
     for k in 0..cfg.kills {
@@ -483,54 +398,11 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     monitor.abort();
     report.publish_secs = publish_elapsed.as_secs_f64();
     say!(cfg, "published: {}", summary.text());
-    report.messages_sent = summary.sent.messages;
-    report.valid_messages = summary.sent.valid_messages;
-    report.readings_sent = summary.sent.readings;
-    report.malformed_sent = summary.sent.malformed_total();
-    report.send_failures = summary.send_failures;
-    if summary.send_failures > 0 {
-        report.violations.push(format!(
-            "{} messages were not accepted by SQS",
-            summary.send_failures
-        ));
-    }
+    report.record_sent(&summary);
 
-    // Drain: both counts of the source queue at zero several polls in a row (moto
-    // moves a message to the DLQ when it is received once too often; a requeued copy
-    // counts while it is delayed).
     let drain_start = Instant::now();
-    let mut quiet = 0;
-    loop {
-        let (visible, hidden) = crate::run_local::queue_counts(&sqs, &stack.queue_url).await?;
-        if visible == 0 && hidden == 0 {
-            quiet += 1;
-            if quiet >= 3 {
-                break;
-            }
-        } else {
-            quiet = 0;
-        }
-        if drain_start.elapsed() > cfg.drain_timeout {
-            report.violations.push(format!(
-                "the queue did not drain within {:?}: {visible} visible, {hidden} in flight",
-                cfg.drain_timeout
-            ));
-            break;
-        }
-        if let Some(status) = child.try_wait()? {
-            bail!(
-                "run-local exited on its own ({status}); log in {}",
-                dir.display()
-            );
-        }
-        say!(
-            cfg,
-            "draining: {visible} visible, {hidden} in flight or delayed"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let drained = drain(cfg, &sqs, &stack.queue_url, &mut child, &dir, &mut report).await?;
     report.drain_secs = drain_start.elapsed().as_secs_f64();
-    let drained = quiet >= 3;
     stop_reader.store(true, Ordering::SeqCst);
     let (reader_stats, seen, reader_violations) = reader.await.context("the reader task")?;
     report.reader = reader_stats;
@@ -551,12 +423,260 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
         .map(|r| (r.ts_ms, r.event_id.clone()))
         .collect();
     report.hot_device_table = hot_in_table.len() as u64;
+    let base = format!("http://{}", child_spec.query);
+    check_hot_device_read(&mut report, &base, &expected_hot, &hot_in_table, drained).await;
+
+    // Stop the last run-local gracefully to get its counters.
+    report.last_run_local = child_spec.stop(child, report.starts - 1).await;
+    report.record_proxy(&proxy.stats());
+
+    check_table(&mut report, &manifest, &table, &counts, &seen);
+
+    let dlq = drain_dlq(&sqs, &stack.dlq_url).await?;
+    check_dlq(&mut report, &manifest, &dlq);
+
+    let (raises, entities) = fanout_raises(&dynamo, &stack.shard_table_name).await?;
+    report.fanout_raises = raises;
+    report.fanned_out_entities = entities;
+    report.duration_secs = started.elapsed().as_secs_f64();
+    // Files of a passing soak are not needed; a failing one keeps its logs and manifest.
+    if report.violations.is_empty() {
+        let _ = std::fs::remove_file(&manifest_path);
+        let _ = std::fs::remove_file(&env_file);
+        for n in 0..report.starts {
+            let _ = std::fs::remove_file(child_spec.log(n));
+            let _ = std::fs::remove_file(child_spec.stdout(n));
+        }
+    }
+    proxy.shutdown().await?;
+    drop(moto);
+    Ok(report)
+}
+
+/// The soak's private services: moto with the template's stack, and capacity-proxy in
+/// front of it with the soak's faults.
+struct Services {
+    moto: stand_in::Moto,
+    stack: stand_in::Stack,
+    sqs: aws_sdk_sqs::Client,
+    dynamo: aws_sdk_dynamodb::Client,
+    proxy: capacity_proxy::ProxyHandle,
+}
+
+impl Services {
+    async fn start(cfg: &SoakConfig, prefix: &str) -> anyhow::Result<Self> {
+        let root = cfg.root.clone();
+        let moto = tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Moto> {
+            let venv = stand_in::ensure_venv(&root)?;
+            stand_in::Moto::start(&venv)
+        })
+        .await
+        .context("moto start task")??;
+        let stack = stand_in::provision(&moto.endpoint(), &cfg.root.join("template.yaml"), prefix)
+            .await
+            .context("provisioning the soak stack")?;
+        let sdk = stand_in::sdk_config(&moto.endpoint()).await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        // A short visibility timeout so messages held by a killed run-local come back
+        // within the soak (the template's 185 s suits a 30 s Lambda, not a soak).
+        sqs.set_queue_attributes()
+            .queue_url(&stack.queue_url)
+            .attributes(
+                QueueAttributeName::VisibilityTimeout,
+                cfg.visibility_timeout_secs.to_string(),
+            )
+            .send()
+            .await
+            .context("setting the soak queue's visibility timeout")?;
+
+        let mut proxy_config = ProxyConfig::forward(&moto.endpoint())?;
+        proxy_config.faults = cfg.faults;
+        proxy_config.seed = Some(cfg.seed);
+        proxy_config.limits.key_wcu = cfg.key_wcu;
+        let proxy = Proxy::start(proxy_config).await?;
+        say!(
+            cfg,
+            "moto {}, capacity-proxy {}",
+            moto.endpoint(),
+            proxy.url()
+        );
+        Ok(Self {
+            moto,
+            stack,
+            sqs,
+            dynamo,
+            proxy,
+        })
+    }
+}
+
+/// Publishes `plan` to `queue_url` from `start` on, keeping at most `max_queued`
+/// messages queued, and writes the manifest of what was sent to `manifest`; returns
+/// the summary and how long it took.
+async fn publish_to(
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    plan: Plan,
+    start: sharding::time::Timestamp,
+    max_queued: u64,
+    manifest: PathBuf,
+) -> anyhow::Result<(publish::Summary, Duration)> {
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&manifest)
+            .with_context(|| format!("creating {}", manifest.display()))?,
+    );
+    let t = Instant::now();
+    let summary = publish::publish(
+        &sqs,
+        &queue_url,
+        plan,
+        start,
+        SendOptions {
+            max_queued: Some(max_queued),
+            ..SendOptions::default()
+        },
+        &ProgressBar::hidden(),
+        Some(&mut file),
+    )
+    .await?;
+    std::io::Write::flush(&mut file).context("writing the manifest")?;
+    Ok((summary, t.elapsed()))
+}
+
+/// Prints the queue's depth every 5 s (when `verbose`), until aborted.
+async fn watch_queue(sqs: aws_sdk_sqs::Client, queue_url: String, verbose: bool) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if let (true, Ok((visible, hidden))) = (
+            verbose,
+            crate::run_local::queue_counts(&sqs, &queue_url).await,
+        ) {
+            eprintln!(
+                "soak {:>7.1}: publishing; queue {visible} visible, {hidden} in flight",
+                T0.get_or_init(Instant::now).elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+impl Report {
+    /// What the publisher sent; a message SQS did not accept is a violation.
+    fn record_sent(&mut self, summary: &publish::Summary) {
+        self.messages_sent = summary.sent.messages;
+        self.valid_messages = summary.sent.valid_messages;
+        self.readings_sent = summary.sent.readings;
+        self.malformed_sent = summary.sent.malformed_total();
+        self.send_failures = summary.send_failures;
+        if summary.send_failures > 0 {
+            self.violations.push(format!(
+                "{} messages were not accepted by SQS",
+                summary.send_failures
+            ));
+        }
+    }
+
+    /// What the proxy counted.
+    fn record_proxy(&mut self, stats: &StatsSnapshot) {
+        self.proxy_requests = stats.requests_by_op.clone();
+        self.proxy_unprocessed_items = stats.faults.unprocessed_items;
+        self.proxy_errors = stats.faults.error;
+        self.proxy_throttled = stats.throttled_by_reason.clone();
+    }
+}
+
+/// Writes the run-local child's env file: the stack through the proxy, a fixed cursor
+/// key, and the fan-out's and redelivery's time scales shrunk to the soak's minutes.
+fn write_child_env(
+    stack: &stand_in::Stack,
+    proxy_url: &str,
+    seed: u64,
+    env_file: &Path,
+) -> anyhow::Result<()> {
+    let cursor_key = hex::encode(ChaCha8Rng::seed_from_u64(seed).random::<[u8; 32]>());
+    stack.write_env_with(
+        env_file,
+        &[
+            ("AWS_ENDPOINT_URL".to_owned(), proxy_url.to_owned()),
+            // Fixed, so cursors stay valid across restarts of run-local.
+            ("CURSOR_KEY".to_owned(), cursor_key),
+            // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
+            // a hot device may double its shards every few seconds rather than every
+            // ten minutes (the cooldown must cover the propagation margin, so the
+            // caches and the future skew shrink with it).
+            ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
+            ("CACHE_TTL_SECS".to_owned(), "2".to_owned()),
+            ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
+            ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
+            ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
+            // Redelivery waits on the same scale: 5, 10, 20, 40 s at most before
+            // receives 2 to 5, so a throttled message lives about a minute before the
+            // redrive could take it (30 s, 60 s, ... in production).
+            ("REDELIVERY_BASE_SECS".to_owned(), "5".to_owned()),
+            ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
+        ],
+    )
+}
+
+/// Waits until both counts of the source queue are zero several polls in a row (moto
+/// moves a message to the DLQ when it is received once too often; a requeued copy
+/// counts while it is delayed), at most `cfg.drain_timeout`; returns whether it
+/// drained. A run-local that exits on its own fails the soak.
+async fn drain(
+    cfg: &SoakConfig,
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    child: &mut Child,
+    dir: &Path,
+    report: &mut Report,
+) -> anyhow::Result<bool> {
+    let drain_start = Instant::now();
+    let mut quiet = 0;
+    loop {
+        let (visible, hidden) = crate::run_local::queue_counts(sqs, queue_url).await?;
+        if visible == 0 && hidden == 0 {
+            quiet += 1;
+            if quiet >= 3 {
+                return Ok(true);
+            }
+        } else {
+            quiet = 0;
+        }
+        if drain_start.elapsed() > cfg.drain_timeout {
+            report.violations.push(format!(
+                "the queue did not drain within {:?}: {visible} visible, {hidden} in flight",
+                cfg.drain_timeout
+            ));
+            return Ok(false);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "run-local exited on its own ({status}); log in {}",
+                dir.display()
+            );
+        }
+        say!(
+            cfg,
+            "draining: {visible} visible, {hidden} in flight or delayed"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The final, complete paged read of the hot device through the API at `base`, held
+/// to the table scan made just before it.
+async fn check_hot_device_read(
+    report: &mut Report,
+    base: &str,
+    expected_hot: &[&ReadingId],
+    hot_in_table: &BTreeSet<(i64, String)>,
+    drained: bool,
+) {
     if let (Some(from), Some(to)) = (
         expected_hot.iter().map(|r| r.ts_ms).min(),
         expected_hot.iter().map(|r| r.ts_ms).max(),
     ) {
-        let base = format!("http://{}", child_spec.query);
-        match read_all(&base, HOT_DEVICE, from - 1_000, to + 1_000, 500).await {
+        match read_all(base, HOT_DEVICE, from - 1_000, to + 1_000, 500).await {
             Ok(read) => {
                 report.hot_device_read = read.len() as u64;
                 let read: Vec<(i64, String)> = read.into_iter().collect();
@@ -585,16 +705,18 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
             .violations
             .push(format!("the plan sent no reading of {HOT_DEVICE}"));
     }
+}
 
-    // Stop the last run-local gracefully to get its counters.
-    report.last_run_local = child_spec.stop(child, report.starts - 1).await;
-    let proxy_stats: StatsSnapshot = proxy.stats();
-    report.proxy_requests = proxy_stats.requests_by_op.clone();
-    report.proxy_unprocessed_items = proxy_stats.faults.unprocessed_items;
-    report.proxy_errors = proxy_stats.faults.error;
-    report.proxy_throttled = proxy_stats.throttled_by_reason.clone();
-
-    // The table against the manifest.
+/// The table against the manifest: every valid reading stored, under one sort key,
+/// nothing stored that was not sent, and nothing shown to the reader that is not
+/// stored.
+fn check_table(
+    report: &mut Report,
+    manifest: &Manifest,
+    table: &BTreeSet<ReadingId>,
+    counts: &HashMap<(String, String), Vec<String>>,
+    seen: &BTreeSet<(String, String)>,
+) {
     report.table_items = counts.values().map(|sks| sks.len() as u64).sum();
     report.table_distinct = counts.len() as u64;
     // A reading re-keyed after a raise (a crash between its write and the delete, then a
@@ -613,7 +735,7 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
         .iter()
         .filter(|(_, sks)| sks.iter().collect::<BTreeSet<_>>().len() > 1)
         .collect();
-    let missing: Vec<&ReadingId> = manifest.readings.difference(&table).collect();
+    let missing: Vec<&ReadingId> = manifest.readings.difference(table).collect();
     let unexpected: Vec<&ReadingId> = table.difference(&manifest.readings).collect();
     report.missing = missing.len() as u64;
     report.unexpected = unexpected.len() as u64;
@@ -656,12 +778,14 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
             strays[0]
         ));
     }
+}
 
-    // The DLQ against the manifest.
-    let dlq = drain_dlq(&sqs, &stack.dlq_url).await?;
+/// The DLQ against the manifest: every malformed message there, with its reason, and
+/// nothing else.
+fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[Letter]) {
     report.dlq_messages = dlq.len() as u64;
     let mut sources: BTreeMap<String, u64> = BTreeMap::new();
-    for letter in &dlq {
+    for letter in dlq {
         match &letter.source {
             Some(id) => *sources.entry(id.clone()).or_default() += 1,
             None => report.violations.push(format!(
@@ -701,23 +825,6 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
                 .push(format!("malformed message {id} is not in the DLQ"));
         }
     }
-
-    let (raises, entities) = fanout_raises(&dynamo, &stack.shard_table_name).await?;
-    report.fanout_raises = raises;
-    report.fanned_out_entities = entities;
-    report.duration_secs = started.elapsed().as_secs_f64();
-    // Files of a passing soak are not needed; a failing one keeps its logs and manifest.
-    if report.violations.is_empty() {
-        let _ = std::fs::remove_file(&manifest_path);
-        let _ = std::fs::remove_file(&env_file);
-        for n in 0..report.starts {
-            let _ = std::fs::remove_file(child_spec.log(n));
-            let _ = std::fs::remove_file(child_spec.stdout(n));
-        }
-    }
-    proxy.shutdown().await?;
-    drop(moto);
-    Ok(report)
 }
 
 /// The publisher's plan: about `messages` messages, 2% malformed, a Zipf fleet (its
