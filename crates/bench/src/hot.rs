@@ -304,6 +304,165 @@ const RUNS: [Run; 6] = [
     },
 ];
 
+/// The hot device's message bodies: `total` readings `gap_ms` apart, `per_message` a
+/// message; message j is sent when its last reading has been taken.
+fn hot_bodies(total: usize, per_message: usize, gap_ms: f64) -> Vec<Arc<str>> {
+    (0..total.div_ceil(per_message))
+        .map(|j| {
+            let readings: Vec<serde_json::Value> = (j * per_message
+                ..((j + 1) * per_message).min(total))
+                .map(|i| {
+                    Gen {
+                        device: DEVICE.to_owned(),
+                        event: format!("hot-{i:09}"),
+                        ts_ms: common::T0_MS + (i as f64 * gap_ms) as i64,
+                        temperature: 20.0,
+                    }
+                    .json()
+                })
+                .collect();
+            serde_json::json!({ "readings": readings })
+                .to_string()
+                .into()
+        })
+        .collect()
+}
+
+/// The ready messages as SQS events of at most `size` records, each message received.
+fn events_of(ready: Vec<Pending>, size: usize) -> Vec<(Vec<Pending>, SqsEvent)> {
+    let mut events = Vec::new();
+    let mut ready = ready.into_iter().peekable();
+    while ready.peek().is_some() {
+        let mut batch: Vec<Pending> = ready.by_ref().take(size).collect();
+        let mut event = SqsEvent::default();
+        event.records = batch
+            .iter_mut()
+            .map(|p| {
+                let body = p.body.clone();
+                p.receive(&body)
+            })
+            .collect();
+        events.push((batch, event));
+    }
+    events
+}
+
+/// Invokes the handler on each event, `CONCURRENCY` at once; invocation `base + i` gets
+/// its own seeded RNG.
+async fn invoke(
+    service: &common::Service,
+    clock: &SimClock,
+    events: Vec<(Vec<Pending>, SqsEvent)>,
+    base: u64,
+) -> Vec<Result<(Vec<Pending>, ingest::Report)>> {
+    futures::stream::iter(events.into_iter().enumerate())
+        .map(|(i, (batch, ev))| async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(base + i as u64);
+            let now = common::ts(clock.now().as_millis() as i64)?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let report = service.process(&ev, now, deadline, &mut rng).await;
+            anyhow::Ok((batch, report))
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+impl Tally {
+    /// Counts one invocation's fates; a reported message goes back on `queue`, visible
+    /// after the wait the handler asked for (`waits`, by receipt handle).
+    fn settle(
+        &mut self,
+        batch: Vec<Pending>,
+        report: ingest::Report,
+        waits: &HashMap<String, u32>,
+        now: Duration,
+        queue: &mut VecDeque<Pending>,
+    ) {
+        self.raises += report.fanout_raises;
+        self.rekeyed += report.rekeyed;
+        for (mut p, m) in batch.into_iter().zip(report.messages) {
+            let readings = p.readings;
+            match m.fate {
+                Fate::Written { .. } => {}
+                // Acknowledged; its unwritten rest came back through `requeued`.
+                Fate::Split { .. } => self.split += 1,
+                Fate::DeadLettered { .. } => self.dead_lettered += readings,
+                // Deleted from the queue; its copy came back through `requeued`.
+                Fate::Requeued { .. } => self.requeued += 1,
+                Fate::Reported { .. } if p.receives >= MAX_RECEIVES => {
+                    self.redriven += readings;
+                }
+                Fate::Reported { .. } => {
+                    let wait = waits
+                        .get(&p.receipt_handle())
+                        .map_or(VISIBILITY, |s| Duration::from_secs((*s).into()));
+                    p.visible_at = now + wait;
+                    queue.push_back(p);
+                }
+            }
+        }
+    }
+}
+
+/// From the proxy's samples (sorted by time), per simulated second of `n`: the items
+/// attempted and throttled; returns the first second from which 10 seconds pass
+/// without a throttle, and the share of attempts throttled from then on.
+fn clean_window(samples: &[Sample], n: usize) -> (Option<usize>, f64) {
+    let mut attempted = vec![0u64; n];
+    let mut throttled = vec![0u64; n];
+    for pair in samples.windows(2) {
+        let (t, a1, th1) = pair[1];
+        let (_, a0, th0) = pair[0];
+        let sec = t.as_secs() as usize;
+        if sec < n {
+            attempted[sec] += a1.saturating_sub(a0) + th1.saturating_sub(th0);
+            throttled[sec] += th1.saturating_sub(th0);
+        }
+    }
+    let first_clean_window =
+        (0..=n.saturating_sub(10)).find(|&s| throttled[s..(s + 10).min(n)].iter().all(|&t| t == 0));
+    let throttled_after = match first_clean_window {
+        Some(s) => {
+            let a: u64 = attempted[s..].iter().sum();
+            let t: u64 = throttled[s..].iter().sum();
+            if a == 0 { 0.0 } else { t as f64 / a as f64 }
+        }
+        None => f64::NAN,
+    };
+    (first_clean_window, throttled_after)
+}
+
+/// The hot device's fan-out epochs, as `k=2 from 14 s, ...` (seconds of the run).
+async fn fanout_text(service: &common::Service, clock: &SimClock) -> Result<String> {
+    Ok(service
+        .directory()
+        .fanout(DEVICE, common::ts(clock.now().as_millis() as i64)?)
+        .await?
+        .epochs()
+        .iter()
+        .map(|e| {
+            let at = (e.effective_from.as_millis() - common::T0_MS) as f64 / 1000.0;
+            format!("k={} from {at:.0} s", e.value)
+        })
+        .collect::<Vec<_>>()
+        .join(", "))
+}
+
+/// Samples the proxy's counters every 50 ms of wall time until `stop`.
+async fn sample_until(
+    samples: Arc<Mutex<Vec<Sample>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    clock: Arc<SimClock>,
+    proxy: Arc<ProxyHandle>,
+) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let s = sample(&proxy, &clock);
+        samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    }
+}
+
 /// One run for `seconds` against keys of `key_wcu` WCU/s each. Every fan-out setting is
 /// the template's default; only the key rate follows a scaled-down key limit
 /// (RAISE_AHEAD_WCU is a tenth of a key's limit by default).
@@ -338,26 +497,7 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
 
     let total = rate * seconds as usize;
     let gap_ms = 1000.0 / rate as f64;
-    // Message j is sent when its last reading has been taken.
-    let bodies: Vec<Arc<str>> = (0..total.div_ceil(per_message))
-        .map(|j| {
-            let readings: Vec<serde_json::Value> = (j * per_message
-                ..((j + 1) * per_message).min(total))
-                .map(|i| {
-                    Gen {
-                        device: DEVICE.to_owned(),
-                        event: format!("hot-{i:09}"),
-                        ts_ms: common::T0_MS + (i as f64 * gap_ms) as i64,
-                        temperature: 20.0,
-                    }
-                    .json()
-                })
-                .collect();
-            serde_json::json!({ "readings": readings })
-                .to_string()
-                .into()
-        })
-        .collect();
+    let bodies = hot_bodies(total, per_message, gap_ms);
     let due = |j: usize| {
         let last = ((j + 1) * per_message).min(total) - 1;
         Duration::from_millis((last as f64 * gap_ms) as u64 + 1)
@@ -366,17 +506,12 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
 
     let samples = Arc::new(Mutex::new(vec![sample(&proxy, &clock)]));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (samples, stop, clock, proxy) =
-            (samples.clone(), stop.clone(), clock.clone(), proxy.clone());
-        tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let s = sample(&proxy, &clock);
-                samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
-            }
-        })
-    };
+    let sampler = tokio::spawn(sample_until(
+        samples.clone(),
+        stop.clone(),
+        clock.clone(),
+        proxy.clone(),
+    ));
 
     let wall = Instant::now();
     let queue_port = service.queue().clone();
@@ -429,35 +564,10 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
                 None => break,
             }
         }
-        let mut events: Vec<(Vec<Pending>, SqsEvent)> = Vec::new();
-        let mut ready = ready.into_iter().peekable();
-        while ready.peek().is_some() {
-            let mut batch: Vec<Pending> = ready.by_ref().take(batching.size).collect();
-            let mut event = SqsEvent::default();
-            event.records = batch
-                .iter_mut()
-                .map(|p| {
-                    let body = p.body.clone();
-                    p.receive(&body)
-                })
-                .collect();
-            events.push((batch, event));
-        }
-        let service = &service;
-        let clock_ref = &clock;
+        let events = events_of(ready, batching.size);
         let base = invocation;
         invocation += events.len() as u64;
-        let outcomes: Vec<_> = futures::stream::iter(events.into_iter().enumerate())
-            .map(|(i, (batch, ev))| async move {
-                let mut rng = ChaCha8Rng::seed_from_u64(base + i as u64);
-                let now = common::ts(clock_ref.now().as_millis() as i64)?;
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-                let report = service.process(&ev, now, deadline, &mut rng).await;
-                anyhow::Ok((batch, report))
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+        let outcomes = invoke(&service, &clock, events, base).await;
         // What the handler asked of the source queue in this poll: redelivery waits
         // by receipt handle, and fresh copies.
         let now = clock.now();
@@ -473,43 +583,10 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
         }
         for outcome in outcomes {
             let (batch, report) = outcome?;
-            tally.raises += report.fanout_raises;
-            tally.rekeyed += report.rekeyed;
-            for (mut p, m) in batch.into_iter().zip(report.messages) {
-                let readings = p.readings;
-                match m.fate {
-                    Fate::Written { .. } => {}
-                    // Acknowledged; its unwritten rest came back through `requeued`.
-                    Fate::Split { .. } => tally.split += 1,
-                    Fate::DeadLettered { .. } => tally.dead_lettered += readings,
-                    // Deleted from the queue; its copy came back through `requeued`.
-                    Fate::Requeued { .. } => tally.requeued += 1,
-                    Fate::Reported { .. } if p.receives >= MAX_RECEIVES => {
-                        tally.redriven += readings;
-                    }
-                    Fate::Reported { .. } => {
-                        let wait = waits
-                            .get(&p.receipt_handle())
-                            .map_or(VISIBILITY, |s| Duration::from_secs((*s).into()));
-                        p.visible_at = now + wait;
-                        queue.push_back(p);
-                    }
-                }
-            }
+            tally.settle(batch, report, &waits, now, &mut queue);
         }
     }
-    let fanout = service
-        .directory()
-        .fanout(DEVICE, common::ts(clock.now().as_millis() as i64)?)
-        .await?
-        .epochs()
-        .iter()
-        .map(|e| {
-            let at = (e.effective_from.as_millis() - common::T0_MS) as f64 / 1000.0;
-            format!("k={} from {at:.0} s", e.value)
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let fanout = fanout_text(&service, &clock).await?;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.await?;
     let wall_seconds = wall.elapsed().as_secs_f64();
@@ -518,29 +595,7 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
     samples.push(sample(&proxy, &clock));
     samples.sort_by_key(|s| s.0);
 
-    // Per simulated second: items attempted and throttled, from consecutive samples.
-    let n = seconds as usize;
-    let mut attempted = vec![0u64; n];
-    let mut throttled = vec![0u64; n];
-    for pair in samples.windows(2) {
-        let (t, a1, th1) = pair[1];
-        let (_, a0, th0) = pair[0];
-        let sec = t.as_secs() as usize;
-        if sec < n {
-            attempted[sec] += a1.saturating_sub(a0) + th1.saturating_sub(th0);
-            throttled[sec] += th1.saturating_sub(th0);
-        }
-    }
-    let first_clean_window =
-        (0..=n.saturating_sub(10)).find(|&s| throttled[s..(s + 10).min(n)].iter().all(|&t| t == 0));
-    let throttled_after = match first_clean_window {
-        Some(s) => {
-            let a: u64 = attempted[s..].iter().sum();
-            let t: u64 = throttled[s..].iter().sum();
-            if a == 0 { 0.0 } else { t as f64 / a as f64 }
-        }
-        None => f64::NAN,
-    };
+    let (first_clean_window, throttled_after) = clean_window(&samples, seconds as usize);
     let keys = proxy.sink_keys();
     let items = keys.len();
     // A reading stored under two partition keys (across a raise) is one reading: its
