@@ -306,80 +306,62 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
 /// Item 1 and the calls of item 5.
 pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Result<()> {
     let gens = common::day_of_readings(settings.readings);
-    let table = TableHistory::new(common::hourly(SHARDS));
-    let retention = Duration::from_secs(30 * 86_400);
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let items_path = dir.join("items.jsonl");
-    {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&items_path)?);
-        for g in &gens {
-            let item = common::keyed_item(g, &table, retention)?;
-            writeln!(f, "{}", serde_json::to_string(&item)?)?;
-        }
-        f.flush()?;
-    }
+    write_items(&gens, &items_path)?;
     let items_arg = items_path.to_string_lossy().into_owned();
 
     let rtt = rtt_ms().await?;
-
     // (a) one PutItem per reading, for a fixed time, extrapolated.
-    let proxy = sink().await?;
-    let url = proxy.url();
     let budget = settings.put_item_seconds.to_string();
-    let out = python(
-        root,
-        "put_item.py",
-        &[
-            "--endpoint",
-            &url,
-            "--table",
-            "readings",
-            "--items",
-            &items_arg,
-            "--seconds",
-            &budget,
-        ],
-    )?;
-    let a = Writer {
-        readings: out.written,
-        seconds: out.seconds,
-        calls: calls(&proxy),
-        breakdown: None,
-    };
-    proxy.shutdown().await?;
-
+    let a = python_writer(root, "put_item.py", &items_arg, &["--seconds", &budget]).await?;
     // (b) boto3 batch_writer, all readings.
-    let proxy = sink().await?;
-    let url = proxy.url();
-    let out = python(
-        root,
-        "batch_writer.py",
-        &[
-            "--endpoint",
-            &url,
-            "--table",
-            "readings",
-            "--items",
-            &items_arg,
-        ],
-    )?;
-    let b = Writer {
-        readings: out.written,
-        seconds: out.seconds,
-        calls: calls(&proxy),
-        breakdown: None,
-    };
-    proxy.shutdown().await?;
-
+    let b = python_writer(root, "batch_writer.py", &items_arg, &[]).await?;
     // (c) the ingest handler: 10 messages of 40 readings per event (400 = MAX_INFLIGHT x
     // 25 items, one full round of calls), one invocation at a time.
     let c = shardline(&gens, 40, 1).await?;
     // (c') one reading per message, 10 per event, 20 invocations at once (the
     // template's IngestMaxConcurrency default).
     let c1 = shardline(&gens, 1, 20).await?;
+    report(results, settings, gens.len(), rtt, [&a, &b, &c, &c1]);
+    Ok(())
+}
 
-    let n = gens.len();
+/// The readings as the items Shardline stores, one JSON object a line, for the boto3
+/// writers.
+fn write_items(gens: &[Gen], path: &Path) -> Result<()> {
+    let table = TableHistory::new(common::hourly(SHARDS));
+    let retention = Duration::from_secs(30 * 86_400);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for g in gens {
+        let item = common::keyed_item(g, &table, retention)?;
+        writeln!(f, "{}", serde_json::to_string(&item)?)?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Runs the boto3 writer `script` over the items file against a fresh sink.
+async fn python_writer(root: &Path, script: &str, items: &str, extra: &[&str]) -> Result<Writer> {
+    let proxy = sink().await?;
+    let url = proxy.url();
+    let mut args = vec!["--endpoint", &url, "--table", "readings", "--items", items];
+    args.extend_from_slice(extra);
+    let out = python(root, script, &args)?;
+    let writer = Writer {
+        readings: out.written,
+        seconds: out.seconds,
+        calls: calls(&proxy),
+        breakdown: None,
+    };
+    proxy.shutdown().await?;
+    Ok(writer)
+}
+
+/// Item 1's rows, and item 5's call counts, from the four writers (a), (b), (c), (c').
+fn report(results: &mut Results, settings: Settings, n: usize, rtt: f64, writers: [&Writer; 4]) {
+    let [a, b, c, c1] = writers;
     let max_inflight = 16.0;
     let limit_nominal = max_inflight * 25.0 / (LATENCY_MS as f64 / 1000.0);
     let limit_measured = max_inflight * 25.0 / (rtt / 1000.0);
@@ -478,10 +460,10 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         ),
     );
     for (name, w) in [
-        ("(a) put_item", &a),
-        ("(b) batch_writer", &b),
-        ("(c) ingest handler", &c),
-        ("(c') ingest handler, 1 reading/message", &c1),
+        ("(a) put_item", a),
+        ("(b) batch_writer", b),
+        ("(c) ingest handler", c),
+        ("(c') ingest handler, 1 reading/message", c1),
     ] {
         results.figure(
             "5",
@@ -510,5 +492,4 @@ pub async fn run(root: &Path, settings: Settings, results: &mut Results) -> Resu
         "5",
         "calls counted by the proxy (PutItem + BatchWriteItem requests, retries included) during each writer of item 1.",
     );
-    Ok(())
 }
