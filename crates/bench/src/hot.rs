@@ -463,6 +463,20 @@ async fn sample_until(
     }
 }
 
+impl Pending {
+    /// Message `n` as first sent: never received, visible at `visible_at`.
+    fn fresh(n: usize, body: Arc<str>, readings: usize, visible_at: Duration) -> Self {
+        Pending {
+            body,
+            readings,
+            id: format!("m{n}"),
+            receives: 0,
+            attributes: HashMap::new(),
+            visible_at,
+        }
+    }
+}
+
 /// One run for `seconds` against keys of `key_wcu` WCU/s each. Every fan-out setting is
 /// the template's default; only the key rate follows a scaled-down key limit
 /// (RAISE_AHEAD_WCU is a tenth of a key's limit by default).
@@ -537,14 +551,12 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
             );
         }
         while next < bodies.len() && due(next) <= now {
-            queue.push_back(Pending {
-                body: bodies[next].clone(),
-                readings: sizes(next),
-                id: format!("m{next}"),
-                receives: 0,
-                attributes: HashMap::new(),
-                visible_at: due(next),
-            });
+            queue.push_back(Pending::fresh(
+                next,
+                bodies[next].clone(),
+                sizes(next),
+                due(next),
+            ));
             next += 1;
         }
         let ready = batching.take_ready(&mut queue, now);
@@ -622,140 +634,8 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
 /// Item 2 at 2x and 20x a key's limit.
 pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
     for run in RUNS {
-        let Run {
-            rate,
-            key_wcu,
-            per_message,
-            batch,
-            window,
-            window_goal,
-        } = run;
-        let o = one(run, seconds).await?;
-        let times = rate / key_wcu as usize;
-        let mut batches = String::new();
-        if batch != BATCH_SIZE {
-            batches += &format!(", batches of {batch}, not the default {BATCH_SIZE}");
-        }
-        if window != BATCH_WINDOW {
-            batches += &format!(
-                ", a {} s batching window, not the default {} s",
-                window.as_secs(),
-                BATCH_WINDOW.as_secs()
-            );
-        }
-        let label = format!(
-            "{times}x a key ({rate} readings/s in messages of {per_message}{batches}, {key_wcu} \
-             WCU/s per key) x {seconds} s"
-        );
-        let window = match o.first_clean_window {
-            Some(s) => format!("{s} s"),
-            None => format!("none within {seconds} s"),
-        };
-        let window_label = format!("{label}: first 10-s window without a throttle starts at");
-        match window_goal {
-            Some(goal) => results.goal(
-                "2",
-                &window_label,
-                window,
-                &format!("at most {goal} s"),
-                match o.first_clean_window {
-                    Some(s) if s <= goal => "met".to_owned(),
-                    Some(s) => format!("missed by {} s", s - goal),
-                    None => "missed: no clean window".to_owned(),
-                },
-            ),
-            None => results.figure("2", &window_label, window),
-        }
-        results.goal(
-            "2",
-            &format!("{label}: throttled fraction after that"),
-            if o.throttled_after.is_nan() {
-                "n/a (no clean window)".to_owned()
-            } else {
-                format!("{:.4}", o.throttled_after)
-            },
-            "0",
-            if o.throttled_after.is_nan() {
-                "missed: no clean window".to_owned()
-            } else if o.throttled_after == 0.0 {
-                "met".to_owned()
-            } else {
-                format!("missed by {:.2}%", o.throttled_after * 100.0)
-            },
-        );
-        let lost = o.generated.saturating_sub(o.stored);
-        let t = &o.tally;
-        results.goal(
-            "2",
-            &format!("{label}: readings lost (not stored); dead-lettered"),
-            format!(
-                "{lost} of {}; {} ({} in messages dead-lettered with a reason, {} redriven \
-                 without one)",
-                o.generated,
-                t.dead_lettered + t.redriven,
-                t.dead_lettered,
-                t.redriven
-            ),
-            "0; 0",
-            if lost == 0 && t.dead_lettered + t.redriven == 0 {
-                "met".to_owned()
-            } else {
-                format!(
-                    "missed by {lost} lost, {} dead-lettered",
-                    t.dead_lettered + t.redriven
-                )
-            },
-        );
-        let per_reading = o.accepted as f64 / o.generated as f64;
-        results.goal(
-            "2",
-            &format!("{label}: item writes per reading"),
-            format!("{per_reading:.3} ({} item writes accepted)", o.accepted),
-            "at most 1.1",
-            if per_reading <= 1.1 {
-                "met".to_owned()
-            } else {
-                format!("missed by {:.3}", per_reading - 1.1)
-            },
-        );
-        results.figure(
-            "2",
-            &format!("{label}: readings stored twice (under two keys)"),
-            format!(
-                "{} ({} items for {} readings)",
-                o.items - o.stored,
-                o.items,
-                o.stored
-            ),
-        );
-        results.figure(
-            "2",
-            &format!(
-                "{label}: redelivery waits set; messages requeued; messages split; items re-keyed"
-            ),
-            format!("{}; {}; {}; {}", t.delayed, t.requeued, t.split, t.rekeyed),
-        );
-        if o.wall_seconds > seconds as f64 {
-            results.note(
-                "2",
-                format!(
-                    "at {times}x the run took {:.0} simulated seconds in {:.0} wall seconds: \
-                     more wall time than the {seconds} s offered, so this machine could not \
-                     process the offered rate in real time (compare item 1c); the simulated \
-                     clock ran at real speed while a backlog was worked off, and the figures \
-                     of this run reflect the machine's CPU as well as the key capacity.",
-                    o.sim_end, o.wall_seconds
-                ),
-            );
-        }
-        results.figure(
-            "2",
-            &format!("{label}: fan-out raises; simulated / wall time"),
-            format!(
-                "{} raises ({}); {:.0} s simulated in {:.0} s wall",
-                t.raises, o.fanout, o.sim_end, o.wall_seconds
-            ),
-        );
+        let outcome = one(run, seconds).await?;
+        report_run(results, run, seconds, &outcome);
     }
     results.note(
         "2",
@@ -795,4 +675,141 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
         ),
     );
     Ok(())
+}
+
+/// One run's rows of item 2.
+fn report_run(results: &mut Results, run: Run, seconds: u64, o: &Outcome) {
+    let Run {
+        rate,
+        key_wcu,
+        per_message,
+        batch,
+        window,
+        window_goal,
+    } = run;
+    let times = rate / key_wcu as usize;
+    let mut batches = String::new();
+    if batch != BATCH_SIZE {
+        batches += &format!(", batches of {batch}, not the default {BATCH_SIZE}");
+    }
+    if window != BATCH_WINDOW {
+        batches += &format!(
+            ", a {} s batching window, not the default {} s",
+            window.as_secs(),
+            BATCH_WINDOW.as_secs()
+        );
+    }
+    let label = format!(
+        "{times}x a key ({rate} readings/s in messages of {per_message}{batches}, {key_wcu} \
+         WCU/s per key) x {seconds} s"
+    );
+    let window = match o.first_clean_window {
+        Some(s) => format!("{s} s"),
+        None => format!("none within {seconds} s"),
+    };
+    let window_label = format!("{label}: first 10-s window without a throttle starts at");
+    match window_goal {
+        Some(goal) => results.goal(
+            "2",
+            &window_label,
+            window,
+            &format!("at most {goal} s"),
+            match o.first_clean_window {
+                Some(s) if s <= goal => "met".to_owned(),
+                Some(s) => format!("missed by {} s", s - goal),
+                None => "missed: no clean window".to_owned(),
+            },
+        ),
+        None => results.figure("2", &window_label, window),
+    }
+    results.goal(
+        "2",
+        &format!("{label}: throttled fraction after that"),
+        if o.throttled_after.is_nan() {
+            "n/a (no clean window)".to_owned()
+        } else {
+            format!("{:.4}", o.throttled_after)
+        },
+        "0",
+        if o.throttled_after.is_nan() {
+            "missed: no clean window".to_owned()
+        } else if o.throttled_after == 0.0 {
+            "met".to_owned()
+        } else {
+            format!("missed by {:.2}%", o.throttled_after * 100.0)
+        },
+    );
+    let lost = o.generated.saturating_sub(o.stored);
+    let t = &o.tally;
+    results.goal(
+        "2",
+        &format!("{label}: readings lost (not stored); dead-lettered"),
+        format!(
+            "{lost} of {}; {} ({} in messages dead-lettered with a reason, {} redriven \
+             without one)",
+            o.generated,
+            t.dead_lettered + t.redriven,
+            t.dead_lettered,
+            t.redriven
+        ),
+        "0; 0",
+        if lost == 0 && t.dead_lettered + t.redriven == 0 {
+            "met".to_owned()
+        } else {
+            format!(
+                "missed by {lost} lost, {} dead-lettered",
+                t.dead_lettered + t.redriven
+            )
+        },
+    );
+    let per_reading = o.accepted as f64 / o.generated as f64;
+    results.goal(
+        "2",
+        &format!("{label}: item writes per reading"),
+        format!("{per_reading:.3} ({} item writes accepted)", o.accepted),
+        "at most 1.1",
+        if per_reading <= 1.1 {
+            "met".to_owned()
+        } else {
+            format!("missed by {:.3}", per_reading - 1.1)
+        },
+    );
+    results.figure(
+        "2",
+        &format!("{label}: readings stored twice (under two keys)"),
+        format!(
+            "{} ({} items for {} readings)",
+            o.items - o.stored,
+            o.items,
+            o.stored
+        ),
+    );
+    results.figure(
+        "2",
+        &format!(
+            "{label}: redelivery waits set; messages requeued; messages split; items re-keyed"
+        ),
+        format!("{}; {}; {}; {}", t.delayed, t.requeued, t.split, t.rekeyed),
+    );
+    if o.wall_seconds > seconds as f64 {
+        results.note(
+            "2",
+            format!(
+                "at {times}x the run took {:.0} simulated seconds in {:.0} wall seconds: \
+                 more wall time than the {seconds} s offered, so this machine could not \
+                 process the offered rate in real time (compare item 1c); the simulated \
+                 clock ran at real speed while a backlog was worked off, and the figures \
+                 of this run reflect the machine's CPU as well as the key capacity.",
+                o.sim_end, o.wall_seconds
+            ),
+        );
+    }
+    results.figure(
+        "2",
+        &format!("{label}: fan-out raises; simulated / wall time"),
+        format!(
+            "{} raises ({}); {:.0} s simulated in {:.0} s wall",
+            t.raises, o.fanout, o.sim_end, o.wall_seconds
+        ),
+    );
 }
