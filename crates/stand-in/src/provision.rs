@@ -26,15 +26,20 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(LOCAL_REGION))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new(
-            DUMMY_ACCESS_KEY_ID,
-            DUMMY_SECRET_ACCESS_KEY,
-            None,
-            None,
-            "shardline-stand-in",
-        ))
+        .credentials_provider(dummy_credentials())
         .load()
         .await
+}
+
+/// The stand-in's static dummy credentials.
+fn dummy_credentials() -> Credentials {
+    Credentials::new(
+        DUMMY_ACCESS_KEY_ID,
+        DUMMY_SECRET_ACCESS_KEY,
+        None,
+        None,
+        "shardline-stand-in",
+    )
 }
 
 /// A DynamoDB client for a local `endpoint` (the credentials and region of
@@ -46,13 +51,7 @@ pub fn dynamodb_client_without_retries(endpoint: &str) -> aws_sdk_dynamodb::Clie
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(LOCAL_REGION))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new(
-            DUMMY_ACCESS_KEY_ID,
-            DUMMY_SECRET_ACCESS_KEY,
-            None,
-            None,
-            "shardline-stand-in",
-        ))
+        .credentials_provider(dummy_credentials())
         .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
         .build();
     aws_sdk_dynamodb::Client::from_conf(conf)
