@@ -7,12 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use capacity_proxy::{Proxy, ProxyConfig};
 
 const CLIENTS: usize = 8;
@@ -127,37 +124,7 @@ async fn forward_latency() -> Result<()> {
     let venv = stand_in::ensure_venv(&root)?;
     let moto = stand_in::Moto::start(&venv)?;
     let direct = stand_in::dynamodb_client_without_retries(&moto.endpoint());
-    direct
-        .create_table()
-        .table_name("bench")
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("PK")
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("SK")
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("PK")
-                .key_type(KeyType::Hash)
-                .build()?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("SK")
-                .key_type(KeyType::Range)
-                .build()?,
-        )
-        .send()
-        .await
-        .context("create table")?;
+    stand_in::create_pk_sk_table(&direct, "bench", "PK").await?;
     let proxy = Proxy::start(ProxyConfig::forward(&moto.endpoint())?).await?;
     let via = stand_in::dynamodb_client_without_retries(&proxy.url());
 

@@ -6,10 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, Select,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use capacity_proxy::{ManualClock, Proxy, ProxyConfig, TableConfig};
 
 use crate::common::{client, item, offer_load};
@@ -19,40 +16,6 @@ fn moto() -> Result<stand_in::Moto> {
     let root = stand_in::repo_root()?;
     let venv = stand_in::ensure_venv(&root)?;
     stand_in::Moto::start(&venv)
-}
-
-async fn create_table(c: &Client, name: &str, pk: &str) -> Result<()> {
-    c.create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(pk)
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("SK")
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(pk)
-                .key_type(KeyType::Hash)
-                .build()?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("SK")
-                .key_type(KeyType::Range)
-                .build()?,
-        )
-        .send()
-        .await
-        .with_context(|| format!("creating {name}"))?;
-    Ok(())
 }
 
 /// Items in `table`, over every Scan page (a page stops at 1 MB).
@@ -85,8 +48,8 @@ async fn hot_key_is_cut_to_its_budget_spread_keys_pass_and_moto_holds_what_was_a
     let proxy = Proxy::start(forward_config(&moto.endpoint(), &clock)?).await?;
     let via_proxy = client(&proxy.url());
     let direct = client(&moto.endpoint());
-    create_table(&via_proxy, "hot", "PK").await?;
-    create_table(&via_proxy, "spread", "PK").await?;
+    stand_in::create_pk_sk_table(&via_proxy, "hot", "PK").await?;
+    stand_in::create_pk_sk_table(&via_proxy, "spread", "PK").await?;
 
     // 400 items/s for 10 s to one key against a 200 WCU/s key budget.
     let out = offer_load(&via_proxy, &clock, "hot", &["sensor-alpha-001"], 400, 10).await?;
@@ -129,8 +92,8 @@ async fn table_cap_reason_and_key_attribute_learned_from_describe_table() -> Res
     let via_proxy = client(&proxy.url());
     // Created behind the proxy's back, with a key attribute other than the default `PK`:
     // the proxy must learn it with DescribeTable to find the hot key.
-    create_table(&client(&moto.endpoint()), "devices", "device").await?;
-    create_table(&via_proxy, "capped", "PK").await?;
+    stand_in::create_pk_sk_table(&client(&moto.endpoint()), "devices", "device").await?;
+    stand_in::create_pk_sk_table(&via_proxy, "capped", "PK").await?;
 
     let out = offer_load(&via_proxy, &clock, "capped", &["a", "b", "c", "d"], 400, 3).await?;
     assert_eq!(out.accepted_per_second, vec![300; 3]);
@@ -181,7 +144,7 @@ async fn reads_are_charged_by_returned_size_and_throttled_with_the_read_reason()
     config.limits.key_rcu = 10.0;
     let proxy = Proxy::start(config).await?;
     let c = client(&proxy.url());
-    create_table(&c, "r", "PK").await?;
+    stand_in::create_pk_sk_table(&c, "r", "PK").await?;
     // A 6 KB item: 2 RCU strongly consistent, 1 RCU eventually consistent.
     let mut big = item("PK", "k", "big");
     big.insert("blob".into(), AttributeValue::S("y".repeat(6000)));

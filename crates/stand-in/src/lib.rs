@@ -32,8 +32,8 @@ mod watch;
 pub use install::{NodeTools, Venv, ensure_deploy_venv, ensure_dynalite, ensure_venv};
 #[cfg(feature = "provision")]
 pub use provision::{
-    dynamodb_client_without_retries, provision, provision_tables, provision_tables_with,
-    provision_with, sdk_config, time_index,
+    create_pk_sk_table, dynamodb_client_without_retries, provision, provision_tables,
+    provision_tables_with, provision_with, sdk_config, time_index,
 };
 pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, Moto, Service, free_loopback_port};

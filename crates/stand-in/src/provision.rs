@@ -57,6 +57,40 @@ pub fn dynamodb_client_without_retries(endpoint: &str) -> aws_sdk_dynamodb::Clie
     aws_sdk_dynamodb::Client::from_conf(conf)
 }
 
+/// Creates an on-demand table keyed by string attributes `pk` (partition) and `SK`
+/// (sort): a table of the key shape the capacity-proxy's tests and benchmarks drive,
+/// outside any template.
+pub async fn create_pk_sk_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    pk: &str,
+) -> Result<()> {
+    let attribute = |attr: &str| {
+        ddb::AttributeDefinition::builder()
+            .attribute_name(attr)
+            .attribute_type(ddb::ScalarAttributeType::S)
+            .build()
+    };
+    let key = |attr: &str, kind: ddb::KeyType| {
+        ddb::KeySchemaElement::builder()
+            .attribute_name(attr)
+            .key_type(kind)
+            .build()
+    };
+    client
+        .create_table()
+        .table_name(name)
+        .billing_mode(ddb::BillingMode::PayPerRequest)
+        .attribute_definitions(attribute(pk)?)
+        .attribute_definitions(attribute("SK")?)
+        .key_schema(key(pk, ddb::KeyType::Hash)?)
+        .key_schema(key("SK", ddb::KeyType::Range)?)
+        .send()
+        .await
+        .with_context(|| format!("creating table {name}"))?;
+    Ok(())
+}
+
 impl Stack {
     /// An SDK configuration for this stack's endpoint.
     pub async fn sdk_config(&self) -> SdkConfig {
