@@ -15,10 +15,12 @@ mod body;
 pub mod config;
 pub mod emf;
 pub mod handler;
+pub mod invocation;
 pub mod message;
 pub mod queue;
 
 pub use config::{Config, ConfigError};
 pub use handler::{Fate, Ingest, IngestError, MessageReport, Report};
+pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};
 pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, Requeue, SqsQueue};

@@ -29,11 +29,9 @@ use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use ingest::{Fate, Ingest, SqsQueue};
+use ingest::{Fate, Ingest, Invocation, SqsQueue};
 use query::QueryService;
 use query::config::CursorKeySource;
-use rand::SeedableRng as _;
-use rand::rngs::StdRng;
 use serde::Serialize;
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::read::DynamoReadingSource;
@@ -43,7 +41,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::env::{EnvLookup, StackArgs};
-use crate::publish::wall_clock;
 
 /// template.yaml `IngestBatchSize` default (the mapping's `BatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 100;
@@ -662,23 +659,25 @@ pub fn sqs_event(messages: &[Message], queue_arn: &str, region: &str) -> SqsEven
 /// the runner) under the function timeout, then deletes.
 async fn invoke(shared: &Arc<Shared>, messages: Vec<Message>) {
     let event = sqs_event(&messages, &shared.queue_arn, &shared.region);
-    let deadline = Instant::now() + shared.settings.function_timeout;
-    let now = match wall_clock() {
-        Ok(now) => now,
+    // The same start as the Lambda binary's: the clock read once, the deadline, an RNG.
+    let mut invocation = match Invocation::start(shared.settings.function_timeout) {
+        Ok(invocation) => invocation,
         Err(e) => {
             tracing::error!(error = %e, "no clock; the batch is left to come back");
             lock(&shared.stats).failed_invocations += 1;
             return;
         }
     };
+    let (now, deadline) = (invocation.now, invocation.deadline);
     let ingest = shared.ingest.clone();
     let runtime = tokio::runtime::Handle::current();
     // The handler's future is not `Send` (so `tokio::spawn` refuses it); a blocking
     // thread driving it with `Handle::block_on` isolates a panic all the same.
     let mut task = tokio::task::spawn_blocking(move || {
         runtime.block_on(async move {
-            let mut rng = StdRng::from_os_rng();
-            ingest.process(&event, now, deadline, &mut rng).await
+            ingest
+                .process(&event, now, deadline, &mut invocation.rng)
+                .await
         })
     });
     let report = match tokio::time::timeout_at(deadline, &mut task).await {

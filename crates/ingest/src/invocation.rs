@@ -1,0 +1,94 @@
+//! What one invocation of the handler starts from: the wall clock read once, the
+//! deadline, and a fresh RNG. The Lambda binary and `shardline run-local` both start
+//! every invocation here, so the two run the handler alike.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use sharding::time::Timestamp;
+
+/// The longest Lambda timeout; no deadline of a real invocation is this close to the
+/// epoch.
+const MAX_TIMEOUT_MS: u64 = 15 * 60 * 1000;
+
+/// One invocation's clock, deadline and randomness, passed down to
+/// [`crate::Ingest::handle`] (the handler reads no clock and owns no RNG of its own).
+#[derive(Debug)]
+pub struct Invocation {
+    /// The wall clock at the start of the invocation.
+    pub now: Timestamp,
+    /// When the invocation must have answered.
+    pub deadline: tokio::time::Instant,
+    /// Jitter and tie-breaking for this invocation, seeded from the OS.
+    pub rng: StdRng,
+}
+
+/// The wall clock could not be read as a [`Timestamp`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the wall clock is unusable: {0}")]
+pub struct ClockError(String);
+
+impl Invocation {
+    /// An invocation with `time_left` to answer, starting now.
+    pub fn start(time_left: Duration) -> Result<Self, ClockError> {
+        Ok(Self {
+            now: wall_clock()?,
+            deadline: tokio::time::Instant::now() + time_left,
+            rng: StdRng::from_os_rng(),
+        })
+    }
+
+    /// An invocation under the Lambda runtime's `deadline_ms` (see [`time_left`]).
+    pub fn under_deadline(deadline_ms: u64) -> Result<Self, ClockError> {
+        let now = wall_clock()?;
+        let now_ms = u64::try_from(now.as_millis()).map_err(|e| ClockError(e.to_string()))?;
+        Ok(Self {
+            now,
+            deadline: tokio::time::Instant::now() + time_left(deadline_ms, now_ms),
+            rng: StdRng::from_os_rng(),
+        })
+    }
+}
+
+/// The wall clock, to the millisecond.
+fn wall_clock() -> Result<Timestamp, ClockError> {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| ClockError(e.to_string()))?;
+    let ms = i64::try_from(wall.as_millis()).map_err(|e| ClockError(e.to_string()))?;
+    Timestamp::from_millis(ms).map_err(|e| ClockError(e.to_string()))
+}
+
+/// Time left in an invocation. Lambda sends the deadline as epoch milliseconds;
+/// `cargo lambda watch` sends its timeout (600000) instead, which read as an instant
+/// lies in 1970 and would leave no time at all, so a value that small is a duration.
+#[must_use]
+pub fn time_left(deadline_ms: u64, now_ms: u64) -> Duration {
+    if deadline_ms <= MAX_TIMEOUT_MS {
+        Duration::from_millis(deadline_ms)
+    } else {
+        Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_are_instants_unless_they_can_only_be_durations() {
+        let now = 1_795_336_302_524;
+        assert_eq!(time_left(now + 30_000, now), Duration::from_secs(30));
+        assert_eq!(time_left(now - 5, now), Duration::ZERO);
+        assert_eq!(time_left(600_000, now), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn an_invocation_starts_at_the_wall_clock_with_its_time_left() {
+        let before = tokio::time::Instant::now();
+        let inv = Invocation::start(Duration::from_secs(30)).expect("a usable clock");
+        assert!(inv.deadline >= before + Duration::from_secs(30));
+        assert!(inv.now.as_millis() > 1_700_000_000_000);
+    }
+}
