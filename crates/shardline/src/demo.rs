@@ -685,32 +685,25 @@ async fn schedule_hot_fanout(
 
 /// Items in `table`, and distinct readings among them (by device and sort key).
 async fn stored(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<(u64, u64)> {
-    let mut pages = dynamo
-        .scan()
-        .table_name(table)
-        .projection_expression("device_id, SK")
-        .into_paginator()
-        .send();
-    let (mut items, mut readings) = (0u64, std::collections::HashSet::new());
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| {
-            anyhow!(
-                "cannot scan {table}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })?;
-        for item in page.items() {
-            items += 1;
-            if let (
+    let items = store::read::scan_items(
+        dynamo
+            .scan()
+            .table_name(table)
+            .projection_expression("device_id, SK"),
+    )
+    .await
+    .with_context(|| format!("cannot scan {table}"))?;
+    let readings: std::collections::HashSet<(&String, &String)> = items
+        .iter()
+        .filter_map(|item| match (item.get("device_id"), item.get("SK")) {
+            (
                 Some(aws_sdk_dynamodb::types::AttributeValue::S(device)),
                 Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)),
-            ) = (item.get("device_id"), item.get("SK"))
-            {
-                readings.insert((device.clone(), sk.clone()));
-            }
-        }
-    }
-    Ok((items, readings.len() as u64))
+            ) => Some((device, sk)),
+            _ => None,
+        })
+        .collect();
+    Ok((items.len() as u64, readings.len() as u64))
 }
 
 /// Messages received but not settled by a finished invocation.
