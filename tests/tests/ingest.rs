@@ -427,10 +427,10 @@ async fn hot_device_fan_out_is_raised_at_once_and_the_backlog_rekeyed(
     })
     .await?;
     let config = rig.config(&[]);
-    let policy = config.fanout;
+    let policy = config.shards.directory.policy;
     let hot = "hot-1";
     let hour3 = hour3();
-    let layout = TableHistory::new(config.layout.clone());
+    let layout = TableHistory::new(config.shards.directory.initial_layout.clone());
     let hot_pk = cold_pk(&layout, hot, hour3)?;
     // Cold devices on other partition keys than the hot one.
     let mut cold = Vec::new();
@@ -552,7 +552,7 @@ async fn table_cap_backs_off_without_raising_fan_out() -> Result<()> {
         );
     })
     .await?;
-    let policy = rig.config(&[]).fanout;
+    let policy = rig.config(&[]).shards.directory.policy;
     let mut batch = Batch::default();
     for m in 0..8 {
         batch.push(
@@ -660,7 +660,9 @@ async fn two_second_latency_answers_before_the_deadline_without_loss() -> Result
     // The layout exists, as in any deployed stack after its first invocation.
     let config = rig.config(&extra);
     rig.shards()
-        .create_layout(&TableHistory::new(config.layout.clone()))
+        .create_layout(&TableHistory::new(
+            config.shards.directory.initial_layout.clone(),
+        ))
         .await?;
     let mut batch = Batch::default();
     for m in 0..100 {

@@ -1,15 +1,15 @@
 //! The soak of `cargo xtask soak` (docs/reliability.md scenarios 14 and 16), smaller: about 2,000 messages through capacity-proxy (30%
 //! unprocessed, 5% HTTP 500, 10 ms latency, 4 WCU/s per key so the hot devices
-//! throttle and fan out) and `shardline run-local` SIGKILLed three
+//! throttle and fan out) and `shardline-local run-local` SIGKILLed three
 //! times; the table holds exactly the valid readings, the DLQ exactly the malformed
 //! messages, and the API reader saw only sorted, in-range, unique pages.
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
-use shardline::soak::{SoakConfig, run};
+use shardline_local::soak::{SoakConfig, run};
 
-/// Builds the `shardline` binary into this test's target directory (a dependency's
+/// Builds the `shardline-local` binary into this test's target directory (a dependency's
 /// binary is not built for a test of another package) and returns its path.
 fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -21,18 +21,18 @@ fn shardline_binary(root: &std::path::Path) -> Result<PathBuf> {
             "build",
             "--quiet",
             "--package",
-            "shardline",
+            "shardline-local",
             "--bin",
-            "shardline",
+            "shardline-local",
         ])
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(root)
         .status()
-        .context("running cargo build for the shardline binary")?;
+        .context("running cargo build for the shardline-local binary")?;
     if !status.success() {
-        bail!("building the shardline binary failed: {status}");
+        bail!("building the shardline-local binary failed: {status}");
     }
-    let bin = target.join("debug").join("shardline");
+    let bin = target.join("debug").join("shardline-local");
     if !bin.is_file() {
         bail!("{} was not built", bin.display());
     }

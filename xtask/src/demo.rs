@@ -1,6 +1,6 @@
-//! `cargo xtask demo`: installs the stand-in if missing, builds `shardline`, and runs
-//! `shardline demo` (the reference scenario, naive vs adaptive layout, one report).
-//! Every process the demo starts is stopped, also on Ctrl-C or error: `shardline demo`
+//! `cargo xtask demo`: installs the stand-in if missing, builds `shardline-local`, and runs
+//! `shardline-local demo` (the reference scenario, naive vs adaptive layout, one report).
+//! Every process the demo starts is stopped, also on Ctrl-C or error: `shardline-local demo`
 //! stops its own servers, and records each moto in `.local/pids/demo-<pid>-*.pid`, which
 //! this command stops afterwards in case the child could not.
 
@@ -21,11 +21,11 @@ const STOP_GRACE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Build `shardline` with the release profile (the debug build keeps up on this
+    /// Build `shardline-local` with the release profile (the debug build keeps up on this
     /// machine: moto, not the Rust side, bounds the rates).
     #[arg(long)]
     pub release: bool,
-    /// Further `shardline demo` flags, e.g. `-- --duration 30 --hot-rate 1000`.
+    /// Further `shardline-local demo` flags, e.g. `-- --duration 30 --hot-rate 1000`.
     #[arg(last = true, allow_hyphen_values = true)]
     pub demo_args: Vec<String>,
 }
@@ -37,10 +37,10 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
         Profile::Debug
     };
     // The stand-in's install (moto's Python venv, about 30 s the first time, and
-    // dynalite's node packages) runs while shardline builds; cargo's own progress shows
+    // dynalite's node packages) runs while shardline-local builds; cargo's own progress shows
     // the build.
     eprintln!(
-        "==> build shardline and install the stand-in, side by side (a first build takes \
+        "==> build shardline-local and install the stand-in, side by side (a first build takes \
          about 2 min on 2 cores, a later one seconds)"
     );
     let (binary, (venv, node)) = std::thread::scope(|scope| {
@@ -49,7 +49,7 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
             let node = stand_in::ensure_dynalite(root)?;
             anyhow::Ok((venv, node))
         });
-        let built = build_binary(root, "shardline", "shardline", profile);
+        let built = build_binary(root, "shardline-local", "shardline-local", profile);
         let tools = install
             .join()
             .map_err(|_| anyhow::anyhow!("the stand-in's install panicked"))?
@@ -64,7 +64,7 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
 
     let interrupted = Arc::new(AtomicBool::new(false));
     watch_ctrl_c(interrupted.clone())?;
-    eprintln!("==> shardline demo {}", args.demo_args.join(" "));
+    eprintln!("==> shardline-local demo {}", args.demo_args.join(" "));
     let started = Instant::now();
     let child = Command::new(&binary)
         .arg("demo")
@@ -87,12 +87,12 @@ pub fn run(root: &Path, args: &DemoArgs) -> Result<()> {
     }
     let status = status?;
     if !status.success() {
-        bail!("shardline demo failed ({status})");
+        bail!("shardline-local demo failed ({status})");
     }
     Ok(())
 }
 
-/// The `shardline demo` child: waited for, told to stop on Ctrl-C, killed if it does
+/// The `shardline-local demo` child: waited for, told to stop on Ctrl-C, killed if it does
 /// not, and its recorded servers stopped when this guard drops (on error and panic too).
 #[derive(Debug)]
 struct ChildGuard {
@@ -105,7 +105,11 @@ impl ChildGuard {
         let pid = self.child.id();
         let mut told: Option<Instant> = None;
         loop {
-            if let Some(status) = self.child.try_wait().context("waiting for shardline")? {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .context("waiting for shardline-local")?
+            {
                 return Ok(status);
             }
             if interrupted.load(Ordering::SeqCst) {

@@ -77,7 +77,7 @@ pub struct CapacityArgs {
     /// Write capacity units per second per partition-key value.
     #[arg(long, default_value_t = 1000.0, requires = "capacity")]
     pub key_wcu: f64,
-    /// Per-(second, PK) heat CSV for `shardline heatmap`.
+    /// Per-(second, PK) heat CSV for `shardline-local heatmap`.
     #[arg(long, requires = "capacity")]
     pub heat_csv: Option<PathBuf>,
     /// Further capacity-proxy flags, e.g. `--proxy-arg=--latency-ms=10`.
@@ -148,7 +148,7 @@ pub fn env_path(root: &Path) -> PathBuf {
     root.join(".local/stack.env")
 }
 
-/// Brings the stack up (moto detached, resources created by `shardline provision`, env
+/// Brings the stack up (moto detached, resources created by `shardline-local provision`, env
 /// file written) and returns moto's endpoint. If a recorded moto still runs, it is
 /// reused so `up` twice does not leak servers.
 pub fn up(root: &Path, prefix: &str, parameters: &[String]) -> Result<String> {
@@ -167,9 +167,13 @@ pub fn up(root: &Path, prefix: &str, parameters: &[String]) -> Result<String> {
             record.endpoint.context("moto record without endpoint")?
         }
     };
-    // Creating resources takes the AWS SDK, which xtask does not build: shardline does.
-    let shardline =
-        crate::steps::build_binary(root, "shardline", "shardline", crate::steps::Profile::Debug)?;
+    // Creating resources takes the AWS SDK, which xtask does not build: shardline-local does.
+    let shardline = crate::steps::build_binary(
+        root,
+        "shardline-local",
+        "shardline-local",
+        crate::steps::Profile::Debug,
+    )?;
     let env_file = env_path(root);
     crate::steps::run_command(
         "provision",

@@ -361,7 +361,7 @@ impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
         sqs: &aws_sdk_sqs::Client,
     ) -> Self {
         let table = DynamoTable::new(dynamo, &config.table_name);
-        let shards = DynamoShards::new(dynamo, &config.shard_table_name);
+        let shards = DynamoShards::new(dynamo, &config.shards.shard_table_name);
         let queue = SqsQueue::new(sqs, &config.dlq_url, config.source_queue_url.clone());
         Self::new(config, table, shards, queue)
     }
@@ -798,7 +798,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     fn parse_stage(&self, run: &Run<'_>) -> Vec<Stage> {
         let limits = Limits {
             now: run.now,
-            max_future: self.config.max_future,
+            max_future: self.config.shards.max_future,
             retention: self.config.retention,
             max_readings: self.config.max_readings_per_message,
         };

@@ -1,12 +1,14 @@
 //! What one invocation of the handler starts from: the wall clock read once, the
-//! deadline, and a fresh RNG. The Lambda binary and `shardline run-local` both start
+//! deadline, and a fresh RNG. The Lambda binary and `shardline-local run-local` both start
 //! every invocation here, so the two run the handler alike.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::time::Timestamp;
+pub use store::clock::ClockError;
+use store::clock::wall_clock;
 
 /// The longest Lambda timeout; no deadline of a real invocation is this close to the
 /// epoch.
@@ -24,11 +26,6 @@ pub struct Invocation {
     pub rng: StdRng,
 }
 
-/// The wall clock could not be read as a [`Timestamp`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the wall clock is unusable: {0}")]
-pub struct ClockError(String);
-
 impl Invocation {
     /// An invocation with `time_left` to answer, starting now.
     pub fn start(time_left: Duration) -> Result<Self, ClockError> {
@@ -42,22 +39,14 @@ impl Invocation {
     /// An invocation under the Lambda runtime's `deadline_ms` (see [`time_left`]).
     pub fn under_deadline(deadline_ms: u64) -> Result<Self, ClockError> {
         let now = wall_clock()?;
-        let now_ms = u64::try_from(now.as_millis()).map_err(|e| ClockError(e.to_string()))?;
+        // A Timestamp from the wall clock is after 1970.
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(0);
         Ok(Self {
             now,
             deadline: tokio::time::Instant::now() + time_left(deadline_ms, now_ms),
             rng: StdRng::from_os_rng(),
         })
     }
-}
-
-/// The wall clock, to the millisecond.
-fn wall_clock() -> Result<Timestamp, ClockError> {
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| ClockError(e.to_string()))?;
-    let ms = i64::try_from(wall.as_millis()).map_err(|e| ClockError(e.to_string()))?;
-    Timestamp::from_millis(ms).map_err(|e| ClockError(e.to_string()))
 }
 
 /// Time left in an invocation. Lambda sends the deadline as epoch milliseconds;

@@ -441,7 +441,7 @@ async fn s10_same_batch_twice_also_across_a_fanout_change_leaves_the_table_ident
     let mut meta = ShardMeta::initial(now());
     meta.number_of_shards = 4;
     meta.shard_history
-        .schedule(4, now(), config.fanout.propagation_margin)
+        .schedule(4, now(), config.shards.directory.policy.propagation_margin)
         .expect("schedulable");
     fx.shards.put_entity("hot-1", meta);
     for name in events {

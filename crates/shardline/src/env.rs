@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_sqs::config::Credentials;
+use aws_sdk_dynamodb::config::Credentials;
 
 /// Where `cargo xtask local up` records the local stack.
 pub const DEFAULT_ENV_FILE: &str = ".local/stack.env";
@@ -151,4 +151,11 @@ impl EnvLookup {
     }
 }
 
-pub use stand_in::read_env_file;
+/// Reads an env file in dotenv syntax (`KEY=VALUE`, optionally quoted; blank lines and
+/// `#` comments skipped), as `cargo xtask local up` writes it. A line that does not
+/// parse is an error naming the file.
+pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    dotenvy::from_path_iter(path)
+        .and_then(Iterator::collect)
+        .with_context(|| format!("cannot read env file {}", path.display()))
+}

@@ -13,11 +13,12 @@ use std::io::Write as _;
 use anyhow::Context as _;
 use clap::Args;
 use sharding::key::validate_id;
+use store::clock::wall_clock;
+use store::config::{Vars, WriterSettings};
 use store::directory::{PlannedFanout, ShardDirectory};
 use store::dynamo::DynamoShards;
 
 use crate::env::{EnvLookup, StackArgs};
-use crate::publish::wall_clock;
 
 /// Flags of `shardline fanout`.
 #[derive(Debug, Args)]
@@ -35,8 +36,8 @@ pub struct FanoutArgs {
     pub stack: StackArgs,
 }
 
-/// Schedules fan-out `k` for `device` in the shard table the ingest configuration of
-/// `env` names, through `endpoint` (or `AWS_ENDPOINT_URL`).
+/// Schedules fan-out `k` for `device` in the shard table the writers' settings in
+/// `env` name ([`WriterSettings`]), through `endpoint` (or `AWS_ENDPOINT_URL`).
 pub async fn schedule(
     env: &EnvLookup,
     endpoint: Option<&str>,
@@ -44,12 +45,12 @@ pub async fn schedule(
     k: u32,
 ) -> anyhow::Result<PlannedFanout> {
     validate_id("device_id", device).with_context(|| format!("bad --device {device:?}"))?;
-    let config =
-        ingest::Config::from_lookup(|name| env.get(name)).context("ingest configuration")?;
+    let settings = WriterSettings::parse(&Vars(|name: &str| env.get(name)))
+        .context("the writers' shard settings")?;
     let dynamo = aws_sdk_dynamodb::Client::new(&env.sdk_config(endpoint).await);
     let directory = ShardDirectory::new(
-        DynamoShards::new(&dynamo, &config.shard_table_name),
-        config.directory_config(),
+        DynamoShards::new(&dynamo, &settings.shard_table_name),
+        settings.directory,
     );
     Ok(directory.plan_fanout(device, k, wall_clock()?).await?)
 }

@@ -1,22 +1,15 @@
-//! The Shardline command line as a library, so `cargo xtask demo` and tests drive the
-//! same code the `shardline` binary runs.
+//! The operator's command line for a deployed Shardline table, as a library so tests
+//! drive the same code the `shardline` binary runs. It talks to AWS (or any endpoint
+//! given) with the SDK's default credential chain, and links nothing of the local
+//! harness (`shardline-local`).
 //!
-//! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
-//! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
-//! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
 //! - [`fanout`]: a known-hot device's fan-out, scheduled ahead of its load;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
-//! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
-//! - [`provision`]: the template's tables and queues on a local stand-in (`cargo xtask local up`);
-//! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest;
-//! - [`env`]: the `.local/stack.env` file and SDK configuration shared by all of them.
+//! - [`env`]: the stack's variables (environment over an env file) and SDK configuration,
+//!   shared with the local harness.
+//!
+//! `shardline plan` (the capacity planner's front end) lives in the binary.
 
 pub mod audit;
-pub mod demo;
 pub mod env;
 pub mod fanout;
-pub mod heatmap;
-pub mod provision;
-pub mod publish;
-pub mod run_local;
-pub mod soak;

@@ -320,7 +320,7 @@ mod tests {
     }
 }
 
-/// Any other local server of the project (capacity-proxy, `shardline run-local`'s query
+/// Any other local server of the project (capacity-proxy, `shardline-local run-local`'s query
 /// port) started on a free loopback port, with the same readiness wait, log file and
 /// pid-file handling as moto. Stopped when dropped; [`Service::detach`] keeps it running.
 #[derive(Debug)]

@@ -104,7 +104,9 @@ impl Stack {
     }
 }
 
-/// Writes `KEY=VALUE` lines (keys `[A-Z0-9_]`, values without newlines).
+/// Writes `KEY='VALUE'` lines in dotenv syntax (keys `[A-Z0-9_]`; values single-quoted,
+/// so that no `$`, `#` or space in them is read as anything but itself, and without
+/// newlines or single quotes).
 pub fn write_env_file(path: &Path, pairs: &[(String, String)]) -> Result<()> {
     let mut text = String::new();
     for (key, value) in pairs {
@@ -115,10 +117,10 @@ pub fn write_env_file(path: &Path, pairs: &[(String, String)]) -> Result<()> {
         {
             bail!("invalid env key {key:?}");
         }
-        if value.contains(['\n', '\r']) {
-            bail!("env value for {key} contains a newline");
+        if value.contains(['\n', '\r', '\'']) {
+            bail!("env value for {key} contains a newline or a single quote");
         }
-        let _ = writeln!(text, "{key}={value}");
+        let _ = writeln!(text, "{key}='{value}'");
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -127,24 +129,13 @@ pub fn write_env_file(path: &Path, pairs: &[(String, String)]) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Reads a `KEY=VALUE` file as written by [`Stack::write_env`] (blank lines and `#`
-/// comments skipped, keys and values trimmed); a line without `=` is an error naming
-/// the file and line.
+/// Reads an env file in dotenv syntax, as [`Stack::write_env`] writes it (blank lines and
+/// `#` comments skipped, values quoted or not). A line that does not parse is an error
+/// naming the file.
 pub fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read env file {}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .with_context(|| format!("{}:{}: expected KEY=VALUE", path.display(), n + 1))?;
-        out.insert(key.trim().to_owned(), value.trim().to_owned());
-    }
-    Ok(out)
+    dotenvy::from_path_iter(path)
+        .and_then(Iterator::collect)
+        .with_context(|| format!("cannot read env file {}", path.display()))
 }
 
 #[cfg(test)]
@@ -190,6 +181,14 @@ mod tests {
         );
         assert_eq!(env["TABLE_NAME"], "p-ReadingsTable");
         assert_eq!(env["READINGS_TIME_INDEX"], "by-time");
+        assert_eq!(env["QUEUE_URL"], "http://127.0.0.1:1/123/p-IngestQueue");
+        stack()
+            .write_env_with(&path, &[("NOTE".into(), "a $HOME # not a comment".into())])
+            .unwrap();
+        assert_eq!(
+            read_env_file(&path).unwrap()["NOTE"],
+            "a $HOME # not a comment"
+        );
         assert!(
             stack()
                 .write_env_with(&path, &[("bad key".into(), "x".into())])

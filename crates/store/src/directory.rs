@@ -130,7 +130,7 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
 }
 
 /// Tuning of the directory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DirectoryConfig {
     /// How long a read of the metadata table is trusted (`CACHE_TTL_SECS`).
     pub cache_ttl: Duration,

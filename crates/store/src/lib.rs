@@ -51,6 +51,8 @@
 //!   raise `ADD`s to it), which an all-devices read plan needs to find sub-shards.
 
 pub mod batch;
+pub mod clock;
+pub mod config;
 pub mod directory;
 pub mod dynamo;
 pub mod error;

@@ -10,8 +10,8 @@ use anyhow::{Context as _, Result, bail};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use indicatif::ProgressBar;
 use shardline::env::EnvLookup;
-use shardline::publish::{self, Manifest, Plan, ReadingId, SendOptions};
-use shardline::run_local::{self, Settings};
+use shardline_local::publish::{self, Manifest, Plan, ReadingId, SendOptions};
+use shardline_local::run_local::{self, Settings};
 use stand_in::TestStack;
 
 fn plan() -> Plan {
@@ -95,7 +95,7 @@ async fn publish_run_local_query() -> Result<()> {
         &sqs,
         &stack.stack.queue_url,
         plan(),
-        publish::wall_clock()?,
+        store::clock::wall_clock()?,
         SendOptions::default(),
         &ProgressBar::hidden(),
         Some(&mut file),
@@ -194,7 +194,7 @@ async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
     let env_file = dir.path().join("stack.env");
     stack.stack.write_env(&env_file)?;
     let manifest_path = dir.path().join("manifest.jsonl");
-    let bin = env!("CARGO_BIN_EXE_shardline");
+    let bin = env!("CARGO_BIN_EXE_shardline-local");
     let out = Command::new(bin)
         .args([
             "publish",

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use shardline::demo::{self, IngestTuning, Scenario};
+use shardline_local::demo::{self, IngestTuning, Scenario};
 
 fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
     Ok(Scenario {

@@ -1,4 +1,4 @@
-//! `shardline heatmap`: per-key WCU over time from `capacity-proxy --heat-csv`
+//! `shardline-local heatmap`: per-key WCU over time from `capacity-proxy --heat-csv`
 //! (`second,table,pk,wcu,throttled_items`), as a PNG.
 //!
 //! Rows are the top keys by total WCU, columns seconds (or bins of seconds, taking
@@ -309,7 +309,7 @@ pub fn render_rgb(grid: &Grid, limit: f64) -> anyhow::Result<(Vec<u8>, Layout)> 
     Ok((buffer, l))
 }
 
-/// Flags of `shardline heatmap`.
+/// Flags of `shardline-local heatmap`.
 #[derive(Debug, Clone, Args)]
 pub struct HeatmapArgs {
     /// The heat CSV of `capacity-proxy --heat-csv`.

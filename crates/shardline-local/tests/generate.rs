@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ingest::{Limits, parse_body};
 use sharding::time::Timestamp;
-use shardline::publish::{Content, Generator, Malformation, Message, Plan, Tally};
+use shardline_local::publish::{Content, Generator, Malformation, Message, Plan, Tally};
 
 fn start() -> Timestamp {
     Timestamp::parse("2026-06-22T12:00:00Z").expect("valid")

@@ -1,8 +1,8 @@
-//! `shardline soak`: the whole pipeline under faults and crashes, checked against the
+//! `shardline-local soak`: the whole pipeline under faults and crashes, checked against the
 //! publisher's manifest (docs/reliability.md scenarios 14 and 16, and the query API under load).
 //!
 //! A private moto, `capacity-proxy` in front of it (unprocessed items, HTTP 500s,
-//! latency, a per-key write cap so hot devices throttle), `shardline run-local` as a
+//! latency, a per-key write cap so hot devices throttle), `shardline-local run-local` as a
 //! child process that is SIGKILLed at seeded moments and restarted, the publisher, and a
 //! reader paging the query API. Afterwards the table must hold exactly the valid
 //! readings (no duplicate, none missing) and the DLQ exactly the malformed messages,
@@ -29,7 +29,7 @@ use tokio::process::{Child, Command};
 
 use crate::publish::{self, Manifest, Plan, ReadingId, SendOptions};
 
-/// Flags of `shardline soak`.
+/// Flags of `shardline-local soak`.
 #[derive(Debug, Clone, Args)]
 pub struct SoakArgs {
     /// Messages to publish (2% malformed).
@@ -356,7 +356,7 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
 
     // The reader pages the API while everything else runs.
     let stop_reader = Arc::new(AtomicBool::new(false));
-    let publish_start = publish::wall_clock()?;
+    let publish_start = store::clock::wall_clock()?;
     let reader = tokio::spawn(reader_loop(
         format!("http://{}", child_spec.query),
         publish_start.as_millis(),
@@ -1239,7 +1239,7 @@ async fn reader_loop(
     let devices = [HOT_DEVICE, "dev-00000", "dev-00001", "dev-00002"];
     while !stop.load(Ordering::SeqCst) && violations.len() < 50 {
         let device = devices[rng.random_range(0..devices.len())];
-        let now = publish::wall_clock().map_or(start_ms, |t| t.as_millis());
+        let now = store::clock::wall_clock().map_or(start_ms, |t| t.as_millis());
         let span = (now - start_ms).max(1_000) + 2_000;
         let from = start_ms - 2_000 + rng.random_range(0..span);
         let to = from + rng.random_range(500..20_000);

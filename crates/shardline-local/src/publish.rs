@@ -1,4 +1,4 @@
-//! `shardline publish`: the device simulator.
+//! `shardline-local publish`: the device simulator.
 //!
 //! [`generate`] builds the message stream from a seed (pure, testable without AWS);
 //! [`send`] paces it into SQS. [`run`] is the command: flags in, summary out.
@@ -8,7 +8,7 @@ pub mod send;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use clap::Args;
@@ -18,9 +18,9 @@ use sharding::time::Timestamp;
 pub use generate::{Content, Generator, Malformation, Message, Plan, ReadingId, Tally};
 pub use send::{Manifest, ManifestLine, SendOptions, Summary, send_all};
 
-use crate::env::StackArgs;
+use shardline::env::StackArgs;
 
-/// Flags of `shardline publish`.
+/// Flags of `shardline-local publish`.
 #[derive(Debug, Clone, Args)]
 pub struct PublishArgs {
     /// The queue (default: QUEUE_URL from the environment or the env file).
@@ -98,16 +98,6 @@ impl PublishArgs {
     }
 }
 
-/// The wall clock as a [`Timestamp`] (read once, at the edge).
-pub fn wall_clock() -> anyhow::Result<Timestamp> {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .context("the clock is before 1970")?
-        .as_millis();
-    Timestamp::from_millis(i64::try_from(ms).context("the clock is out of range")?)
-        .map_err(|e| anyhow!("the clock is out of range: {e}"))
-}
-
 /// Publishes with the given client: generation from `start`, pacing, manifest.
 /// The progress bar is the caller's (hidden in tests).
 pub async fn publish(
@@ -161,7 +151,7 @@ pub async fn run(args: &PublishArgs) -> anyhow::Result<()> {
         &client,
         &queue_url,
         plan,
-        wall_clock()?,
+        store::clock::wall_clock()?,
         options,
         &progress,
         file.as_mut().map(|f| f as &mut (dyn std::io::Write + Send)),

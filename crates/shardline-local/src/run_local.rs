@@ -1,4 +1,4 @@
-//! `shardline run-local`: what Lambda's SQS event source mapping and API Gateway do in
+//! `shardline-local run-local`: what Lambda's SQS event source mapping and API Gateway do in
 //! AWS, in one local process, around the same handler code as the Lambdas.
 //!
 //! - Workers (`--max-concurrency`) long-poll the queue, gather up to `--batch-size`
@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::env::{EnvLookup, StackArgs};
+use shardline::env::{EnvLookup, StackArgs};
 
 /// template.yaml `IngestBatchSize` default (the mapping's `BatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 100;
@@ -58,7 +58,7 @@ const MAX_DELETE: usize = 10;
 type Service = Ingest<DynamoTable, DynamoShards, SqsQueue>;
 type Query = QueryService<DynamoReadingSource, DynamoShards>;
 
-/// Flags of `shardline run-local`. Its SQS client takes AWS_ENDPOINT_URL_SQS from the
+/// Flags of `shardline-local run-local`. Its SQS client takes AWS_ENDPOINT_URL_SQS from the
 /// environment or the env file when set (the demo's queues on moto beside its tables
 /// on dynalite).
 #[derive(Debug, Clone, Args)]
@@ -368,7 +368,7 @@ pub async fn start(
     let region = sdk
         .region()
         .map(ToString::to_string)
-        .unwrap_or_else(|| crate::env::DEFAULT_REGION.to_owned());
+        .unwrap_or_else(|| shardline::env::DEFAULT_REGION.to_owned());
     // AWS_ENDPOINT_URL_SQS, the SDK's name for a service's own endpoint, puts the
     // queues on another server than the tables (the demo: moto for SQS, dynalite for
     // DynamoDB).

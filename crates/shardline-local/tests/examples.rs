@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use shardline::env::EnvLookup;
-use shardline::run_local::{self, Settings};
+use shardline_local::run_local::{self, Settings};
 use stand_in::TestStack;
 
 /// The layout the ingest writes when the table has none, and the example keys with.

@@ -1,4 +1,4 @@
-//! `shardline demo`: the reference scenario of seed 001, scaled to the machine, run twice
+//! `shardline-local demo`: the reference scenario of seed 001, scaled to the machine, run twice
 //! on identical load, and one side-by-side report.
 //!
 //! Each run gets its own private moto for SQS, its own dynalite for DynamoDB, an
@@ -33,10 +33,11 @@ use sharding::capacity::{CapacityPlan, DEFAULT_SAFETY, PlanInput, plan_capacity}
 use stand_in::pids::PidRecord;
 use store::directory::PlannedFanout;
 
-use crate::env::EnvLookup;
+use crate::heatmap;
 use crate::publish::{self, Generator, Plan, SendOptions, Summary};
 use crate::run_local::{self, Settings, Stats};
-use crate::{fanout, heatmap};
+use shardline::env::EnvLookup;
+use shardline::fanout;
 
 /// The hot sensor of seed 001.
 pub const HOT_DEVICE: &str = "sensor-alpha-001";
@@ -54,7 +55,7 @@ const PAGE_LIMIT: u32 = 1000;
 /// Readings table item bytes beyond the message body (key attributes and names).
 const ITEM_OVERHEAD_BYTES: u64 = 120;
 
-/// Flags of `shardline demo`.
+/// Flags of `shardline-local demo`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Seconds each run publishes.
@@ -674,7 +675,7 @@ async fn schedule_hot_fanout(
         fanout::describe(&scenario.hot_device, &planned)
     ));
     if let PlannedFanout::Scheduled(raise) = planned {
-        let wait = raise.effective_from.as_millis() - publish::wall_clock()?.as_millis();
+        let wait = raise.effective_from.as_millis() - store::clock::wall_clock()?.as_millis();
         if let Ok(wait) = u64::try_from(wait) {
             // One more millisecond: the wall clock reads whole milliseconds.
             tokio::time::sleep(Duration::from_millis(wait + 1)).await;
@@ -920,7 +921,7 @@ async fn run_variant(
     config.limits.key_wcu = scenario.key_wcu;
     config.heat_csv = Some(heat_csv.clone());
     // The heat CSV counts seconds from the proxy clock's origin; keep its wall time.
-    let proxy_origin_ms = publish::wall_clock()?.as_millis();
+    let proxy_origin_ms = store::clock::wall_clock()?.as_millis();
     config.clock = Arc::new(MonotonicClock::new());
     let proxy = Proxy::start(config).await?;
 
@@ -946,7 +947,7 @@ async fn run_variant(
         proxy: &proxy,
         t0: Instant::now(),
     };
-    let start = publish::wall_clock()?;
+    let start = store::clock::wall_clock()?;
     let sent = watch.publish(&sqs, &stack.queue_url, start).await?;
     let (drain, drained) = watch.drain(&sqs, &stack.queue_url).await?;
     let (hot_query, fleet_query, fanout) = read_back(scenario, query_addr, start).await?;

@@ -1,4 +1,4 @@
-//! `shardline provision`: creates `template.yaml`'s tables and queues on a local
+//! `shardline-local provision`: creates `template.yaml`'s tables and queues on a local
 //! stand-in and writes the env file the other commands read. `cargo xtask local up`
 //! starts moto and runs this, so that xtask itself builds without the AWS SDK.
 

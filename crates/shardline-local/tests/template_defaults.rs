@@ -1,6 +1,6 @@
 //! run-local's defaults are the template's event source mapping and function settings.
 
-use shardline::run_local::{
+use shardline_local::run_local::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
     DEFAULT_MAX_CONCURRENCY,
 };

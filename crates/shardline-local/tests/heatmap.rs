@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use shardline::heatmap::{
+use shardline_local::heatmap::{
     EMPTY, HeatRow, MAX_COLUMNS, OVER_LIMIT, cell_colour, grid, layout, render_png, render_rgb,
 };
 
@@ -169,7 +169,7 @@ fn the_binary_writes_the_png() {
     let csv_path = dir.path().join("heat.csv");
     let png = dir.path().join("heat.png");
     std::fs::write(&csv_path, csv()).expect("write csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_shardline"))
+    let out = Command::new(env!("CARGO_BIN_EXE_shardline-local"))
         .args(["heatmap", "--top", "2", "--csv"])
         .arg(&csv_path)
         .arg("--out")

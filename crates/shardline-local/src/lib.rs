@@ -1,0 +1,18 @@
+//! Shardline's local harness as a library, so `cargo xtask` and the tests drive the same
+//! code the `shardline-local` binary runs. Everything here runs against a stand-in on
+//! loopback (moto, dynalite, the capacity-proxy); the operator's commands for a deployed
+//! table are the `shardline` crate, whose stack flags and env file this crate shares.
+//!
+//! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
+//! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
+//! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
+//! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
+//! - [`provision`]: the template's tables and queues on a local stand-in (`cargo xtask local up`);
+//! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest.
+
+pub mod demo;
+pub mod heatmap;
+pub mod provision;
+pub mod publish;
+pub mod run_local;
+pub mod soak;

@@ -1,0 +1,196 @@
+//! The writers' shard-directory settings, parsed from environment variables in one
+//! place: the ingest function reads them at init, and `shardline fanout` reads the same
+//! variables from the stack's env file, so an operator's schedule follows the margin,
+//! maximum and layout the writers follow.
+//!
+//! Every failure names the variable, so a misconfigured function fails its init with a
+//! message that says what to fix.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use sharding::epoch::propagation_margin;
+use sharding::fanout::FanoutPolicy;
+use sharding::layout::{Layout, Strategy, SubShards};
+use sharding::time::Bucket;
+
+use crate::directory::DirectoryConfig;
+
+/// A variable that is missing or does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {name} is required but not set")]
+    Missing {
+        /// The variable.
+        name: &'static str,
+    },
+    /// A variable is set to something unusable.
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+/// Variables looked up by name (the process environment, an env file, a map in tests);
+/// empty counts as unset.
+pub struct Vars<F>(pub F);
+
+impl<F> std::fmt::Debug for Vars<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Vars(..)")
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Vars<F> {
+    /// The variable's value, if set and not blank.
+    pub fn optional(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The variable's value, or [`ConfigError::Missing`].
+    pub fn required(&self, name: &'static str) -> Result<String, ConfigError> {
+        self.optional(name).ok_or(ConfigError::Missing { name })
+    }
+
+    /// [`ConfigError::Invalid`] for the variable's value.
+    pub fn invalid(&self, name: &'static str, reason: &str) -> ConfigError {
+        ConfigError::Invalid {
+            name,
+            value: self.optional(name).unwrap_or_default(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The variable parsed, `default` when unset, or an error saying what was `expected`.
+    pub fn parse_or<T: std::str::FromStr>(
+        &self,
+        name: &'static str,
+        default: T,
+        expected: &str,
+    ) -> Result<T, ConfigError> {
+        match self.optional(name) {
+            None => Ok(default),
+            Some(value) => value.trim().parse().map_err(|_| ConfigError::Invalid {
+                name,
+                value,
+                reason: format!("expected {expected}"),
+            }),
+        }
+    }
+}
+
+/// What every writer of a table must agree on about its shard directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterSettings {
+    /// `SHARD_TABLE_NAME`: the shard metadata table.
+    pub shard_table_name: String,
+    /// `MAX_FUTURE_SECS` (default 300): how far ahead of the clock a ts may be.
+    pub max_future: Duration,
+    /// The directory's cache TTL, fan-out policy and initial layout.
+    pub directory: DirectoryConfig,
+}
+
+impl WriterSettings {
+    /// Parses the variables:
+    ///
+    /// - `SHARD_STRATEGY` (`time-bucket` | `random` | `calculated` | `unsharded`, default
+    ///   `time-bucket`), `BUCKET` (`minute` | `hour` | `day` | `month`, default `hour`),
+    ///   `SHARDS` (default 8), `CALCULATED_ATTRIBUTE` (default `event_id`), `SUB_SHARDS`
+    ///   (`base` | `dedicated`, default `base`: where a raised time-bucket entity's
+    ///   sub-shards live, [`sharding::layout::SubShards`]): the layout stored when the
+    ///   metadata table has none yet. A stored layout is never changed by these.
+    /// - `CACHE_TTL_SECS` (default 60): how long shard metadata reads are trusted.
+    /// - `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
+    ///   `FANOUT_MAX` (default 32), `FANOUT_SHRINK_AFTER_SECS` (default 900),
+    ///   `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate,
+    ///   default 100, 0 turns rate-driven raises off): dynamic fan-out. Raises take
+    ///   effect at once (keys nest), so the cooldown only spaces the conditional updates
+    ///   of racing writers; shrinks wait for the propagation margin
+    ///   `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
+    pub fn parse<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Self, ConfigError> {
+        let layout = parse_layout(env)?;
+        let max_future = Duration::from_secs(env.parse_or("MAX_FUTURE_SECS", 300, "seconds")?);
+        let cache_ttl = Duration::from_secs(env.parse_or("CACHE_TTL_SECS", 60, "seconds")?);
+        let slack = Duration::from_secs(env.parse_or("PROPAGATION_SLACK_SECS", 5, "seconds")?);
+        let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 2, "seconds")?);
+        let shrink_after =
+            Duration::from_secs(env.parse_or("FANOUT_SHRINK_AFTER_SECS", 900, "seconds")?);
+        if shrink_after < cache_ttl {
+            return Err(env.invalid(
+                "FANOUT_SHRINK_AFTER_SECS",
+                "must be at least CACHE_TTL_SECS (a quiet period shorter than a cache read \
+                 cannot tell a quiet entity from a writer's stale view)",
+            ));
+        }
+        let max_fanout: u32 = env.parse_or("FANOUT_MAX", 32, "a positive integer")?;
+        if max_fanout == 0 {
+            return Err(env.invalid("FANOUT_MAX", "must be at least 1"));
+        }
+        let key_rate: f64 =
+            env.parse_or("RAISE_AHEAD_WCU", 100.0, "readings per second per key")?;
+        if !(key_rate.is_finite() && key_rate >= 0.0) {
+            return Err(env.invalid("RAISE_AHEAD_WCU", "must be 0 (off) or more"));
+        }
+        Ok(Self {
+            shard_table_name: env.required("SHARD_TABLE_NAME")?,
+            max_future,
+            directory: DirectoryConfig {
+                cache_ttl,
+                policy: FanoutPolicy {
+                    cooldown,
+                    jitter: Duration::from_secs(env.parse_or(
+                        "FANOUT_JITTER_SECS",
+                        1,
+                        "seconds",
+                    )?),
+                    max_fanout,
+                    propagation_margin: propagation_margin(cache_ttl, max_future, slack),
+                    key_rate,
+                    shrink_after,
+                },
+                initial_layout: layout,
+            },
+        })
+    }
+}
+
+/// `SHARD_STRATEGY`, `BUCKET`, `SHARDS`, `SUB_SHARDS` and `CALCULATED_ATTRIBUTE`.
+fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, ConfigError> {
+    let strategy_name = env
+        .optional("SHARD_STRATEGY")
+        .unwrap_or_else(|| "time-bucket".to_owned());
+    let bucket: Bucket = env.parse_or("BUCKET", Bucket::Hour, "minute, hour, day or month")?;
+    let shards: NonZeroU32 = env.parse_or(
+        "SHARDS",
+        NonZeroU32::new(8).unwrap_or(NonZeroU32::MIN),
+        "a positive integer",
+    )?;
+    let sub_shards = match env.optional("SUB_SHARDS").as_deref() {
+        None | Some("base") => SubShards::Base,
+        Some("dedicated") => SubShards::Dedicated,
+        Some(_) => return Err(env.invalid("SUB_SHARDS", "expected base or dedicated")),
+    };
+    let strategy = match strategy_name.as_str() {
+        "time-bucket" => Strategy::TimeBucket { bucket, sub_shards },
+        "random" => Strategy::Random,
+        "calculated" => Strategy::Calculated {
+            attribute: env
+                .optional("CALCULATED_ATTRIBUTE")
+                .unwrap_or_else(|| sharding::key::EVENT_ID_ATTRIBUTE.to_owned()),
+        },
+        "unsharded" => Strategy::Unsharded,
+        _ => {
+            return Err(env.invalid(
+                "SHARD_STRATEGY",
+                "expected time-bucket, random, calculated or unsharded",
+            ));
+        }
+    };
+    Ok(Layout { strategy, shards })
+}
