@@ -24,7 +24,7 @@ use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::{Backend, Dynalite, TestStack};
 use store::dynamo::{DynamoShards, DynamoTable};
-use store::{ReadingItem, ShardStore};
+use store::{ReadingItem, ShardReader, ShardStore};
 use tokio::time::Instant;
 
 use crate::harness;

@@ -13,7 +13,7 @@ use query::{CursorKey, QueryService, ServiceConfig, parse_request};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::epoch::TableHistory;
-use store::ShardStore;
+use store::{ShardReader, ShardStore as _};
 use store::batch::{BatchWriter, WriterConfig};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::read::DynamoReadingSource;
@@ -403,7 +403,7 @@ fn pk_of(device: &str, ts_ms: i64, table: &TableHistory) -> Result<String> {
 }
 
 /// The reads item 4 times, on one backend.
-struct Reads<'a, S: store::read::ReadingSource, D: ShardStore> {
+struct Reads<'a, S: store::read::ReadingSource, D: ShardReader> {
     via: &'a aws_sdk_dynamodb::Client,
     table_name: &'a str,
     svc: &'a QueryService<S, D>,
@@ -412,7 +412,7 @@ struct Reads<'a, S: store::read::ReadingSource, D: ShardStore> {
     time_index: String,
 }
 
-impl<S: store::read::ReadingSource, D: ShardStore> Reads<'_, S, D> {
+impl<S: store::read::ReadingSource, D: ShardReader> Reads<'_, S, D> {
     /// One partition key, limit 100, on the table or on an index; ms.
     async fn single(&self, pk: &str, index: Option<&str>) -> Result<f64> {
         let t = Instant::now();

@@ -9,7 +9,7 @@ use ingest::{Fate, IngestError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::fanout::ShardMeta;
-use store::{ShardStore, StoreError, ThrottleKind};
+use store::{ShardReader, StoreError, ThrottleKind};
 use tokio::time::Instant;
 
 use crate::support::{Fixture, event, ids, now};

@@ -90,7 +90,7 @@ async fn end_to_end_events_land_in_the_table_and_the_dlq() -> Result<()> {
 
     // The layout item was seeded from the configuration.
     let shards = store::dynamo::DynamoShards::new(&dynamo, &s.shard_table_name);
-    assert!(store::ShardStore::get_layout(&shards).await?.is_some());
+    assert!(store::ShardReader::get_layout(&shards).await?.is_some());
 
     // Exactly one DLQ message: the malformed body, with its reason as attributes.
     let received = sqs

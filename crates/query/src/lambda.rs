@@ -4,14 +4,14 @@ use std::convert::Infallible;
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
-use store::directory::ShardStore;
+use store::directory::ShardReader;
 use store::read::ReadingSource;
 
 use crate::service::QueryService;
 
 /// Answers one API Gateway request. A named stage's prefix (`/prod/...`) is removed
 /// before routing, so routes match under any stage.
-pub async fn handle_apigw<S: ReadingSource, D: ShardStore>(
+pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
     service: &QueryService<S, D>,
     request: Request,
 ) -> Result<Response<Body>, Infallible> {

@@ -19,7 +19,6 @@
 
 pub mod config;
 pub mod cursor;
-pub mod directory;
 pub mod error;
 pub mod exec;
 pub mod lambda;

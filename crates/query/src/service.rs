@@ -16,13 +16,13 @@ use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
 use sharding::read_plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
-use store::directory::ShardStore;
+use store::clock::{ClockError, wall_clock};
+use store::directory::{CachedDirectory, ShardReader};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{PageKey, ReadingSource};
 
 use crate::cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
-use crate::directory::ReadDirectory;
 use crate::error::{ApiError, codes};
 use crate::exec::{
     ExecError, ReadCost, ReadOptions, StreamSpec, key_of, merge_each, read_merged, scan_all,
@@ -139,16 +139,16 @@ impl StatsRequest<'_> {
 #[derive(Debug)]
 pub struct QueryService<S, D> {
     source: S,
-    directory: ReadDirectory<D>,
+    directory: CachedDirectory<D>,
     config: ServiceConfig,
 }
 
 type Answer = Result<(serde_json::Value, ReadStats), ApiError>;
 
-impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
+impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     pub fn new(source: S, shards: D, config: ServiceConfig) -> Self {
         Self {
-            directory: ReadDirectory::new(shards, config.directory_ttl),
+            directory: CachedDirectory::new(shards, config.directory_ttl),
             source,
             config,
         }
@@ -278,16 +278,22 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
             }
         }
         let time_range = to_time_range(range)?;
-        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+        let now = wall_clock().map_err(clock_error)?;
+        let Some(table) = self
+            .directory
+            .stored_layout(now)
+            .await
+            .map_err(store_error)?
+        else {
             return Ok((page_json(Vec::new(), None), ReadStats::default()));
         };
         let plan = match &device {
             Some(d) => {
-                let fanout = self.directory.fanout(d).await.map_err(store_error)?;
+                let fanout = self.directory.fanout(d, now).await.map_err(store_error)?;
                 plan_entity(d, time_range, &table, &fanout).map_err(plan_error)?
             }
             None => {
-                let hot = self.directory.hot().await.map_err(store_error)?;
+                let hot = self.directory.hot(now).await.map_err(store_error)?;
                 let refs: Vec<(&str, &FanoutHistory)> =
                     hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
                 plan_all(time_range, &table, &refs).map_err(plan_error)?
@@ -348,10 +354,20 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                 ts.to_rfc3339()
             ))
         };
-        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+        let now = wall_clock().map_err(clock_error)?;
+        let Some(table) = self
+            .directory
+            .stored_layout(now)
+            .await
+            .map_err(store_error)?
+        else {
             return Err(not_found());
         };
-        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        let fanout = self
+            .directory
+            .fanout(device, now)
+            .await
+            .map_err(store_error)?;
         let reading = ReadingRef {
             entity: device,
             event_id,
@@ -460,10 +476,20 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
                 next_cursor: None
             })
         };
-        let Some(table) = self.directory.table().await.map_err(store_error)? else {
+        let now = wall_clock().map_err(clock_error)?;
+        let Some(table) = self
+            .directory
+            .stored_layout(now)
+            .await
+            .map_err(store_error)?
+        else {
             return Ok((empty(), ReadStats::default()));
         };
-        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        let fanout = self
+            .directory
+            .fanout(device, now)
+            .await
+            .map_err(store_error)?;
         let plan =
             plan_entity(device, to_time_range(read)?, &table, &fanout).map_err(plan_error)?;
         let mut pager = Pager::new(interval_ms, self.config.stats_budget, started);
@@ -505,8 +531,17 @@ impl<S: ReadingSource, D: ShardStore> QueryService<S, D> {
     }
 
     async fn shards(&self, device: &str) -> Answer {
-        let table = self.directory.table().await.map_err(store_error)?;
-        let fanout = self.directory.fanout(device).await.map_err(store_error)?;
+        let now = wall_clock().map_err(clock_error)?;
+        let table = self
+            .directory
+            .stored_layout(now)
+            .await
+            .map_err(store_error)?;
+        let fanout = self
+            .directory
+            .fanout(device, now)
+            .await
+            .map_err(store_error)?;
         Ok((
             shards_json(device, table.as_ref(), &fanout),
             ReadStats::default(),
@@ -568,6 +603,12 @@ fn plan_error(e: PlanError) -> ApiError {
 
 /// The one place store failures meet HTTP: throttles and transient failures are
 /// 503 (come back later); anything else is the deployment's fault, never the input's.
+/// The wall clock, which dates the shard directory's cache, could not be read.
+fn clock_error(e: ClockError) -> ApiError {
+    tracing::error!(error = %e, "no usable clock");
+    ApiError::internal("the read failed")
+}
+
 pub fn store_error(e: StoreError) -> ApiError {
     match &e {
         StoreError::Throttled { .. } => ApiError::throttled(1),

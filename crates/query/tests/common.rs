@@ -1,7 +1,7 @@
 //! An in-memory readings table with DynamoDB's Query semantics, a fake shard store,
 //! and helpers to build a service over them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use query::{CursorKey, QueryService, ServiceConfig};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
-use sharding::fanout::ShardMeta;
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
-use store::directory::{ShardStore, UpdateCondition};
 use store::error::StoreError;
 use store::item::ReadingItem;
+use store::memory::MemoryShards;
 use store::read::{Page, PageKey, PageRequest, ReadingSource};
 
 /// `2026-06-22T00:00:00.000Z`
@@ -206,60 +205,18 @@ impl ReadingSource for FakeTable {
     }
 }
 
-/// A shard metadata table for readers: layout, per-entity histories, hot set.
-#[derive(Debug, Default)]
-pub struct FakeShards {
-    pub layout: Option<TableHistory>,
-    pub entities: HashMap<String, FanoutHistory>,
-    pub calls: AtomicU64,
-}
-
-impl FakeShards {
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
+/// The shared in-memory shard metadata table with `layout` and each entity's fan-out
+/// history (an entity that ever fanned out is in the hot set, as a raise leaves it).
+pub fn shard_table(
+    layout: TableHistory,
+    entities: impl IntoIterator<Item = (String, FanoutHistory)>,
+) -> MemoryShards {
+    let shards = MemoryShards::new();
+    shards.put_layout(layout);
+    for (entity, history) in entities {
+        shards.put_history(&entity, history);
     }
-}
-
-impl ShardStore for FakeShards {
-    async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(self.entities.get(entity).map(|h| ShardMeta {
-            number_of_shards: h.latest().map_or(1, |e| e.value),
-            last_updated: Timestamp::from_millis(0).unwrap(),
-            shard_history: h.clone(),
-            last_hot: None,
-        }))
-    }
-    async fn create_entity(&self, _: &str, _: &ShardMeta) -> Result<bool, StoreError> {
-        unreachable!("the query service never writes")
-    }
-    async fn update_entity(
-        &self,
-        _: &str,
-        _: &UpdateCondition,
-        _: &ShardMeta,
-    ) -> Result<bool, StoreError> {
-        unreachable!("the query service never writes")
-    }
-    async fn mark_hot(&self, _: &str, _: Timestamp) -> Result<(), StoreError> {
-        unreachable!("the query service never writes")
-    }
-    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(self.layout.clone())
-    }
-    async fn create_layout(&self, _: &TableHistory) -> Result<bool, StoreError> {
-        unreachable!("the query service never writes")
-    }
-    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(self
-            .entities
-            .iter()
-            .filter(|(_, h)| h.ever_fanned_out())
-            .map(|(n, _)| n.clone())
-            .collect())
-    }
+    shards
 }
 
 /// A reading as the model sees it.
@@ -273,11 +230,13 @@ pub struct R {
 
 /// Writes `readings` through `sharding::key::write_key` under the histories, each by a
 /// writer at the reading's own time (keyed with the fan-out in force at its timestamp).
-pub fn load(table: &FakeTable, shards: &FakeShards, readings: &[R]) {
-    let layout = shards.layout.as_ref().expect("layout set");
-    let empty = FanoutHistory::new();
+pub fn load(table: &FakeTable, shards: &MemoryShards, readings: &[R]) {
+    let layout = shards.layout().expect("layout set");
     for r in readings {
-        let fanout = shards.entities.get(&r.device).unwrap_or(&empty);
+        let fanout = shards
+            .entity(&r.device)
+            .map(|meta| meta.shard_history)
+            .unwrap_or_default();
         let ts = Timestamp::from_millis(r.ts_ms).unwrap();
         let key = write_key(
             &ReadingRef {
@@ -286,8 +245,8 @@ pub fn load(table: &FakeTable, shards: &FakeShards, readings: &[R]) {
                 ts,
                 attribute: None,
             },
-            layout,
-            fanout,
+            &layout,
+            &fanout,
             ts,
         )
         .unwrap();
@@ -342,9 +301,9 @@ pub fn hourly(n: u32) -> Layout {
     Layout::time_bucket(Bucket::Hour, nz(n))
 }
 
-pub type Service<'a> = QueryService<&'a FakeTable, Arc<FakeShards>>;
+pub type Service<'a> = QueryService<&'a FakeTable, Arc<MemoryShards>>;
 
-pub fn service(table: &FakeTable, shards: Arc<FakeShards>) -> Service<'_> {
+pub fn service(table: &FakeTable, shards: Arc<MemoryShards>) -> Service<'_> {
     service_with(table, shards, None)
 }
 
@@ -352,7 +311,7 @@ pub fn service(table: &FakeTable, shards: Arc<FakeShards>) -> Service<'_> {
 /// serves any index name as the time index).
 pub fn service_with<'a>(
     table: &'a FakeTable,
-    shards: Arc<FakeShards>,
+    shards: Arc<MemoryShards>,
     time_index: Option<&str>,
 ) -> Service<'a> {
     let mut config = ServiceConfig::new(key());

@@ -6,15 +6,13 @@ use query::cursor::{CursorError, Fingerprint, decode_cursor, encode_cursor};
 use query::model::ReadingKey;
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, R, get, hourly, key, load, service, table_history,
+    BASE_MS, FakeTable, R, get, hourly, key, load, service, shard_table, table_history,
 };
+use store::memory::MemoryShards;
 
-fn fixture() -> (FakeTable, Arc<FakeShards>) {
+fn fixture() -> (FakeTable, Arc<MemoryShards>) {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(2))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(2))]), []);
     let readings: Vec<R> = ["dev-1", "dev-2"]
         .iter()
         .flat_map(|d| {
@@ -128,7 +126,7 @@ async fn tampered_cursor_gets_400_without_a_read() {
     let (table, shards) = fixture();
     let svc = service(&table, shards.clone());
     let cursor = first_cursor(&svc).await;
-    let (t0, s0) = (table.calls(), shards.calls());
+    let (t0, s0) = (table.calls(), shards.reads());
     let mut tampered = cursor.clone().into_bytes();
     let i = tampered.len() / 3;
     tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
@@ -136,7 +134,7 @@ async fn tampered_cursor_gets_400_without_a_read() {
     let (status, body) = get(&svc, &format!("{PAGE}&cursor={tampered}")).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "bad_cursor");
-    assert_eq!((table.calls(), shards.calls()), (t0, s0));
+    assert_eq!((table.calls(), shards.reads()), (t0, s0));
 }
 
 #[tokio::test]
@@ -144,7 +142,7 @@ async fn cursor_reused_with_other_parameters_gets_400() {
     let (table, shards) = fixture();
     let svc = service(&table, shards.clone());
     let cursor = first_cursor(&svc).await;
-    let (t0, s0) = (table.calls(), shards.calls());
+    let (t0, s0) = (table.calls(), shards.reads());
     let variants = [
         // Another device: the cursor must not open another device's data.
         "/devices/dev-2/readings?from=2026-06-22T00:00:00Z&to=2026-06-22T01:00:00Z&limit=5"
@@ -163,7 +161,7 @@ async fn cursor_reused_with_other_parameters_gets_400() {
         assert_eq!(status, 400, "{v}: {body}");
         assert_eq!(body["error"]["code"], "bad_cursor", "{v}");
     }
-    assert_eq!((table.calls(), shards.calls()), (t0, s0));
+    assert_eq!((table.calls(), shards.reads()), (t0, s0));
     // The same parameters continue; consistency may change between pages.
     let (status, body) = get(&svc, &format!("{PAGE}&cursor={cursor}&consistent=true")).await;
     assert_eq!(status, 200, "{body}");

@@ -16,9 +16,10 @@ use sharding::layout::Layout;
 use store::item::{Reading, ReadingItem};
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, Service, fanout_history, get, hourly, key, nz, service_with,
+    BASE_MS, FakeTable, Service, fanout_history, get, hourly, key, nz, service_with, shard_table,
     table_history, ts,
 };
+use store::memory::MemoryShards;
 
 const HOT: &str = "hot-1";
 const COLD: &str = "cold-1";
@@ -41,7 +42,7 @@ type Expected = (i64, String, String, f64);
 
 struct Fixture {
     table: FakeTable,
-    shards: Arc<FakeShards>,
+    shards: Arc<MemoryShards>,
     /// Every distinct reading, in (time, device, event id) order.
     readings: Vec<Expected>,
     /// Readings whose two copies sit under two different partition keys.
@@ -53,16 +54,13 @@ struct Fixture {
 /// `cold-1` (never raised) with 30 readings, for the every-device route.
 fn fixture(layout: Layout) -> Fixture {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, layout)])),
-        entities: [(
+    let shards = shard_table(
+        table_history(vec![(0, layout)]),
+        [(
             HOT.to_string(),
             fanout_history(vec![(BASE_MS - 7_200_000, 4)]),
-        )]
-        .into_iter()
-        .collect(),
-        ..FakeShards::default()
-    };
+        )],
+    );
     let mut readings = Vec::new();
     let mut stored_twice = 0;
     for i in 0..90i64 {
@@ -102,14 +100,15 @@ fn fixture(layout: Layout) -> Fixture {
 /// Puts one reading under the keys `stored` names; returns the distinct PKs used.
 fn store(
     table: &FakeTable,
-    shards: &FakeShards,
+    shards: &MemoryShards,
     device: &str,
     event: &str,
     ts_ms: i64,
     value: i64,
     stored: Stored,
 ) -> BTreeSet<String> {
-    let layout = shards.layout.as_ref().unwrap().at(ts(ts_ms));
+    let history = shards.layout().unwrap();
+    let layout = history.at(ts(ts_ms));
     let reading = Reading {
         device_id: device.into(),
         event_id: event.into(),

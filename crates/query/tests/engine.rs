@@ -8,9 +8,10 @@ use query::params::parse_request;
 use sharding::layout::Layout;
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, R, fanout_history, hourly, load, nz, service, service_with,
+    BASE_MS, FakeTable, R, fanout_history, hourly, load, nz, service, service_with, shard_table,
     table_history,
 };
+use store::memory::MemoryShards;
 
 fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
     (0..n)
@@ -25,7 +26,7 @@ fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
 
 async fn run(
     table: &FakeTable,
-    shards: Arc<FakeShards>,
+    shards: Arc<MemoryShards>,
     path: &str,
     query: &str,
 ) -> (serde_json::Value, query::service::ReadStats) {
@@ -34,7 +35,7 @@ async fn run(
 
 async fn run_with(
     table: &FakeTable,
-    shards: Arc<FakeShards>,
+    shards: Arc<MemoryShards>,
     time_index: Option<&str>,
     path: &str,
     query: &str,
@@ -48,10 +49,7 @@ async fn run_with(
 async fn limit_100_over_8_shards_reads_about_100() {
     for desc in [false, true] {
         let table = FakeTable::new(None);
-        let shards = FakeShards {
-            layout: Some(table_history(vec![(0, Layout::random(nz(8)))])),
-            ..FakeShards::default()
-        };
+        let shards = shard_table(table_history(vec![(0, Layout::random(nz(8)))]), []);
         load(&table, &shards, &readings("dev-1", 4000, 250));
         let order = if desc { "desc" } else { "asc" };
         let (body, stats) = run(
@@ -92,10 +90,7 @@ async fn limit_100_over_8_shards_reads_about_100() {
 async fn later_buckets_are_opened_only_when_reached() {
     // Six hour-buckets of one device, 1,000 readings each; 50 come from the first.
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(4))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     load(&table, &shards, &readings("dev-1", 6000, 3_600));
     let (body, stats) = run(
         &table,
@@ -117,10 +112,7 @@ async fn a_sparse_first_bucket_reads_ahead_into_the_buckets_still_needed() {
     // bucket; the second opens the next three at once.
     for desc in [false, true] {
         let table = FakeTable::new(None);
-        let shards = FakeShards {
-            layout: Some(table_history(vec![(0, hourly(4))])),
-            ..FakeShards::default()
-        };
+        let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
         load(&table, &shards, &readings("dev-1", 180, 120_000));
         let order = if desc { "desc" } else { "asc" };
         let (body, stats) = run(
@@ -162,10 +154,7 @@ async fn empty_buckets_grow_the_read_ahead_by_doubling() {
     // Readings only in the last of six buckets: nothing tells the density, so each
     // round opens at most as many new buckets as were read so far.
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(4))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let late: Vec<R> = readings("dev-1", 10, 60_000)
         .into_iter()
         .map(|mut r| {
@@ -215,10 +204,7 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
         let mut answers = Vec::new();
         for index in [None, Some("by-time")] {
             let table = FakeTable::new(None);
-            let shards = FakeShards {
-                layout: Some(table_history(vec![(0, hourly(8))])),
-                ..FakeShards::default()
-            };
+            let shards = shard_table(table_history(vec![(0, hourly(8))]), []);
             load(&table, &shards, &rs);
             let (body, stats) = run_with(&table, Arc::new(shards), index, "/readings", &q).await;
             assert_eq!(body["items"].as_array().unwrap().len(), 100);
@@ -246,16 +232,13 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
 async fn fanout_raised_inside_the_range_is_read_in_order() {
     // k = 1 for the first half hour, then 4 sub-shards: 4 + 1 streams per bucket.
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(2))])),
-        entities: [(
+    let shards = shard_table(
+        table_history(vec![(0, hourly(2))]),
+        [(
             "dev-1".to_string(),
             fanout_history(vec![(BASE_MS + 1_800_000, 4)]),
-        )]
-        .into_iter()
-        .collect(),
-        ..FakeShards::default()
-    };
+        )],
+    );
     load(&table, &shards, &readings("dev-1", 600, 6_000));
     let (body, stats) = run(
         &table,
@@ -290,10 +273,7 @@ async fn fanout_raised_inside_the_range_is_read_in_order() {
 #[tokio::test]
 async fn all_devices_reads_whole_buckets_it_reaches() {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(2))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(2))]), []);
     let mut rs = readings("dev-1", 200, 36_000);
     rs.extend(readings("dev-2", 200, 36_000).into_iter().map(|mut r| {
         r.ts_ms += 1;
@@ -320,10 +300,7 @@ async fn all_devices_reads_whole_buckets_it_reaches() {
 #[tokio::test]
 async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
     let table = FakeTable::new(Some(50));
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(1))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(1))]), []);
     // 2,000 readings in one bucket, 40 pages of 50.
     load(&table, &shards, &readings("dev-1", 2_000, 1_000));
     let mut config = query::ServiceConfig::new(crate::common::key());
@@ -353,10 +330,7 @@ async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
 #[tokio::test]
 async fn all_devices_under_a_per_device_layout_is_a_400() {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, Layout::random(nz(4)))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, Layout::random(nz(4)))]), []);
     let svc = service(&table, Arc::new(shards));
     let resp = svc
         .handle_parts(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use query::lambda::handle_apigw;
 
-use crate::common::{BASE_MS, FakeShards, FakeTable, R, hourly, load, service, table_history};
+use crate::common::{BASE_MS, FakeTable, R, hourly, load, service, shard_table, table_history};
 
 fn event(name: &str) -> lambda_http::Request {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -19,10 +19,7 @@ fn event(name: &str) -> lambda_http::Request {
 
 pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(4))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let rs: Vec<R> = (0..100)
         .map(|i| R {
             device: if i % 2 == 0 {

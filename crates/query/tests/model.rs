@@ -5,7 +5,6 @@
 //! run with and without the time index (whose ties at one millisecond the fake lists
 //! out of merge order).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -13,7 +12,7 @@ use sharding::layout::Layout;
 use sharding::time::Bucket;
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, R, fanout_history, get, load, nz, service_with, table_history,
+    BASE_MS, FakeTable, R, fanout_history, get, load, nz, service_with, shard_table, table_history,
 };
 
 /// Three hours of data.
@@ -161,15 +160,12 @@ fn model(case: &Case) -> Vec<(String, String, i64)> {
 
 async fn paged(case: &Case) -> Result<Vec<(String, String, i64)>, TestCaseError> {
     let table = FakeTable::new(case.page_cap);
-    let shards = FakeShards {
-        layout: Some(table_history(case.table.clone())),
-        entities: case
-            .fanouts
+    let shards = shard_table(
+        table_history(case.table.clone()),
+        case.fanouts
             .iter()
-            .map(|(d, e)| (d.clone(), fanout_history(e.clone())))
-            .collect::<HashMap<_, _>>(),
-        ..FakeShards::default()
-    };
+            .map(|(d, e)| (d.clone(), fanout_history(e.clone()))),
+    );
     load(&table, &shards, &case.readings);
     let svc = service_with(
         &table,

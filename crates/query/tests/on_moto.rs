@@ -11,7 +11,7 @@ use sharding::fanout::{Raise, ShardMeta};
 use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::TestStack;
-use store::directory::{ShardStore, UpdateCondition};
+use store::directory::{ShardReader, ShardStore, UpdateCondition};
 use store::dynamo::DynamoShards;
 use store::item::{Reading, ReadingItem};
 use store::read::DynamoReadingSource;

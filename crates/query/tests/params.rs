@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use crate::common::{BASE_MS, FakeShards, FakeTable, R, get, hourly, load, service, table_history};
+use crate::common::{
+    BASE_MS, FakeTable, R, get, hourly, load, service, shard_table, table_history,
+};
+use store::memory::MemoryShards;
 
-fn fixture() -> (FakeTable, Arc<FakeShards>) {
+fn fixture() -> (FakeTable, Arc<MemoryShards>) {
     let table = FakeTable::new(None);
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(4))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let readings: Vec<R> = (0..10)
         .map(|i| R {
             device: "dev-1".into(),
@@ -41,7 +41,7 @@ async fn refused(path_and_query: &str, status: u16, code: &str, mentions: &str) 
         "{path_and_query}: readings table was read"
     );
     assert_eq!(
-        shards.calls(),
+        shards.reads(),
         0,
         "{path_and_query}: metadata table was read"
     );
@@ -312,7 +312,7 @@ async fn unknown_routes_and_methods() {
         assert_eq!(resp.status(), 405, "{method}");
         assert_eq!(resp.headers()["allow"], "GET");
     }
-    assert_eq!(table.calls() + shards.calls(), 0);
+    assert_eq!(table.calls() + shards.reads(), 0);
 }
 
 #[tokio::test]

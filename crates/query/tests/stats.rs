@@ -8,16 +8,14 @@ use query::stats::StatsBudget;
 use query::{QueryService, ServiceConfig};
 
 use crate::common::{
-    BASE_MS, FakeShards, FakeTable, R, Service, get, hourly, key, load, table_history,
+    BASE_MS, FakeTable, R, Service, get, hourly, key, load, shard_table, table_history,
 };
+use store::memory::MemoryShards;
 
 /// Six hours of `dev-1`, a reading every 10 s (2,160), and `dev-2` beside it.
-fn fixture() -> (FakeTable, Arc<FakeShards>) {
+fn fixture() -> (FakeTable, Arc<MemoryShards>) {
     let table = FakeTable::new(Some(100));
-    let shards = FakeShards {
-        layout: Some(table_history(vec![(0, hourly(4))])),
-        ..FakeShards::default()
-    };
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let readings: Vec<R> = (0..2160)
         .flat_map(|i| {
             ["dev-1", "dev-2"].map(|device| R {
@@ -32,7 +30,7 @@ fn fixture() -> (FakeTable, Arc<FakeShards>) {
     (table, Arc::new(shards))
 }
 
-fn service_with_budget(table: &FakeTable, shards: Arc<FakeShards>, readings: u64) -> Service<'_> {
+fn service_with_budget(table: &FakeTable, shards: Arc<MemoryShards>, readings: u64) -> Service<'_> {
     let mut config = ServiceConfig::new(key());
     config.concurrency = 4;
     config.stats_budget = StatsBudget {

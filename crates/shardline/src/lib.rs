@@ -10,6 +10,10 @@
 //!
 //! `shardline plan` (the capacity planner's front end) lives in the binary.
 
+// The default credential chain with SSO makes `aws_config::load`'s future deeper than
+// the default limit allows, where `fanout::schedule` lays it out.
+#![recursion_limit = "256"]
+
 pub mod audit;
 pub mod env;
 pub mod fanout;

@@ -22,7 +22,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// The device's `shard_history` in the shard table, through the store's reader.
 async fn history(stack: &TestStack, device: &str) -> Result<FanoutHistory> {
-    use store::ShardStore as _;
+    use store::ShardReader as _;
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
     let shards = store::dynamo::DynamoShards::new(&client, &stack.stack.shard_table_name);
     let meta = shards

@@ -13,9 +13,8 @@
 //! `sharding::fanout` and applied with a conditional update on `last_updated`: of any
 //! number of writers racing on one entity, exactly one wins, and the losers refresh.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rand::Rng;
@@ -29,6 +28,9 @@ use sharding::time::Timestamp;
 
 use crate::error::StoreError;
 
+mod cached;
+pub use cached::CachedDirectory;
+
 /// The conditions of an [`ShardStore::update_entity`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpdateCondition {
@@ -39,14 +41,24 @@ pub struct UpdateCondition {
     pub quiet_since: Option<Timestamp>,
 }
 
-/// The port over the shard metadata table (schema in the crate docs).
-pub trait ShardStore: Send + Sync {
+/// The read half of the port over the shard metadata table (schema in the crate docs):
+/// all a reader needs, so a reader's fake writes nothing.
+pub trait ShardReader: Send + Sync {
     /// An entity's metadata, if it has any (a strongly consistent read).
     fn get_entity(
         &self,
         entity: &str,
     ) -> impl Future<Output = Result<Option<ShardMeta>, StoreError>> + Send;
 
+    /// The table-level layout history, if stored.
+    fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send;
+
+    /// Every entity whose fan-out ever exceeded 1.
+    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send;
+}
+
+/// The port over the shard metadata table for writers: the reads, and every change.
+pub trait ShardStore: ShardReader {
     /// Creates an entity's metadata unless it exists; `false` if it did.
     fn create_entity(
         &self,
@@ -73,26 +85,29 @@ pub trait ShardStore: Send + Sync {
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The table-level layout history, if stored.
-    fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send;
-
     /// Stores the layout history unless one exists; `false` if it did.
     fn create_layout(
         &self,
         history: &TableHistory,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Every entity whose fan-out ever exceeded 1.
-    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send;
 }
 
-impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
+impl<T: ShardReader> ShardReader for std::sync::Arc<T> {
     fn get_entity(
         &self,
         entity: &str,
     ) -> impl Future<Output = Result<Option<ShardMeta>, StoreError>> + Send {
         (**self).get_entity(entity)
     }
+    fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send {
+        (**self).get_layout()
+    }
+    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send {
+        (**self).hot_entities()
+    }
+}
+
+impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
     fn create_entity(
         &self,
         entity: &str,
@@ -115,17 +130,11 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).mark_hot(entity, at)
     }
-    fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send {
-        (**self).get_layout()
-    }
     fn create_layout(
         &self,
         history: &TableHistory,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).create_layout(history)
-    }
-    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send {
-        (**self).hot_entities()
     }
 }
 
@@ -205,40 +214,26 @@ const PLAN_ATTEMPTS: u32 = 3;
 /// costs a write, and a quiet period only needs one mark inside it.
 const HOT_MARK_SHARE: u32 = 8;
 
-#[derive(Debug, Clone)]
-struct Cached<T> {
-    fetched_at: Timestamp,
-    value: T,
-}
-
-/// Cached reads of the shard metadata plus every change of k; see the module docs.
+/// The writers' view of the shard directory: the one cache ([`CachedDirectory`]) plus
+/// every change of k; see the module docs.
 #[derive(Debug)]
 pub struct ShardDirectory<S> {
-    store: S,
+    cache: CachedDirectory<S>,
     config: DirectoryConfig,
-    entities: Mutex<HashMap<String, Cached<Option<ShardMeta>>>>,
-    layout: Mutex<Option<Cached<TableHistory>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The cache holds no invariant a panic could break half-way.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<S: ShardStore> ShardDirectory<S> {
     /// A directory over `store` with an empty cache.
     pub fn new(store: S, config: DirectoryConfig) -> Self {
         Self {
-            store,
+            cache: CachedDirectory::new(store, config.cache_ttl),
             config,
-            entities: Mutex::new(HashMap::new()),
-            layout: Mutex::new(None),
         }
     }
 
     /// The port this directory reads.
     pub fn store(&self) -> &S {
-        &self.store
+        self.cache.store()
     }
 
     /// The configuration.
@@ -246,39 +241,23 @@ impl<S: ShardStore> ShardDirectory<S> {
         &self.config
     }
 
-    fn fresh(&self, fetched_at: Timestamp, now: Timestamp) -> bool {
-        fetched_at <= now && now < fetched_at.saturating_add(self.config.cache_ttl)
-    }
-
     /// The table's layout history; stores the configured layout, in force from the
     /// beginning of time, when the table has none.
     #[tracing::instrument(skip(self))]
     pub async fn layout(&self, now: Timestamp) -> Result<TableHistory, StoreError> {
-        if let Some(cached) = lock(&self.layout).as_ref()
-            && self.fresh(cached.fetched_at, now)
-        {
-            return Ok(cached.value.clone());
+        if let Some(history) = self.cache.stored_layout(now).await? {
+            return Ok(history);
         }
-        let history = match self.store.get_layout().await? {
-            Some(history) => history,
-            None => {
-                let initial = TableHistory::new(self.config.initial_layout.clone());
-                if self.store.create_layout(&initial).await? {
-                    tracing::info!(layout = %self.config.initial_layout, "stored the initial layout");
-                    initial
-                } else {
-                    self.store.get_layout().await?.ok_or_else(|| {
-                        StoreError::Malformed(
-                            "layout item vanished after a conflicting create".to_owned(),
-                        )
-                    })?
-                }
-            }
+        let initial = TableHistory::new(self.config.initial_layout.clone());
+        let history = if self.store().create_layout(&initial).await? {
+            tracing::info!(layout = %self.config.initial_layout, "stored the initial layout");
+            initial
+        } else {
+            self.store().get_layout().await?.ok_or_else(|| {
+                StoreError::Malformed("layout item vanished after a conflicting create".to_owned())
+            })?
         };
-        *lock(&self.layout) = Some(Cached {
-            fetched_at: now,
-            value: history.clone(),
-        });
+        self.cache.remember_layout(now, history.clone());
         Ok(history)
     }
 
@@ -295,12 +274,7 @@ impl<S: ShardStore> ShardDirectory<S> {
         entity: &str,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        if let Some(cached) = lock(&self.entities).get(entity)
-            && self.fresh(cached.fetched_at, now)
-        {
-            return Ok(cached.value.clone());
-        }
-        self.refresh(entity, now).await
+        self.cache.meta(entity, now).await
     }
 
     /// An entity's metadata read from the table (not the cache), then cached.
@@ -309,38 +283,26 @@ impl<S: ShardStore> ShardDirectory<S> {
         entity: &str,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        let meta = self.store.get_entity(entity).await?;
-        self.remember(entity, now, meta.clone());
-        Ok(meta)
+        self.cache.refresh(entity, now).await
     }
 
     /// An entity's fan-out history (cached); empty when it has no metadata.
     pub async fn fanout(&self, entity: &str, now: Timestamp) -> Result<FanoutHistory, StoreError> {
-        Ok(self
-            .meta(entity, now)
-            .await?
-            .map(|m| m.shard_history)
-            .unwrap_or_default())
+        self.cache.fanout(entity, now).await
     }
 
     /// Every entity whose fan-out ever exceeded 1 (not cached).
     pub async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        self.store.hot_entities().await
+        self.store().hot_entities().await
     }
 
     /// Forgets the cached metadata of `entity`.
     pub fn invalidate(&self, entity: &str) {
-        lock(&self.entities).remove(entity);
+        self.cache.invalidate(entity);
     }
 
     fn remember(&self, entity: &str, now: Timestamp, value: Option<ShardMeta>) {
-        lock(&self.entities).insert(
-            entity.to_owned(),
-            Cached {
-                fetched_at: now,
-                value,
-            },
-        );
+        self.cache.remember(entity, now, value);
     }
 
     /// Raises `entity`'s fan-out to `k` ahead of its load (an operator's plan): creates
@@ -388,14 +350,14 @@ impl<S: ShardStore> ShardDirectory<S> {
         default: u32,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        if let Some(meta) = self.store.get_entity(entity).await? {
+        if let Some(meta) = self.store().get_entity(entity).await? {
             return Ok(Some(meta));
         }
         let created = ShardMeta {
             number_of_shards: default,
             ..ShardMeta::initial(now)
         };
-        if self.store.create_entity(entity, &created).await? {
+        if self.store().create_entity(entity, &created).await? {
             self.remember(entity, now, Some(created.clone()));
             Ok(Some(created))
         } else {
@@ -499,14 +461,8 @@ impl<S: ShardStore> ShardDirectory<S> {
         {
             return;
         }
-        match self.store.mark_hot(entity, now).await {
-            Ok(()) => {
-                if let Some(cached) = lock(&self.entities).get_mut(entity)
-                    && let Some(cached) = cached.value.as_mut()
-                {
-                    cached.last_hot = Some(now);
-                }
-            }
+        match self.store().mark_hot(entity, now).await {
+            Ok(()) => self.cache.remember_hot_mark(entity, now),
             Err(err) => tracing::warn!(entity, error = %err, "could not mark the entity busy"),
         }
     }
@@ -520,7 +476,11 @@ impl<S: ShardStore> ShardDirectory<S> {
         next: ShardMeta,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
-        if !self.store.update_entity(entity, &condition, &next).await? {
+        if !self
+            .store()
+            .update_entity(entity, &condition, &next)
+            .await?
+        {
             self.invalidate(entity);
             return Ok(false);
         }

@@ -13,7 +13,7 @@ use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, PK};
-use crate::directory::{ShardStore, UpdateCondition};
+use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::StoreError;
 
 /// The readings table behind [`BatchTable`].
@@ -256,7 +256,7 @@ impl DynamoShards {
     }
 }
 
-impl ShardStore for DynamoShards {
+impl ShardReader for DynamoShards {
     #[tracing::instrument(skip(self), fields(table = %self.table))]
     async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
         match self.get(entity_pk(entity)).await? {
@@ -265,6 +265,24 @@ impl ShardStore for DynamoShards {
         }
     }
 
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
+        match self.get(LAYOUT_PK.to_owned()).await? {
+            Some(item) => Ok(Some(from_item::<LayoutItem>(item)?.epochs)),
+            None => Ok(None),
+        }
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+        match self.get(HOT_PK.to_owned()).await? {
+            Some(item) => Ok(from_item::<HotItem>(item)?.entities),
+            None => Ok(BTreeSet::new()),
+        }
+    }
+}
+
+impl ShardStore for DynamoShards {
     #[tracing::instrument(skip(self, meta), fields(table = %self.table))]
     async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
         self.put_if_absent(to_item(&EntityItem::from_meta(entity, meta))?)
@@ -346,14 +364,6 @@ impl ShardStore for DynamoShards {
         conditional(result).map(|_| ())
     }
 
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
-        match self.get(LAYOUT_PK.to_owned()).await? {
-            Some(item) => Ok(Some(from_item::<LayoutItem>(item)?.epochs)),
-            None => Ok(None),
-        }
-    }
-
     #[tracing::instrument(skip(self, history), fields(table = %self.table))]
     async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
         self.put_if_absent(to_item(&LayoutItem {
@@ -361,13 +371,5 @@ impl ShardStore for DynamoShards {
             epochs: history.clone(),
         })?)
         .await
-    }
-
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        match self.get(HOT_PK.to_owned()).await? {
-            Some(item) => Ok(from_item::<HotItem>(item)?.entities),
-            None => Ok(BTreeSet::new()),
-        }
     }
 }

@@ -3,15 +3,19 @@
 //!
 //! # Ports
 //!
-//! The application crates use two narrow ports, each with a DynamoDB adapter in
-//! [`dynamo`] and an in-memory fake in [`memory`] (with injectable faults), and the
-//! logic on top of them lives here once, so tests against the fakes exercise the real
-//! retry, dedup and fan-out code:
+//! The application crates reach DynamoDB through three narrow ports, each with a
+//! DynamoDB adapter in [`dynamo`] or [`read`] and an in-memory fake in [`memory`] (with
+//! injectable faults), and the logic on top of them lives here once, so tests against
+//! the fakes exercise the real retry, dedup, cache and fan-out code:
 //!
 //! | port | adapter | fake | logic on top |
 //! |---|---|---|---|
 //! | [`batch::BatchTable`]: one `BatchWriteItem` | [`dynamo::DynamoTable`] | [`memory::MemoryTable`] | [`batch::BatchWriter`] |
-//! | [`directory::ShardStore`]: shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::ShardDirectory`] |
+//! | [`directory::ShardReader`] (reads) and [`directory::ShardStore`] (changes): shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::CachedDirectory`] (the one cache, for readers), [`directory::ShardDirectory`] (writers) |
+//! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | the query crate's test table | `query`'s scatter-gather |
+//!
+//! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
+//! the edge.
 //!
 //! # Tables
 //!
@@ -65,6 +69,8 @@ pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteObserver, WriteStats,
     WriterConfig,
 };
-pub use directory::{PlanFanoutError, PlannedFanout, ShardDirectory, ShardStore};
+pub use directory::{
+    CachedDirectory, PlanFanoutError, PlannedFanout, ShardDirectory, ShardReader, ShardStore,
+};
 pub use error::{StoreError, ThrottleKind};
 pub use item::{Reading, ReadingItem};

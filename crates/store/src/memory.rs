@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sharding::epoch::TableHistory;
+use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
-use crate::directory::{ShardStore, UpdateCondition};
+use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::size::{MAX_ITEM_BYTES, item_size};
 
@@ -151,6 +151,7 @@ struct ShardState {
     hot: BTreeSet<String>,
     changes: Vec<(String, ShardMeta)>,
     entity_reads: u64,
+    reads: u64,
 }
 
 /// An in-memory shard metadata table behind the [`ShardStore`] port. Cheap to clone;
@@ -166,9 +167,36 @@ impl MemoryShards {
         Self::default()
     }
 
-    /// Stores an entity's metadata as it is (test setup).
+    /// Stores an entity's metadata as it is (test setup), in the hot set when its
+    /// fan-out ever exceeded 1, as a writer's raise leaves it.
     pub fn put_entity(&self, entity: &str, meta: ShardMeta) {
-        lock(&self.state).entities.insert(entity.to_owned(), meta);
+        let mut state = lock(&self.state);
+        if meta.shard_history.ever_fanned_out() {
+            state.hot.insert(entity.to_owned());
+        }
+        state.entities.insert(entity.to_owned(), meta);
+    }
+
+    /// Stores an entity whose metadata is just `history` (test setup for readers): k is
+    /// its latest epoch's, and no change or busy mark was ever recorded.
+    pub fn put_history(&self, entity: &str, history: FanoutHistory) {
+        let meta = ShardMeta {
+            number_of_shards: history.latest().map_or(1, |epoch| epoch.value),
+            last_updated: Timestamp::MIN,
+            shard_history: history,
+            last_hot: None,
+        };
+        self.put_entity(entity, meta);
+    }
+
+    /// The stored layout history.
+    pub fn layout(&self) -> Option<TableHistory> {
+        lock(&self.state).layout.clone()
+    }
+
+    /// Stores the table's layout history as it is (test setup).
+    pub fn put_layout(&self, history: TableHistory) {
+        lock(&self.state).layout = Some(history);
     }
 
     /// An entity's stored metadata.
@@ -185,15 +213,35 @@ impl MemoryShards {
     pub fn entity_reads(&self) -> u64 {
         lock(&self.state).entity_reads
     }
+
+    /// How many reads of any kind (entity, layout, hot set) reached the table.
+    pub fn reads(&self) -> u64 {
+        lock(&self.state).reads
+    }
 }
 
-impl ShardStore for MemoryShards {
+impl ShardReader for MemoryShards {
     async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
         let mut state = lock(&self.state);
         state.entity_reads += 1;
+        state.reads += 1;
         Ok(state.entities.get(entity).cloned())
     }
 
+    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
+        let mut state = lock(&self.state);
+        state.reads += 1;
+        Ok(state.layout.clone())
+    }
+
+    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+        let mut state = lock(&self.state);
+        state.reads += 1;
+        Ok(state.hot.clone())
+    }
+}
+
+impl ShardStore for MemoryShards {
     async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
         let mut state = lock(&self.state);
         if state.entities.contains_key(entity) {
@@ -240,10 +288,6 @@ impl ShardStore for MemoryShards {
         Ok(())
     }
 
-    async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
-        Ok(lock(&self.state).layout.clone())
-    }
-
     async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
         let mut state = lock(&self.state);
         if state.layout.is_some() {
@@ -251,9 +295,5 @@ impl ShardStore for MemoryShards {
         }
         state.layout = Some(history.clone());
         Ok(true)
-    }
-
-    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        Ok(lock(&self.state).hot.clone())
     }
 }

@@ -9,11 +9,11 @@ use sharding::epoch::TableHistory;
 use sharding::fanout::{FanoutPolicy, KeepReason, ShardMeta, Signal, Throttle};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
-use store::ShardStore;
 use store::directory::{
     DirectoryConfig, FanoutChange, PlannedFanout, ShardDirectory, UpdateCondition,
 };
 use store::memory::MemoryShards;
+use store::{ShardReader, ShardStore};
 
 /// The template's defaults, with FANOUT_MAX 8.
 pub fn policy() -> FanoutPolicy {

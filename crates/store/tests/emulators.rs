@@ -11,10 +11,10 @@ use rand::rngs::StdRng;
 use sharding::fanout::{ShardMeta, Shrink, Signal, Throttle};
 use sharding::time::Timestamp;
 use stand_in::{Backend, Dynalite, TestStack, ensure_dynalite, provision_tables, repo_root};
-use store::ShardStore;
 use store::batch::{BatchWriter, Outcome};
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
 use store::dynamo::{DynamoShards, DynamoTable};
+use store::{ShardReader, ShardStore};
 use tokio::time::Instant;
 
 use crate::directory_memory::directory_config;
