@@ -13,10 +13,10 @@ use query::{CursorKey, QueryService, ServiceConfig, parse_request};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::epoch::TableHistory;
-use store::{ShardReader, ShardStore as _};
 use store::batch::{BatchWriter, WriterConfig};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::read::DynamoReadingSource;
+use store::{ShardReader, ShardStore as _};
 
 use crate::common::{self, Gen, T0_MS};
 use crate::report::{Results, at_most};

@@ -5,13 +5,11 @@ use std::sync::Arc;
 use query::cursor::{CursorError, Fingerprint, decode_cursor, encode_cursor};
 use query::model::ReadingKey;
 
-use crate::common::{
-    BASE_MS, FakeTable, R, get, hourly, key, load, service, shard_table, table_history,
-};
-use store::memory::MemoryShards;
+use crate::common::{BASE_MS, R, get, hourly, key, load, service, shard_table, table_history};
+use store::memory::{MemoryReadings, MemoryShards};
 
-fn fixture() -> (FakeTable, Arc<MemoryShards>) {
-    let table = FakeTable::new(None);
+fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(2))]), []);
     let readings: Vec<R> = ["dev-1", "dev-2"]
         .iter()

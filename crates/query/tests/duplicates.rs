@@ -16,10 +16,10 @@ use sharding::layout::Layout;
 use store::item::{Reading, ReadingItem};
 
 use crate::common::{
-    BASE_MS, FakeTable, Service, fanout_history, get, hourly, key, nz, service_with, shard_table,
+    BASE_MS, Service, fanout_history, get, hourly, key, nz, service_with, shard_table,
     table_history, ts,
 };
-use store::memory::MemoryShards;
+use store::memory::{MemoryReadings, MemoryShards};
 
 const HOT: &str = "hot-1";
 const COLD: &str = "cold-1";
@@ -41,7 +41,7 @@ enum Stored {
 type Expected = (i64, String, String, f64);
 
 struct Fixture {
-    table: FakeTable,
+    table: MemoryReadings,
     shards: Arc<MemoryShards>,
     /// Every distinct reading, in (time, device, event id) order.
     readings: Vec<Expected>,
@@ -53,7 +53,7 @@ struct Fixture {
 /// pairs sharing a millisecond), a third stored under both k = 1 and k = 4 keys; and
 /// `cold-1` (never raised) with 30 readings, for the every-device route.
 fn fixture(layout: Layout) -> Fixture {
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(
         table_history(vec![(0, layout)]),
         [(
@@ -99,7 +99,7 @@ fn fixture(layout: Layout) -> Fixture {
 
 /// Puts one reading under the keys `stored` names; returns the distinct PKs used.
 fn store(
-    table: &FakeTable,
+    table: &MemoryReadings,
     shards: &MemoryShards,
     device: &str,
     event: &str,

@@ -8,10 +8,9 @@ use query::params::parse_request;
 use sharding::layout::Layout;
 
 use crate::common::{
-    BASE_MS, FakeTable, R, fanout_history, hourly, load, nz, service, service_with, shard_table,
-    table_history,
+    BASE_MS, R, fanout_history, hourly, load, nz, service, service_with, shard_table, table_history,
 };
-use store::memory::MemoryShards;
+use store::memory::{MemoryReadings, MemoryShards};
 
 fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
     (0..n)
@@ -25,7 +24,7 @@ fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
 }
 
 async fn run(
-    table: &FakeTable,
+    table: &MemoryReadings,
     shards: Arc<MemoryShards>,
     path: &str,
     query: &str,
@@ -34,7 +33,7 @@ async fn run(
 }
 
 async fn run_with(
-    table: &FakeTable,
+    table: &MemoryReadings,
     shards: Arc<MemoryShards>,
     time_index: Option<&str>,
     path: &str,
@@ -48,7 +47,7 @@ async fn run_with(
 #[tokio::test]
 async fn limit_100_over_8_shards_reads_about_100() {
     for desc in [false, true] {
-        let table = FakeTable::new(None);
+        let table = MemoryReadings::new(None);
         let shards = shard_table(table_history(vec![(0, Layout::random(nz(8)))]), []);
         load(&table, &shards, &readings("dev-1", 4000, 250));
         let order = if desc { "desc" } else { "asc" };
@@ -79,17 +78,14 @@ async fn limit_100_over_8_shards_reads_about_100() {
             "read {} items for 100",
             stats.items_read
         );
-        assert_eq!(
-            stats.items_read,
-            table.evaluated.load(std::sync::atomic::Ordering::SeqCst)
-        );
+        assert_eq!(stats.items_read, table.evaluated());
     }
 }
 
 #[tokio::test]
 async fn later_buckets_are_opened_only_when_reached() {
     // Six hour-buckets of one device, 1,000 readings each; 50 come from the first.
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     load(&table, &shards, &readings("dev-1", 6000, 3_600));
     let (body, stats) = run(
@@ -111,7 +107,7 @@ async fn a_sparse_first_bucket_reads_ahead_into_the_buckets_still_needed() {
     // items need four buckets. The first round learns the density from the first
     // bucket; the second opens the next three at once.
     for desc in [false, true] {
-        let table = FakeTable::new(None);
+        let table = MemoryReadings::new(None);
         let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
         load(&table, &shards, &readings("dev-1", 180, 120_000));
         let order = if desc { "desc" } else { "asc" };
@@ -153,7 +149,7 @@ async fn a_sparse_first_bucket_reads_ahead_into_the_buckets_still_needed() {
 async fn empty_buckets_grow_the_read_ahead_by_doubling() {
     // Readings only in the last of six buckets: nothing tells the density, so each
     // round opens at most as many new buckets as were read so far.
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let late: Vec<R> = readings("dev-1", 10, 60_000)
         .into_iter()
@@ -203,7 +199,7 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
         );
         let mut answers = Vec::new();
         for index in [None, Some("by-time")] {
-            let table = FakeTable::new(None);
+            let table = MemoryReadings::new(None);
             let shards = shard_table(table_history(vec![(0, hourly(8))]), []);
             load(&table, &shards, &rs);
             let (body, stats) = run_with(&table, Arc::new(shards), index, "/readings", &q).await;
@@ -231,7 +227,7 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
 #[tokio::test]
 async fn fanout_raised_inside_the_range_is_read_in_order() {
     // k = 1 for the first half hour, then 4 sub-shards: 4 + 1 streams per bucket.
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(
         table_history(vec![(0, hourly(2))]),
         [(
@@ -272,7 +268,7 @@ async fn fanout_raised_inside_the_range_is_read_in_order() {
 
 #[tokio::test]
 async fn all_devices_reads_whole_buckets_it_reaches() {
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(2))]), []);
     let mut rs = readings("dev-1", 200, 36_000);
     rs.extend(readings("dev-2", 200, 36_000).into_iter().map(|mut r| {
@@ -299,7 +295,7 @@ async fn all_devices_reads_whole_buckets_it_reaches() {
 
 #[tokio::test]
 async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
-    let table = FakeTable::new(Some(50));
+    let table = MemoryReadings::new(Some(50));
     let shards = shard_table(table_history(vec![(0, hourly(1))]), []);
     // 2,000 readings in one bucket, 40 pages of 50.
     load(&table, &shards, &readings("dev-1", 2_000, 1_000));
@@ -329,7 +325,7 @@ async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
 
 #[tokio::test]
 async fn all_devices_under_a_per_device_layout_is_a_400() {
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, Layout::random(nz(4)))]), []);
     let svc = service(&table, Arc::new(shards));
     let resp = svc

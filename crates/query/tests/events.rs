@@ -7,7 +7,8 @@ use std::sync::Arc;
 use http::StatusCode;
 use query::lambda::handle_apigw;
 
-use crate::common::{BASE_MS, FakeTable, R, hourly, load, service, shard_table, table_history};
+use crate::common::{BASE_MS, R, hourly, load, service, shard_table, table_history};
+use store::memory::MemoryReadings;
 
 fn event(name: &str) -> lambda_http::Request {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -18,7 +19,7 @@ fn event(name: &str) -> lambda_http::Request {
 }
 
 pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
-    let table = FakeTable::new(None);
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let rs: Vec<R> = (0..100)
         .map(|i| R {

@@ -12,8 +12,9 @@ use sharding::layout::Layout;
 use sharding::time::Bucket;
 
 use crate::common::{
-    BASE_MS, FakeTable, R, fanout_history, get, load, nz, service_with, shard_table, table_history,
+    BASE_MS, R, fanout_history, get, load, nz, service_with, shard_table, table_history,
 };
+use store::memory::MemoryReadings;
 
 /// Three hours of data.
 const SPAN: i64 = 3 * 3_600_000;
@@ -159,7 +160,7 @@ fn model(case: &Case) -> Vec<(String, String, i64)> {
 }
 
 async fn paged(case: &Case) -> Result<Vec<(String, String, i64)>, TestCaseError> {
-    let table = FakeTable::new(case.page_cap);
+    let table = MemoryReadings::new(case.page_cap);
     let shards = shard_table(
         table_history(case.table.clone()),
         case.fanouts

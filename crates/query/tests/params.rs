@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::common::{
-    BASE_MS, FakeTable, R, get, hourly, load, service, shard_table, table_history,
-};
-use store::memory::MemoryShards;
+use crate::common::{BASE_MS, R, get, hourly, load, service, shard_table, table_history};
+use store::memory::{MemoryReadings, MemoryShards};
 
-fn fixture() -> (FakeTable, Arc<MemoryShards>) {
-    let table = FakeTable::new(None);
+fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
+    let table = MemoryReadings::new(None);
     let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let readings: Vec<R> = (0..10)
         .map(|i| R {

@@ -7,14 +7,12 @@ use std::time::Duration;
 use query::stats::StatsBudget;
 use query::{QueryService, ServiceConfig};
 
-use crate::common::{
-    BASE_MS, FakeTable, R, Service, get, hourly, key, load, shard_table, table_history,
-};
-use store::memory::MemoryShards;
+use crate::common::{BASE_MS, R, Service, get, hourly, key, load, shard_table, table_history};
+use store::memory::{MemoryReadings, MemoryShards};
 
 /// Six hours of `dev-1`, a reading every 10 s (2,160), and `dev-2` beside it.
-fn fixture() -> (FakeTable, Arc<MemoryShards>) {
-    let table = FakeTable::new(Some(100));
+fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
+    let table = MemoryReadings::new(Some(100));
     let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
     let readings: Vec<R> = (0..2160)
         .flat_map(|i| {
@@ -30,7 +28,11 @@ fn fixture() -> (FakeTable, Arc<MemoryShards>) {
     (table, Arc::new(shards))
 }
 
-fn service_with_budget(table: &FakeTable, shards: Arc<MemoryShards>, readings: u64) -> Service<'_> {
+fn service_with_budget(
+    table: &MemoryReadings,
+    shards: Arc<MemoryShards>,
+    readings: u64,
+) -> Service<'_> {
     let mut config = ServiceConfig::new(key());
     config.concurrency = 4;
     config.stats_budget = StatsBudget {

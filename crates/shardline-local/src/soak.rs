@@ -1265,8 +1265,6 @@ async fn reader_loop(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
     use query::{CursorKey, QueryService, ServiceConfig};
@@ -1275,44 +1273,8 @@ mod tests {
     use sharding::layout::Layout;
     use sharding::time::Timestamp;
     use store::directory::ShardStore as _;
-    use store::error::StoreError;
     use store::item::{Reading, ReadingItem};
-    use store::memory::MemoryShards;
-    use store::read::{Page, PageKey, PageRequest, ReadingSource};
-
-    /// Items by partition key; counts the Query calls that reach it.
-    #[derive(Default)]
-    struct Source {
-        items: Mutex<Vec<ReadingItem>>,
-        queries: AtomicU64,
-    }
-
-    impl ReadingSource for Source {
-        async fn query_page(&self, r: &PageRequest) -> Result<Page, StoreError> {
-            self.queries.fetch_add(1, Ordering::SeqCst);
-            let items: Vec<ReadingItem> = self
-                .items
-                .lock()
-                .expect("test lock")
-                .iter()
-                .filter(|i| i.pk == r.pk)
-                .cloned()
-                .collect();
-            Ok(Page {
-                items_read: items.len() as u64,
-                items,
-                last_key: None,
-            })
-        }
-
-        async fn get_reading(
-            &self,
-            _: &PageKey,
-            _: bool,
-        ) -> Result<Option<ReadingItem>, StoreError> {
-            Ok(None)
-        }
-    }
+    use store::memory::{MemoryReadings, MemoryShards};
 
     /// (ts, event id, device id) as the API returns them.
     type Row<'a> = (i64, &'a str, &'a str);
@@ -1374,7 +1336,7 @@ mod tests {
     /// reading written within that minute is invisible to the API (200, empty pages).
     #[tokio::test]
     async fn a_read_before_the_first_write_does_not_hide_the_first_writes() {
-        let source = Source::default();
+        let source = MemoryReadings::new(None);
         let shards = MemoryShards::new();
         let key = CursorKey::new(b"soak-test-cursor-key-0123456789ab".to_vec()).expect("key");
         let service = QueryService::new(&source, shards.clone(), ServiceConfig::new(key));
@@ -1409,15 +1371,11 @@ mod tests {
             metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
             tags: BTreeMap::new(),
         };
-        source
-            .items
-            .lock()
-            .expect("test lock")
-            .push(ReadingItem::new(
-                &reading,
-                item_key,
-                Duration::from_secs(86_400 * 365 * 100),
-            ));
+        source.put(ReadingItem::new(
+            &reading,
+            item_key,
+            Duration::from_secs(86_400 * 365 * 100),
+        ));
 
         // A read right after the write must see it (the directory TTL may only delay
         // epochs that take effect later, never the layout itself).
@@ -1427,8 +1385,8 @@ mod tests {
         assert_eq!(
             body["items"].as_array().map(Vec::len),
             Some(1),
-            "the reading written after the first request is missing ({} Query calls reached the table): {body}",
-            source.queries.load(Ordering::SeqCst)
+            "the reading written after the first request is missing ({} calls reached the table): {body}",
+            source.calls()
         );
     }
 }

@@ -12,7 +12,7 @@
 //! |---|---|---|---|
 //! | [`batch::BatchTable`]: one `BatchWriteItem` | [`dynamo::DynamoTable`] | [`memory::MemoryTable`] | [`batch::BatchWriter`] |
 //! | [`directory::ShardReader`] (reads) and [`directory::ShardStore`] (changes): shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::CachedDirectory`] (the one cache, for readers), [`directory::ShardDirectory`] (writers) |
-//! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | the query crate's test table | `query`'s scatter-gather |
+//! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | [`memory::MemoryReadings`] | `query`'s scatter-gather |
 //!
 //! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
 //! the edge.

@@ -1,4 +1,4 @@
-//! In-memory fakes of the ports, with injectable faults, for handler tests.
+//! In-memory fakes of the ports, with injectable faults, for handler and service tests.
 //!
 //! They behave like DynamoDB where the code under test depends on it: a batch naming a
 //! key twice or holding an item over 400 KB is refused with a validation error, a
@@ -17,6 +17,9 @@ use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
 use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::size::{MAX_ITEM_BYTES, item_size};
+
+mod readings;
+pub use readings::MemoryReadings;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread must not hide the state from the assertions after it.
