@@ -59,8 +59,12 @@ use store::{Reading, ReadingItem, StoreError, ThrottleKind};
 use tokio::time::Instant;
 use tracing::Span;
 
+use crate::attribution::Owners;
 use crate::config::Config;
 use crate::emf::{self, Metric};
+use crate::fate::{
+    CopyBody, Fate, Keyed, Leave, LeavePolicy, Receipt, Retry, Settled, Stage, leave, settle,
+};
 use crate::message::{Limits, Refusal, parse_body, to_body};
 use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, SqsQueue};
 
@@ -78,42 +82,6 @@ pub enum IngestError {
     /// A message to report has no id to report it by, so the whole batch must return.
     #[error("a failed message has no messageId; failing the whole batch so it is redelivered")]
     MissingMessageId,
-}
-
-/// What became of one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fate {
-    /// All its readings are stored.
-    Written {
-        /// How many readings.
-        readings: usize,
-    },
-    /// Sent to the DLQ with this reason.
-    DeadLettered {
-        /// `field: rule`.
-        reason: String,
-    },
-    /// Reported in `batchItemFailures`.
-    Reported {
-        /// The last real error.
-        reason: String,
-    },
-    /// Failed transiently at its last receive and sent back to the queue as a fresh
-    /// copy (not reported, so the original is deleted).
-    Requeued {
-        /// The last real error.
-        reason: String,
-    },
-    /// Part of its readings stored; the rest sent back to the queue as a fresh copy
-    /// holding only them (not reported, so the original is deleted).
-    Split {
-        /// Readings stored.
-        written: usize,
-        /// Readings in the copy.
-        requeued: usize,
-        /// Why the rest was not stored.
-        reason: String,
-    },
 }
 
 /// The message attribute counting how often a message was requeued.
@@ -296,45 +264,12 @@ impl Report {
     }
 }
 
-/// Where a message stands between stages.
-enum Stage {
-    Parsed(Vec<Reading>),
-    Keyed(Vec<Keyed>),
-    Refused(Refusal),
-    Retry(String),
-}
-
-/// A reading on its way to the table.
-struct Keyed {
-    reading: Reading,
-    /// The item to write next (taken while a round writes it).
-    item: Option<Item>,
-    /// The fan-out its key was made with.
-    fanout: u32,
-    /// Its outcome, once final (a stale item has none until it is written again).
-    outcome: Option<Outcome>,
-}
-
-/// What became of a message once its readings have outcomes.
-enum Settled {
-    Final(Fate),
-    /// Some readings stored, these not: to be requeued as a fresh copy.
-    Split {
-        unwritten: Vec<Reading>,
-        written: usize,
-        reason: String,
-    },
-}
-
 /// A hook run inside each message's guarded section (fault injection in tests).
 pub type MessageHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Rounds of re-keying after raises within one invocation: each needs a raise, and
 /// raises of one entity are a cooldown apart.
 const MAX_REKEY_ROUNDS: usize = 4;
-
-/// The share of a throttled key's items an entity must hold to be raised for it.
-const OWNER_SHARE: usize = 10;
 
 /// The ingest service: configuration plus the three ports.
 pub struct Ingest<T, S, Q> {
@@ -374,7 +309,7 @@ fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic".to_owned());
-        Stage::Retry(format!("panic while processing: {what}"))
+        Stage::Retry(Retry::Panic(what))
     })
 }
 
@@ -521,9 +456,7 @@ fn keyed_mut(stages: &mut [Stage]) -> impl Iterator<Item = &mut Keyed> {
 
 /// Who writes to each partition key of one round, and what the writer hears.
 struct Watch {
-    /// Per partition key: its entities with the fan-out their keys there were made with
-    /// and their item count, most items first.
-    owners: HashMap<String, Vec<(String, u32, usize)>>,
+    owners: Owners,
     /// Per entity raised during the round: the fan-out now in force.
     raised: Mutex<HashMap<String, u32>>,
     throttled: Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>,
@@ -535,27 +468,13 @@ impl Watch {
         keyed: &[(&str, u32)],
         tx: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Self {
-        let mut counts: HashMap<&str, HashMap<(&str, u32), usize>> = HashMap::new();
-        for (item, (entity, k)) in items.iter().zip(keyed) {
-            if let Some(AttributeValue::S(pk)) = item.get(PK) {
-                *counts
-                    .entry(pk.as_str())
-                    .or_default()
-                    .entry((entity, *k))
-                    .or_default() += 1;
-            }
-        }
-        let owners = counts
-            .into_iter()
-            .map(|(pk, by_owner)| {
-                let mut list: Vec<(String, u32, usize)> = by_owner
-                    .into_iter()
-                    .map(|((e, k), n)| (e.to_owned(), k, n))
-                    .collect();
-                list.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
-                (pk.to_owned(), list)
-            })
-            .collect();
+        let owners =
+            Owners::new(items.iter().zip(keyed).filter_map(
+                |(item, (entity, k))| match item.get(PK) {
+                    Some(AttributeValue::S(pk)) => Some((pk.as_str(), *entity, *k)),
+                    _ => None,
+                },
+            ));
         Self {
             owners,
             raised: Mutex::new(HashMap::new()),
@@ -566,19 +485,6 @@ impl Watch {
     /// Ends the round: the listener's channel closes.
     fn close(&self) {
         lock(&self.throttled).take();
-    }
-
-    /// The entities a throttle of `pk` is about: those holding at least a tenth of its
-    /// items, most first, with the fan-out of their keys there.
-    fn owners_of(&self, pk: &str) -> Vec<(String, u32)> {
-        let Some(list) = self.owners.get(pk) else {
-            return Vec::new();
-        };
-        let total: usize = list.iter().map(|o| o.2).sum();
-        list.iter()
-            .filter(|o| o.2 * OWNER_SHARE >= total)
-            .map(|o| (o.0.clone(), o.1))
-            .collect()
     }
 }
 
@@ -603,12 +509,7 @@ impl WriteObserver for Watch {
     }
 
     fn stale(&self, pk: &str) -> bool {
-        let raised = lock(&self.raised);
-        !raised.is_empty()
-            && self.owners.get(pk).is_some_and(|list| {
-                list.iter()
-                    .any(|(e, k, _)| raised.get(e).is_some_and(|now| now > k))
-            })
+        self.owners.is_stale(pk, &lock(&self.raised))
     }
 }
 
@@ -630,56 +531,6 @@ fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
     Refusal {
         field: format!("{prefix}{field}"),
         rule: err.to_string(),
-    }
-}
-
-/// Stage 5: a message's fate from its readings' outcomes. Any reading refused for good
-/// dead-letters the message; otherwise any stored reading splits off the unwritten
-/// rest, and none stored reports the message for redelivery.
-fn settle(stage: Stage) -> Settled {
-    let keyed = match stage {
-        Stage::Refused(r) => {
-            return Settled::Final(Fate::DeadLettered {
-                reason: r.to_string(),
-            });
-        }
-        Stage::Retry(reason) => return Settled::Final(Fate::Reported { reason }),
-        Stage::Parsed(_) => {
-            return Settled::Final(Fate::Reported {
-                reason: "not keyed".to_owned(),
-            });
-        }
-        Stage::Keyed(keyed) => keyed,
-    };
-    let permanent = keyed.iter().find_map(|k| match &k.outcome {
-        Some(Outcome::FailedPermanent { reason }) => Some(reason.clone()),
-        _ => None,
-    });
-    if let Some(reason) = permanent {
-        return Settled::Final(Fate::DeadLettered {
-            reason: format!("item: {reason}"),
-        });
-    }
-    let retry = keyed.iter().find_map(|k| match &k.outcome {
-        Some(Outcome::Written) => None,
-        Some(Outcome::FailedRetryable { reason, .. }) => Some(reason.clone()),
-        _ => Some(format!(
-            "not written: its key went stale (fan-out raised) more often than \
-             {MAX_REKEY_ROUNDS} rounds or the deadline allowed"
-        )),
-    });
-    let readings = keyed.len();
-    let (written, unwritten): (Vec<Keyed>, Vec<Keyed>) = keyed
-        .into_iter()
-        .partition(|k| matches!(k.outcome, Some(Outcome::Written)));
-    match retry {
-        None => Settled::Final(Fate::Written { readings }),
-        Some(reason) if written.is_empty() => Settled::Final(Fate::Reported { reason }),
-        Some(reason) => Settled::Split {
-            unwritten: unwritten.into_iter().map(|k| k.reading).collect(),
-            written: written.len(),
-            reason,
-        },
     }
 }
 
@@ -770,9 +621,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .await;
         let panics = stages
             .iter()
-            .filter(|s| matches!(s, Stage::Retry(reason) if reason.starts_with("panic")))
+            .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
             .count() as u64;
-        let settled: Vec<Settled> = stages.into_iter().map(settle).collect();
+        let settled: Vec<Settled> = stages
+            .into_iter()
+            .map(|stage| settle(stage, MAX_REKEY_ROUNDS))
+            .collect();
         let leaving = self.leave_stage(settled, &run, rng).await;
         let (delayed, delay_failures) = self
             .delay_reported(run.records, &leaving.fates, run.deadline, rng)
@@ -868,7 +722,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 tracing::warn!(error = %err, "shard layout unavailable");
                 for stage in stages.iter_mut() {
                     if matches!(stage, Stage::Parsed(_)) {
-                        *stage = Stage::Retry(format!("shard layout unavailable: {err}"));
+                        *stage =
+                            Stage::Retry(Retry::Failed(format!("shard layout unavailable: {err}")));
                     }
                 }
                 return;
@@ -996,7 +851,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let mut next: HashMap<String, Option<Instant>> = HashMap::new();
         while let Some(pk) = throttled.recv().await {
             let due = watch
-                .owners_of(&pk)
+                .owners
+                .of(&pk)
                 .into_iter()
                 .find(|(entity, _)| match next.get(entity) {
                     None => true,
@@ -1081,59 +937,37 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         run: &Run<'_>,
         rng: &mut R,
     ) -> Leaving {
-        let can_requeue = self.config.source_queue_url.is_some();
+        let policy = LeavePolicy {
+            can_requeue: self.config.source_queue_url.is_some(),
+            max_receives: self.config.max_receives,
+            max_requeues: self.config.max_requeues,
+        };
         let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
         // Per copy: its message, the fate once sent, and the copy.
         let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
         for (m, settled) in settled.into_iter().enumerate() {
             let record = &run.records[m];
-            let receives = receive_count(record);
-            let requeues = requeue_count(record);
-            let delay = |rng: &mut R| {
-                let wait = self.config.redelivery.visibility(receives, rng);
-                u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS)
+            let receipt = Receipt {
+                receives: receive_count(record),
+                requeues: requeue_count(record),
             };
-            let fate = match settled {
-                Settled::Split {
-                    unwritten,
-                    written,
+            let fate = match leave(settled, receipt, policy) {
+                Leave::Stay(fate) => fate,
+                Leave::Copy {
+                    body,
+                    requeues,
+                    sent,
                     reason,
-                } if can_requeue => {
-                    // Progress was made, so the copy keeps the requeue count.
-                    let body = to_body(&unwritten);
-                    let copy = copy_of(record, &run.ids[m], body, requeues, delay(rng));
-                    let sent = Fate::Split {
-                        written,
-                        requeued: unwritten.len(),
-                        reason: reason.clone(),
+                } => {
+                    let body = match body {
+                        CopyBody::Unwritten(readings) => to_body(&readings),
+                        CopyBody::Whole => record.body.clone().unwrap_or_default(),
                     };
-                    copies.push((m, sent, copy));
+                    let wait = self.config.redelivery.visibility(receipt.receives, rng);
+                    let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
+                    copies.push((m, sent, copy_of(record, &run.ids[m], body, requeues, delay)));
                     Fate::Reported { reason }
                 }
-                Settled::Split { reason, .. } => Fate::Reported { reason },
-                Settled::Final(Fate::Reported { reason })
-                    if receives >= self.config.max_receives =>
-                {
-                    if can_requeue && requeues < self.config.max_requeues {
-                        let body = record.body.clone().unwrap_or_default();
-                        let copy = copy_of(record, &run.ids[m], body, requeues + 1, delay(rng));
-                        copies.push((
-                            m,
-                            Fate::Requeued {
-                                reason: reason.clone(),
-                            },
-                            copy,
-                        ));
-                        Fate::Reported { reason }
-                    } else {
-                        Fate::DeadLettered {
-                            reason: format!(
-                                "message: still failing after {receives} receives and {requeues} requeues: {reason}"
-                            ),
-                        }
-                    }
-                }
-                Settled::Final(fate) => fate,
             };
             fates.push(Some(fate));
         }
@@ -1156,15 +990,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .enumerate()
             .filter_map(|(m, fate)| match fate {
                 Some(Fate::DeadLettered { reason }) => {
-                    let (field, rule) =
-                        reason.split_once(": ").unwrap_or(("body", reason.as_str()));
+                    let Refusal { field, rule } = reason;
                     Some((
                         m,
                         DeadLetter {
                             message_id: source_id(&run.records[m], &run.ids[m]),
                             body: run.records[m].body.clone().unwrap_or_default(),
-                            field: field.to_owned(),
-                            rule: rule.to_owned(),
+                            field: field.clone(),
+                            rule: rule.clone(),
                         },
                     ))
                 }
@@ -1408,16 +1241,16 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             let fanout = match fanouts.get(&reading.device_id) {
                 Some(Ok(history)) => history,
                 Some(Err(err)) => {
-                    return Stage::Retry(format!(
+                    return Stage::Retry(Retry::Failed(format!(
                         "shard metadata of {} unavailable: {err}",
                         reading.device_id
-                    ));
+                    )));
                 }
                 None => {
-                    return Stage::Retry(format!(
+                    return Stage::Retry(Retry::Failed(format!(
                         "shard metadata of {} not loaded",
                         reading.device_id
-                    ));
+                    )));
                 }
             };
             match self.item_for(&reading, table, fanout, now) {

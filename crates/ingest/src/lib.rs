@@ -6,21 +6,28 @@
 //! - [`handler::Ingest`]: the service, callable in-process (`Ingest::handle`), over the
 //!   ports of `store` and the queue port [`queue::Queue`] (dead letters and
 //!   redelivery delays);
+//! - [`fate`]: the pure core of the last stages: a message's fate from its readings'
+//!   outcomes and its receive history, with typed reasons;
+//! - [`attribution`]: which entities a key-range throttle is about, and which items a
+//!   raise made stale (pure);
 //! - [`emf`]: CloudWatch Embedded Metric Format lines.
 //!
 //! The binary `ingest` only builds the configuration, tracing and clients, then runs
 //! the handler under `lambda_runtime`.
 
+pub mod attribution;
 mod body;
 pub mod config;
 pub mod emf;
+pub mod fate;
 pub mod handler;
 pub mod invocation;
 pub mod message;
 pub mod queue;
 
 pub use config::{Config, ConfigError};
-pub use handler::{Fate, Ingest, IngestError, MessageReport, Report};
+pub use fate::{Fate, Retry};
+pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};
 pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, Requeue, SqsQueue};

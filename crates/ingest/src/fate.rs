@@ -1,0 +1,444 @@
+//! The pure core of the handler's last stages: where a message stands between stages,
+//! its fate from its readings' outcomes ([`settle`]), and what its receive history makes
+//! of that fate ([`leave`]). No I/O, no clock, no randomness: the handler applies what
+//! these decide, and the reasons are typed, so nothing downstream parses a string.
+
+use std::fmt;
+
+use store::Reading;
+use store::batch::{Item, Outcome};
+
+use crate::message::Refusal;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// All its readings are stored.
+    Written {
+        /// How many readings.
+        readings: usize,
+    },
+    /// Sent to the DLQ with this reason (the DLQ message carries its field and rule).
+    DeadLettered {
+        /// The field and the rule.
+        reason: Refusal,
+    },
+    /// Reported in `batchItemFailures`.
+    Reported {
+        /// The last real error.
+        reason: String,
+    },
+    /// Failed transiently at its last receive and sent back to the queue as a fresh
+    /// copy (not reported, so the original is deleted).
+    Requeued {
+        /// The last real error.
+        reason: String,
+    },
+    /// Part of its readings stored; the rest sent back to the queue as a fresh copy
+    /// holding only them (not reported, so the original is deleted).
+    Split {
+        /// Readings stored.
+        written: usize,
+        /// Readings in the copy.
+        requeued: usize,
+        /// Why the rest was not stored.
+        reason: String,
+    },
+}
+
+/// Why a message is to be tried again as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retry {
+    /// The handler panicked while processing it (the panic's message).
+    Panic(String),
+    /// Something it needs failed transiently (the last real error).
+    Failed(String),
+}
+
+impl fmt::Display for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Panic(what) => write!(f, "panic while processing: {what}"),
+            Self::Failed(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// Where a message stands between stages.
+#[derive(Debug)]
+pub(crate) enum Stage {
+    Parsed(Vec<Reading>),
+    Keyed(Vec<Keyed>),
+    Refused(Refusal),
+    Retry(Retry),
+}
+
+/// A reading on its way to the table.
+#[derive(Debug)]
+pub(crate) struct Keyed {
+    pub(crate) reading: Reading,
+    /// The item to write next (taken while a round writes it).
+    pub(crate) item: Option<Item>,
+    /// The fan-out its key was made with.
+    pub(crate) fanout: u32,
+    /// Its outcome, once final (a stale item has none until it is written again).
+    pub(crate) outcome: Option<Outcome>,
+}
+
+/// What became of a message once its readings have outcomes.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Settled {
+    Final(Fate),
+    /// Some readings stored, these not: to be requeued as a fresh copy.
+    Split {
+        unwritten: Vec<Reading>,
+        written: usize,
+        reason: String,
+    },
+}
+
+/// A message's fate from its readings' outcomes. Any reading refused for good
+/// dead-letters the message; otherwise any stored reading splits off the unwritten
+/// rest, and none stored reports the message for redelivery. A reading with no
+/// outcome went stale more often than `rekey_rounds` allowed.
+pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
+    let keyed = match stage {
+        Stage::Refused(reason) => return Settled::Final(Fate::DeadLettered { reason }),
+        Stage::Retry(retry) => {
+            return Settled::Final(Fate::Reported {
+                reason: retry.to_string(),
+            });
+        }
+        Stage::Parsed(_) => {
+            return Settled::Final(Fate::Reported {
+                reason: "not keyed".to_owned(),
+            });
+        }
+        Stage::Keyed(keyed) => keyed,
+    };
+    let permanent = keyed.iter().find_map(|k| match &k.outcome {
+        Some(Outcome::FailedPermanent { reason }) => Some(reason.clone()),
+        _ => None,
+    });
+    if let Some(rule) = permanent {
+        return Settled::Final(Fate::DeadLettered {
+            reason: Refusal {
+                field: "item".to_owned(),
+                rule,
+            },
+        });
+    }
+    let retry = keyed.iter().find_map(|k| match &k.outcome {
+        Some(Outcome::Written) => None,
+        Some(Outcome::FailedRetryable { reason, .. }) => Some(reason.clone()),
+        _ => Some(format!(
+            "not written: its key went stale (fan-out raised) more often than \
+             {rekey_rounds} rounds or the deadline allowed"
+        )),
+    });
+    let readings = keyed.len();
+    let (written, unwritten): (Vec<Keyed>, Vec<Keyed>) = keyed
+        .into_iter()
+        .partition(|k| matches!(k.outcome, Some(Outcome::Written)));
+    match retry {
+        None => Settled::Final(Fate::Written { readings }),
+        Some(reason) if written.is_empty() => Settled::Final(Fate::Reported { reason }),
+        Some(reason) => Settled::Split {
+            unwritten: unwritten.into_iter().map(|k| k.reading).collect(),
+            written: written.len(),
+            reason,
+        },
+    }
+}
+
+/// A message's delivery history, from its SQS attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Receipt {
+    /// `ApproximateReceiveCount`.
+    pub(crate) receives: u32,
+    /// How often it was requeued as a fresh copy before.
+    pub(crate) requeues: u32,
+}
+
+/// The queue's rules for messages that leave a batch unwritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeavePolicy {
+    /// Whether copies can be sent (the source queue's URL is configured).
+    pub(crate) can_requeue: bool,
+    /// The redrive's `maxReceiveCount`: the receive at which a message is requeued or
+    /// dead-lettered rather than reported.
+    pub(crate) max_receives: u32,
+    /// How often one message may be requeued.
+    pub(crate) max_requeues: u32,
+}
+
+/// What a fresh copy holds.
+#[derive(Debug, PartialEq)]
+pub(crate) enum CopyBody {
+    /// Only these readings (the rest of a split message is stored).
+    Unwritten(Vec<Reading>),
+    /// The original body.
+    Whole,
+}
+
+/// What leaving the batch makes of a settled message.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Leave {
+    /// The fate stands.
+    Stay(Fate),
+    /// A fresh copy goes back to the queue with `requeues` in its attribute. Once the
+    /// copy is sent, the message's fate is `sent`; until then (and if the send fails)
+    /// it is reported with `reason`.
+    Copy {
+        body: CopyBody,
+        requeues: u32,
+        sent: Fate,
+        reason: String,
+    },
+}
+
+/// The last-receive decision: a split message's unwritten rest is requeued (progress
+/// was made, so the copy keeps its requeue count); a message reported at its last
+/// receive is requeued while requeues are left, then dead-lettered with its reason, so
+/// the redrive never moves a message to the DLQ without one.
+pub(crate) fn leave(settled: Settled, receipt: Receipt, policy: LeavePolicy) -> Leave {
+    let Receipt { receives, requeues } = receipt;
+    match settled {
+        Settled::Split {
+            unwritten,
+            written,
+            reason,
+        } if policy.can_requeue => Leave::Copy {
+            sent: Fate::Split {
+                written,
+                requeued: unwritten.len(),
+                reason: reason.clone(),
+            },
+            body: CopyBody::Unwritten(unwritten),
+            requeues,
+            reason,
+        },
+        Settled::Split { reason, .. } => Leave::Stay(Fate::Reported { reason }),
+        Settled::Final(Fate::Reported { reason }) if receives >= policy.max_receives => {
+            if policy.can_requeue && requeues < policy.max_requeues {
+                Leave::Copy {
+                    sent: Fate::Requeued {
+                        reason: reason.clone(),
+                    },
+                    body: CopyBody::Whole,
+                    requeues: requeues + 1,
+                    reason,
+                }
+            } else {
+                Leave::Stay(Fate::DeadLettered {
+                    reason: Refusal {
+                        field: "message".to_owned(),
+                        rule: format!(
+                            "still failing after {receives} receives and {requeues} requeues: {reason}"
+                        ),
+                    },
+                })
+            }
+        }
+        Settled::Final(fate) => Leave::Stay(fate),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use sharding::time::Timestamp;
+    use store::ThrottleKind;
+
+    use super::*;
+
+    const POLICY: LeavePolicy = LeavePolicy {
+        can_requeue: true,
+        max_receives: 5,
+        max_requeues: 3,
+    };
+
+    fn reading(event: &str) -> Reading {
+        Reading {
+            device_id: "dev-1".to_owned(),
+            event_id: event.to_owned(),
+            ts: Timestamp::from_millis(1_782_086_400_000).expect("in range"),
+            metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+            tags: BTreeMap::new(),
+        }
+    }
+
+    fn keyed(event: &str, outcome: Option<Outcome>) -> Keyed {
+        Keyed {
+            reading: reading(event),
+            item: None,
+            fanout: 1,
+            outcome,
+        }
+    }
+
+    fn throttled() -> Outcome {
+        Outcome::FailedRetryable {
+            reason: "throttled".to_owned(),
+            throttle: Some(ThrottleKind::KeyRange),
+        }
+    }
+
+    fn reported(reason: &str) -> Settled {
+        Settled::Final(Fate::Reported {
+            reason: reason.to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_message_settles_by_its_readings_outcomes() {
+        let all = settle(Stage::Keyed(vec![keyed("a", Some(Outcome::Written))]), 4);
+        assert_eq!(all, Settled::Final(Fate::Written { readings: 1 }));
+        let none = settle(Stage::Keyed(vec![keyed("a", Some(throttled()))]), 4);
+        assert_eq!(none, reported("throttled"));
+        let part = settle(
+            Stage::Keyed(vec![
+                keyed("a", Some(Outcome::Written)),
+                keyed("b", Some(throttled())),
+            ]),
+            4,
+        );
+        assert_eq!(
+            part,
+            Settled::Split {
+                unwritten: vec![reading("b")],
+                written: 1,
+                reason: "throttled".to_owned(),
+            }
+        );
+        let stale = settle(Stage::Keyed(vec![keyed("a", None)]), 4);
+        assert!(
+            matches!(stale, Settled::Final(Fate::Reported { reason }) if reason.contains("4 rounds"))
+        );
+    }
+
+    #[test]
+    fn one_reading_refused_for_good_dead_letters_the_message_with_its_rule() {
+        let settled = settle(
+            Stage::Keyed(vec![
+                keyed("a", Some(Outcome::Written)),
+                keyed(
+                    "b",
+                    Some(Outcome::FailedPermanent {
+                        reason: "over 400 KB".to_owned(),
+                    }),
+                ),
+            ]),
+            4,
+        );
+        let Settled::Final(Fate::DeadLettered { reason }) = settled else {
+            panic!("dead-lettered: {settled:?}");
+        };
+        assert_eq!(
+            (reason.field.as_str(), reason.rule.as_str()),
+            ("item", "over 400 KB")
+        );
+        let refused = Refusal {
+            field: "readings[2].ts".to_owned(),
+            rule: "is not RFC 3339".to_owned(),
+        };
+        assert_eq!(
+            settle(Stage::Refused(refused.clone()), 4),
+            Settled::Final(Fate::DeadLettered { reason: refused })
+        );
+    }
+
+    #[test]
+    fn a_panic_is_reported_as_a_panic() {
+        let settled = settle(Stage::Retry(Retry::Panic("boom".to_owned())), 4);
+        assert_eq!(settled, reported("panic while processing: boom"));
+    }
+
+    #[test]
+    fn before_the_last_receive_a_reported_message_stays_reported() {
+        let receipt = Receipt {
+            receives: 4,
+            requeues: 0,
+        };
+        assert_eq!(
+            leave(reported("throttled"), receipt, POLICY),
+            Leave::Stay(Fate::Reported {
+                reason: "throttled".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn at_the_last_receive_it_is_requeued_while_requeues_are_left_then_dead_lettered() {
+        let at = |requeues| Receipt {
+            receives: 5,
+            requeues,
+        };
+        assert_eq!(
+            leave(reported("throttled"), at(2), POLICY),
+            Leave::Copy {
+                body: CopyBody::Whole,
+                requeues: 3,
+                sent: Fate::Requeued {
+                    reason: "throttled".to_owned()
+                },
+                reason: "throttled".to_owned(),
+            }
+        );
+        let Leave::Stay(Fate::DeadLettered { reason }) =
+            leave(reported("throttled"), at(3), POLICY)
+        else {
+            panic!("dead-lettered at the last requeue");
+        };
+        assert_eq!(reason.field, "message");
+        assert_eq!(
+            reason.rule,
+            "still failing after 5 receives and 3 requeues: throttled"
+        );
+        let without_queue = LeavePolicy {
+            can_requeue: false,
+            ..POLICY
+        };
+        assert!(matches!(
+            leave(reported("throttled"), at(0), without_queue),
+            Leave::Stay(Fate::DeadLettered { .. })
+        ));
+    }
+
+    #[test]
+    fn a_split_message_requeues_only_its_unwritten_rest_keeping_its_count() {
+        let split = || Settled::Split {
+            unwritten: vec![reading("b")],
+            written: 2,
+            reason: "throttled".to_owned(),
+        };
+        let receipt = Receipt {
+            receives: 1,
+            requeues: 1,
+        };
+        assert_eq!(
+            leave(split(), receipt, POLICY),
+            Leave::Copy {
+                body: CopyBody::Unwritten(vec![reading("b")]),
+                requeues: 1,
+                sent: Fate::Split {
+                    written: 2,
+                    requeued: 1,
+                    reason: "throttled".to_owned()
+                },
+                reason: "throttled".to_owned(),
+            }
+        );
+        let without_queue = LeavePolicy {
+            can_requeue: false,
+            ..POLICY
+        };
+        assert_eq!(
+            leave(split(), receipt, without_queue),
+            Leave::Stay(Fate::Reported {
+                reason: "throttled".to_owned()
+            })
+        );
+    }
+}
