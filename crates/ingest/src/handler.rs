@@ -66,7 +66,8 @@ use crate::fate::{
     CopyBody, Fate, Keyed, Leave, LeavePolicy, Receipt, Retry, Settled, Stage, leave, settle,
 };
 use crate::message::{Limits, Refusal, parse_body, to_body};
-use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, SqsQueue};
+use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue};
+use store::sqs::SqsQueue;
 
 /// Why the invocation failed as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,8 +4,8 @@
 //! - [`message`]: parsing and validation of a message body (every refusal names the
 //!   field and the rule);
 //! - [`handler::Ingest`]: the service, callable in-process (`Ingest::handle`), over the
-//!   ports of `store` and the queue port [`queue::Queue`] (dead letters and
-//!   redelivery delays);
+//!   ports of `store`, the queue port (`store::queue::Queue`: dead letters,
+//!   redelivery delays and requeues) among them;
 //! - [`fate`]: the pure core of the last stages: a message's fate from its readings'
 //!   outcomes and its receive history, with typed reasons;
 //! - [`attribution`]: which entities a key-range throttle is about, and which items a
@@ -23,11 +23,12 @@ pub mod fate;
 pub mod handler;
 pub mod invocation;
 pub mod message;
-pub mod queue;
 
 pub use config::{Config, ConfigError};
 pub use fate::{Fate, Retry};
 pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};
-pub use queue::{DeadLetter, Delay, MemoryQueue, Queue, Requeue, SqsQueue};
+pub use store::memory::MemoryQueue;
+pub use store::queue::{DeadLetter, Delay, Queue, Requeue};
+pub use store::sqs::SqsQueue;

@@ -739,7 +739,7 @@ async fn at_the_last_receive_a_failing_message_is_requeued_as_a_fresh_copy() {
                 .map(|(_, v)| v),
             record.message_id.as_ref()
         );
-        assert!(copy.delay_secs <= ingest::queue::MAX_DELAY_SECS);
+        assert!(copy.delay_secs <= store::queue::MAX_DELAY_SECS);
     }
 
     // Before the last receive, the same failure is only reported.

@@ -87,24 +87,9 @@ pub async fn resolve_cursor_key(
     };
     let bytes = match source {
         CursorKeySource::Inline(bytes) => bytes.clone(),
-        CursorKeySource::SecretArn(arn) => {
-            let out = secrets
-                .get_secret_value()
-                .secret_id(arn)
-                .send()
-                .await
-                .map_err(|e| {
-                    invalid(format!(
-                        "secret could not be read: {}",
-                        aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-                    ))
-                })?;
-            match (out.secret_string, out.secret_binary) {
-                (Some(s), _) => s.into_bytes(),
-                (None, Some(b)) => b.into_inner(),
-                (None, None) => return Err(invalid("the secret has no value".into())),
-            }
-        }
+        CursorKeySource::SecretArn(arn) => store::secrets::secret_bytes(secrets, arn)
+            .await
+            .map_err(invalid)?,
     };
     CursorKey::new(bytes).map_err(|e| invalid(e.to_string()))
 }

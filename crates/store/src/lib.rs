@@ -1,11 +1,12 @@
-//! The DynamoDB adapter of Shardline: the batch writer, the shard directory, range
-//! reads and the item model.
+//! The AWS adapters of Shardline: the batch writer, the shard directory, range reads
+//! and the item model over DynamoDB; the queue port over SQS; a secret's value from
+//! Secrets Manager.
 //!
 //! # Ports
 //!
-//! The application crates reach DynamoDB through three narrow ports, each with a
-//! DynamoDB adapter in [`dynamo`] or [`read`] and an in-memory fake in [`memory`] (with
-//! injectable faults), and the logic on top of them lives here once, so tests against
+//! The application crates reach AWS through four narrow ports, each with an adapter
+//! ([`dynamo`], [`read`], `sqs`) and an in-memory fake in [`memory`] (with injectable
+//! faults), and the logic on top of them lives here once, so tests against
 //! the fakes exercise the real retry, dedup, cache and fan-out code:
 //!
 //! | port | adapter | fake | logic on top |
@@ -13,9 +14,11 @@
 //! | [`batch::BatchTable`]: one `BatchWriteItem` | [`dynamo::DynamoTable`] | [`memory::MemoryTable`] | [`batch::BatchWriter`] |
 //! | [`directory::ShardReader`] (reads) and [`directory::ShardStore`] (changes): shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::CachedDirectory`] (the one cache, for readers), [`directory::ShardDirectory`] (writers) |
 //! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | [`memory::MemoryReadings`] | `query`'s scatter-gather |
+//! | [`queue::Queue`]: dead letters, redelivery delays, requeues | `sqs::SqsQueue` (feature `sqs`) | [`memory::MemoryQueue`] | the ingest's last stages |
 //!
 //! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
-//! the edge.
+//! the edge. `secrets` (feature `secrets`) reads a secret's value once, at a function's
+//! start (the query's cursor key).
 //!
 //! # Tables
 //!
@@ -62,8 +65,13 @@ pub mod dynamo;
 pub mod error;
 pub mod item;
 pub mod memory;
+pub mod queue;
 pub mod read;
+#[cfg(feature = "secrets")]
+pub mod secrets;
 pub mod size;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 
 pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteObserver, WriteStats,

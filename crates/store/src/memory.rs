@@ -18,7 +18,9 @@ use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::size::{MAX_ITEM_BYTES, item_size};
 
+mod queue;
 mod readings;
+pub use queue::MemoryQueue;
 pub use readings::MemoryReadings;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -1,92 +1,16 @@
-//! The queue port: the two things the handler asks of SQS besides the batch it got.
-//!
-//! - **Dead letters**: a permanent error is sent straight to the dead-letter queue with
-//!   its reason rather than reported as a failure, so SQS does not redeliver it five
-//!   times before the redrive does the same. Only a failed send is reported, so the
-//!   message comes back and nothing is lost.
-//! - **Redelivery delays**: a message reported for a transient reason (a throttle, the
-//!   deadline) gets a visibility timeout that grows with its receive count
-//!   (`ChangeMessageVisibilityBatch`), so a throttled burst does not use up the redrive
-//!   policy's receives within a few fixed timeouts. A failed change loses nothing: the
-//!   message comes back after the queue's own timeout.
-//! - **Requeues**: a message still failing transiently at its last receive before the
-//!   redrive is sent back to the source queue as a fresh copy (its receive count starts
-//!   again), a bounded number of times, so a valid reading is never redriven to the DLQ
-//!   without a reason just because its key was throttled for long.
-
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+//! [`SqsQueue`]: the queue port ([`crate::queue::Queue`]) over SQS.
 
 use aws_sdk_sqs::Client;
-use std::collections::BTreeMap;
-
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
+
+use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue};
 
 /// At most 10 entries per `SendMessageBatch`.
 const MAX_ENTRIES: usize = 10;
 /// Keep each `SendMessageBatch` request under SQS's 256 KiB payload limit.
 const MAX_BATCH_BYTES: usize = 200 * 1024;
-
-/// A refused message on its way to the DLQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The source message's id.
-    pub message_id: String,
-    /// The body, unchanged, so it can be inspected and replayed.
-    pub body: String,
-    /// The refused field (`body` for the message as a whole).
-    pub field: String,
-    /// The rule it broke.
-    pub rule: String,
-}
-
-impl DeadLetter {
-    /// `field: rule`.
-    pub fn reason(&self) -> String {
-        format!("{}: {}", self.field, self.rule)
-    }
-}
-
-/// A received message to keep invisible for a while before SQS delivers it again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delay {
-    /// The receipt handle of this receive.
-    pub receipt_handle: String,
-    /// How long, from now, in whole seconds.
-    pub visibility_secs: u32,
-}
-
-/// SQS's longest `DelaySeconds`: 15 minutes.
-pub const MAX_DELAY_SECS: u32 = 900;
-
-/// A message sent back to the source queue as a fresh copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requeue {
-    /// The body, unchanged.
-    pub body: String,
-    /// Message attributes to carry, name -> (data type, string value).
-    pub attributes: BTreeMap<String, (String, String)>,
-    /// How long before the copy can be received, in seconds (at most [`MAX_DELAY_SECS`]).
-    pub delay_secs: u32,
-}
-
-/// The port: one result per letter, delay or copy, in order.
-pub trait Queue: Send + Sync {
-    /// Sends `letters` to the dead-letter queue; `Err(why)` for each one not accepted.
-    fn dead_letter(
-        &self,
-        letters: &[DeadLetter],
-    ) -> impl Future<Output = Vec<Result<(), String>>> + Send;
-
-    /// Sets each message's visibility timeout on the source queue; `Err(why)` for each
-    /// one not changed (it then comes back after the queue's own timeout).
-    fn delay(&self, delays: &[Delay]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
-
-    /// Sends `copies` to the source queue; `Err(why)` for each one not accepted.
-    fn requeue(&self, copies: &[Requeue]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
-}
 
 /// The queue port over SQS: `SendMessageBatch` to the DLQ, where the reason travels as
 /// message attributes `reason`, `field`, `rule` and `source_message_id`; and
@@ -329,92 +253,6 @@ fn copy_entry(id: usize, copy: &Requeue) -> Result<SendMessageBatchRequestEntry,
         entry = entry.message_attributes(name, value);
     }
     entry.build().map_err(|e| e.to_string())
-}
-
-#[derive(Debug, Default)]
-struct MemoryState {
-    letters: Vec<DeadLetter>,
-    delays: Vec<Delay>,
-    copies: Vec<Requeue>,
-    failing: bool,
-}
-
-/// An in-memory queue port for tests; clones share the state.
-#[derive(Debug, Clone, Default)]
-pub struct MemoryQueue {
-    state: Arc<Mutex<MemoryState>>,
-}
-
-impl MemoryQueue {
-    /// An empty queue that accepts every letter and delay.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Makes every call fail (`true`) or succeed again.
-    pub fn set_failing(&self, failing: bool) {
-        self.state().failing = failing;
-    }
-
-    /// The letters accepted so far.
-    pub fn letters(&self) -> Vec<DeadLetter> {
-        self.state().letters.clone()
-    }
-
-    /// The delays accepted so far.
-    pub fn delays(&self) -> Vec<Delay> {
-        self.state().delays.clone()
-    }
-
-    /// The copies requeued so far.
-    pub fn copies(&self) -> Vec<Requeue> {
-        self.state().copies.clone()
-    }
-
-    /// Takes the delays and copies accepted so far, leaving none: what a simulated
-    /// source queue applies after each poll.
-    pub fn take_redeliveries(&self) -> (Vec<Delay>, Vec<Requeue>) {
-        let mut state = self.state();
-        (
-            std::mem::take(&mut state.delays),
-            std::mem::take(&mut state.copies),
-        )
-    }
-}
-
-impl Queue for MemoryQueue {
-    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
-        let mut state = self.state();
-        if state.failing {
-            return vec![Err("injected DLQ failure".to_owned()); letters.len()];
-        }
-        state.letters.extend_from_slice(letters);
-        vec![Ok(()); letters.len()]
-    }
-
-    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
-        let mut state = self.state();
-        if state.failing {
-            return vec![Err("injected SQS failure".to_owned()); delays.len()];
-        }
-        state.delays.extend_from_slice(delays);
-        vec![Ok(()); delays.len()]
-    }
-
-    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), String>> {
-        let mut state = self.state();
-        if state.failing {
-            return vec![Err("injected SQS failure".to_owned()); copies.len()];
-        }
-        state.copies.extend_from_slice(copies);
-        vec![Ok(()); copies.len()]
-    }
 }
 
 #[cfg(test)]
