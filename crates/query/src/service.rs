@@ -208,6 +208,18 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         }
     }
 
+    /// The wall clock, which dates the shard directory's cache, and the table's layout
+    /// history as of it (`None`: nothing was written yet).
+    async fn stored_layout(&self) -> Result<(Timestamp, Option<TableHistory>), ApiError> {
+        let now = wall_clock().map_err(clock_error)?;
+        let table = self
+            .directory
+            .stored_layout(now)
+            .await
+            .map_err(store_error)?;
+        Ok((now, table))
+    }
+
     /// Runs a validated request.
     pub async fn execute(&self, endpoint: Endpoint) -> Answer {
         match endpoint {
@@ -278,13 +290,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             }
         }
         let time_range = to_time_range(range)?;
-        let now = wall_clock().map_err(clock_error)?;
-        let Some(table) = self
-            .directory
-            .stored_layout(now)
-            .await
-            .map_err(store_error)?
-        else {
+        let (now, table) = self.stored_layout().await?;
+        let Some(table) = table else {
             return Ok((page_json(Vec::new(), None), ReadStats::default()));
         };
         let plan = match &device {
@@ -354,13 +361,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 ts.to_rfc3339()
             ))
         };
-        let now = wall_clock().map_err(clock_error)?;
-        let Some(table) = self
-            .directory
-            .stored_layout(now)
-            .await
-            .map_err(store_error)?
-        else {
+        let (now, table) = self.stored_layout().await?;
+        let Some(table) = table else {
             return Err(not_found());
         };
         let fanout = self
@@ -476,13 +478,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 next_cursor: None
             })
         };
-        let now = wall_clock().map_err(clock_error)?;
-        let Some(table) = self
-            .directory
-            .stored_layout(now)
-            .await
-            .map_err(store_error)?
-        else {
+        let (now, table) = self.stored_layout().await?;
+        let Some(table) = table else {
             return Ok((empty(), ReadStats::default()));
         };
         let fanout = self
@@ -531,12 +528,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     async fn shards(&self, device: &str) -> Answer {
-        let now = wall_clock().map_err(clock_error)?;
-        let table = self
-            .directory
-            .stored_layout(now)
-            .await
-            .map_err(store_error)?;
+        let (now, table) = self.stored_layout().await?;
         let fanout = self
             .directory
             .fanout(device, now)
