@@ -67,6 +67,8 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
             "shardline-bench",
             "--bench",
             "cost",
+            "--bench",
+            "cost_system",
             "--",
         ]);
         if args.quick {

@@ -112,13 +112,13 @@ fn today() -> String {
         .unwrap_or_else(|| "unknown date".to_owned())
 }
 
-/// Criterion's mean for one of the cost bench's functions, in ns per reading (each
-/// iteration handles 1,000).
-fn criterion_ns_per_reading(dir: &std::path::Path, function: &str) -> Result<f64> {
-    let path = dir.join(format!("cost/{function}/new/estimates.json"));
+/// Criterion's mean for one function of a cost bench's group (`cost`, or `cost_system`
+/// under the system allocator), in ns per reading (each iteration handles 1,000).
+fn criterion_ns_per_reading(dir: &std::path::Path, group: &str, function: &str) -> Result<f64> {
+    let path = dir.join(format!("{group}/{function}/new/estimates.json"));
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
-            "{} (run cargo bench -p shardline-bench --bench cost)",
+            "{} (run cargo bench -p shardline-bench --bench {group})",
             path.display()
         )
     })?;
@@ -144,7 +144,7 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
             |n| format!("{n:.1} allocations/reading"),
         )
     };
-    let ns = criterion_ns_per_reading(dir, "parse_validate_key_marshal")?;
+    let ns = criterion_ns_per_reading(dir, "cost", "parse_validate_key_marshal")?;
     results.goal(
         "5",
         "parse + validate + key + marshal, criterion mean",
@@ -167,7 +167,7 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
             "stage: marshal + size (the typed encoder, store::size::item_size)",
         ),
     ] {
-        let stage_ns = criterion_ns_per_reading(dir, function)?;
+        let stage_ns = criterion_ns_per_reading(dir, "cost", function)?;
         results.figure(
             "5",
             stage,
@@ -178,8 +178,18 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
             ),
         );
     }
-    let typed = criterion_ns_per_reading(dir, "marshal_size")?;
-    let serde = criterion_ns_per_reading(dir, "marshal_size_serde_dynamo")?;
+    let system = criterion_ns_per_reading(dir, "cost_system", "parse_validate_key_marshal")?;
+    let system_marshal = criterion_ns_per_reading(dir, "cost_system", "marshal_size")?;
+    results.figure(
+        "5",
+        "context: the same path under the system allocator (glibc malloc, counting), same run",
+        format!(
+            "{system:.0} ns/reading, {:.2}x the ingest's allocator; marshal + size {system_marshal:.0} ns/reading",
+            system / ns
+        ),
+    );
+    let typed = criterion_ns_per_reading(dir, "cost", "marshal_size")?;
+    let serde = criterion_ns_per_reading(dir, "cost", "marshal_size_serde_dynamo")?;
     results.figure(
         "5",
         "context: marshal + size through serde_dynamo (the encoder before), same run",
@@ -196,8 +206,10 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
          (hour buckets, N = 64), store::ReadingItem::marshal (the typed encoder: the SDK \
          attribute map built directly, held equal to serde_dynamo's by a property test) and \
          store::size::item_size; criterion's mean per iteration / 1,000. Each stage is \
-         also timed alone, over what the stage before it produced. Allocations (and \
-         reallocations) are counted by stats_alloc over one pass of each.",
+         also timed alone, over what the stage before it produced. The figures held to the \
+         goal run under the ingest binary's global allocator (ingest::Allocator, mimalloc); \
+         benches/cost_system.rs runs the same under the system allocator wrapped by \
+         stats_alloc, which counts allocations (and reallocations) over one pass of each.",
     );
     Ok(())
 }

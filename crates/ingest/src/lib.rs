@@ -29,6 +29,12 @@ pub use fate::{Fate, Retry};
 pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};
+
+/// The global allocator of the ingest binary (and of the cost bench that measures its
+/// hot path): the per-reading path allocates once per attribute of the SDK's item, and
+/// mimalloc serves those small, short-lived allocations faster than the system
+/// allocator (bench/REPORT.md item 5 has both, measured in the same run).
+pub use mimalloc::MiMalloc as Allocator;
 pub use store::memory::MemoryQueue;
 pub use store::queue::{DeadLetter, Delay, Queue, Requeue};
 pub use store::sqs::SqsQueue;

@@ -7,6 +7,9 @@ use store::dynamo::{DynamoShards, DynamoTable};
 
 type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
 
+#[global_allocator]
+static GLOBAL: ingest::Allocator = ingest::Allocator;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
