@@ -20,6 +20,11 @@ use clap::Parser;
 
 use crate::report::{Results, at_most};
 
+/// The ingest binary's allocator, so the handler measured in process here (items 1
+/// and 2) allocates as it does in its Lambda.
+#[global_allocator]
+static GLOBAL: ingest::Allocator = ingest::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "shardline-bench",
