@@ -96,11 +96,11 @@ impl ReadingItem {
         item.insert("device_id".to_owned(), string(&reading.device_id));
         item.insert("event_id".to_owned(), string(&reading.event_id));
         item.insert("ts".to_owned(), AttributeValue::S(reading.ts.to_rfc3339()));
-        item.insert("ts_ms".to_owned(), AttributeValue::N(integer_text(ts_ms)));
+        item.insert("ts_ms".to_owned(), AttributeValue::N(ts_ms.to_string()));
         let metrics = reading
             .metrics
             .iter()
-            .map(|(name, value)| (name.clone(), AttributeValue::N(float_text(*value))))
+            .map(|(name, value)| (name.clone(), AttributeValue::N(value.to_string())))
             .collect();
         item.insert("metrics".to_owned(), AttributeValue::M(metrics));
         if !reading.tags.is_empty() {
@@ -111,7 +111,7 @@ impl ReadingItem {
                 .collect();
             item.insert("tags".to_owned(), AttributeValue::M(tags));
         }
-        item.insert("ttl".to_owned(), AttributeValue::N(integer_text(ttl)));
+        item.insert("ttl".to_owned(), AttributeValue::N(ttl.to_string()));
         item
     }
 
@@ -147,71 +147,9 @@ impl ReadingItem {
     }
 }
 
-/// An integer as `to_string` writes it, without the formatting machinery.
-fn integer_text(n: i64) -> String {
-    itoa::Buffer::new().format(n).to_owned()
-}
-
-/// A float as `to_string` (`Display`) writes it, which is how `serde_dynamo` writes
-/// numbers: the shortest digits that read back as the same float, never an exponent.
-/// Ryu finds the same shortest digits faster; where it would write an exponent, or
-/// the `.0` of an integral value, `Display`'s form is kept.
-fn float_text(x: f64) -> String {
-    let mut buffer = ryu::Buffer::new();
-    let text = buffer.format(x);
-    if text.contains(['e', 'E']) {
-        return x.to_string();
-    }
-    text.strip_suffix(".0").unwrap_or(text).to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_written_as_to_string_writes_them() {
-        let floats = [
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            21.5,
-            0.1,
-            1e-5,
-            1e-7,
-            123_456_789.0,
-            1e15,
-            1e16,
-            1e21,
-            1.5e300,
-            -2.5e-300,
-            f64::MAX,
-            f64::MIN_POSITIVE,
-            1.0 / 3.0,
-            40.01,
-        ];
-        for x in floats {
-            assert_eq!(float_text(x), x.to_string(), "{x:e}");
-        }
-        for n in [0, -1, 1_782_090_000_250, i64::MIN, i64::MAX] {
-            assert_eq!(integer_text(n), n.to_string());
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
-        #[test]
-        fn every_float_is_written_as_to_string_writes_it(bits in proptest::prelude::any::<u64>()) {
-            let x = f64::from_bits(bits);
-            proptest::prop_assert_eq!(float_text(x), x.to_string());
-        }
-
-        #[test]
-        fn every_integer_is_written_as_to_string_writes_it(n in proptest::prelude::any::<i64>()) {
-            proptest::prop_assert_eq!(integer_text(n), n.to_string());
-        }
-    }
 
     fn reading(tags: &[(&str, &str)]) -> Reading {
         Reading {
