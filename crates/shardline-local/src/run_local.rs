@@ -918,3 +918,57 @@ pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Resul
             + get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
     ))
 }
+
+/// One message read back from a dead-letter queue, with the attributes the ingest's
+/// DLQ send sets.
+#[derive(Debug, Clone)]
+pub struct DeadLetterCopy {
+    /// `source_message_id`: the refused message's own id.
+    pub source: Option<String>,
+    /// `reason`: the field and the rule.
+    pub reason: Option<String>,
+    /// The refused body, unchanged.
+    pub body: String,
+}
+
+/// Receives every message of a dead-letter queue (kept invisible while reading, so each
+/// is read once), until three polls come back empty.
+pub async fn drain_dlq(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> anyhow::Result<Vec<DeadLetterCopy>> {
+    let mut out = Vec::new();
+    let mut empty = 0;
+    while empty < 3 {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(3600)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?
+            .messages
+            .unwrap_or_default();
+        if got.is_empty() {
+            empty += 1;
+        }
+        for m in got {
+            let attr = |name: &str| {
+                m.message_attributes()
+                    .and_then(|a| a.get(name))
+                    .and_then(|v| v.string_value())
+                    .map(str::to_owned)
+            };
+            out.push(DeadLetterCopy {
+                source: attr("source_message_id"),
+                reason: attr("reason"),
+                body: m.body().unwrap_or_default().to_owned(),
+            });
+        }
+    }
+    Ok(out)
+}

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::QueueAttributeName;
 use capacity_proxy::{Faults, Proxy, ProxyConfig, StatsSnapshot};
 use clap::Args;
 use indicatif::ProgressBar;
@@ -28,6 +28,7 @@ use serde::Serialize;
 use tokio::process::{Child, Command};
 
 use crate::publish::{self, Manifest, Plan, ReadingId, SendOptions};
+use crate::run_local::{self, DeadLetterCopy};
 
 /// Flags of `shardline-local soak`.
 #[derive(Debug, Clone, Args)]
@@ -432,7 +433,7 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
 
     check_table(&mut report, &manifest, &table, &counts, &seen);
 
-    let dlq = drain_dlq(&sqs, &stack.dlq_url).await?;
+    let dlq = run_local::drain_dlq(&sqs, &stack.dlq_url).await?;
     check_dlq(&mut report, &manifest, &dlq);
 
     let (raises, entities) = fanout_raises(&dynamo, &stack.shard_table_name).await?;
@@ -548,10 +549,9 @@ async fn publish_to(
 async fn watch_queue(sqs: aws_sdk_sqs::Client, queue_url: String, verbose: bool) {
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        if let (true, Ok((visible, hidden))) = (
-            verbose,
-            crate::run_local::queue_counts(&sqs, &queue_url).await,
-        ) {
+        if let (true, Ok((visible, hidden))) =
+            (verbose, run_local::queue_counts(&sqs, &queue_url).await)
+        {
             eprintln!(
                 "soak {:>7.1}: publishing; queue {visible} visible, {hidden} in flight",
                 T0.get_or_init(Instant::now).elapsed().as_secs_f64()
@@ -633,7 +633,7 @@ async fn drain(
     let drain_start = Instant::now();
     let mut quiet = 0;
     loop {
-        let (visible, hidden) = crate::run_local::queue_counts(sqs, queue_url).await?;
+        let (visible, hidden) = run_local::queue_counts(sqs, queue_url).await?;
         if visible == 0 && hidden == 0 {
             quiet += 1;
             if quiet >= 3 {
@@ -782,7 +782,7 @@ fn check_table(
 
 /// The DLQ against the manifest: every malformed message there, with its reason, and
 /// nothing else.
-fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[Letter]) {
+fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[DeadLetterCopy]) {
     report.dlq_messages = dlq.len() as u64;
     let mut sources: BTreeMap<String, u64> = BTreeMap::new();
     for letter in dlq {
@@ -965,50 +965,6 @@ async fn fanout_raises(
         }
     }
     Ok((raises, entities))
-}
-
-struct Letter {
-    source: Option<String>,
-    reason: Option<String>,
-    body: String,
-}
-
-/// Receives every DLQ message (kept invisible while reading).
-async fn drain_dlq(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<Vec<Letter>> {
-    let mut out = Vec::new();
-    let mut empty = 0;
-    while empty < 3 {
-        let got = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(3600)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?
-            .messages
-            .unwrap_or_default();
-        if got.is_empty() {
-            empty += 1;
-        }
-        for m in got {
-            let attr = |name: &str| {
-                m.message_attributes()
-                    .and_then(|a| a.get(name))
-                    .and_then(|v| v.string_value())
-                    .map(str::to_owned)
-            };
-            out.push(Letter {
-                source: attr("source_message_id"),
-                reason: attr("reason"),
-                body: m.body().unwrap_or_default().to_owned(),
-            });
-        }
-    }
-    Ok(out)
 }
 
 fn truncate(s: &str, n: usize) -> String {
