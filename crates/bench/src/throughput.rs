@@ -113,6 +113,8 @@ struct Writer {
     calls: u64,
     /// Where one invocation's time goes, for a run of one invocation at a time.
     breakdown: Option<Breakdown>,
+    /// The proxy's own time on the run's calls.
+    proxy: capacity_proxy::stats::ServiceTime,
 }
 
 /// When each BatchWriteItem attempt of a run left and its answer came back, as the
@@ -288,6 +290,7 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
         .then(|| Breakdown::of(&invocations, &clock.events(), max_inflight))
         .flatten();
     let calls = calls(&proxy);
+    let proxy_time = proxy.stats().service;
     proxy.shutdown().await?;
     if readings != gens.len() as u64 {
         eprintln!(
@@ -300,6 +303,7 @@ async fn shardline(gens: &[Gen], per_message: usize, concurrency: usize) -> Resu
         seconds,
         calls,
         breakdown,
+        proxy: proxy_time,
     })
 }
 
@@ -354,6 +358,7 @@ async fn python_writer(root: &Path, script: &str, items: &str, extra: &[&str]) -
         seconds: out.seconds,
         calls: calls(&proxy),
         breakdown: None,
+        proxy: proxy.stats().service,
     };
     proxy.shutdown().await?;
     Ok(writer)
@@ -429,6 +434,25 @@ fn report(results: &mut Results, settings: Settings, n: usize, rtt: f64, writers
                 k.slots,
                 k.tail_ms,
                 k.gap_ms
+            ),
+        );
+        let per_call = |micros: u64| micros as f64 / 1000.0 / c.proxy.calls.max(1) as f64;
+        let (inside, asleep) = (
+            per_call(c.proxy.total_micros),
+            per_call(c.proxy.asleep_micros),
+        );
+        results.figure(
+            "1c",
+            "of each call's round trip, the proxy's part (mean, real clock)",
+            format!(
+                "{inside:.2} ms from request headers to response, {asleep:.2} ms of it asleep for \
+                 the {LATENCY_MS} ms injected ({:.2} ms over it: the timer), {:.2} ms serving; \
+                 the client's {:.2} ms round trip leaves {:.2} ms to the client, the body \
+                 transfer and the scheduler",
+                asleep - LATENCY_MS as f64,
+                inside - asleep,
+                k.rtt_ms,
+                k.rtt_ms - inside
             ),
         );
     }

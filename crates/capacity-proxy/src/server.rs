@@ -385,7 +385,26 @@ impl Inner {
         lock(&self.stats).snapshot(now, top, sink_items)
     }
 
+    /// Answers one request; a data-plane call's time in the proxy is recorded
+    /// ([`crate::stats::ServiceTime`]).
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+        let started = std::time::Instant::now();
+        let mut asleep = None;
+        let inner = Arc::clone(&self);
+        let response = inner.answer(req, &mut asleep).await;
+        if let Some(asleep) = asleep {
+            lock(&self.stats).served(started.elapsed(), asleep);
+        }
+        response
+    }
+
+    /// [`Inner::handle`] without the timing: `asleep` is set for a data-plane call, to
+    /// the time it slept for injected latency.
+    async fn answer(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        asleep: &mut Option<Duration>,
+    ) -> Result<Response<Body>, ProxyError> {
         if req.method() == Method::GET && req.uri().path() == "/__stats" {
             let top = req
                 .uri()
@@ -435,10 +454,14 @@ impl Inner {
 
         if is_data_plane(&call.op) {
             let plan = self.faults.plan_call();
+            let mut slept = Duration::ZERO;
             if !plan.latency.is_zero() {
                 lock(&self.stats).faults_mut().latency += 1;
+                let before = std::time::Instant::now();
                 tokio::time::sleep(plan.latency).await;
+                slept = before.elapsed();
             }
+            *asleep = Some(slept);
             match plan.fault {
                 CallFault::None => {}
                 CallFault::Drop => {

@@ -51,6 +51,20 @@ pub struct FaultStats {
     pub unprocessed_items: u64,
 }
 
+/// The proxy's own time on data-plane calls, measured on the real clock: from the
+/// request's headers to its response, and the part of it spent asleep for injected
+/// latency. What is left is the proxy's service time (in forward mode it includes the
+/// upstream call).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ServiceTime {
+    /// Data-plane calls timed.
+    pub calls: u64,
+    /// Their time in the proxy, summed, in microseconds.
+    pub total_micros: u64,
+    /// Of that, asleep for injected latency.
+    pub asleep_micros: u64,
+}
+
 /// A point-in-time copy of all counters (the `/__stats` JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StatsSnapshot {
@@ -64,6 +78,8 @@ pub struct StatsSnapshot {
     pub throttled_by_reason: BTreeMap<String, u64>,
     /// Faults injected.
     pub faults: FaultStats,
+    /// The proxy's own time on data-plane calls.
+    pub service: ServiceTime,
     /// Distinct keys held by the sink (sink mode).
     pub sink_items: u64,
     /// Number of (table, pk) pairs seen.
@@ -231,6 +247,7 @@ pub struct Stats {
     items_accepted: u64,
     throttled_by_reason: BTreeMap<String, u64>,
     faults: FaultStats,
+    service: ServiceTime,
     keys: HashMap<(String, String), KeyCounters>,
     heat_enabled: bool,
     heat: BTreeMap<u64, HeatCells>,
@@ -248,6 +265,14 @@ impl Stats {
     /// Counts one request of `op`.
     pub fn request(&mut self, op: &str) {
         *self.requests_by_op.entry(op.to_owned()).or_default() += 1;
+    }
+
+    /// One data-plane call's time in the proxy, and the part of it asleep.
+    pub fn served(&mut self, total: Duration, asleep: Duration) {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.service.calls += 1;
+        self.service.total_micros = self.service.total_micros.saturating_add(micros(total));
+        self.service.asleep_micros = self.service.asleep_micros.saturating_add(micros(asleep));
     }
 
     /// Mutable fault counters.
@@ -389,6 +414,7 @@ impl Stats {
             items_accepted: self.items_accepted,
             throttled_by_reason: self.throttled_by_reason.clone(),
             faults: self.faults.clone(),
+            service: self.service.clone(),
             sink_items,
             key_count,
             keys,

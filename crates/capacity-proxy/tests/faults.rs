@@ -91,6 +91,18 @@ async fn fault_rates_match_their_settings() -> Result<()> {
     assert_eq!(stats.faults.unprocessed_items as usize, items_unprocessed);
     assert_eq!(stats.faults.latency as usize, calls);
     assert_eq!(stats.sink_items as usize, items_ok);
+    // Every call is timed, and slept at least the 1 ms injected.
+    assert_eq!(stats.service.calls as usize, calls);
+    assert!(
+        stats.service.asleep_micros >= 1_000 * calls as u64,
+        "{:?}",
+        stats.service
+    );
+    assert!(
+        stats.service.total_micros >= stats.service.asleep_micros,
+        "{:?}",
+        stats.service
+    );
     proxy.shutdown().await?;
     Ok(())
 }
