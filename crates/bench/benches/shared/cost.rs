@@ -13,8 +13,7 @@ use criterion::{Criterion, Throughput};
 use ingest::{Limits, parse_body};
 use serde::Serialize;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::key::ItemKey;
-use sharding::key::{ReadingRef, write_key};
+use sharding::key::{ItemKey, KeyError, ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
 use store::size::item_size;
@@ -26,36 +25,106 @@ const READINGS: usize = 1_000;
 /// Counts the allocations (and reallocations) of one pass of a closure.
 pub type AllocationCounter<'a> = &'a dyn Fn(&dyn Fn()) -> usize;
 
-/// Times the whole path and each stage in the criterion group `group`. With
-/// `count_allocations` (a pass of a closure in, allocations and reallocations out),
-/// also counts allocations per reading and writes them to
-/// `criterion/cost/allocations.json`.
+/// One pass over the fixture, returning a sum of what it made.
+type Pass = fn(&Fixture) -> usize;
+
+/// The passes, each over the fixture's 1,000 readings: the whole path, then the same
+/// path by stage, each over what the stage before it produced (so the report can say
+/// where the time goes), and the marshal through `serde_dynamo` for the ratio in the
+/// same run. Each returns a sum of what it made, so nothing is optimised away.
+const PASSES: [(&str, Pass); 5] = [
+    ("parse_validate_key_marshal", Fixture::whole_path),
+    ("parse_validate", Fixture::parse),
+    ("key", Fixture::key),
+    ("marshal_size", Fixture::marshal),
+    ("marshal_size_serde_dynamo", Fixture::marshal_serde_dynamo),
+];
+
+/// Times every pass in the criterion group `group`. With `count_allocations` (a pass
+/// of a closure in, allocations and reallocations out), also counts allocations per
+/// reading of each pass (one pass each; the counts do not vary between passes) and
+/// writes them to `criterion/cost/allocations.json`.
 pub fn run(c: &mut Criterion, group: &str, count_allocations: Option<AllocationCounter<'_>>) {
-    let bodies: Vec<String> = (0..READINGS)
-        .map(|i| {
-            serde_json::json!({
-                "device_id": format!("dev-{:05}", i % 500),
-                "event_id": format!("evt-{i:08}"),
-                "ts": T0 + i as i64 * 1000,
-                "metrics": {"temperature": 21.5, "humidity": 40.0 + i as f64 / 100.0},
-                "tags": {"site": "plant-7"},
+    let fixture = Fixture::new();
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Elements(READINGS as u64));
+    for (name, pass) in PASSES {
+        group.bench_function(name, |b| b.iter(|| black_box(pass(&fixture))));
+    }
+    group.finish();
+    if let Some(count) = count_allocations {
+        let allocations: BTreeMap<&str, f64> = PASSES
+            .iter()
+            .map(|(name, pass)| {
+                let n = count(&|| {
+                    black_box(pass(&fixture));
+                });
+                (*name, n as f64 / READINGS as f64)
             })
-            .to_string()
-        })
-        .collect();
-    let limits = Limits {
-        now: Timestamp::from_millis(T0 + 86_400_000).unwrap_or(Timestamp::MAX),
-        max_future: Duration::from_secs(300),
-        retention: Duration::from_secs(30 * 86_400),
-        max_readings: 500,
-    };
-    let table = TableHistory::new(Layout::time_bucket(
-        Bucket::Hour,
-        NonZeroU32::new(64).unwrap_or(NonZeroU32::MIN),
-    ));
-    let fanout = FanoutHistory::new();
-    let retention = Duration::from_secs(30 * 86_400);
-    let key_of = |r: &Reading| {
+            .collect();
+        write_allocations(&allocations);
+    }
+}
+
+/// 1,000 single-reading message bodies (2 metrics, 1 tag), what each stage reads, and
+/// what the stage before it produced.
+struct Fixture {
+    bodies: Vec<String>,
+    limits: Limits,
+    table: TableHistory,
+    fanout: FanoutHistory,
+    retention: Duration,
+    readings: Vec<Reading>,
+    keyed: Vec<(Reading, ItemKey)>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let bodies: Vec<String> = (0..READINGS)
+            .map(|i| {
+                serde_json::json!({
+                    "device_id": format!("dev-{:05}", i % 500),
+                    "event_id": format!("evt-{i:08}"),
+                    "ts": T0 + i as i64 * 1000,
+                    "metrics": {"temperature": 21.5, "humidity": 40.0 + i as f64 / 100.0},
+                    "tags": {"site": "plant-7"},
+                })
+                .to_string()
+            })
+            .collect();
+        let limits = Limits {
+            now: Timestamp::from_millis(T0 + 86_400_000).unwrap_or(Timestamp::MAX),
+            max_future: Duration::from_secs(300),
+            retention: Duration::from_secs(30 * 86_400),
+            max_readings: 500,
+        };
+        let mut fixture = Self {
+            bodies,
+            limits,
+            table: TableHistory::new(Layout::time_bucket(
+                Bucket::Hour,
+                NonZeroU32::new(64).unwrap_or(NonZeroU32::MIN),
+            )),
+            fanout: FanoutHistory::new(),
+            retention: Duration::from_secs(30 * 86_400),
+            readings: Vec::new(),
+            keyed: Vec::new(),
+        };
+        fixture.readings = fixture
+            .bodies
+            .iter()
+            .filter_map(|body| parse_body(body, &fixture.limits).ok())
+            .flatten()
+            .collect();
+        fixture.keyed = fixture
+            .readings
+            .iter()
+            .filter_map(|r| Some((r.clone(), fixture.key_of(r).ok()?)))
+            .collect();
+        fixture
+    }
+
+    fn key_of(&self, r: &Reading) -> Result<ItemKey, KeyError> {
         write_key(
             &ReadingRef {
                 entity: &r.device_id,
@@ -63,135 +132,66 @@ pub fn run(c: &mut Criterion, group: &str, count_allocations: Option<AllocationC
                 ts: r.ts,
                 attribute: None,
             },
-            &table,
-            &fanout,
+            &self.table,
+            &self.fanout,
             r.ts,
         )
-    };
-    let mut group = c.benchmark_group(group);
-    group.throughput(Throughput::Elements(READINGS as u64));
-    group.bench_function("parse_validate_key_marshal", |b| {
-        b.iter(|| {
-            let mut bytes = 0usize;
-            for body in &bodies {
-                let Ok(readings) = parse_body(black_box(body), &limits) else {
+    }
+
+    /// Parse + validate + key + marshal + size, from the bodies.
+    fn whole_path(&self) -> usize {
+        let mut bytes = 0usize;
+        for body in &self.bodies {
+            let Ok(readings) = parse_body(black_box(body), &self.limits) else {
+                continue;
+            };
+            for r in readings {
+                let Ok(key) = self.key_of(&r) else {
                     continue;
                 };
-                for r in readings {
-                    let Ok(key) = key_of(&r) else {
-                        continue;
-                    };
-                    bytes += item_size(&ReadingItem::marshal(&r, &key, retention));
-                }
+                bytes += item_size(&ReadingItem::marshal(&r, &key, self.retention));
             }
-            black_box(bytes)
-        });
-    });
-    // The same path by stage, each over what the stage before it produced, so the
-    // report can say where the time goes.
-    group.bench_function("parse_validate", |b| {
-        b.iter(|| {
-            let mut n = 0usize;
-            for body in &bodies {
-                n += parse_body(black_box(body), &limits).map_or(0, |r| r.len());
-            }
-            black_box(n)
-        });
-    });
-    let readings: Vec<_> = bodies
-        .iter()
-        .filter_map(|body| parse_body(body, &limits).ok())
-        .flatten()
-        .collect();
-    group.bench_function("key", |b| {
-        b.iter(|| {
-            let mut n = 0usize;
-            for r in &readings {
-                n += key_of(black_box(r)).map_or(0, |k| k.pk.len());
-            }
-            black_box(n)
-        });
-    });
-    let keyed: Vec<_> = readings
-        .iter()
-        .filter_map(|r| Some((r, key_of(r).ok()?)))
-        .collect();
-    group.bench_function("marshal_size", |b| {
-        b.iter(|| {
-            let mut bytes = 0usize;
-            for (r, key) in &keyed {
-                bytes += item_size(&ReadingItem::marshal(black_box(r), key, retention));
-            }
-            black_box(bytes)
-        });
-    });
-    // The same marshal through serde_dynamo from a borrowed view (what the ingest did
-    // before the typed encoder), for the ratio in the same run.
-    group.bench_function("marshal_size_serde_dynamo", |b| {
-        b.iter(|| {
-            let mut bytes = 0usize;
-            for (r, key) in &keyed {
-                if let Ok(item) = serde_dynamo_marshal(black_box(r), key, retention) {
-                    bytes += item_size(&item);
-                }
-            }
-            black_box(bytes)
-        });
-    });
-    group.finish();
+        }
+        bytes
+    }
 
-    let Some(count) = count_allocations else {
-        return;
-    };
-    // Allocations per reading, whole path and by stage (one pass each; the counts do
-    // not vary between passes).
-    let per_reading = |f: &dyn Fn()| count(f) as f64 / READINGS as f64;
-    let allocations = BTreeMap::from([
-        (
-            "parse_validate_key_marshal",
-            per_reading(&|| {
-                for body in &bodies {
-                    for r in parse_body(body, &limits).unwrap_or_default() {
-                        if let Ok(key) = key_of(&r) {
-                            black_box(item_size(&ReadingItem::marshal(&r, &key, retention)));
-                        }
-                    }
-                }
-            }),
-        ),
-        (
-            "parse_validate",
-            per_reading(&|| {
-                for body in &bodies {
-                    black_box(parse_body(body, &limits).map(|r| r.len()).ok());
-                }
-            }),
-        ),
-        (
-            "key",
-            per_reading(&|| {
-                for r in &readings {
-                    black_box(key_of(r).ok());
-                }
-            }),
-        ),
-        (
-            "marshal_size",
-            per_reading(&|| {
-                for (r, key) in &keyed {
-                    black_box(item_size(&ReadingItem::marshal(r, key, retention)));
-                }
-            }),
-        ),
-        (
-            "marshal_size_serde_dynamo",
-            per_reading(&|| {
-                for (r, key) in &keyed {
-                    black_box(serde_dynamo_marshal(r, key, retention).ok());
-                }
-            }),
-        ),
-    ]);
+    /// Parse + validate, from the bodies.
+    fn parse(&self) -> usize {
+        self.bodies
+            .iter()
+            .map(|body| parse_body(black_box(body), &self.limits).map_or(0, |r| r.len()))
+            .sum()
+    }
+
+    /// The key, from the parsed readings.
+    fn key(&self) -> usize {
+        self.readings
+            .iter()
+            .map(|r| self.key_of(black_box(r)).map_or(0, |k| k.pk.len()))
+            .sum()
+    }
+
+    /// The typed encoder and the item size, from the keyed readings.
+    fn marshal(&self) -> usize {
+        self.keyed
+            .iter()
+            .map(|(r, key)| item_size(&ReadingItem::marshal(black_box(r), key, self.retention)))
+            .sum()
+    }
+
+    /// The same marshal through `serde_dynamo` from a borrowed view (what the ingest
+    /// did before the typed encoder), and the item size.
+    fn marshal_serde_dynamo(&self) -> usize {
+        self.keyed
+            .iter()
+            .filter_map(|(r, key)| serde_dynamo_marshal(black_box(r), key, self.retention).ok())
+            .map(|item| item_size(&item))
+            .sum()
+    }
+}
+
+/// Writes the allocations per reading where the bench program reads them.
+fn write_allocations(allocations: &BTreeMap<&str, f64>) {
     println!("allocations per reading: {allocations:?}");
     let path = criterion_dir().join("cost/allocations.json");
     let written = path
@@ -200,7 +200,7 @@ pub fn run(c: &mut Criterion, group: &str, count_allocations: Option<AllocationC
         .and_then(|()| {
             std::fs::write(
                 &path,
-                serde_json::to_string_pretty(&allocations).unwrap_or_default(),
+                serde_json::to_string_pretty(allocations).unwrap_or_default(),
             )
         });
     if let Err(e) = written {
