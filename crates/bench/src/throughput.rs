@@ -446,7 +446,7 @@ fn report(results: &mut Results, settings: Settings, n: usize, rtt: f64, writers
             "of each call's round trip, the proxy's part (mean, real clock)",
             format!(
                 "{inside:.2} ms from request headers to response, {asleep:.2} ms of it asleep for \
-                 the {LATENCY_MS} ms injected ({:.2} ms over it: the timer), {:.2} ms serving; \
+                 the {LATENCY_MS} ms injected ({:.2} ms over it: the timer and the wake-up), {:.2} ms serving; \
                  the client's {:.2} ms round trip leaves {:.2} ms to the client, the body \
                  transfer and the scheduler",
                 asleep - LATENCY_MS as f64,
