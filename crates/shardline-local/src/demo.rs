@@ -407,7 +407,7 @@ pub struct RunReport {
     pub runner: Stats,
     /// The proxy's counters.
     pub proxy: StatsSnapshot,
-    /// Distinct messages in the DLQ (by their `source_message_id`).
+    /// Distinct messages in the DLQ: by their `source_message_id`, and each one without.
     pub dlq: u64,
     /// DLQ messages read back, copies included.
     pub dlq_copies: u64,
@@ -968,8 +968,11 @@ async fn run_variant(
     // least once, and moto can hand one message to two concurrent receives), and the
     // promise is about which messages reach the DLQ, each with its reason.
     let letters = run_local::drain_dlq(&sqs, &stack.dlq_url).await?;
+    // A message without a source id (moved by the redrive, not sent by the handler)
+    // counts on its own.
     let dlq_sources: std::collections::BTreeSet<&str> =
         letters.iter().filter_map(|l| l.source.as_deref()).collect();
+    let unsourced = letters.iter().filter(|l| l.source.is_none()).count();
     let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite_url).await);
     let (items, written) = stored(&dynamo, &stack.table_name).await?;
     drop((moto, dynalite));
@@ -993,7 +996,7 @@ async fn run_variant(
         stored_twice: items - written,
         runner,
         proxy: proxy_stats,
-        dlq: dlq_sources.len() as u64,
+        dlq: (dlq_sources.len() + unsourced) as u64,
         dlq_copies: letters.len() as u64,
         queued_visible,
         queued_invisible,
