@@ -457,9 +457,7 @@ impl Inner {
             let mut slept = Duration::ZERO;
             if !plan.latency.is_zero() {
                 lock(&self.stats).faults_mut().latency += 1;
-                let before = std::time::Instant::now();
-                tokio::time::sleep(plan.latency).await;
-                slept = before.elapsed();
+                slept = crate::faults::wait_latency(plan.latency).await;
             }
             *asleep = Some(slept);
             match plan.fault {
