@@ -27,24 +27,22 @@ pub fn string_size(text: &str) -> usize {
 /// 1 byte per 2 significant digits, plus 1. Zero counts as one digit.
 #[must_use]
 pub fn number_size(text: &str) -> usize {
-    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
-    // Significant digits: from the first non-zero digit to the last, counted in place
-    // (every item of every batch is sized; no copy of the digits).
-    let mut digits = mantissa.bytes().filter(u8::is_ascii_digit);
-    let significant: usize = match digits.position(|d| d != b'0') {
-        None => 0,
-        Some(_) => {
-            let (mut count, mut run) = (1, 1);
-            for d in digits {
-                run += 1;
-                if d != b'0' {
-                    count = run;
-                }
+    // One pass over the mantissa, counting digits in place (every item of every batch
+    // is sized): the significant ones run from the first non-zero digit to the last.
+    let (mut first, mut last, mut digit) = (None, 0, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'e' | b'E' => break,
+            b'0' => digit += 1,
+            b'1'..=b'9' => {
+                first.get_or_insert(digit);
+                last = digit;
+                digit += 1;
             }
-            count
+            _ => {}
         }
     }
-    .max(1);
+    let significant = first.map_or(1, |first| last - first + 1);
     significant.div_ceil(2) + 1
 }
 
@@ -110,6 +108,20 @@ mod tests {
             ("123456789012345678901234567890123456789", 39),
         ] {
             assert_eq!(number_size(n), usize::div_ceil(digits, 2) + 1, "{n}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass count agrees with the rule read literally: the mantissa's
+        /// digits, stripped of leading and trailing zeros.
+        #[test]
+        fn number_size_is_the_rule(
+            text in "-?[0-9]{1,40}(\\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?"
+        ) {
+            let mantissa = text.split(['e', 'E']).next().unwrap_or(&text);
+            let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+            let significant = digits.trim_matches('0').len().max(1);
+            proptest::prop_assert_eq!(number_size(&text), significant.div_ceil(2) + 1);
         }
     }
 
