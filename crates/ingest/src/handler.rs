@@ -54,8 +54,8 @@ use store::batch::{
 };
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
-use store::size::{MAX_ITEM_BYTES, item_size};
-use store::{Reading, ReadingItem, StoreError, ThrottleKind};
+use store::size::MAX_ITEM_BYTES;
+use store::{Encoded, Reading, ReadingItem, StoreError, ThrottleKind};
 use tokio::time::Instant;
 use tracing::Span;
 
@@ -1218,8 +1218,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let k = fanout
             .for_write(reading.ts, now)
             .unwrap_or_else(|| layout.default_fanout());
-        let item = ReadingItem::marshal(reading, &key, self.config.retention);
-        let size = item_size(&item);
+        let Encoded { item, size } = ReadingItem::marshal(reading, &key, self.config.retention);
         if size > MAX_ITEM_BYTES {
             return Err(ItemError::Rule(format!(
                 "the stored item would be {size} bytes; the limit is 400 KB"

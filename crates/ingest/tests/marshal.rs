@@ -8,6 +8,7 @@ use ingest::{Limits, parse_body, to_body};
 use proptest::prelude::*;
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
+use store::size::item_size;
 use store::{Reading, ReadingItem};
 
 /// 2026-06-22T12:00:00Z
@@ -78,7 +79,9 @@ proptest! {
             let key = ItemKey { pk: pk.clone(), sk: format!("{}#{}#{}", r.device_id, r.ts, r.event_id) };
             let expected = serde_dynamo::to_item(ReadingItem::new(r, key.clone(), retention))
                 .expect("serde_dynamo marshals every reading");
-            prop_assert_eq!(ReadingItem::marshal(r, &key, retention), expected);
+            let encoded = ReadingItem::marshal(r, &key, retention);
+            prop_assert_eq!(encoded.size, item_size(&expected));
+            prop_assert_eq!(encoded.item, expected);
         }
     }
 }
@@ -108,8 +111,7 @@ fn extreme_numbers_that_the_parser_accepts_are_marshalled_alike() {
     let retention = Duration::from_secs(30 * 86_400);
     let expected = serde_dynamo::to_item(ReadingItem::new(&accepted[0], key.clone(), retention))
         .expect("serde_dynamo marshals it");
-    assert_eq!(
-        ReadingItem::marshal(&accepted[0], &key, retention),
-        expected
-    );
+    let encoded = ReadingItem::marshal(&accepted[0], &key, retention);
+    assert_eq!(encoded.size, item_size(&expected));
+    assert_eq!(encoded.item, expected);
 }

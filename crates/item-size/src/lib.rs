@@ -67,18 +67,34 @@ pub fn list_size(elements: impl IntoIterator<Item = usize>) -> usize {
 
 /// Size of a map, from its elements' names and sizes.
 pub fn map_size<'a>(elements: impl IntoIterator<Item = (&'a str, usize)>) -> usize {
-    3 + elements
-        .into_iter()
-        .map(|(name, size)| 1 + name.len() + size)
-        .sum::<usize>()
+    MAP_OVERHEAD
+        + elements
+            .into_iter()
+            .map(|(name, size)| map_element_size(name, size))
+            .sum::<usize>()
+}
+
+/// What a map costs before its elements.
+pub const MAP_OVERHEAD: usize = 3;
+
+/// What one element of a map adds to it: [`map_size`] is [`MAP_OVERHEAD`] plus these.
+#[must_use]
+pub fn map_element_size(name: &str, size: usize) -> usize {
+    1 + name.len() + size
 }
 
 /// Size of an item, from its attributes' names and value sizes.
 pub fn item_size<'a>(attributes: impl IntoIterator<Item = (&'a str, usize)>) -> usize {
     attributes
         .into_iter()
-        .map(|(name, size)| name.len() + size)
+        .map(|(name, size)| attribute_size(name, size))
         .sum()
+}
+
+/// What one attribute adds to an item: [`item_size`] is the sum of these.
+#[must_use]
+pub fn attribute_size(name: &str, size: usize) -> usize {
+    name.len() + size
 }
 
 /// The raw length of a standard base64 text (DynamoDB JSON's binaries), padded or not.

@@ -10,10 +10,11 @@
 //! the ingest) holds it equal to `serde_dynamo`'s output for every reading the parser
 //! accepts. Every other item, and every read, stays with `serde_dynamo` (STYLE.md rule 7).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use item_size as rule;
 use serde::{Deserialize, Serialize};
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
@@ -62,6 +63,38 @@ pub struct ReadingItem {
     pub ttl: i64,
 }
 
+/// A reading's item as the SDK sends it ([`ReadingItem::marshal`]), with its size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    /// The attribute map.
+    pub item: Item,
+    /// Its size in bytes, as [`crate::size::item_size`] measures it.
+    pub size: usize,
+}
+
+/// An attribute value with its size.
+type SizedValue = (AttributeValue, usize);
+
+fn string(s: String) -> SizedValue {
+    let size = rule::string_size(&s);
+    (AttributeValue::S(s), size)
+}
+
+fn number(n: String) -> SizedValue {
+    let size = rule::number_size(&n);
+    (AttributeValue::N(n), size)
+}
+
+fn map<'a>(elements: impl ExactSizeIterator<Item = (&'a String, SizedValue)>) -> SizedValue {
+    let mut map = HashMap::with_capacity(elements.len());
+    let mut size = rule::MAP_OVERHEAD;
+    for (name, (value, value_size)) in elements {
+        size += rule::map_element_size(name, value_size);
+        map.insert(name.clone(), value);
+    }
+    (AttributeValue::M(map), size)
+}
+
 impl ReadingItem {
     /// The stored form of `reading` under `key`, expiring `retention` after its ts.
     pub fn new(reading: &Reading, key: ItemKey, retention: Duration) -> Self {
@@ -80,39 +113,36 @@ impl ReadingItem {
         }
     }
 
-    /// The SDK attribute map of `reading` under `key`: the same item as
+    /// The SDK attribute map of `reading` under `key`, and its size: the same item as
     /// `ReadingItem::new(reading, key, retention).to_item()`, built directly (the one
-    /// hand-built attribute map of the project: this runs once per ingested reading).
+    /// hand-built attribute map of the project: this runs once per ingested reading),
+    /// sized by DynamoDB's rule as it is built rather than walked again after.
     /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
     #[must_use]
-    pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Item {
+    pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
         let ts_ms = reading.ts.as_millis();
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         let ttl = ts_ms.div_euclid(1000).saturating_add(retention_secs);
-        let string = |s: &str| AttributeValue::S(s.to_owned());
         let mut item = Item::with_capacity(9);
-        item.insert("PK".to_owned(), string(&key.pk));
-        item.insert("SK".to_owned(), string(&key.sk));
-        item.insert("device_id".to_owned(), string(&reading.device_id));
-        item.insert("event_id".to_owned(), string(&reading.event_id));
-        item.insert("ts".to_owned(), AttributeValue::S(reading.ts.to_rfc3339()));
-        item.insert("ts_ms".to_owned(), AttributeValue::N(ts_ms.to_string()));
-        let metrics = reading
-            .metrics
-            .iter()
-            .map(|(name, value)| (name.clone(), AttributeValue::N(value.to_string())))
-            .collect();
-        item.insert("metrics".to_owned(), AttributeValue::M(metrics));
+        let mut size = 0;
+        let mut put = |name: &str, (value, value_size): SizedValue| {
+            size += rule::attribute_size(name, value_size);
+            item.insert(name.to_owned(), value);
+        };
+        put("PK", string(key.pk.clone()));
+        put("SK", string(key.sk.clone()));
+        put("device_id", string(reading.device_id.clone()));
+        put("event_id", string(reading.event_id.clone()));
+        put("ts", string(reading.ts.to_rfc3339()));
+        put("ts_ms", number(ts_ms.to_string()));
+        let metrics = reading.metrics.iter();
+        put("metrics", map(metrics.map(|(name, value)| (name, number(value.to_string())))));
         if !reading.tags.is_empty() {
-            let tags = reading
-                .tags
-                .iter()
-                .map(|(name, value)| (name.clone(), string(value)))
-                .collect();
-            item.insert("tags".to_owned(), AttributeValue::M(tags));
+            let tags = reading.tags.iter();
+            put("tags", map(tags.map(|(name, value)| (name, string(value.clone())))));
         }
-        item.insert("ttl".to_owned(), AttributeValue::N(ttl.to_string()));
-        item
+        put("ttl", number(ttl.to_string()));
+        Encoded { item, size }
     }
 
     /// The item's key.
@@ -205,7 +235,9 @@ mod tests {
                 let owned = ReadingItem::new(&r, key(), retention)
                     .to_item()
                     .expect("serializable");
-                assert_eq!(ReadingItem::marshal(&r, &key(), retention), owned);
+                let encoded = ReadingItem::marshal(&r, &key(), retention);
+                assert_eq!(encoded.size, crate::size::item_size(&owned));
+                assert_eq!(encoded.item, owned);
             }
         }
     }

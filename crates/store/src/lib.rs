@@ -81,4 +81,4 @@ pub use directory::{
     CachedDirectory, PlanFanoutError, PlannedFanout, ShardDirectory, ShardReader, ShardStore,
 };
 pub use error::{StoreError, ThrottleKind};
-pub use item::{Reading, ReadingItem};
+pub use item::{Encoded, Reading, ReadingItem};
