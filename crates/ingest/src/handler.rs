@@ -1218,7 +1218,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let k = fanout
             .for_write(reading.ts, now)
             .unwrap_or_else(|| layout.default_fanout());
-        let Encoded { item, size } = ReadingItem::marshal(reading, &key, self.config.retention);
+        let Encoded { item, size } = ReadingItem::marshal(reading, key, self.config.retention);
         if size > MAX_ITEM_BYTES {
             return Err(ItemError::Rule(format!(
                 "the stored item would be {size} bytes; the limit is 400 KB"

@@ -129,16 +129,22 @@ impl Timestamp {
     /// more than the rest of the key).
     pub fn write_rfc3339(self, out: &mut String) {
         let c = Civil::of(self);
-        c.write_date(out, true);
-        out.push('T');
-        push_2(out, c.hour);
-        out.push(':');
-        push_2(out, c.minute);
-        out.push(':');
-        push_2(out, c.second);
-        out.push('.');
-        push_digits(out, c.milli, 3);
-        out.push('Z');
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        for (range, value) in [
+            (0..4, c.year),
+            (5..7, c.month),
+            (8..10, c.day),
+            (11..13, c.hour),
+            (14..16, c.minute),
+            (17..19, c.second),
+            (20..23, c.milli),
+        ] {
+            if let Some(slot) = text.get_mut(range) {
+                put_digits(slot, value);
+            }
+        }
+        // Digits and ASCII punctuation only: always UTF-8.
+        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
     }
 
     /// Parses RFC 3339 (any offset; sub-millisecond digits are truncated) or an integer
@@ -484,6 +490,14 @@ impl Civil {
 
 fn push_2(out: &mut String, v: u32) {
     push_digits(out, v, 2);
+}
+
+/// The last `slot.len()` decimal digits of `v`, zero-padded, into `slot`.
+fn put_digits(slot: &mut [u8], mut v: u32) {
+    for byte in slot.iter_mut().rev() {
+        *byte = b'0' + u8::try_from(v % 10).unwrap_or(0);
+        v /= 10;
+    }
 }
 
 /// The last `width` decimal digits of `v`, zero-padded.

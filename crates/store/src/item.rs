@@ -113,13 +113,13 @@ impl ReadingItem {
         }
     }
 
-    /// The SDK attribute map of `reading` under `key`, and its size: the same item as
+    /// The SDK attribute map of `reading` under `key` (moved in), and its size: the same item as
     /// `ReadingItem::new(reading, key, retention).to_item()`, built directly (the one
     /// hand-built attribute map of the project: this runs once per ingested reading),
     /// sized by DynamoDB's rule as it is built rather than walked again after.
     /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
     #[must_use]
-    pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
+    pub fn marshal(reading: &Reading, key: ItemKey, retention: Duration) -> Encoded {
         let ts_ms = reading.ts.as_millis();
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         let ttl = ts_ms.div_euclid(1000).saturating_add(retention_secs);
@@ -129,8 +129,8 @@ impl ReadingItem {
             size += rule::attribute_size(name, value_size);
             item.insert(name.to_owned(), value);
         };
-        put("PK", string(key.pk.clone()));
-        put("SK", string(key.sk.clone()));
+        put("PK", string(key.pk));
+        put("SK", string(key.sk));
         put("device_id", string(reading.device_id.clone()));
         put("event_id", string(reading.event_id.clone()));
         put("ts", string(reading.ts.to_rfc3339()));
@@ -235,7 +235,7 @@ mod tests {
                 let owned = ReadingItem::new(&r, key(), retention)
                     .to_item()
                     .expect("serializable");
-                let encoded = ReadingItem::marshal(&r, &key(), retention);
+                let encoded = ReadingItem::marshal(&r, key(), retention);
                 assert_eq!(encoded.size, crate::size::item_size(&owned));
                 assert_eq!(encoded.item, owned);
             }
