@@ -12,6 +12,10 @@
 //! within one round trip of its first throttle. Changes are decided by
 //! `sharding::fanout` and applied with a conditional update on `last_updated`: of any
 //! number of writers racing on one entity, exactly one wins, and the losers refresh.
+//!
+//! `layout`, `meta` and `on_signal` run once or more per entity of every batch, so their
+//! spans are at DEBUG: at INFO, the template's default log level, each would be a span
+//! with formatted fields, hundreds per invocation for a batch of many devices.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -243,7 +247,7 @@ impl<S: ShardStore> ShardDirectory<S> {
 
     /// The table's layout history; stores the configured layout, in force from the
     /// beginning of time, when the table has none.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn layout(&self, now: Timestamp) -> Result<TableHistory, StoreError> {
         if let Some(history) = self.cache.stored_layout(now).await? {
             return Ok(history);
@@ -268,7 +272,7 @@ impl<S: ShardStore> ShardDirectory<S> {
     }
 
     /// An entity's metadata (cached).
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn meta(
         &self,
         entity: &str,
@@ -374,7 +378,7 @@ impl<S: ShardStore> ShardDirectory<S> {
     /// have raised it already) and creates its metadata when missing, then decides on
     /// the item it created, in the same call. A signal without a throttle creates
     /// nothing unless its rate needs more than the layout's default.
-    #[tracing::instrument(skip(self, rng))]
+    #[tracing::instrument(level = "debug", skip(self, rng))]
     pub async fn on_signal<R: Rng + ?Sized>(
         &self,
         entity: &str,
