@@ -335,8 +335,9 @@ pub async fn run(root: &Path, release_dir: &Path, results: &mut Results) -> Resu
         "sizes of target/release/{ingest,query}, each built alone (`cargo build --release \
          --package F --bin F`, with its own feature set, as `sam build` builds it), under the \
          workspace release profile (fat LTO, one codegen unit, dependencies at opt-level z \
-         but serde_json, symbols stripped). Under `cargo lambda watch --release \
-         --ignore-changes` (the deploy venv's cargo-lambda, the same target directory): watch \
+         but serde_json, the allocator and SHA-256, symbols stripped). Under `cargo lambda \
+         watch --release --ignore-changes` (the deploy venv's cargo-lambda, the same target \
+         directory): watch \
          runs `cargo run --release --package F --bin F`, which builds the package alone with \
          its own feature set, so the bench first runs that `cargo build` itself and watch's \
          build is a no-op. Start to ready is from spawning watch \

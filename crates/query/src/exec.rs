@@ -62,6 +62,10 @@ pub struct ReadOutcome {
     pub more: bool,
     /// What it cost.
     pub cost: ReadCost,
+    /// Items per millisecond of one stream's span, as its pages showed it (`None` when
+    /// no ordered stream was read page by page): the hint for the next read of streams
+    /// like these.
+    pub density: Option<f64>,
 }
 
 /// What a merged read cost.
@@ -130,21 +134,31 @@ impl StreamSpec {
 
 /// Reads `limit` readings in merge order strictly after `after` (when given), plus
 /// enough to know whether more follow; a reading stored under two keys counts once.
+/// `density_hint` is what an earlier read of streams like these saw
+/// ([`ReadOutcome::density`]): the first round is planned by it (see
+/// `sharding::merge`, "A density from an earlier read").
 pub async fn read_merged<S: ReadingSource>(
     source: &S,
     specs: Vec<StreamSpec>,
     opts: ReadOptions,
     limit: usize,
     after: Option<&ReadingKey>,
+    density_hint: Option<f64>,
 ) -> Result<ReadOutcome, ExecError> {
-    let merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned());
+    let mut merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned())
+        .with_density_hint(density_hint);
     let mut items = Vec::new();
-    let (more, cost) = drive(source, &specs, opts, merge, |batch| {
+    let (more, cost) = drive(source, &specs, opts, &mut merge, |batch| {
         items.extend(batch);
         ControlFlow::Continue(())
     })
     .await?;
-    Ok(ReadOutcome { items, more, cost })
+    Ok(ReadOutcome {
+        items,
+        more,
+        cost,
+        density: merge.observed_density(),
+    })
 }
 
 /// Hands every reading of `specs` to `each` in merge order, each reading once however
@@ -159,9 +173,9 @@ pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem) -> ControlFlow<(
     window: usize,
     mut each: F,
 ) -> Result<ReadCost, ExecError> {
-    let merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
+    let mut merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
     let emit = |batch: Vec<ReadingItem>| batch.into_iter().try_for_each(&mut each);
-    let (_, cost) = drive(source, &specs, opts, merge, emit).await?;
+    let (_, cost) = drive(source, &specs, opts, &mut merge, emit).await?;
     Ok(cost)
 }
 
@@ -184,7 +198,7 @@ async fn drive<S: ReadingSource>(
     source: &S,
     specs: &[StreamSpec],
     opts: ReadOptions,
-    mut merge: BoundedMerge<ReadingKey, ReadingItem>,
+    merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<(bool, ReadCost), ExecError> {
     // Where each stream's next page starts.
@@ -210,7 +224,7 @@ async fn drive<S: ReadingSource>(
             opts,
             &asks,
             &mut next_start,
-            &mut merge,
+            merge,
             &mut cost,
         )
         .await?;

@@ -8,6 +8,7 @@
 //! [`crate::exec`]), and a single-reading lookup stops at the first key that holds it.
 
 use std::ops::ControlFlow;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Response, StatusCode, header};
@@ -141,6 +142,22 @@ pub struct QueryService<S, D> {
     source: S,
     directory: CachedDirectory<D>,
     config: ServiceConfig,
+    /// What the last read over every device saw of its streams' density: the next
+    /// such read plans its first round by it.
+    every_device_density: Mutex<Option<DensityHint>>,
+}
+
+/// How long a read over every device plans by the density an earlier one saw. A
+/// fleet's rate drifts; a wrong hint costs rounds or items read, never an item of the
+/// answer (`sharding::merge`, "A density from an earlier read"), and the read it
+/// misleads leaves the density it saw for the next.
+const DENSITY_HINT_TTL: Duration = Duration::from_secs(60);
+
+/// A density a read saw (items per millisecond of one stream's span), and when.
+#[derive(Debug, Clone, Copy)]
+struct DensityHint {
+    density: f64,
+    seen_at: Timestamp,
 }
 
 type Answer = Result<(serde_json::Value, ReadStats), ApiError>;
@@ -151,6 +168,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             directory: CachedDirectory::new(shards, config.directory_ttl),
             source,
             config,
+            every_device_density: Mutex::new(None),
         }
     }
 
@@ -218,6 +236,20 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .await
             .map_err(store_error)?;
         Ok((now, table))
+    }
+
+    /// The density the last read over every device saw, while it is recent.
+    fn density_hint(&self, now: Timestamp) -> Option<f64> {
+        let hint = (*lock(&self.every_device_density))?;
+        let fresh = hint.seen_at <= now && now < hint.seen_at.saturating_add(DENSITY_HINT_TTL);
+        fresh.then_some(hint.density)
+    }
+
+    fn remember_density(&self, density: f64, now: Timestamp) {
+        *lock(&self.every_device_density) = Some(DensityHint {
+            density,
+            seen_at: now,
+        });
     }
 
     /// Runs a validated request.
@@ -307,6 +339,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             }
         };
         let plan_queries = plan.len() as u64;
+        let hint = if device.is_none() {
+            self.density_hint(now)
+        } else {
+            None
+        };
         let opts = ReadOptions {
             descending: read.descending,
             consistent: read.consistent,
@@ -319,6 +356,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             opts,
             read.limit as usize,
             after.as_ref(),
+            hint,
         )
         .await
         .map_err(|e| match e {
@@ -339,6 +377,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             }
             e => exec_error(e),
         })?;
+        if device.is_none()
+            && let Some(density) = outcome.density
+        {
+            self.remember_density(density, now);
+        }
         let next_cursor = match (outcome.more, outcome.items.last()) {
             (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
             _ => None,
@@ -684,4 +727,9 @@ fn json_response(status: StatusCode, body: String, retry_after: Option<u32>) -> 
             .insert(header::ALLOW, HeaderValue::from_static("GET"));
     }
     resp
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A hint is plain data; a panic elsewhere cannot leave it inconsistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -225,6 +225,41 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
 }
 
 #[tokio::test]
+async fn a_read_over_every_device_plans_its_first_round_by_the_last_ones_density() {
+    // 64 devices, one reading every 2 minutes each over an hour, 32 shards: the shape
+    // of bench item 4. The second of two reads of one service plans its first round by
+    // what the first saw, and answers in that round.
+    let mut rs = Vec::new();
+    for d in 0..64 {
+        let phase = d * 1_873;
+        rs.extend(
+            readings(&format!("dev-{d:02}"), 30, 120_000)
+                .into_iter()
+                .map(|mut r| {
+                    r.ts_ms += phase;
+                    r
+                }),
+        );
+    }
+    let table = MemoryReadings::new(None);
+    let shards = shard_table(table_history(vec![(0, hourly(32))]), []);
+    load(&table, &shards, &rs);
+    let svc = service_with(&table, Arc::new(shards), Some("by-time"));
+    let q = format!("from={BASE_MS}&to={}&limit=100", BASE_MS + 3_600_000);
+    let mut reads = Vec::new();
+    for _ in 0..2 {
+        let endpoint = parse_request("GET", "/readings", Some(&q), &svc.config().limits).unwrap();
+        reads.push(svc.execute(endpoint).await.unwrap());
+    }
+    let (first, second) = (&reads[0], &reads[1]);
+    println!("first: {:?}\nsecond: {:?}", first.1, second.1);
+    assert_eq!(first.0, second.0, "the same answer");
+    assert!(first.1.rounds >= 2, "{:?}", first.1);
+    assert_eq!(second.1.rounds, 1, "{:?}", second.1);
+    assert!(second.1.items_read <= 130, "{:?}", second.1);
+}
+
+#[tokio::test]
 async fn fanout_raised_inside_the_range_is_read_in_order() {
     // k = 1 for the first half hour, then 4 sub-shards: 4 + 1 streams per bucket.
     let table = MemoryReadings::new(None);

@@ -26,8 +26,9 @@
 //! later round also opens the not-yet-read streams next in merge order, concurrently
 //! with the blocking ones, until the expected supply (buffered items, plus density x
 //! the unread span of every stream being read) covers the remaining need. The first
-//! round reads ahead nothing (no density known yet): a dense first bucket answers
-//! alone, in one round trip. When the streams read so far held nothing, the estimate
+//! round reads ahead nothing (no density known yet, unless an earlier read's is given:
+//! see "A density from an earlier read"): a dense first bucket answers alone, in one
+//! round trip. When the streams read so far held nothing, the estimate
 //! is useless, so the read-ahead at most doubles the streams opened per round. Reading
 //! a stream early never changes the answer: it only buffers items, and the merge emits
 //! by bounds as before.
@@ -67,6 +68,23 @@
 //! answer ends in one round, not one item per round, and the generous `Limit` costs
 //! nothing past the cutoff. The merge's first round, with no density known, still
 //! reads a share per stream.
+//!
+//! # A density from an earlier read
+//! Without a density, the first round reads a share of the need from every stream, and
+//! shares fit no stream: a stream of a shard holding one device reads past where the
+//! answer ends, one holding five runs dry before it, and a second round follows. A
+//! caller that read streams like these a moment ago (the same route, another request)
+//! can hand the merge the density that read saw ([`BoundedMerge::with_density_hint`]).
+//! The first round then plans as later rounds do: the cutoff, time-indexed pages that
+//! end where the answer is expected to end, and reading ahead. A time-indexed stream not
+//! read yet takes up to four times its share up to there, so one denser than the
+//! average (a shard holding more devices than most) is read to the end in the same
+//! round (a limit of 100 over the 32 shards of 64 devices: three times the share left
+//! one shard's page at its limit short of the end, and a second round read one item).
+//! A wrong hint costs rounds or items read, never an item of the answer: too high, pages
+//! end early and the next rounds read on; too low, pages end late, and the first round
+//! still reads at most four shares a stream, five times the need in all. Once this
+//! read's own pages show a density, the hint is no longer used.
 //!
 //! # Streams in other orders
 //! - [`Arrival::TimeIndexed`]: pages come in time order through a time index, but
@@ -448,6 +466,9 @@ pub struct BoundedMerge<K, T> {
     last: Option<K>,
     /// Items dropped as copies of the one emitted before them.
     duplicates: u64,
+    /// The density to plan by before any stream has shown its own (see "A density from
+    /// an earlier read").
+    hint: Option<f64>,
 }
 
 impl<K: TimedKey, T> BoundedMerge<K, T> {
@@ -507,7 +528,24 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
             emitted: 0,
             last: None,
             duplicates: 0,
+            hint: None,
         }
+    }
+
+    /// Plans the first round by `hint`, items per millisecond of one stream's span as
+    /// an earlier read of streams like these saw it ([`BoundedMerge::observed_density`]),
+    /// until this read's own pages show one. A hint that is not a positive number is
+    /// ignored. See "A density from an earlier read".
+    #[must_use]
+    pub fn with_density_hint(mut self, hint: Option<f64>) -> Self {
+        self.hint = hint.filter(|d| d.is_finite() && *d > 0.0);
+        self
+    }
+
+    /// Items kept per millisecond of span covered, over the ordered streams read page
+    /// by page so far: what a later read of streams like these can start from.
+    pub fn observed_density(&self) -> Option<f64> {
+        self.measured_density().map(|(d, _)| d)
     }
 
     /// Takes the items emitted so far and not yet taken, in merge order. A windowed
@@ -602,6 +640,16 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
                             } else {
                                 own
                             }
+                        }
+                        // Not read yet, bounded by time where the answer is expected
+                        // to end: four times its share up to there, so that a stream
+                        // denser than the average (more devices on its shard) is read
+                        // to the end in this round too, and no more than that if the
+                        // density was wrong.
+                        (None, Some(_), Some(_))
+                            if s.shape.arrival == Arrival::TimeIndexed && page_end.is_some() =>
+                        {
+                            share * 4
                         }
                         _ => share,
                     };
@@ -800,8 +848,15 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     }
 
     /// Items per millisecond of one stream's span, over every ordered stream read so
-    /// far, and how many streams that is; `None` before any span is covered.
+    /// far, and how many streams that is; before any span is covered, the hint (over
+    /// no stream), if there is one.
     fn density(&self) -> Option<(f64, usize)> {
+        self.measured_density()
+            .or_else(|| self.hint.map(|hint| (hint, 0)))
+    }
+
+    /// The density this read's own pages show, and over how many streams.
+    fn measured_density(&self) -> Option<(f64, usize)> {
         let order = self.order;
         let (mut kept, mut covered, mut started) = (0u64, 0i64, 0usize);
         for s in self.streams.iter().filter(|s| s.started && s.ordered()) {
@@ -1008,14 +1063,28 @@ mod tests {
         arrival: Arrival,
         limit: usize,
     ) -> (Vec<i64>, usize, usize) {
+        let (items, rounds, read, _) = drive_hinted(streams, span, arrival, limit, None);
+        (items, rounds, read)
+    }
+
+    /// [`drive`] with a density hint; also returns the density the read saw.
+    fn drive_hinted(
+        streams: &[Vec<Key>],
+        span: (i64, i64),
+        arrival: Arrival,
+        limit: usize,
+        hint: Option<f64>,
+    ) -> (Vec<i64>, usize, usize, Option<f64>) {
         let shapes = vec![shape(span, arrival); streams.len()];
         let mut merge: BoundedMerge<Key, i64> =
-            BoundedMerge::new(shapes, Order::Ascending, limit, None);
+            BoundedMerge::new(shapes, Order::Ascending, limit, None).with_density_hint(hint);
         let mut positions = vec![0usize; streams.len()];
         let (mut rounds, mut read) = (0, 0);
         loop {
             match merge.step(64) {
-                Step::Done { items, .. } => return (items, rounds, read),
+                Step::Done { items, .. } => {
+                    return (items, rounds, read, merge.observed_density());
+                }
                 Step::Read(asks) => {
                     rounds += 1;
                     for ask in asks {
@@ -1142,6 +1211,38 @@ mod tests {
             // 5 rounds and read 157 items.
             assert_eq!(rounds, 2, "{name}");
             assert!(read <= 160, "{name}: {read} items read for 100");
+        }
+    }
+
+    #[test]
+    fn a_fleet_read_planned_by_an_earlier_reads_density_takes_one_round() {
+        let cases = [
+            ("in step", fleet_hour(i64::from)),
+            (
+                "own phases",
+                fleet_hour(|d| (crate::hash::stable_hash(&format!("phase-{d}")) % 120_000) as i64),
+            ),
+        ];
+        for (name, streams) in cases {
+            let mut all: Vec<i64> = streams.iter().flatten().map(|k| k.0).collect();
+            all.sort_unstable();
+            let span = (0, 3_600_000);
+            let (_, _, _, seen) = drive_hinted(&streams, span, Arrival::TimeIndexed, 100, None);
+            assert!(seen.is_some(), "{name}: the first read shows a density");
+            let (items, rounds, read, _) =
+                drive_hinted(&streams, span, Arrival::TimeIndexed, 100, seen);
+            assert_eq!(items, all[..100], "{name}");
+            assert_eq!(rounds, 1, "{name}");
+            assert!(read <= 130, "{name}: {read} items read for 100");
+            // A hint a hundred times off either way still gives the answer. Too high,
+            // it costs rounds: pages end early, and a burst read over a few
+            // milliseconds shows a density far above the average.
+            for factor in [0.01, 100.0] {
+                let hint = seen.map(|d| d * factor);
+                let (items, _, _, _) =
+                    drive_hinted(&streams, span, Arrival::TimeIndexed, 100, hint);
+                assert_eq!(items, all[..100], "{name} x {factor}");
+            }
         }
     }
 

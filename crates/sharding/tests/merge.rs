@@ -4,6 +4,8 @@
 //! pages through everything with no gap and no duplicate. Also when some items are
 //! stored in two streams (one reading under two fan-outs' keys): every key comes out
 //! once, in order, in the answers, across pages and resumes, and from a windowed merge.
+//! And whatever density an earlier read hands the merge: a hint plans rounds, never
+//! changes an answer.
 
 use proptest::prelude::*;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
@@ -95,9 +97,11 @@ fn read(
     after: Option<Key>,
     reader: Reader,
     concurrency: usize,
+    hint: Option<f64>,
 ) -> (Vec<Key>, bool) {
     let shapes = streams.iter().map(|(s, _)| *s).collect();
-    let mut merge: BoundedMerge<Key, Key> = BoundedMerge::new(shapes, order, limit, after);
+    let mut merge: BoundedMerge<Key, Key> =
+        BoundedMerge::new(shapes, order, limit, after).with_density_hint(hint);
     let mut positions = vec![0usize; streams.len()];
     for _ in 0..100_000 {
         match merge.step(concurrency) {
@@ -149,6 +153,8 @@ proptest! {
         page_cap in 1usize..12,
         honour_span in any::<bool>(),
         concurrency in 1usize..6,
+        // A density from an earlier read, right or wrong by orders of magnitude.
+        hint in prop::option::of(1e-4f64..10.0),
     ) {
         let reader = Reader { page_cap, honour_span };
         let order = if descending { Order::Descending } else { Order::Ascending };
@@ -177,7 +183,8 @@ proptest! {
         let mut paged: Vec<Key> = Vec::new();
         let mut after: Option<Key> = None;
         loop {
-            let (items, more) = read(&streams, order, limit, after.clone(), reader, concurrency);
+            let (items, more) =
+                read(&streams, order, limit, after.clone(), reader, concurrency, hint);
             let expected: Vec<Key> = all
                 .iter()
                 .filter(|k| after.as_ref().is_none_or(|a| order.before(a, k)))
@@ -211,7 +218,8 @@ proptest! {
         let mut paged: Vec<Key> = Vec::new();
         let mut after: Option<Key> = None;
         loop {
-            let (items, more) = read(&streams, order, limit, after.clone(), reader, concurrency);
+            let (items, more) =
+                read(&streams, order, limit, after.clone(), reader, concurrency, None);
             let expected: Vec<Key> = all
                 .iter()
                 .filter(|k| after.as_ref().is_none_or(|a| order.before(a, k)))
