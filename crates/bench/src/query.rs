@@ -618,8 +618,9 @@ fn report(results: &mut Results, backend: Backend, settings: Settings, m: &Measu
              scatter-gather and merge over the DynamoDB adapter) through the capacity-proxy \
              in forward mode with {LATENCY_MS} ms injected latency per call. {} measured \
              requests of each kind after 3 warm-up rounds (the service's shard-metadata cache \
-             is warm, as in a running Lambda). Over-read = items DynamoDB evaluated / items \
-             returned.",
+             is warm, and an every-device read plans its first round by the density the one \
+             before it saw, as in a running Lambda). Over-read = items DynamoDB evaluated / \
+             items returned.",
             settings.devices, m.stored, settings.iterations
         ),
     );
