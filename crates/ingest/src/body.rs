@@ -8,7 +8,6 @@
 //! Strings are borrowed from the body unless they hold escapes.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -44,7 +43,8 @@ impl Scalar<'_> {
 /// A member that holds an object of scalars (`metrics`, `tags`), or something else.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Members<'a> {
-    Object(BTreeMap<Cow<'a, str>, Scalar<'a>>),
+    /// In key order, each key once (the last of repeated keys).
+    Object(Vec<(Cow<'a, str>, Scalar<'a>)>),
     Other(Scalar<'a>),
 }
 
@@ -215,10 +215,17 @@ impl<'de> Shape<'de> for Members<'de> {
         Members::Other(value)
     }
     fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut members = BTreeMap::new();
+        // A vector sorted once rather than a map: an object of a few members is read
+        // per reading, and a map's node is a larger allocation than the members.
+        let mut members = Vec::new();
         while let Some((Key(name), value)) = map.next_entry::<Key<'de>, Scalar<'de>>()? {
-            members.insert(name, value);
+            members.push((name, value));
         }
+        // Latest first, then a stable sort by key: the first of each run of equal keys
+        // is the last one sent, and it is the one kept.
+        members.reverse();
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        members.dedup_by(|sent_before, kept| sent_before.0 == kept.0);
         Ok(Members::Object(members))
     }
 }

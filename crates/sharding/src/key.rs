@@ -1,6 +1,5 @@
 //! Write keys and point-lookup keys.
 
-use std::fmt::Write as _;
 use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};
@@ -8,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::epoch::{FanoutHistory, TableHistory};
 use crate::hash::shard_index;
 use crate::layout::{Layout, Strategy};
-use crate::time::Timestamp;
+use crate::time::{RFC3339_LEN, Timestamp};
 
 /// Longest accepted entity or event id, in bytes (keeps every key far below DynamoDB's
 /// 2,048-byte partition key and 1,024-byte sort key limits).
@@ -176,18 +175,18 @@ pub fn key_for_layout(
 ) -> Result<ItemKey, KeyError> {
     validate_id("entity", reading.entity)?;
     validate_id("event_id", reading.event_id)?;
-    let ts = reading.ts.to_rfc3339();
+    let ts = || reading.ts.to_rfc3339();
     let k = fanout_count(layout, fanout);
     match &layout.strategy {
         Strategy::Unsharded => Ok(ItemKey {
             pk: reading.entity.to_owned(),
-            sk: plain_sk(&ts, reading.event_id),
+            sk: plain_sk(&ts(), reading.event_id),
         }),
         Strategy::Random => {
             let r = shard_index(reading.event_id, k);
             Ok(ItemKey {
                 pk: entity_pk(reading.entity, r),
-                sk: plain_sk(&ts, reading.event_id),
+                sk: plain_sk(&ts(), reading.event_id),
             })
         }
         Strategy::Calculated { attribute } => {
@@ -202,7 +201,7 @@ pub fn key_for_layout(
             };
             Ok(ItemKey {
                 pk: entity_pk(reading.entity, shard_index(value, k)),
-                sk: plain_sk(&ts, reading.event_id),
+                sk: plain_sk(&ts(), reading.event_id),
             })
         }
         Strategy::TimeBucket { bucket, sub_shards } => {
@@ -215,22 +214,42 @@ pub fn key_for_layout(
             };
             // Built in place: this runs once per ingested reading.
             let mut pk = String::with_capacity(32);
-            let _ = write!(pk, "{shard}");
+            push_decimal(&mut pk, shard);
             if let Some(j) = dedicated {
-                let _ = write!(pk, ".{j}");
+                pk.push('.');
+                push_decimal(&mut pk, j);
             }
             pk.push(SEPARATOR);
             bucket.write_label(reading.ts, &mut pk);
-            let mut sk =
-                String::with_capacity(reading.entity.len() + ts.len() + reading.event_id.len() + 2);
+            let mut sk = String::with_capacity(
+                reading.entity.len() + RFC3339_LEN + reading.event_id.len() + 2,
+            );
             sk.push_str(reading.entity);
             sk.push(SEPARATOR);
-            sk.push_str(&ts);
+            reading.ts.write_rfc3339(&mut sk);
             sk.push(SEPARATOR);
             sk.push_str(reading.event_id);
             Ok(ItemKey { pk, sk })
         }
     }
+}
+
+/// Appends `v` in decimal, as `Display` writes it, without the formatting machinery
+/// (a shard number is written into every ingested reading's key).
+fn push_decimal(out: &mut String, mut v: u32) {
+    let mut digits = [b'0'; 10];
+    let mut start = digits.len();
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + u8::try_from(v % 10).unwrap_or(0);
+        start -= 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let text = digits.get(start..).unwrap_or_default();
+    // ASCII digits only: always UTF-8.
+    out.push_str(std::str::from_utf8(text).unwrap_or_default());
 }
 
 /// The number of partition keys of one entity under `layout` with fan-out `fanout`.
@@ -257,4 +276,16 @@ pub(crate) fn bucket_pk(s: u32, sub: Option<u32>, label: &str) -> String {
 /// `{ts}#{event_id}`
 fn plain_sk(ts: &str, event_id: &str) -> String {
     format!("{ts}#{event_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals_are_written_as_display_writes_them() {
+        for v in [0, 1, 9, 10, 63, 100, 4_096, 99_999, u32::MAX] {
+            let mut out = String::from("x");
+            super::push_decimal(&mut out, v);
+            assert_eq!(out, format!("x{v}"));
+        }
+    }
 }

@@ -128,23 +128,7 @@ impl Timestamp {
     /// built on the ingest hot path, where chrono's format-string interpreter cost
     /// more than the rest of the key).
     pub fn write_rfc3339(self, out: &mut String) {
-        let c = Civil::of(self);
-        let mut text = *b"0000-00-00T00:00:00.000Z";
-        for (range, value) in [
-            (0..4, c.year),
-            (5..7, c.month),
-            (8..10, c.day),
-            (11..13, c.hour),
-            (14..16, c.minute),
-            (17..19, c.second),
-            (20..23, c.milli),
-        ] {
-            if let Some(slot) = text.get_mut(range) {
-                put_digits(slot, value);
-            }
-        }
-        // Digits and ASCII punctuation only: always UTF-8.
-        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+        push_ascii(out, &Civil::of(self).rfc3339());
     }
 
     /// Parses RFC 3339 (any offset; sub-millisecond digits are truncated) or an integer
@@ -316,16 +300,15 @@ impl Bucket {
 
     /// Appends [`Bucket::label`] of `ts` to `out`.
     pub fn write_label(self, ts: Timestamp, out: &mut String) {
-        let c = Civil::of(ts);
-        c.write_date(out, self != Bucket::Month);
-        if matches!(self, Bucket::Minute | Bucket::Hour) {
-            out.push('T');
-            push_2(out, c.hour);
-            if self == Bucket::Minute {
-                out.push(':');
-                push_2(out, c.minute);
-            }
-        }
+        // Each label is a prefix of the RFC 3339 form: `YYYY-MM`, `YYYY-MM-DD`,
+        // `YYYY-MM-DDTHH` and `YYYY-MM-DDTHH:MM`.
+        let len = match self {
+            Bucket::Month => 7,
+            Bucket::Day => 10,
+            Bucket::Hour => 13,
+            Bucket::Minute => 16,
+        };
+        push_ascii(out, Civil::of(ts).rfc3339().get(..len).unwrap_or_default());
     }
 
     /// Start of the bucket holding `ts`.
@@ -436,7 +419,7 @@ fn parse_utc_fast(text: &str) -> Option<Timestamp> {
 }
 
 /// Length of [`Timestamp::to_rfc3339`].
-const RFC3339_LEN: usize = 24;
+pub(crate) const RFC3339_LEN: usize = 24;
 
 /// The UTC calendar fields of a timestamp (proleptic Gregorian, years 0..=9999).
 struct Civil {
@@ -476,35 +459,43 @@ impl Civil {
         }
     }
 
-    /// `YYYY-MM-DD`, or `YYYY-MM` without the day.
-    fn write_date(&self, out: &mut String, with_day: bool) {
-        push_digits(out, self.year, 4);
-        out.push('-');
-        push_2(out, self.month);
-        if with_day {
-            out.push('-');
-            push_2(out, self.day);
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the RFC 3339 form (and every bucket label is a
+    /// prefix of it), written into a fixed buffer: every ingested reading's timestamp
+    /// is written twice, and a bucket label once.
+    fn rfc3339(&self) -> [u8; RFC3339_LEN] {
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        for (range, value) in [
+            (0..4, self.year),
+            (5..7, self.month),
+            (8..10, self.day),
+            (11..13, self.hour),
+            (14..16, self.minute),
+            (17..19, self.second),
+            (20..23, self.milli),
+        ] {
+            if let Some(slot) = text.get_mut(range) {
+                put_digits(slot, value);
+            }
         }
+        text
     }
 }
 
-fn push_2(out: &mut String, v: u32) {
-    push_digits(out, v, 2);
+/// Appends ASCII text (digits and punctuation: always UTF-8).
+fn push_ascii(out: &mut String, text: &[u8]) {
+    out.push_str(std::str::from_utf8(text).unwrap_or_default());
 }
 
-/// The last `slot.len()` decimal digits of `v`, zero-padded, into `slot`.
+/// The last `slot.len()` decimal digits of `v`, zero-padded, into `slot`, two at a time
+/// from a table of "00" to "99" (every ingested reading's timestamp is written twice).
 fn put_digits(slot: &mut [u8], mut v: u32) {
-    for byte in slot.iter_mut().rev() {
-        *byte = b'0' + u8::try_from(v % 10).unwrap_or(0);
-        v /= 10;
-    }
-}
-
-/// The last `width` decimal digits of `v`, zero-padded.
-fn push_digits(out: &mut String, v: u32, width: u32) {
-    for place in (0..width).rev() {
-        let digit = v / 10u32.pow(place) % 10;
-        out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+    const PAIRS: &[u8; 200] = b"00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+    for chunk in slot.rchunks_mut(2) {
+        let at = usize::try_from(v % 100).unwrap_or(0) * 2;
+        v /= 100;
+        let pair = PAIRS.get(at..at + 2).unwrap_or(b"00");
+        let skip = 2 - chunk.len();
+        chunk.copy_from_slice(pair.get(skip..).unwrap_or_default());
     }
 }
 
