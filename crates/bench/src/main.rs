@@ -169,7 +169,7 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
         ("key", "stage: key (sharding::write_key)"),
         (
             "marshal_size",
-            "stage: marshal + size (the typed encoder, store::size::item_size)",
+            "stage: marshal + size (the typed encoder, which sizes the item as it builds it)",
         ),
     ] {
         let stage_ns = criterion_ns_per_reading(dir, "cost", function)?;
@@ -208,10 +208,11 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
         "5",
         "crates/bench/benches/cost.rs: 1,000 single-reading message bodies (2 metrics, 1 tag) \
          per iteration through ingest::parse_body (parse + validate), sharding::write_key \
-         (hour buckets, N = 64), store::ReadingItem::marshal (the typed encoder: the SDK \
-         attribute map built directly, held equal to serde_dynamo's by a property test) and \
-         store::size::item_size; criterion's mean per iteration / 1,000. Each stage is \
-         also timed alone, over what the stage before it produced. The figures held to the \
+         (hour buckets, N = 64) and store::ReadingItem::marshal (the typed encoder: the SDK \
+         attribute map built directly and sized as it is built, held equal to serde_dynamo's \
+         and to store::size::item_size by a property test); criterion's mean per iteration / \
+         1,000. Each stage is also timed alone, over what the stage before it produced (the \
+         marshal with a copy of each key, which the whole path moves in). The figures held to the \
          goal run under the ingest binary's global allocator (ingest::Allocator, mimalloc); \
          benches/cost_system.rs runs the same under the system allocator wrapped by \
          stats_alloc, which counts allocations (and reallocations) over one pass of each.",

@@ -136,10 +136,16 @@ impl ReadingItem {
         put("ts", string(reading.ts.to_rfc3339()));
         put("ts_ms", number(ts_ms.to_string()));
         let metrics = reading.metrics.iter();
-        put("metrics", map(metrics.map(|(name, value)| (name, number(value.to_string())))));
+        put(
+            "metrics",
+            map(metrics.map(|(name, value)| (name, number(value.to_string())))),
+        );
         if !reading.tags.is_empty() {
             let tags = reading.tags.iter();
-            put("tags", map(tags.map(|(name, value)| (name, string(value.clone())))));
+            put(
+                "tags",
+                map(tags.map(|(name, value)| (name, string(value.clone())))),
+            );
         }
         put("ttl", number(ttl.to_string()));
         Encoded { item, size }
