@@ -668,7 +668,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Stage 2: brings each entity's rate in this batch to the directory before its
     /// readings are keyed, so a rate its keys cannot carry raises its fan-out now and
     /// this very batch is keyed with the new k (and a busy entity is marked, a quiet
-    /// one shrunk). Entities are handled concurrently, each with its own random stream.
+    /// one shrunk). What the cache answers alone is decided in one pass (most devices of
+    /// a fleet: no metadata, a rate the default carries); the rest concurrently, each
+    /// entity with its own random stream.
     async fn observe_stage<R: Rng + ?Sized>(
         &self,
         rates: &BTreeMap<String, Option<f64>>,
@@ -676,17 +678,21 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         changes: &mut Changes,
         rng: &mut R,
     ) {
-        let signals: Vec<(&str, Signal, StdRng)> = rates
-            .iter()
-            .map(|(entity, rate)| {
-                let signal = Signal {
-                    throttle: Throttle::Other,
-                    keyed: 0,
-                    rate: *rate,
-                };
-                (entity.as_str(), signal, seeded(rng))
-            })
-            .collect();
+        let mut signals: Vec<(&str, Signal, StdRng)> = Vec::new();
+        for (entity, rate) in rates {
+            let signal = Signal {
+                throttle: Throttle::Other,
+                keyed: 0,
+                rate: *rate,
+            };
+            // Every entity draws its stream, answered from the cache or not, so a seeded
+            // run draws the same streams whatever the cache holds.
+            let stream = seeded(rng);
+            match self.directory.on_signal_cached(entity, &signal, run.now) {
+                Some(change) => changes.record(entity, &Ok(change)),
+                None => signals.push((entity.as_str(), signal, stream)),
+            }
+        }
         let results: Vec<(&str, Result<FanoutChange, StoreError>)> = futures::stream::iter(signals)
             .map(|(entity, signal, mut rng)| async move {
                 let change = tokio::time::timeout_at(

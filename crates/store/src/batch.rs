@@ -61,16 +61,22 @@ pub struct Key {
 
 /// The `(PK, SK)` of an item, or why it has none usable.
 pub fn key_of(item: &Item) -> Result<Key, String> {
+    let (pk, sk) = key_ref(item)?;
+    Ok(Key {
+        pk: pk.to_owned(),
+        sk: sk.to_owned(),
+    })
+}
+
+/// [`key_of`], borrowed from the item.
+fn key_ref(item: &Item) -> Result<(&str, &str), String> {
     let string = |name: &str| match item.get(name) {
-        Some(AttributeValue::S(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(AttributeValue::S(s)) if !s.is_empty() => Ok(s.as_str()),
         Some(AttributeValue::S(_)) => Err(format!("key attribute {name} is empty")),
         Some(_) => Err(format!("key attribute {name} is not a string")),
         None => Err(format!("key attribute {name} is missing")),
     };
-    Ok(Key {
-        pk: string(PK)?,
-        sk: string(SK)?,
-    })
+    Ok((string(PK)?, string(SK)?))
 }
 
 /// The port: one `BatchWriteItem` call of at most 25 put requests to the readings
@@ -242,13 +248,13 @@ pub struct Prepared {
 /// of estimated request size, in input order.
 pub fn prepare(items: &[Item]) -> Prepared {
     let mut canonical = Vec::with_capacity(items.len());
-    let mut first_of: HashMap<Key, usize> = HashMap::new();
+    let mut first_of: HashMap<(&str, &str), usize> = HashMap::with_capacity(items.len());
     let mut refused = Vec::new();
     let mut chunks: Vec<Vec<usize>> = Vec::new();
     let mut chunk_bytes = 0usize;
     let mut large_items = 0;
     for (i, item) in items.iter().enumerate() {
-        let key = match key_of(item) {
+        let key = match key_ref(item) {
             Ok(key) => key,
             Err(reason) => {
                 canonical.push(i);

@@ -394,17 +394,14 @@ impl<S: ShardStore> ShardDirectory<S> {
         } else {
             self.meta(entity, now).await?
         };
-        let by_rate = signal.rate.map_or(1, |r| {
-            fanout::needed_fanout(r, policy.key_rate, policy.max_fanout)
-        });
         let (meta, created) = match stored {
             Some(meta) => (meta, false),
-            None if !throttled && by_rate <= default => {
-                return Ok(FanoutChange::Kept(KeepReason::Enough { current: default }));
-            }
-            None => match self.existing_or_created(entity, default, now).await? {
-                Some(meta) => (meta, true),
-                None => return Ok(FanoutChange::Created { won: false }),
+            None => match self.enough_without_metadata(&signal, default) {
+                Some(kept) => return Ok(kept),
+                None => match self.existing_or_created(entity, default, now).await? {
+                    Some(meta) => (meta, true),
+                    None => return Ok(FanoutChange::Created { won: false }),
+                },
             },
         };
         match fanout::decide(Some(&meta), &signal, now, default, policy, rng) {
@@ -423,6 +420,35 @@ impl<S: ShardStore> ShardDirectory<S> {
                 .await
                 .map(|shrunk| shrunk.unwrap_or(FanoutChange::Kept(reason))),
         }
+    }
+
+    /// What [`Self::on_signal`] answers from the cache alone, without a call or a
+    /// future: `Some` for a signal without a throttle about an entity the cache freshly
+    /// knows has no metadata, and whose rate the default fan-out of the cached layout
+    /// carries (most devices of a fleet, in most batches). `None` when the answer needs
+    /// `on_signal`. A batch of hundreds of devices decides those in one pass.
+    pub fn on_signal_cached(
+        &self,
+        entity: &str,
+        signal: &Signal,
+        now: Timestamp,
+    ) -> Option<FanoutChange> {
+        let default = self.cache.cached_default_fanout(now)?;
+        if !self.cache.known_without_meta(entity, now) {
+            return None;
+        }
+        self.enough_without_metadata(signal, default)
+    }
+
+    /// The answer for an entity without metadata that needs none: no throttle, and a
+    /// rate the layout's default fan-out carries.
+    fn enough_without_metadata(&self, signal: &Signal, default: u32) -> Option<FanoutChange> {
+        let policy = &self.config.policy;
+        let by_rate = signal.rate.map_or(1, |r| {
+            fanout::needed_fanout(r, policy.key_rate, policy.max_fanout)
+        });
+        (signal.throttle != Throttle::KeyRange && by_rate <= default)
+            .then_some(FanoutChange::Kept(KeepReason::Enough { current: default }))
     }
 
     /// An entity whose k stays: marked busy when the signal shows it is, else shrunk

@@ -167,6 +167,53 @@ async fn a_rate_the_default_carries_creates_nothing() {
 }
 
 #[tokio::test]
+async fn the_cache_alone_answers_only_what_on_signal_would_answer_without_the_store() {
+    let shards = MemoryShards::new();
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    // Nothing cached yet: the store must be read.
+    assert_eq!(directory.on_signal_cached("calm", &rate(100.0), t(0)), None);
+    let kept = signal(&directory, "calm", rate(100.0), t(0)).await;
+    signal(&directory, "hot", throttle(1), t(0)).await;
+    let reads = shards.reads();
+
+    // Within the TTL, a device without metadata at a rate the default carries is
+    // answered from the cache, as `on_signal` answered, with no read.
+    for r in [1.0, 100.0, 500.0] {
+        assert_eq!(
+            directory.on_signal_cached("calm", &rate(r), t(10)),
+            Some(kept.clone())
+        );
+        assert_eq!(signal(&directory, "calm", rate(r), t(10)).await, kept);
+    }
+    assert_eq!(
+        directory.on_signal_cached("calm", &rate_free(), t(10)),
+        Some(kept)
+    );
+    assert_eq!(shards.reads(), reads);
+
+    // Everything else goes to `on_signal`: a throttle, a rate the default does not
+    // carry, an entity with metadata, an entry past its TTL.
+    assert_eq!(
+        directory.on_signal_cached("calm", &throttle(1), t(10)),
+        None
+    );
+    assert_eq!(
+        directory.on_signal_cached("calm", &rate(5_000.0), t(10)),
+        None
+    );
+    assert_eq!(directory.on_signal_cached("hot", &rate(1.0), t(10)), None);
+    assert_eq!(directory.on_signal_cached("calm", &rate(1.0), t(60)), None);
+}
+
+fn rate_free() -> Signal {
+    Signal {
+        throttle: Throttle::Other,
+        keyed: 0,
+        rate: None,
+    }
+}
+
+#[tokio::test]
 async fn throttles_raise_a_cooldown_apart_and_old_keys_do_not_count() {
     let shards = MemoryShards::new();
     let directory = ShardDirectory::new(shards.clone(), directory_config());

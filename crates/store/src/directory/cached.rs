@@ -108,6 +108,25 @@ impl<R> CachedDirectory<R> {
     }
 }
 
+impl<R> CachedDirectory<R> {
+    /// The fan-out of an entity without metadata under the cached layout in force at
+    /// `now`, if the cache holds a fresh layout; never reads the store.
+    pub fn cached_default_fanout(&self, now: Timestamp) -> Option<u32> {
+        let cache = self.lock();
+        let cached = cache.layout.as_ref().filter(|c| self.fresh(c, now))?;
+        Some(cached.value.at(now).default_fanout())
+    }
+
+    /// Whether the cache knows, freshly at `now`, that `entity` has no metadata; never
+    /// reads the store.
+    pub fn known_without_meta(&self, entity: &str, now: Timestamp) -> bool {
+        self.lock()
+            .entities
+            .get(entity)
+            .is_some_and(|c| self.fresh(c, now) && c.value.is_none())
+    }
+}
+
 impl<R: ShardReader> CachedDirectory<R> {
     /// The table's layout history, if one is stored. Only a stored layout is cached:
     /// the first one holds from the beginning of time, so a cached "none yet" would
