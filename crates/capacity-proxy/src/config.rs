@@ -26,7 +26,9 @@ pub enum Mode {
 /// Fault injection settings. Rates are probabilities in [0, 1].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Faults {
-    /// Fixed added latency per data-plane call, milliseconds.
+    /// Fixed latency per data-plane call, milliseconds, counted from the request's
+    /// arrival: the proxy's own reading and parsing of the request fall within it (an
+    /// emulator's work is not the service's), an upstream's answer comes on top.
     pub latency_ms: u64,
     /// Uniform random extra latency in [0, jitter_ms], milliseconds.
     pub jitter_ms: u64,

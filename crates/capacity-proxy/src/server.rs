@@ -391,7 +391,7 @@ impl Inner {
         let started = std::time::Instant::now();
         let mut asleep = None;
         let inner = Arc::clone(&self);
-        let response = inner.answer(req, &mut asleep).await;
+        let response = inner.answer(req, started, &mut asleep).await;
         if let Some(asleep) = asleep {
             lock(&self.stats).served(started.elapsed(), asleep);
         }
@@ -399,10 +399,12 @@ impl Inner {
     }
 
     /// [`Inner::handle`] without the timing: `asleep` is set for a data-plane call, to
-    /// the time it slept for injected latency.
+    /// the time it slept for injected latency. The latency counts from `arrived`, so
+    /// the proxy's own reading and parsing of the request fall within it.
     async fn answer(
         self: Arc<Self>,
         req: Request<Incoming>,
+        arrived: std::time::Instant,
         asleep: &mut Option<Duration>,
     ) -> Result<Response<Body>, ProxyError> {
         if req.method() == Method::GET && req.uri().path() == "/__stats" {
@@ -457,7 +459,8 @@ impl Inner {
             let mut slept = Duration::ZERO;
             if !plan.latency.is_zero() {
                 lock(&self.stats).faults_mut().latency += 1;
-                slept = crate::faults::wait_latency(plan.latency).await;
+                slept = crate::faults::wait_latency(plan.latency.saturating_sub(arrived.elapsed()))
+                    .await;
             }
             *asleep = Some(slept);
             match plan.fault {
