@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -394,39 +394,78 @@ impl Changes {
 /// (`sharding::fanout::rate_of`): the larger of what the whole batch shows and what its
 /// densest message shows. Every entity of the batch is present.
 fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
-    // Borrowed ids while counting: one allocation per entity, not per reading.
-    type Span = (u64, Timestamp, Timestamp);
-    fn add<'r>(spans: &mut HashMap<&'r str, Span>, r: &'r Reading) {
-        let entry = spans.entry(&r.device_id).or_insert((0, r.ts, r.ts));
-        entry.0 += 1;
-        entry.1 = entry.1.min(r.ts);
-        entry.2 = entry.2.max(r.ts);
+    /// Readings, first and last timestamp.
+    #[derive(Clone, Copy)]
+    struct Span(u64, Timestamp, Timestamp);
+    impl Span {
+        fn new(ts: Timestamp) -> Self {
+            Self(1, ts, ts)
+        }
+        fn add(&mut self, ts: Timestamp) {
+            self.0 += 1;
+            self.1 = self.1.min(ts);
+            self.2 = self.2.max(ts);
+        }
+        fn rate(self) -> Option<f64> {
+            fanout::rate_of(self.0, self.2.as_millis() - self.1.as_millis())
+        }
     }
-    let rate = |(n, first, last): Span| fanout::rate_of(n, last.as_millis() - first.as_millis());
-    let keep_max = |best: &mut Option<f64>, rate: Option<f64>| {
-        *best = match (*best, rate) {
+    /// One entity: its span in the batch, its span in the message it was last seen in,
+    /// and the best rate of the messages before that one.
+    struct Seen {
+        batch: Span,
+        message: usize,
+        in_message: Span,
+        best: Option<f64>,
+    }
+    fn keep_max(best: Option<f64>, rate: Option<f64>) -> Option<f64> {
+        match (best, rate) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
-        };
-    };
-    let mut rates: BTreeMap<&str, Option<f64>> = BTreeMap::new();
-    let mut batch: HashMap<&str, Span> = HashMap::new();
-    for stage in stages {
+        }
+    }
+    // One lookup per reading, borrowed ids: one allocation per entity, at the end.
+    let mut seen: HashMap<&str, Seen> = HashMap::new();
+    for (message, stage) in stages.iter().enumerate() {
         let Stage::Parsed(readings) = stage else {
             continue;
         };
-        let mut message: HashMap<&str, Span> = HashMap::new();
         for r in readings {
-            add(&mut batch, r);
-            add(&mut message, r);
-        }
-        for (entity, span) in message {
-            keep_max(rates.entry(entity).or_default(), rate(span));
+            match seen.get_mut(r.device_id.as_str()) {
+                None => {
+                    let span = Span::new(r.ts);
+                    seen.insert(
+                        &r.device_id,
+                        Seen {
+                            batch: span,
+                            message,
+                            in_message: span,
+                            best: None,
+                        },
+                    );
+                }
+                Some(entity) => {
+                    entity.batch.add(r.ts);
+                    if entity.message == message {
+                        entity.in_message.add(r.ts);
+                    } else {
+                        entity.best = keep_max(entity.best, entity.in_message.rate());
+                        entity.message = message;
+                        entity.in_message = Span::new(r.ts);
+                    }
+                }
+            }
         }
     }
-    for (entity, span) in batch {
-        keep_max(rates.entry(entity).or_default(), rate(span));
-    }
+    let mut rates: Vec<(&str, Option<f64>)> = seen
+        .into_iter()
+        .map(|(entity, s)| {
+            let best = keep_max(s.best, s.in_message.rate());
+            (entity, keep_max(best, s.batch.rate()))
+        })
+        .collect();
+    // Sorted, the map is built in one pass.
+    rates.sort_unstable_by(|a, b| a.0.cmp(b.0));
     rates
         .into_iter()
         .map(|(entity, rate)| (entity.to_owned(), rate))
@@ -456,31 +495,49 @@ fn keyed_mut(stages: &mut [Stage]) -> impl Iterator<Item = &mut Keyed> {
 }
 
 /// Who writes to each partition key of one round, and what the writer hears.
-struct Watch {
-    owners: Owners,
+struct Watch<'a> {
+    /// Each item's partition key, and its entity with the fan-out of its key.
+    pks: Vec<Option<String>>,
+    keyed: &'a [(&'a str, u32)],
+    /// Built from the two above at the first throttle or raise: most rounds see none.
+    owners: OnceLock<Owners>,
     /// Per entity raised during the round: the fan-out now in force.
     raised: Mutex<HashMap<String, u32>>,
     throttled: Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>,
 }
 
-impl Watch {
+impl<'a> Watch<'a> {
     fn new(
         items: &[Item],
-        keyed: &[(&str, u32)],
+        keyed: &'a [(&'a str, u32)],
         tx: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Self {
-        let owners =
-            Owners::new(items.iter().zip(keyed).filter_map(
-                |(item, (entity, k))| match item.get(PK) {
-                    Some(AttributeValue::S(pk)) => Some((pk.as_str(), *entity, *k)),
-                    _ => None,
-                },
-            ));
+        let pks = items
+            .iter()
+            .map(|item| match item.get(PK) {
+                Some(AttributeValue::S(pk)) => Some(pk.clone()),
+                _ => None,
+            })
+            .collect();
         Self {
-            owners,
+            pks,
+            keyed,
+            owners: OnceLock::new(),
             raised: Mutex::new(HashMap::new()),
             throttled: Mutex::new(Some(tx)),
         }
+    }
+
+    /// Who writes to each partition key of the round.
+    fn owners(&self) -> &Owners {
+        self.owners.get_or_init(|| {
+            Owners::new(
+                self.pks
+                    .iter()
+                    .zip(self.keyed)
+                    .filter_map(|(pk, (entity, k))| Some((pk.as_deref()?, *entity, *k))),
+            )
+        })
     }
 
     /// Ends the round: the listener's channel closes.
@@ -501,7 +558,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl WriteObserver for Watch {
+impl WriteObserver for Watch<'_> {
     fn throttled(&self, pk: &str) {
         if let Some(tx) = lock(&self.throttled).as_ref() {
             // The receiver lives until the round ends: a send cannot fail before.
@@ -510,7 +567,8 @@ impl WriteObserver for Watch {
     }
 
     fn stale(&self, pk: &str) -> bool {
-        self.owners.is_stale(pk, &lock(&self.raised))
+        let raised = lock(&self.raised);
+        !raised.is_empty() && self.owners().is_stale(pk, &raised)
     }
 }
 
@@ -848,7 +906,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     async fn follow_throttles<R: Rng + ?Sized>(
         &self,
         mut throttled: tokio::sync::mpsc::UnboundedReceiver<String>,
-        watch: &Watch,
+        watch: &Watch<'_>,
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
         rng: &mut R,
@@ -857,15 +915,16 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         // Per entity: `None` once settled for this round, else when to ask again.
         let mut next: HashMap<String, Option<Instant>> = HashMap::new();
         while let Some(pk) = throttled.recv().await {
-            let due = watch
-                .owners
-                .of(&pk)
-                .into_iter()
-                .find(|(entity, _)| match next.get(entity) {
-                    None => true,
-                    Some(None) => false,
-                    Some(Some(at)) => Instant::now() >= *at,
-                });
+            let due =
+                watch
+                    .owners()
+                    .of(&pk)
+                    .into_iter()
+                    .find(|(entity, _)| match next.get(entity) {
+                        None => true,
+                        Some(None) => false,
+                        Some(Some(at)) => Instant::now() >= *at,
+                    });
             let Some((entity, keyed)) = due else {
                 continue;
             };
@@ -1181,7 +1240,18 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         now: Timestamp,
         deadline: Instant,
     ) -> Fanouts {
-        futures::stream::iter(entities)
+        // What the cache holds is read in one pass; the rest concurrently.
+        let mut fanouts = Fanouts::with_capacity(entities.len());
+        let mut missing = Vec::new();
+        for entity in entities {
+            match self.directory.fanout_cached(entity, now) {
+                Some(history) => {
+                    fanouts.insert(entity.to_owned(), Ok(history));
+                }
+                None => missing.push(entity),
+            }
+        }
+        let read: Vec<(String, Result<FanoutHistory, StoreError>)> = futures::stream::iter(missing)
             .map(|entity| async move {
                 let fanout = tokio::time::timeout_at(deadline, self.directory.fanout(entity, now))
                     .await
@@ -1190,7 +1260,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             })
             .buffer_unordered(self.config.max_inflight.max(1))
             .collect()
-            .await
+            .await;
+        fanouts.extend(read);
+        fanouts
     }
 
     /// The item of `reading` keyed by a writer at `now`, and the fan-out of its key.
@@ -1299,4 +1371,96 @@ struct Leaving {
     dlq_failures: u64,
     requeued: u64,
     split: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The rates read literally: per entity, the larger of the batch's rate and each
+    /// message's, where any shows one.
+    fn rates_by_definition(messages: &[Vec<(u8, i64)>]) -> BTreeMap<String, Option<f64>> {
+        let span = |ts: &[i64]| {
+            let n = ts.len() as u64;
+            let (lo, hi) = (ts.iter().min(), ts.iter().max());
+            lo.zip(hi).and_then(|(lo, hi)| fanout::rate_of(n, hi - lo))
+        };
+        let entities: BTreeSet<u8> = messages.iter().flatten().map(|(e, _)| *e).collect();
+        entities
+            .into_iter()
+            .map(|e| {
+                let of = |m: &[(u8, i64)]| -> Vec<i64> {
+                    m.iter().filter(|(x, _)| *x == e).map(|(_, t)| *t).collect()
+                };
+                let batch: Vec<i64> = messages.iter().flat_map(|m| of(m)).collect();
+                let rate = messages
+                    .iter()
+                    .filter_map(|m| span(&of(m)))
+                    .chain(span(&batch))
+                    .reduce(f64::max);
+                (format!("dev-{e}"), rate)
+            })
+            .collect()
+    }
+
+    fn stage(message: &[(u8, i64)]) -> Stage {
+        Stage::Parsed(
+            message
+                .iter()
+                .map(|(e, t)| Reading {
+                    device_id: format!("dev-{e}"),
+                    event_id: format!("evt-{t}"),
+                    ts: Timestamp::from_millis(*t).expect("in range"),
+                    metrics: BTreeMap::new(),
+                    tags: BTreeMap::new(),
+                })
+                .collect(),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn entity_rates_are_the_larger_of_the_batchs_and_each_messages(
+            // Messages dense within themselves (20 readings make a rate) and spread over
+            // an hour, so a message's rate and the batch's differ.
+            spread in prop::collection::vec(
+                (
+                    0i64..3_600_000,
+                    prop::collection::vec((0u8..3, 0i64..2_000), 0..70),
+                ),
+                0..6,
+            ),
+            refused in prop::collection::vec(prop::bool::weighted(0.2), 6),
+        ) {
+            let messages: Vec<Vec<(u8, i64)>> = spread
+                .iter()
+                .map(|(base, m)| {
+                    m.iter()
+                        .map(|(e, dt)| (*e, 1_700_000_000_000 + base + dt))
+                        .collect()
+                })
+                .collect();
+            // A message that is not parsed (refused, say) counts for nothing.
+            let kept: Vec<Vec<(u8, i64)>> = messages
+                .iter()
+                .zip(&refused)
+                .filter(|(_, r)| !**r)
+                .map(|(m, _)| m.clone())
+                .collect();
+            let stages: Vec<Stage> = messages
+                .iter()
+                .zip(&refused)
+                .map(|(m, r)| {
+                    if *r {
+                        Stage::Retry(Retry::Failed("refused".to_owned()))
+                    } else {
+                        stage(m)
+                    }
+                })
+                .collect();
+            prop_assert_eq!(entity_rates(&stages), rates_by_definition(&kept));
+        }
+    }
 }

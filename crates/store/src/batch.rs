@@ -33,7 +33,7 @@ use sharding::backoff::Backoff;
 use tokio::time::Instant;
 
 use crate::error::{StoreError, ThrottleKind};
-use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size, wire_size};
+use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_sizes};
 
 /// A DynamoDB item as the SDK sees it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -268,7 +268,7 @@ pub fn prepare(items: &[Item]) -> Prepared {
         }
         first_of.insert(key, i);
         canonical.push(i);
-        let size = item_size(item);
+        let (size, bytes) = item_sizes(item);
         if size > MAX_ITEM_BYTES {
             refused.push((
                 i,
@@ -279,7 +279,6 @@ pub fn prepare(items: &[Item]) -> Prepared {
         if size > WCU_BYTES {
             large_items += 1;
         }
-        let bytes = wire_size(item);
         let fits = chunks
             .last()
             .is_some_and(|c| c.len() < MAX_BATCH_ITEMS && chunk_bytes + bytes <= MAX_REQUEST_BYTES);

@@ -295,6 +295,12 @@ impl<S: ShardStore> ShardDirectory<S> {
         self.cache.fanout(entity, now).await
     }
 
+    /// An entity's fan-out history if the cache holds a fresh read of it; `None` when
+    /// [`Self::fanout`] must read the store. No call and no future.
+    pub fn fanout_cached(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
+        self.cache.cached_fanout(entity, now)
+    }
+
     /// Every entity whose fan-out ever exceeded 1 (not cached).
     pub async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
         self.store().hot_entities().await

@@ -17,10 +17,7 @@ pub const WCU_BYTES: usize = 1024;
 
 /// The size of an item: attribute names plus values, per DynamoDB's rules.
 pub fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    rule::item_size(
-        item.iter()
-            .map(|(name, value)| (name.as_str(), value_size(value))),
-    )
+    item_sizes(item).0
 }
 
 /// Write capacity units one write of an item of `size` bytes consumes.
@@ -32,11 +29,20 @@ pub fn write_units(size: usize) -> usize {
 /// every value carries a type descriptor: `{"N":"21.5"}` is larger than the 2 bytes
 /// the item size counts. Chunks are cut on this, against the 16 MB request limit.
 pub fn wire_size(item: &HashMap<String, AttributeValue>) -> usize {
+    item_sizes(item).1
+}
+
+/// [`item_size`] and [`wire_size`] in one walk of the item: the batch writer sizes
+/// every item of every batch both ways.
+pub fn item_sizes(item: &HashMap<String, AttributeValue>) -> (usize, usize) {
     // {"PutRequest":{"Item":{...}}},
-    32 + item
-        .iter()
-        .map(|(name, value)| quoted(name) + 1 + value_wire_size(value) + 1)
-        .sum::<usize>()
+    let mut wire = 32;
+    let size = rule::item_size(item.iter().map(|(name, value)| {
+        let (size, value_wire) = value_sizes(value);
+        wire += quoted(name) + 1 + value_wire + 1;
+        (name.as_str(), size)
+    }));
+    (size, wire)
 }
 
 /// A JSON string, worst case: every byte escaped as `\uXXXX`.
@@ -49,52 +55,60 @@ fn quoted(s: &str) -> usize {
     2 + s.len() + 5 * escaped
 }
 
-fn value_wire_size(value: &AttributeValue) -> usize {
-    // {"S":...}: 6 bytes of descriptor around the payload.
-    6 + match value {
-        AttributeValue::S(s) | AttributeValue::N(s) => quoted(s),
-        AttributeValue::B(b) => 2 + b.as_ref().len().div_ceil(3) * 4,
-        AttributeValue::Bool(_) | AttributeValue::Null(_) => 5,
-        AttributeValue::Ss(set) | AttributeValue::Ns(set) => {
-            2 + set.iter().map(|s| quoted(s) + 1).sum::<usize>()
-        }
-        AttributeValue::Bs(set) => {
+/// A value's size by DynamoDB's rule ([`item_size`](::item_size), the one copy of it the
+/// emulator uses too; this only maps the SDK's variants onto it) and its upper estimate
+/// in JSON, `{"S":...}` with 6 bytes of descriptor around the payload.
+fn value_sizes(value: &AttributeValue) -> (usize, usize) {
+    let (size, payload) = match value {
+        AttributeValue::S(s) => (rule::string_size(s), quoted(s)),
+        AttributeValue::N(n) => (rule::number_size(n), quoted(n)),
+        AttributeValue::B(b) => (
+            rule::binary_size(b.as_ref().len()),
+            base64(b.as_ref().len()),
+        ),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => (rule::SCALAR_SIZE, 5),
+        AttributeValue::Ss(set) => (
+            rule::set_size(set.iter().map(|s| rule::string_size(s))),
+            2 + set.iter().map(|s| quoted(s) + 1).sum::<usize>(),
+        ),
+        AttributeValue::Ns(set) => (
+            rule::set_size(set.iter().map(|n| rule::number_size(n))),
+            2 + set.iter().map(|n| quoted(n) + 1).sum::<usize>(),
+        ),
+        AttributeValue::Bs(set) => (
+            rule::set_size(set.iter().map(|b| rule::binary_size(b.as_ref().len()))),
             2 + set
                 .iter()
-                .map(|b| 3 + b.as_ref().len().div_ceil(3) * 4)
-                .sum::<usize>()
+                .map(|b| base64(b.as_ref().len()) + 1)
+                .sum::<usize>(),
+        ),
+        AttributeValue::L(list) => {
+            let mut wire = 2;
+            let size = rule::list_size(list.iter().map(|v| {
+                let (size, w) = value_sizes(v);
+                wire += w + 1;
+                size
+            }));
+            (size, wire)
         }
-        AttributeValue::L(list) => 2 + list.iter().map(|v| value_wire_size(v) + 1).sum::<usize>(),
         AttributeValue::M(map) => {
-            2 + map
-                .iter()
-                .map(|(k, v)| quoted(k) + 1 + value_wire_size(v) + 1)
-                .sum::<usize>()
-        }
-        _ => 1024,
-    }
-}
-
-/// The value's size by DynamoDB's rule ([`item_size`](::item_size), the one copy of it
-/// the emulator uses too); this only maps the SDK's variants onto it.
-fn value_size(value: &AttributeValue) -> usize {
-    match value {
-        AttributeValue::S(s) => rule::string_size(s),
-        AttributeValue::N(n) => rule::number_size(n),
-        AttributeValue::B(b) => rule::binary_size(b.as_ref().len()),
-        AttributeValue::Bool(_) | AttributeValue::Null(_) => rule::SCALAR_SIZE,
-        AttributeValue::Ss(set) => rule::set_size(set.iter().map(|s| rule::string_size(s))),
-        AttributeValue::Ns(set) => rule::set_size(set.iter().map(|n| rule::number_size(n))),
-        AttributeValue::Bs(set) => {
-            rule::set_size(set.iter().map(|b| rule::binary_size(b.as_ref().len())))
-        }
-        AttributeValue::L(list) => rule::list_size(list.iter().map(value_size)),
-        AttributeValue::M(map) => {
-            rule::map_size(map.iter().map(|(k, v)| (k.as_str(), value_size(v))))
+            let mut wire = 2;
+            let size = rule::map_size(map.iter().map(|(k, v)| {
+                let (size, w) = value_sizes(v);
+                wire += quoted(k) + 1 + w + 1;
+                (k.as_str(), size)
+            }));
+            (size, wire)
         }
         // Unknown future variants: count generously rather than under-count.
-        _ => 64,
-    }
+        _ => (64, 1024),
+    };
+    (size, 6 + payload)
+}
+
+/// A quoted base64 string of `len` bytes.
+fn base64(len: usize) -> usize {
+    2 + len.div_ceil(3) * 4
 }
 
 #[cfg(test)]

@@ -117,6 +117,20 @@ impl<R> CachedDirectory<R> {
         Some(cached.value.at(now).default_fanout())
     }
 
+    /// An entity's fan-out history if the cache holds a fresh read of it (empty when it
+    /// has no metadata); never reads the store.
+    pub fn cached_fanout(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
+        let cache = self.lock();
+        let cached = cache.entities.get(entity).filter(|c| self.fresh(c, now))?;
+        Some(
+            cached
+                .value
+                .as_ref()
+                .map(|m| m.shard_history.clone())
+                .unwrap_or_default(),
+        )
+    }
+
     /// Whether the cache knows, freshly at `now`, that `entity` has no metadata; never
     /// reads the store.
     pub fn known_without_meta(&self, entity: &str, now: Timestamp) -> bool {
