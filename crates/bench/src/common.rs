@@ -15,6 +15,10 @@ use store::ReadingItem;
 use store::dynamo::DynamoTable;
 use store::memory::MemoryShards;
 
+/// Most messages in one ingest invocation: the template's `IngestBatchSize` default
+/// (checked against template.yaml by this crate's tests).
+pub const TEMPLATE_BATCH_SIZE: usize = 100;
+
 /// 2026-06-22T00:00:00Z, the reference day of the seeds.
 pub const T0_MS: i64 = 1_782_086_400_000;
 
@@ -158,4 +162,17 @@ pub fn quantile(sorted: &[f64], p: f64) -> f64 {
 pub fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
     quantile(xs, 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_batch_size_is_the_templates_default() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
+        let text = std::fs::read_to_string(path).expect("template.yaml is readable");
+        let template: yaml_serde::Value =
+            yaml_serde::from_str(&text).expect("template.yaml is YAML");
+        let default = template["Parameters"]["IngestBatchSize"]["Default"].as_f64();
+        assert_eq!(default, Some(super::TEMPLATE_BATCH_SIZE as f64));
+    }
 }

@@ -33,7 +33,7 @@ const MAX_RECEIVES: u32 = 5;
 const SOURCE_QUEUE_URL: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/ingest";
 /// Most messages in one invocation, and how long a part batch waits for more (the
 /// template's IngestBatchSize and BatchingWindow defaults).
-const BATCH_SIZE: usize = 100;
+const BATCH_SIZE: usize = common::TEMPLATE_BATCH_SIZE;
 const BATCH_WINDOW: Duration = Duration::from_secs(1);
 /// Concurrent invocations (the template's IngestMaxConcurrency default).
 const CONCURRENCY: usize = 20;
