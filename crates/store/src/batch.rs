@@ -33,7 +33,7 @@ use sharding::backoff::Backoff;
 use tokio::time::Instant;
 
 use crate::error::{StoreError, ThrottleKind};
-use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_sizes};
+use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size_and_wire_bound, wire_size};
 
 /// A DynamoDB item as the SDK sees it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -251,7 +251,10 @@ pub fn prepare(items: &[Item]) -> Prepared {
     let mut first_of: HashMap<(&str, &str), usize> = HashMap::with_capacity(items.len());
     let mut refused = Vec::new();
     let mut chunks: Vec<Vec<usize>> = Vec::new();
+    // The last chunk's bytes: a sum of bounds that read no string, or of exact
+    // estimates once the bounds could cut it (`exact`).
     let mut chunk_bytes = 0usize;
+    let mut exact = false;
     let mut large_items = 0;
     for (i, item) in items.iter().enumerate() {
         let key = match key_ref(item) {
@@ -268,7 +271,7 @@ pub fn prepare(items: &[Item]) -> Prepared {
         }
         first_of.insert(key, i);
         canonical.push(i);
-        let (size, bytes) = item_sizes(item);
+        let (size, bound) = item_size_and_wire_bound(item);
         if size > MAX_ITEM_BYTES {
             refused.push((
                 i,
@@ -279,6 +282,17 @@ pub fn prepare(items: &[Item]) -> Prepared {
         if size > WCU_BYTES {
             large_items += 1;
         }
+        let mut bytes = if exact { wire_size(item) } else { bound };
+        if let Some(last) = chunks.last()
+            && !exact
+            && last.len() < MAX_BATCH_ITEMS
+            && chunk_bytes + bytes > MAX_REQUEST_BYTES
+        {
+            // The bounds could cut the chunk: count it exactly from here on.
+            chunk_bytes = last.iter().map(|&j| wire_size(&items[j])).sum();
+            bytes = wire_size(item);
+            exact = true;
+        }
         let fits = chunks
             .last()
             .is_some_and(|c| c.len() < MAX_BATCH_ITEMS && chunk_bytes + bytes <= MAX_REQUEST_BYTES);
@@ -288,7 +302,8 @@ pub fn prepare(items: &[Item]) -> Prepared {
                 last.push(i);
             }
         } else {
-            chunk_bytes = bytes;
+            chunk_bytes = bound;
+            exact = false;
             chunks.push(vec![i]);
         }
     }

@@ -32,21 +32,37 @@ pub fn wire_size(item: &HashMap<String, AttributeValue>) -> usize {
     item_sizes(item).1
 }
 
-/// [`item_size`] and [`wire_size`] in one walk of the item: the batch writer sizes
-/// every item of every batch both ways.
+/// [`item_size`] and [`wire_size`] in one walk of the item.
 pub fn item_sizes(item: &HashMap<String, AttributeValue>) -> (usize, usize) {
+    sizes::<true>(item)
+}
+
+/// [`item_size`] and an upper bound of [`wire_size`] that reads no string's bytes: each
+/// is counted as if every byte were escaped. The batch writer sizes every item of every
+/// batch, and a batch's strings are mostly out of cache by then; it walks the exact
+/// estimate only where this bound could cut a chunk (items of tens of KB).
+pub fn item_size_and_wire_bound(item: &HashMap<String, AttributeValue>) -> (usize, usize) {
+    sizes::<false>(item)
+}
+
+/// An item's size and its wire estimate, exact or bounded ([`quoted`]).
+fn sizes<const EXACT: bool>(item: &HashMap<String, AttributeValue>) -> (usize, usize) {
     // {"PutRequest":{"Item":{...}}},
     let mut wire = 32;
     let size = rule::item_size(item.iter().map(|(name, value)| {
-        let (size, value_wire) = value_sizes(value);
-        wire += quoted(name) + 1 + value_wire + 1;
+        let (size, value_wire) = value_sizes::<EXACT>(value);
+        wire += quoted::<EXACT>(name) + 1 + value_wire + 1;
         (name.as_str(), size)
     }));
     (size, wire)
 }
 
-/// A JSON string, worst case: every byte escaped as `\uXXXX`.
-fn quoted(s: &str) -> usize {
+/// A JSON string, worst case: every byte escaped as `\uXXXX`, read from its bytes when
+/// `EXACT`, else assumed of every byte (no read).
+fn quoted<const EXACT: bool>(s: &str) -> usize {
+    if !EXACT {
+        return 2 + 6 * s.len();
+    }
     // A count the compiler vectorizes: item sizing runs once per item of every batch.
     let escaped = s
         .bytes()
@@ -58,10 +74,10 @@ fn quoted(s: &str) -> usize {
 /// A value's size by DynamoDB's rule ([`item_size`](::item_size), the one copy of it the
 /// emulator uses too; this only maps the SDK's variants onto it) and its upper estimate
 /// in JSON, `{"S":...}` with 6 bytes of descriptor around the payload.
-fn value_sizes(value: &AttributeValue) -> (usize, usize) {
+fn value_sizes<const EXACT: bool>(value: &AttributeValue) -> (usize, usize) {
     let (size, payload) = match value {
-        AttributeValue::S(s) => (rule::string_size(s), quoted(s)),
-        AttributeValue::N(n) => (rule::number_size(n), quoted(n)),
+        AttributeValue::S(s) => (rule::string_size(s), quoted::<EXACT>(s)),
+        AttributeValue::N(n) => (rule::number_size(n), quoted::<EXACT>(n)),
         AttributeValue::B(b) => (
             rule::binary_size(b.as_ref().len()),
             base64(b.as_ref().len()),
@@ -69,11 +85,11 @@ fn value_sizes(value: &AttributeValue) -> (usize, usize) {
         AttributeValue::Bool(_) | AttributeValue::Null(_) => (rule::SCALAR_SIZE, 5),
         AttributeValue::Ss(set) => (
             rule::set_size(set.iter().map(|s| rule::string_size(s))),
-            2 + set.iter().map(|s| quoted(s) + 1).sum::<usize>(),
+            2 + set.iter().map(|s| quoted::<EXACT>(s) + 1).sum::<usize>(),
         ),
         AttributeValue::Ns(set) => (
             rule::set_size(set.iter().map(|n| rule::number_size(n))),
-            2 + set.iter().map(|n| quoted(n) + 1).sum::<usize>(),
+            2 + set.iter().map(|n| quoted::<EXACT>(n) + 1).sum::<usize>(),
         ),
         AttributeValue::Bs(set) => (
             rule::set_size(set.iter().map(|b| rule::binary_size(b.as_ref().len()))),
@@ -85,7 +101,7 @@ fn value_sizes(value: &AttributeValue) -> (usize, usize) {
         AttributeValue::L(list) => {
             let mut wire = 2;
             let size = rule::list_size(list.iter().map(|v| {
-                let (size, w) = value_sizes(v);
+                let (size, w) = value_sizes::<EXACT>(v);
                 wire += w + 1;
                 size
             }));
@@ -94,8 +110,8 @@ fn value_sizes(value: &AttributeValue) -> (usize, usize) {
         AttributeValue::M(map) => {
             let mut wire = 2;
             let size = rule::map_size(map.iter().map(|(k, v)| {
-                let (size, w) = value_sizes(v);
-                wire += quoted(k) + 1 + w + 1;
+                let (size, w) = value_sizes::<EXACT>(v);
+                wire += quoted::<EXACT>(k) + 1 + w + 1;
                 (k.as_str(), size)
             }));
             (size, wire)
@@ -166,14 +182,31 @@ mod tests {
                     }
                 })
                 .sum();
-            assert_eq!(quoted(s), 2 + worst, "{s:?}");
+            assert_eq!(quoted::<true>(s), 2 + worst, "{s:?}");
             let json = serde_json::to_string(s).expect("a string serializes");
-            assert!(
-                quoted(s) >= json.len(),
-                "{s:?}: {} < {}",
-                quoted(s),
-                json.len()
-            );
+            assert!(quoted::<true>(s) >= json.len(), "{s:?}");
+            // The bound that reads no byte is never under the exact count.
+            assert!(quoted::<false>(s) >= quoted::<true>(s), "{s:?}");
         }
+    }
+
+    #[test]
+    fn the_bound_reads_the_same_size_and_never_under_the_wire_estimate() {
+        let item = HashMap::from([
+            ("PK".to_owned(), AttributeValue::S("a\"b".into())),
+            ("n".to_owned(), AttributeValue::N("-12.50e3".into())),
+            ("b".to_owned(), AttributeValue::B(vec![1, 2, 3, 4].into())),
+            (
+                "m".to_owned(),
+                AttributeValue::M(HashMap::from([(
+                    "l".to_owned(),
+                    AttributeValue::L(vec![AttributeValue::Ss(vec!["x\n".into()])]),
+                )])),
+            ),
+        ]);
+        let (size, bound) = item_size_and_wire_bound(&item);
+        assert_eq!((size, wire_size(&item)), item_sizes(&item));
+        assert_eq!(size, item_size(&item));
+        assert!(bound >= wire_size(&item));
     }
 }

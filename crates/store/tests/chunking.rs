@@ -10,16 +10,27 @@ use store::size::{MAX_ITEM_BYTES, item_size, wire_size};
 use crate::support::item;
 
 fn input() -> impl Strategy<Value = Vec<store::Item>> {
-    // Few distinct keys (so duplicates are common) and sizes up to just over 400 KB.
-    prop::collection::vec(
-        (
-            0u8..6,
-            0u16..60,
-            prop_oneof![9 => 0usize..2_000, 1 => 300_000usize..420_000],
+    // Few distinct keys (so duplicates are common) and sizes up to just over 400 KB:
+    // mostly small, or mostly large (so the request limit, not the item count, cuts).
+    let specs = prop_oneof![
+        prop::collection::vec(
+            (
+                0u8..6,
+                0u16..60,
+                prop_oneof![9 => 0usize..2_000, 1 => 300_000usize..420_000]
+            ),
+            0..120,
         ),
-        0..120,
-    )
-    .prop_map(|specs| {
+        prop::collection::vec(
+            (
+                0u8..6,
+                0u16..60,
+                prop_oneof![1 => 0usize..2_000, 9 => 300_000usize..420_000]
+            ),
+            0..50,
+        ),
+    ];
+    specs.prop_map(|specs| {
         specs
             .into_iter()
             .map(|(pk, sk, pad)| {
@@ -64,6 +75,15 @@ proptest! {
         for (i, c) in prepared.canonical.iter().enumerate() {
             prop_assert_eq!(key_of(&items[i]), key_of(&items[*c]));
             prop_assert!(first.contains(c));
+        }
+        // A chunk is closed only when full, or when the next item would take its
+        // estimated request over the limit: no more calls than the limits need.
+        for pair in prepared.chunks.windows(2) {
+            let bytes: usize = pair[0].iter().map(|&i| wire_size(&items[i])).sum();
+            prop_assert!(
+                pair[0].len() == MAX_BATCH_ITEMS
+                    || bytes + wire_size(&items[pair[1][0]]) > MAX_REQUEST_BYTES
+            );
         }
     }
 }
