@@ -250,11 +250,12 @@ pub fn prepare(items: &[Item]) -> Prepared {
     let mut canonical = Vec::with_capacity(items.len());
     let mut first_of: HashMap<(&str, &str), usize> = HashMap::with_capacity(items.len());
     let mut refused = Vec::new();
-    let mut chunks: Vec<Vec<usize>> = Vec::new();
-    // The last chunk's bytes: a sum of bounds that read no string, or of exact
-    // estimates once the bounds could cut it (`exact`).
-    let mut chunk_bytes = 0usize;
-    let mut exact = false;
+    let mut chunks = Chunker {
+        items,
+        chunks: Vec::new(),
+        bytes: 0,
+        exact: false,
+    };
     let mut large_items = 0;
     for (i, item) in items.iter().enumerate() {
         let key = match key_ref(item) {
@@ -282,36 +283,64 @@ pub fn prepare(items: &[Item]) -> Prepared {
         if size > WCU_BYTES {
             large_items += 1;
         }
-        let mut bytes = if exact { wire_size(item) } else { bound };
-        if let Some(last) = chunks.last()
-            && !exact
-            && last.len() < MAX_BATCH_ITEMS
-            && chunk_bytes + bytes > MAX_REQUEST_BYTES
-        {
-            // The bounds could cut the chunk: count it exactly from here on.
-            chunk_bytes = last.iter().map(|&j| wire_size(&items[j])).sum();
-            bytes = wire_size(item);
-            exact = true;
-        }
-        let fits = chunks
-            .last()
-            .is_some_and(|c| c.len() < MAX_BATCH_ITEMS && chunk_bytes + bytes <= MAX_REQUEST_BYTES);
-        if fits {
-            chunk_bytes += bytes;
-            if let Some(last) = chunks.last_mut() {
-                last.push(i);
-            }
-        } else {
-            chunk_bytes = bound;
-            exact = false;
-            chunks.push(vec![i]);
-        }
+        chunks.push(i, bound);
     }
     Prepared {
         canonical,
         refused,
-        chunks,
+        chunks: chunks.chunks,
         large_items,
+    }
+}
+
+/// Chunks being cut from `items`, in input order: at most [`MAX_BATCH_ITEMS`] items
+/// and [`MAX_REQUEST_BYTES`] of estimated request each.
+struct Chunker<'i> {
+    items: &'i [Item],
+    chunks: Vec<Vec<usize>>,
+    /// The last chunk's bytes: a sum of bounds that read no string, or of exact
+    /// estimates once the bounds could cut it (`exact`).
+    bytes: usize,
+    exact: bool,
+}
+
+impl Chunker<'_> {
+    /// Adds item `i`, whose wire-size bound is `bound`, to the last chunk if it fits
+    /// there by the exact estimate, else to a new one.
+    fn push(&mut self, i: usize, bound: usize) {
+        if self
+            .chunks
+            .last()
+            .is_none_or(|c| c.len() >= MAX_BATCH_ITEMS)
+        {
+            return self.start(i, bound);
+        }
+        let mut bytes = if self.exact {
+            wire_size(&self.items[i])
+        } else {
+            bound
+        };
+        if !self.exact && self.bytes + bytes > MAX_REQUEST_BYTES {
+            // The bounds could cut the chunk: count it exactly from here on.
+            let last = self.chunks.last().into_iter().flatten();
+            self.bytes = last.map(|&j| wire_size(&self.items[j])).sum();
+            bytes = wire_size(&self.items[i]);
+            self.exact = true;
+        }
+        if self.bytes + bytes > MAX_REQUEST_BYTES {
+            return self.start(i, bound);
+        }
+        self.bytes += bytes;
+        if let Some(last) = self.chunks.last_mut() {
+            last.push(i);
+        }
+    }
+
+    /// Starts a chunk with item `i`, counted by its bound.
+    fn start(&mut self, i: usize, bound: usize) {
+        self.chunks.push(vec![i]);
+        self.bytes = bound;
+        self.exact = false;
     }
 }
 

@@ -109,35 +109,45 @@ impl<R> CachedDirectory<R> {
 }
 
 impl<R> CachedDirectory<R> {
+    /// `read` of the cached layout, if one was read within the TTL of `now`; never
+    /// reads the store.
+    fn peek_layout<T>(&self, now: Timestamp, read: impl FnOnce(&TableHistory) -> T) -> Option<T> {
+        let cache = self.lock();
+        let cached = cache.layout.as_ref().filter(|c| self.fresh(c, now))?;
+        Some(read(&cached.value))
+    }
+
+    /// `read` of `entity`'s cached metadata (`None` inside: it has none), if it was
+    /// read within the TTL of `now`; never reads the store.
+    fn peek_entity<T>(
+        &self,
+        entity: &str,
+        now: Timestamp,
+        read: impl FnOnce(Option<&ShardMeta>) -> T,
+    ) -> Option<T> {
+        let cache = self.lock();
+        let cached = cache.entities.get(entity).filter(|c| self.fresh(c, now))?;
+        Some(read(cached.value.as_ref()))
+    }
+
     /// The fan-out of an entity without metadata under the cached layout in force at
     /// `now`, if the cache holds a fresh layout; never reads the store.
     pub fn cached_default_fanout(&self, now: Timestamp) -> Option<u32> {
-        let cache = self.lock();
-        let cached = cache.layout.as_ref().filter(|c| self.fresh(c, now))?;
-        Some(cached.value.at(now).default_fanout())
+        self.peek_layout(now, |history| history.at(now).default_fanout())
     }
 
     /// An entity's fan-out history if the cache holds a fresh read of it (empty when it
     /// has no metadata); never reads the store.
     pub fn cached_fanout(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
-        let cache = self.lock();
-        let cached = cache.entities.get(entity).filter(|c| self.fresh(c, now))?;
-        Some(
-            cached
-                .value
-                .as_ref()
-                .map(|m| m.shard_history.clone())
-                .unwrap_or_default(),
-        )
+        self.peek_entity(entity, now, |meta| {
+            meta.map(|m| m.shard_history.clone()).unwrap_or_default()
+        })
     }
 
     /// Whether the cache knows, freshly at `now`, that `entity` has no metadata; never
     /// reads the store.
     pub fn known_without_meta(&self, entity: &str, now: Timestamp) -> bool {
-        self.lock()
-            .entities
-            .get(entity)
-            .is_some_and(|c| self.fresh(c, now) && c.value.is_none())
+        self.peek_entity(entity, now, |meta| meta.is_none()) == Some(true)
     }
 }
 
@@ -146,10 +156,8 @@ impl<R: ShardReader> CachedDirectory<R> {
     /// the first one holds from the beginning of time, so a cached "none yet" would
     /// hide the first writes for a whole TTL.
     pub async fn stored_layout(&self, now: Timestamp) -> Result<Option<TableHistory>, StoreError> {
-        if let Some(cached) = self.lock().layout.as_ref()
-            && self.fresh(cached, now)
-        {
-            return Ok(Some(cached.value.clone()));
+        if let Some(history) = self.peek_layout(now, TableHistory::clone) {
+            return Ok(Some(history));
         }
         let history = self.store.get_layout().await?;
         if let Some(history) = &history {
@@ -164,10 +172,8 @@ impl<R: ShardReader> CachedDirectory<R> {
         entity: &str,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        if let Some(cached) = self.lock().entities.get(entity)
-            && self.fresh(cached, now)
-        {
-            return Ok(cached.value.clone());
+        if let Some(meta) = self.peek_entity(entity, now, |meta| meta.cloned()) {
+            return Ok(meta);
         }
         self.refresh(entity, now).await
     }
