@@ -400,7 +400,10 @@ impl Inner {
 
     /// [`Inner::handle`] without the timing: `asleep` is set for a data-plane call, to
     /// the time it slept for injected latency. The latency counts from `arrived`, so
-    /// the proxy's own reading and parsing of the request fall within it.
+    /// the proxy's own reading and parsing of the request fall within it; in sink mode,
+    /// which answers from the request alone, so does the whole answer (sizing, charging,
+    /// storing): it is made first and sent when the latency is over. A call then takes
+    /// the latency asked for, not the latency plus the emulator's own work.
     async fn answer(
         self: Arc<Self>,
         req: Request<Incoming>,
@@ -456,6 +459,11 @@ impl Inner {
 
         if is_data_plane(&call.op) {
             let plan = self.faults.plan_call();
+            let early = if plan.fault == CallFault::None && self.config.mode == Mode::Sink {
+                Some(self.respond(&call, json.as_ref()).await)
+            } else {
+                None
+            };
             let mut slept = Duration::ZERO;
             if !plan.latency.is_zero() {
                 lock(&self.stats).faults_mut().latency += 1;
@@ -463,6 +471,9 @@ impl Inner {
                     .await;
             }
             *asleep = Some(slept);
+            if let Some(response) = early {
+                return Ok(response);
+            }
             match plan.fault {
                 CallFault::None => {}
                 CallFault::Drop => {
@@ -491,33 +502,37 @@ impl Inner {
                 }
             }
         }
+        Ok(self.respond(&call, json.as_ref()).await)
+    }
 
+    /// The answer to `call`, whose body is `json` when it parsed.
+    async fn respond(&self, call: &Call, json: Option<&Value>) -> Response<Body> {
         let Some(json) = json else {
-            return Ok(match self.config.mode {
-                Mode::Forward { .. } => self.passthrough(&call).await,
+            return match self.config.mode {
+                Mode::Forward { .. } => self.passthrough(call).await,
                 Mode::Sink => ddb::error_response(
                     StatusCode::BAD_REQUEST,
                     "SerializationException",
                     "request body is not valid JSON",
                     None,
                 ),
-            });
+            };
         };
-        Ok(match call.op.as_str() {
-            "BatchWriteItem" => self.batch_write(&call, &json).await,
-            "PutItem" => self.put_item(&call, &json).await,
-            "UpdateItem" => self.update_item(&call, &json).await,
-            "GetItem" => self.get_item(&call, &json).await,
-            "Query" => self.query(&call, &json).await,
-            "CreateTable" => self.create_table(&call, &json).await,
+        match call.op.as_str() {
+            "BatchWriteItem" => self.batch_write(call, json).await,
+            "PutItem" => self.put_item(call, json).await,
+            "UpdateItem" => self.update_item(call, json).await,
+            "GetItem" => self.get_item(call, json).await,
+            "Query" => self.query(call, json).await,
+            "CreateTable" => self.create_table(call, json).await,
             "DeleteTable" => {
-                if let Some(t) = table_of(&json) {
+                if let Some(t) = table_of(json) {
                     lock(&self.pk_cache).remove(&t);
                 }
-                self.passthrough(&call).await
+                self.passthrough(call).await
             }
-            _ => self.passthrough(&call).await,
-        })
+            _ => self.passthrough(call).await,
+        }
     }
 
     fn sink_unsupported(&self, op: &str) -> Response<Body> {
