@@ -8,7 +8,10 @@
 //! 3. **key** every reading with the fan-out in force now;
 //! 4. **write** in rounds: a throttle brings the entity to the directory at once, and
 //!    when that raises its fan-out, the items not yet written are given back by the
-//!    writer and re-keyed with the new k for the next round;
+//!    writer and re-keyed with the new k for the next round. A batch larger than one
+//!    call per writer slot is keyed and written in two waves: the first wave's calls
+//!    are out while the rest is keyed, so a batch of thousands of readings does not
+//!    hold its first call back for the CPU time of keying them all;
 //! 5. **settle** each message's fate from its readings' outcomes;
 //! 6. **requeue or dead-letter** what must leave the batch, and delay the reported;
 //! 7. **metrics** (EMF lines).
@@ -49,8 +52,8 @@ use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Outcome, PK, WriteObserver, WriteStats,
-    WriterConfig,
+    BatchReport, BatchTable, BatchWriter, Item, MAX_BATCH_ITEMS, Outcome, PK, WriteObserver,
+    WriteStats, WriterConfig,
 };
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
@@ -674,9 +677,16 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let mut stages = self.parse_stage(&run);
         let rates = entity_rates(&stages);
         self.observe_stage(&rates, &run, &mut changes, rng).await;
-        self.key_stage(&mut stages, &run).await;
+        let keying = self.key_stage(&mut stages, &run).await;
         let (writes, rekeyed) = self
-            .write_stage(&mut stages, &rates, &run, &mut changes, rng)
+            .write_stage(
+                &mut stages,
+                keying.as_ref(),
+                &rates,
+                &run,
+                &mut changes,
+                rng,
+            )
             .await;
         let panics = stages
             .iter()
@@ -769,11 +779,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         }
     }
 
-    /// Stage 3: keys every parsed message with the layout and each entity's fan-out in
-    /// force now; a message whose metadata cannot be read is reported.
-    async fn key_stage(&self, stages: &mut [Stage], run: &Run<'_>) {
+    /// Stage 3: reads the layout and each entity's fan-out in force now, with which the
+    /// write stage keys every parsed message ([`Self::key_messages`]); without a layout,
+    /// every parsed message is reported.
+    async fn key_stage(&self, stages: &mut [Stage], run: &Run<'_>) -> Option<Keying> {
         if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
-            return;
+            return None;
         }
         let now = run.now;
         // Metadata reads are bounded by the deadline like the writes: a slow metadata
@@ -791,7 +802,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                             Stage::Retry(Retry::Failed(format!("shard layout unavailable: {err}")));
                     }
                 }
-                return;
+                return None;
             }
         };
         let entities: BTreeSet<&str> = stages
@@ -803,22 +814,35 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .flatten()
             .collect();
         let fanouts = self.fanouts(entities, now, run.work_deadline).await;
-        for (stage, span) in stages.iter_mut().zip(&run.spans) {
+        Some(Keying {
+            table,
+            fanouts,
+            now,
+        })
+    }
+
+    /// Keys every parsed message of `stages` (whose spans are `spans`).
+    fn key_messages(&self, stages: &mut [Stage], spans: &[Span], keying: &Keying) {
+        for (stage, span) in stages.iter_mut().zip(spans) {
             if let Stage::Parsed(readings) = stage {
                 let readings = std::mem::take(readings);
-                *stage = span.in_scope(|| guarded(|| self.key(readings, &table, &fanouts, now)));
+                *stage = span.in_scope(|| {
+                    guarded(|| self.key(readings, &keying.table, &keying.fanouts, keying.now))
+                });
             }
         }
     }
 
-    /// Stage 4: writes every keyed reading, in rounds. In a round, a throttled key's
-    /// entity goes to the directory at once; when its fan-out is raised, the writer
-    /// gives back that entity's items not yet written, and the next round re-keys them
-    /// with the new k. Nothing written is ever written again. Returns the writer's
-    /// counters and how many items were re-keyed.
+    /// Stage 4: keys every parsed message ([`Self::key_messages`]) and writes every keyed
+    /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
+    /// once; when its fan-out is raised, the writer gives back that entity's items not
+    /// yet written, and the next round re-keys them with the new k. Nothing written is
+    /// ever written again. Returns the writer's counters and how many items were
+    /// re-keyed.
     async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
         stages: &mut [Stage],
+        keying: Option<&Keying>,
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
         changes: &mut Changes,
@@ -827,33 +851,105 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let mut stats = WriteStats::default();
         let mut rekeyed = 0;
         for round in 0..MAX_REKEY_ROUNDS {
-            if round > 0 {
+            let written = if round == 0 {
+                self.first_round(stages, keying, rates, run, rng).await
+            } else {
                 self.rekey(stages, run).await;
-            }
-            let mut slots: Vec<&mut Keyed> = keyed_mut(stages)
-                .filter(|k| k.outcome.is_none() && k.item.is_some())
-                .collect();
-            if slots.is_empty() || run.out_of_time() {
+                self.write_keyed(stages, rates, run, rng).await
+            };
+            let Some(written) = written else {
                 break;
-            }
-            let items: Vec<Item> = slots.iter_mut().filter_map(|k| k.item.take()).collect();
-            let owners: Vec<(&str, u32)> = slots
-                .iter()
-                .map(|k| (k.reading.device_id.as_str(), k.fanout))
-                .collect();
-            let (report, round_changes) = self.write_round(items, &owners, rates, run, rng).await;
-            drop(owners);
-            changes.absorb(round_changes);
-            stats.absorb(report.stats);
-            for (slot, outcome) in slots.iter_mut().zip(report.outcomes) {
-                if outcome == Outcome::Stale {
-                    rekeyed += 1;
-                } else {
-                    slot.outcome = Some(outcome);
-                }
-            }
+            };
+            changes.absorb(written.changes);
+            stats.absorb(written.stats);
+            rekeyed += written.rekeyed;
         }
         (stats, rekeyed)
+    }
+
+    /// The first round of [`Self::write_stage`], in two waves when the batch holds more
+    /// than one call per slot of the writer: the messages that fill every slot once are
+    /// keyed and their calls sent, and the rest is keyed while those calls are out, then
+    /// written in the slots they free. Keying thousands of readings takes milliseconds of
+    /// CPU that would otherwise pass before the first call leaves. The two waves share
+    /// the writer's `MAX_INFLIGHT` slots. The writer deduplicates within a wave: a
+    /// reading sent twice in one batch, once in each wave, is written by each (the same
+    /// item under the same key, stored once, at the cost of a second write). `None`
+    /// when there was nothing to write or no time left.
+    async fn first_round<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        keying: Option<&Keying>,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Option<Written> {
+        let Some(keying) = keying else {
+            return self.write_keyed(stages, rates, run, rng).await;
+        };
+        let split = first_wave(stages, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS);
+        let (front, back) = stages.split_at_mut(split);
+        let (front_spans, back_spans) = run.spans.split_at(split.min(run.spans.len()));
+        self.key_messages(front, front_spans, keying);
+        if !back.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+            return self.write_keyed(front, rates, run, rng).await;
+        }
+        let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
+        let mut front_write = std::pin::pin!(self.write_keyed(front, rates, run, &mut front_rng));
+        // Polled once, the first wave's calls are built and sent; its answers wait
+        // until the rest is keyed, which takes less than a round trip.
+        let front_done = futures::poll!(front_write.as_mut());
+        self.key_messages(back, back_spans, keying);
+        let back_write = self.write_keyed(back, rates, run, &mut back_rng);
+        let (front, back) = match front_done {
+            std::task::Poll::Ready(front) => (front, back_write.await),
+            std::task::Poll::Pending => tokio::join!(front_write, back_write),
+        };
+        match (front, back) {
+            (Some(mut front), Some(back)) => {
+                front.absorb(back);
+                Some(front)
+            }
+            (front, back) => front.or(back),
+        }
+    }
+
+    /// Writes the keyed readings of `stages` that have an item and no outcome: one
+    /// round's writes ([`Self::write_round`]), each outcome recorded on its reading.
+    /// `None` when there was nothing to write or no time left.
+    async fn write_keyed<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Option<Written> {
+        let mut slots: Vec<&mut Keyed> = keyed_mut(stages)
+            .filter(|k| k.outcome.is_none() && k.item.is_some())
+            .collect();
+        if slots.is_empty() || run.out_of_time() {
+            return None;
+        }
+        let items: Vec<Item> = slots.iter_mut().filter_map(|k| k.item.take()).collect();
+        let owners: Vec<(&str, u32)> = slots
+            .iter()
+            .map(|k| (k.reading.device_id.as_str(), k.fanout))
+            .collect();
+        let (report, changes) = self.write_round(items, &owners, rates, run, rng).await;
+        drop(owners);
+        let mut rekeyed = 0;
+        for (slot, outcome) in slots.iter_mut().zip(report.outcomes) {
+            if outcome == Outcome::Stale {
+                rekeyed += 1;
+            } else {
+                slot.outcome = Some(outcome);
+            }
+        }
+        Some(Written {
+            stats: report.stats,
+            rekeyed,
+            changes,
+        })
     }
 
     /// One round of [`Self::write_stage`]: the writes, and beside them the listener
@@ -1363,6 +1459,44 @@ enum ItemError {
 
 /// Each entity's fan-out history, or why it could not be read.
 type Fanouts = HashMap<String, Result<FanoutHistory, StoreError>>;
+
+/// What the key stage read for keying: the layout and each entity's fan-out at `now`.
+struct Keying {
+    table: TableHistory,
+    fanouts: Fanouts,
+    now: Timestamp,
+}
+
+/// What one round's writes (or one wave's of the first round) did.
+struct Written {
+    stats: WriteStats,
+    /// Items given back stale, to re-key.
+    rekeyed: u64,
+    changes: Changes,
+}
+
+impl Written {
+    fn absorb(&mut self, other: Written) {
+        self.stats.absorb(other.stats);
+        self.rekeyed += other.rekeyed;
+        self.changes.absorb(other.changes);
+    }
+}
+
+/// How many of `stages` the first wave of a batch takes: messages up to the first whose
+/// parsed readings bring the count to `readings` (all of them if they hold fewer).
+fn first_wave(stages: &[Stage], readings: usize) -> usize {
+    let mut count = 0;
+    for (i, stage) in stages.iter().enumerate() {
+        if let Stage::Parsed(parsed) = stage {
+            count += parsed.len();
+            if count >= readings {
+                return i + 1;
+            }
+        }
+    }
+    stages.len()
+}
 
 /// What [`Ingest::leave_stage`] did.
 struct Leaving {

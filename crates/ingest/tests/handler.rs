@@ -881,3 +881,55 @@ async fn a_batch_showing_a_rate_near_the_key_limit_raises_the_fan_out_ahead_of_t
         );
     }
 }
+
+/// `messages` messages of `readings` readings each, every reading of a device of its own.
+fn many_readings(messages: usize, readings: usize) -> aws_lambda_events::event::sqs::SqsEvent {
+    let start = now()
+        .checked_sub(Duration::from_secs(600))
+        .expect("in range")
+        .as_millis();
+    let records: Vec<serde_json::Value> = (0..messages)
+        .map(|m| {
+            let body: Vec<serde_json::Value> = (0..readings)
+                .map(|r| {
+                    let n = m * readings + r;
+                    serde_json::json!({
+                        "device_id": format!("dev-{n:05}"),
+                        "event_id": format!("e-{n:05}"),
+                        "ts": start + n as i64,
+                        "metrics": {"t": 21.5},
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "messageId": format!("m-{m:03}"),
+                "body": serde_json::json!({ "readings": body }).to_string(),
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records })).expect("an SQS event")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_the_templates_size_is_written_once_within_max_inflight_calls_at_once() {
+    // 4,000 readings: more than one call per slot, so the first round goes in two waves.
+    let ev = many_readings(100, 40);
+    let fx = Fixture::new();
+    fx.table.set_latency(Duration::from_millis(10));
+    let report = fx
+        .service(&[("MAX_INFLIGHT", "16")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        report
+            .response()
+            .expect("ids")
+            .batch_item_failures
+            .is_empty()
+    );
+    assert_eq!(report.writes.written, 4_000);
+    assert_eq!(fx.table.items().len(), 4_000);
+    // Every item in exactly one call, and never more calls at once than the writer's slots.
+    assert_eq!(fx.table.calls().iter().map(Vec::len).sum::<usize>(), 4_000);
+    assert_eq!(fx.table.most_in_flight(), 16);
+}

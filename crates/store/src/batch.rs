@@ -7,7 +7,9 @@
 //! 2. items with the same `(PK, SK)` are written once (DynamoDB refuses a batch that
 //!    names a key twice); every duplicate shares the outcome of the one kept;
 //! 3. the rest go in chunks of at most 25 items and 16 MB, at most
-//!    `max_inflight` calls at a time;
+//!    `max_inflight` calls at a time: the limit is the writer's, shared by every write
+//!    in progress on it (and on its clones), so a caller may start writing the first
+//!    items of a batch and, while their calls are out, hand the writer the rest;
 //! 4. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
 //!    transient error, are retried after a full-jitter delay from `sharding`'s
 //!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
@@ -24,12 +26,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharding::backoff::Backoff;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::error::{StoreError, ThrottleKind};
@@ -98,7 +102,7 @@ impl<T: BatchTable> BatchTable for &T {
     }
 }
 
-impl<T: BatchTable> BatchTable for std::sync::Arc<T> {
+impl<T: BatchTable> BatchTable for Arc<T> {
     fn batch_write(
         &self,
         items: Vec<Item>,
@@ -349,12 +353,20 @@ impl Chunker<'_> {
 pub struct BatchWriter<T> {
     table: T,
     config: WriterConfig,
+    /// One per chunk being written, `max_inflight` in all: shared by every write in
+    /// progress on this writer and its clones.
+    slots: Arc<Semaphore>,
 }
 
 impl<T: BatchTable> BatchWriter<T> {
     /// A writer over `table`.
     pub fn new(table: T, config: WriterConfig) -> Self {
-        Self { table, config }
+        let slots = Arc::new(Semaphore::new(config.max_inflight.max(1)));
+        Self {
+            table,
+            config,
+            slots,
+        }
     }
 
     /// The port this writer calls.
@@ -426,10 +438,12 @@ impl<T: BatchTable> BatchWriter<T> {
             })
             .collect();
         let max_inflight = self.config.max_inflight.max(1);
-        let mut results = futures::stream::iter(
-            jobs.into_iter()
-                .map(|(batch, rng)| self.write_chunk(batch, deadline, rng, observer)),
-        )
+        let mut results = futures::stream::iter(jobs.into_iter().map(|(batch, rng)| async move {
+            // A chunk holds one of the writer's slots until all its items have outcomes.
+            // Waiting for one ends at the deadline, where the chunk fails at once.
+            let _slot = tokio::time::timeout_at(deadline, self.slots.acquire()).await;
+            self.write_chunk(batch, deadline, rng, observer).await
+        }))
         .buffer_unordered(max_inflight);
         while let Some((outcomes, chunk_stats)) = results.next().await {
             stats.absorb(chunk_stats);

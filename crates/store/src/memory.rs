@@ -36,6 +36,8 @@ struct TableState {
     hot_pks: HashSet<String>,
     scripted: VecDeque<StoreError>,
     latency: Duration,
+    in_flight: usize,
+    most_in_flight: usize,
 }
 
 /// An in-memory readings table behind the [`BatchTable`] port. Cheap to clone; clones
@@ -81,6 +83,11 @@ impl MemoryTable {
     /// The stored items, by key.
     pub fn items(&self) -> BTreeMap<Key, Item> {
         lock(&self.state).items.clone()
+    }
+
+    /// The most calls that were in progress at once.
+    pub fn most_in_flight(&self) -> usize {
+        lock(&self.state).most_in_flight
     }
 
     /// The keys of every call so far, in call order.
@@ -141,11 +148,18 @@ impl MemoryTable {
 
 impl BatchTable for MemoryTable {
     async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
-        let latency = lock(&self.state).latency;
+        let latency = {
+            let mut state = lock(&self.state);
+            state.in_flight += 1;
+            state.most_in_flight = state.most_in_flight.max(state.in_flight);
+            state.latency
+        };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        self.apply(items)
+        let answer = self.apply(items);
+        lock(&self.state).in_flight -= 1;
+        answer
     }
 }
 

@@ -351,3 +351,27 @@ async fn items_of_a_key_declared_stale_come_back_unwritten_and_are_never_sent_ag
         .count();
     assert!((10..=20).contains(&p0_sends), "{p0_sends}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn writes_in_progress_on_one_writer_share_its_slots() {
+    let table = MemoryTable::new();
+    table.set_latency(Duration::from_millis(10));
+    let writer = BatchWriter::new(table.clone(), config());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all = items(1_000, 40);
+    let (front, back) = all.split_at(300);
+    let (mut rng_a, mut rng_b) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(2));
+    let clone = writer.clone();
+    let (a, b) = tokio::join!(
+        writer.write(front.to_vec(), deadline, &mut rng_a),
+        clone.write(back.to_vec(), deadline, &mut rng_b),
+    );
+    assert!(
+        a.outcomes
+            .iter()
+            .chain(&b.outcomes)
+            .all(|o| *o == Outcome::Written)
+    );
+    assert_eq!(table.items().len(), 1_000);
+    assert_eq!(table.most_in_flight(), config().max_inflight);
+}
