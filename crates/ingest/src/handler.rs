@@ -52,7 +52,7 @@ use sharding::key::{KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{
-    BatchReport, BatchTable, BatchWriter, Item, MAX_BATCH_ITEMS, Outcome, PK, WriteObserver,
+    BatchReport, BatchTable, BatchWriter, Item, MAX_BATCH_ITEMS, Outcome, PK, Slots, WriteObserver,
     WriteStats, WriterConfig,
 };
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
@@ -855,7 +855,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 self.first_round(stages, keying, rates, run, rng).await
             } else {
                 self.rekey(stages, run).await;
-                self.write_keyed(stages, rates, run, rng).await
+                self.write_keyed(stages, rates, run, rng, &self.writer.slots())
+                    .await
             };
             let Some(written) = written else {
                 break;
@@ -872,7 +873,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// keyed and their calls sent, and the rest is keyed while those calls are out, then
     /// written in the slots they free. Keying thousands of readings takes milliseconds of
     /// CPU that would otherwise pass before the first call leaves. The two waves share
-    /// the writer's `MAX_INFLIGHT` slots. The writer deduplicates within a wave: a
+    /// one set of the writer's `MAX_INFLIGHT` slots. The writer deduplicates within a wave: a
     /// reading sent twice in one batch, once in each wave, is written by each (the same
     /// item under the same key, stored once, at the cost of a second write). `None`
     /// when there was nothing to write or no time left.
@@ -884,23 +885,25 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         run: &Run<'_>,
         rng: &mut R,
     ) -> Option<Written> {
+        let slots = self.writer.slots();
         let Some(keying) = keying else {
-            return self.write_keyed(stages, rates, run, rng).await;
+            return self.write_keyed(stages, rates, run, rng, &slots).await;
         };
         let split = first_wave(stages, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS);
         let (front, back) = stages.split_at_mut(split);
         let (front_spans, back_spans) = run.spans.split_at(split.min(run.spans.len()));
         self.key_messages(front, front_spans, keying);
         if !back.iter().any(|s| matches!(s, Stage::Parsed(_))) {
-            return self.write_keyed(front, rates, run, rng).await;
+            return self.write_keyed(front, rates, run, rng, &slots).await;
         }
         let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
-        let mut front_write = std::pin::pin!(self.write_keyed(front, rates, run, &mut front_rng));
+        let mut front_write =
+            std::pin::pin!(self.write_keyed(front, rates, run, &mut front_rng, &slots));
         // Polled once, the first wave's calls are built and sent; its answers wait
         // until the rest is keyed, which takes less than a round trip.
         let front_done = futures::poll!(front_write.as_mut());
         self.key_messages(back, back_spans, keying);
-        let back_write = self.write_keyed(back, rates, run, &mut back_rng);
+        let back_write = self.write_keyed(back, rates, run, &mut back_rng, &slots);
         let (front, back) = match front_done {
             std::task::Poll::Ready(front) => (front, back_write.await),
             std::task::Poll::Pending => tokio::join!(front_write, back_write),
@@ -914,8 +917,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         }
     }
 
-    /// Writes the keyed readings of `stages` that have an item and no outcome: one
-    /// round's writes ([`Self::write_round`]), each outcome recorded on its reading.
+    /// Writes the keyed readings of `stages` that have an item and no outcome, within
+    /// `slots`: one round's writes ([`Self::write_round`]), each outcome recorded on its
+    /// reading.
     /// `None` when there was nothing to write or no time left.
     async fn write_keyed<R: Rng + Send + ?Sized>(
         &self,
@@ -923,26 +927,29 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
         rng: &mut R,
+        slots: &Slots,
     ) -> Option<Written> {
-        let mut slots: Vec<&mut Keyed> = keyed_mut(stages)
+        let mut to_write: Vec<&mut Keyed> = keyed_mut(stages)
             .filter(|k| k.outcome.is_none() && k.item.is_some())
             .collect();
-        if slots.is_empty() || run.out_of_time() {
+        if to_write.is_empty() || run.out_of_time() {
             return None;
         }
-        let items: Vec<Item> = slots.iter_mut().filter_map(|k| k.item.take()).collect();
-        let owners: Vec<(&str, u32)> = slots
+        let items: Vec<Item> = to_write.iter_mut().filter_map(|k| k.item.take()).collect();
+        let owners: Vec<(&str, u32)> = to_write
             .iter()
             .map(|k| (k.reading.device_id.as_str(), k.fanout))
             .collect();
-        let (report, changes) = self.write_round(items, &owners, rates, run, rng).await;
+        let (report, changes) = self
+            .write_round(items, &owners, rates, run, rng, slots)
+            .await;
         drop(owners);
         let mut rekeyed = 0;
-        for (slot, outcome) in slots.iter_mut().zip(report.outcomes) {
+        for (keyed, outcome) in to_write.iter_mut().zip(report.outcomes) {
             if outcome == Outcome::Stale {
                 rekeyed += 1;
             } else {
-                slot.outcome = Some(outcome);
+                keyed.outcome = Some(outcome);
             }
         }
         Some(Written {
@@ -961,6 +968,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
         rng: &mut R,
+        slots: &Slots,
     ) -> (BatchReport, Changes) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let watch = Watch::new(&items, owners, tx);
@@ -968,7 +976,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let writes = async {
             let report = self
                 .writer
-                .write_observed(items, run.work_deadline, rng, &watch)
+                .write_in(items, run.work_deadline, rng, &watch, slots)
                 .await;
             watch.close();
             report

@@ -933,3 +933,26 @@ async fn a_batch_of_the_templates_size_is_written_once_within_max_inflight_calls
     assert_eq!(fx.table.calls().iter().map(Vec::len).sum::<usize>(), 4_000);
     assert_eq!(fx.table.most_in_flight(), 16);
 }
+
+#[tokio::test(start_paused = true)]
+async fn max_inflight_bounds_each_invocation_not_invocations_at_once() {
+    // Two invocations at once on one service (as `run-local` runs them), each of
+    // 8 calls' worth of readings under MAX_INFLIGHT = 4.
+    let fx = Fixture::new();
+    fx.table.set_latency(Duration::from_millis(10));
+    let service = fx.service(&[("MAX_INFLIGHT", "4")]);
+    let first = many_readings(5, 40);
+    let mut second = many_readings(5, 40);
+    for record in &mut second.records {
+        record.message_id = record.message_id.as_ref().map(|id| format!("{id}-b"));
+        record.body = record.body.as_ref().map(|b| b.replace("\"e-", "\"f-"));
+    }
+    let (mut rng_a, mut rng_b) = (rng(), rng());
+    let (a, b) = tokio::join!(
+        service.process(&first, now(), deadline(), &mut rng_a),
+        service.process(&second, now(), deadline(), &mut rng_b),
+    );
+    assert_eq!(a.writes.written + b.writes.written, 400);
+    assert_eq!(fx.table.items().len(), 400);
+    assert_eq!(fx.table.most_in_flight(), 8);
+}

@@ -7,9 +7,9 @@
 //! 2. items with the same `(PK, SK)` are written once (DynamoDB refuses a batch that
 //!    names a key twice); every duplicate shares the outcome of the one kept;
 //! 3. the rest go in chunks of at most 25 items and 16 MB, at most
-//!    `max_inflight` calls at a time: the limit is the writer's, shared by every write
-//!    in progress on it (and on its clones), so a caller may start writing the first
-//!    items of a batch and, while their calls are out, hand the writer the rest;
+//!    `max_inflight` calls at a time. Writes that run at once may share one set of
+//!    [`Slots`] and stay within the limit together, so a caller may start writing the
+//!    first items of a batch and, while their calls are out, hand the writer the rest;
 //! 4. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
 //!    transient error, are retried after a full-jitter delay from `sharding`'s
 //!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
@@ -26,7 +26,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
@@ -102,7 +101,7 @@ impl<T: BatchTable> BatchTable for &T {
     }
 }
 
-impl<T: BatchTable> BatchTable for Arc<T> {
+impl<T: BatchTable> BatchTable for std::sync::Arc<T> {
     fn batch_write(
         &self,
         items: Vec<Item>,
@@ -348,25 +347,28 @@ impl Chunker<'_> {
     }
 }
 
+/// A writer's `max_inflight` slots for calls in flight, one per chunk being written
+/// ([`BatchWriter::slots`]). Writes given the same slots ([`BatchWriter::write_in`]) stay
+/// within the limit together.
+#[derive(Debug)]
+pub struct Slots(Semaphore);
+
 /// Writes batches through a [`BatchTable`]; see the module docs.
 #[derive(Debug, Clone)]
 pub struct BatchWriter<T> {
     table: T,
     config: WriterConfig,
-    /// One per chunk being written, `max_inflight` in all: shared by every write in
-    /// progress on this writer and its clones.
-    slots: Arc<Semaphore>,
 }
 
 impl<T: BatchTable> BatchWriter<T> {
     /// A writer over `table`.
     pub fn new(table: T, config: WriterConfig) -> Self {
-        let slots = Arc::new(Semaphore::new(config.max_inflight.max(1)));
-        Self {
-            table,
-            config,
-            slots,
-        }
+        Self { table, config }
+    }
+
+    /// A fresh set of `max_inflight` slots, to share between writes that run at once.
+    pub fn slots(&self) -> Slots {
+        Slots(Semaphore::new(self.config.max_inflight.max(1)))
     }
 
     /// The port this writer calls.
@@ -389,13 +391,27 @@ impl<T: BatchTable> BatchWriter<T> {
     /// throttle refused, as it happens, so a caller can react (raise the entity's
     /// fan-out) while the retries still back off; items whose key the observer then
     /// declares stale come back as [`Outcome::Stale`].
-    #[tracing::instrument(skip_all, fields(items = items.len()))]
     pub async fn write_observed<R: Rng + ?Sized>(
         &self,
         items: Vec<Item>,
         deadline: Instant,
         rng: &mut R,
         observer: &dyn WriteObserver,
+    ) -> BatchReport {
+        self.write_in(items, deadline, rng, observer, &self.slots())
+            .await
+    }
+
+    /// [`write_observed`](Self::write_observed) within `slots`, which other writes
+    /// running at once may share: together they have at most `max_inflight` calls out.
+    #[tracing::instrument(skip_all, fields(items = items.len()))]
+    pub async fn write_in<R: Rng + ?Sized>(
+        &self,
+        items: Vec<Item>,
+        deadline: Instant,
+        rng: &mut R,
+        observer: &dyn WriteObserver,
+        slots: &Slots,
     ) -> BatchReport {
         let prepared = prepare(&items);
         let mut stats = WriteStats {
@@ -423,14 +439,14 @@ impl<T: BatchTable> BatchWriter<T> {
             })
             .collect();
 
-        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        let mut unsent: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let jobs: Vec<_> = prepared
             .chunks
             .iter()
             .map(|chunk| {
                 let batch: Vec<(usize, Item)> = chunk
                     .iter()
-                    .filter_map(|&i| slots.get_mut(i).and_then(Option::take).map(|it| (i, it)))
+                    .filter_map(|&i| unsent.get_mut(i).and_then(Option::take).map(|it| (i, it)))
                     .collect();
                 let mut seed = <StdRng as SeedableRng>::Seed::default();
                 rng.fill(&mut seed);
@@ -439,9 +455,9 @@ impl<T: BatchTable> BatchWriter<T> {
             .collect();
         let max_inflight = self.config.max_inflight.max(1);
         let mut results = futures::stream::iter(jobs.into_iter().map(|(batch, rng)| async move {
-            // A chunk holds one of the writer's slots until all its items have outcomes.
-            // Waiting for one ends at the deadline, where the chunk fails at once.
-            let _slot = tokio::time::timeout_at(deadline, self.slots.acquire()).await;
+            // A chunk holds one of the slots until all its items have outcomes. Waiting
+            // for one ends at the deadline, where the chunk fails at once.
+            let _slot = tokio::time::timeout_at(deadline, slots.0.acquire()).await;
             self.write_chunk(batch, deadline, rng, observer).await
         }))
         .buffer_unordered(max_inflight);

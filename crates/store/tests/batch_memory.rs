@@ -353,7 +353,7 @@ async fn items_of_a_key_declared_stale_come_back_unwritten_and_are_never_sent_ag
 }
 
 #[tokio::test(start_paused = true)]
-async fn writes_in_progress_on_one_writer_share_its_slots() {
+async fn writes_sharing_slots_stay_within_max_inflight_together() {
     let table = MemoryTable::new();
     table.set_latency(Duration::from_millis(10));
     let writer = BatchWriter::new(table.clone(), config());
@@ -361,10 +361,10 @@ async fn writes_in_progress_on_one_writer_share_its_slots() {
     let all = items(1_000, 40);
     let (front, back) = all.split_at(300);
     let (mut rng_a, mut rng_b) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(2));
-    let clone = writer.clone();
+    let slots = writer.slots();
     let (a, b) = tokio::join!(
-        writer.write(front.to_vec(), deadline, &mut rng_a),
-        clone.write(back.to_vec(), deadline, &mut rng_b),
+        writer.write_in(front.to_vec(), deadline, &mut rng_a, &(), &slots),
+        writer.write_in(back.to_vec(), deadline, &mut rng_b, &(), &slots),
     );
     assert!(
         a.outcomes
