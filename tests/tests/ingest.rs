@@ -375,9 +375,16 @@ async fn unprocessed_items_are_retried_until_written(backend: Backend) -> Result
     assert!(stats.calls <= chunks * attempts, "{stats:?}");
     assert_eq!(stats.retries, stats.calls - chunks);
     let proxy = rig.proxy.stats();
-    assert_eq!(
-        proxy.requests_by_op.get("BatchWriteItem"),
-        Some(&stats.calls)
+    // Every call reached the proxy, but one that failed before it could (a pooled
+    // connection closed under it), which the writer counts as a transient error.
+    let seen = proxy
+        .requests_by_op
+        .get("BatchWriteItem")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        seen <= stats.calls && stats.calls - seen <= stats.transient_errors,
+        "the proxy saw {seen} calls: {stats:?}"
     );
     // The writer saw exactly the items the proxy held back.
     assert_eq!(stats.unprocessed, proxy.faults.unprocessed_items);
