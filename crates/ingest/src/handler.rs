@@ -678,16 +678,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let rates = entity_rates(&stages);
         self.observe_stage(&rates, &run, &mut changes, rng).await;
         let keying = self.key_stage(&mut stages, &run).await;
-        let (writes, rekeyed) = self
-            .write_stage(
-                &mut stages,
-                keying.as_ref(),
-                &rates,
-                &run,
-                &mut changes,
-                rng,
-            )
+        let written = self
+            .write_stage(&mut stages, keying.as_ref(), &rates, &run, rng)
             .await;
+        changes.absorb(written.changes);
+        let (writes, rekeyed) = (written.stats, written.rekeyed);
         let panics = stages
             .iter()
             .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
@@ -837,19 +832,17 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
     /// once; when its fan-out is raised, the writer gives back that entity's items not
     /// yet written, and the next round re-keys them with the new k. Nothing written is
-    /// ever written again. Returns the writer's counters and how many items were
-    /// re-keyed.
+    /// ever written again. Returns what every round did: the writer's counters, how many
+    /// items were re-keyed and the fan-out changes won.
     async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
         stages: &mut [Stage],
         keying: Option<&Keying>,
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
-        changes: &mut Changes,
         rng: &mut R,
-    ) -> (WriteStats, u64) {
-        let mut stats = WriteStats::default();
-        let mut rekeyed = 0;
+    ) -> Written {
+        let mut total = Written::default();
         for round in 0..MAX_REKEY_ROUNDS {
             let written = if round == 0 {
                 self.first_round(stages, keying, rates, run, rng).await
@@ -861,11 +854,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             let Some(written) = written else {
                 break;
             };
-            changes.absorb(written.changes);
-            stats.absorb(written.stats);
-            rekeyed += written.rekeyed;
+            total.absorb(written);
         }
-        (stats, rekeyed)
+        total
     }
 
     /// The first round of [`Self::write_stage`], in two waves when the batch holds more
@@ -1475,7 +1466,8 @@ struct Keying {
     now: Timestamp,
 }
 
-/// What one round's writes (or one wave's of the first round) did.
+/// What one round's writes (or one wave's of the first round, or all rounds) did.
+#[derive(Default)]
 struct Written {
     stats: WriteStats,
     /// Items given back stale, to re-key.

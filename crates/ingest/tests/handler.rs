@@ -920,13 +920,7 @@ async fn a_batch_of_the_templates_size_is_written_once_within_max_inflight_calls
         .service(&[("MAX_INFLIGHT", "16")])
         .process(&ev, now(), deadline(), &mut rng())
         .await;
-    assert!(
-        report
-            .response()
-            .expect("ids")
-            .batch_item_failures
-            .is_empty()
-    );
+    assert!(failures(&report.response().expect("ids")).is_empty());
     assert_eq!(report.writes.written, 4_000);
     assert_eq!(fx.table.items().len(), 4_000);
     // Every item in exactly one call, and never more calls at once than the writer's slots.
