@@ -48,12 +48,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::{self, KeepReason, Signal, Throttle};
-use sharding::key::{KeyError, ReadingRef, write_key};
+use sharding::key::{ItemKey, KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{
-    BatchReport, BatchTable, BatchWriter, Item, MAX_BATCH_ITEMS, Outcome, PK, Slots, WriteObserver,
-    WriteStats, WriterConfig,
+    BatchReport, BatchTable, BatchWriter, Item, Key, MAX_BATCH_ITEMS, Outcome, PK, Remake, Slots,
+    WriteObserver, WriteStats, WriterConfig,
 };
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
@@ -549,6 +549,27 @@ impl<'a> Watch<'a> {
     }
 }
 
+/// The readings behind one round's items, in the writer's input order.
+struct Round<'a> {
+    /// Each item's entity, with the fan-out of its key.
+    owners: Vec<(&'a str, u32)>,
+    /// Each item's reading, to make the item again after a failed call consumed it: the
+    /// writer keeps no copies ([`Remake`]).
+    readings: Vec<&'a Reading>,
+    retention: Duration,
+}
+
+impl Remake for Round<'_> {
+    fn remake(&self, index: usize, key: &Key) -> Option<Item> {
+        let key = ItemKey {
+            pk: key.pk.clone(),
+            sk: key.sk.clone(),
+        };
+        let reading = self.readings.get(index)?;
+        Some(ReadingItem::marshal(reading, key, self.retention).item)
+    }
+}
+
 /// A random stream of its own, seeded from `rng` (so a seeded test stays reproducible).
 fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
     let mut seed = <StdRng as SeedableRng>::Seed::default();
@@ -927,14 +948,18 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             return None;
         }
         let items: Vec<Item> = to_write.iter_mut().filter_map(|k| k.item.take()).collect();
-        let owners: Vec<(&str, u32)> = to_write
-            .iter()
-            .map(|k| (k.reading.device_id.as_str(), k.fanout))
-            .collect();
+        let round = Round {
+            owners: to_write
+                .iter()
+                .map(|k| (k.reading.device_id.as_str(), k.fanout))
+                .collect(),
+            readings: to_write.iter().map(|k| &k.reading).collect(),
+            retention: self.config.retention,
+        };
         let (report, changes) = self
-            .write_round(items, &owners, rates, run, rng, slots)
+            .write_round(items, &round, rates, run, rng, slots)
             .await;
-        drop(owners);
+        drop(round);
         let mut rekeyed = 0;
         for (keyed, outcome) in to_write.iter_mut().zip(report.outcomes) {
             if outcome == Outcome::Stale {
@@ -955,19 +980,19 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     async fn write_round<R: Rng + Send + ?Sized>(
         &self,
         items: Vec<Item>,
-        owners: &[(&str, u32)],
+        round: &Round<'_>,
         rates: &BTreeMap<String, Option<f64>>,
         run: &Run<'_>,
         rng: &mut R,
         slots: &Slots,
     ) -> (BatchReport, Changes) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let watch = Watch::new(&items, owners, tx);
+        let watch = Watch::new(&items, &round.owners, tx);
         let mut listener_rng = seeded(rng);
         let writes = async {
             let report = self
                 .writer
-                .write_in(items, run.work_deadline, rng, &watch, slots)
+                .write_in(items, run.work_deadline, rng, &watch, slots, round)
                 .await;
             watch.close();
             report
@@ -977,7 +1002,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         // A raise the listener won after the writer's retries ran out still re-keys
         // what the throttle kept out of the raised entities: nothing of it was written.
         let raised = lock(&watch.raised);
-        for (outcome, (entity, k)) in report.outcomes.iter_mut().zip(owners) {
+        for (outcome, (entity, k)) in report.outcomes.iter_mut().zip(&round.owners) {
             let throttled = matches!(
                 outcome,
                 Outcome::FailedRetryable {

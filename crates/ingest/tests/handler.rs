@@ -580,6 +580,31 @@ async fn every_message_failing_transiently_fails_the_invocation() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn items_a_failed_call_consumed_are_stored_as_the_first_attempt_sent_them() {
+    let ev = event("sqs-batch.json");
+    let clean = Fixture::new();
+    clean
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    // The first call fails whole and takes its items with it: the retry sends them
+    // made again from their readings.
+    let failing = Fixture::new();
+    failing
+        .table
+        .fail_next([StoreError::Transient("HTTP 500".into())]);
+    let response = failing
+        .service(&[])
+        .handle(&ev, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(failing.table.calls().len(), clean.table.calls().len() + 1);
+    assert_eq!(failing.table.items(), clean.table.items());
+}
+
 #[test]
 fn emf_lines_carry_the_counters() {
     let report = ingest::Report {

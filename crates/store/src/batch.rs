@@ -13,7 +13,10 @@
 //! 4. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
 //!    transient error, are retried after a full-jitter delay from `sharding`'s
 //!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
-//!    the deadline;
+//!    the deadline. A call consumes the items it sends (the SDK takes its input by
+//!    value), so between attempts the writer holds each item's key, not a copy of the
+//!    item: an unprocessed item comes back in the answer, and an item a failed call
+//!    took is made again by the caller's [`Remake`];
 //! 5. a `ValidationException` on a chunk of several items splits it in halves (no
 //!    delay), so one item the pre-checks missed cannot take good items down with it;
 //! 6. a [`WriteObserver`] hears of every partition key a throttle refused as it happens,
@@ -24,7 +27,7 @@
 //! The one call is behind the [`BatchTable`] port: [`crate::dynamo::DynamoTable`] in
 //! production, [`crate::memory::MemoryTable`] (with injectable faults) in tests.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -128,6 +131,23 @@ pub trait WriteObserver: Sync {
 
 /// Hears nothing, declares nothing stale.
 impl WriteObserver for () {}
+
+/// Makes an input item of a write again, for another attempt after a failed call
+/// consumed the one it sent. The writer then holds no copy of an item between
+/// attempts: copying every item for every call cost the ingest handler about a seventh
+/// of its CPU (bench item 1), for the rare call that fails whole.
+pub trait Remake: Sync {
+    /// Input item `index`, whose key is `key`, as it was given to the write; `None`
+    /// if it cannot be made again (the item then fails, retryable).
+    fn remake(&self, index: usize, key: &Key) -> Option<Item>;
+}
+
+/// Copies of the input, made again by cloning: for callers that have nothing cheaper.
+impl Remake for Vec<Item> {
+    fn remake(&self, index: usize, _key: &Key) -> Option<Item> {
+        self.get(index).cloned()
+    }
+}
 
 /// What became of one input item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,12 +418,14 @@ impl<T: BatchTable> BatchWriter<T> {
         rng: &mut R,
         observer: &dyn WriteObserver,
     ) -> BatchReport {
-        self.write_in(items, deadline, rng, observer, &self.slots())
+        let copies = items.clone();
+        self.write_in(items, deadline, rng, observer, &self.slots(), &copies)
             .await
     }
 
     /// [`write_observed`](Self::write_observed) within `slots`, which other writes
     /// running at once may share: together they have at most `max_inflight` calls out.
+    /// An item a failed call consumed is made again by `remake` for the next attempt.
     #[tracing::instrument(skip_all, fields(items = items.len()))]
     pub async fn write_in<R: Rng + ?Sized>(
         &self,
@@ -412,6 +434,7 @@ impl<T: BatchTable> BatchWriter<T> {
         rng: &mut R,
         observer: &dyn WriteObserver,
         slots: &Slots,
+        remake: &dyn Remake,
     ) -> BatchReport {
         let prepared = prepare(&items);
         let mut stats = WriteStats {
@@ -444,9 +467,18 @@ impl<T: BatchTable> BatchWriter<T> {
             .chunks
             .iter()
             .map(|chunk| {
-                let batch: Vec<(usize, Item)> = chunk
+                let batch: Vec<Pending> = chunk
                     .iter()
-                    .filter_map(|&i| unsent.get_mut(i).and_then(Option::take).map(|it| (i, it)))
+                    .filter_map(|&index| {
+                        let item = unsent.get_mut(index).and_then(Option::take)?;
+                        // Every chunked item has a key: `prepare` refused the others.
+                        let key = key_of(&item).ok()?;
+                        Some(Pending {
+                            index,
+                            key,
+                            item: Some(item),
+                        })
+                    })
                     .collect();
                 let mut seed = <StdRng as SeedableRng>::Seed::default();
                 rng.fill(&mut seed);
@@ -458,7 +490,8 @@ impl<T: BatchTable> BatchWriter<T> {
             // A chunk holds one of the slots until all its items have outcomes. Waiting
             // for one ends at the deadline, where the chunk fails at once.
             let _slot = tokio::time::timeout_at(deadline, slots.0.acquire()).await;
-            self.write_chunk(batch, deadline, rng, observer).await
+            self.write_chunk(batch, deadline, rng, observer, remake)
+                .await
         }))
         .buffer_unordered(max_inflight);
         while let Some((outcomes, chunk_stats)) = results.next().await {
@@ -488,14 +521,15 @@ impl<T: BatchTable> BatchWriter<T> {
     /// validation errors.
     async fn write_chunk(
         &self,
-        chunk: Vec<(usize, Item)>,
+        chunk: Vec<Pending>,
         deadline: Instant,
         mut rng: StdRng,
         observer: &dyn WriteObserver,
+        remake: &dyn Remake,
     ) -> (Vec<(usize, Outcome)>, WriteStats) {
         let mut stats = WriteStats::default();
         let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(chunk.len());
-        let mut queue: VecDeque<Vec<(usize, Item)>> = VecDeque::from([chunk]);
+        let mut queue: VecDeque<Vec<Pending>> = VecDeque::from([chunk]);
         while let Some(mut pending) = queue.pop_front() {
             let mut attempt: u32 = 0;
             // The most recent call-level throttle in this sub-batch: unprocessed items
@@ -517,8 +551,11 @@ impl<T: BatchTable> BatchWriter<T> {
                     }
                     stats.retries += 1;
                 }
+                let items = lend(&mut done, &mut stats, &mut pending, remake);
+                if items.is_empty() {
+                    break;
+                }
                 stats.calls += 1;
-                let items: Vec<Item> = pending.iter().map(|(_, item)| item.clone()).collect();
                 let result =
                     match tokio::time::timeout_at(deadline, self.table.batch_write(items)).await {
                         Ok(result) => result,
@@ -526,17 +563,23 @@ impl<T: BatchTable> BatchWriter<T> {
                     };
                 match result {
                     Ok(unprocessed) => {
-                        let left: HashSet<Key> = unprocessed
-                            .iter()
-                            .filter_map(|it| key_of(it).ok())
+                        // The answer gives back the items it left: the next attempt sends
+                        // them again as they are.
+                        let mut left: HashMap<Key, Item> = unprocessed
+                            .into_iter()
+                            .filter_map(|it| Some((key_of(&it).ok()?, it)))
                             .collect();
                         let before = pending.len();
-                        pending.retain(|(i, item)| {
-                            // The usual answer leaves nothing: no key to copy then.
-                            let stays =
-                                !left.is_empty() && key_of(item).is_ok_and(|k| left.contains(&k));
+                        pending.retain_mut(|p| {
+                            // The usual answer leaves nothing: nothing to look up then.
+                            p.item = if left.is_empty() {
+                                None
+                            } else {
+                                left.remove(&p.key)
+                            };
+                            let stays = p.item.is_some();
                             if !stays {
-                                done.push((*i, Outcome::Written));
+                                done.push((p.index, Outcome::Written));
                             }
                             stays
                         });
@@ -545,10 +588,8 @@ impl<T: BatchTable> BatchWriter<T> {
                         // Unprocessed items carry no reason: after a key-range throttle
                         // on this chunk, they are more of the same.
                         if throttle == Some(ThrottleKind::KeyRange) {
-                            for (_, item) in &pending {
-                                if let Some(AttributeValue::S(pk)) = item.get(PK) {
-                                    observer.throttled(pk);
-                                }
+                            for p in &pending {
+                                observer.throttled(&p.key.pk);
                             }
                         }
                         last_reason = match throttle {
@@ -563,10 +604,10 @@ impl<T: BatchTable> BatchWriter<T> {
                             queue.push_back(back);
                         } else {
                             let reason = err.to_string();
-                            for (i, _) in pending.drain(..) {
+                            for p in pending.drain(..) {
                                 stats.failed_permanent += 1;
                                 done.push((
-                                    i,
+                                    p.index,
                                     Outcome::FailedPermanent {
                                         reason: reason.clone(),
                                     },
@@ -581,14 +622,12 @@ impl<T: BatchTable> BatchWriter<T> {
                                 throttle = Some(*kind);
                                 *stats.throttles.entry(reason.clone()).or_default() += 1;
                                 if *kind == ThrottleKind::KeyRange {
-                                    for (_, item) in &pending {
-                                        if let Some(AttributeValue::S(pk)) = item.get(PK) {
-                                            observer.throttled(pk);
-                                            *stats
-                                                .key_range_throttled
-                                                .entry(pk.clone())
-                                                .or_default() += 1;
-                                        }
+                                    for p in &pending {
+                                        observer.throttled(&p.key.pk);
+                                        *stats
+                                            .key_range_throttled
+                                            .entry(p.key.pk.clone())
+                                            .or_default() += 1;
                                     }
                                 }
                             }
@@ -630,18 +669,56 @@ impl<T: BatchTable> BatchWriter<T> {
     }
 }
 
+/// One item of a chunk without an outcome yet: its input index, its key, and the item
+/// itself unless a failed call consumed it.
+struct Pending {
+    index: usize,
+    key: Key,
+    item: Option<Item>,
+}
+
+/// The items of `pending` for the next call, moved out: each one held, or made again by
+/// `remake` when a failed call consumed it. An item that cannot be made again leaves
+/// `pending` as failed, retryable.
+fn lend(
+    done: &mut Vec<(usize, Outcome)>,
+    stats: &mut WriteStats,
+    pending: &mut Vec<Pending>,
+    remake: &dyn Remake,
+) -> Vec<Item> {
+    let mut items = Vec::with_capacity(pending.len());
+    pending.retain_mut(|p| {
+        match p.item.take().or_else(|| remake.remake(p.index, &p.key)) {
+            Some(item) => items.push(item),
+            None => {
+                stats.failed_retryable += 1;
+                done.push((
+                    p.index,
+                    Outcome::FailedRetryable {
+                        reason: "the item could not be made again for another attempt".to_owned(),
+                        throttle: None,
+                    },
+                ));
+                return false;
+            }
+        }
+        true
+    });
+    items
+}
+
 /// Moves the items whose key `observer` declares stale from `pending` to `done`.
 fn give_back_stale(
     done: &mut Vec<(usize, Outcome)>,
     stats: &mut WriteStats,
-    pending: &mut Vec<(usize, Item)>,
+    pending: &mut Vec<Pending>,
     observer: &dyn WriteObserver,
 ) {
-    pending.retain(|(i, item)| {
-        let stale = matches!(item.get(PK), Some(AttributeValue::S(pk)) if observer.stale(pk));
+    pending.retain(|p| {
+        let stale = observer.stale(&p.key.pk);
         if stale {
             stats.stale += 1;
-            done.push((*i, Outcome::Stale));
+            done.push((p.index, Outcome::Stale));
         }
         !stale
     });
@@ -650,14 +727,14 @@ fn give_back_stale(
 fn fail_all(
     done: &mut Vec<(usize, Outcome)>,
     stats: &mut WriteStats,
-    pending: &mut Vec<(usize, Item)>,
+    pending: &mut Vec<Pending>,
     reason: &str,
     throttle: Option<ThrottleKind>,
 ) {
-    for (i, _) in pending.drain(..) {
+    for p in pending.drain(..) {
         stats.failed_retryable += 1;
         done.push((
-            i,
+            p.index,
             Outcome::FailedRetryable {
                 reason: reason.to_owned(),
                 throttle,

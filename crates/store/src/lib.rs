@@ -74,7 +74,7 @@ pub mod size;
 pub mod sqs;
 
 pub use batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, WriteObserver, WriteStats,
+    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, Remake, WriteObserver, WriteStats,
     WriterConfig,
 };
 pub use directory::{

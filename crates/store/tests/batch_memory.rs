@@ -359,12 +359,12 @@ async fn writes_sharing_slots_stay_within_max_inflight_together() {
     let writer = BatchWriter::new(table.clone(), config());
     let deadline = Instant::now() + Duration::from_secs(30);
     let all = items(1_000, 40);
-    let (front, back) = all.split_at(300);
+    let (front, back) = (all[..300].to_vec(), all[300..].to_vec());
     let (mut rng_a, mut rng_b) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(2));
     let slots = writer.slots();
     let (a, b) = tokio::join!(
-        writer.write_in(front.to_vec(), deadline, &mut rng_a, &(), &slots),
-        writer.write_in(back.to_vec(), deadline, &mut rng_b, &(), &slots),
+        writer.write_in(front.clone(), deadline, &mut rng_a, &(), &slots, &front),
+        writer.write_in(back.clone(), deadline, &mut rng_b, &(), &slots, &back),
     );
     assert!(
         a.outcomes
@@ -374,4 +374,62 @@ async fn writes_sharing_slots_stay_within_max_inflight_together() {
     );
     assert_eq!(table.items().len(), 1_000);
     assert_eq!(table.most_in_flight(), config().max_inflight);
+}
+
+/// Makes items again from the input, counting how many it made.
+struct Counting {
+    input: Vec<store::Item>,
+    made: std::sync::atomic::AtomicUsize,
+}
+
+impl store::Remake for Counting {
+    fn remake(&self, index: usize, key: &store::Key) -> Option<store::Item> {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let item = self.input.get(index).cloned()?;
+        assert_eq!(store::batch::key_of(&item).as_ref(), Ok(key));
+        Some(item)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_a_failed_call_consumed_are_made_again_and_unprocessed_ones_are_sent_as_given_back() {
+    let table = MemoryTable::new();
+    table.set_unprocessed_fraction(0.3);
+    // The first two calls fail whole: their 50 items are gone with them.
+    table.fail_next([
+        StoreError::Transient("HTTP 500".into()),
+        StoreError::Throttled {
+            kind: ThrottleKind::Table,
+            reason: "ThrottlingException".into(),
+        },
+    ]);
+    let input = items(100, 10);
+    let remake = Counting {
+        input: input.clone(),
+        made: 0.into(),
+    };
+    let writer = writer(&table);
+    let report = writer
+        .write_in(
+            input.clone(),
+            Instant::now() + Duration::from_secs(60),
+            &mut StdRng::seed_from_u64(21),
+            &(),
+            &writer.slots(),
+            &remake,
+        )
+        .await;
+    assert!(report.outcomes.iter().all(Outcome::is_written));
+    // Stored exactly as given, whichever attempt stored them.
+    let stored: Vec<store::Item> = table.items().into_values().collect();
+    let mut expected = input;
+    expected.sort_by_key(|item| store::batch::key_of(item).ok());
+    assert_eq!(stored, expected);
+    // Only the items of the two failed calls were made again; the unprocessed ones went
+    // out again as the answers gave them back.
+    assert!(report.stats.unprocessed > 0);
+    assert_eq!(
+        remake.made.load(std::sync::atomic::Ordering::Relaxed),
+        2 * MAX_BATCH_ITEMS
+    );
 }
