@@ -546,14 +546,14 @@ impl<T: BatchTable> BatchWriter<T> {
                 }
                 if attempt > 0 {
                     give_back_stale(&mut done, &mut stats, &mut pending, observer);
-                    if pending.is_empty() {
-                        break;
-                    }
-                    stats.retries += 1;
                 }
+                // Empty when every item went back stale or could not be made again.
                 let items = lend(&mut done, &mut stats, &mut pending, remake);
                 if items.is_empty() {
                     break;
+                }
+                if attempt > 0 {
+                    stats.retries += 1;
                 }
                 stats.calls += 1;
                 let result =
