@@ -11,13 +11,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use anyhow::Result;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::capacity::{PlanInput, plan_capacity};
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::fanout::{MIN_RATE_SAMPLE, Signal, Throttle, rate_of};
+use sharding::fanout::{BatchArrival, MIN_RATE_SAMPLE, Signal, Throttle, arrival_rate};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
@@ -203,22 +204,23 @@ async fn simulate(seconds: usize, layout: Layout, extra: &[(&str, &str)]) -> Res
 }
 
 /// The rates one second's fresh readings show to the ingest: each device's messages
-/// hold at most 50 readings and one second, and a message of at least
-/// [`MIN_RATE_SAMPLE`] readings shows its device's rate ([`rate_of`]).
+/// hold at most 50 readings and arrive over the second, gathered in a batching window
+/// of one second, so a device of at least [`MIN_RATE_SAMPLE`] readings shows its rate
+/// ([`arrival_rate`]).
 fn shown_rates(readings: &[Reading]) -> Vec<(String, f64)> {
+    let second = Duration::from_secs(1);
+    let batch = BatchArrival {
+        window: second,
+        full_span: None,
+    };
     let mut counts: HashMap<Option<usize>, u64> = HashMap::new();
     for (device, _, _) in readings {
         *counts.entry(*device).or_default() += 1;
     }
     let mut shown: Vec<(String, f64)> = counts
         .into_iter()
-        .filter(|(_, n)| *n >= MIN_RATE_SAMPLE)
         .filter_map(|(device, n)| {
-            // Readings evenly spread over the second: a message of m readings spans
-            // (m - 1) gaps of 1/n s.
-            let m = n.min(50);
-            let span_ms = ((m - 1) * 1000 / n) as i64;
-            rate_of(m, span_ms).map(|rate| (device_id(device), rate))
+            arrival_rate(n, n.div_ceil(50), second, &batch).map(|rate| (device_id(device), rate))
         })
         .collect();
     shown.sort_by(|a, b| a.0.cmp(&b.0));

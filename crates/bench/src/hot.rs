@@ -81,6 +81,8 @@ struct Pending {
     receives: u32,
     /// Message attributes (a requeued copy's requeue count and first id).
     attributes: HashMap<String, SqsMessageAttribute>,
+    /// When the queue received it (its `SentTimestamp`), simulated.
+    sent_at: Duration,
     visible_at: Duration,
 }
 
@@ -93,6 +95,10 @@ impl Pending {
         m.attributes.insert(
             "ApproximateReceiveCount".to_owned(),
             self.receives.to_string(),
+        );
+        m.attributes.insert(
+            "SentTimestamp".to_owned(),
+            (common::T0_MS + self.sent_at.as_millis() as i64).to_string(),
         );
         m.message_attributes = self.attributes.clone();
         m
@@ -127,6 +133,7 @@ impl Pending {
             id: format!("c{n}"),
             receives: 0,
             attributes,
+            sent_at: now,
             visible_at: now + Duration::from_secs(copy.delay_secs.into()),
         })
     }
@@ -233,9 +240,10 @@ struct Run {
     rate: usize,
     /// Write limit of one key, WCU/s.
     key_wcu: u32,
-    /// Readings per message: 50 shows the device's rate to the ingest in every message;
-    /// 1 shows none, and the rate shows only in a batch of at least
-    /// `sharding::fanout::MIN_RATE_SAMPLE` messages.
+    /// Readings per message: 50 or 1. Either way the ingest measures the device's rate
+    /// by when its messages arrived (their `SentTimestamp`), over at least the batching
+    /// window, or over a full batch's own span when the device has at least
+    /// `sharding::fanout::MIN_RATE_SAMPLE` messages in it.
     per_message: usize,
     /// Most messages in one invocation (the template's default is [`BATCH_SIZE`]).
     batch: usize,
@@ -472,6 +480,7 @@ impl Pending {
             id: format!("m{n}"),
             receives: 0,
             attributes: HashMap::new(),
+            sent_at: visible_at,
             visible_at,
         }
     }
@@ -500,7 +509,10 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
     pc.limits.key_wcu = f64::from(key_wcu);
     let proxy = Arc::new(Proxy::start(pc).await?);
     let key_rate = (f64::from(key_wcu) * KEY_RATE_SHARE).to_string();
+    let (batch_size, window_secs) = (batch.to_string(), window.as_secs_f64().to_string());
     let config = common::ingest_config(&[
+        ("BATCH_SIZE", &batch_size),
+        ("BATCHING_WINDOW_SECS", &window_secs),
         ("SHARDS", "8"),
         ("BUCKET", "hour"),
         ("RETENTION_DAYS", "30"),
@@ -641,10 +653,11 @@ pub async fn run(seconds: u64, results: &mut Results) -> Result<()> {
         "2",
         format!(
             "one device ({DEVICE}) going from nothing to the offered rate at 0 s for {seconds} s, \
-             its readings batched 50 to a message (every message shows its rate to the ingest, \
-             which raises before keying) or sent one to a message (no message shows a rate; a \
-             batch of {BATCH_SIZE} does; in batches of 10 none does, and only key-range \
-             throttles raise), \
+             its readings batched 50 to a message or sent one to a message. The ingest measures \
+             the device's rate by when its messages reached the queue (SentTimestamp, simulated), \
+             over at least the batching window, or over a full batch's own span when the device \
+             has at least 20 messages in it, and raises before keying; in batches of 10 no device \
+             has 20 messages, and only key-range throttles raise. \
              into the capacity-proxy sink (no burst, no injected latency). Every fan-out setting \
              is the template's default (CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, \
              PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1, FANOUT_MAX \

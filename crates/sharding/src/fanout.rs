@@ -206,7 +206,7 @@ pub struct Signal {
     /// The fan-out the throttled write was keyed with.
     pub keyed: u32,
     /// The entity's measured write rate in readings per second, if a sample showed one
-    /// ([`rate_of`]); a lower bound, since one writer sees part of the entity's load.
+    /// ([`arrival_rate`]); a lower bound, since one writer sees part of the entity's load.
     pub rate: Option<f64>,
 }
 
@@ -258,19 +258,60 @@ fn next_token(last_updated: Timestamp, now: Timestamp) -> Timestamp {
     now.max(last_updated.saturating_add(Duration::from_millis(1)))
 }
 
-/// Fewest readings of one entity a rate is drawn from ([`rate_of`]).
+/// Fewest readings of one entity a rate is drawn from ([`arrival_rate`]); also the
+/// fewest messages of one entity that make a full batch's span its own measure.
 pub const MIN_RATE_SAMPLE: u64 = 20;
 
-/// The rate `count` readings of one entity show when their timestamps span `span_ms`
-/// from first to last: `(count - 1) / span`, in readings per second. `None` for fewer
-/// than [`MIN_RATE_SAMPLE`] readings; a span under 1 ms counts as 1 ms.
+/// The shortest time a rate is drawn over: a span of a few milliseconds by a clock of
+/// millisecond resolution says little.
+const MIN_RATE_SPAN: Duration = Duration::from_millis(1);
+
+/// How one batch of messages arrived, by the queue's own clock: SQS's `SentTimestamp`,
+/// which SQS sets and no sender can. A rate is drawn from it, never from the readings'
+/// own timestamps, which a sender chooses (a clock of 1-s resolution, a multi-channel
+/// sensor or a replayed buffer stamps many readings with one instant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchArrival {
+    /// The event source mapping's batching window: the poller gathers messages for up
+    /// to this long, so readings that arrive within one window count as at most that
+    /// window's worth of rate.
+    pub window: Duration,
+    /// The batch's span from its first to its last message, when the batch was cut by
+    /// its size before its window ended (`None` otherwise). Messages then arrived
+    /// faster than the window shows, and an entity with many messages in the batch
+    /// ([`MIN_RATE_SAMPLE`]) is measured over this span: one message, whatever it
+    /// carries, arrives at one instant and never makes a rate on its own.
+    pub full_span: Option<Duration>,
+}
+
+impl BatchArrival {
+    /// The shortest time `messages` messages of one entity count as arriving over.
+    #[must_use]
+    pub fn floor(&self, messages: u64) -> Duration {
+        let floor = match self.full_span {
+            Some(span) if messages >= MIN_RATE_SAMPLE => span,
+            _ => self.window,
+        };
+        floor.max(MIN_RATE_SPAN)
+    }
+}
+
+/// The rate at which `readings` readings of one entity, carried by `messages` messages
+/// whose `SentTimestamp`s span `span`, arrived: `readings / max(span, floor)`, in
+/// readings per second ([`BatchArrival::floor`]). `None` for fewer than
+/// [`MIN_RATE_SAMPLE`] readings.
 #[must_use]
-pub fn rate_of(count: u64, span_ms: i64) -> Option<f64> {
-    if count < MIN_RATE_SAMPLE {
+pub fn arrival_rate(
+    readings: u64,
+    messages: u64,
+    span: Duration,
+    batch: &BatchArrival,
+) -> Option<f64> {
+    if readings < MIN_RATE_SAMPLE {
         return None;
     }
-    let span_secs = span_ms.max(1) as f64 / 1000.0;
-    Some((count - 1) as f64 / span_secs)
+    let over = span.max(batch.floor(messages));
+    Some(readings as f64 / over.as_secs_f64())
 }
 
 /// Whether a rate of `rate` readings per second over `k` keys marks the entity busy:
@@ -410,7 +451,8 @@ pub fn decide<R: Rng + ?Sized>(
 /// measured for it (`None`: too few readings to tell). It shrinks when k is above the
 /// layout's `default`, nothing is pending, and neither a change nor a busy mark
 /// (`last_hot`) happened within [`FanoutPolicy::shrink_after`]; to twice what the
-/// measured rate needs (at least `default`), effective after the propagation margin.
+/// measured rate needs, or to one key when one carries it (at least `default`),
+/// effective after the propagation margin.
 #[must_use]
 pub fn decide_shrink(
     meta: &ShardMeta,
@@ -428,7 +470,15 @@ pub fn decide_shrink(
         return None;
     }
     let by_rate = rate.map_or(1, |r| needed_fanout(r, policy.key_rate, policy.max_fanout));
-    let to = by_rate.saturating_mul(2).max(default).max(1);
+    // Headroom of twice the need, but a need one key carries goes back to one key: a
+    // quiet entity (under a quarter of a key's rate on each key, `shows_heat`) leaves
+    // the fan-out, and with it the hot index, instead of keeping two keys for good.
+    let headroom = if by_rate <= 1 {
+        1
+    } else {
+        by_rate.saturating_mul(2)
+    };
+    let to = headroom.max(default).max(1);
     if to >= current {
         return None;
     }
@@ -687,14 +737,41 @@ mod tests {
     }
 
     #[test]
-    fn a_sample_shows_a_rate_only_with_enough_readings() {
-        // 1,000 readings over 1 s: 999/s.
-        assert_eq!(rate_of(1000, 1000), Some(999.0));
-        // Too few readings say nothing, whatever their span; a span under 1 ms is 1 ms.
-        assert_eq!(rate_of(MIN_RATE_SAMPLE - 1, 1000), None);
+    fn a_rate_is_drawn_from_arrival_never_from_the_readings_own_timestamps() {
+        let window = BatchArrival {
+            window: Duration::from_secs(1),
+            full_span: None,
+        };
+        // 1,000 readings sent over 2 s: 500/s.
         assert_eq!(
-            rate_of(MIN_RATE_SAMPLE, 0),
-            Some((MIN_RATE_SAMPLE - 1) as f64 * 1000.0)
+            arrival_rate(1000, 40, Duration::from_secs(2), &window),
+            Some(500.0)
         );
+        // One message of 500 readings: at most a window's worth, 500/s, not the
+        // 499,000/s a single stamped instant would claim.
+        assert_eq!(arrival_rate(500, 1, Duration::ZERO, &window), Some(500.0));
+        // Too few readings say nothing.
+        assert_eq!(
+            arrival_rate(MIN_RATE_SAMPLE - 1, 1, Duration::ZERO, &window),
+            None
+        );
+        // A full batch cut after 50 ms: an entity of 100 one-reading messages in it
+        // arrived at 2,000/s; one of a single message of 100 readings still counts
+        // over the window.
+        let full = BatchArrival {
+            window: Duration::from_secs(1),
+            full_span: Some(Duration::from_millis(50)),
+        };
+        assert_eq!(
+            arrival_rate(100, 100, Duration::from_millis(50), &full),
+            Some(2000.0)
+        );
+        assert_eq!(arrival_rate(100, 1, Duration::ZERO, &full), Some(100.0));
+        // A full batch of one instant is floored at a millisecond.
+        let instant = BatchArrival {
+            window: Duration::from_secs(1),
+            full_span: Some(Duration::ZERO),
+        };
+        assert_eq!(instant.floor(MIN_RATE_SAMPLE), MIN_RATE_SPAN);
     }
 }

@@ -185,7 +185,15 @@ fn shrinks_wait_for_quiet_and_the_margin() {
     // 15 minutes without a change or a busy mark, no measured rate: back to the default.
     let now = ts("2026-06-22T01:15:00Z");
     let shrink = decide_shrink(&m, None, now, 1, &POLICY).expect("quiet long enough");
-    assert_eq!((shrink.from, shrink.to), (16, 2));
+    assert_eq!((shrink.from, shrink.to), (16, 1));
+    // A quiet entity already at two keys goes back to one too (it then leaves the hot
+    // index); one whose rate needs two keys keeps twice that.
+    let two = raised_to(2, "2026-06-22T01:00:00Z");
+    let back = decide_shrink(&two, None, now, 1, &POLICY).expect("quiet at two keys");
+    assert_eq!((back.from, back.to), (2, 1));
+    let needs_two = POLICY.key_rate * 1.5;
+    let halved = decide_shrink(&m, Some(needs_two), now, 1, &POLICY).expect("needs 2 of 16");
+    assert_eq!(halved.to, 4);
     assert_eq!(shrink.effective_from, ts("2026-06-22T01:21:05Z"));
     assert_eq!(
         decide_shrink(&m, None, ts("2026-06-22T01:14:59.999Z"), 1, &POLICY),
