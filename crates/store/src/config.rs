@@ -106,6 +106,8 @@ impl WriterSettings {
     ///   sub-shards live, [`sharding::layout::SubShards`]): the layout stored when the
     ///   metadata table has none yet. A stored layout is never changed by these.
     /// - `CACHE_TTL_SECS` (default 60): how long shard metadata reads are trusted.
+    /// - `RETENTION_DAYS` (default 30, the ingest's): how long the hot index's items are
+    ///   kept after their hour.
     /// - `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
     ///   `FANOUT_MAX` (default 32), `FANOUT_SHRINK_AFTER_SECS` (default 900),
     ///   `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate,
@@ -155,6 +157,10 @@ impl WriterSettings {
                     shrink_after,
                 },
                 initial_layout: layout,
+                retention: Duration::from_secs(
+                    env.parse_or::<u64>("RETENTION_DAYS", 30, "a positive number of days")?
+                        .saturating_mul(86_400),
+                ),
             },
         })
     }

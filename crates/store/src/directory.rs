@@ -17,23 +17,24 @@
 //! spans are at DEBUG: at INFO, the template's default log level, each would be a span
 //! with formatted fields, hundreds per invocation for a batch of many devices.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
 use rand::Rng;
-use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
 use sharding::fanout::{
     self, FanoutDecision, FanoutPolicy, KeepReason, PlannedRaiseError, Raise, ShardMeta, Shrink,
     Signal, Throttle,
 };
 use sharding::layout::Layout;
-use sharding::time::Timestamp;
+use sharding::time::{TimeRange, Timestamp};
 
 use crate::error::StoreError;
 
 mod cached;
+pub mod hot;
 pub use cached::CachedDirectory;
+pub use hot::{EntityRecord, HOT_BUCKET, HotListing};
 
 /// The conditions of an [`ShardStore::update_entity`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,17 +49,38 @@ pub struct UpdateCondition {
 /// The read half of the port over the shard metadata table (schema in the crate docs):
 /// all a reader needs, so a reader's fake writes nothing.
 pub trait ShardReader: Send + Sync {
+    /// An entity's metadata and hot listing, if it has any (a strongly consistent read).
+    fn get_record(
+        &self,
+        entity: &str,
+    ) -> impl Future<Output = Result<Option<EntityRecord>, StoreError>> + Send;
+
     /// An entity's metadata, if it has any (a strongly consistent read).
     fn get_entity(
         &self,
         entity: &str,
-    ) -> impl Future<Output = Result<Option<ShardMeta>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<ShardMeta>, StoreError>> + Send {
+        async move { Ok(self.get_record(entity).await?.map(|r| r.meta)) }
+    }
+
+    /// The records of `entities` that have one, in as few calls as the table allows
+    /// (`BatchGetItem`, 100 keys a call).
+    fn get_records(
+        &self,
+        entities: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, EntityRecord)>, StoreError>> + Send;
 
     /// The table-level layout history, if stored.
     fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send;
 
-    /// Every entity whose fan-out ever exceeded 1.
-    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send;
+    /// The entities the hot index lists in each of `hours` (labels of [`HOT_BUCKET`]),
+    /// and the legacy one-item hot set when `legacy`, in as few calls as the table
+    /// allows (`BatchGetItem`, 100 keys a call).
+    fn hot_listing(
+        &self,
+        hours: &[String],
+        legacy: bool,
+    ) -> impl Future<Output = Result<HotListing, StoreError>> + Send;
 }
 
 /// The port over the shard metadata table for writers: the reads, and every change.
@@ -71,14 +93,57 @@ pub trait ShardStore: ShardReader {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Replaces an entity's `number_of_shards`, `last_updated` and `shard_history` with
-    /// `meta`'s if `condition` holds, and adds the entity to the hot set when `meta` has
-    /// a fan-out above 1; `false` if the condition failed (another writer won, or a
-    /// writer saw the entity busy).
+    /// `meta`'s, and its `hot_through` with `hot_through` when given, if `condition`
+    /// holds; `false` if it failed (another writer won, or a writer saw the entity busy).
+    /// Lists nothing: the caller lists the hours the change alters first
+    /// ([`hot::change_listing`]).
+    fn update_record(
+        &self,
+        entity: &str,
+        condition: &UpdateCondition,
+        meta: &ShardMeta,
+        hot_through: Option<Timestamp>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// [`ShardStore::update_record`] after listing the entity in the hot index for the
+    /// hours the change alters, through the hour after the hour after
+    /// `meta.last_updated` (the decision), with items that never expire: for a change
+    /// made without a directory. Reads the entity first.
     fn update_entity(
         &self,
         entity: &str,
         condition: &UpdateCondition,
         meta: &ShardMeta,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let stored = self.get_record(entity).await?;
+            let decided = meta.last_updated;
+            let end = hot::listing_end(decided, REKEY_HORIZON);
+            let (hours, claim) =
+                hot::change_listing(stored.as_ref(), &meta.shard_history, decided, end);
+            self.list_hot(entity, &hot::labels(&hours), None).await?;
+            self.update_record(entity, condition, meta, claim).await
+        }
+    }
+
+    /// Adds `entity` to the hot index items of `hours`, created if missing, and sets
+    /// their expiry to `expires_at` when given (a later expiry than any reading of those
+    /// hours needs; `None` leaves it).
+    fn list_hot(
+        &self,
+        entity: &str,
+        hours: &[String],
+        expires_at: Option<Timestamp>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Sets an existing entity's `hot_through` to `through` if its `last_updated` is
+    /// still `last_updated` (the history the listing was made for) and its
+    /// `hot_through` is absent or earlier; `false` otherwise.
+    fn extend_hot(
+        &self,
+        entity: &str,
+        last_updated: Timestamp,
+        through: Timestamp,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Sets an existing entity's `last_hot` to `at` (a writer saw it busy). Touches
@@ -97,17 +162,27 @@ pub trait ShardStore: ShardReader {
 }
 
 impl<T: ShardReader> ShardReader for std::sync::Arc<T> {
-    fn get_entity(
+    fn get_record(
         &self,
         entity: &str,
-    ) -> impl Future<Output = Result<Option<ShardMeta>, StoreError>> + Send {
-        (**self).get_entity(entity)
+    ) -> impl Future<Output = Result<Option<EntityRecord>, StoreError>> + Send {
+        (**self).get_record(entity)
+    }
+    fn get_records(
+        &self,
+        entities: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, EntityRecord)>, StoreError>> + Send {
+        (**self).get_records(entities)
     }
     fn get_layout(&self) -> impl Future<Output = Result<Option<TableHistory>, StoreError>> + Send {
         (**self).get_layout()
     }
-    fn hot_entities(&self) -> impl Future<Output = Result<BTreeSet<String>, StoreError>> + Send {
-        (**self).hot_entities()
+    fn hot_listing(
+        &self,
+        hours: &[String],
+        legacy: bool,
+    ) -> impl Future<Output = Result<HotListing, StoreError>> + Send {
+        (**self).hot_listing(hours, legacy)
     }
 }
 
@@ -119,13 +194,30 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).create_entity(entity, meta)
     }
-    fn update_entity(
+    fn update_record(
         &self,
         entity: &str,
         condition: &UpdateCondition,
         meta: &ShardMeta,
+        hot_through: Option<Timestamp>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        (**self).update_entity(entity, condition, meta)
+        (**self).update_record(entity, condition, meta, hot_through)
+    }
+    fn list_hot(
+        &self,
+        entity: &str,
+        hours: &[String],
+        expires_at: Option<Timestamp>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).list_hot(entity, hours, expires_at)
+    }
+    fn extend_hot(
+        &self,
+        entity: &str,
+        last_updated: Timestamp,
+        through: Timestamp,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).extend_hot(entity, last_updated, through)
     }
     fn mark_hot(
         &self,
@@ -151,6 +243,10 @@ pub struct DirectoryConfig {
     pub policy: FanoutPolicy,
     /// The layout stored when the table has none yet (from the configuration).
     pub initial_layout: Layout,
+    /// How long readings are kept (`RETENTION_DAYS`): the hot index's items expire that
+    /// long (plus the re-keying horizon) after their hour, and a writer's first listing
+    /// of an entity raised before the index reaches no further back.
+    pub retention: Duration,
 }
 
 /// What [`ShardDirectory::on_signal`] did.
@@ -213,6 +309,13 @@ pub enum PlanFanoutError {
 
 /// Attempts of [`ShardDirectory::plan_fanout`] against racing writers.
 const PLAN_ATTEMPTS: u32 = 3;
+
+/// Failed attempts of a writer's hot listing against racing changes of the entity.
+const LIST_ATTEMPTS: u32 = 3;
+
+/// Most hours one step of a writer's hot listing adds: a listing that starts long ago
+/// (an entity raised before the index) stores its progress after each step.
+const LIST_STEP_HOURS: usize = 96;
 
 /// How often one writer marks an entity busy, as a share of the quiet period: a mark
 /// costs a write, and a quiet period only needs one mark inside it.
@@ -290,20 +393,99 @@ impl<S: ShardStore> ShardDirectory<S> {
         self.cache.refresh(entity, now).await
     }
 
-    /// An entity's fan-out history (cached); empty when it has no metadata.
+    /// An entity's fan-out history (cached) for keying readings at `now`; empty when it
+    /// has no metadata. When the history can raise a key of a reading a writer may key
+    /// at `now` (stamped up to the propagation margin ahead), the hot index lists the
+    /// entity for those hours first ([`hot`]): once an hour per raised entity, and
+    /// not at all for one that is not.
     pub async fn fanout(&self, entity: &str, now: Timestamp) -> Result<FanoutHistory, StoreError> {
-        self.cache.fanout(entity, now).await
+        let mut record = self.cache.record(entity, now).await?;
+        let mut failed = 0;
+        loop {
+            let Some(current) = record.as_mut() else {
+                return Ok(FanoutHistory::default());
+            };
+            let Some((hours, through)) = self.listing_step(current, now) else {
+                return Ok(current.meta.shard_history.clone());
+            };
+            let expires = hot::expiry(through, self.config.retention);
+            self.store()
+                .list_hot(entity, &hot::labels(&hours), Some(expires))
+                .await?;
+            let last_updated = current.meta.last_updated;
+            if self
+                .store()
+                .extend_hot(entity, last_updated, through)
+                .await?
+            {
+                current.hot_through = Some(through);
+                self.cache
+                    .remember_hot_through(entity, last_updated, through);
+                continue;
+            }
+            // A change won since the read (its own listing holds for its history), or
+            // another writer listed further: read again and list what is left.
+            failed += 1;
+            if failed >= LIST_ATTEMPTS {
+                return Err(StoreError::Transient(format!(
+                    "the hot listing of {entity} changed at each of {LIST_ATTEMPTS} attempts"
+                )));
+            }
+            record = self.cache.refresh_record(entity, now).await?;
+        }
     }
 
-    /// An entity's fan-out history if the cache holds a fresh read of it; `None` when
-    /// [`Self::fanout`] must read the store. No call and no future.
+    /// An entity's fan-out history if the cache holds a fresh read of it and the hot
+    /// index already lists it as far as a writer at `now` needs; `None` when
+    /// [`Self::fanout`] must call the store. No call and no future.
     pub fn fanout_cached(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
-        self.cache.cached_fanout(entity, now)
+        self.cache.peek_entity(entity, now, |record| match record {
+            None => Some(FanoutHistory::default()),
+            Some(r) if self.listing_step(r, now).is_none() => Some(r.meta.shard_history.clone()),
+            Some(_) => None,
+        })?
     }
 
-    /// Every entity whose fan-out ever exceeded 1 (not cached).
-    pub async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        self.store().hot_entities().await
+    /// The next hours a writer at `now` lists for `record` before keying, and the
+    /// `hot_through` they complete; `None` when the listing is complete.
+    fn listing_step(
+        &self,
+        record: &EntityRecord,
+        now: Timestamp,
+    ) -> Option<(Vec<hot::HotHour>, Timestamp)> {
+        let history = &record.meta.shard_history;
+        if !history.ever_fanned_out() {
+            return None;
+        }
+        let end = hot::listing_end(now, self.config.policy.propagation_margin);
+        let from = match record.hot_through {
+            Some(through) if through >= end => return None,
+            Some(through) => through,
+            // Never listed (raised before the index): as far back as a reading is kept.
+            None => now
+                .checked_sub(self.config.retention.saturating_add(REKEY_HORIZON))
+                .unwrap_or(Timestamp::MIN),
+        };
+        let mut hours = hot::raised_hours(history, from, end);
+        if hours.is_empty() {
+            return None;
+        }
+        let through = match hours.get(LIST_STEP_HOURS) {
+            Some(next) => next.start,
+            None => end,
+        };
+        hours.truncate(LIST_STEP_HOURS);
+        Some((hours, through))
+    }
+
+    /// Every entity whose readings stamped in `range` can carry a raised key, with its
+    /// fan-out history (cached; see [`CachedDirectory::hot`]).
+    pub async fn hot(
+        &self,
+        range: TimeRange,
+        now: Timestamp,
+    ) -> Result<Vec<(String, FanoutHistory)>, StoreError> {
+        self.cache.hot(range, now).await
     }
 
     /// Forgets the cached metadata of `entity`.
@@ -311,7 +493,7 @@ impl<S: ShardStore> ShardDirectory<S> {
         self.cache.invalidate(entity);
     }
 
-    fn remember(&self, entity: &str, now: Timestamp, value: Option<ShardMeta>) {
+    fn remember(&self, entity: &str, now: Timestamp, value: Option<EntityRecord>) {
         self.cache.remember(entity, now, value);
     }
 
@@ -339,7 +521,6 @@ impl<S: ShardStore> ShardDirectory<S> {
                 })?;
             let Some(raise) = planned else {
                 let k = meta.in_force(now, default);
-                self.remember(entity, now, Some(meta));
                 return Ok(PlannedFanout::Already { k });
             };
             if self.apply_raise(entity, &meta, &raise, now).await? {
@@ -368,7 +549,7 @@ impl<S: ShardStore> ShardDirectory<S> {
             ..ShardMeta::initial(now)
         };
         if self.store().create_entity(entity, &created).await? {
-            self.remember(entity, now, Some(created.clone()));
+            self.remember(entity, now, Some(EntityRecord::unlisted(created.clone())));
             Ok(Some(created))
         } else {
             self.invalidate(entity);
@@ -503,8 +684,11 @@ impl<S: ShardStore> ShardDirectory<S> {
         }
     }
 
-    /// Writes the item after `change` with the conditional update. The winner caches the
-    /// new item; a loser forgets its stale copy. `true` if this writer won.
+    /// Writes the item after a change with the conditional update, after listing the
+    /// hours the change alters in the hot index ([`hot::change_listing`]): a change that
+    /// then loses its race leaves at most a listing a read plan finds nothing under. The
+    /// winner caches the new item; a loser forgets its stale copy. `true` if this writer
+    /// won.
     async fn apply(
         &self,
         entity: &str,
@@ -512,15 +696,35 @@ impl<S: ShardStore> ShardDirectory<S> {
         next: ShardMeta,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
+        let cached = self
+            .cache
+            .peek_entity(entity, now, |r| r.cloned())
+            .flatten();
+        let stored = match cached {
+            Some(record) if record.meta.last_updated == condition.last_updated => Some(record),
+            _ => self.store().get_record(entity).await?,
+        };
+        let end = hot::listing_end(now, self.config.policy.propagation_margin);
+        let (hours, claim) = hot::change_listing(stored.as_ref(), &next.shard_history, now, end);
+        if let Some(last) = hours.last() {
+            let expires = hot::expiry(HOT_BUCKET.next_start(last.start), self.config.retention);
+            self.store()
+                .list_hot(entity, &hot::labels(&hours), Some(expires))
+                .await?;
+        }
         if !self
             .store()
-            .update_entity(entity, &condition, &next)
+            .update_record(entity, &condition, &next, claim)
             .await?
         {
             self.invalidate(entity);
             return Ok(false);
         }
-        self.remember(entity, now, Some(next));
+        let record = EntityRecord {
+            meta: next,
+            hot_through: claim,
+        };
+        self.remember(entity, now, Some(record));
         Ok(true)
     }
 

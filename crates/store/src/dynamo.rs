@@ -1,20 +1,24 @@
 //! DynamoDB adapters of the ports.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, PutRequest, WriteRequest};
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
+use sharding::backoff::Backoff;
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
 use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, PK};
-use crate::directory::{ShardReader, ShardStore, UpdateCondition};
-use crate::error::StoreError;
+use crate::directory::{EntityRecord, HotListing, ShardReader, ShardStore, UpdateCondition};
+use crate::error::{StoreError, ThrottleKind};
+use crate::memory::MAX_BATCH_GET_KEYS;
 
 /// The readings table behind [`BatchTable`].
 #[derive(Debug, Clone)]
@@ -103,7 +107,20 @@ pub struct DynamoShards {
 }
 
 const LAYOUT_PK: &str = "layout";
-const HOT_PK: &str = "hot";
+/// The one-item hot set of tables from before the hot index: read, never written.
+const LEGACY_HOT_PK: &str = "hot";
+/// Prefix of the hot index's items, `hot#{YYYY-MM-DDTHH}`.
+const HOT_HOUR_PREFIX: &str = "hot#";
+
+/// Attempts of a `BatchGetItem` at keys DynamoDB left unprocessed.
+const BATCH_GET_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(25),
+    cap: Duration::from_millis(800),
+    max_attempts: 6,
+};
+
+/// Hot index items one listing updates at once.
+const LIST_CONCURRENCY: usize = 8;
 
 fn entity_pk(entity: &str) -> String {
     format!("entity#{entity}")
@@ -126,6 +143,8 @@ struct EntityItem {
     shard_history: Vec<HistoryEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_hot: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hot_through: Option<i64>,
 }
 
 impl EntityItem {
@@ -144,7 +163,20 @@ impl EntityItem {
                 })
                 .collect(),
             last_hot: meta.last_hot.map(Timestamp::as_millis),
+            hot_through: None,
         }
+    }
+
+    fn into_record(self) -> Result<EntityRecord, StoreError> {
+        let hot_through = self
+            .hot_through
+            .map(Timestamp::from_millis)
+            .transpose()
+            .map_err(|e| StoreError::Malformed(format!("{}: {e}", self.pk)))?;
+        Ok(EntityRecord {
+            meta: self.into_meta()?,
+            hot_through,
+        })
     }
 
     fn into_meta(self) -> Result<ShardMeta, StoreError> {
@@ -184,6 +216,8 @@ struct LayoutItem {
 
 #[derive(Debug, Deserialize)]
 struct HotItem {
+    #[serde(rename = "PK")]
+    pk: String,
     #[serde(default, with = "serde_dynamo::string_set")]
     entities: BTreeSet<String>,
 }
@@ -242,6 +276,90 @@ impl DynamoShards {
         Ok(output.item)
     }
 
+    /// The items of `pks` that exist, in `BatchGetItem` calls of at most 100 keys,
+    /// strongly consistent; keys left unprocessed are asked again after a full-jitter
+    /// back-off, a bounded number of times.
+    async fn batch_get(&self, pks: Vec<String>) -> Result<Vec<Item>, StoreError> {
+        let mut out = Vec::new();
+        for chunk in pks.chunks(MAX_BATCH_GET_KEYS) {
+            let mut keys: Vec<Item> = chunk
+                .iter()
+                .map(|pk| Item::from([(PK.to_owned(), AttributeValue::S(pk.clone()))]))
+                .collect();
+            let mut attempt = 0;
+            while !keys.is_empty() {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::Validation(e.to_string()))?;
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| classify(&e))?;
+                if let Some(items) = output.responses.and_then(|mut r| r.remove(&self.table)) {
+                    out.extend(items);
+                }
+                keys = output
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+                if keys.is_empty() {
+                    break;
+                }
+                // The thread's generator is not held across the sleep (it is not Send).
+                let delay = BATCH_GET_BACKOFF.next_delay(attempt, Duration::MAX, &mut rand::rng());
+                let Some(delay) = delay else {
+                    return Err(StoreError::Throttled {
+                        kind: ThrottleKind::Other,
+                        reason: format!(
+                            "BatchGetItem left {} keys unprocessed after {} attempts",
+                            keys.len(),
+                            BATCH_GET_BACKOFF.max_attempts
+                        ),
+                    });
+                };
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds `entity` to the hot index item of `hour`, with its expiry when given.
+    async fn list_hour(
+        &self,
+        entity: &str,
+        hour: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(format!("{HOT_HOUR_PREFIX}{hour}")))
+            .expression_attribute_values(":e", AttributeValue::Ss(vec![entity.to_owned()]));
+        let mut expression = "ADD entities :e".to_owned();
+        if let Some(at) = expires_at {
+            // `ttl` is a reserved word; epoch seconds, as DynamoDB's TTL reads them.
+            expression.push_str(" SET #ttl = :ttl");
+            let secs = at.as_millis().div_euclid(1000);
+            request = request
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":ttl", AttributeValue::N(secs.to_string()));
+        }
+        request
+            .update_expression(expression)
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        Ok(())
+    }
+
     async fn put_if_absent(&self, item: Item) -> Result<bool, StoreError> {
         let result = self
             .client
@@ -258,11 +376,33 @@ impl DynamoShards {
 
 impl ShardReader for DynamoShards {
     #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
+    async fn get_record(&self, entity: &str) -> Result<Option<EntityRecord>, StoreError> {
         match self.get(entity_pk(entity)).await? {
-            Some(item) => Ok(Some(from_item::<EntityItem>(item)?.into_meta()?)),
+            Some(item) => Ok(Some(from_item::<EntityItem>(item)?.into_record()?)),
             None => Ok(None),
         }
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table, entities = entities.len()))]
+    async fn get_records(
+        &self,
+        entities: &[String],
+    ) -> Result<Vec<(String, EntityRecord)>, StoreError> {
+        let items = self
+            .batch_get(entities.iter().map(|e| entity_pk(e)).collect())
+            .await?;
+        items
+            .into_iter()
+            .map(|item| {
+                let item = from_item::<EntityItem>(item)?;
+                let entity = item
+                    .pk
+                    .strip_prefix("entity#")
+                    .ok_or_else(|| StoreError::Malformed(format!("not an entity: {}", item.pk)))?
+                    .to_owned();
+                Ok((entity, item.into_record()?))
+            })
+            .collect()
     }
 
     #[tracing::instrument(skip(self), fields(table = %self.table))]
@@ -273,12 +413,28 @@ impl ShardReader for DynamoShards {
         }
     }
 
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        match self.get(HOT_PK.to_owned()).await? {
-            Some(item) => Ok(from_item::<HotItem>(item)?.entities),
-            None => Ok(BTreeSet::new()),
+    #[tracing::instrument(skip_all, fields(table = %self.table, hours = hours.len(), legacy))]
+    async fn hot_listing(&self, hours: &[String], legacy: bool) -> Result<HotListing, StoreError> {
+        let mut keys: Vec<String> = hours
+            .iter()
+            .map(|h| format!("{HOT_HOUR_PREFIX}{h}"))
+            .collect();
+        if legacy {
+            keys.push(LEGACY_HOT_PK.to_owned());
         }
+        let mut listing = HotListing {
+            hours: BTreeMap::new(),
+            legacy: legacy.then(BTreeSet::new),
+        };
+        for item in self.batch_get(keys).await? {
+            let item = from_item::<HotItem>(item)?;
+            if item.pk == LEGACY_HOT_PK {
+                listing.legacy = Some(item.entities);
+            } else if let Some(hour) = item.pk.strip_prefix(HOT_HOUR_PREFIX) {
+                listing.hours.insert(hour.to_owned(), item.entities);
+            }
+        }
+        Ok(listing)
     }
 }
 
@@ -290,26 +446,13 @@ impl ShardStore for DynamoShards {
     }
 
     #[tracing::instrument(skip(self, meta), fields(table = %self.table))]
-    async fn update_entity(
+    async fn update_record(
         &self,
         entity: &str,
         condition: &UpdateCondition,
         meta: &ShardMeta,
+        hot_through: Option<Timestamp>,
     ) -> Result<bool, StoreError> {
-        if meta.shard_history.ever_fanned_out() {
-            // The hot set first: ADD is idempotent, so a change that then loses its race
-            // leaves at most a superset (an entity a read plan checks for nothing), while
-            // the opposite order could leave a raised entity that read plans never see.
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .key(PK, AttributeValue::S(HOT_PK.to_owned()))
-                .update_expression("ADD entities :e")
-                .expression_attribute_values(":e", AttributeValue::Ss(vec![entity.to_owned()]))
-                .send()
-                .await
-                .map_err(|e| classify(&e))?;
-        }
         let item = EntityItem::from_meta(entity, meta);
         let history = serde_dynamo::to_attribute_value(&item.shard_history)
             .map_err(|e| StoreError::Malformed(e.to_string()))?;
@@ -329,6 +472,10 @@ impl ShardStore for DynamoShards {
             set.push_str(", last_hot = :hot");
             request = request.expression_attribute_values(":hot", number(hot));
         }
+        if let Some(through) = hot_through {
+            set.push_str(", hot_through = :through");
+            request = request.expression_attribute_values(":through", number(through.as_millis()));
+        }
         let mut condition_expression = "last_updated = :expected".to_owned();
         if let Some(quiet_since) = condition.quiet_since {
             condition_expression
@@ -339,6 +486,49 @@ impl ShardStore for DynamoShards {
         let result = request
             .update_expression(set)
             .condition_expression(condition_expression)
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    #[tracing::instrument(skip(self, hours), fields(table = %self.table, hours = hours.len()))]
+    async fn list_hot(
+        &self,
+        entity: &str,
+        hours: &[String],
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let calls: Vec<_> = hours
+            .iter()
+            .map(|hour| self.list_hour(entity, hour, expires_at))
+            .collect();
+        futures::stream::iter(calls)
+            .buffer_unordered(LIST_CONCURRENCY)
+            .try_collect::<()>()
+            .await
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn extend_hot(
+        &self,
+        entity: &str,
+        last_updated: Timestamp,
+        through: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let number = |t: Timestamp| AttributeValue::N(t.as_millis().to_string());
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(entity_pk(entity)))
+            .update_expression("SET hot_through = :through")
+            .condition_expression(
+                "attribute_exists(#pk) AND last_updated = :expected \
+                 AND (attribute_not_exists(hot_through) OR hot_through < :through)",
+            )
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":expected", number(last_updated))
+            .expression_attribute_values(":through", number(through))
             .send()
             .await;
         conditional(result)

@@ -39,7 +39,7 @@
 //!
 //! ## Shard metadata table (`SHARD_TABLE_NAME`)
 //!
-//! Hash key `PK` (S), no range key. Three kinds of items:
+//! Hash key `PK` (S), no range key; TTL attribute `ttl`. Four kinds of items:
 //!
 //! - `PK = "entity#{device_id}"`, one per entity that ever had its own fan-out:
 //!   `number_of_shards` (N, the latest k), `last_updated` (N, epoch ms of the last
@@ -54,8 +54,15 @@
 //!   Created from the configuration (`SHARD_STRATEGY`, `BUCKET`, `SHARDS`) effective
 //!   from the beginning of time when missing; once stored, the stored history is the
 //!   source of truth and the configuration only seeds it.
-//! - `PK = "hot"`: `entities` (SS), every entity whose fan-out ever exceeded 1 (each
-//!   raise `ADD`s to it), which an all-devices read plan needs to find sub-shards.
+//!   `hot_through` (N, epoch ms, optional): the hot index lists the entity in every
+//!   hour before it in which its readings can carry a raised key (`directory::hot`).
+//! - `PK = "hot#{YYYY-MM-DDTHH}"`, the hot index, one item per hour: `entities` (SS), the
+//!   entities whose readings stamped in that hour can carry a raised key (from an hour
+//!   before a raise until its shrink to 1), which a read plan over every device needs to
+//!   find sub-shards; `ttl` (N, epoch s), `RETENTION_DAYS` and an hour after the hour.
+//!   Listed by writers before they key such a reading (`ADD`), never shrunk in place.
+//! - `PK = "hot"` (tables from before the hot index): `entities` (SS), every entity
+//!   raised before it. No longer written; readers still read it with the hour items.
 
 pub mod batch;
 pub mod clock;

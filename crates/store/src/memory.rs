@@ -14,6 +14,7 @@ use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
 use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
+use crate::directory::hot::{self, EntityRecord, HotListing};
 use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::size::{MAX_ITEM_BYTES, item_size};
@@ -163,18 +164,40 @@ impl BatchTable for MemoryTable {
     }
 }
 
+/// How far around an entity's latest change [`MemoryShards::put_entity`] lists it.
+pub const SETUP_LISTING_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+
+/// Most keys one `BatchGetItem` takes.
+pub const MAX_BATCH_GET_KEYS: usize = 100;
+
+/// The size DynamoDB would give a hot index item of these entities (its key, the
+/// string set, the expiry): a listing past 400 KB fails as it would there.
+fn hot_item_size(label: &str, entities: &BTreeSet<String>) -> usize {
+    let key = "PK".len() + "hot#".len() + label.len();
+    let set = "entities".len() + entities.iter().map(String::len).sum::<usize>();
+    key + set + "ttl".len() + 21
+}
+
+#[derive(Debug, Default)]
+struct HotItem {
+    entities: BTreeSet<String>,
+    expires_at: Option<Timestamp>,
+}
+
 #[derive(Debug, Default)]
 struct ShardState {
-    entities: HashMap<String, ShardMeta>,
+    entities: HashMap<String, EntityRecord>,
     layout: Option<TableHistory>,
-    hot: BTreeSet<String>,
+    hot: BTreeMap<String, HotItem>,
+    legacy: BTreeSet<String>,
     changes: Vec<(String, ShardMeta)>,
     entity_reads: u64,
     reads: u64,
 }
 
 /// An in-memory shard metadata table behind the [`ShardStore`] port. Cheap to clone;
-/// clones share the table.
+/// clones share the table. Like DynamoDB, a batched read takes at most
+/// [`MAX_BATCH_GET_KEYS`] keys, and a hot index item at most 400 KB.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryShards {
     state: Arc<Mutex<ShardState>>,
@@ -186,14 +209,30 @@ impl MemoryShards {
         Self::default()
     }
 
-    /// Stores an entity's metadata as it is (test setup), in the hot set when its
-    /// fan-out ever exceeded 1, as a writer's raise leaves it.
+    /// Stores an entity's metadata as it is (test setup), listed in the hot index as
+    /// writers keying its readings up to [`SETUP_LISTING_WINDOW`] around its latest
+    /// change leave it.
     pub fn put_entity(&self, entity: &str, meta: ShardMeta) {
         let mut state = lock(&self.state);
-        if meta.shard_history.ever_fanned_out() {
-            state.hot.insert(entity.to_owned());
-        }
-        state.entities.insert(entity.to_owned(), meta);
+        let history = &meta.shard_history;
+        let hot_through = history
+            .latest()
+            .filter(|_| history.ever_fanned_out())
+            .map(|latest| {
+                let from = latest
+                    .effective_from
+                    .checked_sub(SETUP_LISTING_WINDOW)
+                    .unwrap_or(Timestamp::MIN);
+                let through = hot::listing_end(latest.effective_from, SETUP_LISTING_WINDOW);
+                for hour in hot::raised_hours(history, from, through) {
+                    let item = state.hot.entry(hour.label).or_default();
+                    item.entities.insert(entity.to_owned());
+                }
+                through
+            });
+        state
+            .entities
+            .insert(entity.to_owned(), EntityRecord { meta, hot_through });
     }
 
     /// Stores an entity whose metadata is just `history` (test setup for readers): k is
@@ -208,6 +247,18 @@ impl MemoryShards {
         self.put_entity(entity, meta);
     }
 
+    /// Stores an entity as a table from before the hot index holds it (test setup): no
+    /// listing, and named in the legacy one-item hot set when it ever fanned out.
+    pub fn put_legacy_entity(&self, entity: &str, meta: ShardMeta) {
+        let mut state = lock(&self.state);
+        if meta.shard_history.ever_fanned_out() {
+            state.legacy.insert(entity.to_owned());
+        }
+        state
+            .entities
+            .insert(entity.to_owned(), EntityRecord::unlisted(meta));
+    }
+
     /// The stored layout history.
     pub fn layout(&self) -> Option<TableHistory> {
         lock(&self.state).layout.clone()
@@ -220,7 +271,33 @@ impl MemoryShards {
 
     /// An entity's stored metadata.
     pub fn entity(&self, entity: &str) -> Option<ShardMeta> {
+        lock(&self.state)
+            .entities
+            .get(entity)
+            .map(|r| r.meta.clone())
+    }
+
+    /// An entity's stored record.
+    pub fn record(&self, entity: &str) -> Option<EntityRecord> {
         lock(&self.state).entities.get(entity).cloned()
+    }
+
+    /// The entities the hot index lists in hour `label`, and the item's expiry.
+    pub fn hot_hour(&self, label: &str) -> Option<(BTreeSet<String>, Option<Timestamp>)> {
+        lock(&self.state)
+            .hot
+            .get(label)
+            .map(|item| (item.entities.clone(), item.expires_at))
+    }
+
+    /// Every entity the hot index lists in any hour (test assertions).
+    pub async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+        let state = lock(&self.state);
+        Ok(state
+            .hot
+            .values()
+            .flat_map(|item| item.entities.iter().cloned())
+            .collect())
     }
 
     /// The conditional updates that won, in order: the entity and the item written.
@@ -228,23 +305,41 @@ impl MemoryShards {
         lock(&self.state).changes.clone()
     }
 
-    /// How many entity reads reached the table (the cache's misses).
+    /// How many entity reads reached the table (the cache's misses), batched or not.
     pub fn entity_reads(&self) -> u64 {
         lock(&self.state).entity_reads
     }
 
-    /// How many reads of any kind (entity, layout, hot set) reached the table.
+    /// How many read calls of any kind (entity, layout, batched reads) reached the table.
     pub fn reads(&self) -> u64 {
         lock(&self.state).reads
     }
 }
 
 impl ShardReader for MemoryShards {
-    async fn get_entity(&self, entity: &str) -> Result<Option<ShardMeta>, StoreError> {
+    async fn get_record(&self, entity: &str) -> Result<Option<EntityRecord>, StoreError> {
         let mut state = lock(&self.state);
         state.entity_reads += 1;
         state.reads += 1;
         Ok(state.entities.get(entity).cloned())
+    }
+
+    async fn get_records(
+        &self,
+        entities: &[String],
+    ) -> Result<Vec<(String, EntityRecord)>, StoreError> {
+        let mut state = lock(&self.state);
+        let mut out = Vec::new();
+        for chunk in entities.chunks(MAX_BATCH_GET_KEYS) {
+            state.reads += 1;
+            state.entity_reads += chunk.len() as u64;
+            out.extend(
+                chunk
+                    .iter()
+                    .filter_map(|e| state.entities.get(e).map(|r| (e.clone(), r.clone()))),
+            );
+        }
+        Ok(out)
     }
 
     async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
@@ -253,10 +348,23 @@ impl ShardReader for MemoryShards {
         Ok(state.layout.clone())
     }
 
-    async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
+    async fn hot_listing(&self, hours: &[String], legacy: bool) -> Result<HotListing, StoreError> {
         let mut state = lock(&self.state);
-        state.reads += 1;
-        Ok(state.hot.clone())
+        let keys = hours.len() + usize::from(legacy);
+        state.reads += keys.div_ceil(MAX_BATCH_GET_KEYS) as u64;
+        let listed = hours
+            .iter()
+            .filter_map(|h| {
+                state
+                    .hot
+                    .get(h)
+                    .map(|item| (h.clone(), item.entities.clone()))
+            })
+            .collect();
+        Ok(HotListing {
+            hours: listed,
+            legacy: legacy.then(|| state.legacy.clone()),
+        })
     }
 }
 
@@ -266,43 +374,92 @@ impl ShardStore for MemoryShards {
         if state.entities.contains_key(entity) {
             return Ok(false);
         }
-        state.entities.insert(entity.to_owned(), meta.clone());
+        state
+            .entities
+            .insert(entity.to_owned(), EntityRecord::unlisted(meta.clone()));
         Ok(true)
     }
 
-    async fn update_entity(
+    async fn update_record(
         &self,
         entity: &str,
         condition: &UpdateCondition,
         meta: &ShardMeta,
+        hot_through: Option<Timestamp>,
     ) -> Result<bool, StoreError> {
         let mut state = lock(&self.state);
-        if meta.shard_history.ever_fanned_out() {
-            state.hot.insert(entity.to_owned());
-        }
         let Some(stored) = state.entities.get_mut(entity) else {
             return Ok(false);
         };
         let quiet = condition
             .quiet_since
-            .is_none_or(|since| stored.last_hot.is_none_or(|hot| hot < since));
-        if stored.last_updated != condition.last_updated || !quiet {
+            .is_none_or(|since| stored.meta.last_hot.is_none_or(|hot| hot < since));
+        if stored.meta.last_updated != condition.last_updated || !quiet {
             return Ok(false);
         }
-        let last_hot = meta.last_hot.or(stored.last_hot);
-        *stored = ShardMeta {
+        let last_hot = meta.last_hot.or(stored.meta.last_hot);
+        stored.meta = ShardMeta {
             last_hot,
             ..meta.clone()
         };
+        if hot_through.is_some() {
+            stored.hot_through = hot_through;
+        }
         state.changes.push((entity.to_owned(), meta.clone()));
         Ok(true)
     }
 
+    async fn list_hot(
+        &self,
+        entity: &str,
+        hours: &[String],
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        for hour in hours {
+            let item = state.hot.entry(hour.clone()).or_default();
+            if !item.entities.contains(entity) {
+                let mut grown = item.entities.clone();
+                grown.insert(entity.to_owned());
+                let size = hot_item_size(hour, &grown);
+                if size > MAX_ITEM_BYTES {
+                    return Err(StoreError::Validation(format!(
+                        "Item size to update has exceeded the maximum allowed size ({size} bytes)"
+                    )));
+                }
+                item.entities = grown;
+            }
+            if expires_at.is_some() {
+                item.expires_at = expires_at;
+            }
+        }
+        Ok(())
+    }
+
+    async fn extend_hot(
+        &self,
+        entity: &str,
+        last_updated: Timestamp,
+        through: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        match state.entities.get_mut(entity) {
+            Some(stored)
+                if stored.meta.last_updated == last_updated
+                    && stored.hot_through.is_none_or(|w| w < through) =>
+            {
+                stored.hot_through = Some(through);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn mark_hot(&self, entity: &str, at: Timestamp) -> Result<(), StoreError> {
         if let Some(stored) = lock(&self.state).entities.get_mut(entity)
-            && stored.last_hot.is_none_or(|hot| hot < at)
+            && stored.meta.last_hot.is_none_or(|hot| hot < at)
         {
-            stored.last_hot = Some(at);
+            stored.meta.last_hot = Some(at);
         }
         Ok(())
     }

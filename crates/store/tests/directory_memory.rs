@@ -32,6 +32,7 @@ pub fn directory_config() -> DirectoryConfig {
         cache_ttl: Duration::from_secs(60),
         policy: policy(),
         initial_layout: Layout::time_bucket(Bucket::Hour, NonZeroU32::new(4).expect("4 > 0")),
+        retention: Duration::from_secs(30 * 86_400),
     }
 }
 

@@ -9,9 +9,10 @@ use aws_sdk_dynamodb::Client;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::fanout::{ShardMeta, Shrink, Signal, Throttle};
-use sharding::time::Timestamp;
+use sharding::time::{TimeRange, Timestamp};
 use stand_in::{Backend, Dynalite, TestStack, ensure_dynalite, provision_tables, repo_root};
 use store::batch::{BatchWriter, Outcome};
+use store::directory::hot::hours_of;
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::{ShardReader, ShardStore};
@@ -170,7 +171,12 @@ async fn ten_writers_race(backend: Backend) -> Result<()> {
         .collect();
     assert_eq!(history, vec![(t(1000), 2), (t(1004), 4)]);
     assert_eq!(meta.last_hot, Some(t(1004)));
-    assert!(shards.hot_entities().await?.contains("hot"));
+    let raised = TimeRange::new(t(1000), t(1001))?;
+    let listing = shards.hot_listing(&hours_of(raised), false).await?;
+    assert!(
+        listing.hours.values().any(|e| e.contains("hot")),
+        "{listing:?}"
+    );
 
     // A busy mark never moves back, and a shrink is refused while one lies in its quiet
     // period, then accepted.

@@ -3,6 +3,7 @@
 mod batch_memory;
 mod batch_mock;
 mod chunking;
+mod directory_hot;
 mod directory_memory;
 mod emulators;
 mod support;

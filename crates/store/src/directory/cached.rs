@@ -1,6 +1,6 @@
 //! The one cache of the shard metadata table, for readers and writers alike: the
-//! layout history, each entity's metadata and the hot entities, each trusted for one TTL
-//! from when it was read. Time comes in as a parameter (`now`), so the cache reads no
+//! layout history, each entity's record and each hour of the hot index, each trusted
+//! for one TTL from when it was read. Time comes in as a parameter (`now`), so the cache reads no
 //! clock and tests drive it at any instant.
 //!
 //! Caching is safe for exact plans because every epoch takes effect later than any cache
@@ -8,20 +8,24 @@
 //! every epoch in force at any stored reading's timestamp. Fan-out keys nest, so a
 //! cache that misses a raise keys or reads with a k whose keys are still read.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::ShardMeta;
-use sharding::time::Timestamp;
+use sharding::time::{TimeRange, Timestamp};
 
 use super::ShardReader;
+use super::hot::{self, EntityRecord};
 use crate::error::StoreError;
 
 /// Entity entries kept before the cache is cleared wholesale; bounds memory in a
 /// long-lived function that sees many devices.
 const MAX_CACHED_ENTITIES: usize = 100_000;
+
+/// Hours of the hot index kept before they are cleared wholesale (a year of hours).
+const MAX_CACHED_HOURS: usize = 8_760;
 
 #[derive(Debug, Clone)]
 struct Cached<T> {
@@ -32,8 +36,9 @@ struct Cached<T> {
 #[derive(Debug, Default)]
 struct Cache {
     layout: Option<Cached<TableHistory>>,
-    entities: HashMap<String, Cached<Option<ShardMeta>>>,
-    hot: Option<Cached<Vec<(String, FanoutHistory)>>>,
+    entities: HashMap<String, Cached<Option<EntityRecord>>>,
+    hours: HashMap<String, Cached<BTreeSet<String>>>,
+    legacy: Option<Cached<BTreeSet<String>>>,
 }
 
 /// Cached reads of the shard metadata table.
@@ -75,8 +80,8 @@ impl<R> CachedDirectory<R> {
         self.lock().entities.remove(entity);
     }
 
-    /// Caches `value` as `entity`'s metadata read at `now`.
-    pub(crate) fn remember(&self, entity: &str, now: Timestamp, value: Option<ShardMeta>) {
+    /// Caches `value` as `entity`'s record read at `now`.
+    pub(crate) fn remember(&self, entity: &str, now: Timestamp, value: Option<EntityRecord>) {
         let mut cache = self.lock();
         if cache.entities.len() >= MAX_CACHED_ENTITIES {
             cache.entities.clear();
@@ -101,9 +106,25 @@ impl<R> CachedDirectory<R> {
     /// Records in the cached copy of `entity` that it was marked busy at `at`.
     pub(crate) fn remember_hot_mark(&self, entity: &str, at: Timestamp) {
         if let Some(cached) = self.lock().entities.get_mut(entity)
-            && let Some(meta) = cached.value.as_mut()
+            && let Some(record) = cached.value.as_mut()
         {
-            meta.last_hot = Some(at);
+            record.meta.last_hot = Some(at);
+        }
+    }
+
+    /// Records in the cached copy of `entity` that the hot index lists it through
+    /// `through` for the history changed at `last_updated`.
+    pub(crate) fn remember_hot_through(
+        &self,
+        entity: &str,
+        last_updated: Timestamp,
+        through: Timestamp,
+    ) {
+        if let Some(cached) = self.lock().entities.get_mut(entity)
+            && let Some(record) = cached.value.as_mut()
+            && record.meta.last_updated == last_updated
+        {
+            record.hot_through = Some(through);
         }
     }
 }
@@ -117,13 +138,13 @@ impl<R> CachedDirectory<R> {
         Some(read(&cached.value))
     }
 
-    /// `read` of `entity`'s cached metadata (`None` inside: it has none), if it was
+    /// `read` of `entity`'s cached record (`None` inside: it has none), if it was
     /// read within the TTL of `now`; never reads the store.
-    fn peek_entity<T>(
+    pub(crate) fn peek_entity<T>(
         &self,
         entity: &str,
         now: Timestamp,
-        read: impl FnOnce(Option<&ShardMeta>) -> T,
+        read: impl FnOnce(Option<&EntityRecord>) -> T,
     ) -> Option<T> {
         let cache = self.lock();
         let cached = cache.entities.get(entity).filter(|c| self.fresh(c, now))?;
@@ -139,15 +160,17 @@ impl<R> CachedDirectory<R> {
     /// An entity's fan-out history if the cache holds a fresh read of it (empty when it
     /// has no metadata); never reads the store.
     pub fn cached_fanout(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
-        self.peek_entity(entity, now, |meta| {
-            meta.map(|m| m.shard_history.clone()).unwrap_or_default()
+        self.peek_entity(entity, now, |record| {
+            record
+                .map(|r| r.meta.shard_history.clone())
+                .unwrap_or_default()
         })
     }
 
     /// Whether the cache knows, freshly at `now`, that `entity` has no metadata; never
     /// reads the store.
     pub fn known_without_meta(&self, entity: &str, now: Timestamp) -> bool {
-        self.peek_entity(entity, now, |meta| meta.is_none()) == Some(true)
+        self.peek_entity(entity, now, |record| record.is_none()) == Some(true)
     }
 }
 
@@ -166,16 +189,36 @@ impl<R: ShardReader> CachedDirectory<R> {
         Ok(history)
     }
 
+    /// An entity's record (cached).
+    pub async fn record(
+        &self,
+        entity: &str,
+        now: Timestamp,
+    ) -> Result<Option<EntityRecord>, StoreError> {
+        if let Some(record) = self.peek_entity(entity, now, |record| record.cloned()) {
+            return Ok(record);
+        }
+        self.refresh_record(entity, now).await
+    }
+
+    /// An entity's record read from the table (not the cache), then cached.
+    pub async fn refresh_record(
+        &self,
+        entity: &str,
+        now: Timestamp,
+    ) -> Result<Option<EntityRecord>, StoreError> {
+        let record = self.store.get_record(entity).await?;
+        self.remember(entity, now, record.clone());
+        Ok(record)
+    }
+
     /// An entity's metadata (cached).
     pub async fn meta(
         &self,
         entity: &str,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        if let Some(meta) = self.peek_entity(entity, now, |meta| meta.cloned()) {
-            return Ok(meta);
-        }
-        self.refresh(entity, now).await
+        Ok(self.record(entity, now).await?.map(|r| r.meta))
     }
 
     /// An entity's metadata read from the table (not the cache), then cached.
@@ -184,9 +227,7 @@ impl<R: ShardReader> CachedDirectory<R> {
         entity: &str,
         now: Timestamp,
     ) -> Result<Option<ShardMeta>, StoreError> {
-        let meta = self.store.get_entity(entity).await?;
-        self.remember(entity, now, meta.clone());
-        Ok(meta)
+        Ok(self.refresh_record(entity, now).await?.map(|r| r.meta))
     }
 
     /// An entity's fan-out history (cached); empty when it has no metadata (the
@@ -199,23 +240,99 @@ impl<R: ShardReader> CachedDirectory<R> {
             .unwrap_or_default())
     }
 
-    /// Every hot entity with its fan-out history (cached).
-    pub async fn hot(&self, now: Timestamp) -> Result<Vec<(String, FanoutHistory)>, StoreError> {
-        if let Some(cached) = self.lock().hot.as_ref()
-            && self.fresh(cached, now)
-        {
-            return Ok(cached.value.clone());
+    /// Every entity whose readings stamped in `range` can carry a raised key, with its
+    /// fan-out history (cached): the entities the hot index lists in the hours of
+    /// `range` and the legacy hot set, kept where their read fan-out within `range`
+    /// exceeds 1. At most two batched reads per 100 hours and per 100 entities the
+    /// cache does not hold, never one read per entity.
+    pub async fn hot(
+        &self,
+        range: TimeRange,
+        now: Timestamp,
+    ) -> Result<Vec<(String, FanoutHistory)>, StoreError> {
+        let mut names = BTreeSet::new();
+        let mut missing = Vec::new();
+        let legacy_cached = {
+            let cache = self.lock();
+            for hour in hot::hours_of(range) {
+                match cache.hours.get(&hour).filter(|c| self.fresh(c, now)) {
+                    Some(cached) => names.extend(cached.value.iter().cloned()),
+                    None => missing.push(hour),
+                }
+            }
+            match cache.legacy.as_ref().filter(|c| self.fresh(c, now)) {
+                Some(cached) => {
+                    names.extend(cached.value.iter().cloned());
+                    true
+                }
+                None => false,
+            }
+        };
+        if !missing.is_empty() || !legacy_cached {
+            let listing = self.store.hot_listing(&missing, !legacy_cached).await?;
+            let mut cache = self.lock();
+            if cache.hours.len() + missing.len() > MAX_CACHED_HOURS {
+                cache.hours.clear();
+            }
+            for hour in missing {
+                let value = listing.hours.get(&hour).cloned().unwrap_or_default();
+                names.extend(value.iter().cloned());
+                cache.hours.insert(
+                    hour,
+                    Cached {
+                        fetched_at: now,
+                        value,
+                    },
+                );
+            }
+            if let Some(legacy) = listing.legacy {
+                names.extend(legacy.iter().cloned());
+                cache.legacy = Some(Cached {
+                    fetched_at: now,
+                    value: legacy,
+                });
+            }
         }
-        let names = self.store.hot_entities().await?;
+        let records = self.records(names, now).await?;
+        Ok(records
+            .into_iter()
+            .filter(|(_, history)| hot::raised_within(history, range))
+            .collect())
+    }
+
+    /// The fan-out histories of those of `names` with metadata: the cache's, and the
+    /// rest in batched reads.
+    async fn records(
+        &self,
+        names: BTreeSet<String>,
+        now: Timestamp,
+    ) -> Result<Vec<(String, FanoutHistory)>, StoreError> {
         let mut out = Vec::with_capacity(names.len());
+        let mut missing = Vec::new();
         for name in names {
-            let history = self.fanout(&name, now).await?;
-            out.push((name, history));
+            match self.peek_entity(&name, now, |r| r.map(|r| r.meta.shard_history.clone())) {
+                Some(Some(history)) => out.push((name, history)),
+                Some(None) => {}
+                None => missing.push(name),
+            }
         }
-        self.lock().hot = Some(Cached {
-            fetched_at: now,
-            value: out.clone(),
-        });
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let mut found: HashMap<String, EntityRecord> = self
+            .store
+            .get_records(&missing)
+            .await?
+            .into_iter()
+            .collect();
+        for name in missing {
+            let record = found.remove(&name);
+            if let Some(record) = &record {
+                out.push((name.clone(), record.meta.shard_history.clone()));
+            }
+            self.remember(&name, now, record);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 }
