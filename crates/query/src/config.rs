@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::budget::RequestBudget;
 use crate::cursor::CursorKey;
 use crate::params::{Limits, parse_interval};
 use crate::service::{DEFAULT_STATS_WINDOW, ServiceConfig};
@@ -54,6 +55,7 @@ pub struct ServiceSettings {
     pub max_buffered: usize,
     pub time_index: Option<String>,
     pub stats_budget: StatsBudget,
+    pub budget: RequestBudget,
 }
 
 impl ServiceSettings {
@@ -68,6 +70,7 @@ impl ServiceSettings {
             time_index: self.time_index.clone(),
             stats_window: DEFAULT_STATS_WINDOW,
             stats_budget: self.stats_budget,
+            budget: self.budget,
         }
     }
 }
@@ -116,6 +119,10 @@ impl Config {
     /// | `STATS_MAX_READINGS` | `100000` | readings a stats page aggregates before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `STATS_MAX_SECS` | `3` | seconds a stats page reads before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `READINGS_TIME_INDEX` | empty | the readings table's time index (LSI on `ts_ms`); empty: reads over every device sort whole buckets |
+    /// | `QUERY_MAX_QUERIES` | `2000` | Query (and GetItem) calls one request may send |
+    /// | `QUERY_MAX_EVALUATED` | `250000` | items DynamoDB may evaluate for one request (ScannedCount, filtered-out items included) |
+    /// | `QUERY_MAX_ANSWER_BYTES` | `4000000` | bytes of one JSON answer (Lambda answers at most 6 MB) |
+    /// | `QUERY_DEADLINE_MARGIN_MS` | `1000` | taken off the invocation's deadline: reads stop there |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
             get(name)
@@ -176,6 +183,7 @@ impl Config {
             readings: number("STATS_MAX_READINGS", default_budget.readings)?,
             time: Duration::from_secs(number("STATS_MAX_SECS", default_budget.time.as_secs())?),
         };
+        let budget = request_budget(&number)?;
         Ok(Self {
             table_name,
             shard_table_name,
@@ -187,9 +195,39 @@ impl Config {
                 max_buffered,
                 time_index: get("READINGS_TIME_INDEX").filter(|v| !v.is_empty()),
                 stats_budget,
+                budget,
             },
         })
     }
+}
+
+/// The request budget from its variables, each a positive integer.
+fn request_budget(
+    number: &impl Fn(&'static str, u64) -> Result<u64, ConfigError>,
+) -> Result<RequestBudget, ConfigError> {
+    let default = RequestBudget::default();
+    let answer_bytes = number("QUERY_MAX_ANSWER_BYTES", default.answer_bytes as u64)?;
+    // Lambda's response limit: a larger budget would turn big pages into 5xx.
+    const LAMBDA_RESPONSE_BYTES: u64 = 6 * 1024 * 1024;
+    if answer_bytes > LAMBDA_RESPONSE_BYTES - 64 * 1024 {
+        return Err(ConfigError::Invalid {
+            name: "QUERY_MAX_ANSWER_BYTES",
+            why: format!(
+                "{answer_bytes} leaves no room under Lambda's {LAMBDA_RESPONSE_BYTES}-byte \
+                 response limit"
+            ),
+        });
+    }
+    let margin_ms = number(
+        "QUERY_DEADLINE_MARGIN_MS",
+        u64::try_from(default.deadline_margin.as_millis()).unwrap_or(u64::MAX),
+    )?;
+    Ok(RequestBudget {
+        queries: number("QUERY_MAX_QUERIES", default.queries)?,
+        evaluated: number("QUERY_MAX_EVALUATED", default.evaluated)?,
+        answer_bytes: usize::try_from(answer_bytes).unwrap_or(usize::MAX),
+        deadline_margin: Duration::from_millis(margin_ms),
+    })
 }
 
 #[cfg(test)]
@@ -221,6 +259,7 @@ mod tests {
         assert_eq!(c.service.directory_ttl, Duration::from_secs(5));
         assert_eq!(c.service.time_index, None);
         assert_eq!(c.service.stats_budget, StatsBudget::default());
+        assert_eq!(c.service.budget, RequestBudget::default());
         assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
     }
 
@@ -234,8 +273,21 @@ mod tests {
             ("READINGS_TIME_INDEX", "by-time"),
             ("STATS_MAX_READINGS", "5000"),
             ("STATS_MAX_SECS", "2"),
+            ("QUERY_MAX_QUERIES", "300"),
+            ("QUERY_MAX_EVALUATED", "40000"),
+            ("QUERY_MAX_ANSWER_BYTES", "1000000"),
+            ("QUERY_DEADLINE_MARGIN_MS", "1500"),
         ]);
         let c = Config::from_lookup(lookup(&pairs)).expect("valid");
+        assert_eq!(
+            c.service.budget,
+            RequestBudget {
+                queries: 300,
+                evaluated: 40_000,
+                answer_bytes: 1_000_000,
+                deadline_margin: Duration::from_millis(1500),
+            }
+        );
         let budget = c
             .service
             .with_key(CursorKey::new(vec![1; 32]).expect("key"))
@@ -281,6 +333,23 @@ mod tests {
         check(
             &[BASE[0], BASE[1], BASE[2], ("STATS_MAX_SECS", "soon")],
             "STATS_MAX_SECS",
+        );
+        for name in [
+            "QUERY_MAX_QUERIES",
+            "QUERY_MAX_EVALUATED",
+            "QUERY_MAX_ANSWER_BYTES",
+            "QUERY_DEADLINE_MARGIN_MS",
+        ] {
+            check(&[BASE[0], BASE[1], BASE[2], (name, "-1")], name);
+        }
+        check(
+            &[
+                BASE[0],
+                BASE[1],
+                BASE[2],
+                ("QUERY_MAX_ANSWER_BYTES", "6291456"),
+            ],
+            "QUERY_MAX_ANSWER_BYTES",
         );
         let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor";
         let c = Config::from_lookup(lookup(&[BASE[0], BASE[1], ("CURSOR_SECRET_ARN", arn)]))

@@ -95,6 +95,7 @@ pub mod codes {
     pub const BAD_CURSOR: &str = "bad_cursor";
     pub const BAD_INTERVAL: &str = "bad_interval";
     pub const NOT_SUPPORTED: &str = "not_supported";
+    pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
     pub const NOT_FOUND: &str = "not_found";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const THROTTLED: &str = "throttled";

@@ -25,6 +25,7 @@
 //! not de-duplicate: it serves lookups that stop at the first match.
 
 use std::ops::ControlFlow;
+use std::time::Instant;
 
 use futures::StreamExt as _;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
@@ -66,6 +67,39 @@ pub struct ReadOutcome {
     /// no ordered stream was read page by page): the hint for the next read of streams
     /// like these.
     pub density: Option<f64>,
+    /// Set when a budget ended the read before the answer was complete: `items` are
+    /// then a correct prefix of it.
+    pub stopped: Option<Stopped>,
+}
+
+/// What one request may spend on reads. Each bound is checked before a round of
+/// Queries is sent, and a round is cut to fit, so none is ever exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadBudget {
+    /// Query calls.
+    pub queries: u64,
+    /// Items DynamoDB evaluates (ScannedCount), filtered out or not: each page's
+    /// `Limit` is cut to what is left.
+    pub evaluated: u64,
+    /// No round is sent after it, and a round still out at it is abandoned.
+    pub deadline: Option<Instant>,
+}
+
+/// The budget that ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    Queries,
+    Evaluated,
+    Time,
+}
+
+/// Where a read that a budget ended stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    pub budget: Exhausted,
+    /// Every reading whose timestamp sorts strictly before this one (in the read's
+    /// order) was handed over, and none after it (`BoundedMerge::settled_before`).
+    pub settled_before: i64,
 }
 
 /// What a merged read cost.
@@ -104,6 +138,8 @@ pub struct ReadOptions {
     /// buffered to be sorted); beyond it the read is refused rather than risk the
     /// function's memory.
     pub max_buffered: usize,
+    /// What the read may spend before it stops early.
+    pub budget: ReadBudget,
 }
 
 /// The merge key of a stored reading: its identity (time, device, event id), the same
@@ -136,7 +172,9 @@ impl StreamSpec {
 /// enough to know whether more follow; a reading stored under two keys counts once.
 /// `density_hint` is what an earlier read of streams like these saw
 /// ([`ReadOutcome::density`]): the first round is planned by it (see
-/// `sharding::merge`, "A density from an earlier read").
+/// `sharding::merge`, "A density from an earlier read"). `fits` sees each reading in
+/// order before it joins the answer: the first it refuses ends the answer (and the
+/// read) before it, with more to follow.
 pub async fn read_merged<S: ReadingSource>(
     source: &S,
     specs: Vec<StreamSpec>,
@@ -144,21 +182,38 @@ pub async fn read_merged<S: ReadingSource>(
     limit: usize,
     after: Option<&ReadingKey>,
     density_hint: Option<f64>,
+    mut fits: impl FnMut(&ReadingItem) -> bool,
 ) -> Result<ReadOutcome, ExecError> {
+    let mut specs = specs;
+    let cut = cut_to_reach(&mut specs, opts);
     let mut merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned())
         .with_density_hint(density_hint);
     let mut items = Vec::new();
-    let (more, cost) = drive(source, &specs, opts, &mut merge, |batch| {
-        items.extend(batch);
+    let driven = drive(source, &specs, opts, &mut merge, |batch| {
+        for item in batch {
+            if !fits(&item) {
+                return ControlFlow::Break(());
+            }
+            items.push(item);
+        }
         ControlFlow::Continue(())
     })
-    .await?;
+    .await?
+    .or_cut(cut);
     Ok(ReadOutcome {
         items,
-        more,
-        cost,
+        more: driven.more,
+        cost: driven.cost,
         density: merge.observed_density(),
+        stopped: driven.stopped,
     })
+}
+
+/// What [`merge_each`] cost, and whether a budget ended it early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EachOutcome {
+    pub cost: ReadCost,
+    pub stopped: Option<Stopped>,
 }
 
 /// Hands every reading of `specs` to `each` in merge order, each reading once however
@@ -172,11 +227,84 @@ pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem) -> ControlFlow<(
     opts: ReadOptions,
     window: usize,
     mut each: F,
-) -> Result<ReadCost, ExecError> {
+) -> Result<EachOutcome, ExecError> {
+    let mut specs = specs;
+    let cut = cut_to_reach(&mut specs, opts);
     let mut merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
     let emit = |batch: Vec<ReadingItem>| batch.into_iter().try_for_each(&mut each);
-    let (_, cost) = drive(source, &specs, opts, &mut merge, emit).await?;
-    Ok(cost)
+    let driven = drive(source, &specs, opts, &mut merge, emit)
+        .await?
+        .or_cut(cut);
+    Ok(EachOutcome {
+        cost: driven.cost,
+        stopped: driven.stopped,
+    })
+}
+
+/// How a driven merge ended.
+struct Driven {
+    more: bool,
+    cost: ReadCost,
+    stopped: Option<Stopped>,
+}
+
+impl Driven {
+    /// A read of streams cut at `cut` ([`cut_to_reach`]) that read them all is a read
+    /// the Query budget stopped there.
+    fn or_cut(self, cut: Option<i64>) -> Self {
+        match cut {
+            Some(settled_before) if !self.more && self.stopped.is_none() => Self {
+                more: true,
+                stopped: Some(Stopped {
+                    budget: Exhausted::Queries,
+                    settled_before,
+                }),
+                ..self
+            },
+            _ => self,
+        }
+    }
+}
+
+/// Keeps only the streams the Query budget can reach: each stream read costs a Query
+/// at least, and the merge opens streams in the order their spans start (in the read's
+/// order), so a plan of more streams than the budget is cut where the stream past the
+/// budget starts, and the streams that run on past it are clipped there. Returns where
+/// a read of the cut plan that reads it all has settled (see [`Stopped`]); `None` when
+/// the plan is within the budget, or cannot be cut (more streams than the budget start
+/// at its very first instant; the budget then stops the read itself). The merge's
+/// bookkeeping is per stream, so this also keeps a month of a raised device (24,552
+/// keys) from costing the CPU of all of them at every step.
+fn cut_to_reach(specs: &mut Vec<StreamSpec>, opts: ReadOptions) -> Option<i64> {
+    let reach = usize::try_from(opts.budget.queries).unwrap_or(usize::MAX);
+    if specs.len() <= reach {
+        return None;
+    }
+    if opts.descending {
+        let mut ends: Vec<i64> = specs.iter().map(|s| s.span.1).collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let cut = ends[reach];
+        if cut == ends[0] {
+            return None;
+        }
+        specs.retain(|s| s.span.1 > cut);
+        for s in specs.iter_mut() {
+            s.span.0 = s.span.0.max(cut);
+        }
+        Some(cut - 1)
+    } else {
+        let mut starts: Vec<i64> = specs.iter().map(|s| s.span.0).collect();
+        starts.sort_unstable();
+        let cut = starts[reach];
+        if cut == starts[0] {
+            return None;
+        }
+        specs.retain(|s| s.span.0 < cut);
+        for s in specs.iter_mut() {
+            s.span.1 = s.span.1.min(cut);
+        }
+        Some(cut)
+    }
 }
 
 fn shapes(specs: &[StreamSpec]) -> Vec<StreamShape> {
@@ -191,43 +319,51 @@ fn order(opts: ReadOptions) -> Order {
     }
 }
 
-/// Runs `merge` over `specs` to its end, or until `emit` breaks, handing what it emits
-/// to `emit` batch by batch (after every round); returns whether more follow its limit,
-/// and the cost.
+/// Runs `merge` over `specs` to its end, until `emit` breaks, or until the budget
+/// runs out, handing what it emits to `emit` batch by batch (after every round);
+/// returns whether more follow its limit, the cost, and where a budget stopped it.
 async fn drive<S: ReadingSource>(
     source: &S,
     specs: &[StreamSpec],
     opts: ReadOptions,
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
-) -> Result<(bool, ReadCost), ExecError> {
+) -> Result<Driven, ExecError> {
     // Where each stream's next page starts.
     let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
     let mut cost = ReadCost::default();
     loop {
-        let asks = match merge.step(opts.concurrency) {
+        let mut asks = match merge.step(opts.concurrency) {
             Step::Read(asks) => asks,
             Step::Done { items, more } => {
-                let _ = emit(items);
+                let cut = emit(items).is_break();
                 cost.duplicates = merge.duplicates();
-                return Ok((more, cost));
+                return Ok(Driven {
+                    more: more || cut,
+                    cost,
+                    stopped: None,
+                });
             }
         };
+        cost.duplicates = merge.duplicates();
         if emit(merge.take_emitted()).is_break() {
-            cost.duplicates = merge.duplicates();
-            return Ok((true, cost));
+            return Ok(Driven {
+                more: true,
+                cost,
+                stopped: None,
+            });
+        }
+        if let Err(budget) = fit_to_budget(&mut asks, &cost, opts.budget) {
+            return Ok(stopped_by(budget, merge, cost));
         }
         cost.rounds += 1;
-        read_round(
-            source,
-            specs,
-            opts,
-            &asks,
-            &mut next_start,
-            merge,
-            &mut cost,
-        )
-        .await?;
+        let round = read_round(source, specs, opts, &asks, &next_start);
+        let Some(results) = within(opts.budget.deadline, round).await else {
+            // Nothing of an abandoned round is delivered: the merge stands where the
+            // previous round left it.
+            return Ok(stopped_by(Exhausted::Time, merge, cost));
+        };
+        deliver_round(results, &mut next_start, merge, &mut cost)?;
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
@@ -236,17 +372,73 @@ async fn drive<S: ReadingSource>(
     }
 }
 
-/// Reads the pages `asks` names, at most `opts.concurrency` at once, and delivers each
-/// to the merge.
+/// A read that `budget` stopped, where the merge stands.
+fn stopped_by(
+    budget: Exhausted,
+    merge: &BoundedMerge<ReadingKey, ReadingItem>,
+    cost: ReadCost,
+) -> Driven {
+    let stopped = merge.settled_before().map(|settled_before| Stopped {
+        budget,
+        settled_before,
+    });
+    Driven {
+        more: stopped.is_some(),
+        cost,
+        stopped,
+    }
+}
+
+/// `work`'s output, or `None` when `deadline` comes first (the work is dropped).
+pub async fn within<T>(deadline: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), work)
+            .await
+            .ok(),
+        None => Some(work.await),
+    }
+}
+
+/// Cuts a round's asks to what is left of the budget: at most the Queries left, and
+/// `Limit`s that add up to at most the items left to evaluate (DynamoDB evaluates at
+/// most `Limit` items per page). `Err` names the budget when nothing is left of it.
+fn fit_to_budget(
+    asks: &mut Vec<PageAsk>,
+    cost: &ReadCost,
+    budget: ReadBudget,
+) -> Result<(), Exhausted> {
+    if budget.deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(Exhausted::Time);
+    }
+    let queries_left = budget.queries.saturating_sub(cost.pages);
+    let evaluated_left = budget.evaluated.saturating_sub(cost.items_read);
+    if queries_left == 0 {
+        return Err(Exhausted::Queries);
+    }
+    if evaluated_left == 0 {
+        return Err(Exhausted::Evaluated);
+    }
+    // The merge lists the asks that block it first: a cut round still reads them.
+    let room = usize::try_from(queries_left.min(evaluated_left)).unwrap_or(usize::MAX);
+    asks.truncate(room);
+    let share = evaluated_left / asks.len().max(1) as u64;
+    let share = u32::try_from(share).unwrap_or(u32::MAX);
+    if share < u32::MAX {
+        for ask in asks.iter_mut() {
+            ask.limit = Some(ask.limit.map_or(share, |l| l.min(share)));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the pages `asks` names, at most `opts.concurrency` at once.
 async fn read_round<S: ReadingSource>(
     source: &S,
     specs: &[StreamSpec],
     opts: ReadOptions,
     asks: &[PageAsk],
-    next_start: &mut [Option<PageKey>],
-    merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
-    cost: &mut ReadCost,
-) -> Result<(), ExecError> {
+    next_start: &[Option<PageKey>],
+) -> Vec<(usize, Result<store::read::Page, StoreError>)> {
     let requests: Vec<(usize, PageRequest)> = asks
         .iter()
         .map(|ask| {
@@ -255,12 +447,20 @@ async fn read_round<S: ReadingSource>(
             (i, req)
         })
         .collect();
-    let results: Vec<(usize, Result<store::read::Page, StoreError>)> =
-        futures::stream::iter(requests)
-            .map(|(i, req)| async move { (i, source.query_page(&req).await) })
-            .buffer_unordered(opts.concurrency.max(1))
-            .collect()
-            .await;
+    futures::stream::iter(requests)
+        .map(|(i, req)| async move { (i, source.query_page(&req).await) })
+        .buffer_unordered(opts.concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// Delivers a round's pages to the merge and counts their cost.
+fn deliver_round(
+    results: Vec<(usize, Result<store::read::Page, StoreError>)>,
+    next_start: &mut [Option<PageKey>],
+    merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
+    cost: &mut ReadCost,
+) -> Result<(), ExecError> {
     for (i, result) in results {
         let page = result?;
         cost.pages += 1;
@@ -311,17 +511,21 @@ fn page_request(
 pub struct ScanOutcome {
     pub items_read: u64,
     pub pages: u64,
+    /// Set when a budget ended the scan before every stream was read to its end.
+    pub stopped: Option<Exhausted>,
 }
 
 /// Reads every item of every stream (all pages), `concurrency` streams at a time, and
-/// hands each item inside its stream's span to `each`, in no particular order. Memory
-/// stays at one page per stream in flight: nothing is collected, and nothing is
-/// de-duplicated (a reading stored under two keys comes twice; see [`merge_each`]).
+/// hands each item inside its stream's span to `each`, in no particular order, until
+/// the budget runs out. Memory stays at one page per stream in flight: nothing is
+/// collected, and nothing is de-duplicated (a reading stored under two keys comes
+/// twice; see [`merge_each`]).
 pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
     source: &S,
     specs: Vec<StreamSpec>,
     consistent: bool,
     concurrency: usize,
+    budget: ReadBudget,
     mut each: F,
 ) -> Result<ScanOutcome, StoreError> {
     let opts = ReadOptions {
@@ -329,40 +533,48 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         consistent,
         concurrency,
         max_buffered: usize::MAX,
+        budget,
     };
-    let mut outcome = ScanOutcome::default();
-    // One lazily paged stream per key range, `concurrency` of them polled at once.
-    let per_stream = specs.into_iter().map(|spec| {
-        let state = (spec, Some(None::<PageKey>));
-        futures::stream::unfold(state, move |(spec, start)| async move {
-            let start = start?;
-            let whole = PageAsk {
-                stream: 0,
+    let mut cost = ReadCost::default();
+    let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
+    // Streams not read to their end, in plan order.
+    let mut open: Vec<usize> = (0..specs.len()).collect();
+    let outcome = |cost: ReadCost, stopped| ScanOutcome {
+        items_read: cost.items_read,
+        pages: cost.pages,
+        stopped,
+    };
+    while !open.is_empty() {
+        let mut asks: Vec<PageAsk> = open
+            .iter()
+            .take(concurrency.max(1))
+            .map(|&i| PageAsk {
+                stream: i,
                 limit: None,
-                span: spec.span,
-            };
-            let req = page_request(&spec, &whole, start, opts);
-            match source.query_page(&req).await {
-                Ok(page) => {
-                    let next = page.last_key.clone().map(Some);
-                    let span = spec.span;
-                    Some((Ok((span, page)), (spec, next)))
-                }
-                Err(e) => Some((Err(e), (spec, None))),
-            }
-        })
-        .boxed()
-    });
-    let mut pages = futures::stream::iter(per_stream).flatten_unordered(concurrency.max(1));
-    while let Some(result) = pages.next().await {
-        let ((lo, hi), page) = result?;
-        outcome.pages += 1;
-        outcome.items_read += page.items_read;
-        for item in &page.items {
-            if (lo..hi).contains(&item.ts_ms) {
-                each(item);
+                span: specs[i].span,
+            })
+            .collect();
+        if let Err(budget) = fit_to_budget(&mut asks, &cost, budget) {
+            return Ok(outcome(cost, Some(budget)));
+        }
+        let round = read_round(source, &specs, opts, &asks, &next_start);
+        let Some(results) = within(budget.deadline, round).await else {
+            return Ok(outcome(cost, Some(Exhausted::Time)));
+        };
+        for (i, result) in results {
+            let page = result?;
+            cost.pages += 1;
+            cost.items_read += page.items_read;
+            let (lo, hi) = specs[i].span;
+            page.items
+                .iter()
+                .filter(|item| (lo..hi).contains(&item.ts_ms))
+                .for_each(&mut each);
+            next_start[i] = page.last_key;
+            if next_start[i].is_none() {
+                open.retain(|&s| s != i);
             }
         }
     }
-    Ok(outcome)
+    Ok(outcome(cost, None))
 }

@@ -1,6 +1,7 @@
 //! The API Gateway (HTTP API, payload 2.0) edge of the service.
 
 use std::convert::Infallible;
+use std::time::{Instant, SystemTime};
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -10,7 +11,8 @@ use store::read::ReadingSource;
 use crate::service::QueryService;
 
 /// Answers one API Gateway request. A named stage's prefix (`/prod/...`) is removed
-/// before routing, so routes match under any stage.
+/// before routing, so routes match under any stage. The reads stop by the invocation's
+/// deadline less the configured margin, so the function answers before its timeout.
 pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
     service: &QueryService<S, D>,
     request: Request,
@@ -20,8 +22,25 @@ pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
         _ => None,
     };
     let path = strip_stage(request.uri().path(), stage.as_deref());
+    // A context without a deadline (an event replayed outside the runtime) sets none.
+    let deadline = request
+        .lambda_context_ref()
+        .filter(|ctx| ctx.deadline > 0)
+        .map(|ctx| {
+            // The time left, read once against the wall clock the deadline is given in.
+            let left = ctx
+                .deadline()
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            service.config().budget.deadline_from(left, Instant::now())
+        });
     let response = service
-        .handle_parts(request.method().as_str(), path, request.uri().query())
+        .handle_parts_by(
+            request.method().as_str(),
+            path,
+            request.uri().query(),
+            deadline,
+        )
         .await;
     Ok(response.map(Body::from))
 }

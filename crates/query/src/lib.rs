@@ -6,6 +6,8 @@
 //! - [`exec`]: concurrent paged reads and the k-way merge that reads only what the
 //!   page needs, and shows a reading stored under two keys once.
 //! - [`stats`]: stats pages of complete buckets within a read budget.
+//! - [`budget`]: what one request may cost (Queries, items evaluated, answer bytes,
+//!   wall time), and where a page that a budget ended resumes.
 //! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
 //!   runtime (the local runner and tests call [`QueryService::handle`]).
 //! - [`lambda`]: the API Gateway adapter and [`config::Config`] for the `query` binary.
@@ -17,6 +19,7 @@
 //! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
 //! - `GET /devices/{device_id}/shards`
 
+pub mod budget;
 pub mod config;
 pub mod cursor;
 pub mod error;

@@ -23,10 +23,12 @@ use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{PageKey, ReadingSource};
 
+use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
 use crate::exec::{
-    ExecError, ReadCost, ReadOptions, StreamSpec, key_of, merge_each, read_merged, scan_all,
+    ExecError, Exhausted, ReadCost, ReadOptions, ReadOutcome, StreamSpec, key_of, merge_each,
+    read_merged, scan_all, within,
 };
 use crate::model::{ReadingKey, ReadingOut, ReadingsPage, StatsResponse, format_ts};
 use crate::params::{Endpoint, Limits, Range, ReadParams, parse_request};
@@ -57,6 +59,8 @@ pub struct ServiceConfig {
     pub stats_window: usize,
     /// How much one stats page may read before it ends at a bucket boundary.
     pub stats_budget: StatsBudget,
+    /// What any one request may cost.
+    pub budget: RequestBudget,
 }
 
 impl ServiceConfig {
@@ -74,6 +78,7 @@ impl ServiceConfig {
             time_index: None,
             stats_window: DEFAULT_STATS_WINDOW,
             stats_budget: StatsBudget::default(),
+            budget: RequestBudget::default(),
         }
     }
 }
@@ -188,15 +193,27 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .await
     }
 
-    /// [`QueryService::handle`] on the request's parts.
+    /// [`QueryService::handle`] on the request's parts, with no deadline.
     pub async fn handle_parts(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
     ) -> Response<String> {
+        self.handle_parts_by(method, path, query, None).await
+    }
+
+    /// [`QueryService::handle_parts`] for a request that must stop reading by
+    /// `deadline` (the Lambda's deadline less the margin, or whatever the caller has).
+    pub async fn handle_parts_by(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> Response<String> {
         let result = match parse_request(method, path, query, &self.config.limits) {
-            Ok(endpoint) => self.execute(endpoint).await,
+            Ok(endpoint) => self.execute_by(endpoint, deadline).await,
             Err(e) => Err(e),
         };
         match result {
@@ -252,19 +269,52 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         });
     }
 
-    /// Runs a validated request.
+    /// Runs a validated request, with no deadline.
     pub async fn execute(&self, endpoint: Endpoint) -> Answer {
+        self.execute_by(endpoint, None).await
+    }
+
+    /// Runs a validated request that must stop reading by `deadline`. The reads stop
+    /// there themselves; a lookup of the shard metadata that outlasts it by the
+    /// margin is answered 503 rather than left to the function's timeout.
+    pub async fn execute_by(&self, endpoint: Endpoint, deadline: Option<Instant>) -> Answer {
+        let last_resort = deadline.map(|d| d + self.config.budget.deadline_margin / 2);
+        let run = self.route(endpoint, deadline);
+        match last_resort {
+            Some(at) => tokio::time::timeout_at(tokio::time::Instant::from_std(at), run)
+                .await
+                .unwrap_or_else(|_| {
+                    let mut e = ApiError::unavailable("the request ran out of time; retry later");
+                    e.retry_after = Some(1);
+                    Err(e)
+                }),
+            None => run.await,
+        }
+    }
+
+    async fn route(&self, endpoint: Endpoint, deadline: Option<Instant>) -> Answer {
         match endpoint {
             Endpoint::DeviceReadings { device, read } => {
-                self.readings("device_readings", Some(device), read).await
+                self.readings("device_readings", Some(device), read, deadline)
+                    .await
             }
-            Endpoint::AllReadings { read } => self.readings("all_readings", None, read).await,
+            Endpoint::AllReadings { read } => {
+                self.readings("all_readings", None, read, deadline).await
+            }
             Endpoint::Reading {
                 device,
                 event_id,
                 ts_ms,
                 consistent,
-            } => self.reading(&device, &event_id, ts_ms, consistent).await,
+            } => {
+                let point = Point {
+                    device: &device,
+                    event_id: &event_id,
+                    ts_ms,
+                    consistent,
+                };
+                self.reading(&point, deadline).await
+            }
             Endpoint::Stats {
                 device,
                 range,
@@ -281,7 +331,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                     consistent,
                     cursor: cursor.as_deref(),
                 };
-                self.stats(&request).await
+                self.stats(&request, deadline).await
             }
             Endpoint::Shards { device } => self.shards(&device).await,
         }
@@ -292,6 +342,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         route: &'static str,
         device: Option<String>,
         read: ReadParams,
+        deadline: Option<Instant>,
     ) -> Answer {
         let fp = Fingerprint {
             route,
@@ -332,7 +383,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 plan_entity(d, time_range, &table, &fanout).map_err(plan_error)?
             }
             None => {
-                let hot = self.directory.hot(now).await.map_err(store_error)?;
+                let hot = self
+                    .directory
+                    .hot(time_range, now)
+                    .await
+                    .map_err(store_error)?;
                 let refs: Vec<(&str, &FanoutHistory)> =
                     hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
                 plan_all(time_range, &table, &refs).map_err(plan_error)?
@@ -349,7 +404,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             consistent: read.consistent,
             concurrency: self.config.concurrency,
             max_buffered: self.config.max_buffered,
+            budget: self.config.budget.read(deadline),
         };
+        let mut room = AnswerRoom::new(self.config.budget.answer_bytes);
         let outcome = read_merged(
             &self.source,
             specs_with_index(&plan, self.config.time_index.as_deref()),
@@ -357,13 +414,33 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             read.limit as usize,
             after.as_ref(),
             hint,
+            |item| room.take(item),
         )
         .await
-        .map_err(|e| match e {
-            // Without the index, a read over every device sorts whole buckets: say
-            // which deployment setting lifts the limit.
+        .map_err(|e| self.read_error(e, device.is_none()))?;
+        if device.is_none()
+            && let Some(density) = outcome.density
+        {
+            self.remember_density(density, now);
+        }
+        let next_cursor = self
+            .next_position(&read, device.as_deref(), after.as_ref(), &outcome)?
+            .map(|position| encode_cursor(&position, &fp, &self.config.cursor_key));
+        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan_queries);
+        let items = outcome
+            .items
+            .into_iter()
+            .map(reading_out)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((page_json(items, next_cursor), stats))
+    }
+
+    /// A read's failure as an answer. Without the index, a read over every device sorts
+    /// whole buckets: the refusal says which deployment setting lifts the limit.
+    fn read_error(&self, e: ExecError, every_device: bool) -> ApiError {
+        match e {
             ExecError::TooMuchToSort { limit }
-                if device.is_none() && self.config.time_index.is_none() =>
+                if every_device && self.config.time_index.is_none() =>
             {
                 ApiError::bad_request(
                     codes::RANGE_TOO_LARGE,
@@ -376,26 +453,60 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 )
             }
             e => exec_error(e),
-        })?;
-        if device.is_none()
-            && let Some(density) = outcome.density
-        {
-            self.remember_density(density, now);
         }
-        let next_cursor = match (outcome.more, outcome.items.last()) {
-            (true, Some(last)) => Some(encode_cursor(&key_of(last), &fp, &self.config.cursor_key)),
-            _ => None,
-        };
-        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan_queries);
-        let items = outcome
-            .items
-            .into_iter()
-            .map(reading_out)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((page_json(items, next_cursor), stats))
     }
 
-    async fn reading(&self, device: &str, event_id: &str, ts_ms: i64, consistent: bool) -> Answer {
+    /// Where the page after `outcome` starts, if one follows. A page that a budget
+    /// ended resumes from where the read stood; one that answered nothing is refused
+    /// with the budget's name.
+    fn next_position(
+        &self,
+        read: &ReadParams,
+        device: Option<&str>,
+        after: Option<&ReadingKey>,
+        outcome: &ReadOutcome,
+    ) -> Result<Option<ReadingKey>, ApiError> {
+        let last = outcome.items.last().map(key_of);
+        let Some(stopped) = outcome.stopped else {
+            return match last {
+                Some(last) => Ok(outcome.more.then_some(last)),
+                // Only the answer's byte budget ends a page before its first reading.
+                None if outcome.more => Err(budget::too_large(&self.config.budget)),
+                None => Ok(None),
+            };
+        };
+        let device_part = device.unwrap_or("");
+        let start = after.cloned().unwrap_or_else(|| {
+            budget::start_position(
+                read.range.from_ms,
+                read.range.to_ms,
+                device_part,
+                read.descending,
+            )
+        });
+        let advice = if device.is_none() && self.config.time_index.is_none() {
+            Advice::TimeIndex
+        } else {
+            Advice::NarrowRange
+        };
+        budget::resume_position(
+            last,
+            stopped.settled_before,
+            device_part,
+            read.descending,
+            &start,
+        )
+        .map(Some)
+        .ok_or_else(|| budget::refusal(stopped.budget, &self.config.budget, advice))
+    }
+
+    async fn reading(&self, point: &Point<'_>, deadline: Option<Instant>) -> Answer {
+        let Point {
+            device,
+            event_id,
+            ts_ms,
+            consistent,
+        } = *point;
         let ts =
             Timestamp::from_millis(ts_ms).map_err(|e| ApiError::bad_range(format!("ts: {e}")))?;
         let not_found = || {
@@ -422,7 +533,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let mut stats = ReadStats::default();
         let found = match point_keys(&reading, &table, &fanout) {
             Ok(keys) => {
-                self.first_stored(&keys, &reading, consistent, &mut stats)
+                self.first_stored(&keys, &reading, consistent, deadline, &mut stats)
                     .await?
             }
             // A layout that hashes another attribute: look in every shard at that ms.
@@ -438,6 +549,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                     specs(&plan),
                     consistent,
                     self.config.concurrency,
+                    self.config.budget.read(deadline),
                     |item| {
                         if item.event_id == event_id && item.device_id == device {
                             found = Some(item.clone());
@@ -448,7 +560,17 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 .map_err(store_error)?;
                 stats.calls = outcome.pages;
                 stats.items_read = outcome.items_read;
-                found
+                match (found, outcome.stopped) {
+                    (Some(item), _) => Some(item),
+                    (None, Some(spent)) => {
+                        return Err(budget::refusal(
+                            spent,
+                            &self.config.budget,
+                            Advice::NarrowRange,
+                        ));
+                    }
+                    (None, None) => None,
+                }
             }
             Err(e) => return Err(ApiError::bad_request(codes::BAD_ID, e.to_string())),
         };
@@ -466,19 +588,23 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         keys: &[ItemKey],
         reading: &ReadingRef<'_>,
         consistent: bool,
+        deadline: Option<Instant>,
         stats: &mut ReadStats,
     ) -> Result<Option<ReadingItem>, ApiError> {
+        let refuse = |spent| budget::refusal(spent, &self.config.budget, Advice::NarrowRange);
         for key in keys {
             let key = PageKey {
                 pk: key.pk.clone(),
                 sk: key.sk.clone(),
                 ts_ms: None,
             };
+            if stats.calls >= self.config.budget.queries {
+                return Err(refuse(Exhausted::Queries));
+            }
             stats.calls += 1;
-            let item = self
-                .source
-                .get_reading(&key, consistent)
+            let item = within(deadline, self.source.get_reading(&key, consistent))
                 .await
+                .ok_or_else(|| refuse(Exhausted::Time))?
                 .map_err(store_error)?;
             stats.items_read += u64::from(item.is_some());
             if let Some(item) = item
@@ -491,7 +617,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         Ok(None)
     }
 
-    async fn stats(&self, request: &StatsRequest<'_>) -> Answer {
+    async fn stats(&self, request: &StatsRequest<'_>, deadline: Option<Instant>) -> Answer {
         let started = Instant::now();
         let StatsRequest {
             device,
@@ -533,15 +659,28 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let plan =
             plan_entity(device, to_time_range(read)?, &table, &fanout).map_err(plan_error)?;
         let mut pager = Pager::new(interval_ms, self.config.stats_budget, started);
+        // The page's own time budget bounds the reads too, not only the readings that
+        // arrive: a sparse range stops there as well.
+        let page_deadline = started + 2 * self.config.stats_budget.time;
         let opts = ReadOptions {
             descending: false,
             consistent,
             concurrency: self.config.concurrency,
             max_buffered: self.config.max_buffered,
+            budget: self.config.budget.read(Some(
+                deadline.map_or(page_deadline, |d| d.min(page_deadline)),
+            )),
         };
+        let max_buckets = self
+            .config
+            .budget
+            .answer_bytes
+            .saturating_sub(PAGE_OVERHEAD_BYTES)
+            / STATS_BUCKET_MAX_BYTES;
+        pager.limit_buckets(max_buckets);
         // In merge order, so a reading stored under two keys is counted once, and the
         // buckets close in time order.
-        let cost = merge_each(
+        let outcome = merge_each(
             &self.source,
             specs(&plan),
             opts,
@@ -556,7 +695,16 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         )
         .await
         .map_err(exec_error)?;
-        let stats = ReadStats::of(cost, pager.readings(), plan.len() as u64);
+        if let Some(stopped) = outcome.stopped
+            && !pager.stop_at(stopped.settled_before, read.from_ms)
+        {
+            return Err(budget::refusal(
+                stopped.budget,
+                &self.config.budget,
+                Advice::NarrowRange,
+            ));
+        }
+        let stats = ReadStats::of(outcome.cost, pager.readings(), plan.len() as u64);
         let (mut page, end) = pager.finish(&interval_text(interval_ms))?;
         if let PageEnd::ResumeAt(next) = end {
             let position = ReadingKey {
@@ -582,6 +730,44 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             ReadStats::default(),
         ))
     }
+}
+
+/// Room a readings page keeps for everything but its items: the brackets, the
+/// `next_cursor` field and the cursor itself.
+const PAGE_OVERHEAD_BYTES: usize = 1024;
+
+/// The most bytes one stats bucket takes as JSON (a 24-character start, a 20-digit
+/// count, three numbers of at most 24 characters, and the field names).
+const STATS_BUCKET_MAX_BYTES: usize = 160;
+
+/// What is left of a readings page's byte budget as its items join it.
+struct AnswerRoom {
+    left: usize,
+}
+
+impl AnswerRoom {
+    fn new(answer_bytes: usize) -> Self {
+        Self {
+            left: answer_bytes.saturating_sub(PAGE_OVERHEAD_BYTES),
+        }
+    }
+
+    /// Whether `item` (and the comma before it) still fits; it then takes its room.
+    fn take(&mut self, item: &ReadingItem) -> bool {
+        let size = reading_out(item.clone()).map_or(0, |out| budget::json_len(&out)) + 1;
+        let fits = size <= self.left;
+        self.left = self.left.saturating_sub(size);
+        fits
+    }
+}
+
+/// A validated point read.
+#[derive(Debug, Clone, Copy)]
+struct Point<'a> {
+    device: &'a str,
+    event_id: &'a str,
+    ts_ms: i64,
+    consistent: bool,
 }
 
 /// The plan's queries as merge streams, on the table.

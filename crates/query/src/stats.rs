@@ -12,6 +12,11 @@
 //! time); past that, the bucket is dropped from the page and the next page starts with
 //! it. A bucket that alone holds more than twice the budget cannot be answered: the
 //! request is refused with `bad_interval`, naming a shorter interval as the way out.
+//!
+//! The request's own budgets (Queries, items evaluated, wall time: [`crate::budget`])
+//! end a page too: at the last bucket boundary the read had settled
+//! ([`Pager::stop_at`]), so a sparse or empty range pages on rather than runs out of
+//! time. A page also holds at most as many buckets as fit the answer's byte budget.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -59,6 +64,10 @@ pub struct Pager {
     open: Option<i64>,
     /// Set once the page has stopped.
     end: Option<PageEnd>,
+    /// Most buckets in the page.
+    max_buckets: usize,
+    /// The page was ended by the request's budget, not by its own.
+    cut: bool,
 }
 
 impl Pager {
@@ -69,7 +78,33 @@ impl Pager {
             started,
             open: None,
             end: None,
+            max_buckets: usize::MAX,
+            cut: false,
         }
+    }
+
+    /// Holds the page to at most `n` (at least 1) buckets: the next one starts the
+    /// next page.
+    pub fn limit_buckets(&mut self, n: usize) {
+        self.max_buckets = n.max(1);
+    }
+
+    /// The read stopped early (a request budget) with every reading before
+    /// `settled_before` taken: the page ends at the last bucket boundary at or before
+    /// it. `false` when that boundary is not after `from_ms`, where the page started:
+    /// the page would hold nothing and its cursor would not move.
+    pub fn stop_at(&mut self, settled_before: i64, from_ms: i64) -> bool {
+        if self.end.is_some() {
+            return true;
+        }
+        let resume = self.agg.bucket_of(settled_before);
+        if resume <= from_ms {
+            return false;
+        }
+        self.agg.drop_from(resume);
+        self.end = Some(PageEnd::ResumeAt(resume));
+        self.cut = true;
+        true
     }
 
     /// Takes the next reading in time order (`v`, the metric's value, `None` when the
@@ -82,7 +117,8 @@ impl Pager {
         let elapsed = now.saturating_duration_since(self.started);
         let count = self.agg.readings;
         let opens_bucket = self.open.is_some_and(|open| bucket != open);
-        if opens_bucket && (count >= self.budget.readings || elapsed >= self.budget.time) {
+        let full = self.agg.buckets.len() >= self.max_buckets;
+        if opens_bucket && (full || count >= self.budget.readings || elapsed >= self.budget.time) {
             // Every bucket so far is complete: the page ends before this one.
             self.end = Some(PageEnd::ResumeAt(bucket));
             return ControlFlow::Break(());
@@ -108,7 +144,7 @@ impl Pager {
     /// bucket but has more to read is refused: one bucket holds more than two budgets.
     pub fn finish(self, interval: &str) -> Result<(StatsResponse, PageEnd), ApiError> {
         let end = self.end.unwrap_or(PageEnd::Complete);
-        if matches!(end, PageEnd::ResumeAt(_)) && self.agg.buckets.is_empty() {
+        if matches!(end, PageEnd::ResumeAt(_)) && self.agg.buckets.is_empty() && !self.cut {
             return Err(ApiError::bad_request(
                 codes::BAD_INTERVAL,
                 format!(

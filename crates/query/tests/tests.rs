@@ -4,6 +4,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
+mod budget;
 mod common;
 mod cursor;
 mod duplicates;
@@ -11,6 +12,7 @@ mod engine;
 mod events;
 mod fuzz;
 mod model;
+mod on_dynalite;
 mod on_moto;
 mod openapi;
 mod params;

@@ -562,6 +562,16 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         self.duplicates
     }
 
+    /// How far the read has come, in merge order: every item whose timestamp sorts
+    /// strictly before the returned one has been emitted (or dropped as a copy), and
+    /// no emitted item sorts after it; `None` once every stream is spent. A caller that
+    /// stops reading between steps (a budget ran out) can resume from here and neither
+    /// lose nor repeat an item.
+    #[must_use]
+    pub fn settled_before(&self) -> Option<i64> {
+        self.min_bound().map(|i| self.streams[i].bound.ts_ms)
+    }
+
     /// Items held in memory (buffered or held back), for the caller's memory cap.
     #[must_use]
     pub fn buffered(&self) -> usize {

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::lock;
 use crate::error::{StoreError, ThrottleKind};
@@ -29,6 +30,7 @@ pub struct MemoryReadings {
     calls: AtomicU64,
     evaluated: AtomicU64,
     throttled: AtomicBool,
+    latency: Mutex<Duration>,
 }
 
 impl MemoryReadings {
@@ -55,34 +57,44 @@ impl MemoryReadings {
         self.evaluated.load(Ordering::SeqCst)
     }
 
+    /// Every call waits this long before answering (a slow table).
+    pub fn set_latency(&self, latency: Duration) {
+        *lock(&self.latency) = latency;
+    }
+
+    async fn wait(&self) {
+        let latency = *lock(&self.latency);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
     /// While on, every call fails with a read key-range throttle.
     pub fn set_throttled(&self, on: bool) {
         self.throttled.store(on, Ordering::SeqCst);
     }
 
-    /// The items of the request's partition, in the order the request reads them, after
-    /// its `ExclusiveStartKey`.
-    fn partition(&self, r: &PageRequest) -> Result<Vec<ReadingItem>, StoreError> {
+    /// The items a page of the request evaluates: its partition's, in the order the
+    /// request reads them, after its `ExclusiveStartKey`, at most `cap` of them. Only
+    /// those are copied, so a page of a large partition costs what it returns.
+    fn evaluate(&self, r: &PageRequest, cap: Option<u32>) -> Result<Vec<ReadingItem>, StoreError> {
         let items = lock(&self.items);
         let partition = items
             .range((r.pk.clone(), String::new())..)
             .take_while(|((pk, _), _)| pk == &r.pk)
             .map(|(_, item)| item);
-        let mut matching: Vec<ReadingItem> = match (&r.time_index, &r.sk_between) {
+        let mut matching: Vec<&ReadingItem> = match (&r.time_index, &r.sk_between) {
             (Some(_), Some(_)) => {
                 return Err(StoreError::Validation(
                     "the time index has no SK condition".to_owned(),
                 ));
             }
-            (Some(_), None) => partition.filter(|i| in_ts_range(r, i)).cloned().collect(),
-            (None, Some((lo, hi))) => partition
-                .filter(|i| lo <= &i.sk && &i.sk <= hi)
-                .cloned()
-                .collect(),
-            (None, None) => partition.cloned().collect(),
+            (Some(_), None) => partition.filter(|i| in_ts_range(r, i)).collect(),
+            (None, Some((lo, hi))) => partition.filter(|i| lo <= &i.sk && &i.sk <= hi).collect(),
+            (None, None) => partition.collect(),
         };
         if r.time_index.is_some() {
-            matching.sort_by_key(index_order);
+            matching.sort_by_key(|i| index_order(i));
         }
         if !r.ascending {
             matching.reverse();
@@ -102,15 +114,20 @@ impl MemoryReadings {
                 }
                 (None, _) => None,
             };
-            let after = |i: &ReadingItem| match &index_start {
+            let after = |i: &&ReadingItem| match &index_start {
                 Some(at) if r.ascending => index_order(i) > *at,
                 Some(at) => index_order(i) < *at,
                 None if r.ascending => i.sk > start.sk,
                 None => i.sk < start.sk,
             };
-            matching.retain(after);
+            // Sorted in read order: what follows the key is a suffix.
+            let skip = matching.partition_point(|i| !after(i));
+            matching.drain(..skip);
         }
-        Ok(matching)
+        if let Some(c) = cap {
+            matching.truncate(c as usize);
+        }
+        Ok(matching.into_iter().cloned().collect())
     }
 }
 
@@ -127,20 +144,18 @@ fn in_ts_range(r: &PageRequest, item: &ReadingItem) -> bool {
 impl ReadingSource for MemoryReadings {
     async fn query_page(&self, r: &PageRequest) -> Result<Page, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.wait().await;
         if self.throttled.load(Ordering::SeqCst) {
             return Err(StoreError::Throttled {
                 kind: ThrottleKind::KeyRange,
                 reason: "TableReadKeyRangeThroughputExceeded".into(),
             });
         }
-        let mut evaluated = self.partition(r)?;
         let cap = match (r.limit, self.page_cap) {
             (Some(l), Some(c)) => Some(l.min(c)),
             (l, c) => l.or(c),
         };
-        if let Some(c) = cap {
-            evaluated.truncate(c as usize);
-        }
+        let evaluated = self.evaluate(r, cap)?;
         let stopped = cap.is_some_and(|c| evaluated.len() == c as usize);
         let last_key = evaluated.last().filter(|_| stopped).map(|i| PageKey {
             pk: i.pk.clone(),
@@ -167,6 +182,7 @@ impl ReadingSource for MemoryReadings {
         _consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.wait().await;
         Ok(lock(&self.items)
             .get(&(key.pk.clone(), key.sk.clone()))
             .cloned())
