@@ -107,6 +107,7 @@ pub fn ingest_config(extra: &[(&str, &str)]) -> Result<Config> {
         ("TABLE_NAME", "readings"),
         ("SHARD_TABLE_NAME", "shards"),
         ("DLQ_URL", "http://127.0.0.1:9/dlq"),
+        ("INGEST_SENDER_ID", SENDER_ID),
     ]
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -139,9 +140,15 @@ pub fn event(bodies: impl IntoIterator<Item = (String, String)>) -> SqsEvent {
     event
 }
 
+/// The one `SenderId` of the simulated queue, and the ingest's own: as on the stand-in,
+/// every sender is the same, so the handler reads its copies' requeue counts.
+pub const SENDER_ID: &str = "AIDABENCHSENDER";
+
 /// One SQS record of message `id`, as Lambda delivers it.
 pub fn record(id: String, body: String) -> SqsMessage {
     let mut m = SqsMessage::default();
+    m.attributes
+        .insert("SenderId".to_owned(), SENDER_ID.to_owned());
     m.message_id = Some(id);
     m.body = Some(body);
     m.event_source = Some("aws:sqs".to_owned());

@@ -48,6 +48,27 @@ pub struct Config {
     /// `MAX_REQUEUES` (default 3): how often one message may be requeued as a fresh copy
     /// (each copy gets `MAX_RECEIVES` receives again); 0 dead-letters at the last receive.
     pub max_requeues: u32,
+    /// `INGEST_SENDER_ID` (optional): the ingest's own sender identity as SQS reports it
+    /// in a message's `SenderId` (the template passes the ingest role's `RoleId`; a role
+    /// session's SenderId is `"<RoleId>:<session>"`). A record's `shardline.*`
+    /// attributes (requeue count, first message id) are honoured only when its SenderId
+    /// is this or a session of it: a device cannot set them. Without it no record's are,
+    /// and a message failing at its last receive is dead-lettered rather than requeued.
+    pub sender_id: Option<String>,
+    /// `BATCH_SIZE` (default 100, the template's `IngestBatchSize`) and
+    /// `BATCHING_WINDOW_SECS` (default 1, `BatchingWindow`): how the event source mapping
+    /// gathers a batch, from which each entity's arrival rate is measured
+    /// ([`sharding::fanout::BatchArrival`]).
+    pub intake: Intake,
+}
+
+/// How the event source mapping gathers a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intake {
+    /// Most messages in one batch.
+    pub batch_size: usize,
+    /// The batching window.
+    pub window: Duration,
 }
 
 impl Config {
@@ -103,11 +124,20 @@ impl Config {
         if max_receives == 0 {
             return Err(env.invalid("MAX_RECEIVES", "must be at least 1"));
         }
+        let batch_size: usize = env.parse_or("BATCH_SIZE", 100, "a positive integer")?;
+        if batch_size == 0 {
+            return Err(env.invalid("BATCH_SIZE", "must be at least 1"));
+        }
+        let window_secs: f64 = env.parse_or("BATCHING_WINDOW_SECS", 1.0, "seconds")?;
+        let window = Duration::try_from_secs_f64(window_secs)
+            .map_err(|_| env.invalid("BATCHING_WINDOW_SECS", "must be 0 or more seconds"))?;
         Ok(Config {
+            intake: Intake { batch_size, window },
             shards,
             max_receives,
             max_requeues: env.parse_or("MAX_REQUEUES", 3, "a non-negative integer")?,
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
+            sender_id: env.optional("INGEST_SENDER_ID"),
             redelivery,
             table_name: env.required("TABLE_NAME")?,
             dlq_url: env.required("DLQ_URL")?,
@@ -177,6 +207,7 @@ mod tests {
         assert_eq!(config.shards.directory.policy.key_rate, 100.0);
         assert_eq!(config.source_queue_url, None);
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
+        assert_eq!(config.sender_id, None);
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
         let mut vars = REQUIRED.to_vec();
         vars.push(("SUB_SHARDS", "dedicated"));

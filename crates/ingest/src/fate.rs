@@ -165,6 +165,12 @@ pub(crate) struct Receipt {
 pub(crate) struct LeavePolicy {
     /// Whether copies can be sent (the source queue's URL is configured).
     pub(crate) can_requeue: bool,
+    /// Whether the ingest can tell its own copies (it knows its sender identity), so a
+    /// copy's requeue count is read back and requeues end. Without it every message
+    /// reads as never requeued, so a whole message is never requeued (that could go on
+    /// for ever): it is dead-lettered at its last receive. A split still is: each copy
+    /// holds fewer readings than the message before it.
+    pub(crate) counts_copies: bool,
     /// The redrive's `maxReceiveCount`: the receive at which a message is requeued or
     /// dead-lettered rather than reported.
     pub(crate) max_receives: u32,
@@ -220,7 +226,7 @@ pub(crate) fn leave(settled: Settled, receipt: Receipt, policy: LeavePolicy) -> 
         },
         Settled::Split { reason, .. } => Leave::Stay(Fate::Reported { reason }),
         Settled::Final(Fate::Reported { reason }) if receives >= policy.max_receives => {
-            if policy.can_requeue && requeues < policy.max_requeues {
+            if policy.can_requeue && policy.counts_copies && requeues < policy.max_requeues {
                 Leave::Copy {
                     sent: Fate::Requeued {
                         reason: reason.clone(),
@@ -255,6 +261,7 @@ mod tests {
 
     const POLICY: LeavePolicy = LeavePolicy {
         can_requeue: true,
+        counts_copies: true,
         max_receives: 5,
         max_requeues: 3,
     };
@@ -402,6 +409,14 @@ mod tests {
         };
         assert!(matches!(
             leave(reported("throttled"), at(0), without_queue),
+            Leave::Stay(Fate::DeadLettered { .. })
+        ));
+        let without_identity = LeavePolicy {
+            counts_copies: false,
+            ..POLICY
+        };
+        assert!(matches!(
+            leave(reported("throttled"), at(0), without_identity),
             Leave::Stay(Fate::DeadLettered { .. })
         ));
     }

@@ -63,13 +63,16 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::attribution::Owners;
-use crate::config::Config;
+use crate::config::{Config, Intake};
 use crate::emf::{self, Metric};
 use crate::fate::{
     CopyBody, Fate, Keyed, Leave, LeavePolicy, Receipt, Retry, Settled, Stage, leave, settle,
 };
 use crate::message::{Limits, Refusal, parse_body, to_body};
-use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue};
+use store::queue::{
+    Attributes, DeadLetter, Delay, MAX_DELAY_SECS, MAX_MESSAGE_BYTES, Queue, Requeue,
+    with_attributes,
+};
 use store::sqs::SqsQueue;
 
 /// Why the invocation failed as a whole.
@@ -92,6 +95,9 @@ pub enum IngestError {
 pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
 /// The message attribute carrying a requeued copy's first message id.
 pub const SOURCE_ID_ATTRIBUTE: &str = "shardline.source_message_id";
+/// The prefix of the ingest's own message attributes. A sender's attributes under it
+/// are neither read (unless the ingest sent the message) nor carried on a copy.
+pub const OWN_ATTRIBUTE_PREFIX: &str = "shardline.";
 
 /// How often SQS delivered this record (`ApproximateReceiveCount`, 1 when absent).
 fn receive_count(record: &SqsMessage) -> u32 {
@@ -102,45 +108,116 @@ fn receive_count(record: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
-/// How often this record's message was requeued before (0 for a device's message).
-fn requeue_count(record: &SqsMessage) -> u32 {
+/// Whether the ingest itself sent `record` (a requeued copy), by its `SenderId`, which
+/// SQS sets from the caller's identity and no sender can choose: `own` itself or one of
+/// its sessions (`"<RoleId>:<session>"`, as a Lambda's role sends). Without `own`,
+/// nothing is taken for the ingest's.
+fn sent_by_ingest(record: &SqsMessage, own: Option<&str>) -> bool {
+    let (Some(own), Some(sender)) = (own, record.attributes.get("SenderId")) else {
+        return false;
+    };
+    sender
+        .strip_prefix(own)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
+/// The value of the ingest's attribute `name` on `record`, when the ingest sent it.
+fn own_attribute<'r>(record: &'r SqsMessage, own: Option<&str>, name: &str) -> Option<&'r str> {
+    if !sent_by_ingest(record, own) {
+        return None;
+    }
     record
         .message_attributes
-        .get(REQUEUES_ATTRIBUTE)
+        .get(name)
         .and_then(|a| a.string_value.as_deref())
+}
+
+/// How often this record's message was requeued before: 0 for a device's message,
+/// whatever attributes it carries.
+fn requeue_count(record: &SqsMessage, own: Option<&str>) -> u32 {
+    own_attribute(record, own, REQUEUES_ATTRIBUTE)
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
 
 /// The id of the message as the device sent it: a requeued copy's first id, else `id`.
-fn source_id(record: &SqsMessage, id: &str) -> String {
-    record
-        .message_attributes
-        .get(SOURCE_ID_ATTRIBUTE)
-        .and_then(|a| a.string_value.clone())
-        .unwrap_or_else(|| id.to_owned())
+fn source_id(record: &SqsMessage, own: Option<&str>, id: &str) -> String {
+    own_attribute(record, own, SOURCE_ID_ATTRIBUTE)
+        .unwrap_or(id)
+        .to_owned()
 }
 
-/// A fresh copy of `record` holding `body`: its string-valued attributes, the requeue
-/// count `requeues` and the first message id.
-fn copy_of(record: &SqsMessage, id: &str, body: String, requeues: u32, delay_secs: u32) -> Requeue {
-    let mut attributes: BTreeMap<String, (String, String)> = record
+/// The sender's own string-valued attributes of `record`: every one but those under
+/// [`OWN_ATTRIBUTE_PREFIX`] (the ingest sets its own on what it sends). Binary ones are
+/// not carried.
+fn sender_attributes(record: &SqsMessage) -> Attributes {
+    record
         .message_attributes
         .iter()
+        .filter(|(name, _)| !name.starts_with(OWN_ATTRIBUTE_PREFIX))
         .filter_map(|(name, a)| {
             let data_type = a.data_type.clone()?;
             let value = a.string_value.clone()?;
             Some((name.clone(), (data_type, value)))
         })
-        .collect();
-    attributes.insert(
-        SOURCE_ID_ATTRIBUTE.to_owned(),
-        ("String".to_owned(), source_id(record, id)),
+        .collect()
+}
+
+/// The size a copy or letter of `record` may have: SQS's [`MAX_MESSAGE_BYTES`], or the
+/// record's own size (body and attributes) when its queue took a larger one, since the
+/// ingest's queues share their settings.
+fn message_budget(record: &SqsMessage) -> usize {
+    let attributes: usize = record
+        .message_attributes
+        .iter()
+        .map(|(name, a)| {
+            name.len()
+                + a.data_type.as_deref().map_or(0, str::len)
+                + a.string_value.as_deref().map_or(0, str::len)
+                + a.binary_value.as_ref().map_or(0, |b| b.0.len())
+        })
+        .sum();
+    let body = record.body.as_deref().map_or(0, str::len);
+    MAX_MESSAGE_BYTES.max(body + attributes)
+}
+
+/// A fresh copy of `record` holding `body`. It carries at most SQS's 10 attributes:
+/// the ingest's two first (the requeue count `requeues` and the first message id),
+/// then the sender's own string attributes in name order as far as they fit
+/// (`store::queue::with_attributes`). So of a message that arrived with 9 or 10, the
+/// last in name order are dropped (logged): a copy that SQS refuses would instead
+/// leave the message to the redrive. A sender's `shardline.*` attributes are never
+/// carried as if they were the ingest's.
+fn copy_of(
+    record: &SqsMessage,
+    own: Option<&str>,
+    id: &str,
+    body: String,
+    requeues: u32,
+    delay_secs: u32,
+) -> Requeue {
+    let ours: Attributes = [
+        (
+            SOURCE_ID_ATTRIBUTE,
+            ("String".to_owned(), source_id(record, own, id)),
+        ),
+        (
+            REQUEUES_ATTRIBUTE,
+            ("Number".to_owned(), requeues.to_string()),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
+    let (attributes, dropped) = with_attributes(
+        ours,
+        &sender_attributes(record),
+        body.len(),
+        message_budget(record),
     );
-    attributes.insert(
-        REQUEUES_ATTRIBUTE.to_owned(),
-        ("Number".to_owned(), requeues.to_string()),
-    );
+    if !dropped.is_empty() {
+        tracing::info!(message_id = %id, ?dropped, "attributes not carried on the copy (SQS allows 10)");
+    }
     Requeue {
         body,
         attributes,
@@ -393,78 +470,95 @@ impl Changes {
     }
 }
 
-/// Each entity's readings per second in this batch, where a sample shows one
-/// (`sharding::fanout::rate_of`): the larger of what the whole batch shows and what its
-/// densest message shows. Every entity of the batch is present.
-fn entity_rates(stages: &[Stage]) -> BTreeMap<String, Option<f64>> {
-    /// Readings, first and last timestamp.
-    #[derive(Clone, Copy)]
-    struct Span(u64, Timestamp, Timestamp);
-    impl Span {
-        fn new(ts: Timestamp) -> Self {
-            Self(1, ts, ts)
-        }
-        fn add(&mut self, ts: Timestamp) {
-            self.0 += 1;
-            self.1 = self.1.min(ts);
-            self.2 = self.2.max(ts);
-        }
-        fn rate(self) -> Option<f64> {
-            fanout::rate_of(self.0, self.2.as_millis() - self.1.as_millis())
-        }
+/// When SQS received `record`: its `SentTimestamp` (milliseconds), which SQS sets and
+/// no sender can.
+fn sent_at(record: &SqsMessage) -> Option<i64> {
+    record.attributes.get("SentTimestamp")?.parse().ok()
+}
+
+/// The largest batch payload Lambda delivers (6 MB), less one message: a batch this
+/// large was cut by its size, not by its window.
+const FULL_PAYLOAD_BYTES: usize = 6 * 1024 * 1024 - 256 * 1024;
+
+/// How `records` arrived: the batching window, and the batch's span by SQS's clock when
+/// it was cut by its size (as many messages as the mapping's batch size, or a payload
+/// near Lambda's limit) rather than by its window.
+fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArrival {
+    let sent = records.iter().filter_map(sent_at);
+    let span = sent
+        .clone()
+        .min()
+        .zip(sent.max())
+        .map(|(lo, hi)| Duration::from_millis(hi.saturating_sub(lo).unsigned_abs()));
+    let bytes: usize = records
+        .iter()
+        .map(|r| r.body.as_ref().map_or(0, String::len))
+        .sum();
+    let full = records.len() >= intake.batch_size || bytes >= FULL_PAYLOAD_BYTES;
+    fanout::BatchArrival {
+        window: intake.window,
+        full_span: span.filter(|_| full),
     }
-    /// One entity: its span in the batch, its span in the message it was last seen in,
-    /// and the best rate of the messages before that one.
+}
+
+/// Each entity's arrival rate in this batch, in readings per second, where a sample
+/// shows one (`sharding::fanout::arrival_rate`): its readings over the span of the
+/// `SentTimestamp`s of the messages that carry them, floored at the batching window.
+/// The readings' own timestamps play no part: a sender chooses them. Every entity of
+/// the batch is present.
+fn entity_rates(
+    stages: &[Stage],
+    records: &[SqsMessage],
+    intake: &Intake,
+) -> BTreeMap<String, Option<f64>> {
+    /// One entity: readings, messages, the last message it was seen in, and the first
+    /// and last `SentTimestamp` of its messages.
     struct Seen {
-        batch: Span,
+        readings: u64,
+        messages: u64,
         message: usize,
-        in_message: Span,
-        best: Option<f64>,
+        sent: Option<(i64, i64)>,
     }
-    fn keep_max(best: Option<f64>, rate: Option<f64>) -> Option<f64> {
-        match (best, rate) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
+    impl Seen {
+        fn sent_in(&mut self, sent: Option<i64>) {
+            if let Some(t) = sent {
+                self.sent = Some(self.sent.map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))));
+            }
         }
     }
+    let batch = batch_arrival(records, intake);
     // One lookup per reading, borrowed ids: one allocation per entity, at the end.
     let mut seen: HashMap<&str, Seen> = HashMap::new();
     for (message, stage) in stages.iter().enumerate() {
         let Stage::Parsed(readings) = stage else {
             continue;
         };
+        let sent = records.get(message).and_then(sent_at);
         for r in readings {
-            match seen.get_mut(r.device_id.as_str()) {
-                None => {
-                    let span = Span::new(r.ts);
-                    seen.insert(
-                        &r.device_id,
-                        Seen {
-                            batch: span,
-                            message,
-                            in_message: span,
-                            best: None,
-                        },
-                    );
-                }
-                Some(entity) => {
-                    entity.batch.add(r.ts);
-                    if entity.message == message {
-                        entity.in_message.add(r.ts);
-                    } else {
-                        entity.best = keep_max(entity.best, entity.in_message.rate());
-                        entity.message = message;
-                        entity.in_message = Span::new(r.ts);
-                    }
-                }
+            let entity = seen.entry(r.device_id.as_str()).or_insert(Seen {
+                readings: 0,
+                messages: 0,
+                message: usize::MAX,
+                sent: None,
+            });
+            entity.readings += 1;
+            if entity.message != message {
+                entity.message = message;
+                entity.messages += 1;
+                entity.sent_in(sent);
             }
         }
     }
     let mut rates: Vec<(&str, Option<f64>)> = seen
         .into_iter()
         .map(|(entity, s)| {
-            let best = keep_max(s.best, s.in_message.rate());
-            (entity, keep_max(best, s.batch.rate()))
+            let span = s.sent.map_or(Duration::ZERO, |(lo, hi)| {
+                Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
+            });
+            (
+                entity,
+                fanout::arrival_rate(s.readings, s.messages, span, &batch),
+            )
         })
         .collect();
     // Sorted, the map is built in one pass.
@@ -696,7 +790,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let run = Run::new(&event.records, now, deadline, self.config.deadline_margin);
         let mut changes = Changes::default();
         let mut stages = self.parse_stage(&run);
-        let rates = entity_rates(&stages);
+        let rates = entity_rates(&stages, run.records, &self.config.intake);
         self.observe_stage(&rates, &run, &mut changes, rng).await;
         let keying = self.key_stage(&mut stages, &run).await;
         let written = self
@@ -1125,9 +1219,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     ) -> Leaving {
         let policy = LeavePolicy {
             can_requeue: self.config.source_queue_url.is_some(),
+            counts_copies: self.config.sender_id.is_some(),
             max_receives: self.config.max_receives,
             max_requeues: self.config.max_requeues,
         };
+        let own = self.config.sender_id.as_deref();
         let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
         // Per copy: its message, the fate once sent, and the copy.
         let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
@@ -1135,7 +1231,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             let record = &run.records[m];
             let receipt = Receipt {
                 receives: receive_count(record),
-                requeues: requeue_count(record),
+                requeues: requeue_count(record, own),
             };
             let fate = match leave(settled, receipt, policy) {
                 Leave::Stay(fate) => fate,
@@ -1151,7 +1247,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     };
                     let wait = self.config.redelivery.visibility(receipt.receives, rng);
                     let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
-                    copies.push((m, sent, copy_of(record, &run.ids[m], body, requeues, delay)));
+                    let copy = copy_of(record, own, &run.ids[m], body, requeues, delay);
+                    copies.push((m, sent, copy));
                     Fate::Reported { reason }
                 }
             };
@@ -1169,22 +1266,29 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     }
 
     /// Sends the dead-lettered messages to the DLQ at once; a failed send is reported
-    /// instead. Returns the sends accepted and failed.
+    /// instead. Returns the sends accepted and failed. Each letter is one SQS accepts
+    /// whatever the refusal echoes (`DeadLetter::new`): its reason in attributes cut to
+    /// SQS's character set and 256 characters, the sender's attributes as far as SQS's
+    /// 10 allow, and a body too large to take them wrapped with its digest.
     async fn dead_letter(&self, fates: &mut [Option<Fate>], run: &Run<'_>) -> (u64, u64) {
+        let own = self.config.sender_id.as_deref();
         let letters: Vec<(usize, DeadLetter)> = fates
             .iter()
             .enumerate()
             .filter_map(|(m, fate)| match fate {
                 Some(Fate::DeadLettered { reason }) => {
                     let Refusal { field, rule } = reason;
+                    let record = &run.records[m];
                     Some((
                         m,
-                        DeadLetter {
-                            message_id: source_id(&run.records[m], &run.ids[m]),
-                            body: run.records[m].body.clone().unwrap_or_default(),
-                            field: field.clone(),
-                            rule: rule.clone(),
-                        },
+                        DeadLetter::new(
+                            &source_id(record, own, &run.ids[m]),
+                            record.body.as_deref().unwrap_or_default(),
+                            field,
+                            rule,
+                            &sender_attributes(record),
+                            message_budget(record),
+                        ),
                     ))
                 }
                 _ => None,
@@ -1538,28 +1642,38 @@ mod tests {
 
     use super::*;
 
-    /// The rates read literally: per entity, the larger of the batch's rate and each
-    /// message's, where any shows one.
-    fn rates_by_definition(messages: &[Vec<(u8, i64)>]) -> BTreeMap<String, Option<f64>> {
-        let span = |ts: &[i64]| {
-            let n = ts.len() as u64;
-            let (lo, hi) = (ts.iter().min(), ts.iter().max());
-            lo.zip(hi).and_then(|(lo, hi)| fanout::rate_of(n, hi - lo))
-        };
-        let entities: BTreeSet<u8> = messages.iter().flatten().map(|(e, _)| *e).collect();
+    /// The rates read literally: per entity, its readings, its messages and the span
+    /// of their `SentTimestamp`s, against the batch's arrival.
+    fn rates_by_definition(
+        messages: &[(i64, Vec<(u8, i64)>)],
+        batch: &fanout::BatchArrival,
+    ) -> BTreeMap<String, Option<f64>> {
+        let entities: BTreeSet<u8> = messages
+            .iter()
+            .flat_map(|(_, m)| m.iter().map(|(e, _)| *e))
+            .collect();
         entities
             .into_iter()
             .map(|e| {
-                let of = |m: &[(u8, i64)]| -> Vec<i64> {
-                    m.iter().filter(|(x, _)| *x == e).map(|(_, t)| *t).collect()
-                };
-                let batch: Vec<i64> = messages.iter().flat_map(|m| of(m)).collect();
-                let rate = messages
+                let carrying: Vec<&(i64, Vec<(u8, i64)>)> = messages
                     .iter()
-                    .filter_map(|m| span(&of(m)))
-                    .chain(span(&batch))
-                    .reduce(f64::max);
-                (format!("dev-{e}"), rate)
+                    .filter(|(_, m)| m.iter().any(|(x, _)| *x == e))
+                    .collect();
+                let readings = carrying
+                    .iter()
+                    .map(|(_, m)| m.iter().filter(|(x, _)| *x == e).count() as u64)
+                    .sum();
+                let sent: Vec<i64> = carrying.iter().map(|(t, _)| *t).collect();
+                let span = sent
+                    .iter()
+                    .max()
+                    .zip(sent.iter().min())
+                    .map_or(0, |(hi, lo)| hi - lo);
+                let span = Duration::from_millis(span.unsigned_abs());
+                (
+                    format!("dev-{e}"),
+                    fanout::arrival_rate(readings, carrying.len() as u64, span, batch),
+                )
             })
             .collect()
     }
@@ -1579,30 +1693,44 @@ mod tests {
         )
     }
 
+    fn record(sent: i64) -> SqsMessage {
+        let mut record = SqsMessage::default();
+        record
+            .attributes
+            .insert("SentTimestamp".to_owned(), sent.to_string());
+        record
+    }
+
     proptest! {
         #[test]
-        fn entity_rates_are_the_larger_of_the_batchs_and_each_messages(
-            // Messages dense within themselves (20 readings make a rate) and spread over
-            // an hour, so a message's rate and the batch's differ.
+        fn entity_rates_follow_arrival_by_the_queues_clock(
+            // Messages sent over up to 3 s, their readings stamped anywhere (a sender's
+            // timestamps must not matter), some refused.
             spread in prop::collection::vec(
                 (
-                    0i64..3_600_000,
-                    prop::collection::vec((0u8..3, 0i64..2_000), 0..70),
+                    0i64..3_000,
+                    prop::collection::vec((0u8..3, 0i64..3_600_000), 0..70),
                 ),
-                0..6,
+                0..8,
             ),
-            refused in prop::collection::vec(prop::bool::weighted(0.2), 6),
+            refused in prop::collection::vec(prop::bool::weighted(0.2), 8),
+            batch_size in 1usize..10,
         ) {
-            let messages: Vec<Vec<(u8, i64)>> = spread
+            let sent0 = 1_782_090_000_000i64;
+            let messages: Vec<(i64, Vec<(u8, i64)>)> = spread
                 .iter()
-                .map(|(base, m)| {
-                    m.iter()
-                        .map(|(e, dt)| (*e, 1_700_000_000_000 + base + dt))
-                        .collect()
+                .map(|(sent, m)| {
+                    (
+                        sent0 + sent,
+                        m.iter().map(|(e, ts)| (*e, 1_700_000_000_000 + ts)).collect(),
+                    )
                 })
                 .collect();
+            let records: Vec<SqsMessage> = messages.iter().map(|(t, _)| record(*t)).collect();
+            let intake = Intake { batch_size, window: Duration::from_secs(1) };
+            let batch = batch_arrival(&records, &intake);
             // A message that is not parsed (refused, say) counts for nothing.
-            let kept: Vec<Vec<(u8, i64)>> = messages
+            let kept: Vec<(i64, Vec<(u8, i64)>)> = messages
                 .iter()
                 .zip(&refused)
                 .filter(|(_, r)| !**r)
@@ -1611,7 +1739,7 @@ mod tests {
             let stages: Vec<Stage> = messages
                 .iter()
                 .zip(&refused)
-                .map(|(m, r)| {
+                .map(|((_, m), r)| {
                     if *r {
                         Stage::Retry(Retry::Failed("refused".to_owned()))
                     } else {
@@ -1619,7 +1747,23 @@ mod tests {
                     }
                 })
                 .collect();
-            prop_assert_eq!(entity_rates(&stages), rates_by_definition(&kept));
+            prop_assert_eq!(
+                entity_rates(&stages, &records, &intake),
+                rates_by_definition(&kept, &batch)
+            );
+        }
+    }
+
+    #[test]
+    fn readings_stamped_with_one_instant_count_at_most_a_windows_worth() {
+        let intake = Intake {
+            batch_size: 100,
+            window: Duration::from_secs(1),
+        };
+        for n in [20u8, 200] {
+            let readings: Vec<(u8, i64)> = (0..n).map(|_| (0, 1_700_000_000_000)).collect();
+            let rates = entity_rates(&[stage(&readings)], &[record(1_782_090_000_000)], &intake);
+            assert_eq!(rates["dev-0"], Some(f64::from(n)));
         }
     }
 }

@@ -131,7 +131,9 @@ pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> 
 
 /// The body of a message holding `readings`, in the documented format: what
 /// [`parse_body`] parses back into the same readings (a requeued remainder of a
-/// message is sent as one).
+/// message is sent as one). A tag may hold a character SQS refuses in a body (U+FFFF,
+/// sent as the escape `\uffff`): it is written as its escape again, so SQS takes the
+/// copy.
 pub fn to_body(readings: &[Reading]) -> String {
     let list: Vec<Value> = readings
         .iter()
@@ -165,7 +167,7 @@ pub fn to_body(readings: &[Reading]) -> String {
         .collect();
     let mut body = Map::new();
     body.insert("readings".to_owned(), Value::Array(list));
-    Value::Object(body).to_string()
+    store::queue::sqs_json(Value::Object(body).to_string())
 }
 
 /// The path of field `name` of the reading at `index` of a batch (`None`: the body is
@@ -379,6 +381,22 @@ mod tests {
             parse_body(&to_body(&readings[1..]), &limits()).expect("valid"),
             readings[1..]
         );
+    }
+
+    #[test]
+    fn a_remainder_body_holding_what_sqs_refuses_is_escaped_and_parses_back() {
+        let body = OK.replace(
+            r#""metrics""#,
+            r#""tags":{"\uffff":"a\ufffeb\u0000"},"metrics""#,
+        );
+        let readings = parse_body(&body, &limits()).expect("valid");
+        assert_eq!(
+            readings[0].tags.get("\u{FFFF}").map(String::as_str),
+            Some("a\u{FFFE}b\u{0}")
+        );
+        let copy = to_body(&readings);
+        assert!(copy.chars().all(store::queue::is_sqs_char), "{copy}");
+        assert_eq!(parse_body(&copy, &limits()).expect("valid"), readings);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use ingest::{Fate, IngestError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::fanout::ShardMeta;
-use store::{ShardReader, StoreError, ThrottleKind};
+use store::{StoreError, ThrottleKind};
 use tokio::time::Instant;
 
 use crate::support::{Fixture, event, ids, now};
@@ -854,33 +854,35 @@ async fn a_failed_requeue_leaves_the_message_reported() {
     );
 }
 
-/// The hot-burst event with its 100 readings of `hot-1` restamped `step_ms` apart.
-fn hot_burst_every(step_ms: i64) -> aws_lambda_events::event::sqs::SqsEvent {
+/// The hot-burst event (10 messages of 10 readings of `hot-1`), its messages received
+/// by the queue `step_ms` apart (`SentTimestamp`) and every reading stamped with one
+/// instant, as a clock of coarse resolution or a replayed buffer stamps them.
+fn hot_burst_sent_every(step_ms: i64) -> aws_lambda_events::event::sqs::SqsEvent {
     let mut ev = event("sqs-hot-burst.json");
-    let start = now()
-        .checked_sub(Duration::from_secs(60))
-        .expect("in range")
-        .as_millis();
-    let mut n = 0;
-    for record in &mut ev.records {
+    let sent0 = now().as_millis() - 5_000;
+    let instant = now().as_millis() - 60_000;
+    for (i, record) in ev.records.iter_mut().enumerate() {
         let mut body: serde_json::Value =
             serde_json::from_str(record.body.as_deref().expect("body")).expect("json");
         for reading in body["readings"].as_array_mut().expect("readings") {
-            reading["ts"] = serde_json::json!(start + n * step_ms);
-            n += 1;
+            reading["ts"] = serde_json::json!(instant);
         }
         record.body = Some(body.to_string());
+        record.attributes.insert(
+            "SentTimestamp".to_owned(),
+            (sent0 + i as i64 * step_ms).to_string(),
+        );
     }
     ev
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_batch_showing_a_rate_near_the_key_limit_raises_the_fan_out_ahead_of_throttles() {
-    // 100 readings 10 ms apart: 99 / 0.99 s = 100 readings/s on one key.
-    let ev = hot_burst_every(10);
+    // 100 readings in messages the queue received over 2 s: 50 readings/s on one key.
+    let ev = hot_burst_sent_every(2_000 / 9);
     let fx = Fixture::new();
     let report = fx
-        .service(&[("RAISE_AHEAD_WCU", "80")])
+        .service(&[("RAISE_AHEAD_WCU", "40")])
         .process(&ev, now(), deadline(), &mut rng())
         .await;
     assert_eq!(report.fanout_raises, 1);
@@ -892,7 +894,7 @@ async fn a_batch_showing_a_rate_near_the_key_limit_raises_the_fan_out_ahead_of_t
     assert_eq!(meta.number_of_shards, 2);
 
     // The same batch under the threshold, or with the signal off, raises nothing.
-    for threshold in ["120", "0"] {
+    for threshold in ["60", "0"] {
         let fx = Fixture::new();
         let report = fx
             .service(&[("RAISE_AHEAD_WCU", threshold)])
@@ -905,6 +907,94 @@ async fn a_batch_showing_a_rate_near_the_key_limit_raises_the_fan_out_ahead_of_t
                 .is_none_or(|m| m.number_of_shards == 1)
         );
     }
+}
+
+/// One message of `n` readings of one device, every reading stamped with one instant.
+fn one_instant_burst(n: usize) -> aws_lambda_events::event::sqs::SqsEvent {
+    let instant = now().as_millis() - 60_000;
+    let readings: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "device_id": "multi-channel-1",
+                "event_id": format!("ch-{i:04}"),
+                "ts": instant,
+                "metrics": {"t": 21.5},
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": [{
+        "messageId": "burst-1",
+        "body": serde_json::json!({ "readings": readings }).to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "SentTimestamp": (now().as_millis() - 1_000).to_string(),
+        },
+    }]}))
+    .expect("an SQS event")
+}
+
+/// A burst stamped with one instant is not a hot device: its fan-out follows the rate at
+/// which its readings reached the queue (here one message, counted over the template's
+/// 1-s batching window), never the span of the timestamps it claims.
+#[tokio::test(start_paused = true)]
+async fn a_one_instant_burst_leaves_k_at_what_the_arrival_rate_needs() {
+    // The template's defaults: RAISE_AHEAD_WCU 100, batching window 1 s, batch 100.
+    for (n, k) in [(20, 1), (500, 5)] {
+        let fx = Fixture::new();
+        let report = fx
+            .service(&[])
+            .process(&one_instant_burst(n), now(), deadline(), &mut rng())
+            .await;
+        assert!(failures(&report.response().expect("ids")).is_empty());
+        assert_eq!(fx.table.items().len(), n);
+        let fanout = fx
+            .shards
+            .entity("multi-channel-1")
+            .map_or(1, |m| m.number_of_shards);
+        assert_eq!(fanout, k, "{n} readings in one message");
+    }
+}
+
+/// Many one-reading messages of one device in a batch that filled before its window
+/// ended: the batch's own span by the queue's clock is the device's real arrival rate.
+#[tokio::test(start_paused = true)]
+async fn a_full_batch_of_one_reading_messages_shows_its_real_arrival_rate() {
+    let sent0 = now().as_millis() - 1_000;
+    let records: Vec<serde_json::Value> = (0..100)
+        .map(|i| {
+            serde_json::json!({
+                "messageId": format!("m-{i:03}"),
+                "body": serde_json::json!({
+                    "device_id": "fast-1",
+                    "event_id": format!("e-{i:03}"),
+                    "ts": now().as_millis() - 60_000,
+                    "metrics": {"t": 1},
+                }).to_string(),
+                // 100 messages over 99 ms: about 1,000 readings/s.
+                "attributes": { "SentTimestamp": (sent0 + i).to_string() },
+            })
+        })
+        .collect();
+    let ev: aws_lambda_events::event::sqs::SqsEvent =
+        serde_json::from_value(serde_json::json!({ "Records": records })).expect("an SQS event");
+    let fx = Fixture::new();
+    fx.service(&[("BATCH_SIZE", "100")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    // 100 readings / 0.099 s = 1,010/s: 11 keys of 100 readings/s.
+    assert_eq!(
+        fx.shards.entity("fast-1").map(|m| m.number_of_shards),
+        Some(11)
+    );
+    // The same messages in a batch the window ended (a larger batch size): one window's worth.
+    let fx = Fixture::new();
+    fx.service(&[("BATCH_SIZE", "1000")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(
+        fx.shards.entity("fast-1").map_or(1, |m| m.number_of_shards),
+        1
+    );
 }
 
 /// `messages` messages of `readings` readings each, every reading of a device of its own.

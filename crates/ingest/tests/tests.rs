@@ -3,4 +3,6 @@
 mod handler;
 mod marshal;
 mod moto;
+mod moto_refusals;
+mod refusals;
 mod support;

@@ -48,6 +48,8 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 pub const DEFAULT_BATCHING_WINDOW_SECS: f64 = 1.0;
 /// template.yaml `IngestTimeout` default, seconds.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: f64 = 30.0;
+/// template.yaml `QueryTimeout` default: each local query request's deadline.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// template.yaml `IngestMaxConcurrency` default (`ScalingConfig.MaximumConcurrency`).
 pub const DEFAULT_MAX_CONCURRENCY: usize = 20;
 /// Most messages one `ReceiveMessage` returns.
@@ -364,6 +366,11 @@ pub async fn start(
     ingest_config
         .source_queue_url
         .get_or_insert_with(|| settings.queue_url.clone());
+    // The handler measures arrival rates by how this runner gathers its batches.
+    ingest_config.intake = ingest::config::Intake {
+        batch_size: settings.batch_size,
+        window: settings.batching_window,
+    };
     let sdk = env.sdk_config(endpoint).await;
     let region = sdk
         .region()
@@ -380,6 +387,12 @@ pub async fn start(
         ),
         None => aws_sdk_sqs::Client::new(&sdk),
     };
+    // A message's shardline.* attributes count only when SQS names the ingest as its
+    // sender. Locally the stand-in gives every sender one SenderId, so the runner's own
+    // sends (its requeued copies) are told by what SQS reports for it.
+    if ingest_config.sender_id.is_none() {
+        ingest_config.sender_id = own_sender_id(&sqs).await;
+    }
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     let ingest = Arc::new(Ingest::from_clients(ingest_config, &dynamo, &sqs));
 
@@ -457,6 +470,52 @@ pub async fn start(
     })
 }
 
+/// The SenderId SQS reports for this runner's own sends, from one message to a scratch
+/// queue deleted after; `None` (logged) if that fails: the handler then honours no
+/// message's requeue count and dead-letters rather than requeues at the last receive.
+async fn own_sender_id(sqs: &aws_sdk_sqs::Client) -> Option<String> {
+    let name = format!("shardline-sender-probe-{}", std::process::id());
+    let probe = async {
+        let url = sqs
+            .create_queue()
+            .queue_name(&name)
+            .send()
+            .await
+            .ok()?
+            .queue_url?;
+        let sent = sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body("sender probe")
+            .send()
+            .await;
+        let received = match sent {
+            Ok(_) => sqs
+                .receive_message()
+                .queue_url(&url)
+                .message_system_attribute_names(MessageSystemAttributeName::SenderId)
+                .send()
+                .await
+                .ok(),
+            Err(_) => None,
+        };
+        let _ = sqs.delete_queue().queue_url(&url).send().await;
+        received?
+            .messages?
+            .into_iter()
+            .next()?
+            .attributes?
+            .remove(&MessageSystemAttributeName::SenderId)
+    };
+    let id = probe.await;
+    if id.is_none() {
+        tracing::warn!(
+            "no SenderId learnt: requeue counts are not read, the last receive dead-letters"
+        );
+    }
+    id
+}
+
 fn query_service(env: &EnvLookup, dynamo: &aws_sdk_dynamodb::Client) -> anyhow::Result<Query> {
     let mut lookup = env.clone();
     if env.get("CURSOR_KEY").is_none() && env.get("CURSOR_SECRET_ARN").is_none() {
@@ -490,7 +549,20 @@ async fn serve(listener: TcpListener, service: Arc<Query>, mut stop: watch::Rece
                         let handler = service_fn(move |request: http::Request<hyper::body::Incoming>| {
                             let service = service.clone();
                             async move {
-                                let response = service.handle(&request).await;
+                                // As under Lambda: the reads stop by the function's
+                                // timeout less the margin, and answer a page or a 400.
+                                let deadline = service
+                                    .config()
+                                    .budget
+                                    .deadline_from(QUERY_TIMEOUT, std::time::Instant::now());
+                                let response = service
+                                    .handle_parts_by(
+                                        request.method().as_str(),
+                                        request.uri().path(),
+                                        request.uri().query(),
+                                        Some(deadline),
+                                    )
+                                    .await;
                                 Ok::<_, Infallible>(response.map(|body| Full::new(Bytes::from(body))))
                             }
                         });

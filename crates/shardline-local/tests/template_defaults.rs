@@ -2,7 +2,7 @@
 
 use shardline_local::run_local::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
-    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_CONCURRENCY, QUERY_TIMEOUT,
 };
 use yaml_serde::Value;
 
@@ -32,5 +32,9 @@ fn defaults_match_template_yaml() {
     assert_eq!(
         parameter_default(&template, "IngestTimeout"),
         DEFAULT_FUNCTION_TIMEOUT_SECS
+    );
+    assert_eq!(
+        parameter_default(&template, "QueryTimeout"),
+        QUERY_TIMEOUT.as_secs_f64()
     );
 }

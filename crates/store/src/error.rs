@@ -167,9 +167,15 @@ pub(crate) fn classify_service<E: ProvideErrorMetadata + fmt::Display>(
             };
             StoreError::Throttled { kind, reason }
         }
-        "ValidationException" | "ItemCollectionSizeLimitExceededException" => {
-            StoreError::Validation(described)
-        }
+        "ValidationException" => StoreError::Validation(described),
+        // An item collection (one partition key value's items where the table has a
+        // local index) reached 10 GB: a full key, not a bad item. Like a hot key, it is
+        // relieved by spreading the entity over more keys, so it is classified as a
+        // key-range throttle: the writer retries, and the ingest raises the fan-out.
+        "ItemCollectionSizeLimitExceededException" => StoreError::Throttled {
+            kind: ThrottleKind::KeyRange,
+            reason: "ItemCollectionSizeLimitExceeded".to_owned(),
+        },
         "ConditionalCheckFailedException" => StoreError::ConditionFailed,
         "ResourceNotFoundException"
         | "AccessDeniedException"

@@ -5,7 +5,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
 
-use crate::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue};
+use crate::queue::{Attributes, DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, message_bytes};
 
 /// At most 10 entries per `SendMessageBatch`.
 const MAX_ENTRIES: usize = 10;
@@ -13,7 +13,8 @@ const MAX_ENTRIES: usize = 10;
 const MAX_BATCH_BYTES: usize = 200 * 1024;
 
 /// The queue port over SQS: `SendMessageBatch` to the DLQ, where the reason travels as
-/// message attributes `reason`, `field`, `rule` and `source_message_id`; and
+/// message attributes `reason`, `field`, `rule` and `source_message_id`
+/// (`queue::DeadLetter`); and
 /// `ChangeMessageVisibilityBatch` on the source queue, when its URL is known.
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
@@ -87,26 +88,27 @@ impl SqsQueue {
     }
 }
 
-fn attribute(value: &str) -> Result<MessageAttributeValue, String> {
-    // SQS refuses empty attribute values.
-    let value = if value.is_empty() { "-" } else { value };
-    MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(value)
-        .build()
-        .map_err(|e| e.to_string())
-}
-
-fn entry(id: usize, letter: &DeadLetter) -> Result<SendMessageBatchRequestEntry, String> {
-    SendMessageBatchRequestEntry::builder()
+/// One entry per message: `body` with `attributes`, as they are (the caller held them
+/// to SQS's rules: `queue::DeadLetter::new`, `queue::with_attributes`).
+fn message_entry(
+    id: usize,
+    body: &str,
+    attributes: &Attributes,
+    delay_secs: Option<u32>,
+) -> Result<SendMessageBatchRequestEntry, String> {
+    let mut entry = SendMessageBatchRequestEntry::builder()
         .id(format!("m{id}"))
-        .message_body(&letter.body)
-        .message_attributes("reason", attribute(&letter.reason())?)
-        .message_attributes("field", attribute(&letter.field)?)
-        .message_attributes("rule", attribute(&letter.rule)?)
-        .message_attributes("source_message_id", attribute(&letter.message_id)?)
-        .build()
-        .map_err(|e| e.to_string())
+        .message_body(body)
+        .set_delay_seconds(delay_secs.map(|d| i32::try_from(d.min(MAX_DELAY_SECS)).unwrap_or(0)));
+    for (name, (data_type, value)) in attributes {
+        let value = MessageAttributeValue::builder()
+            .data_type(data_type)
+            .string_value(value)
+            .build()
+            .map_err(|e| e.to_string())?;
+        entry = entry.message_attributes(name, value);
+    }
+    entry.build().map_err(|e| e.to_string())
 }
 
 /// Indices of messages of these estimated sizes, grouped into `SendMessageBatch` calls.
@@ -156,11 +158,11 @@ impl Queue for SqsQueue {
         let entries = letters
             .iter()
             .enumerate()
-            .map(|(i, l)| entry(i, l))
+            .map(|(i, l)| message_entry(i, &l.body, &l.attributes, None))
             .collect();
         let sizes = letters
             .iter()
-            .map(|l| l.body.len() + l.reason().len() * 2 + l.message_id.len() + 128);
+            .map(|l| message_bytes(&l.body, &l.attributes) + 64);
         self.send_all(&self.dlq_url, entries, sizes).await
     }
 
@@ -225,34 +227,13 @@ impl Queue for SqsQueue {
         let entries = copies
             .iter()
             .enumerate()
-            .map(|(i, c)| copy_entry(i, c))
+            .map(|(i, c)| message_entry(i, &c.body, &c.attributes, Some(c.delay_secs)))
             .collect();
-        let sizes = copies.iter().map(|c| {
-            c.body.len()
-                + c.attributes
-                    .iter()
-                    .map(|(k, (t, v))| k.len() + t.len() + v.len())
-                    .sum::<usize>()
-                + 64
-        });
+        let sizes = copies
+            .iter()
+            .map(|c| message_bytes(&c.body, &c.attributes) + 64);
         self.send_all(source_url, entries, sizes).await
     }
-}
-
-fn copy_entry(id: usize, copy: &Requeue) -> Result<SendMessageBatchRequestEntry, String> {
-    let mut entry = SendMessageBatchRequestEntry::builder()
-        .id(format!("m{id}"))
-        .message_body(&copy.body)
-        .delay_seconds(i32::try_from(copy.delay_secs.min(MAX_DELAY_SECS)).unwrap_or(0));
-    for (name, (data_type, value)) in &copy.attributes {
-        let value = MessageAttributeValue::builder()
-            .data_type(data_type)
-            .string_value(value)
-            .build()
-            .map_err(|e| e.to_string())?;
-        entry = entry.message_attributes(name, value);
-    }
-    entry.build().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -260,12 +241,14 @@ mod tests {
     use super::*;
 
     fn letter(body_len: usize) -> DeadLetter {
-        DeadLetter {
-            message_id: "id".into(),
-            body: "x".repeat(body_len),
-            field: "body".into(),
-            rule: "must be valid JSON".into(),
-        }
+        DeadLetter::new(
+            "id",
+            &"x".repeat(body_len),
+            "body",
+            "must be valid JSON",
+            &Attributes::new(),
+            crate::queue::MAX_MESSAGE_BYTES,
+        )
     }
 
     #[test]

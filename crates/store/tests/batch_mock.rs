@@ -174,6 +174,51 @@ async fn s07_validation_exception_is_permanent_per_item() {
     assert_eq!(report.stats.retries, 0);
 }
 
+/// A full item collection is a sign to spread, never a permanent refusal: the items are
+/// retried as after a key-range throttle (which raises the entity's fan-out), and
+/// written once the key takes them again.
+#[tokio::test(start_paused = true)]
+async fn a_full_item_collection_is_a_key_range_signal_not_a_permanent_refusal() {
+    let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ItemCollectionSizeLimitExceededException","message":"Collection size exceeded."}"#;
+    let rule = mock!(Client::batch_write_item)
+        .sequence()
+        .http_status(400, Some(body.to_owned()))
+        .times(2)
+        .output(|| BatchWriteItemOutput::builder().build())
+        .build();
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
+    let report = write(&client, vec![item("p", "a"), item("p", "b")]).await;
+    assert_eq!(report.outcomes, vec![Outcome::Written, Outcome::Written]);
+    assert_eq!(
+        report
+            .stats
+            .throttles
+            .get("ItemCollectionSizeLimitExceeded"),
+        Some(&2)
+    );
+
+    // Never taken: each item fails retryably as a key-range throttle, the signal that
+    // raises its entity's fan-out.
+    let rule = mock!(Client::batch_write_item)
+        .sequence()
+        .http_status(400, Some(body.to_owned()))
+        .repeatedly()
+        .build();
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
+    let report = write(&client, vec![item("p", "a")]).await;
+    assert!(
+        matches!(
+            report.outcomes[..],
+            [Outcome::FailedRetryable {
+                throttle: Some(ThrottleKind::KeyRange),
+                ..
+            }]
+        ),
+        "{:?}",
+        report.outcomes
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn transient_500s_are_retried_then_written() {
     let rule = mock!(Client::batch_write_item)

@@ -1,8 +1,12 @@
 //! [`MemoryQueue`]: the queue port ([`crate::queue::Queue`]) in memory.
+//!
+//! It refuses what SQS refuses ([`check_message`]): a body or attribute value holding a
+//! character outside SQS's set, more than 10 attributes, or more than a queue's
+//! maximum message size (256 KiB unless set otherwise), each message on its own.
 
 use std::sync::{Arc, Mutex};
 
-use crate::queue::{DeadLetter, Delay, Queue, Requeue};
+use crate::queue::{DeadLetter, Delay, MAX_MESSAGE_BYTES, Queue, Requeue, check_message};
 
 #[derive(Debug, Default)]
 struct MemoryState {
@@ -10,6 +14,18 @@ struct MemoryState {
     delays: Vec<Delay>,
     copies: Vec<Requeue>,
     failing: bool,
+    /// The queues' maximum message size; 0 until set: [`MAX_MESSAGE_BYTES`].
+    max_message_bytes: usize,
+    refused: Vec<String>,
+}
+
+impl MemoryState {
+    fn max_bytes(&self) -> usize {
+        match self.max_message_bytes {
+            0 => MAX_MESSAGE_BYTES,
+            n => n,
+        }
+    }
 }
 
 /// An in-memory queue port for tests; clones share the state.
@@ -19,9 +35,19 @@ pub struct MemoryQueue {
 }
 
 impl MemoryQueue {
-    /// An empty queue that accepts every letter and delay.
+    /// An empty queue that accepts every letter, delay and copy SQS would accept.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets both queues' maximum message size (SQS allows 1 KiB to 1 MiB).
+    pub fn set_max_message_bytes(&self, bytes: usize) {
+        self.state().max_message_bytes = bytes.max(1);
+    }
+
+    /// Why each message refused so far was refused, in order.
+    pub fn refused(&self) -> Vec<String> {
+        self.state().refused.clone()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
@@ -67,8 +93,17 @@ impl Queue for MemoryQueue {
         if state.failing {
             return vec![Err("injected DLQ failure".to_owned()); letters.len()];
         }
-        state.letters.extend_from_slice(letters);
-        vec![Ok(()); letters.len()]
+        let max = state.max_bytes();
+        let mut results = Vec::with_capacity(letters.len());
+        for letter in letters {
+            let result = check_message(&letter.body, &letter.attributes, max);
+            match &result {
+                Ok(()) => state.letters.push(letter.clone()),
+                Err(why) => state.refused.push(why.clone()),
+            }
+            results.push(result);
+        }
+        results
     }
 
     async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
@@ -85,7 +120,20 @@ impl Queue for MemoryQueue {
         if state.failing {
             return vec![Err("injected SQS failure".to_owned()); copies.len()];
         }
-        state.copies.extend_from_slice(copies);
-        vec![Ok(()); copies.len()]
+        let max = state.max_bytes();
+        let mut results = Vec::with_capacity(copies.len());
+        for copy in copies {
+            let result = if copy.delay_secs > crate::queue::MAX_DELAY_SECS {
+                Err(format!("DelaySeconds {} above 900", copy.delay_secs))
+            } else {
+                check_message(&copy.body, &copy.attributes, max)
+            };
+            match &result {
+                Ok(()) => state.copies.push(copy.clone()),
+                Err(why) => state.refused.push(why.clone()),
+            }
+            results.push(result);
+        }
+        results
     }
 }
