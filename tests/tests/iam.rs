@@ -356,13 +356,14 @@ async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Cal
             .handle(&event(name)?, now, later(), &mut rng)
             .await?;
     }
-    // A device writing 50 readings in 49 ms: its rate raises its fan-out.
+    // A device whose one message brings 200 readings: counted over the template's 1-s
+    // batching window, 200 readings/s, whose rate raises its fan-out to 2.
     let mut dense = event("sqs-single.json")?;
-    let readings: Vec<serde_json::Value> = (0..50)
+    let readings: Vec<serde_json::Value> = (0..200)
         .map(|i| {
             serde_json::json!({
                 "device_id": "dense-1",
-                "event_id": format!("dense-{i:02}"),
+                "event_id": format!("dense-{i:03}"),
                 "ts": format!("2026-06-22T03:59:00.{i:03}Z"),
                 "metrics": { "temperature": 20 },
             })

@@ -405,6 +405,41 @@ fn check_ingest_event(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The ingest keeps its share of the account's concurrency whatever the query API is
+/// asked: its reserved concurrency covers the event source mapping's most invocations
+/// at once, and the query function's reservation caps it.
+fn check_reserved_concurrency(t: &Template) -> Result<()> {
+    let ingest = t.props("IngestFunction")?;
+    let reserved = t.number(
+        ingest.get("ReservedConcurrentExecutions"),
+        "IngestFunction.ReservedConcurrentExecutions",
+    )?;
+    let event = ingest
+        .get("Events")
+        .and_then(Value::as_mapping)
+        .and_then(|m| m.values().next())
+        .and_then(|e| e.get("Properties"))
+        .context("the ingest's SQS event")?;
+    let most = t.number(
+        path(event, &["ScalingConfig", "MaximumConcurrency"]),
+        "ScalingConfig.MaximumConcurrency",
+    )?;
+    ensure!(
+        reserved >= most,
+        "the ingest reserves {reserved} executions, fewer than the {most} its queue may run at once"
+    );
+    let query = t.props("QueryFunction")?;
+    let capped = t.number(
+        query.get("ReservedConcurrentExecutions"),
+        "QueryFunction.ReservedConcurrentExecutions",
+    )?;
+    ensure!(
+        capped >= 1,
+        "the query function reserves no execution at all"
+    );
+    Ok(())
+}
+
 fn check_redrive(t: &Template) -> Result<()> {
     let queue = t.props("IngestQueue")?;
     let policy = queue
@@ -984,7 +1019,7 @@ fn check_outputs(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 12] = [
+static CHECKS: [(&str, Check); 13] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -997,6 +1032,7 @@ static CHECKS: [(&str, Check); 12] = [
     ("tables", check_tables),
     ("time index", check_time_index),
     ("outputs", check_outputs),
+    ("reserved concurrency", check_reserved_concurrency),
 ];
 
 fn run(name: &str) -> Result<()> {
@@ -1083,6 +1119,11 @@ fn the_default_template_writes_a_reading_for_one_write_unit() -> Result<()> {
 }
 
 #[test]
+fn both_functions_reserve_concurrency_and_the_ingest_keeps_its_share() -> Result<()> {
+    run("reserved concurrency")
+}
+
+#[test]
 fn outputs_name_the_entry_points() -> Result<()> {
     run("outputs")
 }
@@ -1092,7 +1133,7 @@ fn outputs_name_the_entry_points() -> Result<()> {
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 17] = [
+    let mutations: [(&str, &str, &str); 19] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -1169,6 +1210,16 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "query role",
             "Resource: !Sub \"${ReadingsTable.Arn}/index/by-time\"",
             "Resource: !Sub \"${ReadingsTable.Arn}/index/*\"",
+        ),
+        (
+            "reserved concurrency",
+            "    Default: 25\n    MinValue: -1",
+            "    Default: 10\n    MinValue: -1",
+        ),
+        (
+            "reserved concurrency",
+            "        - HasQueryReservedConcurrency\n        - !Ref QueryReservedConcurrency",
+            "        - HasQueryReservedConcurrency\n        - !Ref AWS::NoValue",
         ),
     ];
     for (name, from, to) in mutations {

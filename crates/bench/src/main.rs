@@ -1,6 +1,6 @@
 //! `shardline-bench`: the measurements of `bench/REPORT.md`, run by `cargo xtask bench`.
 //!
-//! Runs items 1-4 and 6, reads item 5's criterion estimate, prints one table and writes
+//! Runs items 1-4, 6 and 7, reads item 5's criterion estimate, prints one table and writes
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
 mod adaptive;
@@ -11,6 +11,7 @@ mod query;
 mod report;
 mod spread;
 mod throughput;
+mod worst;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,9 +47,9 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
-    /// Run only these items (1 to 6, repeatable); all of them when absent. A report
+    /// Run only these items (1 to 7, repeatable); all of them when absent. A report
     /// written from a partial run says which items it holds.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=7))]
     only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
     /// page by page (default 4, 1 with --quick).
@@ -275,6 +276,12 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         eprintln!("item 5: cost per reading");
         if let Err(e) = cost_per_reading(&criterion_dir, results) {
             results.note("5", format!("criterion figure NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(7) {
+        eprintln!("item 7: worst cases");
+        if let Err(e) = worst::run(&root, results).await {
+            results.note("7", format!("NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(6) {
