@@ -8,11 +8,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::time::Timestamp;
 pub use store::clock::ClockError;
+pub use store::clock::time_left;
 use store::clock::wall_clock;
-
-/// The longest Lambda timeout; no deadline of a real invocation is this close to the
-/// epoch.
-const MAX_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 
 /// One invocation's clock, deadline and randomness, passed down to
 /// [`crate::Ingest::handle`] (the handler reads no clock and owns no RNG of its own).
@@ -49,29 +46,9 @@ impl Invocation {
     }
 }
 
-/// Time left in an invocation. Lambda sends the deadline as epoch milliseconds;
-/// `cargo lambda watch` sends its timeout (600000) instead, which read as an instant
-/// lies in 1970 and would leave no time at all, so a value that small is a duration.
-#[must_use]
-pub fn time_left(deadline_ms: u64, now_ms: u64) -> Duration {
-    if deadline_ms <= MAX_TIMEOUT_MS {
-        Duration::from_millis(deadline_ms)
-    } else {
-        Duration::from_millis(deadline_ms.saturating_sub(now_ms))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deadlines_are_instants_unless_they_can_only_be_durations() {
-        let now = 1_795_336_302_524;
-        assert_eq!(time_left(now + 30_000, now), Duration::from_secs(30));
-        assert_eq!(time_left(now - 5, now), Duration::ZERO);
-        assert_eq!(time_left(600_000, now), Duration::from_secs(600));
-    }
 
     #[test]
     fn an_invocation_starts_at_the_wall_clock_with_its_time_left() {

@@ -1,7 +1,7 @@
 //! The API Gateway (HTTP API, payload 2.0) edge of the service.
 
 use std::convert::Infallible;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -27,11 +27,10 @@ pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
         .lambda_context_ref()
         .filter(|ctx| ctx.deadline > 0)
         .map(|ctx| {
-            // The time left, read once against the wall clock the deadline is given in.
-            let left = ctx
-                .deadline()
-                .duration_since(SystemTime::now())
-                .unwrap_or_default();
+            // The time left, read once against the wall clock the deadline is given in
+            // (`cargo lambda watch` gives its timeout instead: `store::clock::time_left`).
+            // An unreadable wall clock leaves no time: the read stops at once.
+            let left = store::clock::time_left_now(ctx.deadline).unwrap_or_default();
             service.config().budget.deadline_from(left, Instant::now())
         });
     let response = service
