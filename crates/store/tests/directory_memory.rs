@@ -338,17 +338,17 @@ async fn a_quiet_entity_shrinks_after_the_quiet_period_and_a_busy_one_does_not()
         signal(&directory, "hot", rate(10.0), t(950)).await,
         FanoutChange::Kept(_)
     ));
-    // 900 s after the mark: shrinks to twice what 10 readings/s need (2), in force
-    // after the propagation margin.
+    // 900 s after the mark: 10 readings/s need one key, so it shrinks back to one (it
+    // then leaves the hot index), in force after the propagation margin.
     let shrunk = signal(&directory, "hot", rate(10.0), t(1101)).await;
     let FanoutChange::Shrunk(shrink) = shrunk else {
         panic!("expected a shrink, got {shrunk:?}");
     };
-    assert_eq!((shrink.from, shrink.to), (8, 2));
+    assert_eq!((shrink.from, shrink.to), (8, 1));
     assert_eq!(shrink.effective_from, t(1101 + 365));
     assert_eq!(
         ks(&shards.entity("hot").expect("stored")),
-        [(t(0), 8), (t(1101 + 365), 2)]
+        [(t(0), 8), (t(1101 + 365), 1)]
     );
     // A throttle before it takes effect raises at once and cancels it.
     assert!(matches!(
