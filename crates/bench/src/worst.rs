@@ -339,7 +339,8 @@ fn message_row(results: &mut Results, kind: &str, cost: &Cost, budget: &str) {
         &format!("message: {kind}"),
         format!(
             "{} readings written, {} BatchWriteItem calls, {:.0} WCU; {} SQS sends ({} bytes, \
-             at most {} attributes); {} dead-lettered, {} requeued, {} reported; {:.2} s",
+             at most {} attributes); {} dead-lettered, {} requeued, {} split (the unwritten \
+             rest sent back), {} reported; {:.2} s",
             written(r),
             cost.calls,
             cost.wcu,
@@ -348,6 +349,7 @@ fn message_row(results: &mut Results, kind: &str, cost: &Cost, budget: &str) {
             cost.most_attributes,
             r.dead_lettered,
             r.requeued,
+            r.split,
             reported(r),
             cost.wall.as_secs_f64(),
         ),
