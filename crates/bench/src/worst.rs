@@ -39,14 +39,11 @@ struct Cost {
     most_attributes: usize,
 }
 
-/// Runs one SQS event through a fresh handler (a fresh Lambda instance) and measures it.
-async fn invoke(
-    endpoint: &str,
-    tables: &Tables,
-    event: &SqsEvent,
-    deadline: Duration,
-) -> Result<Cost> {
-    let mut pc = ProxyConfig::forward(endpoint)?;
+/// Runs one SQS event of `records` through a fresh handler (a fresh Lambda instance)
+/// and measures it.
+async fn invoke(rig: &Rig, records: Vec<SqsMessage>, deadline: Duration) -> Result<Cost> {
+    let (tables, event) = (&rig.tables, event(records));
+    let mut pc = ProxyConfig::forward(&rig.endpoint)?;
     pc.seed = Some(7);
     let proxy = Proxy::start(pc).await?;
     let config = common::ingest_config(&[
@@ -59,7 +56,7 @@ async fn invoke(
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let started = Instant::now();
     let report = service
-        .process(event, common::ts(3_600_000)?, started + deadline, &mut rng)
+        .process(&event, common::ts(3_600_000)?, started + deadline, &mut rng)
         .await;
     let wall = started.elapsed();
     let stats = proxy.stats();
@@ -103,6 +100,12 @@ async fn invoke(
 struct Tables {
     readings: String,
     shards: String,
+}
+
+/// Where every row runs: dynalite and the default template's tables on it.
+struct Rig {
+    endpoint: String,
+    tables: Tables,
 }
 
 /// One message of `body`, received for the `receives`th time with `attributes`.
@@ -181,10 +184,6 @@ fn fullest_message(device: &str) -> String {
     body(pad.clamp(1, 512))
 }
 
-fn written(report: &Report) -> u64 {
-    report.writes.written
-}
-
 fn reported(report: &Report) -> usize {
     report
         .messages
@@ -204,11 +203,28 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
     )
     .await
     .context("provisioning the default template's tables")?;
-    let tables = Tables {
-        readings: provisioned.name("ReadingsTable")?.to_owned(),
-        shards: provisioned.name("ShardsTable")?.to_owned(),
+    let rig = Rig {
+        endpoint: server.endpoint(),
+        tables: Tables {
+            readings: provisioned.name("ReadingsTable")?.to_owned(),
+            shards: provisioned.name("ShardsTable")?.to_owned(),
+        },
     };
-    let endpoint = server.endpoint();
+    written_messages(&rig, results).await?;
+    leaving_messages(&rig, results).await?;
+    results.note(
+        "7",
+        "the real ingest handler, a fresh instance per row, writing to dynalite through the \
+         capacity-proxy in forward mode (write units as the proxy charges them); dead letters \
+         and requeued copies go to the in-memory queue, which refuses what SQS refuses \
+         (characters, 10 attributes, 256 KiB): a send it would refuse fails the row. \
+         Wall time is dynalite's on this machine, not DynamoDB's.",
+    );
+    Ok(())
+}
+
+/// The largest valid messages, alone and as the template's batch.
+async fn written_messages(rig: &Rig, results: &mut Results) -> Result<()> {
     let timeout = Duration::from_secs(INGEST_TIMEOUT_SECS);
     let none = Attributes::new();
     let budget = format!("within the {INGEST_TIMEOUT_SECS}-s invocation");
@@ -216,13 +232,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
     // The fullest valid message: 500 readings in 256 KiB.
     let body = fullest_message("worst-full-1");
     let bytes = body.len();
-    let cost = invoke(
-        &endpoint,
-        &tables,
-        &event(vec![record("full", body, 1, &none)]),
-        timeout,
-    )
-    .await?;
+    let cost = invoke(rig, vec![record("full", body, 1, &none)], timeout).await?;
     message_row(
         results,
         &format!(
@@ -240,13 +250,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
         .collect();
     let body = serde_json::json!({ "readings": readings }).to_string();
     let bytes = body.len();
-    let cost = invoke(
-        &endpoint,
-        &tables,
-        &event(vec![record("large", body, 1, &none)]),
-        timeout,
-    )
-    .await?;
+    let cost = invoke(rig, vec![record("large", body, 1, &none)], timeout).await?;
     message_row(
         results,
         &format!(
@@ -268,7 +272,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
             )
         })
         .collect();
-    let cost = invoke(&endpoint, &tables, &event(records), timeout).await?;
+    let cost = invoke(rig, records, timeout).await?;
     message_row(
         results,
         "the template's batch (IngestBatchSize 100) of the fullest messages, a device each",
@@ -279,14 +283,21 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
             reported(&cost.report)
         ),
     );
+    Ok(())
+}
 
+/// The messages that leave through SQS: a refusal with the longest reason, and a copy
+/// of a message with 10 attributes.
+async fn leaving_messages(rig: &Rig, results: &mut Results) -> Result<()> {
+    let one_send =
+        format!("1 send of at most {MAX_MESSAGE_BYTES} bytes and {MAX_ATTRIBUTES} attributes");
     // A refusal whose reason echoes 200,000 characters of unknown field name.
     let field = "\u{ffff}".to_owned() + &"f".repeat(200_000);
     let body = format!(r#"{{"{field}":1,"device_id":"d","event_id":"e","ts":0,"metrics":{{}}}}"#);
+    let timeout = Duration::from_secs(INGEST_TIMEOUT_SECS);
     let cost = invoke(
-        &endpoint,
-        &tables,
-        &event(vec![record("refused", body, 1, &none)]),
+        rig,
+        vec![record("refused", body, 1, &Attributes::new())],
         timeout,
     )
     .await?;
@@ -294,7 +305,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
         results,
         "a refused message naming 200,000 characters of unknown field (U+FFFF first)",
         &cost,
-        &format!("1 send of at most {MAX_MESSAGE_BYTES} bytes and {MAX_ATTRIBUTES} attributes"),
+        &one_send,
     );
 
     // Ten attributes at the last receive, with no time left to write: requeued.
@@ -307,11 +318,10 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
         })
         .collect();
     let body = fullest_message("worst-ten-1");
+    // Inside the ingest's 1-s margin: no write starts, the queue's work still runs.
     let cost = invoke(
-        &endpoint,
-        &tables,
-        &event(vec![record("ten", body, LAST_RECEIVE, &ten)]),
-        // Inside the ingest's 1-s margin: no write starts, the queue's work still runs.
+        rig,
+        vec![record("ten", body, LAST_RECEIVE, &ten)],
         Duration::from_millis(900),
     )
     .await?;
@@ -319,15 +329,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
         results,
         "a message with 10 attributes failing at its last receive (requeued)",
         &cost,
-        &format!("1 send of at most {MAX_MESSAGE_BYTES} bytes and {MAX_ATTRIBUTES} attributes"),
-    );
-    results.note(
-        "7",
-        "the real ingest handler, a fresh instance per row, writing to dynalite through the \
-         capacity-proxy in forward mode (write units as the proxy charges them); dead letters \
-         and requeued copies go to the in-memory queue, which refuses what SQS refuses \
-         (characters, 10 attributes, 256 KiB): a send it would refuse fails the row. \
-         Wall time is dynalite's on this machine, not DynamoDB's.",
+        &one_send,
     );
     Ok(())
 }
@@ -341,7 +343,7 @@ fn message_row(results: &mut Results, kind: &str, cost: &Cost, budget: &str) {
             "{} readings written, {} BatchWriteItem calls, {:.0} WCU; {} SQS sends ({} bytes, \
              at most {} attributes); {} dead-lettered, {} requeued, {} split (the unwritten \
              rest sent back), {} reported; {:.2} s",
-            written(r),
+            r.writes.written,
             cost.calls,
             cost.wcu,
             cost.sends,
