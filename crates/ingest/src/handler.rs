@@ -52,11 +52,12 @@ use sharding::key::{ItemKey, KeyError, ReadingRef, write_key};
 use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Key, MAX_BATCH_ITEMS, Outcome, PK, Remake, Slots,
+    BatchReport, BatchTable, BatchWriter, Item, Key, MAX_BATCH_ITEMS, Outcome, Remake, Slots,
     WriteObserver, WriteStats, WriterConfig,
 };
 use store::directory::{FanoutChange, ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
+use store::item::PK;
 use store::size::MAX_ITEM_BYTES;
 use store::{Encoded, Reading, ReadingItem, StoreError, ThrottleKind};
 use tokio::time::Instant;

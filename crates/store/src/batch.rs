@@ -39,15 +39,11 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::error::{StoreError, ThrottleKind};
+use crate::item::{PK, SK};
 use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size_and_wire_bound, wire_size};
 
 /// A DynamoDB item as the SDK sees it.
 pub type Item = HashMap<String, AttributeValue>;
-
-/// Partition key attribute name of both tables.
-pub const PK: &str = "PK";
-/// Sort key attribute name of the readings table.
-pub const SK: &str = "SK";
 
 /// At most 25 put requests per `BatchWriteItem`.
 pub const MAX_BATCH_ITEMS: usize = 25;

@@ -15,9 +15,10 @@ use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
 use sharding::fanout::ShardMeta;
 use sharding::time::Timestamp;
 
-use crate::batch::{BatchTable, Item, PK};
+use crate::batch::{BatchTable, Item};
 use crate::directory::{EntityRecord, HotListing, ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
+use crate::item::PK;
 use crate::memory::MAX_BATCH_GET_KEYS;
 
 /// The readings table behind [`BatchTable`].

@@ -22,6 +22,11 @@ use sharding::time::Timestamp;
 use crate::batch::Item;
 use crate::error::StoreError;
 
+/// Partition key attribute name of both tables.
+pub const PK: &str = "PK";
+/// Sort key attribute name of the readings table.
+pub const SK: &str = "SK";
+
 /// One validated reading of one device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {

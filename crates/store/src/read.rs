@@ -23,11 +23,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
 use tracing::instrument;
 
 use crate::error::StoreError;
-use crate::item::ReadingItem;
+use crate::item::{PK, ReadingItem, SK};
 
 /// Attribute names of the readings table's key and time attribute.
-const PK: &str = "PK";
-const SK: &str = "SK";
 const TS_MS: &str = "ts_ms";
 
 /// The primary key of a readings-table item: where a page stopped.
