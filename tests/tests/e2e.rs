@@ -8,3 +8,4 @@ mod lambda;
 mod soak;
 mod stand_in;
 mod template;
+mod tidy;

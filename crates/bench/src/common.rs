@@ -19,7 +19,8 @@ use store::memory::MemoryShards;
 /// (checked against template.yaml by this crate's tests).
 pub const TEMPLATE_BATCH_SIZE: usize = 100;
 
-/// 2026-06-22T00:00:00Z, the reference day of the seeds.
+/// 2026-06-22T00:00:00Z, the day the generated readings start (the day of the
+/// README's examples).
 pub const T0_MS: i64 = 1_782_086_400_000;
 
 /// The service under test: the real handler and batch writer over the DynamoDB adapter,
@@ -175,7 +176,9 @@ pub fn median(xs: &mut [f64]) -> f64 {
 mod tests {
     #[test]
     fn the_batch_size_is_the_templates_default() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
+        let path = stand_in::repo_root()
+            .expect("the repository root")
+            .join("template.yaml");
         let text = std::fs::read_to_string(path).expect("template.yaml is readable");
         let template: yaml_serde::Value =
             yaml_serde::from_str(&text).expect("template.yaml is YAML");

@@ -409,7 +409,6 @@ async fn python_writer(root: &Path, script: &str, items: &str, extra: &[&str]) -
     Ok(writer)
 }
 
-/// Item 1's rows, and item 5's call counts, from the four writers (a), (b), (c), (c').
 /// Where one invocation's time goes, for a writer run one invocation at a time.
 fn breakdown(results: &mut Results, w: &Writer, shape: &str) {
     let Some(k) = w.breakdown else {
@@ -454,6 +453,8 @@ fn breakdown(results: &mut Results, w: &Writer, shape: &str) {
     );
 }
 
+/// Item 1's rows, and item 5's call counts, from the writers (a), (b) and the handler's
+/// passes (c), (c10), (c').
 fn report(
     results: &mut Results,
     settings: Settings,
@@ -462,8 +463,36 @@ fn report(
     (a, b): (&Writer, &Writer),
     passes: [&Passes; 3],
 ) {
+    rate_rows(results, n, rtt, (a, b), passes);
+    ratio_rows(results, rtt, (a, b), passes);
     let [c_passes, c10_passes, c1_passes] = passes;
     let (c, c10, c1) = (&c_passes.warm, &c10_passes.warm, &c1_passes.warm);
+    for (name, w) in [
+        ("(a) put_item", a),
+        ("(b) batch_writer", b),
+        ("(c) ingest handler", c),
+        ("(c10) ingest handler, events of 10 messages", c10),
+        ("(c') ingest handler, 1 reading/message", c1),
+    ] {
+        results.figure(
+            "5",
+            &format!("DynamoDB calls per 1,000 readings, {name}"),
+            format!("{:.1}", w.calls_per_1000()),
+        );
+    }
+    notes(results, settings, n);
+}
+
+/// Each writer's rate (the handler's warm passes, with the cold one as context), and
+/// where the handler's invocations spend their time.
+fn rate_rows(
+    results: &mut Results,
+    n: usize,
+    rtt: f64,
+    (a, b): (&Writer, &Writer),
+    [c_passes, c10_passes, c1_passes]: [&Passes; 3],
+) {
+    let c1 = &c1_passes.warm;
     let cold = |p: &Passes| {
         format!(
             "; cold first pass: {:.0} readings/s ({:.2} s)",
@@ -471,9 +500,6 @@ fn report(
             p.cold.seconds
         )
     };
-    let max_inflight = 16.0;
-    let limit_nominal = max_inflight * 25.0 / (LATENCY_MS as f64 / 1000.0);
-    let limit_measured = max_inflight * 25.0 / (rtt / 1000.0);
     results.figure(
         "1",
         "BatchWriteItem RTT through the sink (25 items, median)",
@@ -536,6 +562,20 @@ fn report(
             cold(c1_passes)
         ),
     );
+}
+
+/// The writers' rates against each other, and the handler's against the limit of
+/// MAX_INFLIGHT calls of 25 items a round trip.
+fn ratio_rows(
+    results: &mut Results,
+    rtt: f64,
+    (a, b): (&Writer, &Writer),
+    [c_passes, c10_passes, _]: [&Passes; 3],
+) {
+    let (c, c10) = (&c_passes.warm, &c10_passes.warm);
+    let max_inflight = 16.0;
+    let limit_nominal = max_inflight * 25.0 / (LATENCY_MS as f64 / 1000.0);
+    let limit_measured = max_inflight * 25.0 / (rtt / 1000.0);
     results.figure("1", "ratio (b)/(a)", format!("{:.1}x", b.rate() / a.rate()));
     results.figure("1", "ratio (c)/(a)", format!("{:.1}x", c.rate() / a.rate()));
     results.goal(
@@ -579,19 +619,10 @@ fn report(
             c10.rate() / limit_nominal * 100.0
         ),
     );
-    for (name, w) in [
-        ("(a) put_item", a),
-        ("(b) batch_writer", b),
-        ("(c) ingest handler", c),
-        ("(c10) ingest handler, events of 10 messages", c10),
-        ("(c') ingest handler, 1 reading/message", c1),
-    ] {
-        results.figure(
-            "5",
-            &format!("DynamoDB calls per 1,000 readings, {name}"),
-            format!("{:.1}", w.calls_per_1000()),
-        );
-    }
+}
+
+/// The notes on how items 1 and 5 were measured.
+fn notes(results: &mut Results, settings: Settings, n: usize) {
     results.note(
         "1",
         format!(

@@ -31,7 +31,7 @@ use futures::StreamExt as _;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
 use store::error::StoreError;
 use store::item::ReadingItem;
-use store::read::{PageKey, PageRequest, ReadingSource};
+use store::read::{LastKey, PageRequest, ReadingSource};
 
 use crate::model::ReadingKey;
 
@@ -330,7 +330,7 @@ async fn drive<S: ReadingSource>(
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<Driven, ExecError> {
     // Where each stream's next page starts.
-    let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
+    let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
     let mut cost = ReadCost::default();
     loop {
         let mut asks = match merge.step(opts.concurrency) {
@@ -437,7 +437,7 @@ async fn read_round<S: ReadingSource>(
     specs: &[StreamSpec],
     opts: ReadOptions,
     asks: &[PageAsk],
-    next_start: &[Option<PageKey>],
+    next_start: &[Option<LastKey>],
 ) -> Vec<(usize, Result<store::read::Page, StoreError>)> {
     let requests: Vec<(usize, PageRequest)> = asks
         .iter()
@@ -457,7 +457,7 @@ async fn read_round<S: ReadingSource>(
 /// Delivers a round's pages to the merge and counts their cost.
 fn deliver_round(
     results: Vec<(usize, Result<store::read::Page, StoreError>)>,
-    next_start: &mut [Option<PageKey>],
+    next_start: &mut [Option<LastKey>],
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     cost: &mut ReadCost,
 ) -> Result<(), ExecError> {
@@ -482,7 +482,7 @@ fn deliver_round(
 fn page_request(
     spec: &StreamSpec,
     ask: &PageAsk,
-    start_after: Option<PageKey>,
+    start_after: Option<LastKey>,
     opts: ReadOptions,
 ) -> PageRequest {
     // On the index the page's span is the key condition, which bounds what is
@@ -536,7 +536,7 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         budget,
     };
     let mut cost = ReadCost::default();
-    let mut next_start: Vec<Option<PageKey>> = vec![None; specs.len()];
+    let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
     // Streams not read to their end, in plan order.
     let mut open: Vec<usize> = (0..specs.len()).collect();
     let outcome = |cost: ReadCost, stopped| ScanOutcome {

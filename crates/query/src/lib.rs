@@ -9,7 +9,8 @@
 //! - [`budget`]: what one request may cost (Queries, items evaluated, answer bytes,
 //!   wall time), and where a page that a budget ended resumes.
 //! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
-//!   runtime (the local runner and tests call [`QueryService::handle`]).
+//!   runtime and of the clock (the local runner and tests call
+//!   [`QueryService::handle`] with the time they read), one module per route.
 //! - [`lambda`]: the API Gateway adapter and [`config::Config`] for the `query` binary.
 //!
 //! # Routes

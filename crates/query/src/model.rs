@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use sharding::time::Timestamp;
 
 /// The total order readings come back in: time, then device, then event id. Unique
 /// per reading (a device never reuses an event id). For one device's reads the device
@@ -57,8 +58,40 @@ pub struct StatsResponse {
 }
 
 /// Formats epoch milliseconds as RFC 3339 UTC with milliseconds, e.g.
-/// `2026-06-22T10:00:00.123Z`. `None` outside chrono's range (never for validated input).
+/// `2026-06-22T10:00:00.123Z`, the fixed-width form of [`Timestamp::to_rfc3339`].
+/// `None` outside [`Timestamp`]'s years 0000 to 9999 (never for validated input: the
+/// API's times lie from 1970 to 9999).
 pub fn format_ts(ms: i64) -> Option<String> {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    Timestamp::from_millis(ms).ok().map(Timestamp::to_rfc3339)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_formatted_as_chrono_formats_them() {
+        let chrono_form = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        };
+        let max = crate::params::MAX_TS_MS;
+        let mut samples = vec![0, 1, 999, 1_000, 1_782_086_400_000, 1_782_086_400_123, max];
+        // Every month boundary of a leap year and around the turn of 2100, give or
+        // take a millisecond.
+        for base in [1_704_067_200_000_i64, 4_102_358_400_000] {
+            for day in 0..400 {
+                let at = base + day * 86_400_000;
+                samples.extend([at - 1, at, at + 59_999]);
+            }
+        }
+        for ms in samples {
+            assert_eq!(format_ts(ms), chrono_form(ms), "{ms}");
+        }
+        assert_eq!(
+            format_ts(1_782_086_400_123).as_deref(),
+            Some("2026-06-22T00:00:00.123Z")
+        );
+        assert_eq!(format_ts(max + 1), None);
+    }
 }

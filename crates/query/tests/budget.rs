@@ -13,7 +13,7 @@ use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryShards};
 
 use crate::common::{
-    BASE_MS, R, fanout_history, hourly, key, load, nz, shard_table, table_history, ts,
+    BASE_MS, R, fanout_history, hourly, key, load, now, nz, shard_table, table_history, ts,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -44,7 +44,7 @@ async fn call(
         .split_once('?')
         .unwrap_or((path_and_query, ""));
     let resp = svc
-        .handle_parts_by("GET", path, Some(query), deadline)
+        .handle_parts_by("GET", path, Some(query), now(), deadline)
         .await;
     let text = resp.body().clone();
     let json = serde_json::from_str(&text).expect("JSON body");

@@ -117,6 +117,11 @@ pub fn hourly(n: u32) -> Layout {
     Layout::time_bucket(Bucket::Hour, nz(n))
 }
 
+/// The wall clock, as the service's edge reads it for each request.
+pub fn now() -> Timestamp {
+    store::clock::wall_clock().expect("a usable clock")
+}
+
 pub type Service<'a> = QueryService<&'a MemoryReadings, Arc<MemoryShards>>;
 
 pub fn service(table: &MemoryReadings, shards: Arc<MemoryShards>) -> Service<'_> {
@@ -142,7 +147,7 @@ pub async fn get(svc: &Service<'_>, path_and_query: &str) -> (u16, serde_json::V
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    let resp = svc.handle_parts("GET", path, query).await;
+    let resp = svc.handle_parts("GET", path, query, now()).await;
     let status = resp.status().as_u16();
     let body = serde_json::from_str(resp.body()).expect("JSON body");
     (status, body)

@@ -8,7 +8,8 @@ use query::params::parse_request;
 use sharding::layout::Layout;
 
 use crate::common::{
-    BASE_MS, R, fanout_history, hourly, load, nz, service, service_with, shard_table, table_history,
+    BASE_MS, R, fanout_history, hourly, load, now, nz, service, service_with, shard_table,
+    table_history,
 };
 use store::memory::{MemoryReadings, MemoryShards};
 
@@ -41,7 +42,7 @@ async fn run_with(
 ) -> (serde_json::Value, query::service::ReadStats) {
     let svc = service_with(table, shards, time_index);
     let endpoint = parse_request("GET", path, Some(query), &svc.config().limits).unwrap();
-    svc.execute(endpoint).await.unwrap()
+    svc.execute(endpoint, now()).await.unwrap()
 }
 
 #[tokio::test]
@@ -249,7 +250,7 @@ async fn a_read_over_every_device_plans_its_first_round_by_the_last_ones_density
     let mut reads = Vec::new();
     for _ in 0..2 {
         let endpoint = parse_request("GET", "/readings", Some(&q), &svc.config().limits).unwrap();
-        reads.push(svc.execute(endpoint).await.unwrap());
+        reads.push(svc.execute(endpoint, now()).await.unwrap());
     }
     let (first, second) = (&reads[0], &reads[1]);
     println!("first: {:?}\nsecond: {:?}", first.1, second.1);
@@ -342,6 +343,7 @@ async fn an_all_devices_read_over_too_big_buckets_is_refused_not_crashed() {
             "GET",
             "/readings",
             Some(&format!("from={BASE_MS}&to={}", BASE_MS + 3_600_000)),
+            now(),
         )
         .await;
     assert_eq!(resp.status(), 400, "{}", resp.body());
@@ -368,6 +370,7 @@ async fn all_devices_under_a_per_device_layout_is_a_400() {
             "GET",
             "/readings",
             Some(&format!("from={BASE_MS}&to={}", BASE_MS + 3_600_000)),
+            now(),
         )
         .await;
     assert_eq!(resp.status(), 400, "{}", resp.body());

@@ -14,14 +14,15 @@ use query::budget::RequestBudget;
 use query::params::parse_request;
 use query::{QueryService, ServiceConfig};
 use sharding::epoch::FanoutHistory;
-use sharding::key::{ReadingRef, write_key};
+use sharding::key::{ItemKey, ReadingRef, write_key};
 use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::error::StoreError;
 use store::item::{Reading, ReadingItem};
-use store::read::{DynamoReadingSource, Page, PageKey, PageRequest, ReadingSource};
+use store::memory::MemoryShards;
+use store::read::{DynamoReadingSource, Page, PageRequest, ReadingSource};
 
 use crate::budget::largest_reading;
-use crate::common::{BASE_MS, fanout_history, hourly, key, shard_table, table_history, ts};
+use crate::common::{BASE_MS, fanout_history, hourly, key, now, shard_table, table_history, ts};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -53,7 +54,7 @@ impl ReadingSource for Counted {
 
     async fn get_reading(
         &self,
-        key: &PageKey,
+        key: &ItemKey,
         consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -121,6 +122,14 @@ struct Row {
     wall: Duration,
 }
 
+type Svc<'a> = QueryService<&'a Counted, Arc<MemoryShards>>;
+
+fn service<'a>(source: &'a Counted, shards: &Arc<MemoryShards>, budget: RequestBudget) -> Svc<'a> {
+    let mut config = ServiceConfig::new(key());
+    config.budget = budget;
+    QueryService::new(source, shards.clone(), config)
+}
+
 #[tokio::test]
 async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() -> anyhow::Result<()>
 {
@@ -142,7 +151,22 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
         table_history(vec![(0, hourly(1))]),
         [("hot".to_owned(), hot.clone())],
     ));
-    // Bucket 0: 2,000 small readings of 20 devices, 20 of them in one millisecond.
+    write_buckets(&client, &readings_table).await?;
+    let source = Counted {
+        inner: DynamoReadingSource::new(client.clone(), &readings_table),
+        calls: AtomicU64::new(0),
+        evaluated: AtomicU64::new(0),
+    };
+    let mut rows = vec![scanned_items_count(&source, &shards).await?];
+    rows.extend(worst_inputs(&source, &shards).await);
+    print_rows(&rows);
+    drop(server);
+    Ok(())
+}
+
+/// Bucket 0: 2,000 small readings of 20 devices, 20 of them in one millisecond.
+/// Bucket 1: 300 of the largest readings the ingest accepts, of one device.
+async fn write_buckets(client: &Client, table: &str) -> anyhow::Result<()> {
     let cold = FanoutHistory::new();
     let bucket: Vec<ReadingItem> = (0..2000)
         .map(|i| {
@@ -150,28 +174,19 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
             small_reading(&device, &format!("e{i:05}"), BASE_MS + (i / 20) * 7, &cold)
         })
         .collect();
-    write_all(&client, &readings_table, bucket).await?;
-    // Bucket 1: 300 of the largest readings the ingest accepts, of one device.
+    write_all(client, table, bucket).await?;
     let big: Vec<ReadingItem> = (0..300).map(|i| largest_reading(1200 + i, 1)).collect();
-    write_all(&client, &readings_table, big).await?;
+    write_all(client, table, big).await
+}
 
-    let source = Counted {
-        inner: DynamoReadingSource::new(client.clone(), &readings_table),
-        calls: AtomicU64::new(0),
-        evaluated: AtomicU64::new(0),
-    };
-    let service = |budget: RequestBudget| {
-        let mut config = ServiceConfig::new(key());
-        config.budget = budget;
-        QueryService::new(&source, shards.clone(), config)
-    };
-
-    // ScannedCount, not items returned: one millisecond holds 20 readings, and the
-    // filter rejects the other 1,980 of the bucket; all 2,000 are counted.
+/// ScannedCount, not items returned, is what the evaluated budget counts: one
+/// millisecond holds 20 readings, and the filter rejects the other 1,980 of the
+/// bucket; all 2,000 are counted. Returns the row of the refused read.
+async fn scanned_items_count(source: &Counted, shards: &Arc<MemoryShards>) -> anyhow::Result<Row> {
     let one_ms = format!("from={}&to={}", BASE_MS + 490, BASE_MS + 491);
-    let svc = service(RequestBudget::default());
+    let svc = service(source, shards, RequestBudget::default());
     let endpoint = parse_request("GET", "/readings", Some(&one_ms), &svc.config().limits)?;
-    let (body, stats) = svc.execute(endpoint).await?;
+    let (body, stats) = svc.execute(endpoint, now()).await?;
     assert_eq!(body["items"].as_array().map(Vec::len), Some(20), "{body}");
     assert_eq!(stats.items_read, 2000, "{stats:?}");
     assert_eq!(source.take().1, 2000);
@@ -182,8 +197,8 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
         ..RequestBudget::default()
     };
     let started = Instant::now();
-    let resp = service(tight)
-        .handle_parts("GET", "/readings", Some(&one_ms))
+    let resp = service(source, shards, tight)
+        .handle_parts("GET", "/readings", Some(&one_ms), now())
         .await;
     let (queries, evaluated) = source.take();
     assert_eq!(resp.status(), 400, "{}", resp.body());
@@ -193,7 +208,7 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
         resp.body()
     );
     assert!(evaluated <= 1000, "{evaluated}");
-    let mut rows = vec![Row {
+    Ok(Row {
         route: "every-device readings",
         input: "1 ms, no TimeIndex, bucket of 2,000 (QUERY_MAX_EVALUATED=1,000)".into(),
         status: 400,
@@ -201,11 +216,14 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
         evaluated,
         bytes: resp.body().len(),
         wall: started.elapsed(),
-    }];
+    })
+}
 
-    // The worst inputs of each route, under the default budgets.
+/// The worst inputs of each route, under the default budgets: each is answered
+/// within them.
+async fn worst_inputs(source: &Counted, shards: &Arc<MemoryShards>) -> Vec<Row> {
     let budget = RequestBudget::default();
-    let svc = service(budget);
+    let svc = service(source, shards, budget);
     let month = format!("from={BASE_MS}&to={}", BASE_MS + 31 * DAY);
     let worst = [
         (
@@ -244,10 +262,11 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
             "/devices/hot/shards".to_owned(),
         ),
     ];
+    let mut rows = Vec::new();
     for (route, input, url) in worst {
         let (path, query) = url.split_once('?').unwrap_or((&url, ""));
         let started = Instant::now();
-        let resp = svc.handle_parts("GET", path, Some(query)).await;
+        let resp = svc.handle_parts("GET", path, Some(query), now()).await;
         let wall = started.elapsed();
         let (queries, evaluated) = source.take();
         let status = resp.status().as_u16();
@@ -269,11 +288,16 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
             wall,
         });
     }
+    rows
+}
+
+/// The worst-case table, in Markdown.
+fn print_rows(rows: &[Row]) {
     println!(
         "| route | worst input | status | Queries | items evaluated | answer bytes | wall time |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for r in &rows {
+    for r in rows {
         println!(
             "| {} | {} | {} | {} | {} | {} | {:.0} ms |",
             r.route,
@@ -285,6 +309,4 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
             r.wall.as_secs_f64() * 1000.0
         );
     }
-    drop(server);
-    Ok(())
 }

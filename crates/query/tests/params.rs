@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::common::{BASE_MS, R, get, hourly, load, service, shard_table, table_history};
+use crate::common::{BASE_MS, R, get, hourly, load, now, service, shard_table, table_history};
 use store::memory::{MemoryReadings, MemoryShards};
 
 fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
@@ -300,13 +300,13 @@ async fn unknown_routes_and_methods() {
         "/devices/dev-1/other",
         "/readings/x/y",
     ] {
-        let resp = svc.handle_parts("GET", path, None).await;
+        let resp = svc.handle_parts("GET", path, None, now()).await;
         assert_eq!(resp.status(), 404, "{path}");
         let body: serde_json::Value = serde_json::from_str(resp.body()).unwrap();
         assert_eq!(body["error"]["code"], "not_found");
     }
     for method in ["POST", "PUT", "DELETE", "PATCH"] {
-        let resp = svc.handle_parts(method, DEV, Some(R1)).await;
+        let resp = svc.handle_parts(method, DEV, Some(R1), now()).await;
         assert_eq!(resp.status(), 405, "{method}");
         assert_eq!(resp.headers()["allow"], "GET");
     }
@@ -318,7 +318,7 @@ async fn a_throttled_read_is_a_503_with_retry_after() {
     let (table, shards) = fixture();
     table.set_throttled(true);
     let svc = service(&table, shards);
-    let resp = svc.handle_parts("GET", DEV, Some(R1)).await;
+    let resp = svc.handle_parts("GET", DEV, Some(R1), now()).await;
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "1");
     let body: serde_json::Value = serde_json::from_str(resp.body()).unwrap();

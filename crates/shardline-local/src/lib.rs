@@ -8,11 +8,14 @@
 //! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
 //! - [`provision`]: the template's tables and queues on a local stand-in (`cargo xtask local up`);
+//! - [`query_api`]: the client of the query HTTP API that the demo, the soak and the tests read through;
 //! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest.
 
 pub mod demo;
 pub mod heatmap;
 pub mod provision;
 pub mod publish;
+pub mod query_api;
 pub mod run_local;
+mod signal;
 pub mod soak;

@@ -7,10 +7,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use aws_sdk_sqs::types::MessageSystemAttributeName;
 use indicatif::ProgressBar;
 use shardline::env::EnvLookup;
 use shardline_local::publish::{self, Manifest, Plan, ReadingId, SendOptions};
+use shardline_local::query_api::{QueryApi, RangeRead};
 use shardline_local::run_local::{self, Settings};
 use stand_in::TestStack;
 
@@ -33,7 +33,7 @@ fn plan() -> Plan {
 /// Every item of the readings table as (device, event, ts), and how many items.
 async fn table_readings(stack: &TestStack) -> Result<(BTreeSet<ReadingId>, usize)> {
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
-    let items = store::read::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
+    let items = store::scan::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
     let count = items.len();
     let mut set = BTreeSet::new();
     for item in items {
@@ -50,34 +50,15 @@ async fn table_readings(stack: &TestStack) -> Result<(BTreeSet<ReadingId>, usize
 /// Every DLQ message's `source_message_id` attribute (drained; kept invisible).
 async fn dlq_sources(stack: &TestStack) -> Result<Vec<String>> {
     let client = aws_sdk_sqs::Client::new(&stack.sdk_config().await);
-    let mut out = Vec::new();
-    let mut empty = 0;
-    while empty < 2 {
-        let got = client
-            .receive_message()
-            .queue_url(&stack.stack.dlq_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(600)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await?
-            .messages
-            .unwrap_or_default();
-        if got.is_empty() {
-            empty += 1;
-        }
-        for m in got {
-            let source = m
-                .message_attributes()
-                .and_then(|a| a.get("source_message_id"))
-                .and_then(|v| v.string_value())
-                .context("a DLQ message without source_message_id")?;
-            out.push(source.to_owned());
-        }
-    }
-    Ok(out)
+    run_local::drain_dlq(&client, &stack.stack.dlq_url)
+        .await?
+        .into_iter()
+        .map(|letter| {
+            letter
+                .source
+                .context("a DLQ message without source_message_id")
+        })
+        .collect()
 }
 
 fn env_of(stack: &TestStack) -> EnvLookup {
@@ -139,12 +120,18 @@ async fn publish_run_local_query() -> Result<()> {
         .context("some device")?;
     let from = expected.iter().map(|r| r.ts_ms).min().context("min")?;
     let to = expected.iter().map(|r| r.ts_ms).max().context("max")? + 1;
-    let url = format!("http://{addr}/devices/{device}/readings?from={from}&to={to}&limit=1000");
-    let response = reqwest::get(&url).await?;
-    assert_eq!(response.status(), 200, "{url}");
-    let page: serde_json::Value = response.json().await?;
-    let items = page["items"].as_array().context("items")?;
-    let got: Vec<&str> = items
+    let api = QueryApi::untimed(addr);
+    let read = RangeRead {
+        device,
+        from,
+        to,
+        limit: 1000,
+    };
+    let reply = api.readings_page(&read, None).await?;
+    assert_eq!(reply.status, 200, "{}", api.readings_url(device));
+    let page = reply.page()?;
+    let got: Vec<&str> = page
+        .items
         .iter()
         .filter_map(|i| i["event_id"].as_str())
         .collect();
@@ -152,13 +139,11 @@ async fn publish_run_local_query() -> Result<()> {
     want.sort_by_key(|r| (r.ts_ms, r.event_id.clone()));
     let want: Vec<&str> = want.iter().map(|r| r.event_id.as_str()).collect();
     assert_eq!(got, want);
-    assert!(items.iter().all(|i| i["device_id"] == *device));
+    assert!(page.items.iter().all(|i| i["device_id"] == *device));
     // A bad request is a 400 from the same server.
-    let bad = reqwest::get(format!(
-        "http://{addr}/devices/{device}/readings?from=x&to=1"
-    ))
-    .await?;
-    assert_eq!(bad.status(), 400);
+    let query = [("from", "x".to_owned()), ("to", "1".to_owned())];
+    let bad = api.get(&api.readings_url(device), &query).await?;
+    assert_eq!(bad.status, 400);
 
     running.stop();
     let stats = running.wait().await?;

@@ -1,7 +1,7 @@
 //! The publisher examples under `examples/`: the Python one sends readings to a private
 //! moto's queue, the real ingest (run-local) writes them, and every reading is in the
 //! table under the key the example computed with the README's hash function. The
-//! TypeScript one is type-checked where Node is present.
+//! TypeScript one is type-checked, and its test fails where Node or npm is missing.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -25,7 +25,7 @@ const PER_MESSAGE: usize = 25;
 /// Every (PK, SK) of the readings table.
 async fn stored_keys(stack: &TestStack) -> Result<BTreeSet<(String, String)>> {
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
-    let items = store::read::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
+    let items = store::scan::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
     items
         .iter()
         .map(|item| {
@@ -108,34 +108,48 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
 }
 
 /// `tsc --noEmit` over examples/typescript, with its pinned dependencies installed
-/// from npm; fails where npm is absent or a package cannot be installed.
+/// from npm. The README requires Node, so this test fails (never skips) where npm is
+/// absent, where a pinned package cannot be installed, and where the example does not
+/// type-check; each failure says which.
 #[test]
 fn the_typescript_publisher_type_checks() -> Result<()> {
     let root = stand_in::repo_root()?;
     let dir = root.join("examples/typescript");
-    // The README requires Node: without npm this test fails rather than pass unchecked.
-    ensure!(
-        Command::new("npm")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "npm is not installed (the README requires Node): examples/typescript cannot be type-checked"
-    );
-    let run = |args: &[&str], dir: &Path| -> Result<()> {
-        let output = Command::new("npm")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("npm {args:?}"))?;
-        ensure!(
+    match Command::new("npm").arg("--version").output() {
+        Err(e) => bail!(
+            "npm is not installed ({e}): the README requires Node, and examples/typescript \
+             cannot be type-checked without it"
+        ),
+        Ok(output) => ensure!(
             output.status.success(),
-            "npm {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
+            "npm does not run (`npm --version` failed), so examples/typescript cannot be \
+             type-checked:\n{}",
             String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(())
-    };
-    run(&["ci", "--no-audit", "--no-fund"], &dir)?;
-    run(&["run", "--silent", "typecheck"], &dir)
+        ),
+    }
+    npm(&["ci", "--no-audit", "--no-fund"], &dir).context(
+        "examples/typescript's pinned packages cannot be installed (`npm ci` from \
+         package-lock.json needs the npm registry or a warm npm cache)",
+    )?;
+    npm(&["run", "--silent", "typecheck"], &dir)
+        .context("examples/typescript does not type-check (`npm run typecheck`)")
+}
+
+/// `npm <args>` in `dir`; an error holding what npm printed unless it succeeds.
+fn npm(args: &[&str], dir: &Path) -> Result<()> {
+    let output = Command::new("npm")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run npm {}", args.join(" ")))?;
+    ensure!(
+        output.status.success(),
+        "npm {} failed ({}):\n{}{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
 }

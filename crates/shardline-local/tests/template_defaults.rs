@@ -17,24 +17,17 @@ fn defaults_match_template_yaml() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
     let text = std::fs::read_to_string(path).expect("template.yaml is readable");
     let template: Value = yaml_serde::from_str(&text).expect("template.yaml is YAML");
-    assert_eq!(
-        parameter_default(&template, "IngestBatchSize"),
-        DEFAULT_BATCH_SIZE as f64
-    );
-    assert_eq!(
-        parameter_default(&template, "BatchingWindow"),
-        DEFAULT_BATCHING_WINDOW_SECS
-    );
-    assert_eq!(
-        parameter_default(&template, "IngestMaxConcurrency"),
-        DEFAULT_MAX_CONCURRENCY as f64
-    );
-    assert_eq!(
-        parameter_default(&template, "IngestTimeout"),
-        DEFAULT_FUNCTION_TIMEOUT_SECS
-    );
-    assert_eq!(
-        parameter_default(&template, "QueryTimeout"),
-        QUERY_TIMEOUT.as_secs_f64()
-    );
+    for (parameter, default) in [
+        ("IngestBatchSize", DEFAULT_BATCH_SIZE as f64),
+        ("BatchingWindow", DEFAULT_BATCHING_WINDOW_SECS),
+        ("IngestMaxConcurrency", DEFAULT_MAX_CONCURRENCY as f64),
+        ("IngestTimeout", DEFAULT_FUNCTION_TIMEOUT_SECS),
+        ("QueryTimeout", QUERY_TIMEOUT.as_secs_f64()),
+    ] {
+        assert_eq!(
+            parameter_default(&template, parameter),
+            default,
+            "{parameter}"
+        );
+    }
 }

@@ -1,10 +1,21 @@
-//! `audit`: the seed-004 finding (a single-key log table flagged, a day-bucketed one
-//! passing at the same rate), per-second peaks, and the input forms.
+//! `audit`: a single-key log table flagged and a day-bucketed one passing at the same
+//! rate, per-second peaks, the input forms, and table scans through `store`'s scan port
+//! (its in-memory fake).
 
+use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
+use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+use sharding::key::ItemKey;
 use sharding::time::Timestamp;
-use shardline::audit::{AuditConfig, TimeBucket, Write, audit, key_pattern, parse_line};
+use shardline::audit::{
+    AuditConfig, DuplicateReport, TimeBucket, Write, audit, audit_sampled, key_pattern, parse_line,
+    scan_table,
+};
+use store::item::{Reading, ReadingItem};
+use store::memory::MemoryScan;
+use store::scan::ScanAttributes;
 
 const T0: &str = "2026-06-22T10:00:00Z";
 
@@ -244,4 +255,143 @@ fn the_binary_prints_flag_lines_and_exits_zero() {
     assert_eq!(json["cardinality"], 1);
     assert_eq!(json["flagged"][0]["pk"], "OPS_LOG");
     assert_eq!(json["flagged"][0]["peak_wcu_per_sec"], 1200.0);
+}
+
+/// A readings-table item of `dev-1`'s reading `event` at `T0`, stored under `pk`.
+fn stored_reading(pk: &str, event: &str) -> ReadingItem {
+    let ts = Timestamp::parse(T0).expect("valid");
+    let reading = Reading {
+        device_id: "dev-1".into(),
+        event_id: event.into(),
+        ts,
+        metrics: BTreeMap::from([("temperature".to_owned(), 20.5)]),
+        tags: BTreeMap::new(),
+    };
+    let key = ItemKey {
+        pk: pk.into(),
+        sk: format!("dev-1#{}#{event}", ts.to_rfc3339()),
+    };
+    ReadingItem::new(&reading, key, Duration::from_secs(86_400))
+}
+
+#[tokio::test]
+async fn a_table_scan_reads_every_page_and_counts_readings_stored_twice() {
+    let table = MemoryScan::new();
+    table.set_page_items(2);
+    // e1 under the cold key and a sub-shard, e2 once.
+    for (pk, event) in [
+        ("1#2026-06-22T10", "e1"),
+        ("1.3#2026-06-22T10", "e1"),
+        ("1#2026-06-22T10", "e2"),
+    ] {
+        table
+            .put_reading(&stored_reading(pk, event))
+            .expect("an item");
+    }
+    // Not a reading: its partition key is no string, so the scan leaves it out.
+    table.put(HashMap::from([(
+        "PK".to_owned(),
+        AttributeValue::N("7".into()),
+    )]));
+    let sample = scan_table(&table, &ScanAttributes::readings(), None)
+        .await
+        .expect("scanned");
+    // Two full pages, then the empty page after the last key.
+    assert_eq!(table.calls(), 3);
+    assert_eq!(sample.len(), 3);
+    for item in &sample {
+        assert_eq!(item.write.ts_ms, Some(t0()));
+        assert!(item.write.bytes > 100, "{item:?}");
+        assert!(
+            item.sk
+                .as_deref()
+                .is_some_and(|sk| sk.starts_with("dev-1#"))
+        );
+    }
+    let report = audit_sampled(&sample, &AuditConfig::default());
+    assert_eq!(report.writes, 3);
+    assert_eq!(report.cardinality, 2);
+    assert_eq!(
+        report.duplicates,
+        Some(DuplicateReport {
+            items: 3,
+            readings: 2,
+            duplicated: 1,
+            extra_copies: 1,
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_scan_stops_reading_at_its_limit() {
+    let table = MemoryScan::new();
+    table.set_page_items(3);
+    for i in 0..10 {
+        table
+            .put_reading(&stored_reading("1#2026-06-22T10", &format!("e{i}")))
+            .expect("an item");
+    }
+    let sample = scan_table(&table, &ScanAttributes::readings(), Some(4))
+        .await
+        .expect("scanned");
+    assert_eq!(sample.len(), 4);
+    assert_eq!(table.calls(), 2, "the pages after the limit are not read");
+}
+
+#[tokio::test]
+async fn a_scan_reads_the_attributes_it_is_told_to() {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let table = MemoryScan::with_items([
+        HashMap::from([
+            ("key".to_owned(), s("OPS_LOG")),
+            ("sort".to_owned(), s("METADATA")),
+            ("when".to_owned(), s(T0)),
+        ]),
+        HashMap::from([
+            ("key".to_owned(), s("OPS_LOG")),
+            ("when".to_owned(), AttributeValue::N("1000".into())),
+        ]),
+    ]);
+    let attributes = ScanAttributes {
+        pk: "key".into(),
+        sk: "sort".into(),
+        ts: "when".into(),
+    };
+    let sample = scan_table(&table, &attributes, None)
+        .await
+        .expect("scanned");
+    let read: Vec<(&str, Option<&str>, Option<i64>)> = sample
+        .iter()
+        .map(|i| (i.write.pk.as_str(), i.sk.as_deref(), i.write.ts_ms))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("OPS_LOG", Some("METADATA"), Some(t0())),
+            ("OPS_LOG", None, Some(1000))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_throttled_or_failing_scan_is_an_error_not_a_short_sample() {
+    let table = MemoryScan::new();
+    table
+        .put_reading(&stored_reading("1#2026-06-22T10", "e1"))
+        .expect("an item");
+    table.set_throttled(true);
+    let err = scan_table(&table, &ScanAttributes::readings(), None)
+        .await
+        .expect_err("throttled");
+    assert!(err.is_key_range_throttle(), "{err:?}");
+    table.set_throttled(false);
+    table.fail_next([store::StoreError::Transient("connection reset".into())]);
+    let err = scan_table(&table, &ScanAttributes::readings(), None)
+        .await
+        .expect_err("failed");
+    assert!(err.is_retryable(), "{err:?}");
+    let sample = scan_table(&table, &ScanAttributes::readings(), None)
+        .await
+        .expect("the fault has passed");
+    assert_eq!(sample.len(), 1);
 }

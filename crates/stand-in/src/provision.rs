@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
+use aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder;
 use aws_sdk_dynamodb::types as ddb;
 use aws_sdk_sqs::types::QueueAttributeName;
 use yaml_serde::{Mapping, Value};
@@ -253,74 +254,8 @@ async fn create_table(
     props: &Mapping,
     backend: Backend,
 ) -> Result<()> {
-    let exists = match client.describe_table().table_name(name).send().await {
-        Ok(_) => true,
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            false
-        }
-        Err(e) => return Err(anyhow!(e).context("DescribeTable")),
-    };
-    if !exists {
-        let mut create = client
-            .create_table()
-            .table_name(name)
-            .set_key_schema(Some(key_schema(get(props, "KeySchema")?)?))
-            .set_attribute_definitions(Some(attribute_definitions(get(
-                props,
-                "AttributeDefinitions",
-            )?)?));
-        let billing = opt_str(props, "BillingMode")?.unwrap_or_else(|| "PROVISIONED".to_owned());
-        create = create.billing_mode(ddb::BillingMode::from(billing.as_str()));
-        if let Some(pt) = props.get("ProvisionedThroughput") {
-            create = create.provisioned_throughput(throughput(pt)?);
-        }
-        if let Some(list) = props.get("GlobalSecondaryIndexes") {
-            for gsi in seq(list, "GlobalSecondaryIndexes")? {
-                let mut index = ddb::GlobalSecondaryIndex::builder()
-                    .index_name(req_str(gsi, "IndexName")?)
-                    .set_key_schema(Some(key_schema(get(map(gsi)?, "KeySchema")?)?))
-                    .projection(projection(get(map(gsi)?, "Projection")?)?);
-                if let Some(pt) = gsi.get("ProvisionedThroughput") {
-                    index = index.provisioned_throughput(throughput(pt)?);
-                }
-                create = create.global_secondary_indexes(index.build()?);
-            }
-        }
-        if let Some(list) = props.get("LocalSecondaryIndexes") {
-            for lsi in seq(list, "LocalSecondaryIndexes")? {
-                let index = ddb::LocalSecondaryIndex::builder()
-                    .index_name(req_str(lsi, "IndexName")?)
-                    .set_key_schema(Some(key_schema(get(map(lsi)?, "KeySchema")?)?))
-                    .projection(projection(get(map(lsi)?, "Projection")?)?)
-                    .build()?;
-                create = create.local_secondary_indexes(index);
-            }
-        }
-        if let Some(stream) = props.get("StreamSpecification") {
-            let view = req_str(stream, "StreamViewType")?;
-            create = create.stream_specification(
-                ddb::StreamSpecification::builder()
-                    .stream_enabled(true)
-                    .stream_view_type(ddb::StreamViewType::from(view.as_str()))
-                    .build()?,
-            );
-        }
-        if backend == Backend::Moto
-            && let Some(sse) = props.get("SSESpecification")
-        {
-            let mut spec = ddb::SseSpecification::builder().enabled(req_bool(sse, "SSEEnabled")?);
-            if let Some(kind) = opt_str(map(sse)?, "SSEType")? {
-                spec = spec.sse_type(ddb::SseType::from(kind.as_str()));
-            }
-            if let Some(key) = opt_str(map(sse)?, "KMSMasterKeyId")? {
-                spec = spec.kms_master_key_id(key);
-            }
-            create = create.sse_specification(spec.build());
-        }
-        create
+    if !table_exists(client, name).await? {
+        create_table_request(client, name, props, backend)?
             .send()
             .await
             .map_err(|e| anyhow!(e).context("CreateTable"))?;
@@ -328,51 +263,161 @@ async fn create_table(
     wait_active(client, name).await?;
     if backend == Backend::Moto {
         if let Some(ttl) = props.get("TimeToLiveSpecification") {
-            let enabled = req_bool(ttl, "Enabled")?;
-            let attribute = req_str(ttl, "AttributeName")?;
-            let current = client
-                .describe_time_to_live()
-                .table_name(name)
-                .send()
-                .await
-                .map_err(|e| anyhow!(e).context("DescribeTimeToLive"))?;
-            let desc = current.time_to_live_description();
-            let on = matches!(
-                desc.and_then(|d| d.time_to_live_status()),
-                Some(ddb::TimeToLiveStatus::Enabled | ddb::TimeToLiveStatus::Enabling)
-            );
-            let same_attr = desc.and_then(|d| d.attribute_name()) == Some(attribute.as_str());
-            // Real DynamoDB refuses a no-op TTL update, so only change what differs.
-            if on != enabled || (enabled && !same_attr) {
-                client
-                    .update_time_to_live()
-                    .table_name(name)
-                    .time_to_live_specification(
-                        ddb::TimeToLiveSpecification::builder()
-                            .attribute_name(attribute)
-                            .enabled(enabled)
-                            .build()?,
-                    )
-                    .send()
-                    .await
-                    .map_err(|e| anyhow!(e).context("UpdateTimeToLive"))?;
-            }
+            update_time_to_live(client, name, ttl).await?;
         }
         if let Some(pitr) = props.get("PointInTimeRecoverySpecification") {
-            let enabled = req_bool(pitr, "PointInTimeRecoveryEnabled")?;
-            client
-                .update_continuous_backups()
-                .table_name(name)
-                .point_in_time_recovery_specification(
-                    ddb::PointInTimeRecoverySpecification::builder()
-                        .point_in_time_recovery_enabled(enabled)
-                        .build()?,
-                )
-                .send()
-                .await
-                .map_err(|e| anyhow!(e).context("UpdateContinuousBackups"))?;
+            update_point_in_time_recovery(client, name, pitr).await?;
         }
     }
+    Ok(())
+}
+
+async fn table_exists(client: &aws_sdk_dynamodb::Client, name: &str) -> Result<bool> {
+    match client.describe_table().table_name(name).send().await {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(anyhow!(e).context("DescribeTable")),
+    }
+}
+
+/// The `CreateTable` call for a table of properties `props` (its SSE settings on moto
+/// only).
+fn create_table_request(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    props: &Mapping,
+    backend: Backend,
+) -> Result<CreateTableFluentBuilder> {
+    let mut create = client
+        .create_table()
+        .table_name(name)
+        .set_key_schema(Some(key_schema(get(props, "KeySchema")?)?))
+        .set_attribute_definitions(Some(attribute_definitions(get(
+            props,
+            "AttributeDefinitions",
+        )?)?));
+    let billing = opt_str(props, "BillingMode")?.unwrap_or_else(|| "PROVISIONED".to_owned());
+    create = create.billing_mode(ddb::BillingMode::from(billing.as_str()));
+    if let Some(pt) = props.get("ProvisionedThroughput") {
+        create = create.provisioned_throughput(throughput(pt)?);
+    }
+    if let Some(list) = props.get("GlobalSecondaryIndexes") {
+        for gsi in seq(list, "GlobalSecondaryIndexes")? {
+            create = create.global_secondary_indexes(global_secondary_index(gsi)?);
+        }
+    }
+    if let Some(list) = props.get("LocalSecondaryIndexes") {
+        for lsi in seq(list, "LocalSecondaryIndexes")? {
+            create = create.local_secondary_indexes(local_secondary_index(lsi)?);
+        }
+    }
+    if let Some(stream) = props.get("StreamSpecification") {
+        let view = req_str(stream, "StreamViewType")?;
+        create = create.stream_specification(
+            ddb::StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(ddb::StreamViewType::from(view.as_str()))
+                .build()?,
+        );
+    }
+    if backend == Backend::Moto
+        && let Some(sse) = props.get("SSESpecification")
+    {
+        create = create.sse_specification(sse_specification(sse)?);
+    }
+    Ok(create)
+}
+
+fn global_secondary_index(gsi: &Value) -> Result<ddb::GlobalSecondaryIndex> {
+    let mut index = ddb::GlobalSecondaryIndex::builder()
+        .index_name(req_str(gsi, "IndexName")?)
+        .set_key_schema(Some(key_schema(get(map(gsi)?, "KeySchema")?)?))
+        .projection(projection(get(map(gsi)?, "Projection")?)?);
+    if let Some(pt) = gsi.get("ProvisionedThroughput") {
+        index = index.provisioned_throughput(throughput(pt)?);
+    }
+    Ok(index.build()?)
+}
+
+fn local_secondary_index(lsi: &Value) -> Result<ddb::LocalSecondaryIndex> {
+    Ok(ddb::LocalSecondaryIndex::builder()
+        .index_name(req_str(lsi, "IndexName")?)
+        .set_key_schema(Some(key_schema(get(map(lsi)?, "KeySchema")?)?))
+        .projection(projection(get(map(lsi)?, "Projection")?)?)
+        .build()?)
+}
+
+fn sse_specification(sse: &Value) -> Result<ddb::SseSpecification> {
+    let mut spec = ddb::SseSpecification::builder().enabled(req_bool(sse, "SSEEnabled")?);
+    if let Some(kind) = opt_str(map(sse)?, "SSEType")? {
+        spec = spec.sse_type(ddb::SseType::from(kind.as_str()));
+    }
+    if let Some(key) = opt_str(map(sse)?, "KMSMasterKeyId")? {
+        spec = spec.kms_master_key_id(key);
+    }
+    Ok(spec.build())
+}
+
+/// Sets the table's TTL as `ttl` declares it, where it differs from the current one.
+async fn update_time_to_live(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    ttl: &Value,
+) -> Result<()> {
+    let enabled = req_bool(ttl, "Enabled")?;
+    let attribute = req_str(ttl, "AttributeName")?;
+    let current = client
+        .describe_time_to_live()
+        .table_name(name)
+        .send()
+        .await
+        .map_err(|e| anyhow!(e).context("DescribeTimeToLive"))?;
+    let desc = current.time_to_live_description();
+    let on = matches!(
+        desc.and_then(|d| d.time_to_live_status()),
+        Some(ddb::TimeToLiveStatus::Enabled | ddb::TimeToLiveStatus::Enabling)
+    );
+    let same_attr = desc.and_then(|d| d.attribute_name()) == Some(attribute.as_str());
+    // Real DynamoDB refuses a no-op TTL update, so only change what differs.
+    if on != enabled || (enabled && !same_attr) {
+        client
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(
+                ddb::TimeToLiveSpecification::builder()
+                    .attribute_name(attribute)
+                    .enabled(enabled)
+                    .build()?,
+            )
+            .send()
+            .await
+            .map_err(|e| anyhow!(e).context("UpdateTimeToLive"))?;
+    }
+    Ok(())
+}
+
+async fn update_point_in_time_recovery(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    pitr: &Value,
+) -> Result<()> {
+    let enabled = req_bool(pitr, "PointInTimeRecoveryEnabled")?;
+    client
+        .update_continuous_backups()
+        .table_name(name)
+        .point_in_time_recovery_specification(
+            ddb::PointInTimeRecoverySpecification::builder()
+                .point_in_time_recovery_enabled(enabled)
+                .build()?,
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow!(e).context("UpdateContinuousBackups"))?;
     Ok(())
 }
 

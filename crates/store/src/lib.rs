@@ -14,6 +14,7 @@
 //! | [`batch::BatchTable`]: one `BatchWriteItem` | [`dynamo::DynamoTable`] | [`memory::MemoryTable`] | [`batch::BatchWriter`] |
 //! | [`directory::ShardReader`] (reads) and [`directory::ShardStore`] (changes): shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::CachedDirectory`] (the one cache, for readers), [`directory::ShardDirectory`] (writers) |
 //! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | [`memory::MemoryReadings`] | `query`'s scatter-gather |
+//! | [`scan::TableScan`]: one Scan page of a table | [`scan::DynamoScan`] | [`memory::MemoryScan`] | `shardline audit` |
 //! | [`queue::Queue`]: dead letters, redelivery delays, requeues | `sqs::SqsQueue` (feature `sqs`) | [`memory::MemoryQueue`] | the ingest's last stages |
 //!
 //! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
@@ -74,6 +75,7 @@ pub mod item;
 pub mod memory;
 pub mod queue;
 pub mod read;
+pub mod scan;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod size;

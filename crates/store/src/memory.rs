@@ -21,8 +21,10 @@ use crate::size::{MAX_ITEM_BYTES, item_size};
 
 mod queue;
 mod readings;
+mod scan;
 pub use queue::MemoryQueue;
 pub use readings::MemoryReadings;
+pub use scan::MemoryScan;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread must not hide the state from the assertions after it.

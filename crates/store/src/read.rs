@@ -9,6 +9,8 @@
 //! is `ts_ms`, see template.yaml `TimeIndex`): the page then lists a partition's items
 //! in time order, with the time range as key condition, so `limit` counts only items
 //! inside the range.
+//!
+//! Whole-table reads (Scan) are [`crate::scan`]'s.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -17,9 +19,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
-use aws_sdk_dynamodb::operation::scan::ScanError;
-use aws_sdk_dynamodb::operation::scan::builders::ScanFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
+use sharding::key::ItemKey;
 use tracing::instrument;
 
 use crate::error::StoreError;
@@ -28,13 +29,14 @@ use crate::item::{PK, ReadingItem, SK};
 /// Attribute names of the readings table's key and time attribute.
 const TS_MS: &str = "ts_ms";
 
-/// The primary key of a readings-table item: where a page stopped.
+/// Where a page stopped, and where the next one starts (DynamoDB's `LastEvaluatedKey`,
+/// sent back as the next page's `ExclusiveStartKey`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PageKey {
-    pub pk: String,
-    pub sk: String,
+pub struct LastKey {
+    /// The primary key of the last item the page evaluated.
+    pub key: ItemKey,
     /// The time index's sort key, set when the page came from the index (its
-    /// `ExclusiveStartKey` must name it); `None` for the table and for `GetItem`.
+    /// `ExclusiveStartKey` must name it); `None` for the table.
     pub ts_ms: Option<i64>,
 }
 
@@ -56,7 +58,7 @@ pub struct PageRequest {
     /// Sort-key order (`ScanIndexForward`).
     pub ascending: bool,
     /// Continue after this key (`ExclusiveStartKey`), from a previous page's `last_key`.
-    pub start_after: Option<PageKey>,
+    pub start_after: Option<LastKey>,
     /// Strongly consistent read.
     pub consistent: bool,
 }
@@ -68,7 +70,7 @@ pub struct Page {
     pub items: Vec<ReadingItem>,
     /// Present when DynamoDB stopped early (limit or 1 MB); absent when the key range
     /// is exhausted.
-    pub last_key: Option<PageKey>,
+    pub last_key: Option<LastKey>,
     /// Items evaluated (ScannedCount), the read's cost, including filtered-out ones.
     pub items_read: u64,
 }
@@ -84,7 +86,7 @@ pub trait ReadingSource: Send + Sync {
     /// Reads one item by its full key.
     fn get_reading(
         &self,
-        key: &PageKey,
+        key: &ItemKey,
         consistent: bool,
     ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send;
 }
@@ -99,7 +101,7 @@ impl<T: ReadingSource> ReadingSource for &T {
 
     fn get_reading(
         &self,
-        key: &PageKey,
+        key: &ItemKey,
         consistent: bool,
     ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send {
         (**self).get_reading(key, consistent)
@@ -176,13 +178,13 @@ impl ReadingSource for DynamoReadingSource {
             builder = builder.limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
         }
         if let Some(start) = &request.start_after {
-            builder = builder.set_exclusive_start_key(Some(key_map(start)));
+            builder = builder.set_exclusive_start_key(Some(start_key_map(start)));
         }
         let out = builder.send().await.map_err(|e| query_error(&e))?;
         let items: Vec<ReadingItem> = serde_dynamo::from_items(out.items.unwrap_or_default())
             .map_err(|e| StoreError::Malformed(format!("reading item: {e}")))?;
         let last_key = match out.last_evaluated_key {
-            Some(key) => Some(page_key(&key)?),
+            Some(key) => Some(last_key(&key)?),
             None => None,
         };
         let items_read = u64::try_from(out.scanned_count).unwrap_or(0);
@@ -202,7 +204,7 @@ impl ReadingSource for DynamoReadingSource {
     #[instrument(skip_all, fields(pk = %key.pk, sk = %key.sk))]
     async fn get_reading(
         &self,
-        key: &PageKey,
+        key: &ItemKey,
         consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         let out = self
@@ -223,18 +225,22 @@ impl ReadingSource for DynamoReadingSource {
     }
 }
 
-fn key_map(key: &PageKey) -> HashMap<String, AttributeValue> {
-    let mut map = HashMap::from([
+fn key_map(key: &ItemKey) -> HashMap<String, AttributeValue> {
+    HashMap::from([
         (PK.to_string(), AttributeValue::S(key.pk.clone())),
         (SK.to_string(), AttributeValue::S(key.sk.clone())),
-    ]);
-    if let Some(ts) = key.ts_ms {
+    ])
+}
+
+fn start_key_map(start: &LastKey) -> HashMap<String, AttributeValue> {
+    let mut map = key_map(&start.key);
+    if let Some(ts) = start.ts_ms {
         map.insert(TS_MS.to_string(), AttributeValue::N(ts.to_string()));
     }
     map
 }
 
-fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError> {
+fn last_key(map: &HashMap<String, AttributeValue>) -> Result<LastKey, StoreError> {
     let get = |name: &str| match map.get(name) {
         Some(AttributeValue::S(s)) => Ok(s.clone()),
         _ => Err(StoreError::Malformed(format!(
@@ -252,36 +258,13 @@ fn page_key(map: &HashMap<String, AttributeValue>) -> Result<PageKey, StoreError
             ));
         }
     };
-    Ok(PageKey {
-        pk: get(PK)?,
-        sk: get(SK)?,
+    Ok(LastKey {
+        key: ItemKey {
+            pk: get(PK)?,
+            sk: get(SK)?,
+        },
         ts_ms,
     })
-}
-
-/// Every item `scan` returns, over all its pages (the SDK's paginator follows
-/// `LastEvaluatedKey`): the one way the workspace reads a whole table, for audits,
-/// tallies and tests. The caller sets the table and any projection, filter or
-/// consistency on the builder.
-pub async fn scan_items(
-    scan: ScanFluentBuilder,
-) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
-    scan.into_paginator()
-        .items()
-        .send()
-        .collect::<Result<Vec<_>, _>>()
-        .await
-        .map_err(|e| scan_error(&e))
-}
-
-fn scan_error(err: &SdkError<ScanError>) -> StoreError {
-    let reasons: &[ThrottlingReason] = match err.as_service_error() {
-        Some(ScanError::ProvisionedThroughputExceededException(e)) => e.throttling_reasons(),
-        Some(ScanError::ThrottlingException(e)) => e.throttling_reasons(),
-        Some(ScanError::RequestLimitExceeded(e)) => e.throttling_reasons(),
-        _ => &[],
-    };
-    StoreError::from_sdk(err, reasons)
 }
 
 fn query_error(err: &SdkError<QueryError>) -> StoreError {
@@ -333,6 +316,20 @@ mod tests {
         ])
     }
 
+    fn item_key(sk: &str) -> ItemKey {
+        ItemKey {
+            pk: "dev-1#0".into(),
+            sk: sk.into(),
+        }
+    }
+
+    fn last_key_at(sk: &str, ts_ms: Option<i64>) -> LastKey {
+        LastKey {
+            key: item_key(sk),
+            ts_ms,
+        }
+    }
+
     fn request() -> PageRequest {
         PageRequest {
             pk: "dev-1#0".into(),
@@ -340,11 +337,7 @@ mod tests {
             ts_ms_between: Some((10, 19)),
             limit: Some(7),
             ascending: false,
-            start_after: Some(PageKey {
-                pk: "dev-1#0".into(),
-                sk: "a5".into(),
-                ts_ms: None,
-            }),
+            start_after: Some(last_key_at("a5", None)),
             consistent: true,
             time_index: None,
         }
@@ -390,14 +383,7 @@ mod tests {
         assert_eq!(page.items[0].sk, "a4");
         assert_eq!(page.items[0].metrics.get("t"), Some(&1.5));
         assert_eq!(page.items_read, 3);
-        assert_eq!(
-            page.last_key,
-            Some(PageKey {
-                pk: "dev-1#0".into(),
-                sk: "a2".into(),
-                ts_ms: None,
-            })
-        );
+        assert_eq!(page.last_key, Some(last_key_at("a2", None)));
     }
 
     #[tokio::test]
@@ -431,11 +417,7 @@ mod tests {
         let by_time = PageRequest {
             sk_between: None,
             time_index: Some("by-time".into()),
-            start_after: Some(PageKey {
-                pk: "dev-1#0".into(),
-                sk: "a5".into(),
-                ts_ms: Some(11),
-            }),
+            start_after: Some(last_key_at("a5", Some(11))),
             ..request()
         };
         let page = DynamoReadingSource::new(client, "readings")
@@ -443,14 +425,7 @@ mod tests {
             .await
             .expect("page");
         assert_eq!(rule.num_calls(), 1);
-        assert_eq!(
-            page.last_key,
-            Some(PageKey {
-                pk: "dev-1#0".into(),
-                sk: "a4".into(),
-                ts_ms: Some(12),
-            })
-        );
+        assert_eq!(page.last_key, Some(last_key_at("a4", Some(12))));
         // Sort-key bounds cannot apply to the index: refused before any call.
         let refused = DynamoReadingSource::new(
             mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]),
@@ -555,11 +530,7 @@ mod tests {
         let missing = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&found, &missing]);
         let source = DynamoReadingSource::new(client, "readings");
-        let key = PageKey {
-            pk: "dev-1#0".into(),
-            sk: "a4".into(),
-            ts_ms: None,
-        };
+        let key = item_key("a4");
         let item = source.get_reading(&key, false).await.expect("ok");
         assert_eq!(item.map(|i| i.ts_ms), Some(12));
         assert_eq!(source.get_reading(&key, false).await.expect("ok"), None);

@@ -7,10 +7,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use sharding::key::ItemKey;
+
 use super::lock;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
-use crate::read::{Page, PageKey, PageRequest, ReadingSource};
+use crate::read::{LastKey, Page, PageRequest, ReadingSource};
 
 /// A readings table: items by (PK, SK).
 ///
@@ -100,13 +102,13 @@ impl MemoryReadings {
             matching.reverse();
         }
         if let Some(start) = &r.start_after {
-            if start.pk != r.pk {
+            if start.key.pk != r.pk {
                 return Err(StoreError::Validation(
                     "ExclusiveStartKey names another partition".to_owned(),
                 ));
             }
             let index_start = match (&r.time_index, start.ts_ms) {
-                (Some(_), Some(ts_ms)) => Some((ts_ms, Reverse(start.sk.clone()))),
+                (Some(_), Some(ts_ms)) => Some((ts_ms, Reverse(start.key.sk.clone()))),
                 (Some(_), None) => {
                     return Err(StoreError::Validation(
                         "an index ExclusiveStartKey names ts_ms".to_owned(),
@@ -117,8 +119,8 @@ impl MemoryReadings {
             let after = |i: &&ReadingItem| match &index_start {
                 Some(at) if r.ascending => index_order(i) > *at,
                 Some(at) => index_order(i) < *at,
-                None if r.ascending => i.sk > start.sk,
-                None => i.sk < start.sk,
+                None if r.ascending => i.sk > start.key.sk,
+                None => i.sk < start.key.sk,
             };
             // Sorted in read order: what follows the key is a suffix.
             let skip = matching.partition_point(|i| !after(i));
@@ -157,9 +159,8 @@ impl ReadingSource for MemoryReadings {
         };
         let evaluated = self.evaluate(r, cap)?;
         let stopped = cap.is_some_and(|c| evaluated.len() == c as usize);
-        let last_key = evaluated.last().filter(|_| stopped).map(|i| PageKey {
-            pk: i.pk.clone(),
-            sk: i.sk.clone(),
+        let last_key = evaluated.last().filter(|_| stopped).map(|i| LastKey {
+            key: i.key(),
             ts_ms: r.time_index.as_ref().map(|_| i.ts_ms),
         });
         let items_read = evaluated.len() as u64;
@@ -178,7 +179,7 @@ impl ReadingSource for MemoryReadings {
 
     async fn get_reading(
         &self,
-        key: &PageKey,
+        key: &ItemKey,
         _consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);

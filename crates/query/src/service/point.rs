@@ -1,0 +1,163 @@
+//! The single-reading route, `GET /devices/{device_id}/readings/{event_id}?ts=`: the
+//! reading's possible keys are read one by one (GetItem), most likely first, until one
+//! holds it; under a layout that hashes an attribute the request does not carry, every
+//! shard at that millisecond is scanned instead.
+
+use std::time::Instant;
+
+use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
+use sharding::read_plan::plan_entity;
+use sharding::time::Timestamp;
+use store::directory::ShardReader;
+use store::item::ReadingItem;
+use store::read::ReadingSource;
+
+use super::answer::{reading_out, store_error};
+use super::plan::{plan_error, specs, to_time_range};
+use super::{Answer, QueryService, ReadStats};
+use crate::budget::{self, Advice};
+use crate::error::{ApiError, codes};
+use crate::exec::{Exhausted, scan_all, within};
+use crate::params::Range;
+
+/// A validated point read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Point<'a> {
+    pub(super) device: &'a str,
+    pub(super) event_id: &'a str,
+    pub(super) ts_ms: i64,
+    pub(super) consistent: bool,
+}
+
+impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
+    /// The reading `point` names, or 404.
+    pub(super) async fn reading(
+        &self,
+        point: &Point<'_>,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Answer {
+        let Point {
+            device,
+            event_id,
+            ts_ms,
+            consistent,
+        } = *point;
+        let ts =
+            Timestamp::from_millis(ts_ms).map_err(|e| ApiError::bad_range(format!("ts: {e}")))?;
+        let not_found = || {
+            ApiError::not_found(format!(
+                "no reading {event_id} of device {device} at {}",
+                ts.to_rfc3339()
+            ))
+        };
+        let Some(table) = self.stored_layout(now).await? else {
+            return Err(not_found());
+        };
+        let fanout = self
+            .directory
+            .fanout(device, now)
+            .await
+            .map_err(store_error)?;
+        let reading = ReadingRef {
+            entity: device,
+            event_id,
+            ts,
+            attribute: None,
+        };
+        let mut stats = ReadStats::default();
+        let found = match point_keys(&reading, &table, &fanout) {
+            Ok(keys) => {
+                self.first_stored(&keys, &reading, consistent, deadline, &mut stats)
+                    .await?
+            }
+            // A layout that hashes another attribute: look in every shard at that ms.
+            Err(KeyError::MissingAttribute { .. }) => {
+                self.scan_shards(point, &table, &fanout, deadline, &mut stats)
+                    .await?
+            }
+            Err(e) => return Err(ApiError::bad_request(codes::BAD_ID, e.to_string())),
+        };
+        let item = found.ok_or_else(not_found)?;
+        stats.items_returned = 1;
+        let out = reading_out(item)?;
+        let body = serde_json::to_value(out).map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok((body, stats))
+    }
+
+    /// GetItem on each of `keys` in order (most likely first) until one holds
+    /// `reading`; counts the calls and items read into `stats`.
+    async fn first_stored(
+        &self,
+        keys: &[ItemKey],
+        reading: &ReadingRef<'_>,
+        consistent: bool,
+        deadline: Option<Instant>,
+        stats: &mut ReadStats,
+    ) -> Result<Option<ReadingItem>, ApiError> {
+        let refuse = |spent| budget::refusal(spent, &self.config.budget, Advice::NarrowRange);
+        for key in keys {
+            if stats.calls >= self.config.budget.queries {
+                return Err(refuse(Exhausted::Queries));
+            }
+            stats.calls += 1;
+            let item = within(deadline, self.source.get_reading(key, consistent))
+                .await
+                .ok_or_else(|| refuse(Exhausted::Time))?
+                .map_err(store_error)?;
+            stats.items_read += u64::from(item.is_some());
+            if let Some(item) = item
+                && item.device_id == reading.entity
+                && item.event_id == reading.event_id
+            {
+                return Ok(Some(item));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every shard of the device at the point's millisecond, read whole, for the
+    /// reading; counts the calls and items read into `stats`. A budget that ends the
+    /// scan before it found the reading refuses the request.
+    async fn scan_shards(
+        &self,
+        point: &Point<'_>,
+        table: &TableHistory,
+        fanout: &FanoutHistory,
+        deadline: Option<Instant>,
+        stats: &mut ReadStats,
+    ) -> Result<Option<ReadingItem>, ApiError> {
+        let range = to_time_range(Range {
+            from_ms: point.ts_ms,
+            to_ms: point.ts_ms + 1,
+        })?;
+        let plan = plan_entity(point.device, range, table, fanout).map_err(plan_error)?;
+        let mut found = None;
+        let outcome = scan_all(
+            &self.source,
+            specs(&plan),
+            point.consistent,
+            self.config.concurrency,
+            self.config.budget.read(deadline),
+            |item| {
+                if item.event_id == point.event_id && item.device_id == point.device {
+                    found = Some(item.clone());
+                }
+            },
+        )
+        .await
+        .map_err(store_error)?;
+        stats.calls = outcome.pages;
+        stats.items_read = outcome.items_read;
+        match (found, outcome.stopped) {
+            (Some(item), _) => Ok(Some(item)),
+            (None, Some(spent)) => Err(budget::refusal(
+                spent,
+                &self.config.budget,
+                Advice::NarrowRange,
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+}

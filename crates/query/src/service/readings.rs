@@ -1,0 +1,262 @@
+//! The range routes, `GET /devices/{device_id}/readings` and `GET /readings`: a page
+//! of readings in time order, merged from the read plan's streams, each reading once,
+//! within the request's budgets, with a cursor to the next page.
+//!
+//! A read over every device plans its first round by the density the last such read
+//! saw ([`DensityHint`]), while it is recent.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sharding::epoch::{FanoutHistory, TableHistory};
+use sharding::read_plan::{ReadPlan, plan_all, plan_entity};
+use sharding::time::{TimeRange, Timestamp};
+use store::directory::ShardReader;
+use store::item::ReadingItem;
+use store::read::ReadingSource;
+
+use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, reading_out, store_error};
+use super::plan::{plan_error, specs_with_index, to_time_range};
+use super::{Answer, QueryService, ReadStats};
+use crate::budget::{self, Advice};
+use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::error::{ApiError, codes};
+use crate::exec::{ExecError, ReadOptions, ReadOutcome, key_of, read_merged};
+use crate::model::{ReadingKey, ReadingOut, ReadingsPage};
+use crate::params::{Range, ReadParams};
+
+/// How long a read over every device plans by the density an earlier one saw. A
+/// fleet's rate drifts; a wrong hint costs rounds or items read, never an item of the
+/// answer (`sharding::merge`, "A density from an earlier read"), and the read it
+/// misleads leaves the density it saw for the next.
+const DENSITY_HINT_TTL: Duration = Duration::from_secs(60);
+
+/// A density a read saw (items per millisecond of one stream's span), and when.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DensityHint {
+    density: f64,
+    seen_at: Timestamp,
+}
+
+impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
+    /// A page of one device's readings (`device`), or of every device's (`None`).
+    pub(super) async fn readings(
+        &self,
+        route: &'static str,
+        device: Option<String>,
+        read: ReadParams,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Answer {
+        let fp = Fingerprint {
+            route,
+            device: device.clone(),
+            from_ms: read.range.from_ms,
+            to_ms: read.range.to_ms,
+            descending: read.descending,
+            limit: read.limit,
+            detail: String::new(),
+        };
+        // The cursor is opened before any read: a bad one costs nothing.
+        let after = match &read.cursor {
+            Some(raw) => Some(
+                decode_cursor(raw, &fp, &self.config.cursor_key)
+                    .map_err(|e| ApiError::bad_cursor(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let time_range = to_time_range(resume_range(&read, after.as_ref()))?;
+        let Some(table) = self.stored_layout(now).await? else {
+            return Ok((page_json(Vec::new(), None), ReadStats::default()));
+        };
+        let plan = self
+            .plan_readings(device.as_deref(), time_range, &table, now)
+            .await?;
+        let every_device = device.is_none();
+        let hint = if every_device {
+            self.density_hint(now)
+        } else {
+            None
+        };
+        let opts = ReadOptions {
+            descending: read.descending,
+            consistent: read.consistent,
+            concurrency: self.config.concurrency,
+            max_buffered: self.config.max_buffered,
+            budget: self.config.budget.read(deadline),
+        };
+        let mut room = AnswerRoom::new(self.config.budget.answer_bytes);
+        let outcome = read_merged(
+            &self.source,
+            specs_with_index(&plan, self.config.time_index.as_deref()),
+            opts,
+            read.limit as usize,
+            after.as_ref(),
+            hint,
+            |item| room.take(item),
+        )
+        .await
+        .map_err(|e| self.read_error(e, every_device))?;
+        if every_device && let Some(density) = outcome.density {
+            self.remember_density(density, now);
+        }
+        let next_cursor = self
+            .next_position(&read, device.as_deref(), after.as_ref(), &outcome)?
+            .map(|position| encode_cursor(&position, &fp, &self.config.cursor_key));
+        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
+        let items = outcome
+            .items
+            .into_iter()
+            .map(reading_out)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((page_json(items, next_cursor), stats))
+    }
+
+    /// The read plan of one device's readings over `range`, or of every device's: the
+    /// entities whose readings can carry a raised key then come from the hot index.
+    async fn plan_readings(
+        &self,
+        device: Option<&str>,
+        range: TimeRange,
+        table: &TableHistory,
+        now: Timestamp,
+    ) -> Result<ReadPlan, ApiError> {
+        match device {
+            Some(d) => {
+                let fanout = self.directory.fanout(d, now).await.map_err(store_error)?;
+                plan_entity(d, range, table, &fanout).map_err(plan_error)
+            }
+            None => {
+                let hot = self.directory.hot(range, now).await.map_err(store_error)?;
+                let refs: Vec<(&str, &FanoutHistory)> =
+                    hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
+                plan_all(range, table, &refs).map_err(plan_error)
+            }
+        }
+    }
+
+    /// A read's failure as an answer. Without the index, a read over every device sorts
+    /// whole buckets: the refusal says which deployment setting lifts the limit.
+    fn read_error(&self, e: ExecError, every_device: bool) -> ApiError {
+        match e {
+            ExecError::TooMuchToSort { limit }
+                if every_device && self.config.time_index.is_none() =>
+            {
+                ApiError::bad_request(
+                    codes::RANGE_TOO_LARGE,
+                    format!(
+                        "without the time index, a read over every device sorts the whole time \
+                         buckets its range touches, and these hold more than {limit} readings; \
+                         read a shorter range, or deploy with TimeIndex=enabled (one more write \
+                         unit per reading) so that such a read stops after the readings it needs"
+                    ),
+                )
+            }
+            e => exec_error(e),
+        }
+    }
+
+    /// Where the page after `outcome` starts, if one follows. A page that a budget
+    /// ended resumes from where the read stood; one that answered nothing is refused
+    /// with the budget's name.
+    fn next_position(
+        &self,
+        read: &ReadParams,
+        device: Option<&str>,
+        after: Option<&ReadingKey>,
+        outcome: &ReadOutcome,
+    ) -> Result<Option<ReadingKey>, ApiError> {
+        let last = outcome.items.last().map(key_of);
+        let Some(stopped) = outcome.stopped else {
+            return match last {
+                Some(last) => Ok(outcome.more.then_some(last)),
+                // Only the answer's byte budget ends a page before its first reading.
+                None if outcome.more => Err(budget::too_large(&self.config.budget)),
+                None => Ok(None),
+            };
+        };
+        let device_part = device.unwrap_or("");
+        let start = after.cloned().unwrap_or_else(|| {
+            budget::start_position(
+                read.range.from_ms,
+                read.range.to_ms,
+                device_part,
+                read.descending,
+            )
+        });
+        let advice = if device.is_none() && self.config.time_index.is_none() {
+            Advice::TimeIndex
+        } else {
+            Advice::NarrowRange
+        };
+        budget::resume_position(
+            last,
+            stopped.settled_before,
+            device_part,
+            read.descending,
+            &start,
+        )
+        .map(Some)
+        .ok_or_else(|| budget::refusal(stopped.budget, &self.config.budget, advice))
+    }
+
+    /// The density the last read over every device saw, while it is recent.
+    fn density_hint(&self, now: Timestamp) -> Option<f64> {
+        let hint = (*lock(&self.every_device_density))?;
+        let fresh = hint.seen_at <= now && now < hint.seen_at.saturating_add(DENSITY_HINT_TTL);
+        fresh.then_some(hint.density)
+    }
+
+    fn remember_density(&self, density: f64, now: Timestamp) {
+        *lock(&self.every_device_density) = Some(DensityHint {
+            density,
+            seen_at: now,
+        });
+    }
+}
+
+/// The range a read covers: resuming narrows it to what lies after the position; the
+/// position's own timestamp stays in (ties at the same ms are dropped by key, and so
+/// is every copy of the position's own reading, under whichever key).
+fn resume_range(read: &ReadParams, after: Option<&ReadingKey>) -> Range {
+    let mut range = read.range;
+    if let Some(pos) = after {
+        if read.descending {
+            range.to_ms = pos.ts_ms + 1;
+        } else {
+            range.from_ms = pos.ts_ms;
+        }
+    }
+    range
+}
+
+/// What is left of a readings page's byte budget as its items join it.
+struct AnswerRoom {
+    left: usize,
+}
+
+impl AnswerRoom {
+    fn new(answer_bytes: usize) -> Self {
+        Self {
+            left: answer_bytes.saturating_sub(PAGE_OVERHEAD_BYTES),
+        }
+    }
+
+    /// Whether `item` (and the comma before it) still fits; it then takes its room.
+    fn take(&mut self, item: &ReadingItem) -> bool {
+        let size = reading_out(item.clone()).map_or(0, |out| budget::json_len(&out)) + 1;
+        let fits = size <= self.left;
+        self.left = self.left.saturating_sub(size);
+        fits
+    }
+}
+
+fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> serde_json::Value {
+    json!(ReadingsPage { items, next_cursor })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A hint is plain data; a panic elsewhere cannot leave it inconsistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

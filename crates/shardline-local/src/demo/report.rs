@@ -1,0 +1,361 @@
+//! What the demo reports: each run's [`RunReport`], the whole [`DemoReport`], and the
+//! side-by-side text of both runs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use capacity_proxy::StatsSnapshot;
+use sharding::capacity::CapacityPlan;
+
+use super::{FLEET_DEVICE, QueryResult, Scenario, Variant};
+use crate::publish::Summary;
+use crate::query_api::FanoutEpoch;
+use crate::run_local::{Stats, ms};
+
+/// What one run did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Which layout.
+    pub variant: Variant,
+    /// The layout in words.
+    pub layout: String,
+    /// What the publisher sent.
+    pub sent: Summary,
+    /// Items in the readings table at the end (distinct readings: one item per key).
+    pub written: u64,
+    /// Items beyond one per reading: readings stored under two keys (a redelivery re-keyed
+    /// after a raise), which every read answers once.
+    pub stored_twice: u64,
+    /// The runner's counters.
+    pub runner: Stats,
+    /// The proxy's counters.
+    pub proxy: StatsSnapshot,
+    /// Distinct messages in the DLQ: by their `source_message_id`, and each one without.
+    pub dlq: u64,
+    /// DLQ messages read back, copies included.
+    pub dlq_copies: u64,
+    /// Messages still in the source queue: visible, and in flight or waiting out the
+    /// visibility timeout.
+    pub queued_visible: u64,
+    /// See `queued_visible`.
+    pub queued_invisible: u64,
+    /// How long the drain took, and whether the queue emptied.
+    pub drain: Duration,
+    /// True if the queue emptied within the drain period.
+    pub drained: bool,
+    /// The hot device's range read.
+    pub hot_query: QueryResult,
+    /// The busiest fleet device's range read ([`FLEET_DEVICE`]).
+    pub fleet_query: QueryResult,
+    /// The hot device's fan-out epochs.
+    pub fanout: Vec<FanoutEpoch>,
+    /// Throttled items from the second in which the hot fan-out first grew (planned or
+    /// raised).
+    pub throttles_after_raise: Option<u64>,
+    /// Throttled items before that second.
+    pub throttles_before_raise: Option<u64>,
+    /// The heatmap PNG.
+    pub heatmap: PathBuf,
+    /// The heat CSV.
+    pub heat_csv: PathBuf,
+}
+
+impl RunReport {
+    /// Throttled items (or single-item calls) in all.
+    pub fn throttled(&self) -> u64 {
+        self.proxy.throttled_by_reason.values().sum()
+    }
+}
+
+/// The whole demo.
+#[derive(Debug, Clone)]
+pub struct DemoReport {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The planner's answer.
+    pub plan: CapacityPlan,
+    /// Run 1.
+    pub naive: RunReport,
+    /// Run 2.
+    pub adaptive: RunReport,
+    /// Wall time of both runs.
+    pub elapsed: Duration,
+}
+
+/// The side-by-side report.
+pub fn report_text(report: &DemoReport) -> String {
+    let mut s = report_heading(report);
+    s.push_str(&side_by_side(&report_rows(report)));
+    s.push_str(&report_footer(report));
+    s
+}
+
+/// The report's first line: the scenario.
+fn report_heading(report: &DemoReport) -> String {
+    format!(
+        "Shardline demo: {} Zipf devices at {} readings/s + {} at {} readings/s for {} s, {}% malformed; per-key limit {} WCU/s\n\n",
+        report.scenario.devices,
+        report.scenario.fleet_rate,
+        report.scenario.hot_device,
+        report.scenario.hot_rate,
+        report.scenario.duration.as_secs_f64(),
+        report.scenario.bad_rate * 100.0,
+        report.scenario.key_wcu,
+    )
+}
+
+/// One row of the report: a label, then the naive run's cell and the adaptive run's.
+type Row = (String, String, String);
+
+/// The report's rows as they are built, a cell of each run per row.
+struct Rows<'a> {
+    runs: (&'a RunReport, &'a RunReport),
+    rows: Vec<Row>,
+}
+
+impl Rows<'_> {
+    /// A row labelled `label`, `cell` of each run.
+    fn row(&mut self, label: &str, cell: impl Fn(&RunReport) -> String) {
+        let (a, b) = self.runs;
+        self.rows.push((label.to_owned(), cell(a), cell(b)));
+    }
+}
+
+/// The report's rows, from what was sent to how the reads went.
+fn report_rows(report: &DemoReport) -> Vec<Row> {
+    let mut rows = Rows {
+        runs: (&report.naive, &report.adaptive),
+        rows: Vec::new(),
+    };
+    sent_and_written(&mut rows);
+    throttles(&mut rows);
+    writer_and_queue(&mut rows);
+    reads_and_raises(&mut rows, &report.scenario);
+    rows.rows
+}
+
+/// What the publisher sent, and what the table holds of it.
+fn sent_and_written(rows: &mut Rows<'_>) {
+    rows.row("layout", |r| r.layout.clone());
+    rows.row("readings sent (valid)", |r| {
+        r.sent.sent.readings.to_string()
+    });
+    rows.row("malformed messages sent", |r| {
+        r.sent.sent.malformed_total().to_string()
+    });
+    rows.row("readings written (distinct in table)", |r| {
+        r.written.to_string()
+    });
+    rows.row("  stored twice (one sort key)", |r| {
+        r.stored_twice.to_string()
+    });
+    rows.row("  not (yet) written", |r| {
+        r.sent.sent.readings.saturating_sub(r.written).to_string()
+    });
+}
+
+/// The proxy's throttled items, in all and by each reason either run saw.
+fn throttles(rows: &mut Rows<'_>) {
+    rows.row("throttled items (proxy)", |r| r.throttled().to_string());
+    let (a, b) = rows.runs;
+    let mut reasons: Vec<&String> = a
+        .proxy
+        .throttled_by_reason
+        .keys()
+        .chain(b.proxy.throttled_by_reason.keys())
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    for reason in reasons {
+        rows.row(&format!("  {reason}"), |r| {
+            r.proxy
+                .throttled_by_reason
+                .get(reason)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        });
+    }
+}
+
+/// The writer's retries, the messages' fates, the fan-out, the queue at the end.
+fn writer_and_queue(rows: &mut Rows<'_>) {
+    rows.row("write calls retried", |r| {
+        r.runner.write_retries.to_string()
+    });
+    rows.row("items returned unprocessed", |r| {
+        r.runner.unprocessed_items.to_string()
+    });
+    rows.row("messages reported for redelivery", |r| {
+        r.runner.failures_reported.to_string()
+    });
+    rows.row("sent to the DLQ (messages in DLQ)", |r| {
+        if r.dlq_copies > r.dlq {
+            format!("{} ({} copies)", r.dlq, r.dlq_copies)
+        } else {
+            r.dlq.to_string()
+        }
+    });
+    rows.row("fan-out raises", |r| r.runner.fanout_raises.to_string());
+    rows.row("hot device fan-out epochs", |r| {
+        if r.fanout.is_empty() {
+            "-".to_owned()
+        } else {
+            r.fanout
+                .iter()
+                .map(|e| format!("k={} from {}", e.k, short_time(&e.effective_from)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    });
+    rows.row("still queued (visible / in flight)", |r| {
+        format!("{} / {}", r.queued_visible, r.queued_invisible)
+    });
+    rows.row("drain after publishing", |r| {
+        if r.drained {
+            format!("emptied in {:.1} s", r.drain.as_secs_f64())
+        } else {
+            format!(
+                "stopped after {:.1} s (the rest waits out the 185 s visibility timeout)",
+                r.drain.as_secs_f64()
+            )
+        }
+    });
+    rows.row("write lag p50 / p99", |r| {
+        format!(
+            "{} / {}",
+            ms(r.runner.write_lag_p50_ms),
+            ms(r.runner.write_lag_p99_ms)
+        )
+    });
+}
+
+/// The range reads through the API, the throttles around the hot fan-out's first
+/// growth, and where the heatmap is.
+fn reads_and_raises(rows: &mut Rows<'_>, scenario: &Scenario) {
+    let window = format!(
+        "{} s from t+{} s",
+        scenario.query_window.as_secs_f64(),
+        (scenario.duration / 4).as_secs_f64()
+    );
+    rows.row(&format!("query: hot device, {window}"), |r| {
+        r.hot_query.cell()
+    });
+    rows.row(&format!("query: {FLEET_DEVICE}, {window}"), |r| {
+        r.fleet_query.cell()
+    });
+    rows.row("throttles before the hot fan-out first grew", |r| {
+        r.throttles_before_raise
+            .map_or_else(|| "-".to_owned(), |n| n.to_string())
+    });
+    rows.row("throttles after it", |r| {
+        r.throttles_after_raise
+            .map_or_else(|| "-".to_owned(), |n| n.to_string())
+    });
+    rows.row("heatmap", |r| r.heatmap.display().to_string());
+}
+
+/// `rows` as two columns side by side under the runs' names, long cells wrapped
+/// within their column.
+fn side_by_side(rows: &[Row]) -> String {
+    let w0 = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    let w1 = rows
+        .iter()
+        .map(|r| r.1.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(20, CELL_WIDTH);
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<w0$}  {:<w1$}  {}\n",
+        "", "(1) naive", "(2) adaptive hybrid"
+    ));
+    for (label, x, y) in rows {
+        // Long cells wrap within their column, so the two runs stay side by side.
+        let (x, y) = (wrap(x, w1), wrap(y, CELL_WIDTH));
+        for line in 0..x.len().max(y.len()) {
+            let label = if line == 0 { label.as_str() } else { "" };
+            let x = x.get(line).map_or("", String::as_str);
+            let y = y.get(line).map_or("", String::as_str);
+            s.push_str(format!("{label:<w0$}  {x:<w1$}  {y}").trim_end());
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// The notes under the table: what the rows mean, where the heatmaps are, how long
+/// it took.
+fn report_footer(report: &DemoReport) -> String {
+    let (a, b) = (&report.naive, &report.adaptive);
+    format!(
+        "\nThe hot fan-out first grows with the ingest's first raise (or, with --planned, the planned k), \
+         in force at once: readings not yet written, the backlog included, take the new k. Throttles \
+         after that: the fan-out was still too small (it is raised again after the cooldown, to what \
+         the measured rate needs), or a writer's first throttle on a key the raise already replaced \
+         (it re-reads the fan-out and re-keys what it has not written).\n\
+         Query times are dynalite's through capacity-proxy: dynalite keeps each partition's items \
+         in key order, so a Query reads one key's range, as DynamoDB does (moto, which serves the \
+         queues, would scan the whole table for each Query).\n\
+         Heatmaps (rows = partition keys, columns = seconds, red = over {} WCU/s or throttled):\n  {}\n  {}\n\
+         Heat CSVs: {}, {}\nBoth runs took {:.0} s.",
+        report.scenario.key_wcu,
+        a.heatmap.display(),
+        b.heatmap.display(),
+        a.heat_csv.display(),
+        b.heat_csv.display(),
+        report.elapsed.as_secs_f64()
+    )
+}
+
+/// Widest a report cell prints before it wraps.
+const CELL_WIDTH: usize = 44;
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word, such
+/// as a path, keeps a line of its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
+/// `2026-06-22T01:05:07.123Z` -> `01:05:07.123`.
+fn short_time(rfc3339: &str) -> &str {
+    rfc3339
+        .split_once('T')
+        .map_or(rfc3339, |(_, t)| t.trim_end_matches('Z'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_wrap_at_spaces_within_their_width() {
+        assert_eq!(
+            wrap("stopped after 20.3 s (the rest waits out the timeout)", 20),
+            [
+                "stopped after 20.3 s",
+                "(the rest waits out",
+                "the timeout)"
+            ]
+        );
+        assert_eq!(wrap("short", 20), ["short"]);
+        assert_eq!(wrap("", 20), [""]);
+        // A word longer than the width keeps a line of its own, unbroken.
+        assert_eq!(
+            wrap("at /a/very/long/path/to/heat.png now", 10),
+            ["at", "/a/very/long/path/to/heat.png", "now"]
+        );
+    }
+}

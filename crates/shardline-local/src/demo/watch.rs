@@ -1,0 +1,114 @@
+//! A run's traffic as it happens: publishing the scenario's stream, then draining the
+//! queue, with a progress line every 5 s.
+
+use std::time::{Duration, Instant};
+
+use capacity_proxy::StatsSnapshot;
+use indicatif::ProgressBar;
+
+use super::{Scenario, Variant};
+use crate::publish::{self, SendOptions, Summary};
+use crate::run_local::{self, Stats};
+
+/// Messages received but not settled by a finished invocation.
+fn unsettled(stats: &Stats) -> u64 {
+    stats.messages.saturating_sub(
+        stats.written_messages
+            + stats.dead_lettered
+            + stats.failures_reported
+            + stats.requeued
+            + stats.split,
+    )
+}
+
+/// One progress line of `variant`'s run at `t`.
+fn progress_line(variant: Variant, t: Duration, runner: &Stats, proxy: &StatsSnapshot) -> String {
+    format!(
+        "  [{}] t={:>4.0}s  messages received {:>7}  readings written {:>8}  throttled {:>7}  fan-out raises {}",
+        variant.name(),
+        t.as_secs_f64(),
+        runner.messages,
+        runner.readings_written,
+        proxy.throttled_by_reason.values().sum::<u64>(),
+        runner.fanout_raises,
+    )
+}
+
+/// One run's publishing and draining, with a progress line every 5 s.
+pub(super) struct Watch<'a> {
+    pub(super) scenario: &'a Scenario,
+    pub(super) variant: Variant,
+    pub(super) running: &'a run_local::Running,
+    pub(super) proxy: &'a capacity_proxy::ProxyHandle,
+    pub(super) t0: Instant,
+}
+
+impl Watch<'_> {
+    fn say_progress(&self, stats: &Stats) {
+        self.scenario.say(progress_line(
+            self.variant,
+            self.t0.elapsed(),
+            stats,
+            &self.proxy.stats(),
+        ));
+    }
+
+    /// Publishes the scenario's plan to `queue_url` from `start` on.
+    pub(super) async fn publish(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        queue_url: &str,
+        start: sharding::time::Timestamp,
+    ) -> anyhow::Result<Summary> {
+        let hidden = ProgressBar::hidden();
+        let publishing = publish::publish(
+            sqs,
+            queue_url,
+            self.scenario.plan(0),
+            start,
+            SendOptions::default(),
+            &hidden,
+            None,
+        );
+        tokio::pin!(publishing);
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        tick.tick().await;
+        let sent = loop {
+            tokio::select! {
+                sent = &mut publishing => break sent?,
+                _ = tick.tick() => self.say_progress(&self.running.stats()),
+            }
+        };
+        self.scenario.say(format!(
+            "  [{}] published: {}",
+            self.variant.name(),
+            sent.text().replace('\n', "; ")
+        ));
+        Ok(sent)
+    }
+
+    /// Waits until nothing is visible and no invocation holds messages (what is left
+    /// then waits out the visibility timeout), at most the scenario's drain time;
+    /// returns how long it waited and whether the queue emptied.
+    pub(super) async fn drain(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        queue_url: &str,
+    ) -> anyhow::Result<(Duration, bool)> {
+        let drain_start = Instant::now();
+        let mut last_say = Instant::now();
+        while drain_start.elapsed() < self.scenario.drain {
+            let (visible, invisible) = run_local::queue_counts(sqs, queue_url).await?;
+            let stats = self.running.stats();
+            if visible == 0 && unsettled(&stats) == 0 {
+                return Ok((drain_start.elapsed(), invisible == 0));
+            }
+            if last_say.elapsed() >= Duration::from_secs(5) {
+                self.say_progress(&stats);
+                last_say = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok((drain_start.elapsed(), false))
+    }
+}

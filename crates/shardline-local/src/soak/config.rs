@@ -1,0 +1,136 @@
+//! What one soak does: the flags of `shardline-local soak`, the [`SoakConfig`] they set,
+//! and the publisher's plan.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use capacity_proxy::Faults;
+use clap::Args;
+
+use crate::publish::Plan;
+
+/// The hot device the publisher drives on its own schedule.
+pub const HOT_DEVICE: &str = "hot-device-001";
+
+/// Flags of `shardline-local soak`.
+#[derive(Debug, Clone, Args)]
+pub struct SoakArgs {
+    /// Messages to publish (2% malformed).
+    #[arg(long, default_value_t = 10_000)]
+    pub messages: u64,
+    /// Times run-local is SIGKILLed (and restarted) while messages are in flight.
+    #[arg(long, default_value_t = 3)]
+    pub kills: u32,
+    /// Seed of the publisher, the kill moments, the proxy's faults and the reader.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Longest wait for the queue to drain after publishing, seconds.
+    #[arg(long, default_value_t = 900)]
+    pub drain_timeout: u64,
+    /// Write capacity per partition key at the proxy, WCU/s (below the hot devices'
+    /// rates, their writes throttle and their fan-out grows).
+    #[arg(long, default_value_t = SoakConfig::KEY_WCU)]
+    pub key_wcu: f64,
+}
+
+/// What one soak does.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// The repository root (template.yaml, `.local/`).
+    pub root: PathBuf,
+    /// The `shardline` binary run as the `run-local` child.
+    pub shardline_bin: PathBuf,
+    /// Messages to publish.
+    pub messages: u64,
+    /// SIGKILLs of run-local.
+    pub kills: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Faults the proxy injects into DynamoDB calls.
+    pub faults: Faults,
+    /// Write capacity per partition key at the proxy (hot devices exceed it).
+    pub key_wcu: f64,
+    /// Messages per second the fleet publishes, on top of `hot_rate`.
+    pub fleet_rate: f64,
+    /// Messages per second of the named hot device.
+    pub hot_rate: f64,
+    /// Visibility timeout set on the soak's queue, seconds (short, so redeliveries after
+    /// a kill come back within the run).
+    pub visibility_timeout_secs: u32,
+    /// The ingest handler's deadline in the child, seconds.
+    pub function_timeout_secs: f64,
+    /// Concurrent invocations in the child.
+    pub max_concurrency: usize,
+    /// Longest wait for the queue to drain.
+    pub drain_timeout: Duration,
+    /// The publisher holds off while the queue holds this many messages (moto's SQS
+    /// costs grow with the queue's length on every call).
+    pub max_queued: u64,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+impl SoakConfig {
+    /// The proxy's per-key write capacity. The publisher's achieved rate is bounded by
+    /// moto's SQS (tens of messages per second, the hot device a few readings/s), so the
+    /// limit is scaled down with it: at 4 WCU/s the hot devices' keys throttle (thousands
+    /// of key-range throttles in a 2,000-message run) and their fan-out grows, as a
+    /// device past 1,000 WCU/s would in AWS. `--key-wcu 200` runs without throttles.
+    pub const KEY_WCU: f64 = 4.0;
+
+    /// The standard soak's faults: 30% unprocessed, 5% HTTP 500, 10 ms latency.
+    pub fn new(
+        root: PathBuf,
+        shardline_bin: PathBuf,
+        messages: u64,
+        kills: u32,
+        seed: u64,
+    ) -> Self {
+        Self {
+            root,
+            shardline_bin,
+            messages,
+            kills,
+            seed,
+            faults: Faults {
+                latency_ms: 10,
+                unprocessed_rate: 0.30,
+                error_rate: 0.05,
+                ..Faults::default()
+            },
+            key_wcu: Self::KEY_WCU,
+            fleet_rate: 200.0,
+            hot_rate: 100.0,
+            // Above the handler's deadline, so a live invocation's messages are not
+            // handed out twice; short, so a killed runner's batches come back soon.
+            visibility_timeout_secs: 12,
+            function_timeout_secs: 10.0,
+            max_concurrency: 6,
+            drain_timeout: Duration::from_secs(900),
+            // Above what the workers hold (6 x 10), low enough that moto stays fast.
+            max_queued: 60,
+            verbose: false,
+        }
+    }
+}
+
+/// The publisher's plan: about `messages` messages, 2% malformed, a Zipf fleet (its
+/// top devices are hot) and one hot device on its own schedule.
+pub fn soak_plan(cfg: &SoakConfig) -> Plan {
+    let rate = cfg.fleet_rate + cfg.hot_rate;
+    let secs = (cfg.messages as f64 / rate).max(0.1);
+    Plan {
+        devices: 50,
+        rate: cfg.fleet_rate,
+        // A little long, so max_messages is what cuts the stream.
+        duration: Duration::from_secs_f64(secs * 1.05 + 0.1),
+        hot_device: Some(HOT_DEVICE.to_owned()),
+        hot_rate: cfg.hot_rate,
+        jitter: Duration::from_millis(50),
+        batch: 1,
+        bad_rate: 0.02,
+        seed: cfg.seed,
+        max_messages: Some(cfg.messages),
+        zipf_exponent: 1.2,
+    }
+}

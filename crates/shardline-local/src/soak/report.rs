@@ -1,0 +1,167 @@
+//! The outcome of a soak: the [`Report`] of what was sent, stored, dead-lettered,
+//! injected and read, with every broken promise, and its human summary.
+
+use std::collections::BTreeMap;
+
+use capacity_proxy::StatsSnapshot;
+use serde::Serialize;
+
+use super::{HOT_DEVICE, ReaderStats};
+use crate::publish;
+
+/// The outcome of a soak.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub messages_sent: u64,
+    pub valid_messages: u64,
+    pub readings_sent: u64,
+    pub malformed_sent: u64,
+    pub send_failures: u64,
+    /// Items in the table, and distinct (device, event) among them.
+    pub table_items: u64,
+    pub table_distinct: u64,
+    /// Readings stored more than once, and the copies beyond each one's first.
+    pub stored_again: u64,
+    pub extra_copies: u64,
+    pub missing: u64,
+    pub unexpected: u64,
+    /// DLQ messages, those naming a malformed message, and those with a reason.
+    pub dlq_messages: u64,
+    pub dlq_malformed: u64,
+    pub dlq_with_reason: u64,
+    /// DLQ messages repeating a source_message_id already there (crash between the
+    /// handler's DLQ send and the delete).
+    pub dlq_repeated_copies: u64,
+    /// SIGKILLs delivered and run-local starts.
+    pub kills: u32,
+    pub starts: u32,
+    /// Fan-out changes recorded in the shard table.
+    pub fanout_raises: u64,
+    /// Entities with a fan-out above 1.
+    pub fanned_out_entities: u64,
+    /// The proxy's counters (all runs of run-local together).
+    pub proxy_requests: BTreeMap<String, u64>,
+    pub proxy_unprocessed_items: u64,
+    pub proxy_errors: u64,
+    pub proxy_throttled: BTreeMap<String, u64>,
+    /// The last run-local's own counters (killed runs lose theirs), JSON.
+    pub last_run_local: Option<serde_json::Value>,
+    pub reader: ReaderStats,
+    /// Hot device: readings in the table and in the final paged read.
+    pub hot_device_table: u64,
+    pub hot_device_read: u64,
+    pub publish_secs: f64,
+    pub drain_secs: f64,
+    pub duration_secs: f64,
+    /// Every broken promise, described; empty = the soak passed.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// The human summary.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let mut line = |l: String| {
+            s.push_str(&l);
+            s.push('\n');
+        };
+        line(format!(
+            "sent: {} messages ({} valid with {} readings, {} malformed), {} send failures",
+            self.messages_sent,
+            self.valid_messages,
+            self.readings_sent,
+            self.malformed_sent,
+            self.send_failures
+        ));
+        line(format!(
+            "table: {} items, {} distinct readings, {} stored more than once ({} extra copies, one sort key each), {} missing, {} unexpected",
+            self.table_items,
+            self.table_distinct,
+            self.stored_again,
+            self.extra_copies,
+            self.missing,
+            self.unexpected
+        ));
+        line(format!(
+            "dlq: {} messages, {} of them malformed messages sent, {} with a reason, {} repeated copies",
+            self.dlq_messages, self.dlq_malformed, self.dlq_with_reason, self.dlq_repeated_copies
+        ));
+        line(format!(
+            "crashes: {} SIGKILLs, {} starts of run-local",
+            self.kills, self.starts
+        ));
+        line(format!(
+            "faults injected by the proxy: {} unprocessed items, {} HTTP 500s; throttled {:?}",
+            self.proxy_unprocessed_items, self.proxy_errors, self.proxy_throttled
+        ));
+        line(format!("proxy requests: {:?}", self.proxy_requests));
+        if let Some(stats) = &self.last_run_local {
+            line(format!(
+                "last run-local: write calls {}, retries {}, unprocessed {}, fan-out raises {}, messages {} (reported {}, requeued {})",
+                stats["write_calls"],
+                stats["write_retries"],
+                stats["unprocessed_items"],
+                stats["fanout_raises"],
+                stats["messages"],
+                stats["failures_reported"],
+                stats["requeued"]
+            ));
+        }
+        line(format!(
+            "fan-out raises (shard table): {} over {} entities",
+            self.fanout_raises, self.fanned_out_entities
+        ));
+        line(format!(
+            "reader: {} ranges, {} pages, {} items; {} connection errors, {} 5xx, {} 4xx",
+            self.reader.ranges,
+            self.reader.pages,
+            self.reader.items,
+            self.reader.connection_errors,
+            self.reader.server_errors,
+            self.reader.client_errors
+        ));
+        line(format!(
+            "hot device {HOT_DEVICE}: {} in the table, {} read back through the API",
+            self.hot_device_table, self.hot_device_read
+        ));
+        line(format!(
+            "duration: {:.1} s (publish {:.1} s, drain {:.1} s)",
+            self.duration_secs, self.publish_secs, self.drain_secs
+        ));
+        if self.violations.is_empty() {
+            line("result: PASS".to_owned());
+        } else {
+            line(format!(
+                "result: FAIL ({} violations)",
+                self.violations.len()
+            ));
+            for v in self.violations.iter().take(20) {
+                line(format!("  - {v}"));
+            }
+        }
+        s
+    }
+
+    /// What the publisher sent; a message SQS did not accept is a violation.
+    pub(super) fn record_sent(&mut self, summary: &publish::Summary) {
+        self.messages_sent = summary.sent.messages;
+        self.valid_messages = summary.sent.valid_messages;
+        self.readings_sent = summary.sent.readings;
+        self.malformed_sent = summary.sent.malformed_total();
+        self.send_failures = summary.send_failures;
+        if summary.send_failures > 0 {
+            self.violations.push(format!(
+                "{} messages were not accepted by SQS",
+                summary.send_failures
+            ));
+        }
+    }
+
+    /// What the proxy counted.
+    pub(super) fn record_proxy(&mut self, stats: &StatsSnapshot) {
+        self.proxy_requests = stats.requests_by_op.clone();
+        self.proxy_unprocessed_items = stats.faults.unprocessed_items;
+        self.proxy_errors = stats.faults.error;
+        self.proxy_throttled = stats.throttled_by_reason.clone();
+    }
+}
