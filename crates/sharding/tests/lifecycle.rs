@@ -174,13 +174,8 @@ impl World {
     fn write(&mut self, w: usize, event_id: String, ts: Timestamp) {
         let now = at(self.now);
         let history = self.view(w).shard_history.clone();
-        let reading = ReadingRef {
-            entity: ENTITY,
-            event_id: &event_id,
-            ts,
-            attribute: None,
-        };
-        let key = write_key(&reading, &self.table, &history, now).expect("valid");
+        let reading = ReadingRef::new(ENTITY, &event_id, ts);
+        let key = write_key(&reading, &self.table, &history, now).expect("valid").key;
         self.items.insert((key.pk, key.sk), (event_id, ts));
     }
 

@@ -81,8 +81,8 @@ pub mod size;
 pub mod sqs;
 
 pub use batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, Remake, WriteObserver, WriteStats,
-    WriterConfig,
+    BatchReport, BatchTable, BatchWriter, Item, ItemTooLarge, Outcome, Put, Remake, SizedItem,
+    WriteObserver, WriteStats, WriterConfig,
 };
 pub use directory::{
     CachedDirectory, PlanFanoutError, PlannedFanout, ShardDirectory, ShardReader, ShardStore,
