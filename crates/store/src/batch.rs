@@ -55,7 +55,9 @@ pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// An item over DynamoDB's 400 KB limit: no call could ever store it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the stored item would be {size} bytes; DynamoDB's limit is 400 KB ({MAX_ITEM_BYTES} bytes)")]
+#[error(
+    "the stored item would be {size} bytes; DynamoDB's limit is 400 KB ({MAX_ITEM_BYTES} bytes)"
+)]
 pub struct ItemTooLarge {
     /// The item's size, by [`crate::size::item_size`]'s rule.
     pub size: usize,
@@ -99,8 +101,13 @@ pub struct Put<'k> {
 }
 
 impl<'k> Put<'k> {
-    /// `item`, keyed `key`.
+    /// `item`, keyed `key`: its `PK` and `SK` attributes must be `key`'s.
     pub fn new(key: &'k ItemKey, item: SizedItem) -> Self {
+        debug_assert_eq!(
+            answered_key(&item.item),
+            Some((key.pk.as_str(), key.sk.as_str())),
+            "a put's item must carry its key"
+        );
         Self { key, item }
     }
 
@@ -491,7 +498,8 @@ impl<T: BatchTable> BatchWriter<T> {
                 .await
         }))
         .buffer_unordered(max_inflight);
-        let mut by_index: HashMap<usize, Outcome> = HashMap::with_capacity(prepared.canonical.len());
+        let mut by_index: HashMap<usize, Outcome> =
+            HashMap::with_capacity(prepared.canonical.len());
         while let Some(tally) = results.next().await {
             stats.absorb(tally.stats);
             by_index.extend(tally.done);
@@ -685,8 +693,12 @@ impl Tally {
     }
 
     /// A call's answer: the items it left unprocessed go back into `pending`, as they
-    /// came back, for the next attempt; every other item of the call is written.
+    /// came back, for the next attempt; every other item of the call is written. An
+    /// answer naming a key none of `pending` has (a put whose item disagrees with its
+    /// key) proves nothing about which were written: then every item of the call stays
+    /// pending, to be sent again (made again where the answer did not give it back).
     fn take_answer(&mut self, pending: &mut Vec<Pending<'_>>, unprocessed: Vec<Item>) {
+        let mut unmatched = false;
         // The usual answer leaves nothing: nothing to look up then.
         if !unprocessed.is_empty() {
             let by_key: HashMap<(&str, &str), usize> = pending
@@ -694,15 +706,23 @@ impl Tally {
                 .enumerate()
                 .map(|(i, p)| ((p.key.pk.as_str(), p.key.sk.as_str()), i))
                 .collect();
-            let found: Vec<(usize, Item)> = unprocessed
+            let found: Vec<(Option<usize>, Item)> = unprocessed
                 .into_iter()
-                .filter_map(|item| Some((*by_key.get(&answered_key(&item)?)?, item)))
+                .map(|item| {
+                    let at = answered_key(&item).and_then(|key| by_key.get(&key).copied());
+                    (at, item)
+                })
                 .collect();
-            for (i, item) in found {
-                if let Some(p) = pending.get_mut(i) {
-                    p.item = Some(item);
+            for (at, item) in found {
+                match at.and_then(|i| pending.get_mut(i)) {
+                    Some(p) => p.item = Some(item),
+                    None => unmatched = true,
                 }
             }
+        }
+        if unmatched {
+            self.stats.unprocessed += pending.len() as u64;
+            return;
         }
         let before = pending.len();
         pending.retain(|p| {

@@ -74,6 +74,7 @@ pub mod item;
 pub mod memory;
 pub mod queue;
 pub mod read;
+pub mod sdk;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod size;

@@ -7,7 +7,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use rand::Rng;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
-use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue};
+use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue};
 use tokio::time::Instant;
 
 use super::record::{
@@ -122,7 +122,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let results = tokio::time::timeout_at(run.deadline, self.queue.dead_letter(&batch))
             .await
             .unwrap_or_else(|_| {
-                vec![Err("deadline reached while sending to the DLQ".to_owned()); letters.len()]
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "sending to the DLQ"
+                    });
+                    letters.len()
+                ]
             });
         let (mut sent, mut failed) = (0, 0);
         for ((m, letter), result) in letters.iter().zip(results) {
@@ -157,7 +162,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let results = tokio::time::timeout_at(run.deadline, self.queue.requeue(&batch))
             .await
             .unwrap_or_else(|_| {
-                vec![Err("deadline reached while requeueing".to_owned()); copies.len()]
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "requeueing"
+                    });
+                    copies.len()
+                ]
             });
         let (mut requeued, mut split) = (0, 0);
         for ((m, sent, _), result) in copies.into_iter().zip(results) {
@@ -246,9 +256,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let results = tokio::time::timeout_at(deadline, self.queue.delay(&delays))
             .await
             .unwrap_or_else(|_| {
-                vec![Err("deadline reached while delaying redeliveries".to_owned()); delays.len()]
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "delaying redeliveries"
+                    });
+                    delays.len()
+                ]
             });
-        let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        let failed: Vec<&QueueError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
         if let Some(first) = failed.first() {
             tracing::warn!(
                 failed = failed.len(),
