@@ -800,3 +800,62 @@ impl Tally {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sk: &str) -> ItemKey {
+        ItemKey {
+            pk: "p".to_owned(),
+            sk: sk.to_owned(),
+        }
+    }
+
+    fn item(sk: &str) -> Item {
+        HashMap::from([
+            (PK.to_owned(), AttributeValue::S("p".to_owned())),
+            (SK.to_owned(), AttributeValue::S(sk.to_owned())),
+        ])
+    }
+
+    #[test]
+    fn an_answer_naming_no_pending_key_keeps_every_item_of_the_call_pending() {
+        let keys = [key("a"), key("b")];
+        let mut pending: Vec<Pending<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| Pending {
+                index,
+                key,
+                item: None,
+            })
+            .collect();
+        let mut tally = Tally::default();
+        // "b" came back as sent; "z" is no key of the call.
+        tally.take_answer(&mut pending, vec![item("b"), item("z")]);
+        assert!(tally.done.is_empty(), "nothing is known written");
+        assert_eq!(pending.len(), 2);
+        assert!(pending[0].item.is_none(), "to be made again");
+        assert_eq!(pending[1].item, Some(item("b")), "sent again as given back");
+    }
+
+    #[test]
+    fn an_answer_naming_pending_keys_writes_the_rest() {
+        let keys = [key("a"), key("b")];
+        let mut pending: Vec<Pending<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| Pending {
+                index,
+                key,
+                item: None,
+            })
+            .collect();
+        let mut tally = Tally::default();
+        tally.take_answer(&mut pending, vec![item("b")]);
+        assert_eq!(tally.done, vec![(0, Outcome::Written)]);
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].key, &keys[1]);
+    }
+}
