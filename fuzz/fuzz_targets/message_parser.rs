@@ -5,12 +5,10 @@
 
 use std::time::Duration;
 
-use ingest::message::{
-    MAX_ID_CHARS, MAX_METRIC_NAME, MAX_METRICS, MAX_TAG_NAME, MAX_TAG_VALUE, MAX_TAGS,
-};
+use ingest::message::{MAX_METRICS, MAX_TAG_NAME, MAX_TAG_VALUE, MAX_TAGS};
 use ingest::{Limits, parse_body};
 use libfuzzer_sys::fuzz_target;
-use sharding::key::validate_id;
+use sharding::key::{MAX_ID_LEN, MAX_METRIC_NAME, validate_id};
 use sharding::time::Timestamp;
 
 fuzz_target!(|data: &[u8]| {
@@ -37,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let earliest = now.checked_sub(limits.retention).unwrap_or(Timestamp::MIN);
     for r in &readings {
         for (name, id) in [("device_id", &r.device_id), ("event_id", &r.event_id)] {
-            assert!((1..=MAX_ID_CHARS).contains(&id.chars().count()), "{name} {id:?}");
+            assert!((1..=MAX_ID_LEN).contains(&id.chars().count()), "{name} {id:?}");
             assert!(validate_id(name, id).is_ok(), "{name} {id:?}");
         }
         assert!(earliest <= r.ts && r.ts <= latest, "ts {}", r.ts);

@@ -1239,3 +1239,16 @@ fn each_broken_promise_is_caught() -> Result<()> {
     }
     Ok(())
 }
+
+/// The ingest's defaults for what the template passes are the template's: a function run
+/// without the variable (locally, in a test) behaves as deployed.
+#[test]
+fn the_ingest_defaults_are_the_template_defaults() -> Result<()> {
+    let template = Template::load(&[])?;
+    assert_eq!(
+        template.params.get("MaxInflight").map(String::as_str),
+        Some(ingest::config::DEFAULT_MAX_INFLIGHT.to_string().as_str()),
+        "MaxInflight's default and ingest::config::DEFAULT_MAX_INFLIGHT"
+    );
+    Ok(())
+}

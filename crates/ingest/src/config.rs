@@ -10,6 +10,10 @@ use store::config::Vars;
 pub use store::config::{ConfigError, WriterSettings};
 use store::directory::DirectoryConfig;
 
+/// `MAX_INFLIGHT` when unset: concurrent `BatchWriteItem` calls of one invocation (the
+/// template's `MaxInflight` default, held equal by the template test).
+pub const DEFAULT_MAX_INFLIGHT: usize = 16;
+
 /// The ingest function's configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -91,7 +95,8 @@ impl Config {
         if retention_days == 0 {
             return Err(env.invalid("RETENTION_DAYS", "must be at least 1"));
         }
-        let max_inflight: usize = env.parse_or("MAX_INFLIGHT", 16, "a positive integer")?;
+        let max_inflight: usize =
+            env.parse_or("MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT, "a positive integer")?;
         if max_inflight == 0 {
             return Err(env.invalid("MAX_INFLIGHT", "must be at least 1"));
         }

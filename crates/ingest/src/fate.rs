@@ -5,8 +5,9 @@
 
 use std::fmt;
 
+use sharding::key::ItemKey;
 use store::Reading;
-use store::batch::{Item, Outcome};
+use store::batch::{Outcome, SizedItem};
 
 use crate::message::Refusal;
 
@@ -77,8 +78,10 @@ pub(crate) enum Stage {
 #[derive(Debug)]
 pub(crate) struct Keyed {
     pub(crate) reading: Reading,
-    /// The item to write next (taken while a round writes it).
-    pub(crate) item: Option<Item>,
+    /// Its key, made with `fanout`.
+    pub(crate) key: ItemKey,
+    /// The item to write next under `key` (taken while a round writes it).
+    pub(crate) item: Option<SizedItem>,
     /// The fan-out its key was made with.
     pub(crate) fanout: u32,
     /// Its outcome, once final (a stale item has none until it is written again).
@@ -279,6 +282,10 @@ mod tests {
     fn keyed(event: &str, outcome: Option<Outcome>) -> Keyed {
         Keyed {
             reading: reading(event),
+            key: ItemKey {
+                pk: "p".to_owned(),
+                sk: event.to_owned(),
+            },
             item: None,
             fanout: 1,
             outcome,

@@ -14,7 +14,7 @@ static GLOBAL: ingest::Allocator = ingest::Allocator;
 async fn main() -> Result<(), Error> {
     init_tracing();
     let config = Config::from_env()?;
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = store::sdk::lambda_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let service = Ingest::from_clients(config, &dynamo, &sqs);

@@ -10,17 +10,14 @@ use std::fmt;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use sharding::key::{MAX_ID_LEN, MAX_METRIC_NAME, is_metric_name, validate_id};
 use sharding::time::Timestamp;
 use store::Reading;
 
 use crate::body::{self, Element, Members, RawBody, RawReading, Readings, Scalar};
 
-/// Longest id, in characters.
-pub const MAX_ID_CHARS: usize = 128;
 /// Most metrics per reading.
 pub const MAX_METRICS: usize = 64;
-/// Longest metric name.
-pub const MAX_METRIC_NAME: usize = 64;
 /// Most tags per reading.
 pub const MAX_TAGS: usize = 32;
 /// Longest tag name.
@@ -205,15 +202,11 @@ fn parse_reading(
 }
 
 fn id(v: Option<Scalar<'_>>, index: Option<usize>, name: &str) -> Result<String, Refusal> {
-    let rule = || format!("must be 1 to {MAX_ID_CHARS} characters of [A-Za-z0-9._:-]");
+    let rule = || format!("must be 1 to {MAX_ID_LEN} characters of [A-Za-z0-9._:-]");
     match v {
         None | Some(Scalar::Null) => Err(Refusal::new(path(index, name), "is required")),
         Some(Scalar::Str(s)) => {
-            // Every allowed character is ASCII, so bytes are characters here.
-            let ok = (1..=MAX_ID_CHARS).contains(&s.len())
-                && s.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'));
-            if ok {
+            if validate_id("id", &s).is_ok() {
                 Ok(s.into_owned())
             } else {
                 Err(Refusal::new(path(index, name), rule()))
@@ -258,11 +251,6 @@ fn timestamp(
         )));
     }
     Ok(ts)
-}
-
-fn is_metric_name(name: &str) -> bool {
-    (1..=MAX_METRIC_NAME).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 fn metrics(v: Option<Members<'_>>, index: Option<usize>) -> Result<BTreeMap<String, f64>, Refusal> {

@@ -204,7 +204,7 @@ async fn a_throttled_hot_key_is_raised_at_once_and_the_batch_rekeyed_and_written
         "{report:?}"
     );
     assert_eq!(report.fanout_raises, 1);
-    assert!(report.rekeyed > 0);
+    assert!(report.stale > 0);
     assert!(
         report
             .writes
@@ -616,7 +616,7 @@ fn emf_lines_carry_the_counters() {
         },
         fanout_raises: 1,
         fanout_shrinks: 0,
-        rekeyed: 0,
+        stale: 0,
         split: 0,
         dead_lettered: 0,
         dlq_failures: 0,

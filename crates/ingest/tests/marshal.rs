@@ -79,7 +79,7 @@ proptest! {
             let key = ItemKey { pk: pk.clone(), sk: format!("{}#{}#{}", r.device_id, r.ts, r.event_id) };
             let expected = serde_dynamo::to_item(ReadingItem::new(r, key.clone(), retention))
                 .expect("serde_dynamo marshals every reading");
-            let encoded = ReadingItem::marshal(r, key, retention);
+            let encoded = ReadingItem::marshal(r, &key, retention);
             prop_assert_eq!(encoded.size, item_size(&expected));
             prop_assert_eq!(encoded.item, expected);
         }
@@ -111,7 +111,7 @@ fn extreme_numbers_that_the_parser_accepts_are_marshalled_alike() {
     let retention = Duration::from_secs(30 * 86_400);
     let expected = serde_dynamo::to_item(ReadingItem::new(&accepted[0], key.clone(), retention))
         .expect("serde_dynamo marshals it");
-    let encoded = ReadingItem::marshal(&accepted[0], key, retention);
+    let encoded = ReadingItem::marshal(&accepted[0], &key, retention);
     assert_eq!(encoded.size, item_size(&expected));
     assert_eq!(encoded.item, expected);
 }

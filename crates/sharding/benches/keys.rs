@@ -40,12 +40,7 @@ fn keys(c: &mut Criterion) {
         group.bench_function(*name, |b| {
             b.iter(|| {
                 for (i, id) in ids.iter().enumerate() {
-                    let r = ReadingRef {
-                        entity: "sensor-alpha-001",
-                        event_id: id,
-                        ts: Timestamp::from_millis(T0 + i as i64).unwrap_or(Timestamp::MIN),
-                        attribute: None,
-                    };
+                    let r = ReadingRef::new("sensor-alpha-001", id, Timestamp::from_millis(T0 + i as i64).unwrap_or(Timestamp::MIN));
                     black_box(key_for_layout(&r, layout, *fanout).ok());
                 }
             });

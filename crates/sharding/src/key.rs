@@ -1,5 +1,8 @@
-//! Write keys and point-lookup keys.
+//! Write keys and point-lookup keys, and the rules of the names a key is made of: ids
+//! ([`validate_id`]) and metric names ([`is_metric_name`]), each written once for the
+//! ingest, which refuses what breaks them, and the query, which refuses to look for it.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};
@@ -9,15 +12,30 @@ use crate::hash::shard_index;
 use crate::layout::{Layout, Strategy};
 use crate::time::{RFC3339_LEN, Timestamp};
 
-/// Longest accepted entity or event id, in bytes (keeps every key far below DynamoDB's
-/// 2,048-byte partition key and 1,024-byte sort key limits).
-pub const MAX_ID_LEN: usize = 256;
+/// Longest accepted entity or event id, in bytes (every accepted character is one
+/// byte). Keeps every key far below DynamoDB's 2,048-byte partition key and 1,024-byte
+/// sort key limits.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Longest metric name, in bytes.
+pub const MAX_METRIC_NAME: usize = 64;
 
 /// Separator between key components; never allowed inside one.
 pub const SEPARATOR: char = '#';
 
 /// Name under which `Calculated { attribute }` hashes the reading's event id.
 pub const EVENT_ID_ATTRIBUTE: &str = "event_id";
+
+/// Name under which `Calculated { attribute }` hashes the reading's entity (its device).
+pub const ENTITY_ATTRIBUTE: &str = "device_id";
+
+/// Whether `name` is a metric name: 1..=[`MAX_METRIC_NAME`] bytes of `[A-Za-z0-9_]`. A
+/// metric name is an attribute name inside the stored item's `metrics` map.
+#[must_use]
+pub fn is_metric_name(name: &str) -> bool {
+    (1..=MAX_METRIC_NAME).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
 
 /// Why no key could be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,8 +125,53 @@ pub struct ReadingRef<'a> {
     pub event_id: &'a str,
     /// The reading's own timestamp; it selects the epochs that shape the key.
     pub ts: Timestamp,
-    /// Value of the attribute a `Calculated` layout hashes (unless it hashes `event_id`).
-    pub attribute: Option<&'a str>,
+    /// The reading's tags: a `Calculated` layout on an attribute other than the entity
+    /// or the event id hashes the tag of that name ([`ReadingRef::hashed`]).
+    pub tags: &'a BTreeMap<String, String>,
+}
+
+/// No tags.
+static NO_TAGS: BTreeMap<String, String> = BTreeMap::new();
+
+impl<'a> ReadingRef<'a> {
+    /// A reading without tags.
+    #[must_use]
+    pub fn new(entity: &'a str, event_id: &'a str, ts: Timestamp) -> Self {
+        Self {
+            entity,
+            event_id,
+            ts,
+            tags: &NO_TAGS,
+        }
+    }
+
+    /// The reading with `tags`.
+    #[must_use]
+    pub fn with_tags(self, tags: &'a BTreeMap<String, String>) -> Self {
+        Self { tags, ..self }
+    }
+
+    /// The value a `Calculated { attribute }` layout hashes: the event id
+    /// ([`EVENT_ID_ATTRIBUTE`]), the entity ([`ENTITY_ATTRIBUTE`]), or else the tag named
+    /// `attribute`, if the reading carries it.
+    #[must_use]
+    pub fn hashed(&self, attribute: &str) -> Option<&'a str> {
+        match attribute {
+            EVENT_ID_ATTRIBUTE => Some(self.event_id),
+            ENTITY_ATTRIBUTE => Some(self.entity),
+            tag => self.tags.get(tag).map(String::as_str),
+        }
+    }
+}
+
+/// A reading's write key, with the fan-out it was made under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteKey {
+    /// The key.
+    pub key: ItemKey,
+    /// The entity's fan-out the key was made with (the layout's default when the entity
+    /// has none of its own).
+    pub fanout: u32,
 }
 
 /// Primary key of one item.
@@ -130,19 +193,19 @@ pub fn write_key(
     table: &TableHistory,
     fanout: &FanoutHistory,
     now: Timestamp,
-) -> Result<ItemKey, KeyError> {
-    key_for_layout(
-        reading,
-        table.at(reading.ts),
-        fanout.for_write(reading.ts, now),
-    )
+) -> Result<WriteKey, KeyError> {
+    let layout = table.at(reading.ts);
+    let k = fanout_count(layout, fanout.for_write(reading.ts, now));
+    Ok(WriteKey {
+        key: key_for_layout(reading, layout, Some(k.get()))?,
+        fanout: k.get(),
+    })
 }
 
 /// The keys one known reading can be stored under (`GetItem` each until found): one per
 /// fan-out a writer can have keyed it with, from the layout's default up to
 /// [`FanoutHistory::read_fanout`] at its timestamp, the fan-out in force at its
-/// timestamp first. `Calculated` on an attribute other than `event_id` also needs that
-/// attribute's value in `reading.attribute`.
+/// timestamp first. `Calculated` on a tag also needs that tag in `reading.tags`.
 pub fn point_keys(
     reading: &ReadingRef<'_>,
     table: &TableHistory,
@@ -190,15 +253,11 @@ pub fn key_for_layout(
             })
         }
         Strategy::Calculated { attribute } => {
-            let value = if attribute == EVENT_ID_ATTRIBUTE {
-                reading.event_id
-            } else {
-                reading
-                    .attribute
-                    .ok_or_else(|| KeyError::MissingAttribute {
-                        attribute: attribute.clone(),
-                    })?
-            };
+            let value = reading
+                .hashed(attribute)
+                .ok_or_else(|| KeyError::MissingAttribute {
+                    attribute: attribute.clone(),
+                })?;
             Ok(ItemKey {
                 pk: entity_pk(reading.entity, shard_index(value, k)),
                 sk: plain_sk(&ts(), reading.event_id),

@@ -91,7 +91,9 @@ pub use fanout::{
     decide_shrink, needed_fanout,
 };
 pub use hash::{HASH_VERSION, shard_index, stable_hash};
-pub use key::{ItemKey, KeyError, ReadingRef, point_keys, validate_id, write_key};
+pub use key::{
+    ItemKey, KeyError, ReadingRef, WriteKey, is_metric_name, point_keys, validate_id, write_key,
+};
 pub use layout::{Layout, Strategy};
 pub use merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
 pub use read_plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};

@@ -246,12 +246,6 @@ impl TimeRange {
             to: self.to.max(other.to),
         }
     }
-
-    /// Length in milliseconds.
-    #[must_use]
-    pub fn len_millis(&self) -> i64 {
-        self.to.0 - self.from.0
-    }
 }
 
 impl fmt::Display for TimeRange {

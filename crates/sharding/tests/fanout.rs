@@ -12,7 +12,8 @@ use sharding::{
 
 use crate::common::ts;
 
-/// The template's defaults.
+/// The template's fan-out settings, but for the key rate: `RAISE_AHEAD_WCU` 500 (the
+/// default is 100), so the rates these tests name sit on either side of half a key.
 const POLICY: FanoutPolicy = FanoutPolicy {
     cooldown: Duration::from_secs(2),
     jitter: Duration::from_secs(1),

@@ -15,13 +15,8 @@ use crate::common::{nz, ts};
 const ENTITY: &str = "sensor-alpha-001";
 const TS: &str = "2026-06-22T01:05:07.089Z";
 
-fn reading<'a>(event_id: &'a str, attribute: Option<&'a str>) -> ReadingRef<'a> {
-    ReadingRef {
-        entity: ENTITY,
-        event_id,
-        ts: ts(TS),
-        attribute,
-    }
+fn reading(event_id: &str) -> ReadingRef<'_> {
+    ReadingRef::new(ENTITY, event_id, ts(TS))
 }
 
 fn check_key(layout: Layout, fanout: Option<u32>, r: ReadingRef<'_>, pk: &str, sk: &str) {
@@ -43,7 +38,7 @@ fn key_formats() {
     check_key(
         Layout::unsharded(),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         ENTITY,
         plain_sk,
     );
@@ -51,14 +46,14 @@ fn key_formats() {
     check_key(
         Layout::random(nz(16)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "sensor-alpha-001#9",
         plain_sk,
     );
     check_key(
         Layout::random(nz(16)),
         Some(4),
-        reading("evt-1", None),
+        reading("evt-1"),
         "sensor-alpha-001#1",
         plain_sk,
     );
@@ -66,14 +61,15 @@ fn key_formats() {
     check_key(
         Layout::calculated("event_id", nz(4)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "sensor-alpha-001#1",
         plain_sk,
     );
+    let site_7 = std::collections::BTreeMap::from([("site".to_owned(), "site-7".to_owned())]);
     check_key(
         Layout::calculated("site", nz(8)),
         None,
-        reading("evt-1", Some("site-7")),
+        reading("evt-1").with_tags(&site_7),
         "sensor-alpha-001#5",
         plain_sk,
     );
@@ -82,28 +78,28 @@ fn key_formats() {
     check_key(
         Layout::time_bucket(Bucket::Hour, nz(16)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "13#2026-06-22T01",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket(Bucket::Hour, nz(16)),
         Some(1),
-        reading("evt-1", None),
+        reading("evt-1"),
         "13#2026-06-22T01",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket(Bucket::Hour, nz(16)),
         Some(4),
-        reading("evt-1", None),
+        reading("evt-1"),
         "15#2026-06-22T01",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket_dedicated(Bucket::Hour, nz(16)),
         Some(4),
-        reading("evt-1", None),
+        reading("evt-1"),
         "13.2#2026-06-22T01",
         bucket_sk,
     );
@@ -111,28 +107,28 @@ fn key_formats() {
     check_key(
         Layout::time_bucket(Bucket::Hour, nz(2)),
         Some(4),
-        reading("evt-1", None),
+        reading("evt-1"),
         "1.2#2026-06-22T01",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket(Bucket::Minute, nz(100)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "73#2026-06-22T01:05",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket(Bucket::Day, nz(16)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "13#2026-06-22",
         bucket_sk,
     );
     check_key(
         Layout::time_bucket(Bucket::Month, nz(16)),
         None,
-        reading("evt-1", None),
+        reading("evt-1"),
         "13#2026-06",
         bucket_sk,
     );
@@ -156,14 +152,9 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
         value: 4,
     }])
     .expect("valid history");
-    let at = |t: &str| ReadingRef {
-        entity: ENTITY,
-        event_id: "evt-1",
-        ts: ts(t),
-        attribute: None,
-    };
+    let at = |t: &str| ReadingRef::new(ENTITY, "evt-1", ts(t));
     // Written at the reading's own time.
-    let key = |t: &str| write_key(&at(t), &table, &fanout, ts(t)).expect("valid").pk;
+    let key = |t: &str| write_key(&at(t), &table, &fanout, ts(t)).expect("valid").key.pk;
     assert_eq!(key("2026-06-22T00:59:59.999Z"), ENTITY);
     assert_eq!(key("2026-06-22T01:00:00.000Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.089Z"), "13#2026-06-22T01");
@@ -176,7 +167,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
             &fanout,
             ts("2026-06-22T01:06:00Z")
         )
-        .expect("valid")
+        .expect("valid").key
         .pk,
         "15#2026-06-22T01"
     );
@@ -185,7 +176,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
     let candidates = point_keys(&at(TS), &table, &fanout).expect("valid");
     assert_eq!(
         candidates.first(),
-        Some(&write_key(&at(TS), &table, &fanout, ts(TS)).expect("valid"))
+        Some(&write_key(&at(TS), &table, &fanout, ts(TS)).expect("valid").key)
     );
     let pks: Vec<&str> = candidates.iter().map(|k| k.pk.as_str()).collect();
     assert_eq!(pks.first(), Some(&"13#2026-06-22T01"));
@@ -197,12 +188,7 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
 fn bad_ids_are_refused() {
     let layout = Layout::time_bucket(Bucket::Hour, nz(16));
     let check = |entity: &str, event_id: &str, expected: KeyError| {
-        let r = ReadingRef {
-            entity,
-            event_id,
-            ts: ts(TS),
-            attribute: None,
-        };
+        let r = ReadingRef::new(entity, event_id, ts(TS));
         assert_eq!(
             key_for_layout(&r, &layout, None),
             Err(expected),
@@ -238,7 +224,7 @@ fn bad_ids_are_refused() {
         },
     );
     let calc = Layout::calculated("site", nz(8));
-    let r = reading("evt-1", None);
+    let r = reading("evt-1");
     assert_eq!(
         key_for_layout(&r, &calc, None),
         Err(KeyError::MissingAttribute {

@@ -24,7 +24,8 @@ use crate::common::nz;
 /// 2026-06-22T00:00:00Z
 const T0: i64 = 1_782_086_400_000;
 const ENTITY: &str = "sensor-alpha-001";
-/// The template's defaults: CACHE_TTL_SECS, MAX_FUTURE_SECS, and the fan-out policy.
+/// The template's defaults for CACHE_TTL_SECS and MAX_FUTURE_SECS, and its fan-out
+/// policy but for the key rate (`RAISE_AHEAD_WCU` 500 here, 100 by default).
 const CACHE_TTL_MS: i64 = 60_000;
 const MAX_FUTURE_MS: i64 = 300_000;
 const POLICY: FanoutPolicy = FanoutPolicy {
@@ -174,13 +175,10 @@ impl World {
     fn write(&mut self, w: usize, event_id: String, ts: Timestamp) {
         let now = at(self.now);
         let history = self.view(w).shard_history.clone();
-        let reading = ReadingRef {
-            entity: ENTITY,
-            event_id: &event_id,
-            ts,
-            attribute: None,
-        };
-        let key = write_key(&reading, &self.table, &history, now).expect("valid");
+        let reading = ReadingRef::new(ENTITY, &event_id, ts);
+        let key = write_key(&reading, &self.table, &history, now)
+            .expect("valid")
+            .key;
         self.items.insert((key.pk, key.sk), (event_id, ts));
     }
 

@@ -5,6 +5,7 @@
 //! N up and down, k up and down, and a writer's clock anywhere a reading can be written
 //! (ahead of it by the accepted skew, or after it by a redelivery or a late device).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -87,7 +88,8 @@ fn fanout_history(max_k: u32) -> impl Strategy<Value = FanoutHistory> {
 struct Reading {
     entity: &'static str,
     event_id: String,
-    site: String,
+    /// One tag, `site`, which a `Calculated` layout on `site` hashes.
+    tags: BTreeMap<String, String>,
     ts: Timestamp,
 }
 
@@ -97,7 +99,7 @@ impl Reading {
             entity: self.entity,
             event_id: &self.event_id,
             ts: self.ts,
-            attribute: Some(&self.site),
+            tags: &self.tags,
         }
     }
 }
@@ -112,7 +114,7 @@ fn reading() -> impl Strategy<Value = Reading> {
         .prop_map(|(entity, event_id, site, ms)| Reading {
             entity,
             event_id,
-            site,
+            tags: BTreeMap::from([("site".to_owned(), site)]),
             ts: at(ms),
         })
 }
@@ -137,7 +139,7 @@ proptest! {
         written in -300_000..3 * HOUR,
     ) {
         let now = at(r.ts.as_millis() + written);
-        let key = write_key(&r.as_ref(), &table, &fanout, now).expect("valid reading");
+        let key = write_key(&r.as_ref(), &table, &fanout, now).expect("valid reading").key;
         let range = around(r.ts, before, after);
         let plan = plan_entity(r.entity, range, &table, &fanout).expect("plan");
         prop_assert!(
@@ -171,7 +173,7 @@ proptest! {
         written in -300_000..3 * HOUR,
     ) {
         let now = at(r.ts.as_millis() + written);
-        let key = write_key(&r.as_ref(), &table, &fanout, now).expect("valid reading");
+        let key = write_key(&r.as_ref(), &table, &fanout, now).expect("valid reading").key;
         let t = r.ts.as_millis();
         let before = TimeRange::new(at(t - len), at(t)).expect("non-empty");
         let after = TimeRange::new(at(t + 1), at(t + 1 + len)).expect("non-empty");
@@ -252,9 +254,10 @@ proptest! {
                 )
                 .collect();
             let witness = (0..2000).map(|i| format!("w{i}")).find(|id| {
-                let r = ReadingRef { entity, event_id: id, ts, attribute: Some(id) };
+                let tags = BTreeMap::from([("site".to_owned(), id.clone())]);
+                let r = ReadingRef::new(entity, id, ts).with_tags(&tags);
                 nows.iter().any(|now| {
-                    let key = write_key(&r, &table, &fanout, *now).expect("valid");
+                    let key = write_key(&r, &table, &fanout, *now).expect("valid").key;
                     key.pk == q.pk && sk_in_bounds(q, &key.sk)
                 })
             });
@@ -290,12 +293,12 @@ proptest! {
         let margin = propagation_margin(Duration::from_secs(ttl_s), skew, Duration::from_millis(1));
         // A writer at `now` still accepts this reading: ts <= now + skew.
         let now = at(r.ts.as_millis() - i64::try_from(skew.as_millis()).expect("small") + lag);
-        let first = write_key(&r.as_ref(), &table, &fanout, now).expect("valid");
-        prop_assert_eq!(&write_key(&r.as_ref(), &table, &fanout, now).expect("valid"), &first);
+        let first = write_key(&r.as_ref(), &table, &fanout, now).expect("valid").key;
+        prop_assert_eq!(&write_key(&r.as_ref(), &table, &fanout, now).expect("valid").key, &first);
         let _ = table.schedule(new_layout, now, margin);
         if fanout.for_write(r.ts, now).is_some_and(|k| new_k < k) {
             let _ = fanout.schedule(new_k, now, margin);
         }
-        prop_assert_eq!(write_key(&r.as_ref(), &table, &fanout, now).expect("valid"), first);
+        prop_assert_eq!(write_key(&r.as_ref(), &table, &fanout, now).expect("valid").key, first);
     }
 }

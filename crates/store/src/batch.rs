@@ -1,31 +1,33 @@
 //! The batch writer: dedup, chunking, bounded concurrency and bounded retries.
 //!
-//! [`BatchWriter::write`] takes any number of items and answers with one
-//! [`Outcome`] per input item, so the caller can answer per message:
-//! 1. items without a usable key or over 400 KB are refused before any call
-//!    ([`Outcome::FailedPermanent`]);
-//! 2. items with the same `(PK, SK)` are written once (DynamoDB refuses a batch that
-//!    names a key twice); every duplicate shares the outcome of the one kept;
-//! 3. the rest go in chunks of at most 25 items and 16 MB, at most
+//! [`BatchWriter::write`] takes any number of [`Put`]s, each an item with the key and
+//! the size its caller made it with, and answers with one [`Outcome`] per put, so the
+//! caller can answer per message:
+//! 1. puts with the same key are written once (DynamoDB refuses a batch that names a
+//!    key twice); every duplicate shares the outcome of the one kept;
+//! 2. the rest go in chunks of at most 25 items and 16 MB, at most
 //!    `max_inflight` calls at a time. Writes that run at once may share one set of
 //!    [`Slots`] and stay within the limit together, so a caller may start writing the
 //!    first items of a batch and, while their calls are out, hand the writer the rest;
-//! 4. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
+//! 3. items DynamoDB leaves unprocessed, and whole calls that fail with a throttle or a
 //!    transient error, are retried after a full-jitter delay from `sharding`'s
 //!    [`Backoff`], until the attempts or the deadline run out; a call never outlives
 //!    the deadline. A call consumes the items it sends (the SDK takes its input by
-//!    value), so between attempts the writer holds each item's key, not a copy of the
+//!    value), so between attempts the writer holds each put's key, not a copy of its
 //!    item: an unprocessed item comes back in the answer, and an item a failed call
 //!    took is made again by the caller's [`Remake`];
-//! 5. a `ValidationException` on a chunk of several items splits it in halves (no
-//!    delay), so one item the pre-checks missed cannot take good items down with it;
-//! 6. a [`WriteObserver`] hears of every partition key a throttle refused as it happens,
+//! 4. a `ValidationException` on a chunk of several items splits it in halves (no
+//!    delay), so one item the caller's checks missed cannot take good items down with it;
+//! 5. a [`WriteObserver`] hears of every partition key a throttle refused as it happens,
 //!    and may declare a key stale: its items not yet written come back as
 //!    [`Outcome::Stale`] at their next attempt, for the caller to re-key (a raised
 //!    fan-out spreads them over more keys) rather than retried on the hot key.
 //!
-//! The one call is behind the [`BatchTable`] port: [`crate::dynamo::DynamoTable`] in
-//! production, [`crate::memory::MemoryTable`] (with injectable faults) in tests.
+//! The writer never reads a key or a size out of an item: a [`Put`] carries both, and
+//! cannot be made for an item over DynamoDB's 400 KB ([`SizedItem::new`], the one place
+//! that rule is checked). The one call is behind the [`BatchTable`] port:
+//! [`crate::dynamo::DynamoTable`] in production, [`crate::memory::MemoryTable`] (with
+//! injectable faults) in tests.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -35,12 +37,13 @@ use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharding::backoff::Backoff;
+use sharding::key::ItemKey;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::{PK, SK};
-use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size_and_wire_bound, wire_size};
+use crate::size::{MAX_ITEM_BYTES, WCU_BYTES, wire_bound, wire_size};
 
 /// A DynamoDB item as the SDK sees it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -49,36 +52,84 @@ pub type Item = HashMap<String, AttributeValue>;
 pub const MAX_BATCH_ITEMS: usize = 25;
 /// At most 16 MB per `BatchWriteItem` request.
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
-/// Default bound on concurrent calls.
-pub const DEFAULT_MAX_INFLIGHT: usize = 16;
 
-/// The primary key of a readings-table item.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// Partition key.
-    pub pk: String,
-    /// Sort key.
-    pub sk: String,
+/// An item over DynamoDB's 400 KB limit: no call could ever store it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the stored item would be {size} bytes; DynamoDB's limit is 400 KB ({MAX_ITEM_BYTES} bytes)"
+)]
+pub struct ItemTooLarge {
+    /// The item's size, by [`crate::size::item_size`]'s rule.
+    pub size: usize,
 }
 
-/// The `(PK, SK)` of an item, or why it has none usable.
-pub fn key_of(item: &Item) -> Result<Key, String> {
-    let (pk, sk) = key_ref(item)?;
-    Ok(Key {
-        pk: pk.to_owned(),
-        sk: sk.to_owned(),
-    })
+/// An item with its size by DynamoDB's rule ([`crate::size::item_size`]), as its maker
+/// measured it, known to fit the 400 KB limit: [`SizedItem::new`] is the one place the
+/// limit is checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizedItem {
+    item: Item,
+    size: usize,
 }
 
-/// [`key_of`], borrowed from the item.
-fn key_ref(item: &Item) -> Result<(&str, &str), String> {
-    let string = |name: &str| match item.get(name) {
-        Some(AttributeValue::S(s)) if !s.is_empty() => Ok(s.as_str()),
-        Some(AttributeValue::S(_)) => Err(format!("key attribute {name} is empty")),
-        Some(_) => Err(format!("key attribute {name} is not a string")),
-        None => Err(format!("key attribute {name} is missing")),
+impl SizedItem {
+    /// `item`, of `size` bytes; refused over 400 KB.
+    pub fn new(item: Item, size: usize) -> Result<Self, ItemTooLarge> {
+        if size > MAX_ITEM_BYTES {
+            return Err(ItemTooLarge { size });
+        }
+        Ok(Self { item, size })
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The item.
+    pub fn into_item(self) -> Item {
+        self.item
+    }
+}
+
+/// One item to put, with the key it was made under (its `PK` and `SK` attributes) and
+/// its size, both as its caller made them: the writer reads neither out of the item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Put<'k> {
+    key: &'k ItemKey,
+    item: SizedItem,
+}
+
+impl<'k> Put<'k> {
+    /// `item`, keyed `key`: its `PK` and `SK` attributes must be `key`'s.
+    pub fn new(key: &'k ItemKey, item: SizedItem) -> Self {
+        debug_assert_eq!(
+            answered_key(&item.item),
+            Some((key.pk.as_str(), key.sk.as_str())),
+            "a put's item must carry its key"
+        );
+        Self { key, item }
+    }
+
+    /// Its key.
+    pub fn key(&self) -> &'k ItemKey {
+        self.key
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> usize {
+        self.item.size
+    }
+}
+
+/// The `(PK, SK)` an answer's item names, borrowed: how the writer finds which of its
+/// puts an unprocessed item is.
+fn answered_key(item: &Item) -> Option<(&str, &str)> {
+    let string = |name| match item.get(name) {
+        Some(AttributeValue::S(s)) => Some(s.as_str()),
+        _ => None,
     };
-    Ok((string(PK)?, string(SK)?))
+    Some((string(PK)?, string(SK)?))
 }
 
 /// The port: one `BatchWriteItem` call of at most 25 put requests to the readings
@@ -128,19 +179,27 @@ pub trait WriteObserver: Sync {
 /// Hears nothing, declares nothing stale.
 impl WriteObserver for () {}
 
-/// Makes an input item of a write again, for another attempt after a failed call
+/// Makes the item of an input put again, for another attempt after a failed call
 /// consumed the one it sent. The writer then holds no copy of an item between
 /// attempts: copying every item for every call cost the ingest handler about a seventh
-/// of its CPU (bench item 1), for the rare call that fails whole.
+/// of its CPU, for the rare call that fails whole.
 pub trait Remake: Sync {
-    /// Input item `index`, whose key is `key`, as it was given to the write; `None`
-    /// if it cannot be made again (the item then fails, retryable).
-    fn remake(&self, index: usize, key: &Key) -> Option<Item>;
+    /// The item of input put `index`, whose key is `key`, as it was given to the write;
+    /// `None` if it cannot be made again (the put then fails, retryable).
+    fn remake(&self, index: usize, key: &ItemKey) -> Option<Item>;
 }
 
-/// Copies of the input, made again by cloning: for callers that have nothing cheaper.
+/// Nothing is made again: a put a failed call consumed fails, retryable.
+impl Remake for () {
+    fn remake(&self, _index: usize, _key: &ItemKey) -> Option<Item> {
+        None
+    }
+}
+
+/// Copies of the input items, made again by cloning: for callers that have nothing
+/// cheaper (tests).
 impl Remake for Vec<Item> {
-    fn remake(&self, index: usize, _key: &Key) -> Option<Item> {
+    fn remake(&self, index: usize, _key: &ItemKey) -> Option<Item> {
         self.get(index).cloned()
     }
 }
@@ -161,7 +220,7 @@ pub enum Outcome {
         /// signal to raise the entity's fan-out.
         throttle: Option<ThrottleKind>,
     },
-    /// Never storable as it is (too large, no key, refused by validation).
+    /// Never storable as it is (refused by DynamoDB's validation).
     FailedPermanent {
         /// Which rule it broke.
         reason: String,
@@ -186,8 +245,6 @@ pub struct WriteStats {
     pub written: u64,
     /// Input items dropped as duplicates of another input item.
     pub duplicates: u64,
-    /// Items refused before any call.
-    pub refused: u64,
     /// Items over 1 KB (they cost more than one write unit).
     pub large_items: u64,
     /// Items returned in `UnprocessedItems`, summed over calls.
@@ -214,7 +271,6 @@ impl WriteStats {
         self.retries += other.retries;
         self.written += other.written;
         self.duplicates += other.duplicates;
-        self.refused += other.refused;
         self.large_items += other.large_items;
         self.unprocessed += other.unprocessed;
         for (reason, n) in other.throttles {
@@ -248,74 +304,54 @@ pub struct WriterConfig {
     pub backoff: Backoff,
 }
 
-/// The input, deduplicated, checked and cut into chunks; pure, see [`prepare`].
+/// The input, deduplicated and cut into chunks; pure, see [`prepare`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
-    /// For each input item, the input index of the item written in its place
-    /// (itself, or the first earlier item with the same key).
+    /// For each input put, the input index of the put written in its place (itself, or
+    /// the first earlier put with the same key).
     pub canonical: Vec<usize>,
-    /// Input items refused before any call, with the reason.
-    pub refused: Vec<(usize, String)>,
     /// Chunks of input indices; every index appears at most once over all chunks.
     pub chunks: Vec<Vec<usize>>,
     /// Items over 1 KB among the chunked ones.
     pub large_items: u64,
 }
 
-/// Dedups by `(PK, SK)` keeping the first, refuses unkeyed and oversize items, and cuts
-/// the rest into chunks of at most [`MAX_BATCH_ITEMS`] items and [`MAX_REQUEST_BYTES`]
-/// of estimated request size, in input order.
-pub fn prepare(items: &[Item]) -> Prepared {
-    let mut canonical = Vec::with_capacity(items.len());
-    let mut first_of: HashMap<(&str, &str), usize> = HashMap::with_capacity(items.len());
-    let mut refused = Vec::new();
+/// Dedups by key keeping the first, and cuts the rest into chunks of at most
+/// [`MAX_BATCH_ITEMS`] items and [`MAX_REQUEST_BYTES`] of estimated request size, in
+/// input order.
+pub fn prepare(puts: &[Put<'_>]) -> Prepared {
+    let mut canonical = Vec::with_capacity(puts.len());
+    let mut first_of: HashMap<&ItemKey, usize> = HashMap::with_capacity(puts.len());
     let mut chunks = Chunker {
-        items,
+        puts,
         chunks: Vec::new(),
         bytes: 0,
         exact: false,
     };
     let mut large_items = 0;
-    for (i, item) in items.iter().enumerate() {
-        let key = match key_ref(item) {
-            Ok(key) => key,
-            Err(reason) => {
-                canonical.push(i);
-                refused.push((i, reason));
-                continue;
-            }
-        };
-        if let Some(&first) = first_of.get(&key) {
+    for (i, put) in puts.iter().enumerate() {
+        if let Some(&first) = first_of.get(put.key) {
             canonical.push(first);
             continue;
         }
-        first_of.insert(key, i);
+        first_of.insert(put.key, i);
         canonical.push(i);
-        let (size, bound) = item_size_and_wire_bound(item);
-        if size > MAX_ITEM_BYTES {
-            refused.push((
-                i,
-                format!("item size {size} bytes exceeds the 400 KB ({MAX_ITEM_BYTES} bytes) limit"),
-            ));
-            continue;
-        }
-        if size > WCU_BYTES {
+        if put.size() > WCU_BYTES {
             large_items += 1;
         }
-        chunks.push(i, bound);
+        chunks.push(i, wire_bound(&put.item.item));
     }
     Prepared {
         canonical,
-        refused,
         chunks: chunks.chunks,
         large_items,
     }
 }
 
-/// Chunks being cut from `items`, in input order: at most [`MAX_BATCH_ITEMS`] items
+/// Chunks being cut from `puts`, in input order: at most [`MAX_BATCH_ITEMS`] items
 /// and [`MAX_REQUEST_BYTES`] of estimated request each.
-struct Chunker<'i> {
-    items: &'i [Item],
+struct Chunker<'i, 'k> {
+    puts: &'i [Put<'k>],
     chunks: Vec<Vec<usize>>,
     /// The last chunk's bytes: a sum of bounds that read no string, or of exact
     /// estimates once the bounds could cut it (`exact`).
@@ -323,7 +359,7 @@ struct Chunker<'i> {
     exact: bool,
 }
 
-impl Chunker<'_> {
+impl Chunker<'_, '_> {
     /// Adds item `i`, whose wire-size bound is `bound`, to the last chunk if it fits
     /// there by the exact estimate, else to a new one.
     fn push(&mut self, i: usize, bound: usize) {
@@ -335,15 +371,15 @@ impl Chunker<'_> {
             return self.start(i, bound);
         }
         let mut bytes = if self.exact {
-            wire_size(&self.items[i])
+            wire_size(&self.puts[i].item.item)
         } else {
             bound
         };
         if !self.exact && self.bytes + bytes > MAX_REQUEST_BYTES {
             // The bounds could cut the chunk: count it exactly from here on.
             let last = self.chunks.last().into_iter().flatten();
-            self.bytes = last.map(|&j| wire_size(&self.items[j])).sum();
-            bytes = wire_size(&self.items[i]);
+            self.bytes = last.map(|&j| wire_size(&self.puts[j].item.item)).sum();
+            bytes = wire_size(&self.puts[i].item.item);
             self.exact = true;
         }
         if self.bytes + bytes > MAX_REQUEST_BYTES {
@@ -392,51 +428,38 @@ impl<T: BatchTable> BatchWriter<T> {
         &self.table
     }
 
-    /// Writes `items`, finishing before `deadline`; one outcome per item. `rng` seeds
-    /// the jitter of every chunk, so a seeded RNG makes the delays reproducible.
+    /// Writes `puts`, finishing before `deadline`; one outcome per put. `rng` seeds the
+    /// jitter of every chunk, so a seeded RNG makes the delays reproducible; an item a
+    /// failed call consumed is made again by `remake` for the next attempt.
     pub async fn write<R: Rng + ?Sized>(
         &self,
-        items: Vec<Item>,
+        puts: Vec<Put<'_>>,
         deadline: Instant,
         rng: &mut R,
+        remake: &dyn Remake,
     ) -> BatchReport {
-        self.write_observed(items, deadline, rng, &()).await
-    }
-
-    /// [`write`](Self::write), telling `observer` the partition key of every item a
-    /// throttle refused, as it happens, so a caller can react (raise the entity's
-    /// fan-out) while the retries still back off; items whose key the observer then
-    /// declares stale come back as [`Outcome::Stale`].
-    pub async fn write_observed<R: Rng + ?Sized>(
-        &self,
-        items: Vec<Item>,
-        deadline: Instant,
-        rng: &mut R,
-        observer: &dyn WriteObserver,
-    ) -> BatchReport {
-        let copies = items.clone();
-        self.write_in(items, deadline, rng, observer, &self.slots(), &copies)
+        self.write_in(puts, deadline, rng, &(), &self.slots(), remake)
             .await
     }
 
-    /// [`write_observed`](Self::write_observed) within `slots`, which other writes
-    /// running at once may share: together they have at most `max_inflight` calls out.
-    /// An item a failed call consumed is made again by `remake` for the next attempt.
-    #[tracing::instrument(skip_all, fields(items = items.len()))]
+    /// [`write`](Self::write) within `slots`, which other writes running at once may
+    /// share: together they have at most `max_inflight` calls out. `observer` hears the
+    /// partition key of every item a throttle refused, as it happens, so a caller can
+    /// react (raise the entity's fan-out) while the retries still back off; items whose
+    /// key it then declares stale come back as [`Outcome::Stale`].
+    #[tracing::instrument(skip_all, fields(items = puts.len()))]
     pub async fn write_in<R: Rng + ?Sized>(
         &self,
-        items: Vec<Item>,
+        puts: Vec<Put<'_>>,
         deadline: Instant,
         rng: &mut R,
         observer: &dyn WriteObserver,
         slots: &Slots,
         remake: &dyn Remake,
     ) -> BatchReport {
-        let prepared = prepare(&items);
+        let prepared = prepare(&puts);
         let mut stats = WriteStats {
             large_items: prepared.large_items,
-            refused: prepared.refused.len() as u64,
-            failed_permanent: prepared.refused.len() as u64,
             duplicates: prepared
                 .canonical
                 .iter()
@@ -445,34 +468,19 @@ impl<T: BatchTable> BatchWriter<T> {
                 .count() as u64,
             ..WriteStats::default()
         };
-        let mut by_index: HashMap<usize, Outcome> = prepared
-            .refused
-            .iter()
-            .map(|(i, reason)| {
-                (
-                    *i,
-                    Outcome::FailedPermanent {
-                        reason: reason.clone(),
-                    },
-                )
-            })
-            .collect();
-
-        let mut unsent: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        let mut unsent: Vec<Option<Put<'_>>> = puts.into_iter().map(Some).collect();
         let jobs: Vec<_> = prepared
             .chunks
             .iter()
             .map(|chunk| {
-                let batch: Vec<Pending> = chunk
+                let batch: Vec<Pending<'_>> = chunk
                     .iter()
                     .filter_map(|&index| {
-                        let item = unsent.get_mut(index).and_then(Option::take)?;
-                        // Every chunked item has a key: `prepare` refused the others.
-                        let key = key_of(&item).ok()?;
+                        let put = unsent.get_mut(index).and_then(Option::take)?;
                         Some(Pending {
                             index,
-                            key,
-                            item: Some(item),
+                            key: put.key,
+                            item: Some(put.item.item),
                         })
                     })
                     .collect();
@@ -490,11 +498,12 @@ impl<T: BatchTable> BatchWriter<T> {
                 .await
         }))
         .buffer_unordered(max_inflight);
-        while let Some((outcomes, chunk_stats)) = results.next().await {
-            stats.absorb(chunk_stats);
-            by_index.extend(outcomes);
+        let mut by_index: HashMap<usize, Outcome> =
+            HashMap::with_capacity(prepared.canonical.len());
+        while let Some(tally) = results.next().await {
+            stats.absorb(tally.stats);
+            by_index.extend(tally.done);
         }
-
         let outcomes: Vec<Outcome> = prepared
             .canonical
             .iter()
@@ -503,7 +512,7 @@ impl<T: BatchTable> BatchWriter<T> {
                     .get(c)
                     .cloned()
                     .unwrap_or_else(|| Outcome::FailedRetryable {
-                        // Unreachable by construction: every canonical index is refused or chunked.
+                        // Unreachable by construction: every canonical index is chunked.
                         reason: "no outcome recorded".to_owned(),
                         throttle: None,
                     })
@@ -513,228 +522,340 @@ impl<T: BatchTable> BatchWriter<T> {
         BatchReport { outcomes, stats }
     }
 
-    /// One chunk until every item has an outcome: retries within the budget, splits on
-    /// validation errors.
+    /// One chunk until every item has an outcome: its sub-batches in turn, the halves
+    /// of one a validation error split included.
     async fn write_chunk(
         &self,
-        chunk: Vec<Pending>,
+        chunk: Vec<Pending<'_>>,
         deadline: Instant,
         mut rng: StdRng,
         observer: &dyn WriteObserver,
         remake: &dyn Remake,
-    ) -> (Vec<(usize, Outcome)>, WriteStats) {
-        let mut stats = WriteStats::default();
-        let mut done: Vec<(usize, Outcome)> = Vec::with_capacity(chunk.len());
-        let mut queue: VecDeque<Vec<Pending>> = VecDeque::from([chunk]);
-        while let Some(mut pending) = queue.pop_front() {
-            let mut attempt: u32 = 0;
-            // The most recent call-level throttle in this sub-batch: unprocessed items
-            // carry no reason, so this is the best evidence of why they stay out.
-            let mut throttle: Option<ThrottleKind> = None;
-            let mut last_reason = String::new();
-            loop {
-                if Instant::now() >= deadline {
-                    if last_reason.is_empty() {
-                        last_reason = "deadline reached before the first attempt".to_owned();
-                    }
-                    fail_all(&mut done, &mut stats, &mut pending, &last_reason, throttle);
-                    break;
-                }
-                if attempt > 0 {
-                    give_back_stale(&mut done, &mut stats, &mut pending, observer);
-                }
-                // Empty when every item went back stale or could not be made again.
-                let items = lend(&mut done, &mut stats, &mut pending, remake);
-                if items.is_empty() {
-                    break;
-                }
-                if attempt > 0 {
-                    stats.retries += 1;
-                }
-                stats.calls += 1;
-                let result =
-                    match tokio::time::timeout_at(deadline, self.table.batch_write(items)).await {
-                        Ok(result) => result,
-                        Err(_) => Err(StoreError::Deadline),
-                    };
-                match result {
-                    Ok(unprocessed) => {
-                        // The answer gives back the items it left: the next attempt sends
-                        // them again as they are.
-                        let mut left: HashMap<Key, Item> = unprocessed
-                            .into_iter()
-                            .filter_map(|it| Some((key_of(&it).ok()?, it)))
-                            .collect();
-                        let before = pending.len();
-                        pending.retain_mut(|p| {
-                            // The usual answer leaves nothing: nothing to look up then.
-                            p.item = if left.is_empty() {
-                                None
-                            } else {
-                                left.remove(&p.key)
-                            };
-                            let stays = p.item.is_some();
-                            if !stays {
-                                done.push((p.index, Outcome::Written));
-                            }
-                            stays
-                        });
-                        stats.written += (before - pending.len()) as u64;
-                        stats.unprocessed += pending.len() as u64;
-                        // Unprocessed items carry no reason: after a key-range throttle
-                        // on this chunk, they are more of the same.
-                        if throttle == Some(ThrottleKind::KeyRange) {
-                            for p in &pending {
-                                observer.throttled(&p.key.pk);
-                            }
-                        }
-                        last_reason = match throttle {
-                            Some(kind) => format!("unprocessed after a {kind} throttle"),
-                            None => "unprocessed".to_owned(),
-                        };
-                    }
-                    Err(err) if err.is_permanent() => {
-                        if pending.len() > 1 {
-                            let back = pending.split_off(pending.len() / 2);
-                            queue.push_back(std::mem::take(&mut pending));
-                            queue.push_back(back);
-                        } else {
-                            let reason = err.to_string();
-                            for p in pending.drain(..) {
-                                stats.failed_permanent += 1;
-                                done.push((
-                                    p.index,
-                                    Outcome::FailedPermanent {
-                                        reason: reason.clone(),
-                                    },
-                                ));
-                            }
-                        }
-                        break;
-                    }
-                    Err(err) if err.is_retryable() => {
-                        match &err {
-                            StoreError::Throttled { kind, reason } => {
-                                throttle = Some(*kind);
-                                *stats.throttles.entry(reason.clone()).or_default() += 1;
-                                if *kind == ThrottleKind::KeyRange {
-                                    for p in &pending {
-                                        observer.throttled(&p.key.pk);
-                                        *stats
-                                            .key_range_throttled
-                                            .entry(p.key.pk.clone())
-                                            .or_default() += 1;
-                                    }
-                                }
-                            }
-                            _ => stats.transient_errors += 1,
-                        }
-                        last_reason = err.to_string();
-                    }
-                    Err(err) => {
-                        // Deadline or configuration: another attempt now cannot help.
-                        if err == StoreError::Deadline {
-                            stats.transient_errors += 1;
-                        }
-                        fail_all(
-                            &mut done,
-                            &mut stats,
-                            &mut pending,
-                            &err.to_string(),
-                            throttle,
-                        );
-                        break;
-                    }
-                }
-                if pending.is_empty() {
-                    break;
-                }
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let delay = self.config.backoff.next_delay(attempt, remaining, &mut rng);
-                attempt += 1;
-                match delay {
-                    Some(delay) => tokio::time::sleep(delay).await,
-                    None => {
-                        fail_all(&mut done, &mut stats, &mut pending, &last_reason, throttle);
-                        break;
-                    }
-                }
+    ) -> Tally {
+        let mut tally = Tally::default();
+        let mut queue: VecDeque<Vec<Pending<'_>>> = VecDeque::from([chunk]);
+        while let Some(pending) = queue.pop_front() {
+            let attempts = Attempts {
+                deadline,
+                observer,
+                remake,
+            };
+            if let Some(halves) = self
+                .write_sub_batch(pending, &attempts, &mut rng, &mut tally)
+                .await
+            {
+                queue.extend(halves);
             }
         }
-        (done, stats)
+        tally
+    }
+
+    /// Attempts one sub-batch until every item has an outcome: retries within the
+    /// budget. A validation error on several items ends it early with its two halves,
+    /// for the caller to write in turn.
+    async fn write_sub_batch<'k>(
+        &self,
+        mut pending: Vec<Pending<'k>>,
+        at: &Attempts<'_>,
+        rng: &mut StdRng,
+        tally: &mut Tally,
+    ) -> Option<[Vec<Pending<'k>>; 2]> {
+        let mut attempt: u32 = 0;
+        // The most recent call-level throttle in this sub-batch: unprocessed items carry
+        // no reason, so this is the best evidence of why they stay out.
+        let mut throttle: Option<ThrottleKind> = None;
+        let mut last_reason = String::new();
+        loop {
+            if Instant::now() >= at.deadline {
+                if last_reason.is_empty() {
+                    last_reason = "deadline reached before the first attempt".to_owned();
+                }
+                tally.fail_all(&mut pending, &last_reason, throttle);
+                return None;
+            }
+            if attempt > 0 {
+                tally.give_back_stale(&mut pending, at.observer);
+            }
+            // Empty when every item went back stale or could not be made again.
+            let items = tally.lend(&mut pending, at.remake);
+            if items.is_empty() {
+                return None;
+            }
+            if attempt > 0 {
+                tally.stats.retries += 1;
+            }
+            tally.stats.calls += 1;
+            let result = tokio::time::timeout_at(at.deadline, self.table.batch_write(items))
+                .await
+                .unwrap_or(Err(StoreError::Deadline));
+            match result {
+                Ok(unprocessed) => {
+                    tally.take_answer(&mut pending, unprocessed);
+                    // Unprocessed items carry no reason: after a key-range throttle on
+                    // this chunk, they are more of the same.
+                    if throttle == Some(ThrottleKind::KeyRange) {
+                        for p in &pending {
+                            at.observer.throttled(&p.key.pk);
+                        }
+                    }
+                    last_reason = match throttle {
+                        Some(kind) => format!("unprocessed after a {kind} throttle"),
+                        None => "unprocessed".to_owned(),
+                    };
+                }
+                Err(err) if err.is_permanent() => {
+                    if pending.len() > 1 {
+                        let back = pending.split_off(pending.len() / 2);
+                        return Some([pending, back]);
+                    }
+                    tally.fail_permanent(&mut pending, &err.to_string());
+                    return None;
+                }
+                Err(err) if err.is_retryable() => {
+                    if let StoreError::Throttled { kind, reason } = &err {
+                        throttle = Some(*kind);
+                        tally.throttled(*kind, reason, &pending, at.observer);
+                    } else {
+                        tally.stats.transient_errors += 1;
+                    }
+                    last_reason = err.to_string();
+                }
+                Err(err) => {
+                    // Deadline or configuration: another attempt now cannot help.
+                    if err == StoreError::Deadline {
+                        tally.stats.transient_errors += 1;
+                    }
+                    tally.fail_all(&mut pending, &err.to_string(), throttle);
+                    return None;
+                }
+            }
+            if pending.is_empty() {
+                return None;
+            }
+            let remaining = at.deadline.saturating_duration_since(Instant::now());
+            let Some(delay) = self.config.backoff.next_delay(attempt, remaining, rng) else {
+                tally.fail_all(&mut pending, &last_reason, throttle);
+                return None;
+            };
+            attempt += 1;
+            tokio::time::sleep(delay).await;
+        }
     }
 }
 
-/// One item of a chunk without an outcome yet: its input index, its key, and the item
-/// itself unless a failed call consumed it.
-struct Pending {
+/// What every attempt of one write shares.
+struct Attempts<'a> {
+    deadline: Instant,
+    observer: &'a dyn WriteObserver,
+    remake: &'a dyn Remake,
+}
+
+/// One put of a chunk without an outcome yet: its input index, its key, and its item
+/// unless a call consumed it.
+struct Pending<'k> {
     index: usize,
-    key: Key,
+    key: &'k ItemKey,
     item: Option<Item>,
 }
 
-/// The items of `pending` for the next call, moved out: each one held, or made again by
-/// `remake` when a failed call consumed it. An item that cannot be made again leaves
-/// `pending` as failed, retryable.
-fn lend(
-    done: &mut Vec<(usize, Outcome)>,
-    stats: &mut WriteStats,
-    pending: &mut Vec<Pending>,
-    remake: &dyn Remake,
-) -> Vec<Item> {
-    let mut items = Vec::with_capacity(pending.len());
-    pending.retain_mut(|p| {
-        match p.item.take().or_else(|| remake.remake(p.index, &p.key)) {
-            Some(item) => items.push(item),
-            None => {
-                stats.failed_retryable += 1;
-                done.push((
-                    p.index,
-                    Outcome::FailedRetryable {
-                        reason: "the item could not be made again for another attempt".to_owned(),
-                        throttle: None,
-                    },
-                ));
-                return false;
+/// One chunk's outcomes by input index, and its counters.
+#[derive(Default)]
+struct Tally {
+    done: Vec<(usize, Outcome)>,
+    stats: WriteStats,
+}
+
+impl Tally {
+    /// The items of `pending` for the next call, moved out: each one held, or made
+    /// again by `remake` when a failed call consumed it. An item that cannot be made
+    /// again leaves `pending` as failed, retryable.
+    fn lend(&mut self, pending: &mut Vec<Pending<'_>>, remake: &dyn Remake) -> Vec<Item> {
+        let mut items = Vec::with_capacity(pending.len());
+        pending.retain_mut(|p| {
+            match p.item.take().or_else(|| remake.remake(p.index, p.key)) {
+                Some(item) => items.push(item),
+                None => {
+                    self.stats.failed_retryable += 1;
+                    self.done.push((
+                        p.index,
+                        Outcome::FailedRetryable {
+                            reason: "the item could not be made again for another attempt"
+                                .to_owned(),
+                            throttle: None,
+                        },
+                    ));
+                    return false;
+                }
+            }
+            true
+        });
+        items
+    }
+
+    /// A call's answer: the items it left unprocessed go back into `pending`, as they
+    /// came back, for the next attempt; every other item of the call is written. An
+    /// answer naming a key none of `pending` has (a put whose item disagrees with its
+    /// key) proves nothing about which were written: then every item of the call stays
+    /// pending, to be sent again (made again where the answer did not give it back).
+    fn take_answer(&mut self, pending: &mut Vec<Pending<'_>>, unprocessed: Vec<Item>) {
+        let mut unmatched = false;
+        // The usual answer leaves nothing: nothing to look up then.
+        if !unprocessed.is_empty() {
+            let by_key: HashMap<(&str, &str), usize> = pending
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ((p.key.pk.as_str(), p.key.sk.as_str()), i))
+                .collect();
+            let found: Vec<(Option<usize>, Item)> = unprocessed
+                .into_iter()
+                .map(|item| {
+                    let at = answered_key(&item).and_then(|key| by_key.get(&key).copied());
+                    (at, item)
+                })
+                .collect();
+            for (at, item) in found {
+                match at.and_then(|i| pending.get_mut(i)) {
+                    Some(p) => p.item = Some(item),
+                    None => unmatched = true,
+                }
             }
         }
-        true
-    });
-    items
-}
-
-/// Moves the items whose key `observer` declares stale from `pending` to `done`.
-fn give_back_stale(
-    done: &mut Vec<(usize, Outcome)>,
-    stats: &mut WriteStats,
-    pending: &mut Vec<Pending>,
-    observer: &dyn WriteObserver,
-) {
-    pending.retain(|p| {
-        let stale = observer.stale(&p.key.pk);
-        if stale {
-            stats.stale += 1;
-            done.push((p.index, Outcome::Stale));
+        if unmatched {
+            self.stats.unprocessed += pending.len() as u64;
+            return;
         }
-        !stale
-    });
+        let before = pending.len();
+        pending.retain(|p| {
+            let stays = p.item.is_some();
+            if !stays {
+                self.done.push((p.index, Outcome::Written));
+            }
+            stays
+        });
+        self.stats.written += (before - pending.len()) as u64;
+        self.stats.unprocessed += pending.len() as u64;
+    }
+
+    /// A throttled call: counted by its reason, and a key-range throttle told to
+    /// `observer` and counted per partition key of `pending`.
+    fn throttled(
+        &mut self,
+        kind: ThrottleKind,
+        reason: &str,
+        pending: &[Pending<'_>],
+        observer: &dyn WriteObserver,
+    ) {
+        *self.stats.throttles.entry(reason.to_owned()).or_default() += 1;
+        if kind == ThrottleKind::KeyRange {
+            for p in pending {
+                observer.throttled(&p.key.pk);
+                *self
+                    .stats
+                    .key_range_throttled
+                    .entry(p.key.pk.clone())
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    /// Moves the items whose key `observer` declares stale from `pending` to the done.
+    fn give_back_stale(&mut self, pending: &mut Vec<Pending<'_>>, observer: &dyn WriteObserver) {
+        pending.retain(|p| {
+            let stale = observer.stale(&p.key.pk);
+            if stale {
+                self.stats.stale += 1;
+                self.done.push((p.index, Outcome::Stale));
+            }
+            !stale
+        });
+    }
+
+    fn fail_all(
+        &mut self,
+        pending: &mut Vec<Pending<'_>>,
+        reason: &str,
+        throttle: Option<ThrottleKind>,
+    ) {
+        for p in pending.drain(..) {
+            self.stats.failed_retryable += 1;
+            self.done.push((
+                p.index,
+                Outcome::FailedRetryable {
+                    reason: reason.to_owned(),
+                    throttle,
+                },
+            ));
+        }
+    }
+
+    fn fail_permanent(&mut self, pending: &mut Vec<Pending<'_>>, reason: &str) {
+        for p in pending.drain(..) {
+            self.stats.failed_permanent += 1;
+            self.done.push((
+                p.index,
+                Outcome::FailedPermanent {
+                    reason: reason.to_owned(),
+                },
+            ));
+        }
+    }
 }
 
-fn fail_all(
-    done: &mut Vec<(usize, Outcome)>,
-    stats: &mut WriteStats,
-    pending: &mut Vec<Pending>,
-    reason: &str,
-    throttle: Option<ThrottleKind>,
-) {
-    for p in pending.drain(..) {
-        stats.failed_retryable += 1;
-        done.push((
-            p.index,
-            Outcome::FailedRetryable {
-                reason: reason.to_owned(),
-                throttle,
-            },
-        ));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sk: &str) -> ItemKey {
+        ItemKey {
+            pk: "p".to_owned(),
+            sk: sk.to_owned(),
+        }
+    }
+
+    fn item(sk: &str) -> Item {
+        HashMap::from([
+            (PK.to_owned(), AttributeValue::S("p".to_owned())),
+            (SK.to_owned(), AttributeValue::S(sk.to_owned())),
+        ])
+    }
+
+    #[test]
+    fn an_answer_naming_no_pending_key_keeps_every_item_of_the_call_pending() {
+        let keys = [key("a"), key("b")];
+        let mut pending: Vec<Pending<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| Pending {
+                index,
+                key,
+                item: None,
+            })
+            .collect();
+        let mut tally = Tally::default();
+        // "b" came back as sent; "z" is no key of the call.
+        tally.take_answer(&mut pending, vec![item("b"), item("z")]);
+        assert!(tally.done.is_empty(), "nothing is known written");
+        assert_eq!(pending.len(), 2);
+        assert!(pending[0].item.is_none(), "to be made again");
+        assert_eq!(pending[1].item, Some(item("b")), "sent again as given back");
+    }
+
+    #[test]
+    fn an_answer_naming_pending_keys_writes_the_rest() {
+        let keys = [key("a"), key("b")];
+        let mut pending: Vec<Pending<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| Pending {
+                index,
+                key,
+                item: None,
+            })
+            .collect();
+        let mut tally = Tally::default();
+        tally.take_answer(&mut pending, vec![item("b")]);
+        assert_eq!(tally.done, vec![(0, Outcome::Written)]);
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].key, &keys[1]);
     }
 }

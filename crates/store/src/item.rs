@@ -124,7 +124,7 @@ impl ReadingItem {
     /// sized by DynamoDB's rule as it is built rather than walked again after.
     /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
     #[must_use]
-    pub fn marshal(reading: &Reading, key: ItemKey, retention: Duration) -> Encoded {
+    pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
         let ts_ms = reading.ts.as_millis();
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         let ttl = ts_ms.div_euclid(1000).saturating_add(retention_secs);
@@ -134,8 +134,8 @@ impl ReadingItem {
             size += rule::attribute_size(name, value_size);
             item.insert(name.to_owned(), value);
         };
-        put("PK", string(key.pk));
-        put("SK", string(key.sk));
+        put(PK, string(key.pk.clone()));
+        put(SK, string(key.sk.clone()));
         put("device_id", string(reading.device_id.clone()));
         put("event_id", string(reading.event_id.clone()));
         put("ts", string(reading.ts.to_rfc3339()));
@@ -246,7 +246,7 @@ mod tests {
                 let owned = ReadingItem::new(&r, key(), retention)
                     .to_item()
                     .expect("serializable");
-                let encoded = ReadingItem::marshal(&r, key(), retention);
+                let encoded = ReadingItem::marshal(&r, &key(), retention);
                 assert_eq!(encoded.size, crate::size::item_size(&owned));
                 assert_eq!(encoded.item, owned);
             }

@@ -4,8 +4,8 @@
 //!
 //! # Ports
 //!
-//! The application crates reach AWS through four narrow ports, each with an adapter
-//! ([`dynamo`], [`read`], `sqs`) and an in-memory fake in [`memory`] (with injectable
+//! The application crates reach AWS through five narrow ports, each with an adapter
+//! ([`dynamo`], [`read`], [`scan`], `sqs`) and an in-memory fake in [`memory`] (with injectable
 //! faults), and the logic on top of them lives here once, so tests against
 //! the fakes exercise the real retry, dedup, cache and fan-out code:
 //!
@@ -18,8 +18,9 @@
 //! | [`queue::Queue`]: dead letters, redelivery delays, requeues | `sqs::SqsQueue` (feature `sqs`) | [`memory::MemoryQueue`] | the ingest's last stages |
 //!
 //! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
-//! the edge. `secrets` (feature `secrets`) reads a secret's value once, at a function's
-//! start (the query's cursor key).
+//! the edge. [`sdk::lambda_config`] is the SDK configuration both functions load at
+//! their start, and `secrets` (feature `secrets`) reads a secret's value once there
+//! (the query's cursor key).
 //!
 //! # Tables
 //!
@@ -76,6 +77,7 @@ pub mod memory;
 pub mod queue;
 pub mod read;
 pub mod scan;
+pub mod sdk;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod size;
@@ -83,8 +85,8 @@ pub mod size;
 pub mod sqs;
 
 pub use batch::{
-    BatchReport, BatchTable, BatchWriter, Item, Key, Outcome, Remake, WriteObserver, WriteStats,
-    WriterConfig,
+    BatchReport, BatchTable, BatchWriter, Item, ItemTooLarge, Outcome, Put, Remake, SizedItem,
+    WriteObserver, WriteStats, WriterConfig,
 };
 pub use directory::{
     CachedDirectory, PlanFanoutError, PlannedFanout, ShardDirectory, ShardReader, ShardStore,

@@ -9,14 +9,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::fanout::ShardMeta;
+use sharding::key::ItemKey;
 use sharding::time::Timestamp;
 
-use crate::batch::{BatchTable, Item, Key, MAX_BATCH_ITEMS, key_of};
+use crate::batch::{BatchTable, Item, MAX_BATCH_ITEMS};
 use crate::directory::hot::{self, EntityRecord, HotListing};
 use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
+use crate::item::{PK, SK};
 use crate::size::{MAX_ITEM_BYTES, item_size};
 
 mod queue;
@@ -26,6 +29,20 @@ pub use queue::MemoryQueue;
 pub use readings::MemoryReadings;
 pub use scan::MemoryScan;
 
+/// The key of `item`, read as DynamoDB reads it: `PK` and `SK`, non-empty strings.
+fn item_key(item: &Item) -> Result<ItemKey, StoreError> {
+    let string = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(AttributeValue::S(_)) => Err(format!("key attribute {name} is empty")),
+        Some(_) => Err(format!("key attribute {name} is not a string")),
+        None => Err(format!("key attribute {name} is missing")),
+    };
+    Ok(ItemKey {
+        pk: string(PK).map_err(StoreError::Validation)?,
+        sk: string(SK).map_err(StoreError::Validation)?,
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread must not hide the state from the assertions after it.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -33,8 +50,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[derive(Debug, Default)]
 struct TableState {
-    items: BTreeMap<Key, Item>,
-    calls: Vec<Vec<Key>>,
+    items: BTreeMap<ItemKey, Item>,
+    calls: Vec<Vec<ItemKey>>,
     unprocessed_fraction: f64,
     hot_pks: HashSet<String>,
     scripted: VecDeque<StoreError>,
@@ -68,11 +85,6 @@ impl MemoryTable {
         lock(&self.state).hot_pks.insert(pk.into());
     }
 
-    /// Stops throttling every partition key.
-    pub fn clear_throttles(&self) {
-        lock(&self.state).hot_pks.clear();
-    }
-
     /// The next calls fail with these errors, in order, before touching any item.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
         lock(&self.state).scripted.extend(errors);
@@ -84,7 +96,7 @@ impl MemoryTable {
     }
 
     /// The stored items, by key.
-    pub fn items(&self) -> BTreeMap<Key, Item> {
+    pub fn items(&self) -> BTreeMap<ItemKey, Item> {
         lock(&self.state).items.clone()
     }
 
@@ -94,7 +106,7 @@ impl MemoryTable {
     }
 
     /// The keys of every call so far, in call order.
-    pub fn calls(&self) -> Vec<Vec<Key>> {
+    pub fn calls(&self) -> Vec<Vec<ItemKey>> {
         lock(&self.state).calls.clone()
     }
 
@@ -102,7 +114,7 @@ impl MemoryTable {
         let mut state = lock(&self.state);
         let mut keys = Vec::with_capacity(items.len());
         for item in &items {
-            keys.push(key_of(item).map_err(StoreError::Validation)?);
+            keys.push(item_key(item)?);
         }
         state.calls.push(keys.clone());
         if let Some(err) = state.scripted.pop_front() {

@@ -144,7 +144,16 @@ fn is_attribute_name(name: &str) -> bool {
 /// queue whose maximum message size is `max_bytes`, if it would: an empty body, a
 /// character outside SQS's set in the body or a value, more than [`MAX_ATTRIBUTES`],
 /// an invalid name or data type, an empty value, or more than `max_bytes` in all.
-pub fn check_message(body: &str, attributes: &Attributes, max_bytes: usize) -> Result<(), String> {
+pub fn check_message(
+    body: &str,
+    attributes: &Attributes,
+    max_bytes: usize,
+) -> Result<(), QueueError> {
+    message_rule(body, attributes, max_bytes).map_err(QueueError::Invalid)
+}
+
+/// [`check_message`]'s rules, the first broken named.
+fn message_rule(body: &str, attributes: &Attributes, max_bytes: usize) -> Result<(), String> {
     if body.is_empty() {
         return Err("the message body must not be empty".to_owned());
     }
@@ -365,21 +374,61 @@ pub struct Requeue {
     pub delay_secs: u32,
 }
 
+/// Why a letter, delay or copy did not reach its queue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// It breaks one of SQS's rules, found before any call ([`check_message`], or the
+    /// SDK's builder).
+    #[error("{0}")]
+    Invalid(String),
+    /// SQS refused this entry of a batch call.
+    #[error("{code}: {message}")]
+    Refused {
+        /// SQS's error code.
+        code: String,
+        /// SQS's message.
+        message: String,
+    },
+    /// The whole batch call failed (a transport, throttling or service error).
+    #[error("{call} failed: {reason}")]
+    CallFailed {
+        /// The SQS action.
+        call: &'static str,
+        /// The SDK's error, with its context.
+        reason: String,
+    },
+    /// A source-queue action with no source queue URL configured.
+    #[error("no source queue URL configured")]
+    NoSourceQueue,
+    /// The invocation's deadline came first.
+    #[error("deadline reached while {doing}")]
+    Deadline {
+        /// What was under way.
+        doing: &'static str,
+    },
+    /// A failure a test injected into the in-memory queue.
+    #[error("injected {0} failure")]
+    Injected(&'static str),
+}
+
 /// The port: one result per letter, delay or copy, in order.
 pub trait Queue: Send + Sync {
     /// Sends `letters` to the dead-letter queue, each with its body and attributes as
-    /// they are; `Err(why)` for each one not accepted.
+    /// they are; an error for each one not accepted.
     fn dead_letter(
         &self,
         letters: &[DeadLetter],
-    ) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+    ) -> impl Future<Output = Vec<Result<(), QueueError>>> + Send;
 
-    /// Sets each message's visibility timeout on the source queue; `Err(why)` for each
-    /// one not changed (it then comes back after the queue's own timeout).
-    fn delay(&self, delays: &[Delay]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+    /// Sets each message's visibility timeout on the source queue; an error for each one
+    /// not changed (it then comes back after the queue's own timeout).
+    fn delay(&self, delays: &[Delay]) -> impl Future<Output = Vec<Result<(), QueueError>>> + Send;
 
-    /// Sends `copies` to the source queue; `Err(why)` for each one not accepted.
-    fn requeue(&self, copies: &[Requeue]) -> impl Future<Output = Vec<Result<(), String>>> + Send;
+    /// Sends `copies` to the source queue; an error for each one not accepted.
+    fn requeue(
+        &self,
+        copies: &[Requeue],
+    ) -> impl Future<Output = Vec<Result<(), QueueError>>> + Send;
 }
 
 #[cfg(test)]

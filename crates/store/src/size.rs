@@ -33,12 +33,12 @@ pub fn wire_size(item: &HashMap<String, AttributeValue>) -> usize {
     sizes::<true>(item).1
 }
 
-/// [`item_size`] and an upper bound of [`wire_size`] that reads no string's bytes: each
-/// is counted as if every byte were escaped. The batch writer sizes every item of every
-/// batch, and a batch's strings are mostly out of cache by then; it walks the exact
-/// estimate only where this bound could cut a chunk (items of tens of KB).
-pub fn item_size_and_wire_bound(item: &HashMap<String, AttributeValue>) -> (usize, usize) {
-    sizes::<false>(item)
+/// An upper bound of [`wire_size`] that reads no string's bytes: each is counted as if
+/// every byte were escaped. The batch writer bounds every item of every batch, and a
+/// batch's strings are mostly out of cache by then; it walks the exact estimate only
+/// where this bound could cut a chunk (items of tens of KB).
+pub fn wire_bound(item: &HashMap<String, AttributeValue>) -> usize {
+    sizes::<false>(item).1
 }
 
 /// An item's size and its wire estimate, exact or bounded ([`quoted`]).
@@ -200,9 +200,10 @@ mod tests {
                 )])),
             ),
         ]);
-        let (size, bound) = item_size_and_wire_bound(&item);
+        let (size, bound) = sizes::<false>(&item);
         assert_eq!(size, item_size(&item));
         assert_eq!(sizes::<true>(&item).0, size);
+        assert_eq!(wire_bound(&item), bound);
         assert!(bound >= wire_size(&item));
     }
 }

@@ -5,7 +5,11 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
 
-use crate::queue::{Attributes, DeadLetter, Delay, MAX_DELAY_SECS, Queue, Requeue, message_bytes};
+use aws_sdk_sqs::types::BatchResultErrorEntry;
+
+use crate::queue::{
+    Attributes, DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue, message_bytes,
+};
 
 /// At most 10 entries per `SendMessageBatch`.
 const MAX_ENTRIES: usize = 10;
@@ -41,11 +45,11 @@ impl SqsQueue {
     async fn send_all(
         &self,
         queue_url: &str,
-        entries: Vec<Result<SendMessageBatchRequestEntry, String>>,
+        entries: Vec<Result<SendMessageBatchRequestEntry, QueueError>>,
         sizes: impl IntoIterator<Item = usize>,
-    ) -> Vec<Result<(), String>> {
-        let mut results: Vec<Result<(), String>> = vec![Ok(()); entries.len()];
-        let mut entries: Vec<Option<Result<SendMessageBatchRequestEntry, String>>> =
+    ) -> Vec<Result<(), QueueError>> {
+        let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); entries.len()];
+        let mut entries: Vec<Option<Result<SendMessageBatchRequestEntry, QueueError>>> =
             entries.into_iter().map(Some).collect();
         for group in groups(sizes) {
             let mut batch = Vec::with_capacity(group.len());
@@ -59,30 +63,18 @@ impl SqsQueue {
             if batch.is_empty() {
                 continue;
             }
-            match self
+            let answer = self
                 .client
                 .send_message_batch()
                 .queue_url(queue_url)
                 .set_entries(Some(batch))
                 .send()
-                .await
-            {
-                Ok(output) => record_failures(
-                    &mut results,
-                    output
-                        .failed()
-                        .iter()
-                        .map(|f| (f.id(), f.code(), f.message())),
-                ),
-                Err(e) => fail_group(
-                    &mut results,
-                    &group,
-                    &format!(
-                        "SendMessageBatch failed: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                ),
-            }
+                .await;
+            let failed = answer
+                .as_ref()
+                .map(|output| output.failed())
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string());
+            record_answer(&mut results, &group, "SendMessageBatch", failed);
         }
         results
     }
@@ -95,7 +87,7 @@ fn message_entry(
     body: &str,
     attributes: &Attributes,
     delay_secs: Option<u32>,
-) -> Result<SendMessageBatchRequestEntry, String> {
+) -> Result<SendMessageBatchRequestEntry, QueueError> {
     let mut entry = SendMessageBatchRequestEntry::builder()
         .id(format!("m{id}"))
         .message_body(body)
@@ -105,10 +97,12 @@ fn message_entry(
             .data_type(data_type)
             .string_value(value)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| QueueError::Invalid(e.to_string()))?;
         entry = entry.message_attributes(name, value);
     }
-    entry.build().map_err(|e| e.to_string())
+    entry
+        .build()
+        .map_err(|e| QueueError::Invalid(e.to_string()))
 }
 
 /// Indices of messages of these estimated sizes, grouped into `SendMessageBatch` calls.
@@ -130,31 +124,46 @@ fn groups(sizes: impl IntoIterator<Item = usize>) -> Vec<Vec<usize>> {
     out
 }
 
-/// Writes each entry's failure from a batch answer into `results`: entry ids are `m{i}`.
-fn record_failures<'a>(
-    results: &mut [Result<(), String>],
-    failed: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a str>)>,
+/// Writes a batch call's answer into `results`: each entry SQS refused gets its code
+/// and message (entry ids are `m{i}`); when the call failed as a whole, every entry of
+/// `group` still without an error gets the call's.
+fn record_answer(
+    results: &mut [Result<(), QueueError>],
+    group: &[usize],
+    call: &'static str,
+    answer: Result<&[BatchResultErrorEntry], String>,
 ) {
-    for (id, code, message) in failed {
-        let index = id.strip_prefix('m').and_then(|n| n.parse::<usize>().ok());
-        if let Some(i) = index.filter(|i| *i < results.len()) {
-            results[i] = Err(format!("{code}: {}", message.unwrap_or("refused by SQS")));
+    match answer {
+        Ok(failed) => {
+            for f in failed {
+                let index = f
+                    .id()
+                    .strip_prefix('m')
+                    .and_then(|n| n.parse::<usize>().ok());
+                if let Some(result) = index.and_then(|i| results.get_mut(i)) {
+                    *result = Err(QueueError::Refused {
+                        code: f.code().to_owned(),
+                        message: f.message().unwrap_or("refused by SQS").to_owned(),
+                    });
+                }
+            }
         }
-    }
-}
-
-/// Fails every still-successful entry of `group` with `why`.
-fn fail_group(results: &mut [Result<(), String>], group: &[usize], why: &str) {
-    for &i in group {
-        if results[i].is_ok() {
-            results[i] = Err(why.to_owned());
+        Err(reason) => {
+            for &i in group {
+                if let Some(result) = results.get_mut(i).filter(|r| r.is_ok()) {
+                    *result = Err(QueueError::CallFailed {
+                        call,
+                        reason: reason.clone(),
+                    });
+                }
+            }
         }
     }
 }
 
 impl Queue for SqsQueue {
     #[tracing::instrument(skip_all, fields(letters = letters.len()))]
-    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), QueueError>> {
         let entries = letters
             .iter()
             .enumerate()
@@ -167,11 +176,11 @@ impl Queue for SqsQueue {
     }
 
     #[tracing::instrument(skip_all, fields(delays = delays.len()))]
-    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
+    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), QueueError>> {
         let Some(source_url) = &self.source_url else {
-            return vec![Err("no source queue URL configured".to_owned()); delays.len()];
+            return vec![Err(QueueError::NoSourceQueue); delays.len()];
         };
-        let mut results: Vec<Result<(), String>> = vec![Ok(()); delays.len()];
+        let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); delays.len()];
         let indices: Vec<usize> = (0..delays.len()).collect();
         for group in indices.chunks(MAX_ENTRIES) {
             let mut entries = Vec::with_capacity(group.len());
@@ -185,44 +194,32 @@ impl Queue for SqsQueue {
                     .build();
                 match entry {
                     Ok(e) => entries.push(e),
-                    Err(e) => results[i] = Err(e.to_string()),
+                    Err(e) => results[i] = Err(QueueError::Invalid(e.to_string())),
                 }
             }
             if entries.is_empty() {
                 continue;
             }
-            match self
+            let answer = self
                 .client
                 .change_message_visibility_batch()
                 .queue_url(source_url)
                 .set_entries(Some(entries))
                 .send()
-                .await
-            {
-                Ok(output) => record_failures(
-                    &mut results,
-                    output
-                        .failed()
-                        .iter()
-                        .map(|f| (f.id(), f.code(), f.message())),
-                ),
-                Err(e) => fail_group(
-                    &mut results,
-                    group,
-                    &format!(
-                        "ChangeMessageVisibilityBatch failed: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                ),
-            }
+                .await;
+            let failed = answer
+                .as_ref()
+                .map(|output| output.failed())
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string());
+            record_answer(&mut results, group, "ChangeMessageVisibilityBatch", failed);
         }
         results
     }
 
     #[tracing::instrument(skip_all, fields(copies = copies.len()))]
-    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), String>> {
+    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), QueueError>> {
         let Some(source_url) = &self.source_url else {
-            return vec![Err("no source queue URL configured".to_owned()); copies.len()];
+            return vec![Err(QueueError::NoSourceQueue); copies.len()];
         };
         let entries = copies
             .iter()

@@ -1,15 +1,19 @@
 //! The batch writer's dedup, retry and deadline logic against the in-memory table.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use store::batch::{BatchWriter, MAX_BATCH_ITEMS, Outcome};
+use sharding::key::ItemKey;
+use store::batch::{BatchWriter, ItemTooLarge, MAX_BATCH_ITEMS, Outcome, Put, SizedItem};
 use store::memory::MemoryTable;
+use store::size::{MAX_ITEM_BYTES, item_size};
 use store::{StoreError, ThrottleKind};
 use tokio::time::Instant;
 
-use crate::support::{BACKOFF, config, item, items, max_sleep};
+use crate::support::{BACKOFF, Batch, config, item, items, max_sleep, put};
 
 fn writer(table: &MemoryTable) -> BatchWriter<MemoryTable> {
     BatchWriter::new(table.clone(), config())
@@ -18,11 +22,13 @@ fn writer(table: &MemoryTable) -> BatchWriter<MemoryTable> {
 #[tokio::test(start_paused = true)]
 async fn s01_valid_items_are_all_written_in_full_chunks() {
     let table = MemoryTable::new();
+    let input = items(60, 7);
     let report = writer(&table)
         .write(
-            items(60, 7),
+            input.puts(),
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(1),
+            &input.items,
         )
         .await;
     assert!(report.outcomes.iter().all(Outcome::is_written));
@@ -39,11 +45,13 @@ async fn s03_thirty_percent_unprocessed_on_every_call_all_written_calls_bounded_
     let table = MemoryTable::new();
     table.set_unprocessed_fraction(0.3);
     let started = Instant::now();
+    let input = items(100, 10);
     let report = writer(&table)
         .write(
-            items(100, 10),
+            input.puts(),
             started + Duration::from_secs(60),
             &mut StdRng::seed_from_u64(3),
+            &input.items,
         )
         .await;
     assert!(
@@ -73,11 +81,15 @@ async fn s04_one_key_permanently_throttled_only_its_items_fail_within_the_budget
     let deadline = started + Duration::from_secs(30);
     let input = items(50, 5);
     let report = writer(&table)
-        .write(input.clone(), deadline, &mut StdRng::seed_from_u64(4))
+        .write(
+            input.puts(),
+            deadline,
+            &mut StdRng::seed_from_u64(4),
+            &input.items,
+        )
         .await;
-    for (item, outcome) in input.iter().zip(&report.outcomes) {
-        let hot = item.get("PK") == Some(&aws_sdk_dynamodb::types::AttributeValue::S("p0".into()));
-        if hot {
+    for (key, outcome) in input.keys.iter().zip(&report.outcomes) {
+        if key.pk == "p0" {
             assert!(
                 matches!(
                     outcome,
@@ -120,11 +132,13 @@ async fn s04_deadline_stops_retries_before_the_attempt_budget() {
     );
     let started = Instant::now();
     let deadline = started + Duration::from_secs(5);
+    let input = Batch::of(&[("p0", "a")]);
     let report = writer
         .write(
-            vec![item("p0", "a")],
+            input.puts(),
             deadline,
             &mut StdRng::seed_from_u64(5),
+            &input.items,
         )
         .await;
     assert!(matches!(
@@ -143,11 +157,13 @@ async fn s06_table_throttle_backs_off_and_reports_the_table_kind() {
         reason: "TableWriteProvisionedThroughputExceeded".into(),
     };
     table.fail_next(vec![throttle.clone(); 2]);
+    let input = items(10, 2);
     let report = writer(&table)
         .write(
-            items(10, 2),
+            input.puts(),
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(6),
+            &input.items,
         )
         .await;
     assert!(report.outcomes.iter().all(Outcome::is_written));
@@ -162,11 +178,13 @@ async fn s06_table_throttle_backs_off_and_reports_the_table_kind() {
 
     let table = MemoryTable::new();
     table.fail_next(vec![throttle; 100]);
+    let input = items(3, 1);
     let report = writer(&table)
         .write(
-            items(3, 1),
+            input.puts(),
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(6),
+            &input.items,
         )
         .await;
     assert!(report.outcomes.iter().all(|o| matches!(
@@ -179,42 +197,54 @@ async fn s06_table_throttle_backs_off_and_reports_the_table_kind() {
     assert_eq!(report.stats.calls, u64::from(BACKOFF.max_attempts));
 }
 
-#[tokio::test(start_paused = true)]
-async fn s07_oversize_and_unkeyed_items_are_refused_before_the_call_rest_written() {
-    let table = MemoryTable::new();
+#[test]
+fn s07_an_item_over_400_kb_cannot_be_put_and_one_of_400_kb_can() {
     let mut big = item("p1", "big");
-    big.insert(
-        "blob".into(),
-        aws_sdk_dynamodb::types::AttributeValue::S("x".repeat(401 * 1024)),
+    big.insert("blob".into(), AttributeValue::S(String::new()));
+    // The blob's length that makes the item exactly 400 KB by DynamoDB's rule.
+    let room = MAX_ITEM_BYTES - item_size(&big);
+    big.insert("blob".into(), AttributeValue::S("x".repeat(room)));
+    assert_eq!(item_size(&big), MAX_ITEM_BYTES);
+    assert!(SizedItem::new(big.clone(), MAX_ITEM_BYTES).is_ok());
+
+    big.insert("blob".into(), AttributeValue::S("x".repeat(room + 1)));
+    let size = item_size(&big);
+    assert_eq!(size, MAX_ITEM_BYTES + 1);
+    let refused = SizedItem::new(big, size).expect_err("over 400 KB");
+    assert_eq!(refused, ItemTooLarge { size });
+    let reason = refused.to_string();
+    assert!(
+        reason.contains("400 KB") && reason.contains(&MAX_ITEM_BYTES.to_string()),
+        "{reason}"
     );
-    let mut empty_key = item("p1", "x");
-    empty_key.insert(
-        "SK".into(),
-        aws_sdk_dynamodb::types::AttributeValue::S(String::new()),
-    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn s07_the_items_within_400_kb_of_a_batch_are_written_in_one_call() {
+    let table = MemoryTable::new();
     let mut input = items(5, 1);
-    input.insert(2, big);
-    input.push(empty_key);
+    input
+        .push("p1", "big")
+        .insert("blob".into(), AttributeValue::S("x".repeat(401 * 1024)));
+    // The caller makes the puts; the one over 400 KB never becomes one.
+    let puts: Vec<Put<'_>> = input
+        .keys
+        .iter()
+        .zip(&input.items)
+        .filter_map(|(key, item)| put(key, item).ok())
+        .collect();
+    assert_eq!(puts.len(), 5);
     let report = writer(&table)
         .write(
-            input,
+            puts,
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(7),
+            &input.items,
         )
         .await;
-    assert!(
-        matches!(&report.outcomes[2], Outcome::FailedPermanent { reason } if reason.contains("400 KB"))
-    );
-    assert!(
-        matches!(&report.outcomes[6], Outcome::FailedPermanent { reason } if reason.contains("SK is empty"))
-    );
-    assert_eq!(report.outcomes.iter().filter(|o| o.is_written()).count(), 5);
-    assert_eq!(
-        table.calls().len(),
-        1,
-        "one call, and it held no refused item"
-    );
-    assert_eq!(report.stats.refused, 2);
+    assert!(report.outcomes.iter().all(Outcome::is_written));
+    assert_eq!(table.calls(), [input.keys[..5].to_vec()]);
+    assert_eq!(table.items().len(), 5);
 }
 
 #[tokio::test(start_paused = true)]
@@ -225,11 +255,13 @@ async fn s07_validation_error_splits_the_chunk_so_good_items_are_written() {
         "One or more parameter values were invalid".into(),
     )]);
     let started = Instant::now();
+    let input = items(4, 1);
     let report = writer(&table)
         .write(
-            items(4, 1),
+            input.puts(),
             started + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(8),
+            &input.items,
         )
         .await;
     assert!(
@@ -247,17 +279,13 @@ async fn s07_validation_error_splits_the_chunk_so_good_items_are_written() {
 #[tokio::test(start_paused = true)]
 async fn s08_the_same_reading_twice_is_written_once_without_validation_error() {
     let table = MemoryTable::new();
-    let input = vec![
-        item("p", "a"),
-        item("p", "b"),
-        item("p", "a"),
-        item("q", "a"),
-    ];
+    let input = Batch::of(&[("p", "a"), ("p", "b"), ("p", "a"), ("q", "a")]);
     let report = writer(&table)
         .write(
-            input,
+            input.puts(),
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(9),
+            &input.items,
         )
         .await;
     assert!(report.outcomes.iter().all(Outcome::is_written));
@@ -282,8 +310,14 @@ async fn s13_injected_latency_stops_at_the_deadline_and_reports_the_rest() {
             backoff: BACKOFF,
         },
     );
+    let input = items(75, 5);
     let report = writer
-        .write(items(75, 5), deadline, &mut StdRng::seed_from_u64(13))
+        .write(
+            input.puts(),
+            deadline,
+            &mut StdRng::seed_from_u64(13),
+            &input.items,
+        )
         .await;
     assert!(Instant::now() <= deadline);
     let written = report.outcomes.iter().filter(|o| o.is_written()).count();
@@ -323,12 +357,16 @@ async fn items_of_a_key_declared_stale_come_back_unwritten_and_are_never_sent_ag
     let table = MemoryTable::new();
     table.throttle_pk("p0");
     let observer = StaleOnThrottle::default();
-    let report = writer(&table)
-        .write_observed(
-            items(40, 4),
+    let input = items(40, 4);
+    let writer = writer(&table);
+    let report = writer
+        .write_in(
+            input.puts(),
             Instant::now() + Duration::from_secs(10),
             &mut StdRng::seed_from_u64(8),
             &observer,
+            &writer.slots(),
+            &input.items,
         )
         .await;
     for (i, outcome) in report.outcomes.iter().enumerate() {
@@ -359,12 +397,19 @@ async fn writes_sharing_slots_stay_within_max_inflight_together() {
     let writer = BatchWriter::new(table.clone(), config());
     let deadline = Instant::now() + Duration::from_secs(30);
     let all = items(1_000, 40);
-    let (front, back) = (all[..300].to_vec(), all[300..].to_vec());
+    let (front, back) = (all.slice(0..300), all.slice(300..1_000));
     let (mut rng_a, mut rng_b) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(2));
     let slots = writer.slots();
     let (a, b) = tokio::join!(
-        writer.write_in(front.clone(), deadline, &mut rng_a, &(), &slots, &front),
-        writer.write_in(back.clone(), deadline, &mut rng_b, &(), &slots, &back),
+        writer.write_in(
+            front.puts(),
+            deadline,
+            &mut rng_a,
+            &(),
+            &slots,
+            &front.items
+        ),
+        writer.write_in(back.puts(), deadline, &mut rng_b, &(), &slots, &back.items),
     );
     assert!(
         a.outcomes
@@ -378,16 +423,16 @@ async fn writes_sharing_slots_stay_within_max_inflight_together() {
 
 /// Makes items again from the input, counting how many it made.
 struct Counting {
-    input: Vec<store::Item>,
+    input: Batch,
     made: std::sync::atomic::AtomicUsize,
 }
 
 impl store::Remake for Counting {
-    fn remake(&self, index: usize, key: &store::Key) -> Option<store::Item> {
+    fn remake(&self, index: usize, key: &ItemKey) -> Option<store::Item> {
         self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let item = self.input.get(index).cloned()?;
-        assert_eq!(store::batch::key_of(&item).as_ref(), Ok(key));
-        Some(item)
+        // The writer asks for an input put by its index and the key it was given with.
+        assert_eq!(self.input.keys.get(index), Some(key));
+        self.input.items.get(index).cloned()
     }
 }
 
@@ -411,7 +456,7 @@ async fn items_a_failed_call_consumed_are_made_again_and_unprocessed_ones_are_se
     let writer = writer(&table);
     let report = writer
         .write_in(
-            input.clone(),
+            input.puts(),
             Instant::now() + Duration::from_secs(60),
             &mut StdRng::seed_from_u64(21),
             &(),
@@ -420,11 +465,10 @@ async fn items_a_failed_call_consumed_are_made_again_and_unprocessed_ones_are_se
         )
         .await;
     assert!(report.outcomes.iter().all(Outcome::is_written));
-    // Stored exactly as given, whichever attempt stored them.
-    let stored: Vec<store::Item> = table.items().into_values().collect();
-    let mut expected = input;
-    expected.sort_by_key(|item| store::batch::key_of(item).ok());
-    assert_eq!(stored, expected);
+    // Stored exactly as given, under the keys given, whichever attempt stored them.
+    let expected: BTreeMap<ItemKey, store::Item> =
+        input.keys.into_iter().zip(input.items).collect();
+    assert_eq!(table.items(), expected);
     // Only the items of the two failed calls were made again; the unprocessed ones went
     // out again as the answers gave them back.
     assert!(report.stats.unprocessed > 0);

@@ -14,7 +14,7 @@ use store::batch::{BatchWriter, Item, Outcome};
 use store::dynamo::DynamoTable;
 use tokio::time::Instant;
 
-use crate::support::{BACKOFF, config, item};
+use crate::support::{BACKOFF, Batch, config};
 
 const TABLE: &str = "readings";
 
@@ -53,21 +53,22 @@ fn error_body(kind: &str, reason: Option<&str>) -> String {
     )
 }
 
-async fn write(client: &Client, input: Vec<Item>) -> store::BatchReport {
+async fn write(client: &Client, input: &Batch) -> store::BatchReport {
     let writer = BatchWriter::new(DynamoTable::new(client, TABLE), config());
     writer
         .write(
-            input,
+            input.puts(),
             Instant::now() + Duration::from_secs(30),
             &mut StdRng::seed_from_u64(42),
+            &input.items,
         )
         .await
 }
 
 #[tokio::test(start_paused = true)]
 async fn s03_unprocessed_items_twice_then_success() {
-    let input = vec![item("p", "a"), item("p", "b"), item("p", "c")];
-    let (first, second) = (input[1..].to_vec(), input[2..].to_vec());
+    let input = Batch::of(&[("p", "a"), ("p", "b"), ("p", "c")]);
+    let (first, second) = (input.items[1..].to_vec(), input.items[2..].to_vec());
     let rule = mock!(Client::batch_write_item)
         .sequence()
         .output(move || unprocessed(&first))
@@ -75,7 +76,7 @@ async fn s03_unprocessed_items_twice_then_success() {
         .output(|| BatchWriteItemOutput::builder().build())
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, input).await;
+    let report = write(&client, &input).await;
     assert!(
         report.outcomes.iter().all(Outcome::is_written),
         "{:?}",
@@ -95,7 +96,7 @@ async fn all_throttled(kind: &str, reason: Option<&str>) -> (store::BatchReport,
         .repeatedly()
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a"), item("p", "b")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a"), ("p", "b")])).await;
     (report, rule.num_calls())
 }
 
@@ -162,7 +163,7 @@ async fn s07_validation_exception_is_permanent_per_item() {
         .repeatedly()
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a"), item("p", "b")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a"), ("p", "b")])).await;
     for outcome in &report.outcomes {
         assert!(
             matches!(outcome, Outcome::FailedPermanent { reason } if reason.contains("ValidationException")),
@@ -187,7 +188,7 @@ async fn a_full_item_collection_is_a_key_range_signal_not_a_permanent_refusal() 
         .output(|| BatchWriteItemOutput::builder().build())
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a"), item("p", "b")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a"), ("p", "b")])).await;
     assert_eq!(report.outcomes, vec![Outcome::Written, Outcome::Written]);
     assert_eq!(
         report
@@ -205,7 +206,7 @@ async fn a_full_item_collection_is_a_key_range_signal_not_a_permanent_refusal() 
         .repeatedly()
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a")])).await;
     assert!(
         matches!(
             report.outcomes[..],
@@ -228,7 +229,7 @@ async fn transient_500s_are_retried_then_written() {
         .output(|| BatchWriteItemOutput::builder().build())
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a")])).await;
     assert_eq!(report.outcomes, vec![Outcome::Written]);
     assert_eq!(rule.num_calls(), 3);
     assert_eq!(report.stats.transient_errors, 2);
@@ -243,7 +244,7 @@ async fn configuration_errors_are_not_retried_nor_permanent() {
         .repeatedly()
         .build();
     let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&rule]);
-    let report = write(&client, vec![item("p", "a")]).await;
+    let report = write(&client, &Batch::of(&[("p", "a")])).await;
     assert!(
         matches!(&report.outcomes[0], Outcome::FailedRetryable { reason, throttle: None } if reason.contains("ResourceNotFound"))
     );

@@ -4,12 +4,12 @@ use std::collections::{BTreeSet, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
-use store::batch::{MAX_BATCH_ITEMS, MAX_REQUEST_BYTES, key_of, prepare};
-use store::size::{MAX_ITEM_BYTES, item_size, wire_size};
+use store::batch::{ItemTooLarge, MAX_BATCH_ITEMS, MAX_REQUEST_BYTES, prepare};
+use store::size::{MAX_ITEM_BYTES, WCU_BYTES, item_size, wire_size};
 
-use crate::support::item;
+use crate::support::{Batch, put};
 
-fn input() -> impl Strategy<Value = Vec<store::Item>> {
+fn input() -> impl Strategy<Value = Batch> {
     // Few distinct keys (so duplicates are common) and sizes up to just over 400 KB:
     // mostly small, or mostly large (so the request limit, not the item count, cuts).
     let specs = prop_oneof![
@@ -31,14 +31,13 @@ fn input() -> impl Strategy<Value = Vec<store::Item>> {
         ),
     ];
     specs.prop_map(|specs| {
-        specs
-            .into_iter()
-            .map(|(pk, sk, pad)| {
-                let mut it = item(&format!("p{pk}"), &format!("s{sk}"));
-                it.insert("pad".into(), AttributeValue::S("x".repeat(pad)));
-                it
-            })
-            .collect()
+        let mut batch = Batch::default();
+        for (pk, sk, pad) in specs {
+            batch
+                .push(&format!("p{pk}"), &format!("s{sk}"))
+                .insert("pad".into(), AttributeValue::S("x".repeat(pad)));
+        }
+        batch
     })
 }
 
@@ -46,43 +45,59 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn s09_chunks_are_bounded_unique_and_cover_the_deduplicated_input(items in input()) {
-        let prepared = prepare(&items);
+    fn s09_chunks_are_bounded_unique_and_cover_the_deduplicated_input(batch in input()) {
+        // The caller makes the puts: exactly the items over 400 KB are refused.
+        // `items[i]` is the item of `puts[i]`.
+        let (mut puts, mut items) = (Vec::new(), Vec::new());
+        for (key, item) in batch.keys.iter().zip(&batch.items) {
+            let size = item_size(item);
+            match put(key, item) {
+                Ok(put) => {
+                    prop_assert_eq!(put.size(), size);
+                    puts.push(put);
+                    items.push(item);
+                }
+                Err(refused) => {
+                    prop_assert!(size > MAX_ITEM_BYTES);
+                    prop_assert_eq!(refused, ItemTooLarge { size });
+                }
+            }
+        }
+        prop_assert!(puts.iter().all(|p| p.size() <= MAX_ITEM_BYTES));
+        let prepared = prepare(&puts);
         let mut seen_keys = HashSet::new();
         let mut chunked = BTreeSet::new();
         for chunk in &prepared.chunks {
             prop_assert!(!chunk.is_empty() && chunk.len() <= MAX_BATCH_ITEMS);
-            let bytes: usize = chunk.iter().map(|&i| wire_size(&items[i])).sum();
+            let bytes: usize = chunk.iter().map(|&i| wire_size(items[i])).sum();
             prop_assert!(bytes <= MAX_REQUEST_BYTES);
             for &i in chunk {
-                prop_assert!(item_size(&items[i]) <= MAX_ITEM_BYTES);
-                prop_assert!(seen_keys.insert(key_of(&items[i]).expect("keyed")), "key repeated");
+                prop_assert!(seen_keys.insert(puts[i].key()), "key repeated");
                 chunked.insert(i);
             }
         }
-        // The union of chunks plus the refused items is exactly the first occurrence of
-        // every distinct key.
+        // The union of chunks is exactly the first occurrence of every distinct key.
         let mut first = BTreeSet::new();
         let mut keys = HashSet::new();
-        for (i, it) in items.iter().enumerate() {
-            if keys.insert(key_of(it).expect("keyed")) {
+        for (i, put) in puts.iter().enumerate() {
+            if keys.insert(put.key()) {
                 first.insert(i);
             }
         }
-        let refused: BTreeSet<usize> = prepared.refused.iter().map(|(i, _)| *i).collect();
-        prop_assert!(chunked.is_disjoint(&refused));
-        prop_assert_eq!(&chunked.union(&refused).copied().collect::<BTreeSet<_>>(), &first);
+        prop_assert_eq!(&chunked, &first);
         for (i, c) in prepared.canonical.iter().enumerate() {
-            prop_assert_eq!(key_of(&items[i]), key_of(&items[*c]));
+            prop_assert_eq!(puts[i].key(), puts[*c].key());
             prop_assert!(first.contains(c));
         }
+        let large = first.iter().filter(|&&i| puts[i].size() > WCU_BYTES).count();
+        prop_assert_eq!(prepared.large_items, large as u64);
         // A chunk is closed only when full, or when the next item would take its
         // estimated request over the limit: no more calls than the limits need.
         for pair in prepared.chunks.windows(2) {
-            let bytes: usize = pair[0].iter().map(|&i| wire_size(&items[i])).sum();
+            let bytes: usize = pair[0].iter().map(|&i| wire_size(items[i])).sum();
             prop_assert!(
                 pair[0].len() == MAX_BATCH_ITEMS
-                    || bytes + wire_size(&items[pair[1][0]]) > MAX_REQUEST_BYTES
+                    || bytes + wire_size(items[pair[1][0]]) > MAX_REQUEST_BYTES
             );
         }
     }

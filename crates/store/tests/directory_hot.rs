@@ -5,15 +5,18 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures::StreamExt;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::epoch::{Epoch, FanoutHistory};
 use sharding::fanout::{ShardMeta, Shrink, Signal, Throttle};
 use sharding::time::{Bucket, TimeRange, Timestamp};
-use store::CachedDirectory;
-use store::ShardStore;
+use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
+use store::dynamo::DynamoShards;
 use store::memory::MemoryShards;
+use store::{CachedDirectory, ShardReader, ShardStore};
 
 use crate::directory_memory::directory_config;
 
@@ -244,6 +247,38 @@ async fn a_legacy_hot_entity_is_read_and_then_listed_by_the_first_writer() {
     }
 }
 
+/// The shards table on a dynalite started for one test.
+struct OnDynalite {
+    /// Dropping it stops the server.
+    _server: Dynalite,
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    shards: DynamoShards,
+}
+
+impl OnDynalite {
+    async fn start() -> anyhow::Result<Self> {
+        let root = repo_root()?;
+        let server = Dynalite::start(&ensure_dynalite(&root)?)?;
+        let template = root.join("template.yaml");
+        let tables =
+            provision_tables(&server.endpoint(), &template, "hot-test", Backend::Dynalite).await?;
+        let client = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+        let table = tables.name("ShardsTable")?.to_owned();
+        let shards = DynamoShards::new(&client, &table);
+        Ok(Self {
+            _server: server,
+            client,
+            table,
+            shards,
+        })
+    }
+
+    fn reader(&self) -> CachedDirectory<DynamoShards> {
+        CachedDirectory::new(self.shards.clone(), Duration::from_secs(5))
+    }
+}
+
 /// The DynamoDB adapter on dynalite (which, like DynamoDB, refuses an item over 400 KB):
 /// 1,700 devices with 256-character ids are raised, where one item naming them all
 /// (the hot set before the index) cannot be written; a read over every device finds
@@ -252,27 +287,15 @@ async fn a_legacy_hot_entity_is_read_and_then_listed_by_the_first_writer() {
 /// hour items carry their expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
-    use aws_sdk_dynamodb::types::AttributeValue;
-    use futures::StreamExt;
-    use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
-    use store::ShardReader;
-    use store::dynamo::DynamoShards;
-
-    let root = repo_root()?;
-    let server = Dynalite::start(&ensure_dynalite(&root)?)?;
-    let template = root.join("template.yaml");
-    let tables =
-        provision_tables(&server.endpoint(), &template, "hot-test", Backend::Dynalite).await?;
-    let client = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&server.endpoint()).await);
-    let table = tables.name("ShardsTable")?.to_owned();
-    let shards = DynamoShards::new(&client, &table);
-    let writer = ShardDirectory::new(shards.clone(), directory_config());
+    let db = OnDynalite::start().await?;
+    let writer = ShardDirectory::new(db.shards.clone(), directory_config());
     writer.layout(t(0)).await?;
 
     let names: Vec<String> = (0..1700).map(|i| format!("{i:0>256}")).collect();
-    let one_item = client
+    let one_item = db
+        .client
         .update_item()
-        .table_name(&table)
+        .table_name(&db.table)
         .key("PK", AttributeValue::S("one-item".to_owned()))
         .update_expression("ADD entities :e")
         .expression_attribute_values(":e", AttributeValue::Ss(names.clone()))
@@ -282,15 +305,22 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         one_item.is_err(),
         "the stand-in refuses an item over 400 KB"
     );
+    raise_one_a_minute(&writer, &names).await?;
+    the_hours_list_the_devices_raised_around_them(&db, &names).await?;
+    a_legacy_hot_entity_is_found(&db).await?;
+    a_shrunk_device_leaves_later_ranges(&db, &names[0]).await
+}
 
+/// Raises device `i` of `names` at `i` minutes, 16 at a time; every raise is written.
+async fn raise_one_a_minute(
+    writer: &ShardDirectory<DynamoShards>,
+    names: &[String],
+) -> anyhow::Result<()> {
     let raises: Vec<FanoutChange> = futures::stream::iter(names.iter().enumerate())
-        .map(|(i, name)| {
-            let writer = &writer;
-            async move {
-                let at = t(i as i64 * 60);
-                let rng = &mut StdRng::seed_from_u64(i as u64);
-                writer.on_signal(name, throttle(), at, rng).await
-            }
+        .map(|(i, name)| async move {
+            let at = t(i as i64 * 60);
+            let rng = &mut StdRng::seed_from_u64(i as u64);
+            writer.on_signal(name, throttle(), at, rng).await
         })
         .buffer_unordered(16)
         .collect::<Vec<_>>()
@@ -298,13 +328,20 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         .into_iter()
         .collect::<Result<_, _>>()?;
     assert!(raises.iter().all(|c| matches!(c, FanoutChange::Raised(_))));
+    Ok(())
+}
 
-    // Hours 10 to 12 list the devices raised from 9:54 (a raise lists through the hour
-    // after its decision plus the 365 s margin) to 13:59 (a raise widens reads an hour
-    // back): 246 devices, in three batched reads of metadata. Devices raised earlier
-    // wrote nothing since, so none of their readings there can carry a raised key.
-    let reader = CachedDirectory::new(shards.clone(), Duration::from_secs(5));
-    let found = reader
+/// Hours 10 to 12 list the devices raised from 9:54 (a raise lists through the hour
+/// after its decision plus the 365 s margin) to 13:59 (a raise widens reads an hour
+/// back): 246 devices, in three batched reads of metadata. Devices raised earlier wrote
+/// nothing since, so none of their readings there can carry a raised key. The hour
+/// items carry their expiry.
+async fn the_hours_list_the_devices_raised_around_them(
+    db: &OnDynalite,
+    names: &[String],
+) -> anyhow::Result<()> {
+    let found = db
+        .reader()
         .hot(range(10 * HOUR, 13 * HOUR), t(40 * HOUR))
         .await?;
     let expected: BTreeSet<String> = names[594..840].iter().cloned().collect();
@@ -312,9 +349,10 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
     assert_eq!(found, expected);
 
     let hour = Bucket::Hour.label(t(10 * HOUR));
-    let item = client
+    let item = db
+        .client
         .get_item()
-        .table_name(&table)
+        .table_name(&db.table)
         .key("PK", AttributeValue::S(format!("hot#{hour}")))
         .send()
         .await?
@@ -325,8 +363,11 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         .and_then(|v| v.as_n().ok())
         .map_or(Ok(0), |n| n.parse())?;
     assert!(ttl > t(10 * HOUR + 30 * 86_400).as_millis() / 1000, "{ttl}");
+    Ok(())
+}
 
-    // A device of the old one-item hot set is still found.
+/// A device of the old one-item hot set is still found.
+async fn a_legacy_hot_entity_is_found(db: &OnDynalite) -> anyhow::Result<()> {
     let legacy = ShardMeta {
         number_of_shards: 4,
         last_updated: t(0),
@@ -334,7 +375,7 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         last_hot: None,
     };
     assert!(
-        shards
+        db.shards
             .create_entity("old-1", &ShardMeta::initial(t(-10)))
             .await?
     );
@@ -343,24 +384,25 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         quiet_since: None,
     };
     assert!(
-        shards
+        db.shards
             .update_record("old-1", &condition, &legacy, None)
             .await?
     );
-    client
+    db.client
         .put_item()
-        .table_name(&table)
+        .table_name(&db.table)
         .item("PK", AttributeValue::S("hot".to_owned()))
         .item("entities", AttributeValue::Ss(vec!["old-1".to_owned()]))
         .send()
         .await?;
-    let reader = CachedDirectory::new(shards.clone(), Duration::from_secs(5));
-    let found = reader.hot(range(0, 60), t(100)).await?;
+    let found = db.reader().hot(range(0, 60), t(100)).await?;
     assert!(found.iter().any(|(name, _)| name == "old-1"));
+    Ok(())
+}
 
-    // Device 0, raised at 0 s, shrunk to 1 at 30 s: found at 20 s, not after 30 s.
-    let first = &names[0];
-    let meta = shards.get_entity(first).await?.expect("stored");
+/// Device `first`, raised at 0 s, shrunk to 1 at 30 s: found at 20 s, not after 30 s.
+async fn a_shrunk_device_leaves_later_ranges(db: &OnDynalite, first: &str) -> anyhow::Result<()> {
+    let meta = db.shards.get_entity(first).await?.expect("stored");
     let shrink = Shrink {
         from: 2,
         to: 1,
@@ -374,11 +416,11 @@ async fn the_hot_index_on_dynalite() -> anyhow::Result<()> {
         quiet_since: Some(t(10)),
     };
     assert!(
-        shards
+        db.shards
             .update_entity(first, &condition, &meta.shrunk(&shrink)?)
             .await?
     );
-    let reader = CachedDirectory::new(shards.clone(), Duration::from_secs(5));
+    let reader = db.reader();
     let names_in = |found: Vec<(String, FanoutHistory)>| -> BTreeSet<String> {
         found.into_iter().map(|(name, _)| name).collect()
     };

@@ -15,7 +15,8 @@ use store::directory::{
 use store::memory::MemoryShards;
 use store::{ShardReader, ShardStore};
 
-/// The template's defaults, with FANOUT_MAX 8.
+/// The template's fan-out settings, with FANOUT_MAX 8 and `RAISE_AHEAD_WCU` 500 (the
+/// default is 100).
 pub fn policy() -> FanoutPolicy {
     FanoutPolicy {
         cooldown: Duration::from_secs(2),

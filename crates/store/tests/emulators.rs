@@ -232,9 +232,10 @@ async fn round_trip(backend: Backend) -> Result<()> {
     input.extend(items(10, 7)); // duplicates of the first ten
     let report = writer
         .write(
-            input,
+            input.puts(),
             Instant::now() + Duration::from_secs(30),
             &mut StdRng::seed_from_u64(1),
+            &input.items,
         )
         .await;
     assert!(

@@ -6,7 +6,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::queue::{DeadLetter, Delay, MAX_MESSAGE_BYTES, Queue, Requeue, check_message};
+use crate::queue::{
+    DeadLetter, Delay, MAX_MESSAGE_BYTES, Queue, QueueError, Requeue, check_message,
+};
 
 #[derive(Debug, Default)]
 struct MemoryState {
@@ -88,10 +90,10 @@ impl MemoryQueue {
 }
 
 impl Queue for MemoryQueue {
-    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), String>> {
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> Vec<Result<(), QueueError>> {
         let mut state = self.state();
         if state.failing {
-            return vec![Err("injected DLQ failure".to_owned()); letters.len()];
+            return vec![Err(QueueError::Injected("DLQ")); letters.len()];
         }
         let max = state.max_bytes();
         let mut results = Vec::with_capacity(letters.len());
@@ -99,38 +101,41 @@ impl Queue for MemoryQueue {
             let result = check_message(&letter.body, &letter.attributes, max);
             match &result {
                 Ok(()) => state.letters.push(letter.clone()),
-                Err(why) => state.refused.push(why.clone()),
+                Err(why) => state.refused.push(why.to_string()),
             }
             results.push(result);
         }
         results
     }
 
-    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), String>> {
+    async fn delay(&self, delays: &[Delay]) -> Vec<Result<(), QueueError>> {
         let mut state = self.state();
         if state.failing {
-            return vec![Err("injected SQS failure".to_owned()); delays.len()];
+            return vec![Err(QueueError::Injected("SQS")); delays.len()];
         }
         state.delays.extend_from_slice(delays);
         vec![Ok(()); delays.len()]
     }
 
-    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), String>> {
+    async fn requeue(&self, copies: &[Requeue]) -> Vec<Result<(), QueueError>> {
         let mut state = self.state();
         if state.failing {
-            return vec![Err("injected SQS failure".to_owned()); copies.len()];
+            return vec![Err(QueueError::Injected("SQS")); copies.len()];
         }
         let max = state.max_bytes();
         let mut results = Vec::with_capacity(copies.len());
         for copy in copies {
             let result = if copy.delay_secs > crate::queue::MAX_DELAY_SECS {
-                Err(format!("DelaySeconds {} above 900", copy.delay_secs))
+                Err(QueueError::Invalid(format!(
+                    "DelaySeconds {} above 900",
+                    copy.delay_secs
+                )))
             } else {
                 check_message(&copy.body, &copy.attributes, max)
             };
             match &result {
                 Ok(()) => state.copies.push(copy.clone()),
-                Err(why) => state.refused.push(why.clone()),
+                Err(why) => state.refused.push(why.to_string()),
             }
             results.push(result);
         }

@@ -1,0 +1,277 @@
+//! Stage 6: what leaves the batch. Copies of messages (a split message's unwritten
+//! readings, a message at its last receive) go back to the queue, refused messages to
+//! the DLQ with their reason, and reported messages get their redelivery wait; then
+//! each message's fate is logged.
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use rand::Rng;
+use store::batch::BatchTable;
+use store::directory::ShardStore;
+use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue};
+use tokio::time::Instant;
+
+use super::record::{
+    copy_of, message_budget, receive_count, requeue_count, sender_attributes, source_id,
+};
+use super::report::MessageReport;
+use super::{Ingest, Run};
+use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, leave};
+use crate::message::{Refusal, to_body};
+
+/// What [`Ingest::leave_stage`] did.
+pub(super) struct Leaving {
+    pub(super) fates: Vec<Option<Fate>>,
+    pub(super) dead_lettered: u64,
+    pub(super) dlq_failures: u64,
+    pub(super) requeued: u64,
+    pub(super) split: u64,
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+    /// Stage 6: what leaves the batch. A split message's unwritten readings, and a
+    /// message still failing at its last receive (while it may be requeued), go back to
+    /// the queue as fresh copies; refused messages, and those out of requeues, go to the
+    /// DLQ with their reason. A failed send leaves the message reported.
+    pub(super) async fn leave_stage<R: Rng + ?Sized>(
+        &self,
+        settled: Vec<Settled>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Leaving {
+        let policy = LeavePolicy {
+            can_requeue: self.config.source_queue_url.is_some(),
+            counts_copies: self.config.sender_id.is_some(),
+            max_receives: self.config.max_receives,
+            max_requeues: self.config.max_requeues,
+        };
+        let own = self.config.sender_id.as_deref();
+        let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
+        // Per copy: its message, the fate once sent, and the copy.
+        let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
+        for (m, settled) in settled.into_iter().enumerate() {
+            let record = &run.records[m];
+            let receipt = Receipt {
+                receives: receive_count(record),
+                requeues: requeue_count(record, own),
+            };
+            let fate = match leave(settled, receipt, policy) {
+                Leave::Stay(fate) => fate,
+                Leave::Copy {
+                    body,
+                    requeues,
+                    sent,
+                    reason,
+                } => {
+                    let body = match body {
+                        CopyBody::Unwritten(readings) => to_body(&readings),
+                        CopyBody::Whole => record.body.clone().unwrap_or_default(),
+                    };
+                    let wait = self.config.redelivery.visibility(receipt.receives, rng);
+                    let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
+                    let copy = copy_of(record, own, &run.ids[m], body, requeues, delay);
+                    copies.push((m, sent, copy));
+                    Fate::Reported { reason }
+                }
+            };
+            fates.push(Some(fate));
+        }
+        let (dead_lettered, dlq_failures) = self.dead_letter(&mut fates, run).await;
+        let (requeued, split) = self.send_copies(&mut fates, copies, run).await;
+        Leaving {
+            fates,
+            dead_lettered,
+            dlq_failures,
+            requeued,
+            split,
+        }
+    }
+
+    /// Sends the dead-lettered messages to the DLQ at once; a failed send is reported
+    /// instead. Returns the sends accepted and failed. Each letter is one SQS accepts
+    /// whatever the refusal echoes (`DeadLetter::new`): its reason in attributes cut to
+    /// SQS's character set and 256 characters, the sender's attributes as far as SQS's
+    /// 10 allow, and a body too large to take them wrapped with its digest.
+    async fn dead_letter(&self, fates: &mut [Option<Fate>], run: &Run<'_>) -> (u64, u64) {
+        let own = self.config.sender_id.as_deref();
+        let letters: Vec<(usize, DeadLetter)> = fates
+            .iter()
+            .enumerate()
+            .filter_map(|(m, fate)| match fate {
+                Some(Fate::DeadLettered { reason }) => {
+                    let Refusal { field, rule } = reason;
+                    let record = &run.records[m];
+                    Some((
+                        m,
+                        DeadLetter::new(
+                            &source_id(record, own, &run.ids[m]),
+                            record.body.as_deref().unwrap_or_default(),
+                            field,
+                            rule,
+                            &sender_attributes(record),
+                            message_budget(record),
+                        ),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        if letters.is_empty() {
+            return (0, 0);
+        }
+        let batch: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
+        let results = tokio::time::timeout_at(run.deadline, self.queue.dead_letter(&batch))
+            .await
+            .unwrap_or_else(|_| {
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "sending to the DLQ"
+                    });
+                    letters.len()
+                ]
+            });
+        let (mut sent, mut failed) = (0, 0);
+        for ((m, letter), result) in letters.iter().zip(results) {
+            match result {
+                Ok(()) => sent += 1,
+                Err(why) => {
+                    failed += 1;
+                    fates[*m] = Some(Fate::Reported {
+                        reason: format!(
+                            "DLQ send failed ({why}) for refused message: {}",
+                            letter.reason()
+                        ),
+                    });
+                }
+            }
+        }
+        (sent, failed)
+    }
+
+    /// Sends the copies; each sent one gives its message the fate it carries, a failed
+    /// one leaves the message reported. Returns the requeued and split messages.
+    async fn send_copies(
+        &self,
+        fates: &mut [Option<Fate>],
+        copies: Vec<(usize, Fate, Requeue)>,
+        run: &Run<'_>,
+    ) -> (u64, u64) {
+        if copies.is_empty() {
+            return (0, 0);
+        }
+        let batch: Vec<Requeue> = copies.iter().map(|(_, _, c)| c.clone()).collect();
+        let results = tokio::time::timeout_at(run.deadline, self.queue.requeue(&batch))
+            .await
+            .unwrap_or_else(|_| {
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "requeueing"
+                    });
+                    copies.len()
+                ]
+            });
+        let (mut requeued, mut split) = (0, 0);
+        for ((m, sent, _), result) in copies.into_iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    if matches!(sent, Fate::Split { .. }) {
+                        split += 1;
+                    } else {
+                        requeued += 1;
+                    }
+                    fates[m] = Some(sent);
+                }
+                Err(why) => {
+                    tracing::warn!(message_id = %run.ids[m], error = %why, "requeue failed; the message stays reported");
+                }
+            }
+        }
+        (requeued, split)
+    }
+
+    /// Stage 7's log line per message, and the reports.
+    pub(super) fn log_fates(&self, fates: Vec<Option<Fate>>, run: &Run<'_>) -> Vec<MessageReport> {
+        fates
+            .into_iter()
+            .zip(&run.ids)
+            .zip(&run.spans)
+            .map(|((fate, message_id), span)| {
+                let fate = fate.unwrap_or(Fate::Reported {
+                    reason: "no outcome recorded".to_owned(),
+                });
+                span.in_scope(|| match &fate {
+                    Fate::Written { readings } => tracing::debug!(readings, "written"),
+                    Fate::DeadLettered { reason } => tracing::info!(%reason, "dead-lettered"),
+                    Fate::Reported { reason } => tracing::warn!(%reason, "reported for redelivery"),
+                    Fate::Requeued { reason } => {
+                        tracing::warn!(%reason, "requeued as a fresh copy")
+                    }
+                    Fate::Split {
+                        written,
+                        requeued,
+                        reason,
+                    } => {
+                        tracing::info!(written, requeued, %reason, "unwritten readings requeued")
+                    }
+                });
+                MessageReport {
+                    message_id: message_id.clone(),
+                    fate,
+                }
+            })
+            .collect()
+    }
+
+    /// Gives each reported message with a receipt handle the redelivery wait of its
+    /// receive count (`ApproximateReceiveCount`, 1 when absent). Returns how many were
+    /// delayed and how many changes failed; nothing when no source queue is configured.
+    pub(super) async fn delay_reported<R: Rng + ?Sized>(
+        &self,
+        records: &[SqsMessage],
+        fates: &[Option<Fate>],
+        deadline: Instant,
+        rng: &mut R,
+    ) -> (u64, u64) {
+        if self.config.source_queue_url.is_none() {
+            return (0, 0);
+        }
+        let delays: Vec<Delay> = records
+            .iter()
+            .zip(fates)
+            .filter(|(_, fate)| matches!(fate, Some(Fate::Reported { .. }) | None))
+            .filter_map(|(record, _)| {
+                let receipt_handle = record.receipt_handle.clone()?;
+                let wait = self
+                    .config
+                    .redelivery
+                    .visibility(receive_count(record), rng);
+                Some(Delay {
+                    receipt_handle,
+                    visibility_secs: u32::try_from(wait.as_secs()).unwrap_or(u32::MAX),
+                })
+            })
+            .collect();
+        if delays.is_empty() {
+            return (0, 0);
+        }
+        let results = tokio::time::timeout_at(deadline, self.queue.delay(&delays))
+            .await
+            .unwrap_or_else(|_| {
+                vec![
+                    Err(QueueError::Deadline {
+                        doing: "delaying redeliveries"
+                    });
+                    delays.len()
+                ]
+            });
+        let failed: Vec<&QueueError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        if let Some(first) = failed.first() {
+            tracing::warn!(
+                failed = failed.len(),
+                error = %first,
+                "redelivery delay not set; those messages come back after the queue's timeout"
+            );
+        }
+        let failed = failed.len() as u64;
+        (delays.len() as u64 - failed, failed)
+    }
+}

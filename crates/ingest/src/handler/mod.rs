@@ -1,0 +1,306 @@
+//! The handler: one SQS batch in, one partial-batch response out.
+//!
+//! [`Ingest::process`] is a pipeline of named stages, each in a module of its own:
+//! 1. **parse** each message, guarded against panics ([`parse`]);
+//! 2. **observe** each entity's rate in the batch, and raise its fan-out before its
+//!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
+//!    shrink a quiet one) ([`observe`]);
+//! 3. **key** every reading with the fan-out in force now ([`keying`]);
+//! 4. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle brings the entity to the directory at once, and
+//!    when that raises its fan-out, the items not yet written are given back by the
+//!    writer and re-keyed with the new k for the next round. A batch larger than one
+//!    call per writer slot is keyed and written in two waves: the first wave's calls
+//!    are out while the rest is keyed, so a batch of thousands of readings does not
+//!    hold its first call back for the CPU time of keying them all;
+//! 5. **settle** each message's fate from its readings' outcomes ([`crate::fate`]);
+//! 6. **requeue or dead-letter** what must leave the batch, and delay the reported
+//!    ([`leave`], with what it reads of each SQS record in [`record`]);
+//! 7. **report** every message's fate and the metrics (EMF lines) ([`report`]).
+//!
+//! Every message ends in exactly one of these fates:
+//! - **written**: all its readings are stored;
+//! - **dead-lettered**: refused for good (bad JSON, a broken rule, an unkeyable
+//!   reading), sent to the DLQ at once with the reason, and not reported, so SQS does
+//!   not redeliver it;
+//! - **split**: some readings are stored and the rest failed transiently: the rest is
+//!   sent back to the queue as a fresh copy and the message is acknowledged, so no
+//!   stored reading is ever written again (under another key, after a raise);
+//! - **reported** in `batchItemFailures`: something transient kept all of it out (a
+//!   throttle, the deadline, a 5xx, a failed DLQ send, a panic), so SQS redelivers it.
+//!
+//! A reported message stays invisible for a wait that doubles with its receive count
+//! (when the source queue's URL is configured), so the redrive policy's receives span
+//! minutes of throttling rather than a few fixed timeouts. At its last receive before
+//! the redrive (`MAX_RECEIVES`), a message still failing is **requeued** instead: sent
+//! back to the source queue as a fresh copy, delayed, up to `MAX_REQUEUES` times, then
+//! dead-lettered with its reason, so the DLQ never holds a message without one. If
+//! every message is reported, the invocation fails as a whole, so Lambda backs off the
+//! queue.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sharding::time::Timestamp;
+use store::batch::{BatchTable, BatchWriter, WriterConfig};
+use store::directory::{ShardDirectory, ShardStore};
+use store::dynamo::{DynamoShards, DynamoTable};
+use store::queue::Queue;
+use store::sqs::SqsQueue;
+use tokio::time::Instant;
+use tracing::Span;
+
+use crate::config::Config;
+use crate::fate::{Retry, Settled, Stage, settle};
+
+use observe::{Changes, entity_rates};
+
+mod keying;
+mod leave;
+mod observe;
+mod parse;
+mod record;
+mod report;
+mod watch;
+mod write;
+
+pub use record::{OWN_ATTRIBUTE_PREFIX, REQUEUES_ATTRIBUTE, SOURCE_ID_ATTRIBUTE};
+pub use report::{MessageReport, Report};
+
+/// Why the invocation failed as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    /// Every message failed transiently: failing the invocation makes Lambda back off.
+    #[error("all {messages} messages failed transiently; first: {first}")]
+    AllFailed {
+        /// How many.
+        messages: usize,
+        /// The first reason.
+        first: String,
+    },
+    /// A message to report has no id to report it by, so the whole batch must return.
+    #[error("a failed message has no messageId; failing the whole batch so it is redelivered")]
+    MissingMessageId,
+}
+
+/// A hook run inside each message's guarded section (fault injection in tests).
+pub type MessageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Rounds of re-keying after raises within one invocation: each needs a raise, and
+/// raises of one entity are a cooldown apart.
+const MAX_REKEY_ROUNDS: usize = 4;
+
+/// The ingest service: configuration plus the three ports.
+pub struct Ingest<T, S, Q> {
+    config: Config,
+    writer: BatchWriter<T>,
+    directory: ShardDirectory<S>,
+    queue: Q,
+    hook: Option<MessageHook>,
+}
+
+impl<T, S, Q> std::fmt::Debug for Ingest<T, S, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
+    /// The production wiring over SDK clients.
+    pub fn from_clients(
+        config: Config,
+        dynamo: &aws_sdk_dynamodb::Client,
+        sqs: &aws_sdk_sqs::Client,
+    ) -> Self {
+        let table = DynamoTable::new(dynamo, &config.table_name);
+        let shards = DynamoShards::new(dynamo, &config.shards.shard_table_name);
+        let queue = SqsQueue::new(sqs, &config.dlq_url, config.source_queue_url.clone());
+        Self::new(config, table, shards, queue)
+    }
+}
+
+fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic".to_owned());
+        Stage::Retry(Retry::Panic(what))
+    })
+}
+
+/// What every stage of one invocation shares.
+struct Run<'a> {
+    records: &'a [SqsMessage],
+    ids: Vec<String>,
+    spans: Vec<Span>,
+    /// The clock reading at the start, and when that was.
+    now: Timestamp,
+    started: Instant,
+    /// The Lambda deadline, and the one writes and metadata calls keep to.
+    deadline: Instant,
+    work_deadline: Instant,
+}
+
+impl<'a> Run<'a> {
+    fn new(records: &'a [SqsMessage], now: Timestamp, deadline: Instant, margin: Duration) -> Self {
+        let ids: Vec<String> = records
+            .iter()
+            .map(|r| r.message_id.clone().unwrap_or_default())
+            .collect();
+        let spans = ids
+            .iter()
+            .map(|id| tracing::info_span!("message", message_id = %id))
+            .collect();
+        Self {
+            records,
+            ids,
+            spans,
+            now,
+            started: Instant::now(),
+            deadline,
+            work_deadline: deadline.checked_sub(margin).unwrap_or_else(Instant::now),
+        }
+    }
+
+    /// The clock now: a decision during the writes, and a re-key after it, take the time
+    /// it is made at, not when the batch began. The stages before the writes use `now`
+    /// itself, so the reads of one invocation share one clock reading (and its cache).
+    fn clock(&self) -> Timestamp {
+        self.now.saturating_add(self.started.elapsed())
+    }
+
+    fn out_of_time(&self) -> bool {
+        Instant::now() >= self.work_deadline
+    }
+}
+
+/// A random stream of its own, seeded from `rng` (so a seeded test stays reproducible).
+fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
+    let mut seed = <StdRng as SeedableRng>::Seed::default();
+    rng.fill(&mut seed);
+    StdRng::from_seed(seed)
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+    /// A service over the given ports.
+    pub fn new(config: Config, table: T, shards: S, queue: Q) -> Self {
+        let writer = BatchWriter::new(
+            table,
+            WriterConfig {
+                max_inflight: config.max_inflight,
+                backoff: config.backoff,
+            },
+        );
+        let directory = ShardDirectory::new(shards, config.directory_config());
+        Self {
+            config,
+            writer,
+            directory,
+            queue,
+            hook: None,
+        }
+    }
+
+    /// Runs `hook` with each message id inside the message's guarded section; a panic
+    /// in it is handled like a panic in parsing. For fault-injection tests.
+    #[doc(hidden)]
+    pub fn with_message_hook(mut self, hook: MessageHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The batch writer.
+    pub fn writer(&self) -> &BatchWriter<T> {
+        &self.writer
+    }
+
+    /// The shard directory.
+    pub fn directory(&self) -> &ShardDirectory<S> {
+        &self.directory
+    }
+
+    /// The queue port.
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    /// Handles one SQS batch: `now` is this invocation's clock reading, `deadline` the
+    /// Lambda deadline. Prints the EMF metric lines.
+    pub async fn handle<R: Rng + Send + ?Sized>(
+        &self,
+        event: &SqsEvent,
+        now: Timestamp,
+        deadline: Instant,
+        rng: &mut R,
+    ) -> Result<SqsBatchResponse, IngestError> {
+        let report = self.process(event, now, deadline, rng).await;
+        for line in report.emf_lines(now) {
+            println!("{line}");
+        }
+        if let Some(err) = report.all_failed() {
+            return Err(err);
+        }
+        report.response()
+    }
+
+    /// Processes one SQS batch and reports every message's fate (no output): the
+    /// stages of the module docs, in order.
+    pub async fn process<R: Rng + Send + ?Sized>(
+        &self,
+        event: &SqsEvent,
+        now: Timestamp,
+        deadline: Instant,
+        rng: &mut R,
+    ) -> Report {
+        let run = Run::new(&event.records, now, deadline, self.config.deadline_margin);
+        let mut changes = Changes::default();
+        let mut stages = self.parse_stage(&run);
+        let rates = entity_rates(&stages, run.records, &self.config.intake);
+        self.observe_stage(&rates, &run, &mut changes, rng).await;
+        let keying = self.load_keying(&mut stages, &run).await;
+        let written = self
+            .write_stage(&mut stages, keying.as_ref(), &rates, &run, rng)
+            .await;
+        changes.absorb(written.changes);
+        let (writes, stale) = (written.stats, written.stale);
+        let panics = stages
+            .iter()
+            .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
+            .count() as u64;
+        let settled: Vec<Settled> = stages
+            .into_iter()
+            .map(|stage| settle(stage, MAX_REKEY_ROUNDS))
+            .collect();
+        let leaving = self.leave_stage(settled, &run, rng).await;
+        let (delayed, delay_failures) = self
+            .delay_reported(run.records, &leaving.fates, run.deadline, rng)
+            .await;
+        let messages = self.log_fates(leaving.fates, &run);
+        Report {
+            messages,
+            writes,
+            fanout_raises: changes.raises,
+            fanout_shrinks: changes.shrinks,
+            stale,
+            dead_lettered: leaving.dead_lettered,
+            dlq_failures: leaving.dlq_failures,
+            panics,
+            delayed,
+            delay_failures,
+            requeued: leaving.requeued,
+            split: leaving.split,
+        }
+    }
+}

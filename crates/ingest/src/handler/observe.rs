@@ -1,0 +1,331 @@
+//! Stage 2: each entity's arrival rate in the batch, measured by when its messages
+//! reached the queue, brought to the shard directory before its readings are keyed, so
+//! a rate its keys cannot carry raises its fan-out for this very batch (a busy entity
+//! is marked, a quiet one shrunk); and the fan-out changes an invocation won.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use futures::StreamExt;
+use rand::Rng;
+use rand::rngs::StdRng;
+use sharding::fanout::{self, Signal, Throttle};
+use store::StoreError;
+use store::batch::BatchTable;
+use store::directory::{FanoutChange, ShardStore};
+use store::queue::Queue;
+
+use super::record::sent_at;
+use super::{Ingest, Run, seeded};
+use crate::config::Intake;
+use crate::fate::Stage;
+
+/// Fan-out changes this invocation won.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    pub(super) raises: u64,
+    pub(super) shrinks: u64,
+}
+
+impl Changes {
+    pub(super) fn absorb(&mut self, other: Changes) {
+        self.raises += other.raises;
+        self.shrinks += other.shrinks;
+    }
+
+    /// Logs and counts what the directory did about `entity`.
+    pub(super) fn record(&mut self, entity: &str, change: &Result<FanoutChange, StoreError>) {
+        match change {
+            Ok(FanoutChange::Raised(raise)) => {
+                tracing::info!(entity, from = raise.from, to = raise.to, "fan-out raised");
+                self.raises += 1;
+            }
+            Ok(FanoutChange::Shrunk(shrink)) => {
+                tracing::info!(entity, from = shrink.from, to = shrink.to, effective_from = %shrink.effective_from, "fan-out shrinking");
+                self.shrinks += 1;
+            }
+            Ok(change) => tracing::debug!(entity, ?change, "fan-out unchanged"),
+            Err(err) => tracing::warn!(entity, error = %err, "fan-out update failed"),
+        }
+    }
+}
+
+/// The largest batch payload Lambda delivers (6 MB), less one message: a batch this
+/// large was cut by its size, not by its window.
+const FULL_PAYLOAD_BYTES: usize = 6 * 1024 * 1024 - 256 * 1024;
+
+/// How `records` arrived: the batching window, and the batch's span by SQS's clock when
+/// it was cut by its size (as many messages as the mapping's batch size, or a payload
+/// near Lambda's limit) rather than by its window.
+fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArrival {
+    let sent = records.iter().filter_map(sent_at);
+    let span = sent
+        .clone()
+        .min()
+        .zip(sent.max())
+        .map(|(lo, hi)| Duration::from_millis(hi.saturating_sub(lo).unsigned_abs()));
+    let bytes: usize = records
+        .iter()
+        .map(|r| r.body.as_ref().map_or(0, String::len))
+        .sum();
+    let full = records.len() >= intake.batch_size || bytes >= FULL_PAYLOAD_BYTES;
+    fanout::BatchArrival {
+        window: intake.window,
+        full_span: span.filter(|_| full),
+    }
+}
+
+/// Each entity's arrival rate in this batch, in readings per second, where a sample
+/// shows one (`sharding::fanout::arrival_rate`): its readings over the span of the
+/// `SentTimestamp`s of the messages that carry them, floored at the batching window.
+/// The readings' own timestamps play no part: a sender chooses them. Every entity of
+/// the batch is present.
+pub(super) fn entity_rates(
+    stages: &[Stage],
+    records: &[SqsMessage],
+    intake: &Intake,
+) -> BTreeMap<String, Option<f64>> {
+    /// One entity: readings, messages, the last message it was seen in, and the first
+    /// and last `SentTimestamp` of its messages.
+    struct Seen {
+        readings: u64,
+        messages: u64,
+        message: usize,
+        sent: Option<(i64, i64)>,
+    }
+    impl Seen {
+        fn sent_in(&mut self, sent: Option<i64>) {
+            if let Some(t) = sent {
+                self.sent = Some(self.sent.map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))));
+            }
+        }
+    }
+    let batch = batch_arrival(records, intake);
+    // One lookup per reading, borrowed ids: one allocation per entity, at the end.
+    let mut seen: HashMap<&str, Seen> = HashMap::new();
+    for (message, stage) in stages.iter().enumerate() {
+        let Stage::Parsed(readings) = stage else {
+            continue;
+        };
+        let sent = records.get(message).and_then(sent_at);
+        for r in readings {
+            let entity = seen.entry(r.device_id.as_str()).or_insert(Seen {
+                readings: 0,
+                messages: 0,
+                message: usize::MAX,
+                sent: None,
+            });
+            entity.readings += 1;
+            if entity.message != message {
+                entity.message = message;
+                entity.messages += 1;
+                entity.sent_in(sent);
+            }
+        }
+    }
+    let mut rates: Vec<(&str, Option<f64>)> = seen
+        .into_iter()
+        .map(|(entity, s)| {
+            let span = s.sent.map_or(Duration::ZERO, |(lo, hi)| {
+                Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
+            });
+            (
+                entity,
+                fanout::arrival_rate(s.readings, s.messages, span, &batch),
+            )
+        })
+        .collect();
+    // Sorted, the map is built in one pass.
+    rates.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    rates
+        .into_iter()
+        .map(|(entity, rate)| (entity.to_owned(), rate))
+        .collect()
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+    /// Stage 2: brings each entity's rate in this batch to the directory before its
+    /// readings are keyed, so a rate its keys cannot carry raises its fan-out now and
+    /// this very batch is keyed with the new k (and a busy entity is marked, a quiet
+    /// one shrunk). What the cache answers alone is decided in one pass (most devices of
+    /// a fleet: no metadata, a rate the default carries); the rest concurrently, each
+    /// entity with its own random stream.
+    pub(super) async fn observe_stage<R: Rng + ?Sized>(
+        &self,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        changes: &mut Changes,
+        rng: &mut R,
+    ) {
+        let mut signals: Vec<(&str, Signal, StdRng)> = Vec::new();
+        for (entity, rate) in rates {
+            let signal = Signal {
+                throttle: Throttle::Other,
+                keyed: 0,
+                rate: *rate,
+            };
+            // Every entity draws its stream, answered from the cache or not, so a seeded
+            // run draws the same streams whatever the cache holds.
+            let stream = seeded(rng);
+            match self.directory.on_signal_cached(entity, &signal, run.now) {
+                Some(change) => changes.record(entity, &Ok(change)),
+                None => signals.push((entity.as_str(), signal, stream)),
+            }
+        }
+        let results: Vec<(&str, Result<FanoutChange, StoreError>)> = futures::stream::iter(signals)
+            .map(|(entity, signal, mut rng)| async move {
+                let change = tokio::time::timeout_at(
+                    run.work_deadline,
+                    self.directory.on_signal(entity, signal, run.now, &mut rng),
+                )
+                .await
+                .unwrap_or(Err(StoreError::Deadline));
+                (entity, change)
+            })
+            .buffer_unordered(self.config.max_inflight.max(1))
+            .collect()
+            .await;
+        for (entity, change) in results {
+            changes.record(entity, &change);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use sharding::time::Timestamp;
+    use store::Reading;
+
+    use crate::fate::Retry;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The rates read literally: per entity, its readings, its messages and the span
+    /// of their `SentTimestamp`s, against the batch's arrival.
+    fn rates_by_definition(
+        messages: &[(i64, Vec<(u8, i64)>)],
+        batch: &fanout::BatchArrival,
+    ) -> BTreeMap<String, Option<f64>> {
+        let entities: BTreeSet<u8> = messages
+            .iter()
+            .flat_map(|(_, m)| m.iter().map(|(e, _)| *e))
+            .collect();
+        entities
+            .into_iter()
+            .map(|e| {
+                let carrying: Vec<&(i64, Vec<(u8, i64)>)> = messages
+                    .iter()
+                    .filter(|(_, m)| m.iter().any(|(x, _)| *x == e))
+                    .collect();
+                let readings = carrying
+                    .iter()
+                    .map(|(_, m)| m.iter().filter(|(x, _)| *x == e).count() as u64)
+                    .sum();
+                let sent: Vec<i64> = carrying.iter().map(|(t, _)| *t).collect();
+                let span = sent
+                    .iter()
+                    .max()
+                    .zip(sent.iter().min())
+                    .map_or(0, |(hi, lo)| hi - lo);
+                let span = Duration::from_millis(span.unsigned_abs());
+                (
+                    format!("dev-{e}"),
+                    fanout::arrival_rate(readings, carrying.len() as u64, span, batch),
+                )
+            })
+            .collect()
+    }
+
+    fn stage(message: &[(u8, i64)]) -> Stage {
+        Stage::Parsed(
+            message
+                .iter()
+                .map(|(e, t)| Reading {
+                    device_id: format!("dev-{e}"),
+                    event_id: format!("evt-{t}"),
+                    ts: Timestamp::from_millis(*t).expect("in range"),
+                    metrics: BTreeMap::new(),
+                    tags: BTreeMap::new(),
+                })
+                .collect(),
+        )
+    }
+
+    fn record(sent: i64) -> SqsMessage {
+        let mut record = SqsMessage::default();
+        record
+            .attributes
+            .insert("SentTimestamp".to_owned(), sent.to_string());
+        record
+    }
+
+    proptest! {
+        #[test]
+        fn entity_rates_follow_arrival_by_the_queues_clock(
+            // Messages sent over up to 3 s, their readings stamped anywhere (a sender's
+            // timestamps must not matter), some refused.
+            spread in prop::collection::vec(
+                (
+                    0i64..3_000,
+                    prop::collection::vec((0u8..3, 0i64..3_600_000), 0..70),
+                ),
+                0..8,
+            ),
+            refused in prop::collection::vec(prop::bool::weighted(0.2), 8),
+            batch_size in 1usize..10,
+        ) {
+            let sent0 = 1_782_090_000_000i64;
+            let messages: Vec<(i64, Vec<(u8, i64)>)> = spread
+                .iter()
+                .map(|(sent, m)| {
+                    (
+                        sent0 + sent,
+                        m.iter().map(|(e, ts)| (*e, 1_700_000_000_000 + ts)).collect(),
+                    )
+                })
+                .collect();
+            let records: Vec<SqsMessage> = messages.iter().map(|(t, _)| record(*t)).collect();
+            let intake = Intake { batch_size, window: Duration::from_secs(1) };
+            let batch = batch_arrival(&records, &intake);
+            // A message that is not parsed (refused, say) counts for nothing.
+            let kept: Vec<(i64, Vec<(u8, i64)>)> = messages
+                .iter()
+                .zip(&refused)
+                .filter(|(_, r)| !**r)
+                .map(|(m, _)| m.clone())
+                .collect();
+            let stages: Vec<Stage> = messages
+                .iter()
+                .zip(&refused)
+                .map(|((_, m), r)| {
+                    if *r {
+                        Stage::Retry(Retry::Failed("refused".to_owned()))
+                    } else {
+                        stage(m)
+                    }
+                })
+                .collect();
+            prop_assert_eq!(
+                entity_rates(&stages, &records, &intake),
+                rates_by_definition(&kept, &batch)
+            );
+        }
+    }
+
+    #[test]
+    fn readings_stamped_with_one_instant_count_at_most_a_windows_worth() {
+        let intake = Intake {
+            batch_size: 100,
+            window: Duration::from_secs(1),
+        };
+        for n in [20u8, 200] {
+            let readings: Vec<(u8, i64)> = (0..n).map(|_| (0, 1_700_000_000_000)).collect();
+            let rates = entity_rates(&[stage(&readings)], &[record(1_782_090_000_000)], &intake);
+            assert_eq!(rates["dev-0"], Some(f64::from(n)));
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Stage 1: each message's body parsed and validated, guarded against panics.
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use store::batch::BatchTable;
+use store::directory::ShardStore;
+use store::queue::Queue;
+
+use super::{Ingest, Run, guarded};
+use crate::fate::Stage;
+use crate::message::{Limits, Refusal, parse_body};
+
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+    /// Stage 1: parses and validates each message, guarded against panics.
+    pub(super) fn parse_stage(&self, run: &Run<'_>) -> Vec<Stage> {
+        let limits = Limits {
+            now: run.now,
+            max_future: self.config.shards.max_future,
+            retention: self.config.retention,
+            max_readings: self.config.max_readings_per_message,
+        };
+        run.records
+            .iter()
+            .zip(&run.spans)
+            .zip(&run.ids)
+            .map(|((record, span), id)| span.in_scope(|| self.parse(record, id, &limits)))
+            .collect()
+    }
+
+    fn parse(&self, record: &SqsMessage, id: &str, limits: &Limits) -> Stage {
+        guarded(|| {
+            if let Some(hook) = &self.hook {
+                hook(id);
+            }
+            let Some(body) = record.body.as_deref() else {
+                return Stage::Refused(Refusal {
+                    field: "body".to_owned(),
+                    rule: "is missing".to_owned(),
+                });
+            };
+            match parse_body(body, limits) {
+                Ok(readings) => Stage::Parsed(readings),
+                Err(refusal) => Stage::Refused(refusal),
+            }
+        })
+    }
+}

@@ -1,0 +1,146 @@
+//! What the ingest reads of an SQS record beyond its body: how often it was received
+//! and requeued, who sent it and when, and the sender's own attributes; and the fresh
+//! copy of a record the ingest sends back to the queue.
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use store::queue::{Attributes, MAX_DELAY_SECS, MAX_MESSAGE_BYTES, Requeue, with_attributes};
+
+/// The message attribute counting how often a message was requeued.
+pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
+/// The message attribute carrying a requeued copy's first message id.
+pub const SOURCE_ID_ATTRIBUTE: &str = "shardline.source_message_id";
+/// The prefix of the ingest's own message attributes. A sender's attributes under it
+/// are neither read (unless the ingest sent the message) nor carried on a copy.
+pub const OWN_ATTRIBUTE_PREFIX: &str = "shardline.";
+
+/// How often SQS delivered this record (`ApproximateReceiveCount`, 1 when absent).
+pub(super) fn receive_count(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Whether the ingest itself sent `record` (a requeued copy), by its `SenderId`, which
+/// SQS sets from the caller's identity and no sender can choose: `own` itself or one of
+/// its sessions (`"<RoleId>:<session>"`, as a Lambda's role sends). Without `own`,
+/// nothing is taken for the ingest's.
+fn sent_by_ingest(record: &SqsMessage, own: Option<&str>) -> bool {
+    let (Some(own), Some(sender)) = (own, record.attributes.get("SenderId")) else {
+        return false;
+    };
+    sender
+        .strip_prefix(own)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
+/// The value of the ingest's attribute `name` on `record`, when the ingest sent it.
+fn own_attribute<'r>(record: &'r SqsMessage, own: Option<&str>, name: &str) -> Option<&'r str> {
+    if !sent_by_ingest(record, own) {
+        return None;
+    }
+    record
+        .message_attributes
+        .get(name)
+        .and_then(|a| a.string_value.as_deref())
+}
+
+/// How often this record's message was requeued before: 0 for a device's message,
+/// whatever attributes it carries.
+pub(super) fn requeue_count(record: &SqsMessage, own: Option<&str>) -> u32 {
+    own_attribute(record, own, REQUEUES_ATTRIBUTE)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The id of the message as the device sent it: a requeued copy's first id, else `id`.
+pub(super) fn source_id(record: &SqsMessage, own: Option<&str>, id: &str) -> String {
+    own_attribute(record, own, SOURCE_ID_ATTRIBUTE)
+        .unwrap_or(id)
+        .to_owned()
+}
+
+/// The sender's own string-valued attributes of `record`: every one but those under
+/// [`OWN_ATTRIBUTE_PREFIX`] (the ingest sets its own on what it sends). Binary ones are
+/// not carried.
+pub(super) fn sender_attributes(record: &SqsMessage) -> Attributes {
+    record
+        .message_attributes
+        .iter()
+        .filter(|(name, _)| !name.starts_with(OWN_ATTRIBUTE_PREFIX))
+        .filter_map(|(name, a)| {
+            let data_type = a.data_type.clone()?;
+            let value = a.string_value.clone()?;
+            Some((name.clone(), (data_type, value)))
+        })
+        .collect()
+}
+
+/// The size a copy or letter of `record` may have: SQS's [`MAX_MESSAGE_BYTES`], or the
+/// record's own size (body and attributes) when its queue took a larger one, since the
+/// ingest's queues share their settings.
+pub(super) fn message_budget(record: &SqsMessage) -> usize {
+    let attributes: usize = record
+        .message_attributes
+        .iter()
+        .map(|(name, a)| {
+            name.len()
+                + a.data_type.as_deref().map_or(0, str::len)
+                + a.string_value.as_deref().map_or(0, str::len)
+                + a.binary_value.as_ref().map_or(0, |b| b.0.len())
+        })
+        .sum();
+    let body = record.body.as_deref().map_or(0, str::len);
+    MAX_MESSAGE_BYTES.max(body + attributes)
+}
+
+/// A fresh copy of `record` holding `body`. It carries at most SQS's 10 attributes:
+/// the ingest's two first (the requeue count `requeues` and the first message id),
+/// then the sender's own string attributes in name order as far as they fit
+/// (`store::queue::with_attributes`). So of a message that arrived with 9 or 10, the
+/// last in name order are dropped (logged): a copy that SQS refuses would instead
+/// leave the message to the redrive. A sender's `shardline.*` attributes are never
+/// carried as if they were the ingest's.
+pub(super) fn copy_of(
+    record: &SqsMessage,
+    own: Option<&str>,
+    id: &str,
+    body: String,
+    requeues: u32,
+    delay_secs: u32,
+) -> Requeue {
+    let ours: Attributes = [
+        (
+            SOURCE_ID_ATTRIBUTE,
+            ("String".to_owned(), source_id(record, own, id)),
+        ),
+        (
+            REQUEUES_ATTRIBUTE,
+            ("Number".to_owned(), requeues.to_string()),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
+    let (attributes, dropped) = with_attributes(
+        ours,
+        &sender_attributes(record),
+        body.len(),
+        message_budget(record),
+    );
+    if !dropped.is_empty() {
+        tracing::info!(message_id = %id, ?dropped, "attributes not carried on the copy (SQS allows 10)");
+    }
+    Requeue {
+        body,
+        attributes,
+        delay_secs: delay_secs.min(MAX_DELAY_SECS),
+    }
+}
+
+/// When SQS received `record`: its `SentTimestamp` (milliseconds), which SQS sets and
+/// no sender can.
+pub(super) fn sent_at(record: &SqsMessage) -> Option<i64> {
+    record.attributes.get("SentTimestamp")?.parse().ok()
+}

@@ -1,0 +1,284 @@
+//! Stage 4: the writes, in rounds. A throttle brings its entity to the directory at
+//! once ([`super::watch`]); when that raises its fan-out, the writer gives back the
+//! entity's items not yet written, and the next round re-keys them with the new k.
+//! A batch larger than one call per writer slot is keyed and written in two waves.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rand::Rng;
+use sharding::key::ItemKey;
+use store::batch::{
+    BatchReport, BatchTable, Item, MAX_BATCH_ITEMS, Outcome, Put, Remake, SizedItem, Slots,
+    WriteStats,
+};
+use store::directory::ShardStore;
+use store::queue::Queue;
+use store::{Reading, ReadingItem, ThrottleKind};
+
+use super::keying::{Keying, KeyedItem, keyed, keyed_mut};
+use super::observe::Changes;
+use super::watch::RoundWatch;
+use super::{Ingest, MAX_REKEY_ROUNDS, Run, seeded};
+use crate::fate::{Keyed, Stage};
+
+/// What one round's writes (or one wave's of the first round, or all rounds) did.
+#[derive(Default)]
+pub(super) struct Written {
+    pub(super) stats: WriteStats,
+    /// Items given back stale, to re-key.
+    pub(super) stale: u64,
+    pub(super) changes: Changes,
+}
+
+impl Written {
+    fn absorb(&mut self, other: Written) {
+        self.stats.absorb(other.stats);
+        self.stale += other.stale;
+        self.changes.absorb(other.changes);
+    }
+}
+
+/// The readings behind one round's puts, in the writer's input order.
+struct Round<'a> {
+    /// Each put's partition key.
+    pks: Vec<&'a str>,
+    /// Each put's entity, with the fan-out of its key.
+    owners: Vec<(&'a str, u32)>,
+    /// Each put's reading, to make the item again after a failed call consumed it: the
+    /// writer keeps no copies ([`Remake`]).
+    readings: Vec<&'a Reading>,
+    retention: Duration,
+}
+
+impl<'a> Round<'a> {
+    fn new(keyed: &'a [&'a mut Keyed], retention: Duration) -> Self {
+        Self {
+            pks: keyed.iter().map(|k| k.key.pk.as_str()).collect(),
+            owners: keyed
+                .iter()
+                .map(|k| (k.reading.device_id.as_str(), k.fanout))
+                .collect(),
+            readings: keyed.iter().map(|k| &k.reading).collect(),
+            retention,
+        }
+    }
+}
+
+impl Remake for Round<'_> {
+    fn remake(&self, index: usize, key: &ItemKey) -> Option<Item> {
+        let reading = self.readings.get(index)?;
+        Some(ReadingItem::marshal(reading, key, self.retention).item)
+    }
+}
+
+/// How many of `stages` the first wave of a batch takes: messages up to the first whose
+/// parsed readings bring the count to `readings` (all of them if they hold fewer).
+fn first_wave(stages: &[Stage], readings: usize) -> usize {
+    let mut count = 0;
+    for (i, stage) in stages.iter().enumerate() {
+        if let Stage::Parsed(parsed) = stage {
+            count += parsed.len();
+            if count >= readings {
+                return i + 1;
+            }
+        }
+    }
+    stages.len()
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+    /// Stage 4: keys every parsed message ([`Self::key_messages`]) and writes every keyed
+    /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
+    /// once; when its fan-out is raised, the writer gives back that entity's items not
+    /// yet written, and the next round re-keys them with the new k. Nothing written is
+    /// ever written again. Returns what every round did: the writer's counters, how many
+    /// items were re-keyed and the fan-out changes won.
+    pub(super) async fn write_stage<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        keying: Option<&Keying>,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Written {
+        let mut total = Written::default();
+        for round in 0..MAX_REKEY_ROUNDS {
+            let written = if round == 0 {
+                self.first_round(stages, keying, rates, run, rng).await
+            } else {
+                self.rekey(stages, run).await;
+                self.write_keyed(stages, rates, run, rng, &self.writer.slots())
+                    .await
+            };
+            let Some(written) = written else {
+                break;
+            };
+            total.absorb(written);
+        }
+        total
+    }
+
+    /// The first round of [`Self::write_stage`], in two waves when the batch holds more
+    /// than one call per slot of the writer: the messages that fill every slot once are
+    /// keyed and their calls sent, and the rest is keyed while those calls are out, then
+    /// written in the slots they free. Keying thousands of readings takes milliseconds of
+    /// CPU that would otherwise pass before the first call leaves. The two waves share
+    /// one set of the writer's `MAX_INFLIGHT` slots. The writer deduplicates within a wave: a
+    /// reading sent twice in one batch, once in each wave, is written by each (the same
+    /// item under the same key, stored once, at the cost of a second write). `None`
+    /// when there was nothing to write or no time left.
+    async fn first_round<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        keying: Option<&Keying>,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+    ) -> Option<Written> {
+        let slots = self.writer.slots();
+        let Some(keying) = keying else {
+            return self.write_keyed(stages, rates, run, rng, &slots).await;
+        };
+        let split = first_wave(stages, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS);
+        let (front, back) = stages.split_at_mut(split);
+        let (front_spans, back_spans) = run.spans.split_at(split.min(run.spans.len()));
+        self.key_messages(front, front_spans, keying);
+        if !back.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+            return self.write_keyed(front, rates, run, rng, &slots).await;
+        }
+        let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
+        let mut front_write =
+            std::pin::pin!(self.write_keyed(front, rates, run, &mut front_rng, &slots));
+        // Polled once, the first wave's calls are built and sent; its answers wait
+        // until the rest is keyed, which takes less than a round trip.
+        let front_done = futures::poll!(front_write.as_mut());
+        self.key_messages(back, back_spans, keying);
+        let back_write = self.write_keyed(back, rates, run, &mut back_rng, &slots);
+        let (front, back) = match front_done {
+            std::task::Poll::Ready(front) => (front, back_write.await),
+            std::task::Poll::Pending => tokio::join!(front_write, back_write),
+        };
+        match (front, back) {
+            (Some(mut front), Some(back)) => {
+                front.absorb(back);
+                Some(front)
+            }
+            (front, back) => front.or(back),
+        }
+    }
+
+    /// Writes the keyed readings of `stages` that have an item and no outcome, within
+    /// `slots`: one round's writes ([`Self::write_round`]), each outcome recorded on its
+    /// reading. `None` when there was nothing to write or no time left.
+    async fn write_keyed<R: Rng + Send + ?Sized>(
+        &self,
+        stages: &mut [Stage],
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+        slots: &Slots,
+    ) -> Option<Written> {
+        let mut to_write: Vec<&mut Keyed> = keyed_mut(stages)
+            .filter(|k| k.outcome.is_none() && k.item.is_some())
+            .collect();
+        if to_write.is_empty() || run.out_of_time() {
+            return None;
+        }
+        let items: Vec<SizedItem> = to_write.iter_mut().filter_map(|k| k.item.take()).collect();
+        let (report, changes) = {
+            let round = Round::new(&to_write, self.config.retention);
+            let puts = to_write
+                .iter()
+                .zip(items)
+                .map(|(k, item)| Put::new(&k.key, item))
+                .collect();
+            self.write_round(puts, &round, rates, run, rng, slots).await
+        };
+        let mut stale = 0;
+        for (keyed, outcome) in to_write.iter_mut().zip(report.outcomes) {
+            if outcome == Outcome::Stale {
+                stale += 1;
+            } else {
+                keyed.outcome = Some(outcome);
+            }
+        }
+        Some(Written {
+            stats: report.stats,
+            stale,
+            changes,
+        })
+    }
+
+    /// One round of [`Self::write_stage`]: the writes, and beside them the listener
+    /// that brings throttled keys to the directory while the writes back off.
+    async fn write_round<R: Rng + Send + ?Sized>(
+        &self,
+        puts: Vec<Put<'_>>,
+        round: &Round<'_>,
+        rates: &BTreeMap<String, Option<f64>>,
+        run: &Run<'_>,
+        rng: &mut R,
+        slots: &Slots,
+    ) -> (BatchReport, Changes) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let watch = RoundWatch::new(&round.pks, &round.owners, tx);
+        let mut listener_rng = seeded(rng);
+        let writes = async {
+            let report = self
+                .writer
+                .write_in(puts, run.work_deadline, rng, &watch, slots, round)
+                .await;
+            watch.close();
+            report
+        };
+        let listener = self.follow_throttles(rx, &watch, rates, run, &mut listener_rng);
+        let (mut report, changes) = tokio::join!(writes, listener);
+        // A raise the listener won after the writer's retries ran out still re-keys
+        // what the throttle kept out of the raised entities: nothing of it was written.
+        let raised = watch.raised();
+        for (outcome, (entity, k)) in report.outcomes.iter_mut().zip(&round.owners) {
+            let throttled = matches!(
+                outcome,
+                Outcome::FailedRetryable {
+                    throttle: Some(ThrottleKind::KeyRange),
+                    ..
+                }
+            );
+            if throttled && raised.get(*entity).is_some_and(|now| now > k) {
+                *outcome = Outcome::Stale;
+            }
+        }
+        drop(raised);
+        (report, changes)
+    }
+
+    /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
+    /// force now; one whose metadata cannot be read stays unwritten (reported).
+    async fn rekey(&self, stages: &mut [Stage], run: &Run<'_>) {
+        let now = run.clock();
+        let Ok(Ok(table)) =
+            tokio::time::timeout_at(run.work_deadline, self.directory.layout(now)).await
+        else {
+            return;
+        };
+        let entities: BTreeSet<&str> = keyed(stages)
+            .filter(|k| k.outcome.is_none() && k.item.is_none())
+            .map(|k| k.reading.device_id.as_str())
+            .collect();
+        if entities.is_empty() {
+            return;
+        }
+        let fanouts = self.fanouts(entities, now, run.work_deadline).await;
+        for k in keyed_mut(stages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
+            let Some(Ok(history)) = fanouts.get(&k.reading.device_id) else {
+                continue;
+            };
+            if let Ok(KeyedItem { key, item }) = self.keyed_item(&k.reading, &table, history, now) {
+                k.key = key.key;
+                k.fanout = key.fanout;
+                k.item = Some(item);
+            }
+        }
+    }
+}
