@@ -131,7 +131,7 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
 
     // Every valid reading stored exactly once (1 + 11 + 100 + 9 in the four events).
     let dynamo = harness::dynamodb(&stack.endpoint()).await;
-    let items = store::read::scan_items(dynamo.scan().table_name(&stack.stack.table_name))
+    let items = store::scan::scan_items(dynamo.scan().table_name(&stack.stack.table_name))
         .await?
         .into_iter()
         .map(ReadingItem::from_item)

@@ -240,17 +240,7 @@ fn write_second(
         let id = device_id(*device);
         let fanout = fanouts.get(&id).unwrap_or(&none);
         let event = format!("e{event}");
-        let key = write_key(
-            &ReadingRef {
-                entity: &id,
-                event_id: &event,
-                ts: *ts,
-                attribute: None,
-            },
-            table,
-            fanout,
-            now,
-        )?;
+        let key = write_key(&ReadingRef::new(&id, &event, *ts), table, fanout, now)?.key;
         let k = fanout.for_write(*ts, now).unwrap_or(1);
         by_key.entry(key.pk).or_default().push((i, k));
     }

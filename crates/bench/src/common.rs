@@ -84,16 +84,12 @@ pub fn day_of_readings(n: usize) -> Vec<Gen> {
 pub fn keyed_item(g: &Gen, table: &TableHistory, retention: Duration) -> Result<ReadingItem> {
     let reading = g.reading()?;
     let key = write_key(
-        &ReadingRef {
-            entity: &reading.device_id,
-            event_id: &reading.event_id,
-            ts: reading.ts,
-            attribute: None,
-        },
+        &ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts),
         table,
         &FanoutHistory::new(),
         reading.ts,
-    )?;
+    )?
+    .key;
     Ok(ReadingItem::new(&reading, key, retention))
 }
 

@@ -13,7 +13,9 @@ use query::{CursorKey, QueryService, ServiceConfig, parse_request};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::epoch::TableHistory;
-use store::batch::{BatchWriter, WriterConfig};
+use sharding::key::ItemKey;
+use store::ReadingItem;
+use store::batch::{BatchWriter, Put, SizedItem, WriterConfig};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::read::DynamoReadingSource;
 use store::{ShardReader, ShardStore as _};
@@ -202,7 +204,7 @@ async fn stats_pages(root: &Path, settings: Settings, results: &mut Results) -> 
                     ts_ms: T0_MS + i * 1000,
                     temperature: (i % 50) as f64,
                 };
-                Ok(common::keyed_item(&g, &table, retention)?.to_item()?)
+                common::keyed_item(&g, &table, retention)
             })
             .collect::<Result<Vec<_>>>()?;
         written += write_all(&direct, &readings_table, items).await?;
@@ -274,13 +276,32 @@ async fn stats_pages(root: &Path, settings: Settings, results: &mut Results) -> 
     Ok(())
 }
 
-/// Writes `items` straight to `table_name`; returns how many were written.
+/// Writes `readings` straight to `table_name`; returns how many were written.
 async fn write_all(
     client: &aws_sdk_dynamodb::Client,
     table_name: &str,
-    items: Vec<std::collections::HashMap<String, AttributeValue>>,
+    readings: Vec<ReadingItem>,
 ) -> Result<usize> {
-    let stored = items.len();
+    let stored = readings.len();
+    let keys: Vec<ItemKey> = readings
+        .iter()
+        .map(|r| ItemKey {
+            pk: r.pk.clone(),
+            sk: r.sk.clone(),
+        })
+        .collect();
+    let items = readings
+        .iter()
+        .map(ReadingItem::to_item)
+        .collect::<Result<Vec<_>, _>>()?;
+    let puts = keys
+        .iter()
+        .zip(&items)
+        .map(|(key, item)| {
+            let sized = SizedItem::new(item.clone(), store::size::item_size(item))?;
+            Ok(Put::new(key, sized))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let writer = BatchWriter::new(
         DynamoTable::new(client, table_name),
         WriterConfig {
@@ -295,9 +316,11 @@ async fn write_all(
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let report = writer
         .write(
-            items,
+            puts,
             tokio::time::Instant::now() + Duration::from_secs(3600),
             &mut rng,
+            // A call that fails whole consumed its items: the copies make them again.
+            &items,
         )
         .await;
     anyhow::ensure!(
@@ -384,7 +407,7 @@ async fn seed(
                 ts_ms: T0_MS + i * EVERY_MS + d as i64,
                 temperature: 20.0,
             };
-            items.push(common::keyed_item(&g, table, retention)?.to_item()?);
+            items.push(common::keyed_item(&g, table, retention)?);
         }
     }
     write_all(client, table_name, items).await

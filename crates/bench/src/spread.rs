@@ -113,17 +113,7 @@ pub fn run(seconds: usize, results: &mut Results) -> Result<()> {
             } else {
                 &none
             };
-            let key = write_key(
-                &ReadingRef {
-                    entity: device,
-                    event_id: event,
-                    ts: *ts,
-                    attribute: None,
-                },
-                &table,
-                fanout,
-                *ts,
-            )?;
+            let key = write_key(&ReadingRef::new(device, event, *ts), &table, fanout, *ts)?.key;
             *load.entry(key.pk).or_default() += 1;
         }
         let busiest = load.values().copied().max().unwrap_or(0) as f64 / seconds as f64;

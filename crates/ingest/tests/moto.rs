@@ -56,7 +56,7 @@ async fn end_to_end_events_land_in_the_table_and_the_dlq() -> Result<()> {
     // Redelivery of everything changes nothing (scenario 10, on the real adapter).
     let count = |dynamo: aws_sdk_dynamodb::Client, table: String| async move {
         anyhow::Ok(
-            store::read::scan_items(dynamo.scan().table_name(&table))
+            store::scan::scan_items(dynamo.scan().table_name(&table))
                 .await?
                 .len(),
         )

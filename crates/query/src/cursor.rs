@@ -39,16 +39,16 @@ impl std::fmt::Debug for CursorKey {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
+pub enum CursorKeyError {
     #[error("cursor key is {0} bytes; at least {MIN_KEY_LEN} are required")]
     TooShort(usize),
 }
 
 impl CursorKey {
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, KeyError> {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, CursorKeyError> {
         let bytes = bytes.into();
         if bytes.len() < MIN_KEY_LEN {
-            return Err(KeyError::TooShort(bytes.len()));
+            return Err(CursorKeyError::TooShort(bytes.len()));
         }
         Ok(Self(bytes))
     }

@@ -201,17 +201,13 @@ pub(crate) fn largest_reading(i: i64, shards: u32) -> ReadingItem {
     };
     let layout = table_history(vec![(0, hourly(shards))]);
     let k = sharding::key::write_key(
-        &sharding::key::ReadingRef {
-            entity: &reading.device_id,
-            event_id: &reading.event_id,
-            ts: reading.ts,
-            attribute: None,
-        },
+        &sharding::key::ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts),
         &layout,
         &sharding::epoch::FanoutHistory::new(),
         reading.ts,
     )
-    .unwrap();
+    .unwrap()
+    .key;
     ReadingItem::new(&reading, k, Duration::from_secs(86_400 * 365 * 100))
 }
 

@@ -55,17 +55,13 @@ pub fn load(table: &MemoryReadings, shards: &MemoryShards, readings: &[R]) {
             .unwrap_or_default();
         let ts = Timestamp::from_millis(r.ts_ms).unwrap();
         let key = write_key(
-            &ReadingRef {
-                entity: &r.device,
-                event_id: &r.event,
-                ts,
-                attribute: None,
-            },
+            &ReadingRef::new(&r.device, &r.event, ts),
             &layout,
             &fanout,
             ts,
         )
-        .unwrap();
+        .unwrap()
+        .key;
         let reading = store::item::Reading {
             device_id: r.device.clone(),
             event_id: r.event.clone(),

@@ -123,12 +123,7 @@ fn store(
     };
     let mut pks = BTreeSet::new();
     for &k in fanouts {
-        let r = ReadingRef {
-            entity: device,
-            event_id: event,
-            ts: reading.ts,
-            attribute: None,
-        };
+        let r = ReadingRef::new(device, event, reading.ts);
         let item_key = key_for_layout(&r, layout, Some(k)).unwrap();
         pks.insert(item_key.pk.clone());
         table.put(ReadingItem::new(

@@ -97,17 +97,13 @@ fn small_reading(device: &str, event: &str, ts_ms: i64, history: &FanoutHistory)
         tags: BTreeMap::new(),
     };
     let k = write_key(
-        &ReadingRef {
-            entity: device,
-            event_id: event,
-            ts: reading.ts,
-            attribute: None,
-        },
+        &ReadingRef::new(device, event, reading.ts),
         &layout,
         history,
         reading.ts,
     )
-    .unwrap();
+    .unwrap()
+    .key;
     ReadingItem::new(&reading, k, Duration::from_secs(86_400 * 3650))
 }
 

@@ -127,16 +127,12 @@ async fn write_readings(
                 tags: BTreeMap::new(),
             };
             let k = write_key(
-                &ReadingRef {
-                    entity: device,
-                    event_id: &reading.event_id,
-                    ts: reading.ts,
-                    attribute: None,
-                },
+                &ReadingRef::new(device, &reading.event_id, reading.ts),
                 layout,
                 &history,
                 reading.ts,
-            )?;
+            )?
+            .key;
             let item = ReadingItem::new(&reading, k, Duration::from_secs(86_400 * 3650));
             client
                 .put_item()

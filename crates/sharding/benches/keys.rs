@@ -40,7 +40,11 @@ fn keys(c: &mut Criterion) {
         group.bench_function(*name, |b| {
             b.iter(|| {
                 for (i, id) in ids.iter().enumerate() {
-                    let r = ReadingRef::new("sensor-alpha-001", id, Timestamp::from_millis(T0 + i as i64).unwrap_or(Timestamp::MIN));
+                    let r = ReadingRef::new(
+                        "sensor-alpha-001",
+                        id,
+                        Timestamp::from_millis(T0 + i as i64).unwrap_or(Timestamp::MIN),
+                    );
                     black_box(key_for_layout(&r, layout, *fanout).ok());
                 }
             });

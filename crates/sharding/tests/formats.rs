@@ -154,7 +154,12 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
     .expect("valid history");
     let at = |t: &str| ReadingRef::new(ENTITY, "evt-1", ts(t));
     // Written at the reading's own time.
-    let key = |t: &str| write_key(&at(t), &table, &fanout, ts(t)).expect("valid").key.pk;
+    let key = |t: &str| {
+        write_key(&at(t), &table, &fanout, ts(t))
+            .expect("valid")
+            .key
+            .pk
+    };
     assert_eq!(key("2026-06-22T00:59:59.999Z"), ENTITY);
     assert_eq!(key("2026-06-22T01:00:00.000Z"), "13#2026-06-22T01");
     assert_eq!(key("2026-06-22T01:05:07.089Z"), "13#2026-06-22T01");
@@ -167,7 +172,8 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
             &fanout,
             ts("2026-06-22T01:06:00Z")
         )
-        .expect("valid").key
+        .expect("valid")
+        .key
         .pk,
         "15#2026-06-22T01"
     );
@@ -176,7 +182,11 @@ fn keys_follow_the_epoch_at_the_readings_own_time() {
     let candidates = point_keys(&at(TS), &table, &fanout).expect("valid");
     assert_eq!(
         candidates.first(),
-        Some(&write_key(&at(TS), &table, &fanout, ts(TS)).expect("valid").key)
+        Some(
+            &write_key(&at(TS), &table, &fanout, ts(TS))
+                .expect("valid")
+                .key
+        )
     );
     let pks: Vec<&str> = candidates.iter().map(|k| k.pk.as_str()).collect();
     assert_eq!(pks.first(), Some(&"13#2026-06-22T01"));

@@ -126,16 +126,12 @@ impl Fixture {
 
     fn key_of(&self, r: &Reading) -> Result<ItemKey, KeyError> {
         write_key(
-            &ReadingRef {
-                entity: &r.device_id,
-                event_id: &r.event_id,
-                ts: r.ts,
-                attribute: None,
-            },
+            &ReadingRef::new(&r.device_id, &r.event_id, r.ts),
             &self.table,
             &self.fanout,
             r.ts,
         )
+        .map(|written| written.key)
     }
 
     /// Parse + validate + key + marshal + size, from the bodies.
@@ -149,7 +145,7 @@ impl Fixture {
                 let Ok(key) = self.key_of(&r) else {
                     continue;
                 };
-                bytes += ReadingItem::marshal(&r, key, self.retention).size;
+                bytes += ReadingItem::marshal(&r, &key, self.retention).size;
             }
         }
         bytes
@@ -176,7 +172,7 @@ impl Fixture {
     fn marshal(&self) -> usize {
         self.keyed
             .iter()
-            .map(|(r, key)| ReadingItem::marshal(black_box(r), key.clone(), self.retention).size)
+            .map(|(r, key)| ReadingItem::marshal(black_box(r), key, self.retention).size)
             .sum()
     }
 

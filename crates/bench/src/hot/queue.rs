@@ -170,8 +170,8 @@ pub(super) struct Tally {
     pub(super) requeued: usize,
     /// Messages the handler split: stored readings acknowledged, the rest requeued.
     pub(super) split: usize,
-    /// Items given back by a raise and re-keyed.
-    pub(super) rekeyed: u64,
+    /// Items a raise made stale: given back unwritten by the writer, to be keyed again.
+    pub(super) stale: u64,
     /// Redelivery waits the handler set.
     pub(super) delayed: usize,
     pub(super) raises: u64,
@@ -189,7 +189,7 @@ impl Tally {
         queue: &mut VecDeque<Pending>,
     ) {
         self.raises += report.fanout_raises;
-        self.rekeyed += report.rekeyed;
+        self.stale += report.stale;
         for (mut p, m) in batch.into_iter().zip(report.messages) {
             let readings = p.readings;
             match m.fate {

@@ -150,7 +150,7 @@ fn context_rows(results: &mut Results, label: &str, times: usize, seconds: u64, 
         &format!(
             "{label}: redelivery waits set; messages requeued; messages split; items re-keyed"
         ),
-        format!("{}; {}; {}; {}", t.delayed, t.requeued, t.split, t.rekeyed),
+        format!("{}; {}; {}; {}", t.delayed, t.requeued, t.split, t.stale),
     );
     if o.wall_seconds > seconds as f64 {
         results.note(

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use futures::StreamExt;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{KeyError, ReadingRef, WriteKey, write_key};
 use sharding::time::Timestamp;
@@ -12,7 +13,6 @@ use store::batch::{BatchTable, ItemTooLarge, SizedItem};
 use store::directory::ShardStore;
 use store::queue::Queue;
 use store::{Reading, ReadingItem, StoreError};
-use futures::StreamExt;
 use tokio::time::Instant;
 use tracing::Span;
 

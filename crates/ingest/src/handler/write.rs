@@ -16,7 +16,7 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 use store::{Reading, ReadingItem, ThrottleKind};
 
-use super::keying::{Keying, KeyedItem, keyed, keyed_mut};
+use super::keying::{KeyedItem, Keying, keyed, keyed_mut};
 use super::observe::Changes;
 use super::watch::RoundWatch;
 use super::{Ingest, MAX_REKEY_ROUNDS, Run, seeded};

@@ -10,7 +10,7 @@ use store::read::DynamoReadingSource;
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_env()?;
-    let aws = aws_config::load_from_env().await;
+    let aws = store::sdk::lambda_config().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
     let secrets = aws_sdk_secretsmanager::Client::new(&aws);
     let key = resolve_cursor_key(&config.cursor_key, &secrets).await?;

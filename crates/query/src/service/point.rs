@@ -60,12 +60,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .fanout(device, now)
             .await
             .map_err(store_error)?;
-        let reading = ReadingRef {
-            entity: device,
-            event_id,
-            ts,
-            attribute: None,
-        };
+        let reading = ReadingRef::new(device, event_id, ts);
         let mut stats = ReadStats::default();
         let found = match point_keys(&reading, &table, &fanout) {
             Ok(keys) => {

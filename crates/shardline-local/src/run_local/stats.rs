@@ -52,9 +52,9 @@ pub struct Stats {
     /// Fan-out shrinks won.
     #[serde(default)]
     pub fanout_shrinks: u64,
-    /// Items given back unwritten by a raise and written under a new key.
+    /// Items a raise made stale: given back unwritten by the writer, to be keyed again.
     #[serde(default)]
-    pub rekeyed: u64,
+    pub stale: u64,
     /// DLQ sends that failed (those messages were reported).
     pub dlq_failures: u64,
     /// Milliseconds from a message's `SentTimestamp` to its deletion after a
@@ -108,7 +108,7 @@ impl Stats {
             self.unprocessed_items,
             throttles,
             self.fanout_raises,
-            self.rekeyed,
+            self.stale,
             self.fanout_shrinks,
             self.dlq_failures,
             ms(self.write_lag_p50_ms),
@@ -129,7 +129,7 @@ impl Stats {
         }
         self.fanout_raises += report.fanout_raises;
         self.fanout_shrinks += report.fanout_shrinks;
-        self.rekeyed += report.rekeyed;
+        self.stale += report.stale;
         self.dlq_failures += report.dlq_failures;
         for m in &report.messages {
             match m.fate {

@@ -356,17 +356,13 @@ mod tests {
         assert!(shards.create_layout(&layout).await.expect("layout"));
         let ts = Timestamp::from_millis(1_782_086_400_000 + 60_000).expect("ts");
         let item_key = write_key(
-            &ReadingRef {
-                entity: "dev-1",
-                event_id: "evt-1",
-                ts,
-                attribute: None,
-            },
+            &ReadingRef::new("dev-1", "evt-1", ts),
             &layout,
             &FanoutHistory::new(),
             ts,
         )
-        .expect("key");
+        .expect("key")
+        .key;
         let reading = Reading {
             device_id: "dev-1".to_owned(),
             event_id: "evt-1".to_owned(),
