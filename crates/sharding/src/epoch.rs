@@ -435,7 +435,7 @@ impl FanoutHistory {
     }
 
     /// The history as a DynamoDB string set, one `<effective_from_ms>:<k>` per epoch
-    /// (seed 002's `shard_history`, in milliseconds).
+    /// (the metadata item's `shard_history`, in milliseconds).
     #[must_use]
     pub fn to_string_set(&self) -> Vec<String> {
         self.epochs.iter().map(|e| e.to_string()).collect()

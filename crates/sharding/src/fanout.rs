@@ -1,4 +1,5 @@
-//! Dynamic fan-out of hot entities (seed 002's dynamic sharding, made instant by nesting).
+//! Dynamic fan-out of hot entities: a per-entity shard count in a metadata item, raised
+//! at once because keys nest.
 //!
 //! Per entity, a metadata item holds `number_of_shards` (the latest scheduled k),
 //! `last_updated` (when k was last changed, the optimistic-lock token), `shard_history`
@@ -23,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::epoch::{Epoch, EpochError, FanoutHistory};
 use crate::time::Timestamp;
 
-/// Seed 002's metadata item for one entity.
+/// The shard metadata item of one entity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMeta {
     /// The latest scheduled fan-out k (a pending shrink's k until it is in force).
