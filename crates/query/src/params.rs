@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use sharding::key::{MAX_METRIC_NAME, is_metric_name};
+
 use crate::error::{ApiError, codes};
 
 /// Largest page a client may ask for.
 pub const MAX_LIMIT: u32 = 1000;
 /// Page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 100;
-/// Longest metric name accepted.
-pub const MAX_METRIC_LEN: usize = 64;
 /// Latest instant accepted (9999-12-31T23:59:59.999Z): keeps every timestamp
 /// formattable as RFC 3339.
 pub const MAX_TS_MS: i64 = 253_402_300_799_999;
@@ -402,19 +402,17 @@ fn check_id(name: &'static str, raw: &str) -> Result<String, ApiError> {
         })
 }
 
+/// A metric name by the rule the ingest stores them under
+/// (`sharding::key::is_metric_name`): a name no reading can carry is refused, not
+/// answered with nothing.
 fn metric_name(raw: &str) -> Result<String, ApiError> {
-    let ok = !raw.is_empty()
-        && raw.len() <= MAX_METRIC_LEN
-        && raw
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+    if is_metric_name(raw) {
         Ok(raw.to_string())
     } else {
         Err(ApiError::bad_request(
             codes::BAD_PARAMETER,
             format!(
-                "metric must be 1 to {MAX_METRIC_LEN} characters from A-Z a-z 0-9 - _ ., not {:?}",
+                "metric must be 1 to {MAX_METRIC_NAME} characters from A-Z a-z 0-9 _, not {:?}",
                 truncate(raw, 40)
             ),
         ))
