@@ -93,7 +93,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// once; when its fan-out is raised, the writer gives back that entity's items not
     /// yet written, and the next round re-keys them with the new k. Nothing written is
     /// ever written again. Returns what every round did: the writer's counters, how many
-    /// items were re-keyed and the fan-out changes won.
+    /// items went stale (given back for re-keying) and the fan-out changes won.
     pub(super) async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
         stages: &mut [Stage],
