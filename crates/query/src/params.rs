@@ -147,27 +147,42 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
         Some((&"", rest)) => rest,
         _ => return Err(not_found()),
     };
-    let seg = |i: usize| -> Result<String, ApiError> {
-        let decoded = percent_decode(segs[i]).ok_or_else(not_found)?;
-        Ok(decoded)
-    };
+    let device = || canonical_id("device_id", segs[1]).and_then(|raw| device_id(raw));
     match segs {
         ["readings"] => Ok(Route::AllReadings),
-        ["devices", _, "readings"] => Ok(Route::DeviceReadings {
-            device: device_id(&seg(1)?)?,
-        }),
+        ["devices", _, "readings"] => Ok(Route::DeviceReadings { device: device()? }),
         ["devices", _, "readings", _] => Ok(Route::Reading {
-            device: device_id(&seg(1)?)?,
-            event_id: event_id(&seg(3)?)?,
+            device: device()?,
+            event_id: event_id(canonical_id("event_id", segs[3])?)?,
         }),
-        ["devices", _, "stats"] => Ok(Route::Stats {
-            device: device_id(&seg(1)?)?,
-        }),
-        ["devices", _, "shards"] => Ok(Route::Shards {
-            device: device_id(&seg(1)?)?,
-        }),
+        ["devices", _, "stats"] => Ok(Route::Stats { device: device()? }),
+        ["devices", _, "shards"] => Ok(Route::Shards { device: device()? }),
         _ => Err(not_found()),
     }
+}
+
+/// An id's path segment, as sent. Every character of an id (`[A-Za-z0-9._:-]`) is one
+/// a URI carries as it is, so an id has one spelling in a path; a percent-encoded
+/// character is refused, whether it decodes into that alphabet (`sensor%2Dalpha-001`,
+/// another spelling of `sensor-alpha-001` that a rule written against paths, such as
+/// an `execute-api:Invoke` resource, would not match) or out of it (no id holds it).
+fn canonical_id<'a>(name: &str, raw: &'a str) -> Result<&'a str, ApiError> {
+    if !raw.contains('%') {
+        return Ok(raw);
+    }
+    let spelled = match percent_decode(raw) {
+        Some(decoded) if sharding::key::validate_id("id", &decoded).is_ok() => {
+            format!("; write it as {:?}", truncate(&decoded, 40))
+        }
+        _ => String::new(),
+    };
+    Err(ApiError::bad_request(
+        codes::BAD_ID,
+        format!(
+            "{name} must be written without percent-encoding (got {:?}){spelled}",
+            truncate(raw, 40)
+        ),
+    ))
 }
 
 /// Validates the query string for `route`. Every parameter is checked here, before
@@ -383,7 +398,7 @@ fn parse_bool(name: &str, raw: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
-/// Device ids: as `sharding::key::validate_id` accepts them (1 to 256 bytes of
+/// Device ids: as `sharding::key::validate_id` accepts them (1 to 128 bytes of
 /// `[A-Za-z0-9._:-]`; `#` separates key components and is never part of an id).
 pub fn device_id(raw: &str) -> Result<String, ApiError> {
     check_id("device_id", raw)

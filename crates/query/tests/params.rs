@@ -154,6 +154,37 @@ async fn bad_limits_orders_and_flags() {
     .await;
 }
 
+/// An id has one spelling in a path: a percent-encoded character that decodes into the
+/// id alphabet is another spelling a path rule (an IAM `execute-api:Invoke` resource on
+/// `.../GET/devices/sensor-alpha-001/*`) would not match, so it is refused on every
+/// device route, naming the canonical form; the plain id is served.
+#[tokio::test]
+async fn a_percent_encoded_id_is_refused_on_every_device_route() {
+    for path in [
+        format!("/devices/sensor%2Dalpha-001/readings?{R1}"),
+        format!("/devices/sensor%2dalpha-001/readings?{R1}"),
+        format!("/devices/%73ensor-alpha-001/stats?{R1}&interval=1m&metric=t"),
+        "/devices/sensor%2Dalpha-001/shards".to_owned(),
+        "/devices/sensor%2Dalpha-001/readings/e1?ts=2026-06-22T01:00:00Z".to_owned(),
+    ] {
+        refused(&path, 400, "bad_id", "sensor-alpha-001").await;
+    }
+    refused(
+        "/devices/sensor-alpha-001/readings/e%2D1?ts=2026-06-22T01:00:00Z",
+        400,
+        "bad_id",
+        "event_id",
+    )
+    .await;
+    let plain = query::parse_request(
+        "GET",
+        "/devices/sensor-alpha-001/shards",
+        None,
+        &query::Limits::default(),
+    );
+    assert!(plain.is_ok(), "{plain:?}");
+}
+
 #[tokio::test]
 async fn bad_ids() {
     refused(
