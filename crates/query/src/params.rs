@@ -147,7 +147,7 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
         Some((&"", rest)) => rest,
         _ => return Err(not_found()),
     };
-    let device = || canonical_id("device_id", segs[1]).and_then(|raw| device_id(raw));
+    let device = || canonical_id("device_id", segs[1]).and_then(device_id);
     match segs {
         ["readings"] => Ok(Route::AllReadings),
         ["devices", _, "readings"] => Ok(Route::DeviceReadings { device: device()? }),
