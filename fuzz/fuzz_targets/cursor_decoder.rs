@@ -8,7 +8,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use libfuzzer_sys::fuzz_target;
+use query::cursor::CursorKeys;
 use query::{CursorKey, Fingerprint, decode_cursor};
+use sharding::time::Timestamp;
 use sha2::Sha256;
 
 const KEY: &[u8] = b"fuzzing-cursor-key-0123456789abcdef";
@@ -26,6 +28,10 @@ fn seal(json: &[u8]) -> Option<String> {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(key) = CursorKey::new(KEY.to_vec()) else {
+        return;
+    };
+    let keys = CursorKeys::from(key.clone());
+    let Ok(now) = Timestamp::from_millis(1_782_050_000_000) else {
         return;
     };
     let fp = Fingerprint {
@@ -56,7 +62,9 @@ fuzz_target!(|data: &[u8]| {
             let device = parts.next().unwrap_or("");
             let event = parts.next().unwrap_or("");
             let body = serde_json::json!({
-                "v": 1,
+                "v": 2,
+                "k": key.id(),
+                "t": now.as_millis(),
                 "fp": fp.digest(),
                 "pos": {"ts_ms": ts, "device_id": device, "event_id": event},
             });
@@ -66,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     };
-    if let Ok(pos) = decode_cursor(&cursor, &fp, &key) {
+    if let Ok(pos) = decode_cursor(&cursor, &fp, &keys, now) {
         assert!(pos.ts_ms >= fp.from_ms && pos.ts_ms < fp.to_ms);
         assert_eq!(pos.device_id, "dev-1");
     }

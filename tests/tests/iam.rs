@@ -412,11 +412,12 @@ async fn query_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call
     let (dynamo, secrets) = (recorder.dynamodb(&sdk), recorder.secrets(&sdk));
     let env = environment(template, "QueryFunction", &stand.refs)?;
     let config = query::config::Config::from_lookup(|name| env.get(name).cloned())?;
-    let key = query::config::resolve_cursor_key(&config.cursor_key, &secrets).await?;
+    let (current, previous) =
+        query::config::resolve_cursor_keys(&config.cursor_key, &secrets).await?;
     let service = query::QueryService::new(
         store::read::DynamoReadingSource::new(dynamo.clone(), &config.table_name),
         store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),
-        config.service.with_key(key),
+        config.service.with_keys(current, previous),
     );
     let events = stand_in::repo_root()?.join("events");
     let mut answered = 0;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::budget::RequestBudget;
-use crate::cursor::CursorKey;
+use crate::cursor::{CursorKey, CursorKeyRing, CursorKeys};
 use crate::params::{Limits, parse_interval};
 use crate::service::{DEFAULT_STATS_WINDOW, ServiceConfig};
 use crate::stats::StatsBudget;
@@ -29,18 +29,28 @@ pub struct Config {
     pub service: ServiceSettings,
 }
 
-/// The cursor key as configured: the key itself (`CURSOR_KEY`), or the ARN of a
-/// Secrets Manager secret holding it (`CURSOR_SECRET_ARN`), read once at start.
+/// The cursor keys as configured: the keys themselves (`CURSOR_KEY`, and the one before
+/// it, `CURSOR_PREVIOUS_KEY`), or the ARN of a Secrets Manager secret
+/// (`CURSOR_SECRET_ARN`) whose `AWSCURRENT` and `AWSPREVIOUS` versions hold them, read at
+/// start and again when a cursor names a key the function does not hold yet.
 #[derive(Clone, PartialEq, Eq)]
 pub enum CursorKeySource {
-    Inline(Vec<u8>),
+    Inline {
+        current: Vec<u8>,
+        previous: Option<Vec<u8>>,
+    },
     SecretArn(String),
 }
 
 impl std::fmt::Debug for CursorKeySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Inline(k) => write!(f, "Inline(<{} bytes>)", k.len()),
+            Self::Inline { current, previous } => write!(
+                f,
+                "Inline(<{} bytes>, previous: {:?})",
+                current.len(),
+                previous.as_ref().map(|p| format!("<{} bytes>", p.len()))
+            ),
             Self::SecretArn(arn) => write!(f, "SecretArn({arn})"),
         }
     }
@@ -56,14 +66,23 @@ pub struct ServiceSettings {
     pub time_index: Option<String>,
     pub stats_budget: StatsBudget,
     pub budget: RequestBudget,
+    /// How long a cursor is accepted (`CURSOR_MAX_AGE_SECS`).
+    pub cursor_max_age: Duration,
 }
 
 impl ServiceSettings {
+    /// The service's configuration with one cursor key.
     pub fn with_key(&self, cursor_key: CursorKey) -> ServiceConfig {
+        self.with_keys(cursor_key, None)
+    }
+
+    /// The service's configuration sealing with `current` and opening cursors sealed
+    /// with it or with `previous`.
+    pub fn with_keys(&self, current: CursorKey, previous: Option<CursorKey>) -> ServiceConfig {
         ServiceConfig {
             limits: self.limits.clone(),
             concurrency: self.concurrency,
-            cursor_key,
+            cursor_keys: CursorKeyRing::new(self.cursor_keys(current, previous)),
             directory_ttl: self.directory_ttl,
             retry_after_secs: 1,
             max_buffered: self.max_buffered,
@@ -73,28 +92,52 @@ impl ServiceSettings {
             budget: self.budget,
         }
     }
+
+    /// `current` and `previous`, accepted for this configuration's cursor age.
+    pub fn cursor_keys(&self, current: CursorKey, previous: Option<CursorKey>) -> CursorKeys {
+        CursorKeys {
+            current,
+            previous,
+            max_age: self.cursor_max_age,
+        }
+    }
 }
 
-/// The cursor key from its configured source; a secret is read once, at start.
-/// The secret's `SecretString` (or `SecretBinary`) is the key itself.
-pub async fn resolve_cursor_key(
+/// The current and the previous cursor key from their configured source. A secret's
+/// `AWSCURRENT` version is the current key and its `AWSPREVIOUS` version, when the
+/// secret was rotated, the previous one; each version's `SecretString` (or
+/// `SecretBinary`) is the key itself. Rotating is one `PutSecretValue` (README).
+pub async fn resolve_cursor_keys(
     source: &CursorKeySource,
     secrets: &aws_sdk_secretsmanager::Client,
-) -> Result<CursorKey, ConfigError> {
-    let invalid = |why: String| ConfigError::Invalid {
-        name: match source {
-            CursorKeySource::Inline(_) => "CURSOR_KEY",
-            CursorKeySource::SecretArn(_) => "CURSOR_SECRET_ARN",
-        },
-        why,
+) -> Result<(CursorKey, Option<CursorKey>), ConfigError> {
+    let invalid = |name: &'static str| move |why: String| ConfigError::Invalid { name, why };
+    let key = |name: &'static str, bytes: Vec<u8>| {
+        CursorKey::new(bytes).map_err(|e| invalid(name)(e.to_string()))
     };
-    let bytes = match source {
-        CursorKeySource::Inline(bytes) => bytes.clone(),
-        CursorKeySource::SecretArn(arn) => store::secrets::secret_bytes(secrets, arn)
-            .await
-            .map_err(invalid)?,
-    };
-    CursorKey::new(bytes).map_err(|e| invalid(e.to_string()))
+    match source {
+        CursorKeySource::Inline { current, previous } => Ok((
+            key("CURSOR_KEY", current.clone())?,
+            previous
+                .clone()
+                .map(|bytes| key("CURSOR_PREVIOUS_KEY", bytes))
+                .transpose()?,
+        )),
+        CursorKeySource::SecretArn(arn) => {
+            let name = "CURSOR_SECRET_ARN";
+            let current = store::secrets::secret_stage_bytes(secrets, arn, "AWSCURRENT")
+                .await
+                .map_err(invalid(name))?
+                .ok_or_else(|| invalid(name)("the secret has no AWSCURRENT version".to_owned()))?;
+            let previous = store::secrets::secret_stage_bytes(secrets, arn, "AWSPREVIOUS")
+                .await
+                .map_err(invalid(name))?;
+            Ok((
+                key(name, current)?,
+                previous.map(|bytes| key(name, bytes)).transpose()?,
+            ))
+        }
+    }
 }
 
 impl Config {
@@ -109,7 +152,9 @@ impl Config {
     /// |---|---|---|
     /// | `TABLE_NAME` | required | readings table |
     /// | `SHARD_TABLE_NAME` | required | shard metadata table |
-    /// | `CURSOR_KEY` or `CURSOR_SECRET_ARN` | one required | cursor HMAC key (>= 16 bytes) or its secret |
+    /// | `CURSOR_KEY` or `CURSOR_SECRET_ARN` | one required | cursor HMAC key (>= 16 bytes) or its secret (versions `AWSCURRENT`, `AWSPREVIOUS`) |
+    /// | `CURSOR_PREVIOUS_KEY` | none | with `CURSOR_KEY`: the key before it, whose cursors are still opened |
+    /// | `CURSOR_MAX_AGE_SECS` | `86400` | how long a cursor is accepted after it was issued |
     /// | `MAX_DEVICE_RANGE` | `31d` | widest range for one device (`30s`, `5m`, `1h`, `1d` units) |
     /// | `MAX_ALL_RANGE` | `24h` | widest range for every device |
     /// | `MAX_STATS_BUCKETS` | `10000` | most buckets in one stats answer |
@@ -136,11 +181,24 @@ impl Config {
             get("CURSOR_SECRET_ARN").filter(|v| !v.is_empty()),
         ) {
             (Some(k), _) => {
-                CursorKey::new(k.as_bytes().to_vec()).map_err(|e| ConfigError::Invalid {
-                    name: "CURSOR_KEY",
-                    why: e.to_string(),
-                })?;
-                CursorKeySource::Inline(k.into_bytes())
+                let previous = get("CURSOR_PREVIOUS_KEY").filter(|v| !v.is_empty());
+                for (name, key) in [
+                    ("CURSOR_KEY", Some(&k)),
+                    ("CURSOR_PREVIOUS_KEY", previous.as_ref()),
+                ] {
+                    if let Some(key) = key {
+                        CursorKey::new(key.as_bytes().to_vec()).map_err(|e| {
+                            ConfigError::Invalid {
+                                name,
+                                why: e.to_string(),
+                            }
+                        })?;
+                    }
+                }
+                CursorKeySource::Inline {
+                    current: k.into_bytes(),
+                    previous: previous.map(String::into_bytes),
+                }
             }
             (None, Some(arn)) => CursorKeySource::SecretArn(arn),
             (None, None) => return Err(ConfigError::Missing("CURSOR_KEY")),
@@ -196,6 +254,10 @@ impl Config {
                 time_index: get("READINGS_TIME_INDEX").filter(|v| !v.is_empty()),
                 stats_budget,
                 budget,
+                cursor_max_age: Duration::from_secs(number(
+                    "CURSOR_MAX_AGE_SECS",
+                    crate::cursor::DEFAULT_MAX_AGE.as_secs(),
+                )?),
             },
         })
     }
@@ -260,7 +322,10 @@ mod tests {
         assert_eq!(c.service.time_index, None);
         assert_eq!(c.service.stats_budget, StatsBudget::default());
         assert_eq!(c.service.budget, RequestBudget::default());
-        assert!(matches!(c.cursor_key, CursorKeySource::Inline(_)));
+        assert!(matches!(
+            c.cursor_key,
+            CursorKeySource::Inline { previous: None, .. }
+        ));
     }
 
     #[test]
@@ -358,21 +423,84 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_key_is_read_from_the_secret_once() {
-        use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
+    async fn the_current_and_previous_keys_are_the_secrets_current_and_previous_versions() {
+        use aws_sdk_secretsmanager::operation::get_secret_value::{
+            GetSecretValueError, GetSecretValueOutput,
+        };
+        use aws_sdk_secretsmanager::types::error::ResourceNotFoundException;
         use aws_smithy_mocks::{RuleMode, mock, mock_client};
-        let rule = mock!(aws_sdk_secretsmanager::Client::get_secret_value)
-            .match_requests(|r| r.secret_id() == Some("arn:cursor"))
-            .then_output(|| {
-                GetSecretValueOutput::builder()
-                    .secret_string("a-secret-cursor-key-of-32-bytes!")
-                    .build()
+        let version = |stage: &'static str, value: &'static str| {
+            mock!(aws_sdk_secretsmanager::Client::get_secret_value)
+                .match_requests(move |r| {
+                    r.secret_id() == Some("arn:cursor") && r.version_stage() == Some(stage)
+                })
+                .then_output(move || GetSecretValueOutput::builder().secret_string(value).build())
+        };
+        let current = version("AWSCURRENT", "a-secret-cursor-key-of-32-bytes!");
+        let previous = version("AWSPREVIOUS", "the-key-before-the-rotation-1234");
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&current, &previous]
+        );
+        let source = CursorKeySource::SecretArn("arn:cursor".into());
+        let (key, before) = resolve_cursor_keys(&source, &client).await.expect("keys");
+        assert_eq!(
+            key.id(),
+            CursorKey::new(b"a-secret-cursor-key-of-32-bytes!".to_vec())
+                .expect("key")
+                .id()
+        );
+        let before = before.expect("the previous version");
+        assert_eq!(
+            before.id(),
+            CursorKey::new(b"the-key-before-the-rotation-1234".to_vec())
+                .expect("key")
+                .id()
+        );
+        assert_eq!((current.num_calls(), previous.num_calls()), (1, 1));
+
+        // A secret never rotated has no AWSPREVIOUS version: no previous key.
+        let only = version("AWSCURRENT", "a-secret-cursor-key-of-32-bytes!");
+        let none = mock!(aws_sdk_secretsmanager::Client::get_secret_value)
+            .match_requests(|r| r.version_stage() == Some("AWSPREVIOUS"))
+            .then_error(|| {
+                GetSecretValueError::ResourceNotFoundException(
+                    ResourceNotFoundException::builder()
+                        .message("no such version")
+                        .build(),
+                )
             });
-        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
-        let key = resolve_cursor_key(&CursorKeySource::SecretArn("arn:cursor".into()), &client)
-            .await
-            .expect("key");
-        assert_eq!(format!("{key:?}"), "CursorKey(<32 bytes>)");
-        assert_eq!(rule.num_calls(), 1);
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&only, &none]);
+        let (_, before) = resolve_cursor_keys(&source, &client).await.expect("keys");
+        assert!(before.is_none());
+    }
+
+    #[test]
+    fn an_inline_previous_key_is_checked_and_kept() {
+        let c = Config::from_lookup(lookup(&[
+            BASE[0],
+            BASE[1],
+            BASE[2],
+            ("CURSOR_PREVIOUS_KEY", "the-key-before-it-0123"),
+        ]))
+        .expect("valid");
+        assert!(matches!(
+            c.cursor_key,
+            CursorKeySource::Inline {
+                previous: Some(_),
+                ..
+            }
+        ));
+        let short = Config::from_lookup(lookup(&[
+            BASE[0],
+            BASE[1],
+            BASE[2],
+            ("CURSOR_PREVIOUS_KEY", "short"),
+        ]));
+        assert!(
+            format!("{short:?}").contains("CURSOR_PREVIOUS_KEY"),
+            "{short:?}"
+        );
     }
 }

@@ -2,11 +2,22 @@
 //! sealed with HMAC-SHA256.
 //!
 //! Format: `base64url(json) "." base64url(hmac(json))`, no padding. The JSON holds a
-//! version, the position and a fingerprint of the request's parameters. A cursor whose
-//! MAC does not verify, that does not parse, or whose fingerprint differs from the
-//! current request's is refused, so a cursor can never widen what a request may read:
-//! the range, device, order and limit always come from the request itself, and the
-//! position is checked to lie inside that range.
+//! version, the id of the key that sealed it, when it was issued, the position and a
+//! fingerprint of the request's parameters. A cursor whose MAC does not verify, that
+//! does not parse, or whose fingerprint differs from the current request's is refused,
+//! so a cursor can never widen what a request may read: the range, device, order and
+//! limit always come from the request itself, and the position is checked to lie
+//! inside that range.
+//!
+//! Keys rotate ([`CursorKeys`]): a deployment seals with its current key and opens
+//! cursors sealed with the current or the previous one, named by the key id each
+//! cursor carries, so a rotation breaks no cursor in use. A cursor lives at most
+//! [`DEFAULT_MAX_AGE`] (`CURSOR_MAX_AGE_SECS`): a day outlasts any paging session, a
+//! leaked cursor stops working within it, and rotations at least that far apart leave
+//! every live cursor under a key the deployment still holds.
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -14,12 +25,20 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use sharding::time::Timestamp;
+
 use crate::model::ReadingKey;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Current cursor format version.
-pub const CURSOR_VERSION: u8 = 1;
+/// Current cursor format version: 2 carries the key id and the issue time.
+pub const CURSOR_VERSION: u8 = 2;
+
+/// How long a cursor is accepted after it was issued, by default.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// How far in the future a cursor's issue time may lie (clocks of two instances).
+const ISSUE_SKEW: Duration = Duration::from_secs(300);
 
 /// Longest cursor accepted; a real one is a few hundred bytes. Keeps decoding cheap
 /// for hostile input.
@@ -28,13 +47,18 @@ pub const MAX_CURSOR_LEN: usize = 2048;
 /// The shortest HMAC key accepted from the configuration.
 pub const MIN_KEY_LEN: usize = 16;
 
-/// The secret that seals cursors. Its bytes never appear in `Debug` output.
+/// The secret that seals cursors, and its id: the first 8 bytes of its SHA-256, in
+/// hex, the same on every instance holding it. Its bytes never appear in `Debug`
+/// output.
 #[derive(Clone)]
-pub struct CursorKey(Vec<u8>);
+pub struct CursorKey {
+    bytes: Vec<u8>,
+    id: String,
+}
 
 impl std::fmt::Debug for CursorKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CursorKey(<{} bytes>)", self.0.len())
+        write!(f, "CursorKey({}, <{} bytes>)", self.id, self.bytes.len())
     }
 }
 
@@ -50,12 +74,77 @@ impl CursorKey {
         if bytes.len() < MIN_KEY_LEN {
             return Err(CursorKeyError::TooShort(bytes.len()));
         }
-        Ok(Self(bytes))
+        let id = hex::encode(&Sha256::digest(&bytes)[..8]);
+        Ok(Self { bytes, id })
+    }
+
+    /// The key's id, which every cursor it seals carries.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     fn mac(&self) -> HmacSha256 {
         // HMAC takes keys of any length; new_from_slice cannot fail for it.
-        <HmacSha256 as Mac>::new_from_slice(&self.0).expect("HMAC accepts keys of any length")
+        <HmacSha256 as Mac>::new_from_slice(&self.bytes).expect("HMAC accepts keys of any length")
+    }
+}
+
+/// The keys a deployment holds: it seals with `current` and opens cursors sealed with
+/// `current` or `previous` (the key before the last rotation), issued at most
+/// `max_age` ago.
+#[derive(Debug, Clone)]
+pub struct CursorKeys {
+    pub current: CursorKey,
+    pub previous: Option<CursorKey>,
+    pub max_age: Duration,
+}
+
+impl From<CursorKey> for CursorKeys {
+    /// One key, no previous one, cursors accepted for [`DEFAULT_MAX_AGE`].
+    fn from(current: CursorKey) -> Self {
+        Self {
+            current,
+            previous: None,
+            max_age: DEFAULT_MAX_AGE,
+        }
+    }
+}
+
+impl CursorKeys {
+    /// The key with id `id`, if this deployment holds it.
+    fn by_id(&self, id: &str) -> Option<&CursorKey> {
+        std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|key| key.id == id)
+    }
+
+    /// Whether a cursor sealed with the key of id `id` can be opened.
+    pub fn holds(&self, id: &str) -> bool {
+        self.by_id(id).is_some()
+    }
+}
+
+/// The keys a service uses, replaced whole when they are read again after a rotation
+/// (a cursor naming a key this instance does not hold yet); clones share them.
+#[derive(Debug, Clone)]
+pub struct CursorKeyRing(Arc<RwLock<Arc<CursorKeys>>>);
+
+impl CursorKeyRing {
+    pub fn new(keys: impl Into<CursorKeys>) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(keys.into()))))
+    }
+
+    /// The keys now.
+    pub fn get(&self) -> Arc<CursorKeys> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the keys.
+    pub fn replace(&self, keys: CursorKeys) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(keys);
     }
 }
 
@@ -104,8 +193,19 @@ impl Fingerprint {
 #[serde(deny_unknown_fields)]
 struct Body {
     v: u8,
+    /// The id of the key that sealed it.
+    k: String,
+    /// When it was issued, in epoch milliseconds.
+    t: i64,
     fp: String,
     pos: ReadingKey,
+}
+
+/// What a cursor says of its key before its seal is checked: only to choose the key.
+#[derive(Deserialize)]
+struct Sealer {
+    #[serde(default)]
+    k: Option<String>,
 }
 
 /// Why a cursor was refused. All map to 400 `bad_cursor`.
@@ -117,18 +217,34 @@ pub enum CursorError {
     Malformed,
     #[error("cursor signature does not match; it was altered or issued by another deployment")]
     BadSignature,
-    #[error("cursor version {0} is not supported")]
+    #[error("cursor version {0} is not supported; start the read again without a cursor")]
     Version(u8),
+    #[error(
+        "cursor was sealed with a key this deployment no longer holds (rotated since); \
+         start the read again without a cursor"
+    )]
+    UnknownKey,
+    #[error("cursor expired (issued more than {0} s ago); start the read again without a cursor")]
+    Expired(u64),
     #[error("cursor was issued for different request parameters")]
     OtherRequest,
     #[error("cursor position lies outside the requested range")]
     OutOfRange,
 }
 
-/// Seals `position` for the request described by `fp`.
-pub fn encode_cursor(position: &ReadingKey, fp: &Fingerprint, key: &CursorKey) -> String {
+/// Seals `position` for the request described by `fp` with the current key, issued
+/// `now`.
+pub fn encode_cursor(
+    position: &ReadingKey,
+    fp: &Fingerprint,
+    keys: &CursorKeys,
+    now: Timestamp,
+) -> String {
+    let key = &keys.current;
     let body = Body {
         v: CURSOR_VERSION,
+        k: key.id.clone(),
+        t: now.as_millis(),
         fp: fp.digest(),
         pos: position.clone(),
     };
@@ -144,12 +260,25 @@ pub fn encode_cursor(position: &ReadingKey, fp: &Fingerprint, key: &CursorKey) -
     )
 }
 
-/// Opens a cursor: verifies the seal, the version and the binding to `fp`, and that
-/// the position lies in `fp`'s half-open range. Pure; never panics on any input.
+/// The id of the key a cursor names, unverified: to learn whether this deployment
+/// holds it before opening the cursor (see [`CursorKeyRing`]).
+pub fn sealer_id(raw: &str) -> Option<String> {
+    if raw.len() > MAX_CURSOR_LEN {
+        return None;
+    }
+    let body_b64 = raw.split_once('.')?.0;
+    let json = URL_SAFE_NO_PAD.decode(body_b64).ok()?;
+    serde_json::from_slice::<Sealer>(&json).ok()?.k
+}
+
+/// Opens a cursor at `now`: verifies the seal with the key it names (the current or
+/// the previous one), the version, its age and the binding to `fp`, and that the
+/// position lies in `fp`'s half-open range. Pure; never panics on any input.
 pub fn decode_cursor(
     raw: &str,
     fp: &Fingerprint,
-    key: &CursorKey,
+    keys: &CursorKeys,
+    now: Timestamp,
 ) -> Result<ReadingKey, CursorError> {
     if raw.len() > MAX_CURSOR_LEN {
         return Err(CursorError::TooLong);
@@ -161,6 +290,15 @@ pub fn decode_cursor(
     let tag = URL_SAFE_NO_PAD
         .decode(tag_b64)
         .map_err(|_| CursorError::Malformed)?;
+    let sealer = serde_json::from_slice::<Sealer>(&json)
+        .ok()
+        .and_then(|s| s.k);
+    let key = match sealer {
+        Some(id) => keys.by_id(&id).ok_or(CursorError::UnknownKey)?,
+        // A body naming no key (altered, or from before key ids): its seal is checked
+        // with the current key, and whatever passes that, the version then refuses.
+        None => &keys.current,
+    };
     let mut mac = key.mac();
     mac.update(&json);
     // Constant-time comparison.
@@ -169,6 +307,12 @@ pub fn decode_cursor(
     let body: Body = serde_json::from_slice(&json).map_err(|_| CursorError::Malformed)?;
     if body.v != CURSOR_VERSION {
         return Err(CursorError::Version(body.v));
+    }
+    let age_ms = now.as_millis().saturating_sub(body.t);
+    let max_age_ms = i64::try_from(keys.max_age.as_millis()).unwrap_or(i64::MAX);
+    let skew_ms = i64::try_from(ISSUE_SKEW.as_millis()).unwrap_or(i64::MAX);
+    if age_ms > max_age_ms || age_ms < -skew_ms {
+        return Err(CursorError::Expired(keys.max_age.as_secs()));
     }
     if body.fp != fp.digest() {
         return Err(CursorError::OtherRequest);

@@ -1,7 +1,9 @@
 //! The API Gateway (HTTP API, payload 2.0) edge of the service.
 
 use std::convert::Infallible;
-use std::time::Instant;
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -9,7 +11,9 @@ use store::clock::{time_left, wall_clock};
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 
+use crate::cursor::{CursorKeys, sealer_id};
 use crate::error::ApiError;
+use crate::params::percent_decode;
 use crate::service::{QueryService, error_response};
 
 /// Answers one API Gateway request. A named stage's prefix (`/prod/...`) is removed
@@ -55,6 +59,60 @@ pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
         )
         .await;
     Ok(response.map(Body::from))
+}
+
+/// How often at most a function reads its cursor keys again.
+pub const KEY_REFRESH_EVERY: Duration = Duration::from_secs(60);
+
+/// Reads the cursor keys again, with `read`, when `request`'s cursor names a key the
+/// service does not hold: another instance, started after the secret was rotated,
+/// sealed it with the new key. At most once per [`KEY_REFRESH_EVERY`] per function
+/// (`last` is when it last did), so a cursor naming an unknown key cannot make every
+/// request read the secret; a read that fails keeps the keys held.
+pub async fn refresh_cursor_keys<S: ReadingSource, D: ShardReader, F, Fut, E>(
+    service: &QueryService<S, D>,
+    request: &Request,
+    last: &Mutex<Option<Instant>>,
+    read: F,
+) where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<CursorKeys, E>>,
+    E: std::fmt::Display,
+{
+    let Some(id) = request
+        .uri()
+        .query()
+        .and_then(cursor_of)
+        .and_then(|raw| sealer_id(&raw))
+    else {
+        return;
+    };
+    let ring = &service.config().cursor_keys;
+    if ring.get().holds(&id) {
+        return;
+    }
+    {
+        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < KEY_REFRESH_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+    }
+    match read().await {
+        Ok(keys) => {
+            tracing::info!(key = %id, current = keys.current.id(), "cursor keys read again");
+            ring.replace(keys);
+        }
+        Err(e) => tracing::warn!(error = %e, "cursor keys could not be read again"),
+    }
+}
+
+/// The `cursor` parameter of a raw query string, decoded.
+fn cursor_of(query: &str) -> Option<String> {
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("cursor="))
+        .and_then(percent_decode)
 }
 
 /// `/prod/devices/d1/shards` under stage `prod` -> `/devices/d1/shards`.

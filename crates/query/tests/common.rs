@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use query::cursor::CursorKeys;
 use query::{CursorKey, QueryService, ServiceConfig};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
 use sharding::key::{ReadingRef, write_key};
@@ -19,6 +20,11 @@ pub const BASE_MS: i64 = 1_782_086_400_000;
 
 pub fn key() -> CursorKey {
     CursorKey::new(b"test-cursor-key-0123456789abcdef".to_vec()).expect("long enough")
+}
+
+/// [`key`] alone, cursors accepted for the default age.
+pub fn keys() -> CursorKeys {
+    key().into()
 }
 
 /// The shared in-memory shard metadata table with `layout` and each entity's fan-out
@@ -135,6 +141,24 @@ pub fn service_with<'a>(
     config.concurrency = 4;
     config.time_index = time_index.map(str::to_owned);
     QueryService::new(table, shards, config)
+}
+
+/// An answer as two reads of the same page must agree on it: its cursor's position and
+/// request, without the time the cursor was issued.
+pub fn without_issue_time(answer: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine as _;
+    let mut answer = answer.clone();
+    if let Some(cursor) = answer.get("next_cursor").and_then(|c| c.as_str()) {
+        let body = cursor.split_once('.').map_or(cursor, |(body, _)| body);
+        let mut opened: serde_json::Value = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(body)
+            .ok()
+            .and_then(|json| serde_json::from_slice(&json).ok())
+            .expect("a cursor body");
+        opened.as_object_mut().map(|o| o.remove("t"));
+        answer["next_cursor"] = opened;
+    }
+    answer
 }
 
 /// Calls the service and returns (status, JSON body).

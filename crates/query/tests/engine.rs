@@ -9,7 +9,7 @@ use sharding::layout::Layout;
 
 use crate::common::{
     BASE_MS, R, fanout_history, hourly, load, now, nz, service, service_with, shard_table,
-    table_history,
+    table_history, without_issue_time,
 };
 use store::memory::{MemoryReadings, MemoryShards};
 
@@ -219,7 +219,8 @@ async fn all_devices_through_the_time_index_read_about_the_limit() {
             answers.push(body);
         }
         assert_eq!(
-            answers[0], answers[1],
+            without_issue_time(&answers[0]),
+            without_issue_time(&answers[1]),
             "same answer with and without the index"
         );
     }
@@ -254,7 +255,11 @@ async fn a_read_over_every_device_plans_its_first_round_by_the_last_ones_density
     }
     let (first, second) = (&reads[0], &reads[1]);
     println!("first: {:?}\nsecond: {:?}", first.1, second.1);
-    assert_eq!(first.0, second.0, "the same answer");
+    assert_eq!(
+        without_issue_time(&first.0),
+        without_issue_time(&second.0),
+        "the same answer"
+    );
     assert!(first.1.rounds >= 2, "{:?}", first.1);
     assert_eq!(second.1.rounds, 1, "{:?}", second.1);
     assert!(second.1.items_read <= 130, "{:?}", second.1);

@@ -6,7 +6,7 @@ use query::cursor::{Fingerprint, decode_cursor, encode_cursor};
 use query::model::ReadingKey;
 use query::params::{Limits, parse_request};
 
-use crate::common::key;
+use crate::common::{keys, now};
 
 fn fp() -> Fingerprint {
     Fingerprint {
@@ -52,7 +52,7 @@ proptest! {
         any::<String>(),
         "[A-Za-z0-9_\\-]{0,200}\\.[A-Za-z0-9_\\-]{0,60}",
     ]) {
-        let _ = decode_cursor(&raw, &fp(), &key());
+        let _ = decode_cursor(&raw, &fp(), &keys(), now());
     }
 
     #[test]
@@ -63,8 +63,8 @@ proptest! {
         byte in any::<u8>(),
     ) {
         let pos = ReadingKey { ts_ms: ts, device_id: "d".into(), event_id: event };
-        let c = encode_cursor(&pos, &fp(), &key());
-        prop_assert_eq!(decode_cursor(&c, &fp(), &key()), Ok(pos));
+        let c = encode_cursor(&pos, &fp(), &keys(), now());
+        prop_assert_eq!(decode_cursor(&c, &fp(), &keys(), now()), Ok(pos));
         let mut bytes = c.into_bytes();
         let i = at.index(bytes.len());
         prop_assume!(bytes[i] != byte);
@@ -72,7 +72,7 @@ proptest! {
         if let Ok(s) = String::from_utf8(bytes) {
             // Padding-free base64 with non-canonical trailing bits is refused too, so
             // no change at all opens.
-            prop_assert!(decode_cursor(&s, &fp(), &key()).is_err());
+            prop_assert!(decode_cursor(&s, &fp(), &keys(), now()).is_err());
         }
     }
 }

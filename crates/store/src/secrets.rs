@@ -1,4 +1,5 @@
-//! Secrets Manager, read once at a function's start: a secret's value as bytes.
+//! Secrets Manager, read at a function's start (and again when what it holds may have
+//! rotated): a secret's value as bytes.
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::error::DisplayErrorContext;
@@ -17,5 +18,41 @@ pub async fn secret_bytes(client: &Client, id: &str) -> Result<Vec<u8>, String> 
         (Some(text), _) => Ok(text.into_bytes()),
         (None, Some(blob)) => Ok(blob.into_inner()),
         (None, None) => Err("the secret has no value".to_owned()),
+    }
+}
+
+/// The value of the version of secret `id` that carries staging label `stage`
+/// (`AWSCURRENT`, `AWSPREVIOUS`), as [`secret_bytes`] reads it; `None` when no version
+/// carries it (a secret never rotated has no `AWSPREVIOUS`).
+pub async fn secret_stage_bytes(
+    client: &Client,
+    id: &str,
+    stage: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    let out = match client
+        .get_secret_value()
+        .secret_id(id)
+        .version_stage(stage)
+        .send()
+        .await
+    {
+        Ok(out) => out,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception()) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(format!(
+                "secret version {stage} could not be read: {}",
+                DisplayErrorContext(&e)
+            ));
+        }
+    };
+    match (out.secret_string, out.secret_binary) {
+        (Some(text), _) => Ok(Some(text.into_bytes())),
+        (None, Some(blob)) => Ok(Some(blob.into_inner())),
+        (None, None) => Err(format!("the secret's {stage} version has no value")),
     }
 }

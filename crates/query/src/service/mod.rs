@@ -34,7 +34,7 @@ use store::directory::{CachedDirectory, ShardReader};
 use store::read::ReadingSource;
 
 use crate::budget::RequestBudget;
-use crate::cursor::CursorKey;
+use crate::cursor::{CursorKeyRing, CursorKeys};
 use crate::error::ApiError;
 use crate::exec::ReadCost;
 use crate::params::{Endpoint, Limits, parse_request};
@@ -64,7 +64,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// Most Query calls in flight for one request.
     pub concurrency: usize,
-    pub cursor_key: CursorKey,
+    /// The keys that seal and open cursors, replaced whole after a rotation.
+    pub cursor_keys: CursorKeyRing,
     /// How long directory entries are reused.
     pub directory_ttl: Duration,
     /// `Retry-After` seconds sent with a 503.
@@ -87,11 +88,11 @@ impl ServiceConfig {
     /// Defaults: the limits of [`Limits::default`], 32 Queries in flight, 60 s
     /// directory cache, 200,000 readings buffered at most, stats read 5,000 readings a
     /// round.
-    pub fn new(cursor_key: CursorKey) -> Self {
+    pub fn new(cursor_keys: impl Into<CursorKeys>) -> Self {
         Self {
             limits: Limits::default(),
             concurrency: 32,
-            cursor_key,
+            cursor_keys: CursorKeyRing::new(cursor_keys),
             directory_ttl: Duration::from_secs(60),
             retry_after_secs: 1,
             max_buffered: 200_000,

@@ -61,7 +61,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         // The cursor is opened before any read: a bad one costs nothing.
         let after = match &read.cursor {
             Some(raw) => Some(
-                decode_cursor(raw, &fp, &self.config.cursor_key)
+                decode_cursor(raw, &fp, &self.config.cursor_keys.get(), now)
                     .map_err(|e| ApiError::bad_cursor(e.to_string()))?,
             ),
             None => None,
@@ -103,7 +103,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         }
         let next_cursor = self
             .next_position(&read, device.as_deref(), after.as_ref(), &outcome)?
-            .map(|position| encode_cursor(&position, &fp, &self.config.cursor_key));
+            .map(|position| encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now));
         let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
         let items = outcome
             .items

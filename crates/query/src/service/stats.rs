@@ -70,7 +70,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         } = *request;
         let fp = request.fingerprint();
         let read = Range {
-            from_ms: self.page_start(request, &fp)?,
+            from_ms: self.page_start(request, &fp, now)?,
             to_ms: range.to_ms,
         };
         let Some(table) = self.stored_layout(now).await? else {
@@ -123,7 +123,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 device_id: device.to_owned(),
                 event_id: String::new(),
             };
-            page.next_cursor = Some(encode_cursor(&position, &fp, &self.config.cursor_key));
+            let keys = self.config.cursor_keys.get();
+            page.next_cursor = Some(encode_cursor(&position, &fp, &keys, now));
         }
         let body = serde_json::to_value(page).map_err(|e| ApiError::internal(e.to_string()))?;
         Ok((body, stats))
@@ -131,9 +132,14 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
 
     /// Where the page starts: a page after the first starts at the bucket the previous
     /// one left out, which its cursor names.
-    fn page_start(&self, request: &StatsRequest<'_>, fp: &Fingerprint) -> Result<i64, ApiError> {
+    fn page_start(
+        &self,
+        request: &StatsRequest<'_>,
+        fp: &Fingerprint,
+        now: Timestamp,
+    ) -> Result<i64, ApiError> {
         match request.cursor {
-            Some(raw) => Ok(decode_cursor(raw, fp, &self.config.cursor_key)
+            Some(raw) => Ok(decode_cursor(raw, fp, &self.config.cursor_keys.get(), now)
                 .map_err(|e| ApiError::bad_cursor(e.to_string()))?
                 .ts_ms),
             None => Ok(request.range.from_ms),

@@ -61,10 +61,15 @@ fn query_service(env: &EnvLookup, dynamo: &aws_sdk_dynamodb::Client) -> anyhow::
     }
     let config =
         query::Config::from_lookup(|name| lookup.get(name)).context("query configuration")?;
-    let key = match &config.cursor_key {
-        CursorKeySource::Inline(bytes) => {
-            query::CursorKey::new(bytes.clone()).map_err(|e| anyhow!("CURSOR_KEY: {e}"))?
-        }
+    let (current, previous) = match &config.cursor_key {
+        CursorKeySource::Inline { current, previous } => (
+            query::CursorKey::new(current.clone()).map_err(|e| anyhow!("CURSOR_KEY: {e}"))?,
+            previous
+                .clone()
+                .map(query::CursorKey::new)
+                .transpose()
+                .map_err(|e| anyhow!("CURSOR_PREVIOUS_KEY: {e}"))?,
+        ),
         CursorKeySource::SecretArn(arn) => {
             bail!("CURSOR_SECRET_ARN ({arn}) is not read by run-local; set CURSOR_KEY")
         }
@@ -72,7 +77,7 @@ fn query_service(env: &EnvLookup, dynamo: &aws_sdk_dynamodb::Client) -> anyhow::
     Ok(QueryService::new(
         DynamoReadingSource::new(dynamo.clone(), &config.table_name),
         DynamoShards::new(dynamo, &config.shard_table_name),
-        config.service.with_key(key),
+        config.service.with_keys(current, previous),
     ))
 }
 
