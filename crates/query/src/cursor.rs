@@ -226,6 +226,11 @@ pub enum CursorError {
     UnknownKey,
     #[error("cursor expired (issued more than {0} s ago); start the read again without a cursor")]
     Expired(u64),
+    #[error(
+        "cursor was issued later than now by more than the clocks of two functions differ; \
+         start the read again without a cursor"
+    )]
+    IssuedAhead,
     #[error("cursor was issued for different request parameters")]
     OtherRequest,
     #[error("cursor position lies outside the requested range")]
@@ -311,8 +316,11 @@ pub fn decode_cursor(
     let age_ms = now.as_millis().saturating_sub(body.t);
     let max_age_ms = i64::try_from(keys.max_age.as_millis()).unwrap_or(i64::MAX);
     let skew_ms = i64::try_from(ISSUE_SKEW.as_millis()).unwrap_or(i64::MAX);
-    if age_ms > max_age_ms || age_ms < -skew_ms {
+    if age_ms > max_age_ms {
         return Err(CursorError::Expired(keys.max_age.as_secs()));
+    }
+    if age_ms < -skew_ms {
+        return Err(CursorError::IssuedAhead);
     }
     if body.fp != fp.digest() {
         return Err(CursorError::OtherRequest);

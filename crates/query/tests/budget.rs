@@ -248,8 +248,9 @@ async fn a_page_of_the_largest_readings_stays_under_6_mb_and_pages_on() {
     assert_eq!(back, expected);
 }
 
-#[tokio::test]
-async fn a_deadline_close_to_now_ends_the_read_early_never_hangs() {
+/// One device's 2,000 readings, ten to a page, each page answered after 50 ms: a read of
+/// them all outlasts any deadline near now.
+fn slow_device() -> (MemoryReadings, Arc<MemoryShards>) {
     let shards = Arc::new(shard_table(table_history(vec![(0, hourly(4))]), []));
     let table = MemoryReadings::new(Some(10));
     let readings: Vec<R> = (0..2000)
@@ -262,6 +263,12 @@ async fn a_deadline_close_to_now_ends_the_read_early_never_hangs() {
         .collect();
     load(&table, &shards, &readings);
     table.set_latency(Duration::from_millis(50));
+    (table, shards)
+}
+
+#[tokio::test]
+async fn a_deadline_close_to_now_ends_the_read_early_never_hangs() {
+    let (table, shards) = slow_device();
     let svc = service_with(&table, shards, RequestBudget::default(), None);
     let to = BASE_MS + 6 * HOUR;
     for path in [
@@ -373,18 +380,7 @@ async fn a_point_read_past_the_query_budget_is_refused_by_name() {
 #[tokio::test]
 async fn the_lambda_deadline_less_the_margin_bounds_the_reads() {
     use lambda_http::RequestExt as _;
-    let shards = Arc::new(shard_table(table_history(vec![(0, hourly(4))]), []));
-    let table = MemoryReadings::new(Some(10));
-    let readings: Vec<R> = (0..2000)
-        .map(|i| R {
-            device: "dev-1".into(),
-            event: format!("e{i:05}"),
-            ts_ms: BASE_MS + i * 10_000,
-            value: 1.0,
-        })
-        .collect();
-    load(&table, &shards, &readings);
-    table.set_latency(Duration::from_millis(50));
+    let (table, shards) = slow_device();
     let budget = RequestBudget {
         deadline_margin: Duration::from_millis(800),
         ..RequestBudget::default()

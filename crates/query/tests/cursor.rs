@@ -239,6 +239,14 @@ fn a_cursor_is_read_until_its_age_and_refused_after() {
         decode_cursor(&c, &fp(), &keys, at(3_600_001)),
         Err(CursorError::Expired(3600))
     );
+    let earlier = issued
+        .checked_sub(std::time::Duration::from_secs(301))
+        .expect("in range");
+    assert_eq!(
+        decode_cursor(&c, &fp(), &keys, earlier),
+        Err(CursorError::IssuedAhead),
+        "a cursor issued more than the clock skew after now"
+    );
 }
 
 /// A function started before a rotation learns the new key from the first cursor that

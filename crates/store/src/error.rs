@@ -194,8 +194,30 @@ pub(crate) fn classify_service<E: ProvideErrorMetadata + fmt::Display>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use aws_sdk_dynamodb::types::ThrottlingReason;
+    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+
     use super::*;
+
+    /// DynamoDB's answer to a read over a key's limit, as the adapters' mocked clients
+    /// give it.
+    pub(crate) fn read_key_range_exceeded() -> ProvisionedThroughputExceededException {
+        ProvisionedThroughputExceededException::builder()
+            .message("slow down")
+            .meta(
+                aws_sdk_dynamodb::error::ErrorMetadata::builder()
+                    .code("ProvisionedThroughputExceededException")
+                    .message("slow down")
+                    .build(),
+            )
+            .throttling_reasons(
+                ThrottlingReason::builder()
+                    .reason("TableReadKeyRangeThroughputExceeded")
+                    .build(),
+            )
+            .build()
+    }
 
     #[test]
     fn reasons_classify_by_limit_type() {

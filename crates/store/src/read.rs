@@ -291,7 +291,6 @@ fn get_error(err: &SdkError<GetItemError>) -> StoreError {
 mod tests {
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
     use aws_sdk_dynamodb::operation::query::QueryOutput;
-    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
@@ -475,20 +474,7 @@ mod tests {
     async fn a_throttle_is_classified_with_its_reason() {
         let rule = mock!(Client::query).then_error(|| {
             QueryError::ProvisionedThroughputExceededException(
-                ProvisionedThroughputExceededException::builder()
-                    .message("slow down")
-                    .meta(
-                        aws_sdk_dynamodb::error::ErrorMetadata::builder()
-                            .code("ProvisionedThroughputExceededException")
-                            .message("slow down")
-                            .build(),
-                    )
-                    .throttling_reasons(
-                        ThrottlingReason::builder()
-                            .reason("TableReadKeyRangeThroughputExceeded")
-                            .build(),
-                    )
-                    .build(),
+                crate::error::tests::read_key_range_exceeded(),
             )
         });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);

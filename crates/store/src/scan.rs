@@ -223,7 +223,6 @@ fn scan_error(err: &SdkError<ScanError>) -> StoreError {
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::operation::scan::ScanOutput;
-    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
@@ -294,20 +293,7 @@ mod tests {
     async fn a_throttled_scan_is_classified_with_its_reason() {
         let rule = mock!(Client::scan).then_error(|| {
             ScanError::ProvisionedThroughputExceededException(
-                ProvisionedThroughputExceededException::builder()
-                    .message("slow down")
-                    .meta(
-                        aws_sdk_dynamodb::error::ErrorMetadata::builder()
-                            .code("ProvisionedThroughputExceededException")
-                            .message("slow down")
-                            .build(),
-                    )
-                    .throttling_reasons(
-                        ThrottlingReason::builder()
-                            .reason("TableReadKeyRangeThroughputExceeded")
-                            .build(),
-                    )
-                    .build(),
+                crate::error::tests::read_key_range_exceeded(),
             )
         });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);

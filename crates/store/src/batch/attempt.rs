@@ -197,18 +197,22 @@ mod tests {
         ])
     }
 
-    #[test]
-    fn an_answer_naming_no_pending_key_keeps_every_item_of_the_call_pending() {
-        let keys = [key("a"), key("b")];
-        let mut pending: Vec<Pending<'_>> = keys
-            .iter()
+    /// A call's items, all consumed by the call.
+    fn sent(keys: &[ItemKey]) -> Vec<Pending<'_>> {
+        keys.iter()
             .enumerate()
             .map(|(index, key)| Pending {
                 index,
                 key,
                 item: None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn an_answer_naming_no_pending_key_keeps_every_item_of_the_call_pending() {
+        let keys = [key("a"), key("b")];
+        let mut pending = sent(&keys);
         let mut tally = Tally::default();
         // "b" came back as sent; "z" is no key of the call.
         tally.take_answer(&mut pending, vec![item("b"), item("z")]);
@@ -221,15 +225,7 @@ mod tests {
     #[test]
     fn an_answer_naming_pending_keys_writes_the_rest() {
         let keys = [key("a"), key("b")];
-        let mut pending: Vec<Pending<'_>> = keys
-            .iter()
-            .enumerate()
-            .map(|(index, key)| Pending {
-                index,
-                key,
-                item: None,
-            })
-            .collect();
+        let mut pending = sent(&keys);
         let mut tally = Tally::default();
         tally.take_answer(&mut pending, vec![item("b")]);
         assert_eq!(tally.done, vec![(0, Outcome::Written)]);
