@@ -74,7 +74,9 @@ pub(crate) enum Readings<'a> {
 }
 
 /// A whole body: an object (one reading, or a batch when `readings` is present, with
-/// `other` its first other key in key order), or not an object at all.
+/// `other` its first other key in key order), or not an object at all. The members of
+/// the IoT front door's envelope (`payload`, `thing`, `client`) are kept apart in
+/// `envelope`: no reading has them, and only a message the IoT rule sent may.
 #[derive(Debug, Clone, PartialEq)]
 #[expect(
     clippy::large_enum_variant,
@@ -85,8 +87,26 @@ pub(crate) enum RawBody<'a> {
         reading: RawReading<'a>,
         readings: Option<Readings<'a>>,
         other: Option<Cow<'a, str>>,
+        envelope: Envelope<'a>,
     },
     NotObject,
+}
+
+/// The IoT front door's members of a body: what the rule's SELECT wrote beside the
+/// published payload (the payload itself, the thing its topic names, the MQTT client
+/// id of the connection).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Envelope<'a> {
+    pub payload: Option<Box<RawBody<'a>>>,
+    pub thing: Option<Scalar<'a>>,
+    pub client: Option<Scalar<'a>>,
+}
+
+impl Envelope<'_> {
+    /// Whether the body has any member of an envelope.
+    pub(crate) fn is_present(&self) -> bool {
+        self.payload.is_some() || self.thing.is_some() || self.client.is_some()
+    }
 }
 
 /// Reads `body`; the error is `serde_json`'s (the body is not JSON).
@@ -260,37 +280,56 @@ impl<'de> Shape<'de> for RawBody<'de> {
     }
     fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
         let mut reading = RawReading::default();
-        let mut readings = None;
+        let mut top = Top::default();
         let mut other = None;
-        read_reading(map, &mut reading, Some(&mut readings), &mut other)?;
+        read_reading(map, &mut reading, Some(&mut top), &mut other)?;
         Ok(RawBody::Object {
             reading,
-            readings,
+            readings: top.readings,
             other,
+            envelope: top.envelope,
         })
     }
 }
 
-/// Reads one object's members into `reading`. With `readings` (the body's top level), a
-/// `readings` member is the batch, and `other` is set to the first other key in key
-/// order; without it (inside a batch), `readings` is an unknown member like any other.
+/// The members only a body's top level reads: the batch, and the envelope's.
+#[derive(Default)]
+struct Top<'a> {
+    readings: Option<Readings<'a>>,
+    envelope: Envelope<'a>,
+}
+
+/// Reads one object's members into `reading`. With `top` (the body's top level), a
+/// `readings` member is the batch, the envelope's members are the envelope's, and
+/// `other` is set to the first other key in key order; without it (inside a batch or
+/// an envelope's payload), they are unknown members like any other.
 fn read_reading<'de, A: MapAccess<'de>>(
     mut map: A,
     reading: &mut RawReading<'de>,
-    mut readings: Option<&mut Option<Readings<'de>>>,
+    mut top: Option<&mut Top<'de>>,
     other: &mut Option<Cow<'de, str>>,
 ) -> Result<(), A::Error> {
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-        match key.as_ref() {
-            "device_id" => reading.device_id = Some(map.next_value()?),
-            "event_id" => reading.event_id = Some(map.next_value()?),
-            "ts" => reading.ts = Some(map.next_value()?),
-            "metrics" => reading.metrics = Some(map.next_value()?),
-            "tags" => reading.tags = Some(map.next_value()?),
-            "readings" if readings.is_some() => {
-                if let Some(slot) = readings.as_deref_mut() {
-                    *slot = Some(map.next_value()?);
-                }
+        match (key.as_ref(), top.as_deref_mut()) {
+            ("device_id", _) => reading.device_id = Some(map.next_value()?),
+            ("event_id", _) => reading.event_id = Some(map.next_value()?),
+            ("ts", _) => reading.ts = Some(map.next_value()?),
+            ("metrics", _) => reading.metrics = Some(map.next_value()?),
+            ("tags", _) => reading.tags = Some(map.next_value()?),
+            ("readings", Some(top)) => {
+                top.readings = Some(map.next_value()?);
+                continue;
+            }
+            ("payload", Some(top)) => {
+                top.envelope.payload = Some(Box::new(map.next_value()?));
+                continue;
+            }
+            ("thing", Some(top)) => {
+                top.envelope.thing = Some(map.next_value()?);
+                continue;
+            }
+            ("client", Some(top)) => {
+                top.envelope.client = Some(map.next_value()?);
                 continue;
             }
             _ => {
@@ -298,7 +337,8 @@ fn read_reading<'de, A: MapAccess<'de>>(
                 first_key(&mut reading.unknown, key.clone());
             }
         }
-        // Every key but the batch's `readings` is "another key" of a batch.
+        // Every key but the batch's `readings` and the envelope's is "another key" of a
+        // batch.
         first_key(other, key);
     }
     Ok(())

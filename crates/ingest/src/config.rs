@@ -59,6 +59,12 @@ pub struct Config {
     /// is this or a session of it: a device cannot set them. Without it no record's are,
     /// and a message failing at its last receive is dead-lettered rather than requeued.
     pub sender_id: Option<String>,
+    /// `IOT_SENDER_ID` (optional): the SenderId of the IoT front door's rule, its role's
+    /// `RoleId` (the template passes it when `IotFrontDoor` is enabled, and an empty
+    /// value otherwise). Only a record this role (or one of its sessions) sent may carry
+    /// the rule's envelope, the thing its connection proved beside the readings
+    /// (`crate::front_door`); without it, no record may.
+    pub iot_sender_id: Option<String>,
     /// `BATCH_SIZE` (default 100, the template's `IngestBatchSize`) and
     /// `BATCHING_WINDOW_SECS` (default 1, `BatchingWindow`): how the event source mapping
     /// gathers a batch, from which each entity's arrival rate is measured
@@ -143,6 +149,7 @@ impl Config {
             max_requeues: env.parse_or("MAX_REQUEUES", 3, "a non-negative integer")?,
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
             sender_id: env.optional("INGEST_SENDER_ID"),
+            iot_sender_id: env.optional("IOT_SENDER_ID"),
             redelivery,
             table_name: env.required("TABLE_NAME")?,
             dlq_url: env.required("DLQ_URL")?,
@@ -213,6 +220,7 @@ mod tests {
         assert_eq!(config.source_queue_url, None);
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.sender_id, None);
+        assert_eq!(config.iot_sender_id, None);
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
         let mut vars = REQUIRED.to_vec();
         vars.push(("SUB_SHARDS", "dedicated"));

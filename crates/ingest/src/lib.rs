@@ -3,6 +3,8 @@
 //! - [`config::Config`]: the typed configuration, parsed once from the environment;
 //! - [`message`]: parsing and validation of a message body (every refusal names the
 //!   field and the rule);
+//! - [`front_door`]: the AWS IoT Core front door's envelope, read only from the IoT
+//!   rule's role, whose readings must be of the thing that published them;
 //! - [`handler::Ingest`]: the service, callable in-process (`Ingest::handle`), over the
 //!   ports of `store`, the queue port (`store::queue::Queue`: dead letters,
 //!   redelivery delays and requeues) among them;
@@ -20,12 +22,14 @@ mod body;
 pub mod config;
 pub mod emf;
 pub mod fate;
+pub mod front_door;
 pub mod handler;
 pub mod invocation;
 pub mod message;
 
 pub use config::{Config, ConfigError};
 pub use fate::{Fate, Retry};
+pub use front_door::{Sender, parse_message};
 pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};

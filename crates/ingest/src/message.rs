@@ -48,8 +48,11 @@ pub struct Refusal {
     pub rule: String,
 }
 
+/// The field a refusal of an unexpected envelope names.
+pub const ENVELOPE_FIELD: &str = "payload";
+
 impl Refusal {
-    fn new(field: impl fmt::Display, rule: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl fmt::Display, rule: impl Into<String>) -> Self {
         Self {
             field: field.to_string(),
             rule: rule.into(),
@@ -75,13 +78,25 @@ pub struct Limits {
 /// Runs once per message on the ingest hot path: the body is read straight into the
 /// shapes the rules look at (`body.rs`), strings borrowed from it, and field paths and
 /// rule texts are only formatted for a refusal.
+///
+/// A body in the IoT front door's envelope is refused here: only a message the IoT
+/// rule sent may carry one, and [`crate::front_door::parse_message`] reads it.
 pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
-    let raw =
-        body::read(body).map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))?;
+    parse_raw(read(body)?, limits)
+}
+
+/// The body read as JSON, or the refusal of a body that is not JSON.
+pub(crate) fn read(body: &str) -> Result<RawBody<'_>, Refusal> {
+    body::read(body).map_err(|e| Refusal::new("body", format!("must be valid JSON ({e})")))
+}
+
+/// The readings of a body read as JSON, which must not be an envelope.
+pub(crate) fn parse_raw(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
     let RawBody::Object {
         reading,
         readings,
         other,
+        envelope,
     } = raw
     else {
         return Err(Refusal::new(
@@ -89,6 +104,13 @@ pub fn parse_body(body: &str, limits: &Limits) -> Result<Vec<Reading>, Refusal> 
             "must be a JSON object (one reading or {\"readings\": [...]})",
         ));
     };
+    if envelope.is_present() {
+        return Err(Refusal::new(
+            ENVELOPE_FIELD,
+            "an IoT front-door envelope (payload, thing, client) is taken only from the \
+             IoT rule's role (IOT_SENDER_ID), and never inside another",
+        ));
+    }
     let Some(readings) = readings else {
         return Ok(vec![parse_reading(reading, None, limits)?]);
     };

@@ -11,11 +11,12 @@ use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue
 use tokio::time::Instant;
 
 use super::record::{
-    copy_of, message_budget, receive_count, requeue_count, sender_attributes, source_id,
+    copy_of, message_budget, receive_count, requeue_count, sender, sender_attributes, source_id,
 };
 use super::report::MessageReport;
 use super::{Ingest, Run};
 use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, leave};
+use crate::front_door::Sender;
 use crate::message::{Refusal, to_body};
 
 /// What [`Ingest::leave_stage`] did.
@@ -45,6 +46,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             max_requeues: self.config.max_requeues,
         };
         let own = self.config.sender_id.as_deref();
+        let iot = self.config.iot_sender_id.as_deref();
         let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
         // Per copy: its message, the fate once sent, and the copy.
         let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
@@ -62,13 +64,18 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     sent,
                     reason,
                 } => {
-                    let body = match body {
-                        CopyBody::Unwritten(readings) => to_body(&readings),
-                        CopyBody::Whole => record.body.clone().unwrap_or_default(),
+                    // A remainder is plain readings, already held to their thing; a
+                    // whole copy keeps the rule's envelope, and its mark.
+                    let (body, front_door) = match body {
+                        CopyBody::Unwritten(readings) => (to_body(&readings), false),
+                        CopyBody::Whole => (
+                            record.body.clone().unwrap_or_default(),
+                            sender(record, own, iot) == Sender::IotRule,
+                        ),
                     };
                     let wait = self.config.redelivery.visibility(receipt.receives, rng);
                     let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
-                    let copy = copy_of(record, own, &run.ids[m], body, requeues, delay);
+                    let copy = copy_of(record, own, &run.ids[m], body, requeues, delay, front_door);
                     copies.push((m, sent, copy));
                     Fate::Reported { reason }
                 }

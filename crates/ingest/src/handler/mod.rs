@@ -67,7 +67,9 @@ mod report;
 mod watch;
 mod write;
 
-pub use record::{OWN_ATTRIBUTE_PREFIX, REQUEUES_ATTRIBUTE, SOURCE_ID_ATTRIBUTE};
+pub use record::{
+    FRONT_DOOR_ATTRIBUTE, OWN_ATTRIBUTE_PREFIX, REQUEUES_ATTRIBUTE, SOURCE_ID_ATTRIBUTE,
+};
 pub use report::{MessageReport, Report};
 
 /// Why the invocation failed as a whole.

@@ -1,13 +1,16 @@
-//! Stage 1: each message's body parsed and validated, guarded against panics.
+//! Stage 1: each message's body parsed and validated, guarded against panics; the
+//! IoT front door's envelope only from the IoT rule's role.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
 
+use super::record::sender;
 use super::{Ingest, Run, guarded};
 use crate::fate::Stage;
-use crate::message::{Limits, Refusal, parse_body};
+use crate::front_door::parse_message;
+use crate::message::{Limits, Refusal};
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Stage 1: parses and validates each message, guarded against panics.
@@ -37,7 +40,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     rule: "is missing".to_owned(),
                 });
             };
-            match parse_body(body, limits) {
+            let from = sender(
+                record,
+                self.config.sender_id.as_deref(),
+                self.config.iot_sender_id.as_deref(),
+            );
+            match parse_message(body, from, limits) {
                 Ok(readings) => Stage::Parsed(readings),
                 Err(refusal) => Stage::Refused(refusal),
             }

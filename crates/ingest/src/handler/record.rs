@@ -5,10 +5,17 @@
 use aws_lambda_events::event::sqs::SqsMessage;
 use store::queue::{Attributes, MAX_DELAY_SECS, MAX_MESSAGE_BYTES, Requeue, with_attributes};
 
+use crate::front_door::Sender;
+
 /// The message attribute counting how often a message was requeued.
 pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
 /// The message attribute carrying a requeued copy's first message id.
 pub const SOURCE_ID_ATTRIBUTE: &str = "shardline.source_message_id";
+/// The message attribute marking the ingest's whole copy of a message the IoT rule
+/// sent, whose body is still the rule's envelope.
+pub const FRONT_DOOR_ATTRIBUTE: &str = "shardline.front_door";
+/// The value of [`FRONT_DOOR_ATTRIBUTE`].
+const FRONT_DOOR: &str = "iot";
 /// The prefix of the ingest's own message attributes. A sender's attributes under it
 /// are neither read (unless the ingest sent the message) nor carried on a copy.
 pub const OWN_ATTRIBUTE_PREFIX: &str = "shardline.";
@@ -22,17 +29,33 @@ pub(super) fn receive_count(record: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
-/// Whether the ingest itself sent `record` (a requeued copy), by its `SenderId`, which
-/// SQS sets from the caller's identity and no sender can choose: `own` itself or one of
-/// its sessions (`"<RoleId>:<session>"`, as a Lambda's role sends). Without `own`,
-/// nothing is taken for the ingest's.
-fn sent_by_ingest(record: &SqsMessage, own: Option<&str>) -> bool {
-    let (Some(own), Some(sender)) = (own, record.attributes.get("SenderId")) else {
+/// Whether `id` sent `record`, by its `SenderId`, which SQS sets from the caller's
+/// identity and no sender can choose: `id` itself or one of its sessions
+/// (`"<RoleId>:<session>"`, as a Lambda's role or the IoT rule's sends). Without `id`,
+/// nothing is taken for its.
+fn sent_by(record: &SqsMessage, id: Option<&str>) -> bool {
+    let (Some(id), Some(sender)) = (id, record.attributes.get("SenderId")) else {
         return false;
     };
     sender
-        .strip_prefix(own)
+        .strip_prefix(id)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
+/// Whether the ingest itself sent `record` (a requeued copy).
+fn sent_by_ingest(record: &SqsMessage, own: Option<&str>) -> bool {
+    sent_by(record, own)
+}
+
+/// Who sent `record`: the IoT rule's role (`iot`), or the ingest's whole copy of a
+/// message it sent; anyone else is a publisher, whatever its body or attributes say.
+pub(super) fn sender(record: &SqsMessage, own: Option<&str>, iot: Option<&str>) -> Sender {
+    let copy_of_rules = own_attribute(record, own, FRONT_DOOR_ATTRIBUTE) == Some(FRONT_DOOR);
+    if sent_by(record, iot) || copy_of_rules {
+        Sender::IotRule
+    } else {
+        Sender::Publisher
+    }
 }
 
 /// The value of the ingest's attribute `name` on `record`, when the ingest sent it.
@@ -96,7 +119,8 @@ pub(super) fn message_budget(record: &SqsMessage) -> usize {
 }
 
 /// A fresh copy of `record` holding `body`. It carries at most SQS's 10 attributes:
-/// the ingest's two first (the requeue count `requeues` and the first message id),
+/// the ingest's first (the requeue count `requeues`, the first message id, and with
+/// `front_door` the mark of a body that is still the IoT rule's envelope),
 /// then the sender's own string attributes in name order as far as they fit
 /// (`store::queue::with_attributes`). So of a message that arrived with 9 or 10, the
 /// last in name order are dropped (logged): a copy that SQS refuses would instead
@@ -109,8 +133,9 @@ pub(super) fn copy_of(
     body: String,
     requeues: u32,
     delay_secs: u32,
+    front_door: bool,
 ) -> Requeue {
-    let ours: Attributes = [
+    let mut ours: Attributes = [
         (
             SOURCE_ID_ATTRIBUTE,
             ("String".to_owned(), source_id(record, own, id)),
@@ -123,6 +148,12 @@ pub(super) fn copy_of(
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
     .collect();
+    if front_door {
+        ours.insert(
+            FRONT_DOOR_ATTRIBUTE.to_owned(),
+            ("String".to_owned(), FRONT_DOOR.to_owned()),
+        );
+    }
     let (attributes, dropped) = with_attributes(
         ours,
         &sender_attributes(record),
