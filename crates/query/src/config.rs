@@ -68,6 +68,8 @@ pub struct ServiceSettings {
     pub budget: RequestBudget,
     /// How long a cursor is accepted (`CURSOR_MAX_AGE_SECS`).
     pub cursor_max_age: Duration,
+    /// The JWT claim listing the devices a caller may read (`READ_SCOPE_CLAIM`).
+    pub scope_claim: Option<String>,
 }
 
 impl ServiceSettings {
@@ -90,6 +92,7 @@ impl ServiceSettings {
             stats_window: DEFAULT_STATS_WINDOW,
             stats_budget: self.stats_budget,
             budget: self.budget,
+            scope_claim: self.scope_claim.clone(),
         }
     }
 
@@ -163,6 +166,7 @@ impl Config {
     /// | `SHARD_CACHE_TTL_SECS` | `5` | reuse of shard metadata: a reading written under a raise newer than this cache may be missed for this long |
     /// | `STATS_MAX_READINGS` | `100000` | readings a stats page aggregates before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `STATS_MAX_SECS` | `3` | seconds a stats page reads before it ends at the next bucket boundary (at most twice this inside one bucket) |
+    /// | `READ_SCOPE_CLAIM` | empty | the JWT claim that lists the devices a caller may read (`crate::scope`); empty: every caller reads every device (IAM auth) |
     /// | `READINGS_TIME_INDEX` | empty | the readings table's time index (LSI on `ts_ms`); empty: reads over every device sort whole buckets |
     /// | `QUERY_MAX_QUERIES` | `2000` | Query (and GetItem) calls one request may send |
     /// | `QUERY_MAX_EVALUATED` | `250000` | items DynamoDB may evaluate for one request (ScannedCount, filtered-out items included) |
@@ -252,6 +256,7 @@ impl Config {
                 directory_ttl,
                 max_buffered,
                 time_index: get("READINGS_TIME_INDEX").filter(|v| !v.is_empty()),
+                scope_claim: get("READ_SCOPE_CLAIM").filter(|v| !v.is_empty()),
                 stats_budget,
                 budget,
                 cursor_max_age: Duration::from_secs(number(

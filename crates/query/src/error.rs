@@ -38,6 +38,11 @@ impl ApiError {
         Self::bad_request(codes::BAD_CURSOR, message)
     }
 
+    /// 403: the caller's token does not grant what it asks for (`crate::scope`).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, message)
     }
@@ -96,6 +101,7 @@ pub mod codes {
     pub const BAD_INTERVAL: &str = "bad_interval";
     pub const NOT_SUPPORTED: &str = "not_supported";
     pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
+    pub const FORBIDDEN: &str = "forbidden";
     pub const NOT_FOUND: &str = "not_found";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const THROTTLED: &str = "throttled";

@@ -34,6 +34,7 @@ use store::item::ReadingItem;
 use store::read::{LastKey, PageRequest, ReadingSource};
 
 use crate::model::ReadingKey;
+use crate::scope::DeviceGrants;
 
 /// One key range to read: a Query's partition, sort-key bounds and time filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,28 +169,46 @@ impl StreamSpec {
     }
 }
 
-/// Reads `limit` readings in merge order strictly after `after` (when given), plus
-/// enough to know whether more follow; a reading stored under two keys counts once.
-/// `density_hint` is what an earlier read of streams like these saw
-/// ([`ReadOutcome::density`]): the first round is planned by it (see
-/// `sharding::merge`, "A density from an earlier read"). `fits` sees each reading in
-/// order before it joins the answer: the first it refuses ends the answer (and the
-/// read) before it, with more to follow.
+/// What one page of a merged read asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct MergedPage<'a> {
+    /// Most readings answered.
+    pub limit: usize,
+    /// The page holds only readings strictly after this position (when given).
+    pub after: Option<&'a ReadingKey>,
+    /// What an earlier read of streams like these saw ([`ReadOutcome::density`]): the
+    /// first round is planned by it (see `sharding::merge`, "A density from an earlier
+    /// read").
+    pub density_hint: Option<f64>,
+    /// The devices whose readings the page may hold (`None`: every device). Another
+    /// device's readings are dropped as their pages arrive, before the merge sees
+    /// them, so no answer, position or cursor names them; the pages still count, in
+    /// full, against the budgets.
+    pub devices: Option<&'a DeviceGrants>,
+}
+
+/// Reads `page.limit` readings in merge order strictly after `page.after`, plus enough
+/// to know whether more follow; a reading stored under two keys counts once. `fits`
+/// sees each reading in order before it joins the answer: the first it refuses ends
+/// the answer (and the read) before it, with more to follow.
 pub async fn read_merged<S: ReadingSource>(
     source: &S,
     specs: Vec<StreamSpec>,
     opts: ReadOptions,
-    limit: usize,
-    after: Option<&ReadingKey>,
-    density_hint: Option<f64>,
+    page: MergedPage<'_>,
     mut fits: impl FnMut(&ReadingItem) -> bool,
 ) -> Result<ReadOutcome, ExecError> {
     let mut specs = specs;
     let cut = cut_to_reach(&mut specs, opts);
-    let mut merge = BoundedMerge::new(shapes(&specs), order(opts), limit, after.cloned())
-        .with_density_hint(density_hint);
+    let mut merge = BoundedMerge::new(shapes(&specs), order(opts), page.limit, page.after.cloned())
+        .with_density_hint(page.density_hint);
     let mut items = Vec::new();
-    let driven = drive(source, &specs, opts, &mut merge, |batch| {
+    let read = Read {
+        specs: &specs,
+        opts,
+        devices: page.devices,
+    };
+    let driven = drive(source, read, &mut merge, |batch| {
         for item in batch {
             if !fits(&item) {
                 return ControlFlow::Break(());
@@ -232,9 +251,12 @@ pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem) -> ControlFlow<(
     let cut = cut_to_reach(&mut specs, opts);
     let mut merge = BoundedMerge::windowed(shapes(&specs), order(opts), window, None);
     let emit = |batch: Vec<ReadingItem>| batch.into_iter().try_for_each(&mut each);
-    let driven = drive(source, &specs, opts, &mut merge, emit)
-        .await?
-        .or_cut(cut);
+    let read = Read {
+        specs: &specs,
+        opts,
+        devices: None,
+    };
+    let driven = drive(source, read, &mut merge, emit).await?.or_cut(cut);
     Ok(EachOutcome {
         cost: driven.cost,
         stopped: driven.stopped,
@@ -319,16 +341,24 @@ fn order(opts: ReadOptions) -> Order {
     }
 }
 
-/// Runs `merge` over `specs` to its end, until `emit` breaks, or until the budget
+/// What [`drive`] reads: the streams, how, and whose readings it keeps.
+#[derive(Clone, Copy)]
+struct Read<'a> {
+    specs: &'a [StreamSpec],
+    opts: ReadOptions,
+    devices: Option<&'a DeviceGrants>,
+}
+
+/// Runs `merge` over the streams to its end, until `emit` breaks, or until the budget
 /// runs out, handing what it emits to `emit` batch by batch (after every round);
 /// returns whether more follow its limit, the cost, and where a budget stopped it.
 async fn drive<S: ReadingSource>(
     source: &S,
-    specs: &[StreamSpec],
-    opts: ReadOptions,
+    read: Read<'_>,
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<Driven, ExecError> {
+    let Read { specs, opts, .. } = read;
     // Where each stream's next page starts.
     let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
     let mut cost = ReadCost::default();
@@ -363,7 +393,7 @@ async fn drive<S: ReadingSource>(
             // previous round left it.
             return Ok(stopped_by(Exhausted::Time, merge, cost));
         };
-        deliver_round(results, &mut next_start, merge, &mut cost)?;
+        deliver_round(results, read.devices, &mut next_start, merge, &mut cost)?;
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
@@ -454,9 +484,11 @@ async fn read_round<S: ReadingSource>(
         .await
 }
 
-/// Delivers a round's pages to the merge and counts their cost.
+/// Delivers a round's pages to the merge, each with the readings of `devices` only
+/// (`None`: all), and counts their cost.
 fn deliver_round(
     results: Vec<(usize, Result<store::read::Page, StoreError>)>,
+    devices: Option<&DeviceGrants>,
     next_start: &mut [Option<LastKey>],
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     cost: &mut ReadCost,
@@ -473,7 +505,13 @@ fn deliver_round(
             .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms));
         next_start[i] = page.last_key;
         let last_page = next_start[i].is_none();
-        let keyed = page.items.into_iter().map(|item| (key_of(&item), item));
+        // How far the stream has come counts every item read; only the kept ones are
+        // handed over.
+        let keyed = page
+            .items
+            .into_iter()
+            .filter(|item| devices.is_none_or(|g| g.allows(&item.device_id)))
+            .map(|item| (key_of(&item), item));
         merge.deliver(i, keyed, last_ts, last_page);
     }
     Ok(())

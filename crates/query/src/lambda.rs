@@ -14,6 +14,7 @@ use store::read::ReadingSource;
 use crate::cursor::{CursorKeys, sealer_id};
 use crate::error::ApiError;
 use crate::params::percent_decode;
+use crate::scope::ReadScope;
 use crate::service::{QueryService, error_response};
 
 /// Answers one API Gateway request. A named stage's prefix (`/prod/...`) is removed
@@ -29,6 +30,7 @@ pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
         _ => None,
     };
     let path = strip_stage(request.uri().path(), stage.as_deref());
+    let scope = read_scope(service.config().scope_claim.as_deref(), &request);
     let now = match wall_clock() {
         Ok(now) => now,
         Err(e) => {
@@ -49,16 +51,34 @@ pub async fn handle_apigw<S: ReadingSource, D: ShardReader>(
             let left = time_left(ctx.deadline, now_ms);
             service.config().budget.deadline_from(left, Instant::now())
         });
+    let parts = crate::service::Request {
+        method: request.method().as_str(),
+        path,
+        query: request.uri().query(),
+    };
     let response = service
-        .handle_parts_by(
-            request.method().as_str(),
-            path,
-            request.uri().query(),
-            now,
-            deadline,
-        )
+        .handle_as(scope.as_ref(), parts, now, deadline)
         .await;
     Ok(response.map(Body::from))
+}
+
+/// What the caller of `request` may read: every device when no device claim is
+/// configured (`claim` is `None`: IAM auth), else what the JWT authorizer's claims of
+/// the request grant under `claim`, or the 403 that says why they grant nothing.
+pub fn read_scope(claim: Option<&str>, request: &Request) -> Result<ReadScope, ApiError> {
+    let Some(claim) = claim else {
+        return Ok(ReadScope::Every);
+    };
+    let claims = match request.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .authorizer
+            .as_ref()
+            .and_then(|a| a.jwt.as_ref())
+            .map(|jwt| &jwt.claims),
+        _ => None,
+    };
+    let lookup = claims.map(|c| |name: &str| c.get(name).map(String::as_str));
+    ReadScope::from_claims(claim, lookup).map_err(ApiError::from)
 }
 
 /// How often at most a function reads its cursor keys again.

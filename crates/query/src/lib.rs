@@ -8,6 +8,7 @@
 //! - [`stats`]: stats pages of complete buckets within a read budget.
 //! - [`budget`]: what one request may cost (Queries, items evaluated, answer bytes,
 //!   wall time), and where a page that a budget ended resumes.
+//! - [`scope`]: who may read which device, from a claim of the caller's token.
 //! - [`service`]: [`QueryService`], request in, response out, independent of the Lambda
 //!   runtime and of the clock (the local runner and tests call
 //!   [`QueryService::handle`] with the time they read), one module per route.
@@ -28,6 +29,7 @@ pub mod exec;
 pub mod lambda;
 pub mod model;
 pub mod params;
+pub mod scope;
 pub mod service;
 pub mod stats;
 
@@ -35,4 +37,5 @@ pub use config::Config;
 pub use cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
 pub use error::ApiError;
 pub use params::{Endpoint, Limits, parse_params, parse_request};
+pub use scope::ReadScope;
 pub use service::{QueryService, ServiceConfig};

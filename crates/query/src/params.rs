@@ -122,6 +122,19 @@ pub enum Endpoint {
     },
 }
 
+impl Endpoint {
+    /// The device a device route reads; `None` for the read over every device.
+    pub fn device(&self) -> Option<&str> {
+        match self {
+            Endpoint::DeviceReadings { device, .. }
+            | Endpoint::Reading { device, .. }
+            | Endpoint::Stats { device, .. }
+            | Endpoint::Shards { device } => Some(device),
+            Endpoint::AllReadings { .. } => None,
+        }
+    }
+}
+
 /// Routes and validates a request. 404 for an unknown path, 405 for a method other
 /// than GET on a known path, 400 for any bad parameter.
 pub fn parse_request(

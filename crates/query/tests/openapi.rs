@@ -175,6 +175,7 @@ fn every_error_code_of_the_api_is_documented() {
         codes::BAD_INTERVAL,
         codes::NOT_SUPPORTED,
         codes::BUDGET_EXCEEDED,
+        codes::FORBIDDEN,
         codes::NOT_FOUND,
         codes::METHOD_NOT_ALLOWED,
         codes::THROTTLED,

@@ -16,4 +16,5 @@ mod on_dynalite;
 mod on_moto;
 mod openapi;
 mod params;
+mod scope;
 mod stats;

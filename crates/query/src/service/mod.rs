@@ -38,6 +38,7 @@ use crate::cursor::{CursorKeyRing, CursorKeys};
 use crate::error::ApiError;
 use crate::exec::ReadCost;
 use crate::params::{Endpoint, Limits, parse_request};
+use crate::scope::ReadScope;
 use crate::stats::StatsBudget;
 
 mod answer;
@@ -51,7 +52,7 @@ pub use answer::{error_response, store_error};
 pub use plan::{specs, specs_with_index};
 
 use point::Point;
-use readings::DensityHint;
+use readings::{DensityHint, Devices};
 use stats::StatsRequest;
 
 /// Readings a stats read plans each round for, by default
@@ -82,6 +83,9 @@ pub struct ServiceConfig {
     pub stats_budget: StatsBudget,
     /// What any one request may cost.
     pub budget: RequestBudget,
+    /// The JWT claim that lists the devices a caller may read (`crate::scope`); `None`:
+    /// every caller the authorizer lets through reads every device.
+    pub scope_claim: Option<String>,
 }
 
 impl ServiceConfig {
@@ -100,8 +104,18 @@ impl ServiceConfig {
             stats_window: DEFAULT_STATS_WINDOW,
             stats_budget: StatsBudget::default(),
             budget: RequestBudget::default(),
+            scope_claim: None,
         }
     }
+}
+
+/// One HTTP request's parts, as routed: the method, the path (percent-encoded, as in
+/// a URI) and the raw query string.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
 }
 
 /// What one request cost; logged per request and returned to in-process callers.
@@ -197,29 +211,63 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         now: Timestamp,
         deadline: Option<Instant>,
     ) -> Response<String> {
+        let request = Request {
+            method,
+            path,
+            query,
+        };
+        self.handle_as(Ok(&ReadScope::Every), request, now, deadline)
+            .await
+    }
+
+    /// [`QueryService::handle_parts_by`] for a caller that may read `scope`, or whose
+    /// token grants no read (`Err`, answered 403 once the request is found valid).
+    pub async fn handle_as(
+        &self,
+        scope: Result<&ReadScope, &ApiError>,
+        request: Request<'_>,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Response<String> {
+        let Request {
+            method,
+            path,
+            query,
+        } = request;
         let answer = match parse_request(method, path, query, &self.config.limits) {
-            Ok(endpoint) => self.execute_by(endpoint, now, deadline).await,
+            Ok(endpoint) => match scope {
+                Ok(scope) => self.execute_by(scope, endpoint, now, deadline).await,
+                Err(refused) => Err(refused.clone()),
+            },
             Err(e) => Err(e),
         };
         answer::respond(method, path, answer)
     }
 
-    /// Runs a validated request at `now`, with no deadline.
+    /// Runs a validated request at `now`, with no deadline, for a caller who may read
+    /// every device.
     pub async fn execute(&self, endpoint: Endpoint, now: Timestamp) -> Answer {
-        self.execute_by(endpoint, now, None).await
+        self.execute_by(&ReadScope::Every, endpoint, now, None)
+            .await
     }
 
-    /// Runs a validated request at `now` that must stop reading by `deadline`. The
-    /// reads stop there themselves; a lookup of the shard metadata that outlasts it by
-    /// the margin is answered 503 rather than left to the function's timeout.
+    /// Runs a validated request at `now` for a caller who may read `scope`, that must
+    /// stop reading by `deadline`. A device outside the scope is 403 before anything is
+    /// read. The reads stop by the deadline themselves; a lookup of the shard metadata
+    /// that outlasts it by the margin is answered 503 rather than left to the
+    /// function's timeout.
     pub async fn execute_by(
         &self,
+        scope: &ReadScope,
         endpoint: Endpoint,
         now: Timestamp,
         deadline: Option<Instant>,
     ) -> Answer {
+        if let Some(device) = endpoint.device() {
+            scope.check(device)?;
+        }
         let last_resort = deadline.map(|d| d + self.config.budget.deadline_margin / 2);
-        let run = self.route(endpoint, now, deadline);
+        let run = self.route(scope, endpoint, now, deadline);
         match last_resort {
             Some(at) => tokio::time::timeout_at(tokio::time::Instant::from_std(at), run)
                 .await
@@ -232,14 +280,22 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         }
     }
 
-    async fn route(&self, endpoint: Endpoint, now: Timestamp, deadline: Option<Instant>) -> Answer {
+    async fn route(
+        &self,
+        scope: &ReadScope,
+        endpoint: Endpoint,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Answer {
         match endpoint {
             Endpoint::DeviceReadings { device, read } => {
-                self.readings("device_readings", Some(device), read, now, deadline)
+                let device = Devices::One(device);
+                self.readings("device_readings", device, read, now, deadline)
                     .await
             }
             Endpoint::AllReadings { read } => {
-                self.readings("all_readings", None, read, now, deadline)
+                let devices = Devices::Every(scope.grants());
+                self.readings("all_readings", devices, read, now, deadline)
                     .await
             }
             Endpoint::Reading {

@@ -22,15 +22,42 @@ use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
-use crate::exec::{ExecError, ReadOptions, ReadOutcome, key_of, read_merged};
+use crate::exec::{ExecError, MergedPage, ReadOptions, ReadOutcome, key_of, read_merged};
 use crate::model::{ReadingKey, ReadingOut, ReadingsPage};
 use crate::params::{Range, ReadParams};
+use crate::scope::DeviceGrants;
 
 /// How long a read over every device plans by the density an earlier one saw. A
 /// fleet's rate drifts; a wrong hint costs rounds or items read, never an item of the
 /// answer (`sharding::merge`, "A density from an earlier read"), and the read it
 /// misleads leaves the density it saw for the next.
 const DENSITY_HINT_TTL: Duration = Duration::from_secs(60);
+
+/// Which devices a range read answers.
+#[derive(Debug, Clone)]
+pub(super) enum Devices<'a> {
+    /// `GET /devices/{device_id}/readings`: this one (its scope was checked).
+    One(String),
+    /// `GET /readings`: every device the grants allow (`None`: every device).
+    Every(Option<&'a DeviceGrants>),
+}
+
+impl Devices<'_> {
+    fn one(&self) -> Option<&str> {
+        match self {
+            Devices::One(device) => Some(device),
+            Devices::Every(_) => None,
+        }
+    }
+
+    /// The grants a read over every device keeps its readings to.
+    fn grants(&self) -> Option<&DeviceGrants> {
+        match self {
+            Devices::One(_) | Devices::Every(None) => None,
+            Devices::Every(Some(grants)) => Some(grants),
+        }
+    }
+}
 
 /// A density a read saw (items per millisecond of one stream's span), and when.
 #[derive(Debug, Clone, Copy)]
@@ -40,23 +67,31 @@ pub(super) struct DensityHint {
 }
 
 impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
-    /// A page of one device's readings (`device`), or of every device's (`None`).
+    /// A page of one device's readings, or of every device's that the caller may read.
+    /// A scoped read over every device reads what an unscoped one reads and keeps the
+    /// scope's devices: it is held to the same budgets, so where they are few among
+    /// the fleet its pages end early (even empty) with a cursor that moves on.
     pub(super) async fn readings(
         &self,
         route: &'static str,
-        device: Option<String>,
+        devices: Devices<'_>,
         read: ReadParams,
         now: Timestamp,
         deadline: Option<Instant>,
     ) -> Answer {
+        let device = devices.one();
         let fp = Fingerprint {
             route,
-            device: device.clone(),
+            device: device.map(str::to_owned),
             from_ms: read.range.from_ms,
             to_ms: read.range.to_ms,
             descending: read.descending,
             limit: read.limit,
-            detail: String::new(),
+            // A scoped read's cursor resumes only under the same scope.
+            detail: devices
+                .grants()
+                .map(|g| format!("scope {}", g.canonical()))
+                .unwrap_or_default(),
         };
         // The cursor is opened before any read: a bad one costs nothing.
         let after = match &read.cursor {
@@ -71,7 +106,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             return Ok((page_json(Vec::new(), None), ReadStats::default()));
         };
         let plan = self
-            .plan_readings(device.as_deref(), time_range, &table, now)
+            .plan_readings(&devices, time_range, &table, now)
             .await?;
         let every_device = device.is_none();
         let hint = if every_device {
@@ -87,22 +122,30 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             budget: self.config.budget.read(deadline),
         };
         let mut room = AnswerRoom::new(self.config.budget.answer_bytes);
+        let page = MergedPage {
+            limit: read.limit as usize,
+            after: after.as_ref(),
+            density_hint: hint,
+            devices: devices.grants(),
+        };
         let outcome = read_merged(
             &self.source,
             specs_with_index(&plan, self.config.time_index.as_deref()),
             opts,
-            read.limit as usize,
-            after.as_ref(),
-            hint,
+            page,
             |item| room.take(item),
         )
         .await
         .map_err(|e| self.read_error(e, every_device))?;
-        if every_device && let Some(density) = outcome.density {
+        // A scoped read sees a part of each stream: its density is not the fleet's.
+        if every_device
+            && devices.grants().is_none()
+            && let Some(density) = outcome.density
+        {
             self.remember_density(density, now);
         }
         let next_cursor = self
-            .next_position(&read, device.as_deref(), after.as_ref(), &outcome)?
+            .next_position(&read, device, after.as_ref(), &outcome)?
             .map(|position| encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now));
         let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
         let items = outcome
@@ -114,23 +157,28 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     /// The read plan of one device's readings over `range`, or of every device's: the
-    /// entities whose readings can carry a raised key then come from the hot index.
+    /// entities whose readings can carry a raised key then come from the hot index, and
+    /// a scoped read leaves out the raised keys of devices outside its scope (the base
+    /// keys, which every device shares, are read whatever the scope).
     async fn plan_readings(
         &self,
-        device: Option<&str>,
+        devices: &Devices<'_>,
         range: TimeRange,
         table: &TableHistory,
         now: Timestamp,
     ) -> Result<ReadPlan, ApiError> {
-        match device {
-            Some(d) => {
+        match devices {
+            Devices::One(d) => {
                 let fanout = self.directory.fanout(d, now).await.map_err(store_error)?;
                 plan_entity(d, range, table, &fanout).map_err(plan_error)
             }
-            None => {
+            Devices::Every(grants) => {
                 let hot = self.directory.hot(range, now).await.map_err(store_error)?;
-                let refs: Vec<(&str, &FanoutHistory)> =
-                    hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
+                let refs: Vec<(&str, &FanoutHistory)> = hot
+                    .iter()
+                    .filter(|(n, _)| grants.is_none_or(|g| g.allows(n)))
+                    .map(|(n, h)| (n.as_str(), h))
+                    .collect();
                 plan_all(range, table, &refs).map_err(plan_error)
             }
         }
