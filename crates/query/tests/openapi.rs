@@ -231,3 +231,22 @@ async fn every_event_answer_validates_against_its_schema() {
     }
     assert!(checked >= 5, "only {checked} API Gateway events");
 }
+
+/// Every route checks the caller's device scope (`query::scope`), so every route
+/// documents the 403 it answers outside it.
+#[test]
+fn every_route_documents_the_scope_refusal() {
+    let doc = document();
+    for (template, item) in doc["paths"].as_object().expect("paths") {
+        let forbidden = resolve(&doc, &item["get"]["responses"]["403"]);
+        assert!(
+            forbidden.pointer("/content/application~1json/schema").is_some(),
+            "{template} documents no 403 body"
+        );
+    }
+    let claim = doc
+        .pointer("/components/securitySchemes/jwt/description")
+        .and_then(Value::as_str)
+        .expect("the jwt scheme");
+    assert!(claim.contains("shardline_devices"), "the claim is named");
+}
