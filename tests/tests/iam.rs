@@ -13,6 +13,11 @@
 //! SQS event source mapping polls with `sqs:ReceiveMessage`, `sqs:DeleteMessage` and
 //! `sqs:GetQueueAttributes`; logging writes streams and events to the function's log
 //! group; active tracing sends segments and telemetry to X-Ray.
+//!
+//! The IoT front door's rule role (`IotFrontDoor` enabled) is used by AWS IoT alone:
+//! every call it makes is the `sqs:SendMessage` of one of the rule's SQS actions (each
+//! publish, and the error action), so its needs are read from the rule and checked
+//! against its grants the same way, both directions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -31,7 +36,7 @@ use stand_in::TestStack;
 use tokio::time::Instant;
 use yaml_serde::Value;
 
-use crate::template::{Template, path, role_grants, scalar};
+use crate::template::{Template, path, role_grants, role_grants_trusting, scalar};
 
 /// A resource as a request names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -492,5 +497,85 @@ fn a_missing_or_unused_grant_fails_the_check() -> Result<()> {
     let err = check(&template, "IngestFunction", &BTreeSet::new(), &names)
         .expect_err("grants nothing uses");
     ensure!(format!("{err}").contains("BatchWriteItem"), "{err}");
+    Ok(())
+}
+
+/// What AWS IoT does with the rule's role: `sqs:SendMessage` to the queue of each SQS
+/// action of the rule, and of its error action (`QueueUrl: !Ref X`, granted on
+/// `X.Arn`). Any other kind of action is not understood here.
+fn rule_uses(template: &Template, rule: &str, role: &str) -> Result<BTreeSet<(String, String)>> {
+    let payload = template
+        .props(rule)?
+        .get("TopicRulePayload")
+        .cloned()
+        .with_context(|| format!("{rule} has no TopicRulePayload"))?;
+    let mut actions: Vec<Value> = payload
+        .get("Actions")
+        .and_then(Value::as_sequence)
+        .cloned()
+        .unwrap_or_default();
+    actions.extend(payload.get("ErrorAction").cloned());
+    let mut uses = BTreeSet::new();
+    for action in &actions {
+        let sqs = action
+            .get("Sqs")
+            .with_context(|| format!("{rule}: an action that is not Sqs; extend rule_uses"))?;
+        ensure!(
+            sqs.get("RoleArn").and_then(scalar) == Some(format!("getatt:{role}.Arn")),
+            "{rule}: an action that does not send with {role}"
+        );
+        let queue = sqs
+            .get("QueueUrl")
+            .and_then(scalar)
+            .and_then(|q| q.strip_prefix("ref:").map(str::to_owned))
+            .with_context(|| format!("{rule}: an Sqs action without !Ref to a queue"))?;
+        uses.insert(("sqs:SendMessage".to_owned(), format!("getatt:{queue}.Arn")));
+    }
+    Ok(uses)
+}
+
+/// The rule role's grants against the rule's actions, both ways.
+fn check_rule_role(template: &Template) -> Result<()> {
+    let (rule, role) = ("IotReadingsRule", "IotRuleRole");
+    let grants = role_grants_trusting(template, role, "iot.amazonaws.com")?;
+    let needed = rule_uses(template, rule, role)?;
+    let missing: Vec<_> = needed.difference(&grants).collect();
+    let unused: Vec<_> = grants.difference(&needed).collect();
+    ensure!(
+        missing.is_empty() && unused.is_empty(),
+        "{role} (of {rule}): sends no grant allows {missing:?}; grants nothing uses {unused:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_iot_rule_role_grants_exactly_what_the_rule_sends() -> Result<()> {
+    check_rule_role(&Template::load(&[("IotFrontDoor", "enabled")])?)
+}
+
+/// The rule role's check fails on a grant the rule does not use, and on an action
+/// whose queue the role may not send to.
+#[test]
+fn a_rule_role_grant_too_many_or_too_few_fails_the_check() -> Result<()> {
+    let text = std::fs::read_to_string(crate::harness::template_path()?)?;
+    let on = [("IotFrontDoor", "enabled")];
+    let error_action = "        ErrorAction:\n          Sqs:\n            QueueUrl: !Ref IngestDLQ";
+    ensure!(text.matches(error_action).count() == 1, "{error_action:?}");
+    let unused = text.replacen(
+        error_action,
+        "        ErrorAction:\n          Sqs:\n            QueueUrl: !Ref IngestQueue",
+        1,
+    );
+    let err = check_rule_role(&Template::parse(&unused, &on)?).expect_err("an unused grant");
+    ensure!(format!("{err}").contains("IngestDLQ"), "{err}");
+    let grant = "                Resource: !GetAtt IngestDLQ.Arn\n\n";
+    ensure!(text.matches(grant).count() == 1, "{grant:?}");
+    let missing = text.replacen(
+        grant,
+        "                Resource: !GetAtt ShardsTable.Arn\n\n",
+        1,
+    );
+    let err = check_rule_role(&Template::parse(&missing, &on)?).expect_err("a missing grant");
+    ensure!(format!("{err}").contains("IngestDLQ"), "{err}");
     Ok(())
 }

@@ -168,6 +168,7 @@ impl Template {
                 Value::String(format!("sub:{}", text(body)?))
             }
             "Condition" => Value::Bool(self.condition(&text(arg)?)?),
+            "Fn::Join" | "Fn::Split" => self.join_or_split(function, arg)?,
             "Fn::If" => {
                 let parts = arg
                     .as_sequence()
@@ -214,6 +215,32 @@ impl Template {
         })
     }
 
+    /// `!Join` and `!Split`, as the queue policy's list of senders uses them.
+    fn join_or_split(&self, function: &str, arg: &Value) -> Result<Value> {
+        let text = |v: &Value| scalar(v).with_context(|| format!("{function}: {v:?}"));
+        let parts = arg
+            .as_sequence()
+            .filter(|p| p.len() == 2)
+            .with_context(|| format!("{function} takes a delimiter and a value"))?;
+        let delimiter = text(&parts[0])?;
+        let value = self.eval(&parts[1])?;
+        if function == "Fn::Split" {
+            return Ok(Value::Sequence(
+                text(&value)?
+                    .split(delimiter.as_str())
+                    .map(|s| Value::String(s.to_owned()))
+                    .collect(),
+            ));
+        }
+        // A CommaDelimitedList parameter evaluates to its text, one item here.
+        let items = match value {
+            Value::Sequence(items) => items,
+            other => vec![other],
+        };
+        let items = items.iter().map(text).collect::<Result<Vec<_>>>()?;
+        Ok(Value::String(items.join(&delimiter)))
+    }
+
     /// A numeric property, `!Ref Param` evaluated to the parameter's value.
     fn number(&self, value: Option<&Value>, what: &str) -> Result<u64> {
         let value = value.with_context(|| format!("{what} is not set"))?;
@@ -250,9 +277,18 @@ pub(crate) fn path<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().try_fold(value, |v, k| v.get(*k))
 }
 
-/// Every (action, resource) pair a role's inline policies allow. Denies and wildcard
-/// resources other than X-Ray's are refused outright.
+/// Every (action, resource) pair a function role's inline policies allow. Denies and
+/// wildcard resources other than X-Ray's are refused outright.
 pub(crate) fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, String)>> {
+    role_grants_trusting(t, role, "lambda.amazonaws.com")
+}
+
+/// [`role_grants`] of a role only `service` may assume.
+pub(crate) fn role_grants_trusting(
+    t: &Template,
+    role: &str,
+    service: &str,
+) -> Result<BTreeSet<(String, String)>> {
     let props = t.props(role)?;
     ensure!(
         props.get("ManagedPolicyArns").is_none(),
@@ -263,9 +299,9 @@ pub(crate) fn role_grants(t: &Template, role: &str) -> Result<BTreeSet<(String, 
         .with_context(|| format!("{role} has no trust policy"))?;
     ensure!(
         trust.len() == 1
-            && strings(path(&trust[0], &["Principal", "Service"])) == ["lambda.amazonaws.com"]
+            && strings(path(&trust[0], &["Principal", "Service"])) == [service]
             && path(&trust[0], &["Principal", "AWS"]).is_none(),
-        "{role}: only Lambda may assume it"
+        "{role}: only {service} may assume it"
     );
     let mut grants = BTreeSet::new();
     let policies = props
@@ -1016,10 +1052,222 @@ fn check_outputs(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The template with the IoT front door on (and `extra` parameters).
+fn with_front_door(t: &Template, extra: &[(&str, &str)]) -> Result<Template> {
+    let mut overrides = vec![("IotFrontDoor", "enabled")];
+    overrides.extend_from_slice(extra);
+    Template::parse(&yaml_serde::to_string(&t.doc)?, &overrides)
+}
+
+/// The statements of the ingest queue's policy.
+fn queue_statements(t: &Template) -> Result<Vec<Value>> {
+    let props = t.props("IngestQueuePolicy")?;
+    Ok(path(&props, &["PolicyDocument", "Statement"])
+        .and_then(Value::as_sequence)
+        .context("IngestQueuePolicy has no statements")?
+        .clone())
+}
+
+/// The IoT front door is off unless asked for: no IoT resource, no envelope trusted
+/// (an empty IOT_SENDER_ID), and the queue's policy as before it (TLS only).
+fn check_front_door_off_by_default(t: &Template) -> Result<()> {
+    ensure!(
+        t.params.get("IotFrontDoor").map(String::as_str) == Some("disabled"),
+        "IotFrontDoor must default to disabled, so SQS publishers keep working"
+    );
+    for kind in ["AWS::IoT::TopicRule", "AWS::IoT::Policy"] {
+        ensure!(
+            t.ids_of(kind)?.is_empty(),
+            "{kind} exists with the front door off"
+        );
+    }
+    ensure!(
+        t.ids_of("AWS::IAM::Role")?
+            .iter()
+            .all(|r| r != "IotRuleRole"),
+        "IotRuleRole exists with the front door off"
+    );
+    let env = path(&t.props("IngestFunction")?, &["Environment", "Variables"])
+        .and_then(|v| v.get("IOT_SENDER_ID"))
+        .and_then(scalar);
+    ensure!(
+        env.as_deref() == Some(""),
+        "with the front door off IOT_SENDER_ID must be empty, is {env:?}"
+    );
+    let sids: Vec<String> = queue_statements(t)?
+        .iter()
+        .filter_map(|s| s.get("Sid").and_then(scalar))
+        .collect();
+    ensure!(
+        sids == ["DenyInsecureTransport"],
+        "with the front door off the queue policy is TLS only: {sids:?}"
+    );
+    Ok(())
+}
+
+/// With the front door on, SendMessage on the ingest queue is denied to every principal
+/// but the rule's role, the ingest's (its copies) and QueuePublisherArns; TLS is still
+/// required; the ingest is told the rule's SenderId.
+fn check_queue_senders(t: &Template) -> Result<()> {
+    let publishers = "arn:aws:iam::123456789012:role/gateway,arn:aws:iam::123456789012:user/bridge";
+    for (extra, named) in [(None, 0), (Some(("QueuePublisherArns", publishers)), 2)] {
+        let t = with_front_door(t, &extra.into_iter().collect::<Vec<_>>())?;
+        let statements = queue_statements(&t)?;
+        ensure!(
+            statements
+                .iter()
+                .any(|s| s.get("Sid").and_then(scalar).as_deref() == Some("DenyInsecureTransport")),
+            "the queue policy lost DenyInsecureTransport"
+        );
+        let deny = statements
+            .iter()
+            .find(|s| {
+                s.get("Effect").and_then(scalar).as_deref() == Some("Deny")
+                    && strings(s.get("Action")) == ["sqs:SendMessage"]
+            })
+            .context("no Deny of sqs:SendMessage with the front door on")?;
+        ensure!(
+            deny.get("Principal").and_then(scalar).as_deref() == Some("*")
+                && strings(deny.get("Resource")) == ["getatt:IngestQueue.Arn"],
+            "the Deny must hold every principal sending to the ingest queue"
+        );
+        let allowed: BTreeSet<String> = strings(path(
+            deny,
+            &["Condition", "ArnNotEquals", "aws:PrincipalArn"],
+        ))
+        .into_iter()
+        .collect();
+        let mut expected: BTreeSet<String> = ["getatt:IotRuleRole.Arn", "getatt:IngestRole.Arn"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        expected.extend(publishers.split(',').take(named).map(str::to_owned));
+        ensure!(
+            allowed == expected,
+            "senders left to the queue: {allowed:?}, expected {expected:?}"
+        );
+        let env = path(&t.props("IngestFunction")?, &["Environment", "Variables"])
+            .and_then(|v| v.get("IOT_SENDER_ID"))
+            .and_then(scalar);
+        ensure!(
+            env.as_deref() == Some("getatt:IotRuleRole.RoleId"),
+            "IOT_SENDER_ID must be the rule role's RoleId, is {env:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The thing policy lets a thing connect only as its own thing name, attached to its
+/// certificate, and publish only on its own topic, the one the rule reads the thing
+/// name from; the rule nests the payload beside that name and the client id.
+fn check_thing_policy(t: &Template) -> Result<()> {
+    let t = with_front_door(t, &[])?;
+    let thing = "${!iot:Connection.Thing.ThingName}";
+    let props = t.props("IotThingPolicy")?;
+    let statements = path(&props, &["PolicyDocument", "Statement"])
+        .and_then(Value::as_sequence)
+        .context("IotThingPolicy has no statements")?;
+    let mut granted = BTreeMap::new();
+    for statement in statements {
+        ensure!(
+            statement.get("Effect").and_then(scalar).as_deref() == Some("Allow"),
+            "IotThingPolicy: only Allow statements are expected"
+        );
+        for action in strings(statement.get("Action")) {
+            granted.insert(
+                action,
+                (strings(statement.get("Resource")), statement.clone()),
+            );
+        }
+    }
+    ensure!(
+        granted.keys().map(String::as_str).collect::<Vec<_>>() == ["iot:Connect", "iot:Publish"],
+        "a thing may connect and publish, nothing else: {:?}",
+        granted.keys()
+    );
+    let (connect, statement) = &granted["iot:Connect"];
+    ensure!(
+        connect.len() == 1 && connect[0].ends_with(&format!(":client/{thing}")),
+        "iot:Connect must be on client/{thing} alone: {connect:?}"
+    );
+    ensure!(
+        path(
+            statement,
+            &["Condition", "Bool", "iot:Connection.Thing.IsAttached"]
+        )
+        .and_then(scalar)
+        .as_deref()
+            == Some("true"),
+        "iot:Connect must require the certificate attached to the thing"
+    );
+    let (publish, _) = &granted["iot:Publish"];
+    let topic = format!("shardline/devices/{thing}/readings");
+    ensure!(
+        publish.len() == 1 && publish[0].ends_with(&format!(":topic/{topic}")),
+        "iot:Publish must be on topic/{topic} alone: {publish:?}"
+    );
+    let rule = t.props("IotReadingsRule")?;
+    let sql = path(&rule, &["TopicRulePayload", "Sql"])
+        .and_then(scalar)
+        .context("IotReadingsRule has no Sql")?;
+    let words: Vec<&str> = sql.split_whitespace().collect();
+    let filter = "'shardline/devices/+/readings'";
+    ensure!(
+        words.join(" ")
+            == format!(
+                "SELECT * AS payload, topic(3) AS thing, clientid() AS client FROM {filter}"
+            ),
+        "the rule must nest the payload beside topic(3) (the thing of {filter}) and the \
+         client id: {sql}"
+    );
+    Ok(())
+}
+
+/// The rule sends to the ingest queue (its error action to the DLQ) with a role that
+/// only AWS IoT may assume and that may send to those two queues alone.
+fn check_rule_role(t: &Template) -> Result<()> {
+    let t = with_front_door(t, &[])?;
+    let grants = role_grants_trusting(&t, "IotRuleRole", "iot.amazonaws.com")?;
+    let expected: BTreeSet<(String, String)> = ["getatt:IngestQueue.Arn", "getatt:IngestDLQ.Arn"]
+        .into_iter()
+        .map(|q| ("sqs:SendMessage".to_owned(), q.to_owned()))
+        .collect();
+    ensure!(
+        grants == expected,
+        "IotRuleRole may only send to the ingest queue and its DLQ: {grants:?}"
+    );
+    let payload = t
+        .props("IotReadingsRule")?
+        .get("TopicRulePayload")
+        .cloned()
+        .context("IotReadingsRule has no TopicRulePayload")?;
+    let actions = payload
+        .get("Actions")
+        .and_then(Value::as_sequence)
+        .context("the rule has no Actions")?;
+    ensure!(actions.len() == 1, "the rule has one action, to the queue");
+    for (action, queue) in [
+        (&actions[0], "ref:IngestQueue"),
+        (
+            payload.get("ErrorAction").context("no ErrorAction")?,
+            "ref:IngestDLQ",
+        ),
+    ] {
+        let sqs = action.get("Sqs").context("a rule action that is not Sqs")?;
+        ensure!(
+            sqs.get("QueueUrl").and_then(scalar).as_deref() == Some(queue)
+                && sqs.get("RoleArn").and_then(scalar).as_deref() == Some("getatt:IotRuleRole.Arn")
+                && sqs.get("UseBase64").and_then(scalar).as_deref() == Some("false"),
+            "the rule's action must send JSON to {queue} with IotRuleRole: {sqs:?}"
+        );
+    }
+    Ok(())
+}
+
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 13] = [
+static CHECKS: [(&str, Check); 17] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1033,6 +1281,10 @@ static CHECKS: [(&str, Check); 13] = [
     ("time index", check_time_index),
     ("outputs", check_outputs),
     ("reserved concurrency", check_reserved_concurrency),
+    ("front door off by default", check_front_door_off_by_default),
+    ("queue senders", check_queue_senders),
+    ("thing policy", check_thing_policy),
+    ("rule role", check_rule_role),
 ];
 
 fn run(name: &str) -> Result<()> {
@@ -1128,12 +1380,33 @@ fn outputs_name_the_entry_points() -> Result<()> {
     run("outputs")
 }
 
+#[test]
+fn the_iot_front_door_is_off_by_default() -> Result<()> {
+    run("front door off by default")
+}
+
+#[test]
+fn with_the_front_door_the_queue_takes_messages_from_the_rule_the_ingest_and_named_publishers()
+-> Result<()> {
+    run("queue senders")
+}
+
+#[test]
+fn a_thing_connects_and_publishes_only_as_its_own_thing_name() -> Result<()> {
+    run("thing policy")
+}
+
+#[test]
+fn the_rule_role_sends_only_to_the_ingest_queue_and_its_dlq() -> Result<()> {
+    run("rule role")
+}
+
 /// Each edit breaks one promise; the named check must notice, and only checks that
 /// fail on the edit count (the real template passes them all, see above).
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 19] = [
+    let mutations: [(&str, &str, &str); 26] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -1220,6 +1493,41 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "reserved concurrency",
             "        - HasQueryReservedConcurrency\n        - !Ref QueryReservedConcurrency",
             "        - HasQueryReservedConcurrency\n        - !Ref AWS::NoValue",
+        ),
+        (
+            "front door off by default",
+            "  IotFrontDoor:\n    Type: String\n    Default: disabled",
+            "  IotFrontDoor:\n    Type: String\n    Default: enabled",
+        ),
+        (
+            "queue senders",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, \"*\"]",
+        ),
+        (
+            "queue senders",
+            "                          - !Join [\",\", !Ref QueuePublisherArns]",
+            "                          - !GetAtt IngestRole.Arn",
+        ),
+        (
+            "thing policy",
+            ":client/${!iot:Connection.Thing.ThingName}",
+            ":client/*",
+        ),
+        (
+            "thing policy",
+            "SELECT * AS payload, topic(3) AS thing",
+            "SELECT *, topic(3) AS thing",
+        ),
+        (
+            "rule role",
+            "                Action: sqs:SendMessage\n                Resource: !GetAtt IngestDLQ.Arn\n\n",
+            "                Action: sqs:SendMessage\n                Resource: !GetAtt ReadingsTable.Arn\n\n",
+        ),
+        (
+            "rule role",
+            "            Principal: { Service: iot.amazonaws.com }",
+            "            Principal: { Service: lambda.amazonaws.com }",
         ),
     ];
     for (name, from, to) in mutations {
