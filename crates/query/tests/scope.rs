@@ -295,3 +295,69 @@ async fn a_scoped_read_leaves_out_the_raised_keys_of_devices_outside_it() {
     // site-b-hot's four sub-shards beyond the 4 base shards have keys of their own.
     assert!(calls["site-a"] < calls["every"], "{calls:?}");
 }
+
+/// IAM's match of a resource pattern: `*` stands for any run of characters (`/`
+/// included), `?` for any one.
+fn iam_matches(pattern: &str, arn: &str) -> bool {
+    fn go(p: &[u8], s: &[u8]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some((b'*', rest)) => (0..=s.len()).any(|i| go(rest, &s[i..])),
+            Some((b'?', rest)) => !s.is_empty() && go(rest, &s[1..]),
+            Some((c, rest)) => s.first() == Some(c) && go(rest, &s[1..]),
+        }
+    }
+    go(pattern.as_bytes(), arn.as_bytes())
+}
+
+/// The README's one-device IAM grant (`ApiAuth=IAM`) reaches exactly that device's
+/// routes: every device route of `openapi.yaml` for it, none for another device (one
+/// whose id extends it included), not the read over every device. Its other spelling
+/// (percent-encoded) is refused by the router (scenario 34).
+#[test]
+fn the_readme_one_device_grant_reaches_that_device_routes_alone() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let grant = readme
+        .split('"')
+        .find(|s| s.starts_with("arn:aws:execute-api:") && s.contains("/GET/devices/"))
+        .expect("the README shows a one-device grant");
+    let device = grant
+        .split("/GET/devices/")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix("/*"))
+        .expect("a grant of one device's paths");
+    let openapi: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(root.join("openapi.yaml")).unwrap()).unwrap();
+    let arn = |path: &str| {
+        format!("arn:aws:execute-api:eu-west-1:123456789012:abc123/$default/GET{path}")
+    };
+    let mut device_routes = 0;
+    for template in openapi["paths"].as_object().unwrap().keys() {
+        let path = |id: &str| {
+            template
+                .replace("{device_id}", id)
+                .replace("{event_id}", "evt-1")
+        };
+        if template.contains("{device_id}") {
+            device_routes += 1;
+            assert!(iam_matches(grant, &arn(&path(device))), "{template}");
+            for other in [
+                "sensor-beta-002",
+                &format!("{device}0"),
+                &format!("x{device}"),
+            ] {
+                assert!(
+                    !iam_matches(grant, &arn(&path(other))),
+                    "{template} for {other}"
+                );
+            }
+        } else {
+            assert!(!iam_matches(grant, &arn(template)), "{template}");
+        }
+    }
+    assert_eq!(device_routes, 4);
+    let encoded = format!("/devices/{}/readings", device.replacen('-', "%2D", 1));
+    let refused = query::parse_request("GET", &encoded, Some(HOUR), &query::Limits::default());
+    assert_eq!(refused.unwrap_err().code, "bad_id");
+}
