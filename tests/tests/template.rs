@@ -672,8 +672,27 @@ fn check_api(t: &Template) -> Result<()> {
                 == Some("sub:integrations/${QueryIntegration}".into()),
             "{key}: must target QueryIntegration"
         );
+        let scopes = strings(route.get("AuthorizationScopes"));
+        ensure!(
+            scopes
+                == if jwt {
+                    vec!["shardline/read".to_owned()]
+                } else {
+                    vec![]
+                },
+            "{key}: a token must carry the read scope when ApiAuth is JWT, got {scopes:?}"
+        );
         keys.insert(key);
     }
+    // The function scopes each JWT caller's reads by the device claim; under IAM the
+    // policy is the scope, and no claim is read.
+    let query = t.props("QueryFunction")?;
+    let claim = path(&query, &["Environment", "Variables", "READ_SCOPE_CLAIM"]).and_then(scalar);
+    let expected = if jwt { "shardline_devices" } else { "" };
+    ensure!(
+        claim.as_deref() == Some(expected),
+        "QueryFunction's READ_SCOPE_CLAIM must be {expected:?}, is {claim:?}"
+    );
     let expected: BTreeSet<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
     ensure!(
         keys == expected,

@@ -240,7 +240,9 @@ fn every_route_documents_the_scope_refusal() {
     for (template, item) in doc["paths"].as_object().expect("paths") {
         let forbidden = resolve(&doc, &item["get"]["responses"]["403"]);
         assert!(
-            forbidden.pointer("/content/application~1json/schema").is_some(),
+            forbidden
+                .pointer("/content/application~1json/schema")
+                .is_some(),
             "{template} documents no 403 body"
         );
     }
