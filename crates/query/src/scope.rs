@@ -161,6 +161,13 @@ impl DeviceGrants {
         self.ids.contains(device) || self.prefixes.iter().any(|p| device.starts_with(p.as_str()))
     }
 
+    /// The granted ids when the grants are ids alone, no more than `most` of them: a
+    /// read over every device can then read those devices' keys alone.
+    pub fn few_ids(&self, most: usize) -> Option<impl Iterator<Item = &str>> {
+        (self.prefixes.is_empty() && self.ids.len() <= most)
+            .then(|| self.ids.iter().map(String::as_str))
+    }
+
     /// One spelling of the grants, the same for every token granting the same devices
     /// in any order or spelling: what a cursor of a read over every device is bound to.
     pub fn canonical(&self) -> String {

@@ -268,7 +268,8 @@ async fn a_scope_that_is_sparse_in_the_fleet_pages_within_the_budget_and_moves_o
         c.time_index = Some("by-time".to_owned());
         c.budget.evaluated = 60;
     });
-    let (items, cursors) = every_page(&svc, "limit=50", Token::Devices("sensor-7")).await;
+    // A prefix, so the fleet's keys are read (a token naming ids reads theirs alone).
+    let (items, cursors) = every_page(&svc, "limit=50", Token::Devices("sensor-7*")).await;
     let got = identities(&items);
     let expected: Vec<(String, String)> = (0..120)
         .map(|i| ("sensor-7".to_owned(), format!("e{i:04}")))
@@ -360,4 +361,28 @@ fn the_readme_one_device_grant_reaches_that_device_routes_alone() {
     let encoded = format!("/devices/{}/readings", device.replacen('-', "%2D", 1));
     let refused = query::parse_request("GET", &encoded, Some(HOUR), &query::Limits::default());
     assert_eq!(refused.unwrap_err().code, "bad_id");
+}
+
+/// A token naming a few devices by id reads their keys alone: the same answer as the
+/// fleet's keys filtered to them, at the cost of their own readings.
+#[tokio::test]
+async fn a_scope_naming_its_devices_reads_their_keys_alone() {
+    let (table, shards) = fixture();
+    let svc = service(&table, shards, |_| {});
+    let mut answers = Vec::new();
+    let mut evaluated = Vec::new();
+    // The same two devices, by id and by prefix (no other id starts with either).
+    for claim in ["site-a-1 site-b-hot", "site-a-1* site-b-hot*"] {
+        let before = table.evaluated();
+        let (items, _) = every_page(&svc, "limit=30&order=desc", Token::Devices(claim)).await;
+        evaluated.push(table.evaluated() - before);
+        answers.push(identities(&items));
+    }
+    assert_eq!(answers[0].len(), 240);
+    assert_eq!(answers[0], answers[1]);
+    // Each page of 30 reads a little past its end on each key it reads.
+    assert!(
+        evaluated[0] * 4 < evaluated[1],
+        "by id, their own readings; by prefix, the fleet's: {evaluated:?}"
+    );
 }

@@ -59,6 +59,11 @@ impl Devices<'_> {
     }
 }
 
+/// Most devices a scoped read over every device reads by their own keys: a token
+/// naming at most this many ids (and no prefix) reads those devices' keys alone, at
+/// about one Query per device and bucket, rather than every shard of the fleet.
+const MAX_DEVICE_PLANS: usize = 20;
+
 /// A density a read saw (items per millisecond of one stream's span), and when.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DensityHint {
@@ -109,7 +114,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .plan_readings(&devices, time_range, &table, now)
             .await?;
         let every_device = device.is_none();
-        let hint = if every_device {
+        // The density of the fleet's streams, which a scoped read does not see whole.
+        let unscoped = every_device && devices.grants().is_none();
+        let hint = if unscoped {
             self.density_hint(now)
         } else {
             None
@@ -137,11 +144,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         )
         .await
         .map_err(|e| self.read_error(e, every_device))?;
-        // A scoped read sees a part of each stream: its density is not the fleet's.
-        if every_device
-            && devices.grants().is_none()
-            && let Some(density) = outcome.density
-        {
+        if unscoped && let Some(density) = outcome.density {
             self.remember_density(density, now);
         }
         let next_cursor = self
@@ -172,6 +175,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 let fanout = self.directory.fanout(d, now).await.map_err(store_error)?;
                 plan_entity(d, range, table, &fanout).map_err(plan_error)
             }
+            Devices::Every(Some(grants)) if let Some(ids) = grants.few_ids(MAX_DEVICE_PLANS) => {
+                self.plan_devices(ids, range, table, now).await
+            }
             Devices::Every(grants) => {
                 let hot = self.directory.hot(range, now).await.map_err(store_error)?;
                 let refs: Vec<(&str, &FanoutHistory)> = hot
@@ -182,6 +188,29 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 plan_all(range, table, &refs).map_err(plan_error)
             }
         }
+    }
+
+    /// The read plans of a few devices over `range`, as one plan: a scoped read over
+    /// every device whose token names its devices reads their keys alone.
+    async fn plan_devices(
+        &self,
+        ids: impl Iterator<Item = &str>,
+        range: TimeRange,
+        table: &TableHistory,
+        now: Timestamp,
+    ) -> Result<ReadPlan, ApiError> {
+        let plans = ids.map(|id| async move {
+            let fanout = self.directory.fanout(id, now).await.map_err(store_error)?;
+            plan_entity(id, range, table, &fanout).map_err(plan_error)
+        });
+        let mut queries: Vec<_> = futures::future::try_join_all(plans)
+            .await?
+            .into_iter()
+            .flat_map(|plan| plan.queries)
+            .collect();
+        // In time order of their first piece, as every plan is.
+        queries.sort_by_key(|q| q.covers.from());
+        Ok(ReadPlan { queries })
     }
 
     /// A read's failure as an answer. Without the index, a read over every device sorts
