@@ -1178,7 +1178,8 @@ fn check_queue_senders(t: &Template) -> Result<()> {
 
 /// The thing policy lets a thing connect only as its own thing name, attached to its
 /// certificate, and publish only on its own topic, the one the rule reads the thing
-/// name from; the rule nests the payload beside that name and the client id.
+/// name from; the rule puts the published bytes, base64-encoded, beside that name and
+/// the client id.
 fn check_thing_policy(t: &Template) -> Result<()> {
     let t = with_front_door(t, &[])?;
     let thing = "${!iot:Connection.Thing.ThingName}";
@@ -1234,10 +1235,11 @@ fn check_thing_policy(t: &Template) -> Result<()> {
     ensure!(
         words.join(" ")
             == format!(
-                "SELECT * AS payload, topic(3) AS thing, clientid() AS client FROM {filter}"
+                "SELECT encode(*, 'base64') AS payload, topic(3) AS thing, clientid() AS client \
+                 FROM {filter}"
             ),
-        "the rule must nest the payload beside topic(3) (the thing of {filter}) and the \
-         client id: {sql}"
+        "the rule must put the published bytes, base64-encoded, beside topic(3) (the thing \
+         of {filter}) and the client id: {sql}"
     );
     Ok(())
 }
@@ -1425,7 +1427,7 @@ fn the_rule_role_sends_only_to_the_ingest_queue_and_its_dlq() -> Result<()> {
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 26] = [
+    let mutations: [(&str, &str, &str); 27] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -1535,8 +1537,13 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "thing policy",
-            "SELECT * AS payload, topic(3) AS thing",
+            "SELECT encode(*, 'base64') AS payload, topic(3) AS thing",
             "SELECT *, topic(3) AS thing",
+        ),
+        (
+            "thing policy",
+            "SELECT encode(*, 'base64') AS payload,",
+            "SELECT * AS payload,",
         ),
         (
             "rule role",

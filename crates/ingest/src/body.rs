@@ -92,12 +92,12 @@ pub(crate) enum RawBody<'a> {
     NotObject,
 }
 
-/// The IoT front door's members of a body: what the rule's SELECT wrote beside the
-/// published payload (the payload itself, the thing its topic names, the MQTT client
-/// id of the connection).
+/// The IoT front door's members of a body: what the rule's SELECT wrote (the published
+/// bytes, base64-encoded, the thing its topic names, the MQTT client id of the
+/// connection). The payload is kept as the value it is; `front_door` decodes it.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Envelope<'a> {
-    pub payload: Option<Box<RawBody<'a>>>,
+    pub payload: Option<Scalar<'a>>,
     pub thing: Option<Scalar<'a>>,
     pub client: Option<Scalar<'a>>,
 }
@@ -301,8 +301,8 @@ struct Top<'a> {
 
 /// Reads one object's members into `reading`. With `top` (the body's top level), a
 /// `readings` member is the batch, the envelope's members are the envelope's, and
-/// `other` is set to the first other key in key order; without it (inside a batch or
-/// an envelope's payload), they are unknown members like any other.
+/// `other` is set to the first other key in key order; without it (inside a batch),
+/// they are unknown members like any other.
 fn read_reading<'de, A: MapAccess<'de>>(
     mut map: A,
     reading: &mut RawReading<'de>,
@@ -321,7 +321,7 @@ fn read_reading<'de, A: MapAccess<'de>>(
                 continue;
             }
             ("payload", Some(top)) => {
-                top.envelope.payload = Some(Box::new(map.next_value()?));
+                top.envelope.payload = Some(map.next_value()?);
                 continue;
             }
             ("thing", Some(top)) => {

@@ -1,19 +1,23 @@
 //! The AWS IoT Core front door: readings a thing published over its own MQTT
 //! connection, forwarded to the queue by the template's IoT rule.
 //!
-//! The rule's SELECT writes one envelope per publish: the published payload under
-//! `payload`, and beside it what the connection proved, the thing its topic names
-//! (`thing`, `topic(3)`; the thing policy lets a thing publish only under its own name)
-//! and the connection's MQTT client id (`client`; the policy lets a thing connect only
-//! as itself). The payload is nested, so nothing a thing publishes can stand in for
-//! `thing` or `client`. An envelope is read only from a message the rule's role sent
-//! (or the ingest's copy of one), by its SenderId; every reading of it must be of the
-//! thing that published it. As everywhere in the ingest, a message is refused as a
-//! whole: one reading of another device sends the whole message to the DLQ with a
-//! reason naming both ids, and the other messages of the batch go on.
+//! The rule's SELECT writes one envelope per publish: the published bytes under
+//! `payload`, base64-encoded (`encode(*, 'base64')`), and beside it what the connection
+//! proved, the thing its topic names (`thing`, `topic(3)`; the thing policy lets a
+//! thing publish only under its own name) and the connection's MQTT client id
+//! (`client`; the policy lets a thing connect only as itself). The payload is one
+//! opaque string, so nothing a thing publishes can stand in for `thing` or `client`;
+//! decoded, it is a publisher's body. An envelope is read only from a message the
+//! rule's role sent (or the ingest's copy of one), by its SenderId; every reading of it
+//! must be of the thing that published it. As everywhere in the ingest, a message is
+//! refused as a whole: one reading of another device sends the whole message to the
+//! DLQ with a reason naming both ids, and the other messages of the batch go on.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use sharding::key::validate_id;
 use store::Reading;
+use store::queue::MAX_MESSAGE_BYTES;
 
 use crate::body::{Envelope, RawBody, Scalar};
 use crate::message::{ENVELOPE_FIELD, Limits, Refusal, parse_raw, read};
@@ -33,6 +37,10 @@ pub enum Sender {
 pub const THING_FIELD: &str = "thing";
 /// The envelope's member holding the connection's MQTT client id.
 pub const CLIENT_FIELD: &str = "client";
+/// Most bytes a decoded payload may hold: the largest body the ingest sends, more than
+/// one publish holds. Checked on the base64's length before decoding too, so the work
+/// is bounded whatever message size the queue takes.
+pub const MAX_PAYLOAD_BYTES: usize = MAX_MESSAGE_BYTES;
 
 /// Parses and validates one message body from `sender` into its readings.
 pub fn parse_message(body: &str, sender: Sender, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
@@ -48,7 +56,7 @@ fn parse_envelope(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Ref
         Refusal::new(
             "body",
             "a message from the IoT rule's role must be its envelope \
-             ({\"payload\": ..., \"thing\": ..., \"client\": ...})",
+             ({\"payload\": \"<base64>\", \"thing\": ..., \"client\": ...})",
         )
     };
     let RawBody::Object {
@@ -85,15 +93,16 @@ fn parse_envelope(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Ref
             ),
         ));
     }
-    let payload = payload.ok_or_else(|| Refusal::new(ENVELOPE_FIELD, "is required"))?;
+    let payload = decode(payload)?;
+    let raw = read(&payload).map_err(in_payload)?;
     let batch = matches!(
-        &*payload,
+        raw,
         RawBody::Object {
             readings: Some(_),
             ..
         }
     );
-    let readings = parse_raw(*payload, limits).map_err(in_payload)?;
+    let readings = parse_raw(raw, limits).map_err(in_payload)?;
     for (i, reading) in readings.iter().enumerate() {
         if reading.device_id != thing {
             let field = if batch {
@@ -111,6 +120,41 @@ fn parse_envelope(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Ref
         }
     }
     Ok(readings)
+}
+
+/// The published bytes from the rule's `encode(*, 'base64')`: standard base64 with its
+/// padding, of UTF-8 text of at most [`MAX_PAYLOAD_BYTES`].
+fn decode(payload: Option<Scalar<'_>>) -> Result<String, Refusal> {
+    const ENCODED: &str = "the published bytes base64-encoded, as the rule's \
+                           encode(*, 'base64') sends them";
+    let refuse = |rule: String| Refusal::new(ENVELOPE_FIELD, rule);
+    let text = match payload {
+        Some(Scalar::Str(text)) => text,
+        None => return Err(refuse("is required".to_owned())),
+        Some(Scalar::Object) => {
+            return Err(refuse(format!(
+                "must be a string, {ENCODED}, not a JSON object"
+            )));
+        }
+        Some(_) => return Err(refuse(format!("must be a string, {ENCODED}"))),
+    };
+    let too_large = || refuse(format!("must decode to at most {MAX_PAYLOAD_BYTES} bytes"));
+    // Padded base64 of n bytes is 4 * ceil(n / 3) characters: anything longer decodes
+    // to more than the limit, and is refused before any decoding.
+    if text.len() > MAX_PAYLOAD_BYTES.div_ceil(3) * 4 {
+        return Err(too_large());
+    }
+    let bytes = STANDARD
+        .decode(text.as_bytes())
+        .map_err(|e| refuse(format!("must be {ENCODED} (standard base64, padded): {e}")))?;
+    if bytes.len() > MAX_PAYLOAD_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        refuse(format!(
+            "must be the base64 of UTF-8 text (one reading or {{\"readings\": [...]}}): {e}"
+        ))
+    })
 }
 
 /// A name the rule wrote: a string, and an id the ingest can store (a thing name is).
@@ -139,6 +183,7 @@ fn in_payload(refusal: Refusal) -> Refusal {
 mod tests {
     use std::time::Duration;
 
+    use base64::engine::general_purpose::URL_SAFE;
     use sharding::time::Timestamp;
 
     use super::*;
@@ -158,7 +203,14 @@ mod tests {
         )
     }
 
-    fn envelope(payload: &str, thing: &str, client: &str) -> String {
+    /// The rule's envelope of a publish of `published`.
+    fn envelope(published: &str, thing: &str, client: &str) -> String {
+        let encoded = STANDARD.encode(published);
+        raw_envelope(&format!("\"{encoded}\""), thing, client)
+    }
+
+    /// An envelope whose `payload` is the JSON value `payload`.
+    fn raw_envelope(payload: &str, thing: &str, client: &str) -> String {
         format!(r#"{{"payload":{payload},"thing":"{thing}","client":"{client}"}}"#)
     }
 
@@ -228,6 +280,59 @@ mod tests {
         check(unnamed, Sender::IotRule, Err(("thing", "is required")));
         let bad = envelope(r#"{"readings":7}"#, "dev-1", "dev-1");
         check(&bad, Sender::IotRule, Err(("payload.readings", "array")));
+        let not_json = envelope("t=21.5", "dev-1", "dev-1");
+        check(&not_json, Sender::IotRule, Err(("payload", "valid JSON")));
+    }
+
+    #[test]
+    fn the_payload_is_the_published_bytes_in_padded_standard_base64() {
+        let r = reading("dev-1", "e-1");
+        // The old nested shape, and any other JSON value, is not what the rule sends.
+        let nested = raw_envelope(&r, "dev-1", "dev-1");
+        check(
+            &nested,
+            Sender::IotRule,
+            Err(("payload", "not a JSON object")),
+        );
+        for value in ["7", "true", "[]", "null"] {
+            let other = raw_envelope(value, "dev-1", "dev-1");
+            check(
+                &other,
+                Sender::IotRule,
+                Err(("payload", "must be a string")),
+            );
+        }
+        let missing = r#"{"thing":"dev-1","client":"dev-1"}"#;
+        check(missing, Sender::IotRule, Err(("payload", "is required")));
+        let encoded = STANDARD.encode(format!("{r} "));
+        let unpadded = encoded.trim_end_matches('=');
+        assert_ne!(unpadded, encoded, "the base64 is padded");
+        for text in [unpadded, "not base64!", &URL_SAFE.encode([0xfb, 0xff])] {
+            let bad = raw_envelope(&format!("\"{text}\""), "dev-1", "dev-1");
+            check(&bad, Sender::IotRule, Err(("payload", "standard base64")));
+        }
+        let latin1 = raw_envelope(&format!("\"{}\"", STANDARD.encode([0xff])), "a", "a");
+        check(&latin1, Sender::IotRule, Err(("payload", "UTF-8")));
+        // A JSON escape in the string (`\/`) is the same base64.
+        let tagged = r.replace(r#""metrics""#, r#""tags":{"q":"???"},"metrics""#);
+        let slashes = STANDARD.encode(tagged).replace('/', r"\/");
+        assert!(slashes.contains(r"\/"), "{slashes}");
+        let escaped = raw_envelope(&format!("\"{slashes}\""), "dev-1", "dev-1");
+        check(&escaped, Sender::IotRule, Ok(1));
+    }
+
+    #[test]
+    fn a_payload_decodes_to_at_most_the_limit() {
+        let r = reading("dev-1", "e-1");
+        let full = r.clone() + &" ".repeat(MAX_PAYLOAD_BYTES - r.len());
+        check(&envelope(&full, "dev-1", "dev-1"), Sender::IotRule, Ok(1));
+        let over = format!("{full} ");
+        let refused = Err(("payload", "at most 262144 bytes"));
+        check(&envelope(&over, "dev-1", "dev-1"), Sender::IotRule, refused);
+        // Longer than any base64 of the limit: refused before decoding.
+        let long = "A".repeat(MAX_PAYLOAD_BYTES.div_ceil(3) * 4 + 4);
+        let long = raw_envelope(&format!("\"{long}\""), "dev-1", "dev-1");
+        check(&long, Sender::IotRule, refused);
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! Scenario 29: the AWS IoT Core front door. `events/sqs-iot-front-door.json` holds
 //! what the template's IoT rule sends: each body the rule's SELECT output (the
-//! published payload under `payload`, the thing its topic names and the connection's
-//! client id beside it), each SenderId a session of the rule's role. A thing's own
-//! readings are written; a message holding a reading of another device goes to the
-//! DLQ with a reason naming both ids (the message as a whole, as every refusal), and
-//! the other messages go on; the same envelope from any other sender is refused.
+//! published bytes base64-encoded under `payload`, the thing its topic names and the
+//! connection's client id beside it), each SenderId a session of the rule's role. A
+//! thing's own readings are written; a message holding a reading of another device
+//! goes to the DLQ with a reason naming both ids (the message as a whole, as every
+//! refusal), and the other messages go on; the same envelope from any other sender is
+//! refused.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use ingest::Fate;
 use ingest::handler::FRONT_DOOR_ATTRIBUTE;
 use rand::SeedableRng;
@@ -156,6 +159,33 @@ async fn s29_a_plain_body_from_the_rules_role_is_refused() {
         panic!("dead-lettered: {report:?}");
     };
     assert!(reason.rule.contains("must be its envelope"), "{reason}");
+}
+
+/// The payload is the published bytes base64-encoded: the same publish nested as a
+/// JSON object is refused, naming `payload`.
+#[tokio::test(start_paused = true)]
+async fn s29_a_payload_not_base64_encoded_is_refused() {
+    let mut ev = event(EVENT);
+    ev.records.truncate(1);
+    let body = ev.records[0].body.as_deref().expect("a body");
+    let envelope: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let published = STANDARD
+        .decode(envelope["payload"].as_str().expect("a string"))
+        .expect("base64");
+    let mut nested = envelope.clone();
+    nested["payload"] = serde_json::from_slice(&published).expect("a JSON publish");
+    ev.records[0].body = Some(nested.to_string());
+    let fx = Fixture::new();
+    let report = fx
+        .service(&[IOT_ROLE])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert!(fx.table.items().is_empty());
+    let Fate::DeadLettered { reason } = &report.messages[0].fate else {
+        panic!("dead-lettered: {report:?}");
+    };
+    assert_eq!(reason.field, "payload", "{reason}");
+    assert!(reason.rule.contains("base64"), "{reason}");
 }
 
 /// A message of the rule failing at its last receive is requeued whole by the ingest,
