@@ -71,6 +71,7 @@
 //! precede them. The caller (the query function) does the I/O.
 
 pub mod backoff;
+pub mod block;
 pub mod capacity;
 pub mod epoch;
 pub mod fanout;

@@ -1,5 +1,6 @@
 //! Integration tests of the sharding crate, one binary.
 
+mod block;
 mod common;
 mod fanout;
 mod formats;
