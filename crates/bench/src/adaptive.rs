@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use sharding::capacity::{PlanInput, plan_capacity};
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::fanout::{BatchArrival, MIN_RATE_SAMPLE, Signal, Throttle, arrival_rate};
+use sharding::fanout::{Arrived, BatchArrival, MIN_RATE_SAMPLE, Signal, Throttle, arrival_rate};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
@@ -220,7 +220,8 @@ fn shown_rates(readings: &[Reading]) -> Vec<(String, f64)> {
     let mut shown: Vec<(String, f64)> = counts
         .into_iter()
         .filter_map(|(device, n)| {
-            arrival_rate(n, n.div_ceil(50), second, &batch).map(|rate| (device_id(device), rate))
+            arrival_rate(Arrived::small(n, n.div_ceil(50), second), &batch)
+                .map(|rate| (device_id(device), rate))
         })
         .collect();
     shown.sort_by(|a, b| a.0.cmp(&b.0));

@@ -955,6 +955,55 @@ async fn a_one_instant_burst_leaves_k_at_what_the_arrival_rate_needs() {
     }
 }
 
+/// A key's limit is in write units, so a device whose readings are large is measured
+/// in them: 40 readings of about 2.5 KB (3 write units each) in one window take 120
+/// write units a second, over the 100 a key is raised ahead at (`RAISE_AHEAD_WCU`),
+/// where 40 small readings take 40 and stay on one key.
+#[tokio::test(start_paused = true)]
+async fn a_device_of_large_readings_is_raised_by_the_write_units_it_takes() {
+    for (tags, k) in [(0, 1), (10, 2)] {
+        let readings: Vec<serde_json::Value> = (0..40)
+            .map(|i| {
+                let tags: serde_json::Map<String, serde_json::Value> = (0..tags)
+                    .map(|t| (format!("tag{t:02}"), "v".repeat(240).into()))
+                    .collect();
+                serde_json::json!({
+                    "device_id": "camera-1",
+                    "event_id": format!("f-{i:04}"),
+                    "ts": now().as_millis() - 60_000 + i,
+                    "metrics": {"t": 21.5},
+                    "tags": tags,
+                })
+            })
+            .collect();
+        let ev: aws_lambda_events::event::sqs::SqsEvent =
+            serde_json::from_value(serde_json::json!({
+                "Records": [{
+                    "messageId": "large-1",
+                    "body": serde_json::json!({ "readings": readings }).to_string(),
+                    "attributes": { "SentTimestamp": (now().as_millis() - 1_000).to_string() },
+                }]
+            }))
+            .expect("an SQS event");
+        let fx = Fixture::new();
+        fx.service(&[])
+            .process(&ev, now(), deadline(), &mut rng())
+            .await;
+        let units: usize = fx
+            .table
+            .items()
+            .values()
+            .map(|item| store::size::write_units(store::size::item_size(item)))
+            .sum();
+        assert_eq!(units, 40 * if tags == 0 { 1 } else { 3 }, "{tags} tags");
+        let fanout = fx
+            .shards
+            .entity("camera-1")
+            .map_or(1, |m| m.number_of_shards);
+        assert_eq!(fanout, k, "{tags} tags of 240 bytes");
+    }
+}
+
 /// Many one-reading messages of one device in a batch that filled before its window
 /// ended: the batch's own span by the queue's clock is the device's real arrival rate.
 #[tokio::test(start_paused = true)]

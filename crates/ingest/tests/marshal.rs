@@ -84,6 +84,40 @@ proptest! {
             prop_assert_eq!(encoded.item, expected);
         }
     }
+
+    /// The size an entity's rate is measured by before its readings are keyed
+    /// (`Reading::item_size_bound`) is never below the item's, under the longest key
+    /// of each layout, and at most a few bytes a metric above it.
+    #[test]
+    fn the_size_bound_covers_the_item_under_every_layout(
+        sent in prop::collection::vec(reading(), 1..4),
+        suffix in any::<u32>(),
+        shards in (any::<u32>(), any::<u32>()),
+    ) {
+        let Ok(accepted) = parse_body(&to_body(&sent), &limits()) else {
+            return Ok(());
+        };
+        let retention = Duration::from_secs(30 * 86_400);
+        for r in &accepted {
+            let ts = r.ts.to_rfc3339();
+            let keys = [
+                // time-bucket, a dedicated sub-shard of a minute's bucket
+                (format!("{}.{}#2026-06-22T12:00", shards.0, shards.1), format!("{}#{ts}#{}", r.device_id, r.event_id)),
+                // random or calculated
+                (format!("{}#{suffix}", r.device_id), format!("{ts}#{}", r.event_id)),
+                // unsharded
+                (r.device_id.clone(), format!("{ts}#{}", r.event_id)),
+            ];
+            let bound = r.item_size_bound();
+            for (pk, sk) in keys {
+                let size = ReadingItem::marshal(r, &ItemKey { pk, sk }, retention).size;
+                prop_assert!(size <= bound, "item {size} over its bound {bound}");
+                // The other layouts' sort keys leave the entity out.
+                let slack = 64 + 8 * r.metrics.len() + 2 * r.device_id.len();
+                prop_assert!(bound <= size + slack, "bound {bound} far above {size}");
+            }
+        }
+    }
 }
 
 /// The generator reaches both sides of the parser's number rule, so the property above

@@ -127,8 +127,9 @@ pub struct FanoutPolicy {
     /// Delay between a shrink's decision and the time it takes effect (cache TTL +
     /// accepted future skew + slack).
     pub propagation_margin: Duration,
-    /// Readings per second one key is sized for: a raise goes to
-    /// `ceil(rate / key_rate)` keys.
+    /// Write units per second one key is sized for (`RAISE_AHEAD_WCU`): a raise goes
+    /// to `ceil(rate / key_rate)` keys, the rate in write units per second
+    /// ([`arrival_rate`]).
     pub key_rate: f64,
     /// How long an entity must stay quiet (no change, no writer seeing it busy) before
     /// its fan-out shrinks.
@@ -297,25 +298,47 @@ impl BatchArrival {
     }
 }
 
-/// The rate at which `readings` readings of one entity, carried by `messages` messages
-/// whose `SentTimestamp`s span `span`, arrived: `readings / max(span, floor)`, in
-/// readings per second ([`BatchArrival::floor`]). `None` for fewer than
-/// [`MIN_RATE_SAMPLE`] readings.
-#[must_use]
-pub fn arrival_rate(
-    readings: u64,
-    messages: u64,
-    span: Duration,
-    batch: &BatchArrival,
-) -> Option<f64> {
-    if readings < MIN_RATE_SAMPLE {
-        return None;
-    }
-    let over = span.max(batch.floor(messages));
-    Some(readings as f64 / over.as_secs_f64())
+/// What one batch brought of one entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrived {
+    /// Its readings.
+    pub readings: u64,
+    /// The write units its readings' items take (at least one each; an item of more
+    /// than 1 KB takes one per started KB).
+    pub write_units: u64,
+    /// The messages that carried them.
+    pub messages: u64,
+    /// The span of those messages' `SentTimestamp`s.
+    pub span: Duration,
 }
 
-/// Whether a rate of `rate` readings per second over `k` keys marks the entity busy:
+impl Arrived {
+    /// `readings` readings of items under 1 KB each (one write unit a reading).
+    #[must_use]
+    pub const fn small(readings: u64, messages: u64, span: Duration) -> Self {
+        Self {
+            readings,
+            write_units: readings,
+            messages,
+            span,
+        }
+    }
+}
+
+/// The rate, in write units per second, at which an entity's readings arrived:
+/// `write_units / max(span, floor)` ([`BatchArrival::floor`]). A key's limit is in
+/// write units, so a reading whose item takes three takes three times the room of one
+/// that takes one. `None` for fewer than [`MIN_RATE_SAMPLE`] readings.
+#[must_use]
+pub fn arrival_rate(arrived: Arrived, batch: &BatchArrival) -> Option<f64> {
+    if arrived.readings < MIN_RATE_SAMPLE {
+        return None;
+    }
+    let over = arrived.span.max(batch.floor(arrived.messages));
+    Some(arrived.write_units as f64 / over.as_secs_f64())
+}
+
+/// Whether a rate of `rate` write units per second over `k` keys marks the entity busy:
 /// at least a quarter of `key_rate` on each key. A busy entity is not shrunk.
 #[must_use]
 pub fn shows_heat(rate: f64, k: u32, key_rate: f64) -> bool {
@@ -745,15 +768,28 @@ mod tests {
         };
         // 1,000 readings sent over 2 s: 500/s.
         assert_eq!(
-            arrival_rate(1000, 40, Duration::from_secs(2), &window),
+            arrival_rate(Arrived::small(1000, 40, Duration::from_secs(2)), &window),
             Some(500.0)
         );
         // One message of 500 readings: at most a window's worth, 500/s, not the
         // 499,000/s a single stamped instant would claim.
-        assert_eq!(arrival_rate(500, 1, Duration::ZERO, &window), Some(500.0));
+        assert_eq!(
+            arrival_rate(Arrived::small(500, 1, Duration::ZERO), &window),
+            Some(500.0)
+        );
+        // The rate is in write units: 40 readings of 3-KB items in one window take
+        // 120 write units a second of a key's 1,000, where 40 small ones take 40.
+        let large = Arrived {
+            write_units: 120,
+            ..Arrived::small(40, 1, Duration::ZERO)
+        };
+        assert_eq!(arrival_rate(large, &window), Some(120.0));
         // Too few readings say nothing.
         assert_eq!(
-            arrival_rate(MIN_RATE_SAMPLE - 1, 1, Duration::ZERO, &window),
+            arrival_rate(
+                Arrived::small(MIN_RATE_SAMPLE - 1, 1, Duration::ZERO),
+                &window
+            ),
             None
         );
         // A full batch cut after 50 ms: an entity of 100 one-reading messages in it
@@ -764,10 +800,13 @@ mod tests {
             full_span: Some(Duration::from_millis(50)),
         };
         assert_eq!(
-            arrival_rate(100, 100, Duration::from_millis(50), &full),
+            arrival_rate(Arrived::small(100, 100, Duration::from_millis(50)), &full),
             Some(2000.0)
         );
-        assert_eq!(arrival_rate(100, 1, Duration::ZERO, &full), Some(100.0));
+        assert_eq!(
+            arrival_rate(Arrived::small(100, 1, Duration::ZERO), &full),
+            Some(100.0)
+        );
         // A full batch of one instant is floored at a millisecond.
         let instant = BatchArrival {
             window: Duration::from_secs(1),

@@ -413,7 +413,7 @@ fn parse_utc_fast(text: &str) -> Option<Timestamp> {
 }
 
 /// Length of [`Timestamp::to_rfc3339`].
-pub(crate) const RFC3339_LEN: usize = 24;
+pub const RFC3339_LEN: usize = 24;
 
 /// The UTC calendar fields of a timestamp (proleptic Gregorian, years 0..=9999).
 struct Civil {

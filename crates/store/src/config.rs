@@ -110,8 +110,8 @@ impl WriterSettings {
     ///   kept after their hour.
     /// - `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
     ///   `FANOUT_MAX` (default 32), `FANOUT_SHRINK_AFTER_SECS` (default 900),
-    ///   `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate,
-    ///   default 100, 0 turns rate-driven raises off): dynamic fan-out. Raises take
+    ///   `PROPAGATION_SLACK_SECS` (default 5) and `RAISE_AHEAD_WCU` (the key rate in write
+    ///   units per second, default 100, 0 turns rate-driven raises off): dynamic fan-out. Raises take
     ///   effect at once (keys nest), so the cooldown only spaces the conditional updates
     ///   of racing writers; shrinks wait for the propagation margin
     ///   `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
@@ -135,7 +135,7 @@ impl WriterSettings {
             return Err(env.invalid("FANOUT_MAX", "must be at least 1"));
         }
         let key_rate: f64 =
-            env.parse_or("RAISE_AHEAD_WCU", 100.0, "readings per second per key")?;
+            env.parse_or("RAISE_AHEAD_WCU", 100.0, "write units per second per key")?;
         if !(key_rate.is_finite() && key_rate >= 0.0) {
             return Err(env.invalid("RAISE_AHEAD_WCU", "must be 0 (off) or more"));
         }

@@ -43,6 +43,57 @@ pub struct Reading {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The longest time-bucket partition key, `{s}.{j}#{bucket}`: two shard numbers of
+/// at most 10 digits and a minute's label (16 characters). The other layouts' keys are
+/// the entity and a suffix of at most 10 digits.
+const BUCKET_PK_BOUND: usize = 10 + 1 + 10 + 1 + 16;
+/// The longest a metric's number takes: the shortest text of an `f64` has at most 17
+/// significant digits (1 byte per 2, plus 1).
+const METRIC_NUMBER_BOUND: usize = 10;
+/// The longest `ts_ms` or `ttl` takes: an `i64` has at most 19 digits.
+const INTEGER_BOUND: usize = 11;
+
+impl Reading {
+    /// An upper bound of its item's size, with no key or number formatted: the
+    /// partition key at its longest, the sort key of the longest form
+    /// (`{entity}#{ts}#{event_id}`), every number at its longest. What the ingest
+    /// measures an entity's rate in write units by, before its readings are keyed; at
+    /// most a few bytes a metric above the item [`ReadingItem::marshal`] builds.
+    #[must_use]
+    pub fn item_size_bound(&self) -> usize {
+        let ts = sharding::time::RFC3339_LEN;
+        let sk = self.device_id.len() + 1 + ts + 1 + self.event_id.len();
+        let metrics = rule::MAP_OVERHEAD
+            + self
+                .metrics
+                .keys()
+                .map(|name| rule::map_element_size(name, METRIC_NUMBER_BOUND))
+                .sum::<usize>();
+        let tags = (!self.tags.is_empty()).then(|| {
+            rule::MAP_OVERHEAD
+                + self
+                    .tags
+                    .iter()
+                    .map(|(name, value)| rule::map_element_size(name, value.len()))
+                    .sum::<usize>()
+        });
+        rule::item_size(
+            [
+                (PK, BUCKET_PK_BOUND.max(self.device_id.len() + 11)),
+                (SK, sk),
+                ("device_id", self.device_id.len()),
+                ("event_id", self.event_id.len()),
+                ("ts", ts),
+                ("ts_ms", INTEGER_BOUND),
+                ("metrics", metrics),
+                ("ttl", INTEGER_BOUND),
+            ]
+            .into_iter()
+            .chain(tags.map(|size| ("tags", size))),
+        )
+    }
+}
+
 /// A reading as stored in the readings table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadingItem {

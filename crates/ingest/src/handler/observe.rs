@@ -76,9 +76,11 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
     }
 }
 
-/// Each entity's arrival rate in this batch, in readings per second, where a sample
-/// shows one (`sharding::fanout::arrival_rate`): its readings over the span of the
-/// `SentTimestamp`s of the messages that carry them, floored at the batching window.
+/// Each entity's arrival rate in this batch, in write units per second, where a sample
+/// shows one (`sharding::fanout::arrival_rate`): the write units of its readings'
+/// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`)
+/// over the span of the `SentTimestamp`s of the messages that carry them, floored at
+/// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
 pub(super) fn entity_rates(
@@ -86,10 +88,11 @@ pub(super) fn entity_rates(
     records: &[SqsMessage],
     intake: &Intake,
 ) -> BTreeMap<String, Option<f64>> {
-    /// One entity: readings, messages, the last message it was seen in, and the first
-    /// and last `SentTimestamp` of its messages.
+    /// One entity: readings, their write units, messages, the last message it was seen
+    /// in, and the first and last `SentTimestamp` of its messages.
     struct Seen {
         readings: u64,
+        units: u64,
         messages: u64,
         message: usize,
         sent: Option<(i64, i64)>,
@@ -112,11 +115,13 @@ pub(super) fn entity_rates(
         for r in readings {
             let entity = seen.entry(r.device_id.as_str()).or_insert(Seen {
                 readings: 0,
+                units: 0,
                 messages: 0,
                 message: usize::MAX,
                 sent: None,
             });
             entity.readings += 1;
+            entity.units += store::size::write_units(r.item_size_bound()) as u64;
             if entity.message != message {
                 entity.message = message;
                 entity.messages += 1;
@@ -130,10 +135,13 @@ pub(super) fn entity_rates(
             let span = s.sent.map_or(Duration::ZERO, |(lo, hi)| {
                 Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
             });
-            (
-                entity,
-                fanout::arrival_rate(s.readings, s.messages, span, &batch),
-            )
+            let arrived = fanout::Arrived {
+                readings: s.readings,
+                write_units: s.units,
+                messages: s.messages,
+                span,
+            };
+            (entity, fanout::arrival_rate(arrived, &batch))
         })
         .collect();
     // Sorted, the map is built in one pass.
@@ -234,7 +242,10 @@ mod tests {
                 let span = Duration::from_millis(span.unsigned_abs());
                 (
                     format!("dev-{e}"),
-                    fanout::arrival_rate(readings, carrying.len() as u64, span, batch),
+                    fanout::arrival_rate(
+                        fanout::Arrived::small(readings, carrying.len() as u64, span),
+                        batch,
+                    ),
                 )
             })
             .collect()
