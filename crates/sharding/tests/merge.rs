@@ -35,8 +35,9 @@ fn arrival_order(keys: &[Key], arrival: Arrival, order: Order) -> Vec<Key> {
     let mut keys = keys.to_vec();
     match arrival {
         Arrival::InOrder => keys.sort_by(|a, b| order.cmp(a, b)),
-        // Time order, ties at one millisecond in reverse id order.
-        Arrival::TimeIndexed => {
+        // Time order, ties at one millisecond in reverse id order; as blocks, each item
+        // a block of one reading (tests/merge_blocks.rs has larger blocks).
+        Arrival::TimeIndexed | Arrival::Blocks { .. } => {
             keys.sort_by(|a, b| order.cmp(&a.0, &b.0).then(b.1.cmp(&a.1)));
         }
         // Any order: by id.
@@ -124,6 +125,7 @@ fn arrival() -> impl Strategy<Value = Arrival> {
     prop_oneof![
         Just(Arrival::InOrder),
         Just(Arrival::TimeIndexed),
+        Just(Arrival::Blocks { window_ms: 1 }),
         Just(Arrival::Unordered)
     ]
 }

@@ -6,6 +6,7 @@ mod fanout;
 mod formats;
 mod lifecycle;
 mod merge;
+mod merge_blocks;
 mod planner;
 mod props;
 mod uniformity;

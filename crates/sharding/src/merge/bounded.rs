@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use super::estimate::Round;
-use super::stream::{Bound, Stream};
+use super::stream::{Bound, Stream, block_reach};
 use super::{Arrival, Order, PageAsk, Step, StreamShape, TimedKey};
 
 /// The merge of one read: streams, what was emitted, and the limit.
@@ -230,6 +230,11 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
     /// [`PageAsk::span`] (no next page). Whether the stream is then done follows from
     /// that span: a page that ended short of the stream's end leaves it complete up to
     /// there.
+    ///
+    /// For an [`Arrival::Blocks`] stream the page is its items' readings, expanded, in
+    /// any order, and `last_ts` the first-member timestamp of its last item (or of where
+    /// the read stopped), ascending or descending; `None` holds every reading of the
+    /// page back until a later page gives one, or the stream ends.
     pub fn deliver(
         &mut self,
         stream: usize,
@@ -249,8 +254,8 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         for (key, item) in page {
             let ts = key.ts_ms();
             if ts < lo || ts >= hi {
-                // An ordered stream has nothing more inside its span after this.
-                past_end |= s.ordered() && s.past_end(ts, order);
+                // A stream read in time order has nothing more inside its span after this.
+                past_end |= s.shape.arrival.time_ordered() && s.past_end(ts, order);
                 continue;
             }
             if after.is_some_and(|pos| !order.before(pos, &key)) {
@@ -266,6 +271,13 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         } else {
             asked.1 < hi
         };
+        // A block stream has nothing more inside its span once its unread readings
+        // all lie past the end.
+        let reach = match s.shape.arrival {
+            Arrival::Blocks { window_ms } => last_ts.map(|t| block_reach(t, window_ms, order)),
+            _ => None,
+        };
+        past_end |= reach.is_some_and(|r| s.past_end(r, order));
         s.done = past_end || (last_page && !short_of_end);
         let last_ts = match (last_page && !s.done, order) {
             (true, Order::Ascending) => Some(asked.1),
@@ -274,6 +286,7 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
         };
         match s.shape.arrival {
             Arrival::TimeIndexed => s.release_ties(last_ts, order),
+            Arrival::Blocks { .. } => s.release_blocks(reach, order),
             Arrival::Unordered => {
                 if !s.done {
                     return;

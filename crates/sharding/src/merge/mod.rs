@@ -92,11 +92,26 @@
 //!   page's items at its last timestamp `t` are held back until the next page (or the
 //!   end), and the stream's bound stays "before every key at `t`", so the merge never
 //!   emits an item that an unread tie could precede.
+//! - [`Arrival::Blocks`]: each stored item is a block of readings whose timestamps lie
+//!   in `[s, s + W)`, `s` its first member's; pages come in order of `s` and the caller
+//!   delivers each page's readings, expanded, in any order. After a page whose last item
+//!   starts at `s`, every unread reading is at or after `s` (ascending) or before
+//!   `s + W` (descending): the time index's rule with "ties at `t`" widened. So the
+//!   page's readings at or after `s` (before `s + W`) are held back until the next page,
+//!   and the bound stays before every key at `s` (at `s + W - 1`). A reading past the
+//!   span's end says nothing of the next item (a block starting inside the span can end
+//!   beyond it): the stream ends at its last page, or once `s` (`s + W - 1`) is past
+//!   the end. Its pages read the whole span with a `Limit`, as an in-order stream's do;
+//!   the caller reads back `W` before the span, and the merge drops what lies outside.
 //! - [`Arrival::Unordered`]: the stream is read whole (pages without a `Limit`) when
 //!   the merge first reaches it, then sorted in memory.
 //!
-//! Keys must be unique within a stream; items outside a stream's span, or not after
-//! the resume key, are dropped on delivery.
+//! Keys must be unique within a stream, except in a block stream, where one reading
+//! can be stored in two items (a block and a single copy, or two blocks written before
+//! and after a crash): both copies lie at or after the frontier of the page that read
+//! the first, so they are held back together, sorted next to each other, and emitted
+//! once, as copies in two streams are (see "Items stored twice"). Items outside a
+//! stream's span, or not after the resume key, are dropped on delivery.
 //!
 //! # Items stored twice
 //! Equal keys in two streams are one item stored twice (a reading written, then
@@ -186,6 +201,16 @@ pub enum Arrival {
     InOrder,
     /// In time order through a time index; ties at one millisecond in any order.
     TimeIndexed,
+    /// Stored items are blocks, each holding readings whose timestamps lie in
+    /// `[s, s + window_ms)` where `s` is its first member's, and come in order of `s`
+    /// (a partition's sort key). The caller delivers a page's readings, expanded, in
+    /// any order, and as `last_ts` the first-member timestamp `s` of the page's last
+    /// item, in either order (the merge adds the window itself when descending). One
+    /// reading may be in two items of the stream; it is emitted once.
+    Blocks {
+        /// The block window `W`, milliseconds (at least 1).
+        window_ms: i64,
+    },
     /// In no useful order: read whole, then sorted.
     Unordered,
 }
@@ -193,6 +218,17 @@ pub enum Arrival {
 impl Arrival {
     fn ordered(self) -> bool {
         self != Arrival::Unordered
+    }
+
+    /// Whether a page's readings come in time order, so that one past the span's end
+    /// shows that nothing inside follows.
+    fn time_ordered(self) -> bool {
+        matches!(self, Arrival::InOrder | Arrival::TimeIndexed)
+    }
+
+    /// Whether a page holds back what the next page could still precede.
+    fn holds_back(self) -> bool {
+        matches!(self, Arrival::TimeIndexed | Arrival::Blocks { .. })
     }
 }
 

@@ -1,5 +1,6 @@
 //! One stream of a merge: its buffer, its bound (where its next item can be at the
-//! earliest), the ties a time-indexed page holds back, and how far its pages reached.
+//! earliest), what a time-indexed or block page holds back, and how far its pages
+//! reached.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -49,10 +50,11 @@ pub(super) struct Stream<K, T> {
     /// Items of its span it has delivered (buffered or emitted), for the density.
     pub(super) kept: u64,
     /// Time-indexed streams: items at the last page's last timestamp, held back until
-    /// the next page shows every tie.
+    /// the next page shows every tie; block streams: readings at or after the frontier.
     pub(super) held: Vec<(K, T)>,
     /// Time-indexed streams: the last page's last timestamp, or where a page that
-    /// read its whole span ended; unread items are not before it.
+    /// read its whole span ended; block streams: see [`block_reach`]. Unread items are
+    /// not before it.
     pub(super) frontier: Option<i64>,
     /// The span of the page asked for and not yet delivered.
     pub(super) asked: Option<(i64, i64)>,
@@ -138,6 +140,22 @@ impl<K: TimedKey, T> Stream<K, T> {
         self.frontier = Some(t);
     }
 
+    /// A block stream after a page: its readings before `reach` (in merge order; see
+    /// [`block_reach`]) are released, the rest held back for the next page. Without a
+    /// `reach`, the frontier stays where it was, or at the span's start, so the page's
+    /// readings wait rather than be emitted ahead of an unread block. The frontier never
+    /// moves back, and never before the span's start, where a block read back from
+    /// before the span starts.
+    pub(super) fn release_blocks(&mut self, reach: Option<i64>, order: Order) {
+        let (lo, hi) = self.shape.span;
+        let start = if order.descending() { hi - 1 } else { lo };
+        let frontier = [reach, self.frontier, Some(start)]
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| order.cmp(a, b));
+        self.release_ties(frontier, order);
+    }
+
     /// Items per millisecond of the span its pages have covered (0 before any).
     pub(super) fn own_density(&self, order: Order) -> f64 {
         let (lo, hi) = self.shape.span;
@@ -210,7 +228,7 @@ impl<K: TimedKey, T> Stream<K, T> {
         self.buffer.retain(|(k, _)| keep(k));
         self.held.retain(|(k, _)| keep(k));
         self.kept -= (before - self.buffer.len() - self.held.len()) as u64;
-        if self.done && self.shape.arrival == Arrival::TimeIndexed {
+        if self.done && self.shape.arrival.holds_back() {
             self.release_ties(None, order);
         }
         self.rebound(None);
@@ -226,6 +244,17 @@ pub(super) fn refill(reached: i64, density: f64, cutoff: i64, order: Order) -> u
         cutoff - reached
     };
     (density * gap.max(0) as f64 * 1.25).ceil() as usize
+}
+
+/// Where a block stream's unread readings can be at the earliest, in merge order, once
+/// a page's last item starts at `s`: at `s` ascending; descending, at `s + W - 1`, the
+/// latest a block starting at or before `s` can reach.
+pub(super) fn block_reach(s: i64, window_ms: i64, order: Order) -> i64 {
+    if order.descending() {
+        s.saturating_add(window_ms.max(1) - 1)
+    } else {
+        s
+    }
 }
 
 /// Whether two half-open spans share a millisecond.

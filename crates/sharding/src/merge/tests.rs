@@ -411,3 +411,130 @@ fn delivery_drops_what_is_outside_the_span_or_not_after_the_resume_key() {
         }
     );
 }
+
+/// Feeds one block stream of `span` and window `window_ms` its `pages`, each (its
+/// readings' timestamps, the first-member timestamp of its last item, whether it is the
+/// last page), and checks what the merge emits after each: `emitted[i]` after page `i`.
+/// The merge must ask for each page, and be done after the last one given.
+fn check_blocks(
+    order: Order,
+    span: (i64, i64),
+    window_ms: i64,
+    pages: &[(&[i64], i64, bool)],
+    emitted: &[&[i64]],
+) {
+    let shapes = vec![shape(span, Arrival::Blocks { window_ms })];
+    let mut merge: BoundedMerge<Key, i64> = BoundedMerge::new(shapes, order, 100, None);
+    let mut seen = Vec::new();
+    for (&(page, last_ts, last_page), i) in pages.iter().zip(0..) {
+        let Step::Read(asks) = merge.step(4) else {
+            panic!("page {i} is asked for")
+        };
+        assert_eq!(asks.iter().map(|a| a.stream).collect::<Vec<_>>(), [0]);
+        merge.deliver(
+            0,
+            page.iter().map(|&t| (Key(t, 0), t)),
+            Some(last_ts),
+            last_page,
+        );
+        let items = match merge.step(4) {
+            Step::Read(_) => merge.take_emitted(),
+            Step::Done { items, more } => {
+                assert!(!more);
+                assert_eq!(i + 1, pages.len(), "done after page {i}");
+                items
+            }
+        };
+        seen.push(items);
+    }
+    assert_eq!(seen, emitted, "{order:?}");
+}
+
+#[test]
+fn a_block_straddling_two_pages_waits_for_the_next_page() {
+    // W = 10. The first page ends with a block starting at 5; one starting at 7, whose
+    // readings come between the first block's, is on the next page.
+    check_blocks(
+        Order::Ascending,
+        (0, 100),
+        10,
+        &[
+            (&[1, 12, 5, 8], 5, false),
+            (&[9, 7], 7, false),
+            (&[20], 20, true),
+        ],
+        &[&[1], &[5], &[7, 8, 9, 12, 20]],
+    );
+    // Descending, the first page's last block starts at 30, so an unread block starts
+    // at 30 at the latest and can hold readings up to 39; after the next, up to 38.
+    check_blocks(
+        Order::Descending,
+        (0, 100),
+        10,
+        &[
+            (&[52, 41, 38, 30], 30, false),
+            (&[33, 39], 29, false),
+            (&[3], 3, true),
+        ],
+        &[&[52, 41], &[39], &[38, 33, 30, 3]],
+    );
+}
+
+#[test]
+fn a_block_starting_before_the_span_gives_the_members_inside_it() {
+    // Span [100, 200), W = 10: the caller reads back from 90. The block at 95 holds
+    // 95, 98 (dropped) and 103, 104.
+    check_blocks(
+        Order::Ascending,
+        (100, 200),
+        10,
+        &[
+            (&[95, 98, 103, 104, 101], 101, false),
+            (&[102, 110], 102, true),
+        ],
+        &[&[], &[101, 102, 103, 104, 110]],
+    );
+    // Descending, the caller reads down to 90. After the block at 150, one up to 159
+    // may follow; after the one at 98 (its 98 dropped), up to 107; after 97, up to
+    // 106; one at 89 cannot reach the span, so the stream is done there without a
+    // last page.
+    check_blocks(
+        Order::Descending,
+        (100, 200),
+        10,
+        &[
+            (&[150, 155, 201], 150, false),
+            (&[98, 101, 107], 98, false),
+            (&[97], 97, false),
+            (&[89, 95], 89, false),
+        ],
+        &[&[], &[155, 150], &[107], &[101]],
+    );
+}
+
+#[test]
+fn a_reading_in_two_items_of_one_block_stream_is_emitted_once() {
+    // 8 is in the block at 5 and stored alone at 8 (rebuilt after a crash); 12 is in
+    // two overlapping blocks, on two pages.
+    check_blocks(
+        Order::Ascending,
+        (0, 100),
+        10,
+        &[(&[5, 8, 12], 5, false), (&[8, 8, 12, 14], 8, true)],
+        &[&[], &[5, 8, 12, 14]],
+    );
+    let shapes = vec![shape((0, 100), Arrival::Blocks { window_ms: 10 })];
+    let mut merge: BoundedMerge<Key, i64> = BoundedMerge::new(shapes, Order::Ascending, 2, None);
+    let _ = merge.step(1);
+    merge.deliver(0, [5, 8, 8, 12].map(|t| (Key(t, 0), t)), Some(8), false);
+    let _ = merge.step(1);
+    merge.deliver(0, [8, 12].map(|t| (Key(t, 0), t)), Some(8), true);
+    // Copies count neither toward the limit nor as more.
+    assert_eq!(
+        merge.step(1),
+        Step::Done {
+            items: vec![5, 8],
+            more: true
+        }
+    );
+}
