@@ -3,11 +3,32 @@
 use std::io::Write as _;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use sharding::capacity::{
-    CapacityPlan, DEFAULT_SAFETY, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_WRITES, PARTITION_WCU,
-    PlanInput, WriteCost, plan_capacity, write_costs,
+    CapacityPlan, DEFAULT_RAISE_AHEAD_WCU, DEFAULT_SAFETY, MONTH_SECS,
+    ON_DEMAND_PRICE_PER_MILLION_WRITES, PARTITION_WCU, PlanInput, WriteCost, plan_capacity,
+    write_costs,
 };
+use sharding::layout::SubShards;
+
+/// Where a raised entity's sub-shards live, as the table layout (`SUB_SHARDS`) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// On base shards `(s + j) mod N`, keys that carry the table's mean load too (new
+    /// tables).
+    Base,
+    /// On keys of their own, `{s}.{j}` (tables created before base placement).
+    Dedicated,
+}
+
+impl From<Placement> for SubShards {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::Base => SubShards::Base,
+            Placement::Dedicated => SubShards::Dedicated,
+        }
+    }
+}
 
 /// Flags of `shardline plan`.
 #[derive(Debug, Args)]
@@ -30,6 +51,13 @@ pub struct PlanArgs {
     /// Evaluate this table-level shard count instead of choosing one.
     #[arg(long)]
     pub table_shards: Option<u32>,
+    /// Where a raised entity's sub-shards live (the table layout's, `SUB_SHARDS`).
+    #[arg(long, value_enum, default_value_t = Placement::Base)]
+    pub sub_shards: Placement,
+    /// WCU/s the ingest's raise leaves on each key of a hot entity (its RAISE_AHEAD_WCU,
+    /// default 100): with base placement, on top of the table's load on that key.
+    #[arg(long, default_value_t = DEFAULT_RAISE_AHEAD_WCU)]
+    pub raise_ahead_wcu: f64,
     /// Mean readings per second over a month, for the write cost (default: the peak,
     /// --global-wps).
     #[arg(long)]
@@ -56,6 +84,8 @@ impl PlanArgs {
             safety: self.safety,
             partition_wcu: self.partition_wcu,
             table_shards: self.table_shards,
+            sub_shards: self.sub_shards.into(),
+            raise_ahead_wcu: self.raise_ahead_wcu,
         }
     }
 }
@@ -87,15 +117,32 @@ fn summary(args: &PlanArgs, plan: &CapacityPlan) -> String {
     } else {
         "planned"
     };
+    let (placement, hot_keys) = match plan.sub_shards {
+        SubShards::Base => (
+            format!(
+                "base (raised at {} WCU/s a key, onto base shards)",
+                args.raise_ahead_wcu
+            ),
+            format!(
+                "{} (each of its keys at ~{:.0} of the table + ~{:.0} of its own WCU/s)",
+                plan.hot_entity_fanout, plan.mean_pk_wcu, plan.hot_share_wcu
+            ),
+        ),
+        SubShards::Dedicated => (
+            "dedicated (keys of their own)".to_owned(),
+            format!(
+                "{} (each of its keys at ~{:.0} WCU/s of its own)",
+                plan.hot_entity_fanout, plan.hot_share_wcu
+            ),
+        ),
+    };
     let rows = [
         (
             format!("table shards N ({chosen})"),
             plan.table_shards.to_string(),
         ),
-        (
-            "hot-entity fan-out k".to_owned(),
-            plan.hot_entity_fanout.to_string(),
-        ),
+        ("sub-shard placement".to_owned(), placement),
+        ("hot-entity fan-out k".to_owned(), hot_keys),
         ("WCU per item".to_owned(), plan.wcu_per_item.to_string()),
         (
             "budget per PK".to_owned(),

@@ -29,11 +29,106 @@ fn reference_scenario_as_json() {
         String::from_utf8_lossy(&out.stderr)
     );
     let plan: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert_eq!(plan["table_shards"], 100);
-    assert_eq!(plan["hot_entity_fanout"], 4);
+    // Base placement by default: the ingest raises the hot entity to 2,000 / 100 = 20 keys,
+    // base shards that carry 48,000 / N of the table too; 48,000 / 120 + 100 = 500.
+    assert_eq!(plan["sub_shards"], "base");
+    assert_eq!(plan["table_shards"], 120);
+    assert_eq!(plan["hot_entity_fanout"], 20);
+    assert_eq!(plan["mean_pk_wcu"].as_f64(), Some(400.0));
+    assert_eq!(plan["hot_share_wcu"].as_f64(), Some(100.0));
     let max = plan["max_pk_wcu"].as_f64().expect("a number");
     assert!(max <= 1000.0 / 2.0, "max_pk_wcu {max}");
     assert!(plan["warnings"].is_array());
+}
+
+#[test]
+fn reference_scenario_with_dedicated_sub_shards_as_json() {
+    let out = shardline(&[
+        "plan",
+        "--global-wps",
+        "50000",
+        "--peak-entity-wps",
+        "2000",
+        "--item-bytes",
+        "500",
+        "--sub-shards",
+        "dedicated",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(plan["sub_shards"], "dedicated");
+    assert_eq!(plan["table_shards"], 100);
+    assert_eq!(plan["hot_entity_fanout"], 4);
+    assert_eq!(plan["max_pk_wcu"].as_f64(), Some(500.0));
+}
+
+#[test]
+fn the_summary_says_the_placement_and_the_hot_keys_load() {
+    let out = shardline(&[
+        "plan",
+        "--global-wps",
+        "50000",
+        "--peak-entity-wps",
+        "2000",
+        "--item-bytes",
+        "500",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "table shards N (planned):    120",
+        "sub-shard placement:         base (raised at 100 WCU/s a key, onto base shards)",
+        "k:        20 (each of its keys at ~400 of the table + ~100 of its own WCU/s)",
+        "busiest PK (expected peak):  500 WCU/s",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+
+    // A smaller raise-ahead share: k = 40 keys of 50, so 48,000 / N + 50 <= 500 at N = 107.
+    let out = shardline(&[
+        "plan",
+        "--global-wps",
+        "50000",
+        "--peak-entity-wps",
+        "2000",
+        "--item-bytes",
+        "500",
+        "--raise-ahead-wcu",
+        "50",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("table shards N (planned):    107"), "{text}");
+    assert!(
+        text.contains("40 (each of its keys at ~449 of the table + ~50"),
+        "{text}"
+    );
+
+    let out = shardline(&[
+        "plan",
+        "--global-wps",
+        "50000",
+        "--peak-entity-wps",
+        "2000",
+        "--item-bytes",
+        "500",
+        "--raise-ahead-wcu",
+        "500",
+    ]);
+    assert!(!out.status.success(), "a share at the budget is refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("raise_ahead_wcu"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -56,7 +151,9 @@ fn given_table_shards_are_evaluated_with_a_warning() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("N = 16 at 50,000 w/s puts ~3,125 WCU/s on each PK"),
+        text.contains(
+            "N = 16 at 50,000 w/s puts ~3,000 WCU/s on each PK (the hottest entity aside)"
+        ),
         "{text}"
     );
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use sharding::capacity::{CapacityPlan, DEFAULT_SAFETY, PlanInput, plan_capacity};
+use sharding::layout::SubShards;
 
 use crate::publish::{Generator, Plan};
 
@@ -130,7 +131,14 @@ impl Scenario {
         per_reading + ITEM_OVERHEAD_BYTES
     }
 
-    /// The planner's answer for the scaled rates, with the proxy's per-key limit.
+    /// The ingest's `RAISE_AHEAD_WCU`: a tenth of the per-key limit, as the default (100
+    /// of 1,000 WCU/s) is in AWS.
+    pub fn raise_ahead_wcu(&self) -> f64 {
+        self.key_wcu / 10.0
+    }
+
+    /// The planner's answer for the scaled rates, with the proxy's per-key limit and the
+    /// ingest's placement (base, the default `SUB_SHARDS`) and raise-ahead share.
     pub fn capacity_plan(&self) -> anyhow::Result<CapacityPlan> {
         plan_capacity(&PlanInput {
             global_wps: self.fleet_rate + self.hot_rate,
@@ -139,6 +147,8 @@ impl Scenario {
             safety: DEFAULT_SAFETY,
             partition_wcu: self.key_wcu,
             table_shards: None,
+            sub_shards: SubShards::Base,
+            raise_ahead_wcu: self.raise_ahead_wcu(),
         })
         .context("cannot plan the table shards")
     }
@@ -161,7 +171,8 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          run-local in process (batch size {bs}, window {win} s, {conc} concurrent invocations, queue visibility 185 s, \
          5 receives before the DLQ).\n\
          Planner for {global} writes/s ({hot_rate} on {hot}), ~{bytes}-byte items, per-key limit {wcu} WCU/s, safety {safety}: \
-         N = {n} table shards, hot fan-out k = {k} expected.\n\
+         N = {n} table shards, hot fan-out k = {k} expected (its sub-shards on base shards: each of its keys at \
+         ~{mean:.0} of the table + ~{share:.0} of its own WCU/s).\n\
          Ingest settings of the demo (the production fan-out defaults are 300/60/5/2/1 s):\n  \
          MAX_FUTURE_SECS={mf} CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
          RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight} RAISE_AHEAD_WCU={key_rate}\n  \
@@ -189,6 +200,8 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
         safety = DEFAULT_SAFETY,
         n = plan.table_shards,
         k = plan.hot_entity_fanout,
+        mean = plan.mean_pk_wcu,
+        share = plan.hot_share_wcu,
         mf = t.max_future_secs,
         ttl = t.cache_ttl_secs,
         slack = t.slack_secs,
@@ -197,7 +210,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
         retries = t.retry_max_attempts,
         inflight = t.max_inflight,
         margin = t.margin_secs(),
-        key_rate = s.key_wcu / 10.0,
+        key_rate = s.raise_ahead_wcu(),
         planned = if s.planned_fanout {
             format!(
                 "Run 2 schedules k = {k} for {hot} before it publishes (`shardline fanout`, --planned), as \

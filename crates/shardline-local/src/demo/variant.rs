@@ -322,7 +322,7 @@ fn ingest_env(
         ("MAX_INFLIGHT", t.max_inflight.to_string()),
         // Raising ahead of throttles at a tenth of a key's limit, as the default (100 of
         // 1,000 WCU/s) does in AWS, scaled to the demo's per-key limit.
-        ("RAISE_AHEAD_WCU", (scenario.key_wcu / 10.0).to_string()),
+        ("RAISE_AHEAD_WCU", scenario.raise_ahead_wcu().to_string()),
     ] {
         env.set(k, v);
     }
