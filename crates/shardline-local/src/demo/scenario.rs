@@ -177,7 +177,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          MAX_FUTURE_SECS={mf} CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
          RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight} RAISE_AHEAD_WCU={key_rate}\n  \
          Fan-out keys nest, so a raise is in force the moment it is decided: to the k the measured rate needs at \
-         RAISE_AHEAD_WCU readings/s per key (a tenth of the per-key limit, as the default 100 of 1,000 is), or the next \
+         RAISE_AHEAD_WCU write units/s per key (a tenth of the per-key limit, as the default 100 of 1,000 is), or the next \
          doubling on a throttle; a throttled writer re-reads the device's fan-out at once and re-keys what it has \
          not written. Raises are at least the cooldown ({cd} s) apart; only a shrink waits for the margin \
          ({margin} s = cache TTL {ttl} + future skew {mf} + slack {slack}). The writer retries throttled items up \
