@@ -86,6 +86,9 @@ pub struct StatsSnapshot {
     pub key_count: usize,
     /// Keys by total consumption (WCU + RCU), highest first; possibly truncated.
     pub keys: Vec<KeyStats>,
+    /// Write units charged since start, by table, over every key (none truncated):
+    /// the write bill.
+    pub wcu_by_table: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default)]
@@ -405,6 +408,10 @@ impl Stats {
                 .then_with(|| (&a.table, &a.pk).cmp(&(&b.table, &b.pk)))
         });
         let key_count = keys.len();
+        let mut wcu_by_table: BTreeMap<String, f64> = BTreeMap::new();
+        for key in &keys {
+            *wcu_by_table.entry(key.table.clone()).or_default() += key.wcu_total;
+        }
         if let Some(top) = top {
             keys.truncate(top);
         }
@@ -418,6 +425,7 @@ impl Stats {
             sink_items,
             key_count,
             keys,
+            wcu_by_table,
         }
     }
 }

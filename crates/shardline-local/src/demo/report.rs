@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use capacity_proxy::StatsSnapshot;
-use sharding::capacity::CapacityPlan;
+use sharding::capacity::{CapacityPlan, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_WRITES};
 
 use super::{FLEET_DEVICE, QueryResult, Scenario, Variant};
 use crate::publish::Summary;
@@ -26,6 +26,9 @@ pub struct RunReport {
     /// Items beyond one per reading: readings stored under two keys (a redelivery re-keyed
     /// after a raise), which every read answers once.
     pub stored_twice: u64,
+    /// Write units the proxy charged on the readings table (DynamoDB's rule: every
+    /// write of an item, retried or not, pays its started KBs).
+    pub write_units: f64,
     /// The runner's counters.
     pub runner: Stats,
     /// The proxy's counters.
@@ -65,7 +68,37 @@ impl RunReport {
     pub fn throttled(&self) -> u64 {
         self.proxy.throttled_by_reason.values().sum()
     }
+
+    /// Write units charged per reading written (`None` before any is written).
+    pub fn write_units_per_reading(&self) -> Option<f64> {
+        (self.written > 0).then(|| self.write_units / self.written as f64)
+    }
+
+    /// What the run's write units per reading cost a month at the reference 50,000
+    /// readings a second, on demand (`sharding::capacity::ON_DEMAND_PRICE_PER_MILLION_WRITES`).
+    pub fn monthly_write_bill(&self) -> Option<f64> {
+        self.write_units_per_reading().map(|units| {
+            units * REFERENCE_READINGS_PER_SEC * MONTH_SECS * ON_DEMAND_PRICE_PER_MILLION_WRITES
+                / 1e6
+        })
+    }
 }
+
+/// `81000.4` as `$81,000`.
+fn dollars(usd: f64) -> String {
+    let whole = format!("{:.0}", usd.max(0.0));
+    let mut out = String::with_capacity(whole.len() + whole.len() / 3 + 1);
+    for (i, digit) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    format!("${out}")
+}
+
+/// The reference rate the demo prices its write bill at (the README's scenario).
+pub const REFERENCE_READINGS_PER_SEC: f64 = 50_000.0;
 
 /// The whole demo.
 #[derive(Debug, Clone)]
@@ -154,8 +187,20 @@ fn sent_and_written(rows: &mut Rows<'_>) {
     });
 }
 
-/// The proxy's throttled items, in all and by each reason either run saw.
+/// The proxy's throttled items, in all and by each reason either run saw, beside the
+/// write bill.
 fn throttles(rows: &mut Rows<'_>) {
+    rows.row("write units charged (proxy)", |r| {
+        format!("{:.0}", r.write_units)
+    });
+    rows.row("  per reading written", |r| {
+        r.write_units_per_reading()
+            .map_or_else(|| "-".to_owned(), |u| format!("{u:.3}"))
+    });
+    rows.row("  a month at 50,000 readings/s", |r| {
+        r.monthly_write_bill()
+            .map_or_else(|| "-".to_owned(), dollars)
+    });
     rows.row("throttled items (proxy)", |r| r.throttled().to_string());
     let (a, b) = rows.runs;
     let mut reasons: Vec<&String> = a
@@ -338,6 +383,14 @@ fn short_time(rfc3339: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bill_reads_in_thousands() {
+        assert_eq!(super::dollars(81_000.4), "$81,000");
+        assert_eq!(super::dollars(162_000.0), "$162,000");
+        assert_eq!(super::dollars(999.0), "$999");
+        assert_eq!(super::dollars(1_234_567.0), "$1,234,567");
+    }
+
     use super::*;
 
     #[test]

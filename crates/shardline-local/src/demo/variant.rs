@@ -73,6 +73,12 @@ pub(super) async fn run_variant(
         sent: traffic.sent,
         written: settled.written,
         stored_twice: settled.items - settled.written,
+        write_units: settled
+            .proxy
+            .wcu_by_table
+            .get(&settled.table)
+            .copied()
+            .unwrap_or(0.0),
         runner: settled.runner,
         proxy: settled.proxy,
         dlq: settled.dlq,
