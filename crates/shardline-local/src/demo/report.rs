@@ -385,10 +385,10 @@ fn short_time(rfc3339: &str) -> &str {
 mod tests {
     #[test]
     fn a_bill_reads_in_thousands() {
-        assert_eq!(super::dollars(81_000.4), "$81,000");
-        assert_eq!(super::dollars(162_000.0), "$162,000");
-        assert_eq!(super::dollars(999.0), "$999");
-        assert_eq!(super::dollars(1_234_567.0), "$1,234,567");
+        assert_eq!(dollars(81_000.4), "$81,000");
+        assert_eq!(dollars(162_000.0), "$162,000");
+        assert_eq!(dollars(999.0), "$999");
+        assert_eq!(dollars(1_234_567.0), "$1,234,567");
     }
 
     use super::*;
