@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};
 
+use crate::block::BlockLayout;
 use crate::time::Bucket;
 
 /// How a reading's partition key is chosen. See the crate docs for the key formats.
@@ -106,13 +107,18 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// A table layout: strategy plus table-level shard count N.
+/// A table layout: strategy plus table-level shard count N, and whether readings are
+/// packed into blocks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Layout {
     /// Key strategy.
     pub strategy: Strategy,
     /// Table-level shard count N (ignored by `Unsharded`).
     pub shards: NonZeroU32,
+    /// How one device's readings are packed into blocks (`crate::block`); `None`: one
+    /// item a reading. A stored layout without the field predates blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockLayout>,
 }
 
 impl Layout {
@@ -122,6 +128,7 @@ impl Layout {
         Layout {
             strategy: Strategy::Unsharded,
             shards: NonZeroU32::MIN,
+            blocks: None,
         }
     }
 
@@ -131,6 +138,7 @@ impl Layout {
         Layout {
             strategy: Strategy::Random,
             shards,
+            blocks: None,
         }
     }
 
@@ -142,6 +150,7 @@ impl Layout {
                 attribute: attribute.into(),
             },
             shards,
+            blocks: None,
         }
     }
 
@@ -154,6 +163,7 @@ impl Layout {
                 sub_shards: SubShards::Base,
             },
             shards,
+            blocks: None,
         }
     }
 
@@ -167,7 +177,24 @@ impl Layout {
                 sub_shards: SubShards::Dedicated,
             },
             shards,
+            blocks: None,
         }
+    }
+
+    /// This layout with readings packed into blocks of `blocks`.
+    #[must_use]
+    pub fn with_blocks(self, blocks: BlockLayout) -> Self {
+        Layout {
+            blocks: Some(blocks),
+            ..self
+        }
+    }
+
+    /// The block window, when readings are packed into blocks: how far after its own
+    /// sort key an item can hold a reading.
+    #[must_use]
+    pub fn block_window_ms(&self) -> Option<u32> {
+        self.blocks.map(|b| b.window_ms)
     }
 
     /// Number of partition keys one entity uses when it has no fan-out of its own:
@@ -184,8 +211,12 @@ impl Layout {
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.strategy {
-            Strategy::Unsharded => write!(f, "{}", self.strategy),
-            _ => write!(f, "{} N={}", self.strategy, self.shards),
+            Strategy::Unsharded => write!(f, "{}", self.strategy)?,
+            _ => write!(f, "{} N={}", self.strategy, self.shards)?,
+        }
+        match self.blocks {
+            Some(blocks) => write!(f, ", blocks of {} ms", blocks.window_ms),
+            None => Ok(()),
         }
     }
 }

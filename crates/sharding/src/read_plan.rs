@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::block::MAX_WINDOW_MS;
 use crate::epoch::{FanoutHistory, TableHistory};
 use crate::hash::shard_index;
 use crate::key::{KeyError, bucket_pk, entity_pk, fanout_count, validate_id};
@@ -63,8 +64,30 @@ pub struct KeyQuery {
     /// Whether the query returns items in time order (sort key = time first, or
     /// entity-prefixed for a single entity). If false, the reader must buffer and sort.
     pub time_ordered: bool,
-    /// The part of the requested range this query answers for.
+    /// The part of the requested range this query answers for: a reader keeps the
+    /// readings of its items that lie in it.
     pub covers: TimeRange,
+    /// Where the layout packs readings into blocks (`crate::block`): an item can hold
+    /// readings up to this many milliseconds after its own sort time (a block's first
+    /// member's), and comes in the order of its sort time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_window_ms: Option<u32>,
+    /// Where it differs from `covers`: the sort times of the items the query reads (by
+    /// its sort-key bounds, or, without them, the time filter a reader sends). A block
+    /// layout's query reads back the block window before `covers`, since a block that
+    /// starts earlier can hold readings inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<TimeRange>,
+}
+
+impl KeyQuery {
+    /// The sort times of the items the query reads ([`KeyQuery::starts`], else what
+    /// it answers for).
+    #[must_use]
+    pub fn starts(&self) -> TimeRange {
+        self.starts
+            .unwrap_or_else(|| self.time_filter.unwrap_or(self.covers))
+    }
 }
 
 /// Every query needed for one read; together they hold exactly the keys that can hold data.
@@ -155,6 +178,8 @@ impl<'a> Builder<'a> {
                 time_filter: None,
                 time_ordered: true,
                 covers,
+                block_window_ms: None,
+                starts: None,
             })
             .collect();
         ReadPlan { queries }
@@ -170,6 +195,8 @@ impl<'a> Builder<'a> {
                 time_filter: Some(covers),
                 time_ordered: false,
                 covers,
+                block_window_ms: None,
+                starts: None,
             })
             .collect();
         ReadPlan { queries }
@@ -183,6 +210,9 @@ impl<'a> Builder<'a> {
 /// on its cold key plus sub-shards 1..=k, a `Random` or `Calculated` one on suffixes
 /// 0..k. Each query is time-ordered; pieces of one PK that touch are joined, so a
 /// `TimeBucket` entity that was never raised costs one query per bucket.
+///
+/// Where a layout in force packs readings into blocks, the plan reads back the block
+/// window `W` before `range` ([`read_back`]).
 pub fn plan_entity(
     entity: &str,
     range: TimeRange,
@@ -190,6 +220,22 @@ pub fn plan_entity(
     fanout: &FanoutHistory,
 ) -> Result<ReadPlan, PlanError> {
     validate_id("entity", entity)?;
+    match block_window(table, range) {
+        None => plan_entity_over(entity, range, table, fanout),
+        Some(w) => Ok(read_back(
+            plan_entity_over(entity, widened(range, w), table, fanout)?,
+            range,
+            w,
+        )),
+    }
+}
+
+fn plan_entity_over(
+    entity: &str,
+    range: TimeRange,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+) -> Result<ReadPlan, PlanError> {
     let mut builder = Builder::new(false);
     for (table_span, layout) in table.spans(range) {
         for (span, k) in fanout.read_spans(table_span, layout.default_fanout()) {
@@ -232,6 +278,10 @@ pub fn plan_entity(
 ///
 /// `hot` must list every entity that has a fan-out history; an entity left out loses the
 /// readings it wrote to sub-shards.
+///
+/// Where a layout in force packs readings into blocks, the plan reads back the block
+/// window `W` before `range` ([`read_back`]): a reader's time filter (or the time
+/// index's key condition) is then [`KeyQuery::starts`].
 pub fn plan_all(
     range: TimeRange,
     table: &TableHistory,
@@ -240,6 +290,21 @@ pub fn plan_all(
     for (entity, _) in hot {
         validate_id("entity", entity)?;
     }
+    match block_window(table, range) {
+        None => plan_all_over(range, table, hot),
+        Some(w) => Ok(read_back(
+            plan_all_over(widened(range, w), table, hot)?,
+            range,
+            w,
+        )),
+    }
+}
+
+fn plan_all_over(
+    range: TimeRange,
+    table: &TableHistory,
+    hot: &[(&str, &FanoutHistory)],
+) -> Result<ReadPlan, PlanError> {
     let mut builder = Builder::new(true);
     for (span, layout) in table.spans(range) {
         let Strategy::TimeBucket { bucket, sub_shards } = &layout.strategy else {
@@ -276,6 +341,57 @@ pub fn plan_all(
         }
     }
     Ok(builder.all_plan())
+}
+
+/// The largest block window of the layouts that can have written a block holding a
+/// reading of `range`: those in force over `range` and up to the longest window before
+/// it. `None` when none packs readings into blocks.
+fn block_window(table: &TableHistory, range: TimeRange) -> Option<u32> {
+    table
+        .spans(widened(range, MAX_WINDOW_MS))
+        .iter()
+        .filter_map(|(_, layout)| layout.block_window_ms())
+        .max()
+}
+
+/// `range` with its start moved `window_ms` earlier (at the earliest instant at most).
+fn widened(range: TimeRange, window_ms: u32) -> TimeRange {
+    let from = Timestamp::from_millis(range.from().as_millis() - i64::from(window_ms))
+        .unwrap_or(Timestamp::MIN);
+    TimeRange::new(from, range.to()).unwrap_or(range)
+}
+
+/// A plan made over `range` widened by the block window `w`, made to answer for
+/// `range`: each query keeps the sort times it reads ([`KeyQuery::starts`]) and
+/// answers for the readings its items can hold inside `range`, from its first sort
+/// time to `w` after its last; a query whose items cannot hold one is dropped.
+///
+/// Why the whole plan is widened, not only its sort-key bounds: a block's key is its
+/// first member's, made with the fan-out in force at that member's keying time, so a
+/// reading at `t` can sit in a key the plan reads for an instant up to `w` before `t`.
+/// Planning the widened range reads every such key. A block never spans a bucket or a
+/// table epoch (the writer groups within both), so nothing older can hold a reading of
+/// `range`.
+fn read_back(plan: ReadPlan, range: TimeRange, w: u32) -> ReadPlan {
+    let queries = plan
+        .queries
+        .into_iter()
+        .filter_map(|q| {
+            let starts = q.starts();
+            let reach = Timestamp::from_millis(starts.to().as_millis() + i64::from(w))
+                .unwrap_or(Timestamp::MAX);
+            let covers =
+                TimeRange::new(starts.from().max(range.from()), reach.min(range.to())).ok()?;
+            Some(KeyQuery {
+                time_filter: q.time_filter.map(|_| covers),
+                covers,
+                block_window_ms: Some(w),
+                starts: Some(starts),
+                ..q
+            })
+        })
+        .collect();
+    ReadPlan { queries }
 }
 
 /// Whether `sk` lies within a query's inclusive sort-key bounds (always true without bounds).

@@ -1,6 +1,7 @@
 //! Integration tests of the sharding crate, one binary.
 
 mod block;
+mod block_plan;
 mod common;
 mod fanout;
 mod formats;

@@ -198,5 +198,9 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
             ));
         }
     };
-    Ok(Layout { strategy, shards })
+    Ok(Layout {
+        strategy,
+        shards,
+        blocks: None,
+    })
 }
