@@ -10,6 +10,10 @@
 //! in time order, with the time range as key condition, so `limit` counts only items
 //! inside the range.
 //!
+//! A page may hold blocks (`crate::block`): each is expanded into its readings as the
+//! page is decoded, and [`Page::last_ts`] keeps the sort time of the last stored item,
+//! which is what a reader of blocks bounds the next page by.
+//!
 //! Whole-table reads (Scan) are [`crate::scan`]'s.
 
 use std::collections::HashMap;
@@ -23,11 +27,15 @@ use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
 use sharding::key::ItemKey;
 use tracing::instrument;
 
+use crate::block::BlockItem;
 use crate::error::StoreError;
 use crate::item::{PK, ReadingItem, SK};
 
 /// Attribute names of the readings table's key and time attribute.
 const TS_MS: &str = "ts_ms";
+
+/// The attribute only a block item has (`crate::block`).
+const BLOCK: &str = "block";
 
 /// Where a page stopped, and where the next one starts (DynamoDB's `LastEvaluatedKey`,
 /// sent back as the next page's `ExclusiveStartKey`).
@@ -66,13 +74,42 @@ pub struct PageRequest {
 /// The answer to one [`PageRequest`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page {
-    /// Matching items in sort-key order (as requested).
+    /// Matching items in sort-key order (as requested), each block expanded in place
+    /// into its members.
     pub items: Vec<ReadingItem>,
     /// Present when DynamoDB stopped early (limit or 1 MB); absent when the key range
     /// is exhausted.
     pub last_key: Option<LastKey>,
-    /// Items evaluated (ScannedCount), the read's cost, including filtered-out ones.
+    /// Items evaluated (ScannedCount), the read's cost, including filtered-out ones;
+    /// a block counts once, whatever its members.
     pub items_read: u64,
+    /// The sort time (`ts_ms`; a block's is its first member's) of the page's last
+    /// stored item, or, on a page that returned none, of its last evaluated key when
+    /// that names it (the time index's); `None` otherwise.
+    pub last_ts: Option<i64>,
+}
+
+/// A page's stored items as readings, blocks expanded, and the sort time of the last
+/// one stored. A block that breaks the format fails the page, as a malformed reading
+/// item does.
+fn decode_items(
+    items: Vec<HashMap<String, AttributeValue>>,
+) -> Result<(Vec<ReadingItem>, Option<i64>), StoreError> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut last_ts = None;
+    for item in items {
+        if item.contains_key(BLOCK) {
+            let block = BlockItem::from_item(item)?;
+            last_ts = Some(block.ts_ms);
+            out.extend(block.readings()?);
+        } else {
+            let reading: ReadingItem = serde_dynamo::from_item(item)
+                .map_err(|e| StoreError::Malformed(format!("reading item: {e}")))?;
+            last_ts = Some(reading.ts_ms);
+            out.push(reading);
+        }
+    }
+    Ok((out, last_ts))
 }
 
 /// The read port of the readings table.
@@ -181,12 +218,12 @@ impl ReadingSource for DynamoReadingSource {
             builder = builder.set_exclusive_start_key(Some(start_key_map(start)));
         }
         let out = builder.send().await.map_err(|e| query_error(&e))?;
-        let items: Vec<ReadingItem> = serde_dynamo::from_items(out.items.unwrap_or_default())
-            .map_err(|e| StoreError::Malformed(format!("reading item: {e}")))?;
+        let (items, last_item_ts) = decode_items(out.items.unwrap_or_default())?;
         let last_key = match out.last_evaluated_key {
             Some(key) => Some(last_key(&key)?),
             None => None,
         };
+        let last_ts = last_item_ts.or_else(|| last_key.as_ref().and_then(|k| k.ts_ms));
         let items_read = u64::try_from(out.scanned_count).unwrap_or(0);
         tracing::debug!(
             returned = items.len(),
@@ -198,6 +235,7 @@ impl ReadingSource for DynamoReadingSource {
             items,
             last_key,
             items_read,
+            last_ts,
         })
     }
 
@@ -492,6 +530,103 @@ mod tests {
             let mut item = stored("a4", 12);
             item.remove("ts_ms");
             QueryOutput::builder().items(item).scanned_count(1).build()
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let err = DynamoReadingSource::new(client, "readings")
+            .query_page(&request())
+            .await
+            .expect_err("malformed");
+        assert!(matches!(err, StoreError::Malformed(_)), "{err:?}");
+    }
+
+    fn block_of(sk_ts: &[(i64, &str)]) -> BlockItem {
+        let members: Vec<crate::item::Reading> = sk_ts
+            .iter()
+            .map(|(ts_ms, id)| crate::item::Reading {
+                device_id: "dev-1".into(),
+                event_id: (*id).into(),
+                ts: sharding::time::Timestamp::from_millis(*ts_ms).expect("in range"),
+                metrics: std::collections::BTreeMap::from([("t".to_owned(), 1.5)]),
+                tags: std::collections::BTreeMap::new(),
+            })
+            .collect();
+        BlockItem::new(
+            &members,
+            &item_key("dev-1#2026-06-22T00:00:00.000Z#e1"),
+            std::time::Duration::from_secs(60),
+        )
+        .expect("a block")
+    }
+
+    #[tokio::test]
+    async fn a_page_of_blocks_is_expanded_and_keeps_its_last_sort_time() {
+        const T: i64 = 1_782_086_400_000;
+        let rule = mock!(Client::query).then_output(|| {
+            let block = block_of(&[(T + 20, "e2"), (T + 25, "e3"), (T + 90, "e4")]);
+            QueryOutput::builder()
+                .items(stored("a4", T + 10))
+                .items(block.to_item().expect("item"))
+                .scanned_count(2)
+                .count(2)
+                .build()
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let page = DynamoReadingSource::new(client, "readings")
+            .query_page(&request())
+            .await
+            .expect("page");
+        let ids: Vec<&str> = page.items.iter().map(|i| i.event_id.as_str()).collect();
+        assert_eq!(ids, ["e1", "e2", "e3", "e4"]);
+        assert_eq!(page.items[3].ts_ms, T + 90);
+        assert_eq!(page.items_read, 2, "a block is one item evaluated");
+        assert_eq!(page.last_ts, Some(T + 20), "the block's first member's");
+    }
+
+    #[tokio::test]
+    async fn an_empty_page_takes_its_sort_time_from_the_index_key_alone() {
+        let key = |ts: Option<&str>| {
+            let mut k = HashMap::from([
+                ("PK".to_string(), AttributeValue::S("dev-1#0".into())),
+                ("SK".to_string(), AttributeValue::S("a4".into())),
+            ]);
+            if let Some(ts) = ts {
+                k.insert("ts_ms".to_string(), AttributeValue::N(ts.into()));
+            }
+            k
+        };
+        let on_index = mock!(Client::query).then_output(move || {
+            QueryOutput::builder()
+                .scanned_count(1)
+                .set_last_evaluated_key(Some(key(Some("12"))))
+                .build()
+        });
+        let on_table = mock!(Client::query).then_output(move || {
+            QueryOutput::builder()
+                .scanned_count(1)
+                .set_last_evaluated_key(Some(key(None)))
+                .build()
+        });
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&on_index, &on_table]
+        );
+        let source = DynamoReadingSource::new(client, "readings");
+        let page = source.query_page(&request()).await.expect("page");
+        assert_eq!(page.last_ts, Some(12));
+        let page = source.query_page(&request()).await.expect("page");
+        assert_eq!(page.last_ts, None);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_block_is_reported_not_skipped() {
+        let rule = mock!(Client::query).then_output(|| {
+            let mut block = block_of(&[(1_000, "e1"), (1_005, "e2")]);
+            block.n = 3;
+            QueryOutput::builder()
+                .items(block.to_item().expect("item"))
+                .scanned_count(1)
+                .build()
         });
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
         let err = DynamoReadingSource::new(client, "readings")

@@ -10,6 +10,7 @@ use std::time::Duration;
 use sharding::key::ItemKey;
 
 use super::lock;
+use crate::block::BlockItem;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
 use crate::read::{LastKey, Page, PageRequest, ReadingSource};
@@ -25,9 +26,13 @@ use crate::read::{LastKey, Page, PageRequest, ReadingSource};
 /// partition ordered by `ts_ms`, the range as its key condition. Items sharing one
 /// millisecond come in descending SK order (ascending when read backwards), which is
 /// not the merge's (ts, device, event) order, so readers' tie handling is exercised.
+///
+/// It holds blocks too ([`MemoryReadings::put_block`]): a block is one stored item,
+/// ordered, limited and filtered by its own key and `ts_ms` (its first member's), and
+/// expanded into its members in the page, as the DynamoDB adapter does.
 #[derive(Debug, Default)]
 pub struct MemoryReadings {
-    items: Mutex<BTreeMap<(String, String), ReadingItem>>,
+    items: Mutex<BTreeMap<(String, String), Stored>>,
     page_cap: Option<u32>,
     calls: AtomicU64,
     evaluated: AtomicU64,
@@ -46,7 +51,12 @@ impl MemoryReadings {
 
     /// Stores an item, replacing one with the same key.
     pub fn put(&self, item: ReadingItem) {
-        lock(&self.items).insert((item.pk.clone(), item.sk.clone()), item);
+        lock(&self.items).insert((item.pk.clone(), item.sk.clone()), Stored::Reading(item));
+    }
+
+    /// Stores a block item, replacing one with the same key.
+    pub fn put_block(&self, block: BlockItem) {
+        lock(&self.items).insert((block.pk.clone(), block.sk.clone()), Stored::Block(block));
     }
 
     /// Calls made (Query pages and item reads).
@@ -79,20 +89,22 @@ impl MemoryReadings {
     /// The items a page of the request evaluates: its partition's, in the order the
     /// request reads them, after its `ExclusiveStartKey`, at most `cap` of them. Only
     /// those are copied, so a page of a large partition costs what it returns.
-    fn evaluate(&self, r: &PageRequest, cap: Option<u32>) -> Result<Vec<ReadingItem>, StoreError> {
+    fn evaluate(&self, r: &PageRequest, cap: Option<u32>) -> Result<Vec<Stored>, StoreError> {
         let items = lock(&self.items);
         let partition = items
             .range((r.pk.clone(), String::new())..)
             .take_while(|((pk, _), _)| pk == &r.pk)
             .map(|(_, item)| item);
-        let mut matching: Vec<&ReadingItem> = match (&r.time_index, &r.sk_between) {
+        let mut matching: Vec<&Stored> = match (&r.time_index, &r.sk_between) {
             (Some(_), Some(_)) => {
                 return Err(StoreError::Validation(
                     "the time index has no SK condition".to_owned(),
                 ));
             }
             (Some(_), None) => partition.filter(|i| in_ts_range(r, i)).collect(),
-            (None, Some((lo, hi))) => partition.filter(|i| lo <= &i.sk && &i.sk <= hi).collect(),
+            (None, Some((lo, hi))) => partition
+                .filter(|i| lo.as_str() <= i.sk() && i.sk() <= hi.as_str())
+                .collect(),
             (None, None) => partition.collect(),
         };
         if r.time_index.is_some() {
@@ -116,11 +128,11 @@ impl MemoryReadings {
                 }
                 (None, _) => None,
             };
-            let after = |i: &&ReadingItem| match &index_start {
+            let after = |i: &&Stored| match &index_start {
                 Some(at) if r.ascending => index_order(i) > *at,
                 Some(at) => index_order(i) < *at,
-                None if r.ascending => i.sk > start.key.sk,
-                None => i.sk < start.key.sk,
+                None if r.ascending => i.sk() > start.key.sk.as_str(),
+                None => i.sk() < start.key.sk.as_str(),
             };
             // Sorted in read order: what follows the key is a suffix.
             let skip = matching.partition_point(|i| !after(i));
@@ -133,14 +145,56 @@ impl MemoryReadings {
     }
 }
 
-/// The time index's order: ts ascending, ties by SK descending.
-fn index_order(item: &ReadingItem) -> (i64, Reverse<String>) {
-    (item.ts_ms, Reverse(item.sk.clone()))
+/// A stored item: a reading's or a block.
+#[derive(Debug, Clone)]
+enum Stored {
+    Reading(ReadingItem),
+    Block(BlockItem),
 }
 
-fn in_ts_range(r: &PageRequest, item: &ReadingItem) -> bool {
+impl Stored {
+    fn sk(&self) -> &str {
+        match self {
+            Stored::Reading(i) => &i.sk,
+            Stored::Block(b) => &b.sk,
+        }
+    }
+
+    /// Its sort time: a block's is its first member's.
+    fn ts_ms(&self) -> i64 {
+        match self {
+            Stored::Reading(i) => i.ts_ms,
+            Stored::Block(b) => b.ts_ms,
+        }
+    }
+
+    fn key(&self) -> ItemKey {
+        match self {
+            Stored::Reading(i) => i.key(),
+            Stored::Block(b) => ItemKey {
+                pk: b.pk.clone(),
+                sk: b.sk.clone(),
+            },
+        }
+    }
+
+    /// Its readings: a block's members, or the reading itself.
+    fn readings(self) -> Result<Vec<ReadingItem>, StoreError> {
+        match self {
+            Stored::Reading(i) => Ok(vec![i]),
+            Stored::Block(b) => b.readings(),
+        }
+    }
+}
+
+/// The time index's order: ts ascending, ties by SK descending.
+fn index_order(item: &Stored) -> (i64, Reverse<String>) {
+    (item.ts_ms(), Reverse(item.sk().to_owned()))
+}
+
+fn in_ts_range(r: &PageRequest, item: &Stored) -> bool {
     r.ts_ms_between
-        .is_none_or(|(lo, hi)| lo <= item.ts_ms && item.ts_ms <= hi)
+        .is_none_or(|(lo, hi)| lo <= item.ts_ms() && item.ts_ms() <= hi)
 }
 
 impl ReadingSource for MemoryReadings {
@@ -161,19 +215,28 @@ impl ReadingSource for MemoryReadings {
         let stopped = cap.is_some_and(|c| evaluated.len() == c as usize);
         let last_key = evaluated.last().filter(|_| stopped).map(|i| LastKey {
             key: i.key(),
-            ts_ms: r.time_index.as_ref().map(|_| i.ts_ms),
+            ts_ms: r.time_index.as_ref().map(|_| i.ts_ms()),
         });
         let items_read = evaluated.len() as u64;
         self.evaluated.fetch_add(items_read, Ordering::SeqCst);
         // On the table, ts_ms is a filter, applied after the limit.
-        let items = evaluated
+        let kept: Vec<Stored> = evaluated
             .into_iter()
             .filter(|i| in_ts_range(r, i))
             .collect();
+        let last_ts = kept
+            .last()
+            .map(Stored::ts_ms)
+            .or_else(|| last_key.as_ref().and_then(|k| k.ts_ms));
+        let mut items = Vec::with_capacity(kept.len());
+        for stored in kept {
+            items.extend(stored.readings()?);
+        }
         Ok(Page {
             items,
             last_key,
             items_read,
+            last_ts,
         })
     }
 
@@ -184,8 +247,124 @@ impl ReadingSource for MemoryReadings {
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.wait().await;
-        Ok(lock(&self.items)
-            .get(&(key.pk.clone(), key.sk.clone()))
-            .cloned())
+        // A block's key is never a reading's own: GetItem of it reads no reading.
+        match lock(&self.items).get(&(key.pk.clone(), key.sk.clone())) {
+            Some(Stored::Reading(item)) => Ok(Some(item.clone())),
+            Some(Stored::Block(_)) | None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use sharding::time::Timestamp;
+
+    use super::*;
+    use crate::item::Reading;
+
+    const T: i64 = 1_782_086_400_000;
+
+    fn reading(ts_ms: i64, id: &str) -> Reading {
+        Reading {
+            device_id: "dev".into(),
+            event_id: id.into(),
+            ts: Timestamp::from_millis(ts_ms).expect("in range"),
+            metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+            tags: BTreeMap::new(),
+        }
+    }
+
+    fn key_of(r: &Reading) -> ItemKey {
+        ItemKey {
+            pk: "p".into(),
+            sk: format!("dev#{}#{}", r.ts.to_rfc3339(), r.event_id),
+        }
+    }
+
+    fn request(limit: Option<u32>, ascending: bool, ts: Option<(i64, i64)>) -> PageRequest {
+        PageRequest {
+            pk: "p".into(),
+            sk_between: Some(("dev#".into(), "dev#~".into())),
+            ts_ms_between: ts,
+            time_index: None,
+            limit,
+            ascending,
+            start_after: None,
+            consistent: false,
+        }
+    }
+
+    /// A reading alone at T, a block of three from T + 10, a reading at T + 20.
+    fn table() -> MemoryReadings {
+        let table = MemoryReadings::new(None);
+        let day = Duration::from_secs(86_400);
+        let alone = reading(T, "a");
+        table.put(ReadingItem::new(&alone, key_of(&alone), day));
+        let members = [
+            reading(T + 10, "b"),
+            reading(T + 30, "c"),
+            reading(T + 50, "d"),
+        ];
+        table.put_block(BlockItem::new(&members, &key_of(&members[0]), day).expect("block"));
+        let last = reading(T + 20, "e");
+        table.put(ReadingItem::new(&last, key_of(&last), day));
+        table
+    }
+
+    fn ids(page: &Page) -> Vec<&str> {
+        page.items.iter().map(|i| i.event_id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_block_is_one_stored_item_paged_by_its_own_key_and_time() {
+        let table = table();
+        let first = table
+            .query_page(&request(Some(2), true, None))
+            .await
+            .unwrap();
+        assert_eq!(ids(&first), ["a", "b", "c", "d"]);
+        assert_eq!((first.items_read, first.last_ts), (2, Some(T + 10)));
+        let next = PageRequest {
+            start_after: first.last_key.clone(),
+            ..request(Some(2), true, None)
+        };
+        let second = table.query_page(&next).await.unwrap();
+        assert_eq!(ids(&second), ["e"]);
+        assert_eq!((second.last_key, second.last_ts), (None, Some(T + 20)));
+        let down = table
+            .query_page(&request(Some(2), false, None))
+            .await
+            .unwrap();
+        assert_eq!(ids(&down), ["e", "b", "c", "d"]);
+        assert_eq!(down.last_ts, Some(T + 10));
+        // The filter sees the block's own ts_ms: from T + 11 on, the block is out.
+        let later = table
+            .query_page(&request(None, true, Some((T + 11, T + 60))))
+            .await
+            .unwrap();
+        assert_eq!((ids(&later), later.items_read), (vec!["e"], 3));
+        // A block's key holds no reading of its own.
+        let block_key = ItemKey {
+            pk: "p".into(),
+            sk: first.last_key.unwrap().key.sk,
+        };
+        assert_eq!(table.get_reading(&block_key, false).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn the_time_index_orders_a_block_by_its_first_member() {
+        let table = table();
+        let by_time = PageRequest {
+            sk_between: None,
+            time_index: Some("by-time".into()),
+            ..request(Some(2), true, Some((T + 5, T + 40)))
+        };
+        let page = table.query_page(&by_time).await.unwrap();
+        assert_eq!(ids(&page), ["b", "c", "d", "e"]);
+        assert_eq!(page.last_ts, Some(T + 20));
+        assert_eq!(page.last_key.and_then(|k| k.ts_ms), Some(T + 20));
     }
 }
