@@ -67,6 +67,7 @@
 //!   raised before it. No longer written; readers still read it with the hour items.
 
 pub mod batch;
+pub mod block;
 pub mod clock;
 pub mod config;
 pub mod directory;

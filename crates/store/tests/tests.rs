@@ -2,6 +2,7 @@
 
 mod batch_memory;
 mod batch_mock;
+mod block;
 mod chunking;
 mod directory_hot;
 mod directory_memory;

@@ -1,0 +1,339 @@
+//! A block item (`shardline-block-v1`, docs/design-blocks.md): readings of one device
+//! in one item, in DynamoDB's own types, columnar, so the console, PartiQL, exports
+//! and Streams consumers read a block without this code. Not written by the ingest
+//! yet: this is the format, its encoder and its decoder.
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `PK` | S | the first member's partition key |
+//! | `SK` | S | the first member's sort key, `#b.` and the digest of the members' identities (`sharding::block::block_sk`) |
+//! | `device_id` | S | the device of every member |
+//! | `event_id`, `ts`, `ts_ms` | S, S, N | the first member's, as a reading's item has them (the time index sorts a block by its first member) |
+//! | `block` | N | the format's version, 1 |
+//! | `n` | N | the number of members |
+//! | `dt` | L of N | each member's `ts_ms` less the first's, in member order (by time, then event id) |
+//! | `ids` | L of S | each member's event id |
+//! | `m` | M of L of N or NULL | per metric name, one number per member, `NULL` where the member has none |
+//! | `tg` | M of L of S or NULL | per tag name, likewise; omitted when no member has tags |
+//! | `ttl` | N | the last member's `ts` plus the retention, in epoch seconds |
+//!
+//! The decoder trusts nothing it reads: every column must have one entry per member,
+//! the members must be in order with distinct identities, each id must be an id, and
+//! the offsets must keep every member within the format's window; a block that breaks
+//! any rule is refused whole with the rule it broke, never half read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sharding::block::{MAX_WINDOW_MS, block_sk};
+use sharding::key::{ItemKey, validate_id};
+use sharding::time::Timestamp;
+
+use crate::batch::Item;
+use crate::error::StoreError;
+use crate::item::{Reading, ReadingItem};
+
+/// The format version a block item carries in `block`.
+pub const BLOCK_FORMAT: u32 = 1;
+
+/// A block item as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockItem {
+    #[serde(rename = "PK")]
+    pub pk: String,
+    #[serde(rename = "SK")]
+    pub sk: String,
+    pub device_id: String,
+    pub event_id: String,
+    pub ts: String,
+    pub ts_ms: i64,
+    pub block: u32,
+    pub n: u32,
+    pub dt: Vec<i64>,
+    pub ids: Vec<String>,
+    pub m: BTreeMap<String, Vec<Option<f64>>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tg: BTreeMap<String, Vec<Option<String>>>,
+    pub ttl: i64,
+}
+
+/// Why a set of readings cannot be a block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    #[error("a block needs at least one member")]
+    Empty,
+    #[error("a block's members must be of one device: {0:?} and {1:?}")]
+    Devices(String, String),
+    #[error("a block's members must be in order of (ts, event id), each once: {0:?} at {1}")]
+    Order(String, i64),
+}
+
+impl BlockItem {
+    /// The block of `members` (one device's readings, sorted by `(ts, event id)`, each
+    /// identity once), stored under `first_key`, its first member's write key, and
+    /// expiring `retention` after its last member.
+    pub fn new(
+        members: &[Reading],
+        first_key: &ItemKey,
+        retention: Duration,
+    ) -> Result<Self, BlockError> {
+        let (first, last) = members
+            .first()
+            .zip(members.last())
+            .ok_or(BlockError::Empty)?;
+        for pair in members.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if b.device_id != first.device_id {
+                return Err(BlockError::Devices(
+                    first.device_id.clone(),
+                    b.device_id.clone(),
+                ));
+            }
+            if (a.ts, &a.event_id) >= (b.ts, &b.event_id) {
+                return Err(BlockError::Order(b.event_id.clone(), b.ts.as_millis()));
+            }
+        }
+        let first_ms = first.ts.as_millis();
+        let n = members.len();
+        let mut m: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+        let mut tg: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+        for (i, r) in members.iter().enumerate() {
+            for (name, value) in &r.metrics {
+                m.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(*value);
+            }
+            for (name, value) in &r.tags {
+                tg.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(value.clone());
+            }
+        }
+        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+        Ok(Self {
+            pk: first_key.pk.clone(),
+            sk: block_sk(
+                &first_key.sk,
+                members
+                    .iter()
+                    .map(|r| (r.ts.as_millis(), r.event_id.as_str())),
+            ),
+            device_id: first.device_id.clone(),
+            event_id: first.event_id.clone(),
+            ts: first.ts.to_rfc3339(),
+            ts_ms: first_ms,
+            block: BLOCK_FORMAT,
+            n: u32::try_from(n).unwrap_or(u32::MAX),
+            dt: members
+                .iter()
+                .map(|r| r.ts.as_millis() - first_ms)
+                .collect(),
+            ids: members.iter().map(|r| r.event_id.clone()).collect(),
+            m,
+            tg,
+            ttl: last
+                .ts
+                .as_millis()
+                .div_euclid(1000)
+                .saturating_add(retention_secs),
+        })
+    }
+
+    /// The SDK attribute map, through `serde_dynamo`.
+    pub fn to_item(&self) -> Result<Item, StoreError> {
+        serde_dynamo::to_item(self).map_err(|e| StoreError::Malformed(e.to_string()))
+    }
+
+    /// Back from an SDK attribute map, checked ([`BlockItem::readings`] reads it).
+    pub fn from_item(item: Item) -> Result<Self, StoreError> {
+        serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(format!("block item: {e}")))
+    }
+
+    /// Its members as reading items, in member order, each under the block's partition
+    /// key and the sort key it would have on its own (`{device}#{ts}#{event id}`), or
+    /// the rule the block breaks.
+    pub fn readings(&self) -> Result<Vec<ReadingItem>, StoreError> {
+        let bad = |why: String| StoreError::Malformed(format!("block {}: {why}", self.sk));
+        self.check_shape().map_err(bad)?;
+        let n = self.ids.len();
+        let mut out: Vec<ReadingItem> = Vec::with_capacity(n);
+        for i in 0..n {
+            let ts_ms = self.ts_ms + self.dt[i];
+            let ts = Timestamp::from_millis(ts_ms).map_err(|e| bad(format!("dt[{i}]: {e}")))?;
+            let event_id = self.ids[i].clone();
+            if let Some(prev) = out.last()
+                && (prev.ts_ms, &prev.event_id) >= (ts_ms, &event_id)
+            {
+                return Err(bad(format!("member {i} is not after member {}", i - 1)));
+            }
+            let column = |values: &BTreeMap<String, Vec<Option<f64>>>| {
+                values
+                    .iter()
+                    .filter_map(|(name, column)| column[i].map(|v| (name.clone(), v)))
+                    .collect::<BTreeMap<_, _>>()
+            };
+            let tags = self
+                .tg
+                .iter()
+                .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
+                .collect();
+            let rfc3339 = ts.to_rfc3339();
+            out.push(ReadingItem {
+                pk: self.pk.clone(),
+                sk: format!("{}#{rfc3339}#{event_id}", self.device_id),
+                device_id: self.device_id.clone(),
+                event_id,
+                ts: rfc3339,
+                ts_ms,
+                metrics: column(&self.m),
+                tags,
+                ttl: self.ttl,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every rule of the format's shape: the version, one entry per member in every
+    /// column, ids that are ids, offsets within the window, a first member that is
+    /// the one the item names.
+    fn check_shape(&self) -> Result<(), String> {
+        if self.block != BLOCK_FORMAT {
+            return Err(format!("format {} is not {BLOCK_FORMAT}", self.block));
+        }
+        let n = self.ids.len();
+        if n == 0 || self.n as usize != n || self.dt.len() != n {
+            return Err(format!(
+                "n is {}, with {} ids and {} offsets",
+                self.n,
+                n,
+                self.dt.len()
+            ));
+        }
+        let short = |columns: usize| columns != n;
+        if let Some((name, _)) = self.m.iter().find(|(_, c)| short(c.len())) {
+            return Err(format!("metric {name:?} has not {n} entries"));
+        }
+        if let Some((name, _)) = self.tg.iter().find(|(_, c)| short(c.len())) {
+            return Err(format!("tag {name:?} has not {n} entries"));
+        }
+        validate_id("device_id", &self.device_id).map_err(|e| e.to_string())?;
+        if let Some(id) = self
+            .ids
+            .iter()
+            .find(|id| validate_id("event_id", id).is_err())
+        {
+            return Err(format!("event id {id:?} is not an id"));
+        }
+        if self.dt[0] != 0 || self.ids[0] != self.event_id {
+            return Err("its first member is not the one it names".to_owned());
+        }
+        let window = i64::from(MAX_WINDOW_MS);
+        if let Some(dt) = self.dt.iter().find(|dt| !(0..window).contains(*dt)) {
+            return Err(format!("offset {dt} is outside 0..{window} ms"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(ts_ms: i64, event: &str, metrics: &[(&str, f64)], tags: &[(&str, &str)]) -> Reading {
+        Reading {
+            device_id: "dev-1".into(),
+            event_id: event.into(),
+            ts: Timestamp::from_millis(ts_ms).expect("in range"),
+            metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    const T: i64 = 1_782_086_400_000;
+
+    fn key() -> ItemKey {
+        ItemKey {
+            pk: "3#2026-06-22T00".into(),
+            sk: "dev-1#2026-06-22T00:00:00.000Z#e1".into(),
+        }
+    }
+
+    #[test]
+    fn members_come_back_with_their_own_metrics_and_tags() {
+        let members = [
+            reading(T, "e1", &[("t", 21.5), ("h", 40.0)], &[("site", "a")]),
+            reading(T + 1_000, "e2", &[("t", -0.0)], &[]),
+            reading(T + 1_000, "e3", &[("h", 1e-130)], &[("zone", "b")]),
+        ];
+        let block = BlockItem::new(&members, &key(), Duration::from_secs(86_400)).unwrap();
+        assert_eq!(block.dt, [0, 1_000, 1_000]);
+        assert_eq!(block.m["t"], [Some(21.5), Some(-0.0), None]);
+        assert_eq!(
+            block.ttl,
+            (T + 1_000) / 1000 + 86_400,
+            "expires with its last member"
+        );
+        let stored = BlockItem::from_item(block.to_item().unwrap()).unwrap();
+        assert_eq!(stored, block);
+        let back = stored.readings().unwrap();
+        let as_readings: Vec<Reading> = back
+            .into_iter()
+            .map(|r| r.into_reading().unwrap())
+            .collect();
+        assert_eq!(as_readings, members);
+    }
+
+    #[test]
+    fn readings_not_one_devices_in_order_are_no_block() {
+        let a = reading(T, "e1", &[("t", 1.0)], &[]);
+        let b = reading(T + 1, "e2", &[("t", 1.0)], &[]);
+        let mut other = b.clone();
+        other.device_id = "dev-2".into();
+        let k = key();
+        let day = Duration::from_secs(86_400);
+        assert_eq!(BlockItem::new(&[], &k, day), Err(BlockError::Empty));
+        assert!(matches!(
+            BlockItem::new(&[a.clone(), other], &k, day),
+            Err(BlockError::Devices(..))
+        ));
+        assert!(matches!(
+            BlockItem::new(&[b.clone(), a.clone()], &k, day),
+            Err(BlockError::Order(..))
+        ));
+        assert!(matches!(
+            BlockItem::new(&[a.clone(), a], &k, day),
+            Err(BlockError::Order(..))
+        ));
+    }
+
+    #[test]
+    fn a_block_that_breaks_a_rule_is_refused_whole() {
+        let members = [
+            reading(T, "e1", &[("t", 1.0)], &[]),
+            reading(T + 5, "e2", &[("t", 2.0)], &[]),
+        ];
+        let block = BlockItem::new(&members, &key(), Duration::from_secs(60)).unwrap();
+        type Breaks = Box<dyn Fn(&mut BlockItem)>;
+        let broken: [(&str, Breaks); 7] = [
+            ("version", Box::new(|b| b.block = 2)),
+            ("count", Box::new(|b| b.n = 3)),
+            ("column", Box::new(|b| b.m.get_mut("t").unwrap().push(None))),
+            (
+                "order",
+                Box::new(|b| {
+                    b.dt[1] = 0;
+                    b.ids[1] = "e0".into();
+                }),
+            ),
+            ("id", Box::new(|b| b.ids[1] = "e#2".into())),
+            ("window", Box::new(|b| b.dt[1] = i64::from(MAX_WINDOW_MS))),
+            ("first", Box::new(|b| b.event_id = "e9".into())),
+        ];
+        for (rule, breaks) in broken {
+            let mut b = block.clone();
+            breaks(&mut b);
+            assert!(b.readings().is_err(), "{rule}");
+        }
+        assert_eq!(block.readings().unwrap().len(), 2);
+    }
+}
