@@ -11,9 +11,10 @@ fn shardline(args: &[&str]) -> std::process::Output {
         .expect("the shardline binary runs")
 }
 
-#[test]
-fn reference_scenario_as_json() {
-    let out = shardline(&[
+/// `shardline plan` for the reference scenario (50,000 w/s, a 2,000 w/s device,
+/// 500-byte items), with `extra` flags.
+fn reference(extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "plan",
         "--global-wps",
         "50000",
@@ -21,8 +22,14 @@ fn reference_scenario_as_json() {
         "2000",
         "--item-bytes",
         "500",
-        "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    shardline(&args)
+}
+
+#[test]
+fn reference_scenario_as_json() {
+    let out = reference(&["--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -43,18 +50,7 @@ fn reference_scenario_as_json() {
 
 #[test]
 fn reference_scenario_with_dedicated_sub_shards_as_json() {
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--sub-shards",
-        "dedicated",
-        "--json",
-    ]);
+    let out = reference(&["--sub-shards", "dedicated", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -69,15 +65,7 @@ fn reference_scenario_with_dedicated_sub_shards_as_json() {
 
 #[test]
 fn the_summary_says_the_placement_and_the_hot_keys_load() {
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-    ]);
+    let out = reference(&[]);
     assert!(
         out.status.success(),
         "{}",
@@ -94,17 +82,7 @@ fn the_summary_says_the_placement_and_the_hot_keys_load() {
     }
 
     // A smaller raise-ahead share: k = 40 keys of 50, so 48,000 / N + 50 <= 500 at N = 107.
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--raise-ahead-wcu",
-        "50",
-    ]);
+    let out = reference(&["--raise-ahead-wcu", "50"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("table shards N (planned):    107"), "{text}");
     assert!(
@@ -112,17 +90,7 @@ fn the_summary_says_the_placement_and_the_hot_keys_load() {
         "{text}"
     );
 
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--raise-ahead-wcu",
-        "500",
-    ]);
+    let out = reference(&["--raise-ahead-wcu", "500"]);
     assert!(!out.status.success(), "a share at the budget is refused");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("raise_ahead_wcu"),
@@ -133,17 +101,7 @@ fn the_summary_says_the_placement_and_the_hot_keys_load() {
 
 #[test]
 fn given_table_shards_are_evaluated_with_a_warning() {
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--table-shards",
-        "16",
-    ]);
+    let out = reference(&["--table-shards", "16"]);
     assert!(
         out.status.success(),
         "{}",
@@ -174,18 +132,7 @@ fn invalid_input_fails_with_a_message() {
 
 #[test]
 fn the_write_cost_of_each_time_index_choice_is_printed() {
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--mean-wps",
-        "10000",
-        "--json",
-    ]);
+    let out = reference(&["--mean-wps", "10000", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -206,16 +153,7 @@ fn the_write_cost_of_each_time_index_choice_is_printed() {
     assert_eq!(default["monthly_usd"].as_f64(), Some(16_200.0));
     assert_eq!(by_option("TimeIndex=enabled")["wcu_per_reading"], 2);
 
-    let out = shardline(&[
-        "plan",
-        "--global-wps",
-        "50000",
-        "--peak-entity-wps",
-        "2000",
-        "--item-bytes",
-        "500",
-        "--price-per-million-writes=-1",
-    ]);
+    let out = reference(&["--price-per-million-writes=-1"]);
     assert!(!out.status.success(), "a negative price is refused");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("price_per_million"),
