@@ -14,6 +14,13 @@
 //!   [`Arrival::Unordered`], read whole within its time filter and sorted in memory,
 //!   about one bucket (per shard) per page of the answer.
 //!
+//! Where the layout packs readings into blocks (`block_window_ms`), an ordered stream
+//! (by the sort key or the index) is [`Arrival::Blocks`]: its items come in order of
+//! their first member's time, each page is delivered expanded with the sort time of
+//! its last stored item ([`store::read::Page::last_ts`]), and DynamoDB is asked for
+//! the items whose sort time lies in `starts` (a window before the span), since a
+//! block that starts before the span can hold readings inside it.
+//!
 //! # Readings stored twice
 //! A reading can be stored under two partition keys of one plan (written, then
 //! redelivered after a fan-out raise and keyed with the larger fan-out). Its sort key
@@ -42,17 +49,24 @@ pub struct StreamSpec {
     pub pk: String,
     /// Inclusive sort-key bounds.
     pub sk_between: Option<(String, String)>,
-    /// Half-open `[from, to)` in ms: items outside are filtered out (server side, and
-    /// again here). Also the span the stream's items lie in, which bounds them.
+    /// Half-open `[from, to)` in ms: the span the stream's readings lie in, which
+    /// bounds them; readings outside are dropped here.
     pub span: (i64, i64),
-    /// Whether to send `span` as a DynamoDB filter (the sort key alone does not bound
+    /// Half-open `[from, to)` in ms: the sort times (`ts_ms`) of the items that can
+    /// hold readings of `span`, what DynamoDB is asked for; `span` itself unless the
+    /// items are blocks (`sharding::read_plan::KeyQuery::starts`).
+    pub starts: (i64, i64),
+    /// Whether to send `starts` as a DynamoDB filter (the sort key alone does not bound
     /// the time).
     pub filter_time: bool,
     /// Whether the sort key orders this stream's items by the merge key.
     pub time_ordered: bool,
     /// Read through this time index (sort key `ts_ms`): the items come in time order
-    /// (ties at one millisecond in any order) and `span` is the key condition.
+    /// (ties at one millisecond in any order) and `starts` bounds the key condition.
     pub index: Option<String>,
+    /// Where the stored items are blocks: each holds readings up to this many
+    /// milliseconds after its own sort time.
+    pub block_window_ms: Option<i64>,
 }
 
 /// What one merged read returned and cost.
@@ -155,7 +169,10 @@ pub fn key_of(item: &ReadingItem) -> ReadingKey {
 
 impl StreamSpec {
     fn shape(&self) -> StreamShape {
-        let arrival = if self.index.is_some() {
+        let ordered = self.index.is_some() || self.time_ordered;
+        let arrival = if let Some(window_ms) = self.block_window_ms.filter(|_| ordered) {
+            Arrival::Blocks { window_ms }
+        } else if self.index.is_some() {
             Arrival::TimeIndexed
         } else if self.time_ordered {
             Arrival::InOrder
@@ -312,6 +329,7 @@ fn cut_to_reach(specs: &mut Vec<StreamSpec>, opts: ReadOptions) -> Option<i64> {
         specs.retain(|s| s.span.1 > cut);
         for s in specs.iter_mut() {
             s.span.0 = s.span.0.max(cut);
+            s.starts.0 = s.starts.0.max(cut - s.block_window_ms.unwrap_or(0));
         }
         Some(cut - 1)
     } else {
@@ -324,6 +342,7 @@ fn cut_to_reach(specs: &mut Vec<StreamSpec>, opts: ReadOptions) -> Option<i64> {
         specs.retain(|s| s.span.0 < cut);
         for s in specs.iter_mut() {
             s.span.1 = s.span.1.min(cut);
+            s.starts.1 = s.starts.1.min(cut);
         }
         Some(cut)
     }
@@ -393,7 +412,7 @@ async fn drive<S: ReadingSource>(
             // previous round left it.
             return Ok(stopped_by(Exhausted::Time, merge, cost));
         };
-        deliver_round(results, read.devices, &mut next_start, merge, &mut cost)?;
+        deliver_round(results, read, &mut next_start, merge, &mut cost)?;
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
@@ -484,11 +503,11 @@ async fn read_round<S: ReadingSource>(
         .await
 }
 
-/// Delivers a round's pages to the merge, each with the readings of `devices` only
-/// (`None`: all), and counts their cost.
+/// Delivers a round's pages to the merge, each with the readings of `read.devices`
+/// only (`None`: all), and counts their cost.
 fn deliver_round(
     results: Vec<(usize, Result<store::read::Page, StoreError>)>,
-    devices: Option<&DeviceGrants>,
+    read: Read<'_>,
     next_start: &mut [Option<LastKey>],
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     cost: &mut ReadCost,
@@ -497,12 +516,17 @@ fn deliver_round(
         let page = result?;
         cost.pages += 1;
         cost.items_read += page.items_read;
-        // The page's last timestamp (what a time-indexed stream holds ties at).
-        let last_ts = page
-            .items
-            .last()
-            .map(|item| item.ts_ms)
-            .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms));
+        // The page's last timestamp (what a time-indexed stream holds ties at); for
+        // blocks, the sort time of its last stored item (what the merge holds back at).
+        let last_ts = if read.specs[i].block_window_ms.is_some() {
+            page.last_ts
+        } else {
+            page.items
+                .last()
+                .map(|item| item.ts_ms)
+                .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms))
+        };
+        let devices = read.devices;
         next_start[i] = page.last_key;
         let last_page = next_start[i].is_none();
         // How far the stream has come counts every item read; only the kept ones are
@@ -526,11 +550,11 @@ fn page_request(
     // On the index the page's span is the key condition, which bounds what is
     // evaluated: the page ends where the merge expects the answer to end. A filter
     // keeps the stream's whole span, so that an item past the page's span still shows
-    // the merge that the stream has nothing more before it.
+    // the merge that the stream has nothing more before it. Both are in sort times.
     let span = if spec.index.is_some() {
-        Some(ask.span)
+        Some(starts_of(spec, ask.span))
     } else {
-        spec.filter_time.then_some(spec.span)
+        spec.filter_time.then_some(spec.starts)
     };
     PageRequest {
         pk: spec.pk.clone(),
@@ -542,6 +566,17 @@ fn page_request(
         start_after,
         consistent: opts.consistent,
     }
+}
+
+/// The sort times of the items that can hold readings of `span` (a part of the
+/// stream's): a block starting up to a window before it, and never outside `starts`.
+fn starts_of(spec: &StreamSpec, span: (i64, i64)) -> (i64, i64) {
+    let Some(w) = spec.block_window_ms else {
+        return span;
+    };
+    let from = spec.starts.0.max(span.0.saturating_sub(w));
+    let to = spec.starts.1.min(span.1).max(from + 1);
+    (from, to)
 }
 
 /// What a full scan read.

@@ -24,7 +24,10 @@ pub fn specs_with_index(plan: &ReadPlan, time_index: Option<&str>) -> Vec<Stream
 }
 
 fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
+    // The merge keeps what the query answers for; DynamoDB is asked for the sort
+    // times of the items that can hold it (with blocks, from a window earlier).
     let span = q.time_filter.unwrap_or(q.covers);
+    let starts = q.starts();
     let index = time_index
         .filter(|_| !q.time_ordered && q.sk_between.is_none())
         .map(str::to_owned);
@@ -32,9 +35,11 @@ fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
         pk: q.pk.clone(),
         sk_between: q.sk_between.clone(),
         span: (span.from().as_millis(), span.to().as_millis()),
+        starts: (starts.from().as_millis(), starts.to().as_millis()),
         filter_time: q.time_filter.is_some(),
         time_ordered: q.time_ordered,
         index,
+        block_window_ms: q.block_window_ms.map(i64::from),
     }
 }
 
