@@ -1,7 +1,10 @@
 //! The single-reading route, `GET /devices/{device_id}/readings/{event_id}?ts=`: the
 //! reading's possible keys are read one by one (GetItem), most likely first, until one
 //! holds it; under a layout that hashes an attribute the request does not carry, every
-//! shard at that millisecond is scanned instead.
+//! shard at that millisecond is scanned instead. Where the layout packs readings into
+//! blocks, a reading its own keys do not hold can be a member of a block that starts
+//! up to a window earlier: the device's plan at that millisecond, which reads the
+//! window back, is then read for it.
 
 use std::time::Instant;
 
@@ -63,13 +66,19 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let reading = ReadingRef::new(device, event_id, ts);
         let mut stats = ReadStats::default();
         let found = match point_keys(&reading, &table, &fanout) {
-            Ok(keys) => {
-                self.first_stored(&keys, &reading, consistent, deadline, &mut stats)
-                    .await?
-            }
+            Ok(keys) => match self
+                .first_stored(&keys, &reading, consistent, deadline, &mut stats)
+                .await?
+            {
+                Some(item) => Some(item),
+                None => {
+                    self.scan_plan(point, &table, &fanout, deadline, &mut stats, true)
+                        .await?
+                }
+            },
             // A layout that hashes another attribute: look in every shard at that ms.
             Err(KeyError::MissingAttribute { .. }) => {
-                self.scan_shards(point, &table, &fanout, deadline, &mut stats)
+                self.scan_plan(point, &table, &fanout, deadline, &mut stats, false)
                     .await?
             }
             Err(e) => return Err(ApiError::bad_request(codes::BAD_ID, e.to_string())),
@@ -112,29 +121,38 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         Ok(None)
     }
 
-    /// Every shard of the device at the point's millisecond, read whole, for the
-    /// reading; counts the calls and items read into `stats`. A budget that ends the
-    /// scan before it found the reading refuses the request.
-    async fn scan_shards(
+    /// Every key of the device's plan at the point's millisecond, read whole, for the
+    /// reading (blocks read back included); `only_blocks` reads nothing unless the plan
+    /// reads blocks. Adds the calls and items read to `stats`, and spends only what is
+    /// left of the request's budget. A budget that ends the scan before it found the
+    /// reading refuses the request.
+    async fn scan_plan(
         &self,
         point: &Point<'_>,
         table: &TableHistory,
         fanout: &FanoutHistory,
         deadline: Option<Instant>,
         stats: &mut ReadStats,
+        only_blocks: bool,
     ) -> Result<Option<ReadingItem>, ApiError> {
         let range = to_time_range(Range {
             from_ms: point.ts_ms,
             to_ms: point.ts_ms + 1,
         })?;
         let plan = plan_entity(point.device, range, table, fanout).map_err(plan_error)?;
+        if only_blocks && plan.queries.iter().all(|q| q.block_window_ms.is_none()) {
+            return Ok(None);
+        }
+        let mut budget = self.config.budget.read(deadline);
+        budget.queries = budget.queries.saturating_sub(stats.calls);
+        budget.evaluated = budget.evaluated.saturating_sub(stats.items_read);
         let mut found = None;
         let outcome = scan_all(
             &self.source,
             specs(&plan),
             point.consistent,
             self.config.concurrency,
-            self.config.budget.read(deadline),
+            budget,
             |item| {
                 if item.event_id == point.event_id && item.device_id == point.device {
                     found = Some(item.clone());
@@ -143,8 +161,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         )
         .await
         .map_err(store_error)?;
-        stats.calls = outcome.pages;
-        stats.items_read = outcome.items_read;
+        stats.calls += outcome.pages;
+        stats.items_read += outcome.items_read;
         match (found, outcome.stopped) {
             (Some(item), _) => Ok(Some(item)),
             (None, Some(spent)) => Err(budget::refusal(
