@@ -11,8 +11,10 @@ use query::{CursorKey, QueryService, ServiceConfig};
 use sharding::epoch::{Epoch, FanoutHistory, TableHistory};
 use sharding::key::{ReadingRef, write_key};
 use sharding::layout::Layout;
+use sharding::layout::Strategy;
 use sharding::time::{Bucket, Timestamp};
-use store::item::ReadingItem;
+use store::block::BlockItem;
+use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryShards};
 
 /// `2026-06-22T00:00:00.000Z`
@@ -50,37 +52,106 @@ pub struct R {
     pub value: f64,
 }
 
+/// How long test readings are kept.
+const RETENTION: Duration = Duration::from_secs(86_400 * 365 * 100);
+
+/// The key a writer at the reading's own time gives `r` (the fan-out in force at its
+/// timestamp), and the reading as the store sees it.
+fn keyed(shards: &MemoryShards, layout: &TableHistory, r: &R) -> (sharding::key::ItemKey, Reading) {
+    let fanout = shards
+        .entity(&r.device)
+        .map(|meta| meta.shard_history)
+        .unwrap_or_default();
+    let ts = Timestamp::from_millis(r.ts_ms).unwrap();
+    let key = write_key(
+        &ReadingRef::new(&r.device, &r.event, ts),
+        layout,
+        &fanout,
+        ts,
+    )
+    .unwrap()
+    .key;
+    let reading = Reading {
+        device_id: r.device.clone(),
+        event_id: r.event.clone(),
+        ts,
+        metrics: BTreeMap::from([("temperature".to_string(), r.value)]),
+        tags: BTreeMap::from([("site".to_string(), "lab".to_string())]),
+    };
+    (key, reading)
+}
+
 /// Writes `readings` through `sharding::key::write_key` under the histories, each by a
 /// writer at the reading's own time (keyed with the fan-out in force at its timestamp).
 pub fn load(table: &MemoryReadings, shards: &MemoryShards, readings: &[R]) {
     let layout = shards.layout().expect("layout set");
     for r in readings {
-        let fanout = shards
-            .entity(&r.device)
-            .map(|meta| meta.shard_history)
-            .unwrap_or_default();
-        let ts = Timestamp::from_millis(r.ts_ms).unwrap();
-        let key = write_key(
-            &ReadingRef::new(&r.device, &r.event, ts),
-            &layout,
-            &fanout,
-            ts,
-        )
-        .unwrap()
-        .key;
-        let reading = store::item::Reading {
-            device_id: r.device.clone(),
-            event_id: r.event.clone(),
-            ts,
-            metrics: BTreeMap::from([("temperature".to_string(), r.value)]),
-            tags: BTreeMap::from([("site".to_string(), "lab".to_string())]),
-        };
-        table.put(ReadingItem::new(
-            &reading,
-            key,
-            Duration::from_secs(86_400 * 365 * 100),
-        ));
+        let (key, reading) = keyed(shards, &layout, r);
+        table.put(ReadingItem::new(&reading, key, RETENTION));
     }
+}
+
+/// Writes `readings` as a writer that packs blocks would: where the layout in force at
+/// a reading packs blocks, each device's readings of one table epoch and one bucket are
+/// cut by `sharding::block::group` and each block is stored under its first member's
+/// write key (a block of one member as the reading's own item); elsewhere one item a
+/// reading, as [`load`]. Returns the blocks of two or more members written.
+pub fn load_blocks(table: &MemoryReadings, shards: &MemoryShards, readings: &[R]) -> usize {
+    let layout = shards.layout().expect("layout set");
+    // (device, epoch, bucket) -> its readings.
+    let mut groups: BTreeMap<(String, usize, String), Vec<&R>> = BTreeMap::new();
+    for r in readings {
+        let at = ts(r.ts_ms);
+        let epoch = layout
+            .epochs()
+            .iter()
+            .rposition(|e| e.effective_from <= at)
+            .unwrap_or(0);
+        let bucket = match &layout.at(at).strategy {
+            Strategy::TimeBucket { bucket, .. } => bucket.label(at),
+            _ => String::new(),
+        };
+        groups
+            .entry((r.device.clone(), epoch, bucket))
+            .or_default()
+            .push(r);
+    }
+    let mut blocks = 0;
+    for mut members in groups.into_values() {
+        members.sort_by(|a, b| (a.ts_ms, &a.event).cmp(&(b.ts_ms, &b.event)));
+        members.dedup_by(|a, b| (a.ts_ms, &a.event) == (b.ts_ms, &b.event));
+        let Some(blocks_layout) = layout.at(ts(members[0].ts_ms)).blocks else {
+            for r in members {
+                let (key, reading) = keyed(shards, &layout, r);
+                table.put(ReadingItem::new(&reading, key, RETENTION));
+            }
+            continue;
+        };
+        for cut in sharding::block::group(&members, &blocks_layout, 200, |r| r.ts_ms, |_| 60) {
+            let part = &members[cut];
+            let (first_key, _) = keyed(shards, &layout, part[0]);
+            let stored: Vec<Reading> = part.iter().map(|r| keyed(shards, &layout, r).1).collect();
+            if let [single] = stored.as_slice() {
+                table.put(ReadingItem::new(single, first_key, RETENTION));
+            } else {
+                table.put_block(BlockItem::new(&stored, &first_key, RETENTION).unwrap());
+                blocks += 1;
+            }
+        }
+    }
+    blocks
+}
+
+/// Stores `readings` (one device's, sorted by time then event id) as one block under
+/// the first one's write key, whatever the layout: a block a writer made of them.
+pub fn put_block(table: &MemoryReadings, shards: &MemoryShards, readings: &[R]) {
+    let layout = shards.layout().expect("layout set");
+    let (first_key, _) = keyed(shards, &layout, &readings[0]);
+    let stored: Vec<Reading> = readings
+        .iter()
+        .map(|r| keyed(shards, &layout, r).1)
+        .collect();
+    table.put_block(BlockItem::new(&stored, &first_key, RETENTION).unwrap());
 }
 
 pub fn nz(n: u32) -> NonZeroU32 {

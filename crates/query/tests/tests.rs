@@ -4,6 +4,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
+mod blocks;
 mod budget;
 mod common;
 mod cursor;
