@@ -24,7 +24,9 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::types::{AttributeValue, ThrottlingReason};
+use sharding::block::is_block_sk;
 use sharding::key::ItemKey;
+use sharding::time::Timestamp;
 use tracing::instrument;
 
 use crate::block::BlockItem;
@@ -46,6 +48,29 @@ pub struct LastKey {
     /// The time index's sort key, set when the page came from the index (its
     /// `ExclusiveStartKey` must name it); `None` for the table.
     pub ts_ms: Option<i64>,
+}
+
+impl LastKey {
+    /// The sort time of the item it names: the time index's `ts_ms`, else the time
+    /// its sort key carries (`..#{ts}#{event id}`, a block's followed by its mark),
+    /// when it carries one.
+    pub fn sort_time(&self) -> Option<i64> {
+        self.ts_ms.or_else(|| {
+            let sk = self.key.sk.as_str();
+            let sk = if is_block_sk(sk) {
+                sk.rsplit_once('#')?.0
+            } else {
+                sk
+            };
+            // An event id holds no `#`: the time is the segment before it.
+            let (rest, _event_id) = sk.rsplit_once('#')?;
+            let ts = rest.rsplit('#').next()?;
+            ts.contains('T')
+                .then(|| Timestamp::parse(ts).ok())
+                .flatten()
+                .map(Timestamp::as_millis)
+        })
+    }
 }
 
 /// One page of one Query on the readings table.
@@ -84,8 +109,8 @@ pub struct Page {
     /// a block counts once, whatever its members.
     pub items_read: u64,
     /// The sort time (`ts_ms`; a block's is its first member's) of the page's last
-    /// stored item, or, on a page that returned none, of its last evaluated key when
-    /// that names it (the time index's); `None` otherwise.
+    /// stored item, or, on a page that returned none, of its last evaluated key
+    /// ([`LastKey::sort_time`]); `None` when neither tells.
     pub last_ts: Option<i64>,
 }
 
@@ -223,7 +248,7 @@ impl ReadingSource for DynamoReadingSource {
             Some(key) => Some(last_key(&key)?),
             None => None,
         };
-        let last_ts = last_item_ts.or_else(|| last_key.as_ref().and_then(|k| k.ts_ms));
+        let last_ts = last_item_ts.or_else(|| last_key.as_ref().and_then(LastKey::sort_time));
         let items_read = u64::try_from(out.scanned_count).unwrap_or(0);
         tracing::debug!(
             returned = items.len(),
@@ -545,7 +570,7 @@ mod tests {
             .map(|(ts_ms, id)| crate::item::Reading {
                 device_id: "dev-1".into(),
                 event_id: (*id).into(),
-                ts: sharding::time::Timestamp::from_millis(*ts_ms).expect("in range"),
+                ts: Timestamp::from_millis(*ts_ms).expect("in range"),
                 metrics: std::collections::BTreeMap::from([("t".to_owned(), 1.5)]),
                 tags: std::collections::BTreeMap::new(),
             })
@@ -583,7 +608,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_empty_page_takes_its_sort_time_from_the_index_key_alone() {
+    async fn an_empty_page_takes_its_sort_time_from_its_last_key() {
         let key = |ts: Option<&str>| {
             let mut k = HashMap::from([
                 ("PK".to_string(), AttributeValue::S("dev-1#0".into())),
@@ -615,7 +640,17 @@ mod tests {
         let page = source.query_page(&request()).await.expect("page");
         assert_eq!(page.last_ts, Some(12));
         let page = source.query_page(&request()).await.expect("page");
-        assert_eq!(page.last_ts, None);
+        assert_eq!(page.last_ts, None, "a4 carries no time");
+        // A table's key carries its item's time in its sort key, a block's too.
+        let sk = "dev-1#2026-06-22T00:00:01.000Z#e1";
+        let at = |sk: &str| last_key_at(sk, None).sort_time();
+        assert_eq!(at(sk), Some(1_782_086_401_000));
+        assert_eq!(
+            at(&format!("{sk}#b.0123456789abcdef")),
+            Some(1_782_086_401_000)
+        );
+        assert_eq!(at("2026-06-22T00:00:01.000Z#e1"), Some(1_782_086_401_000));
+        assert_eq!(at("dev-1#e1"), None);
     }
 
     #[tokio::test]

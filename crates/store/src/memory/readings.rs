@@ -227,7 +227,7 @@ impl ReadingSource for MemoryReadings {
         let last_ts = kept
             .last()
             .map(Stored::ts_ms)
-            .or_else(|| last_key.as_ref().and_then(|k| k.ts_ms));
+            .or_else(|| last_key.as_ref().and_then(LastKey::sort_time));
         let mut items = Vec::with_capacity(kept.len());
         for stored in kept {
             items.extend(stored.readings()?);
