@@ -15,8 +15,8 @@ use sharding::layout::Layout;
 use store::memory::{MemoryReadings, MemoryShards};
 
 use crate::common::{
-    BASE_MS, R, Service, get, hourly, key, load, load_blocks, put_block, service_with, shard_table,
-    table_history,
+    BASE_MS, R, Service, fanout_history, get, hourly, key, load, load_blocks, put_block,
+    service_with, shard_table, table_history,
 };
 
 const MINUTE: i64 = 60_000;
@@ -72,10 +72,13 @@ fn expected(readings: &[R], devices: &[&str], from: i64, to: i64) -> Vec<(String
 /// A readings table, its shard metadata, and the readings written to it.
 type Fixture = (MemoryReadings, Arc<MemoryShards>, Vec<R>);
 
-/// A table of every device's readings in blocks under `layouts` (epochs by start).
+/// A table of every device's readings in blocks under `layouts` (epochs by start);
+/// `dev-3` is raised to fan-out 6 before the range (sub-shards beyond the 4 base
+/// shards included), so its blocks sit under the keys of their first members.
 fn fixture(layouts: Vec<(i64, Layout)>) -> Fixture {
     let table = MemoryReadings::new(None);
-    let shards = shard_table(table_history(layouts), []);
+    let raised = fanout_history(vec![(BASE_MS - 2 * HOUR, 6)]);
+    let shards = shard_table(table_history(layouts), [("dev-3".to_owned(), raised)]);
     let readings = readings();
     let blocks = load_blocks(&table, &shards, &readings);
     assert!(blocks > 100, "{blocks} blocks");
@@ -345,10 +348,12 @@ async fn a_page_a_budget_ends_resumes_exactly() {
             assert_eq!(back, want, "{name} desc");
         }
         // Every device through the index: the budget ends its pages too. Each page
-        // reads back a window before its cursor in each of four shards, so it needs
-        // room for those blocks as well.
-        let svc = budgeted(&table, shards.clone(), Some("by-time"), 20);
-        let (from, to) = (BASE_MS + 45 * MINUTE, BASE_MS + 55 * MINUTE);
+        // reads back a window before its cursor in every stream (four shards and the
+        // raised device's dedicated sub-shards, two buckets), so it needs room for
+        // those blocks as well: much less and a page settles nothing past its cursor,
+        // which is refused naming the budget.
+        let svc = budgeted(&table, shards.clone(), Some("by-time"), 50);
+        let (from, to) = (BASE_MS + 40 * MINUTE, BASE_MS + 80 * MINUTE);
         let want = expected(&readings, &DEVICES, from, to);
         let path = format!("/readings?from={from}&to={to}&limit=1000");
         let (got, pages) = follow(&svc, &path).await;
