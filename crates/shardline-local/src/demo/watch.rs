@@ -10,6 +10,11 @@ use super::{Scenario, Variant};
 use crate::publish::{self, SendOptions, Summary};
 use crate::run_local::{self, Stats};
 
+/// How long the queue must look settled while SQS still counts messages in flight:
+/// longer than a receive takes between SQS marking its messages and the runner counting
+/// them, on a loaded machine.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// Messages received but not settled by a finished invocation.
 fn unsettled(stats: &Stats) -> u64 {
     stats.messages.saturating_sub(
@@ -90,6 +95,10 @@ impl Watch<'_> {
     /// Waits until nothing is visible and no invocation holds messages (what is left
     /// then waits out the visibility timeout), at most the scenario's drain time;
     /// returns how long it waited and whether the queue emptied.
+    ///
+    /// A message SQS counts in flight while the runner holds none may be one a receive
+    /// has taken and not yet handed back: the drain calls the queue settled only once
+    /// that picture has held, with no message received, for [`SETTLE`].
     pub(super) async fn drain(
         &self,
         sqs: &aws_sdk_sqs::Client,
@@ -97,11 +106,24 @@ impl Watch<'_> {
     ) -> anyhow::Result<(Duration, bool)> {
         let drain_start = Instant::now();
         let mut last_say = Instant::now();
+        let mut quiet_since: Option<(Instant, u64)> = None;
         while drain_start.elapsed() < self.scenario.drain {
             let (visible, invisible) = run_local::queue_counts(sqs, queue_url).await?;
             let stats = self.running.stats();
             if visible == 0 && unsettled(&stats) == 0 {
-                return Ok((drain_start.elapsed(), invisible == 0));
+                if invisible == 0 {
+                    return Ok((drain_start.elapsed(), true));
+                }
+                match quiet_since {
+                    Some((since, received)) if received == stats.messages => {
+                        if since.elapsed() >= SETTLE {
+                            return Ok((drain_start.elapsed(), false));
+                        }
+                    }
+                    _ => quiet_since = Some((Instant::now(), stats.messages)),
+                }
+            } else {
+                quiet_since = None;
             }
             if last_say.elapsed() >= Duration::from_secs(5) {
                 self.say_progress(&stats);
