@@ -46,12 +46,12 @@ pub struct Reading {
 /// The longest time-bucket partition key, `{s}.{j}#{bucket}`: two shard numbers of
 /// at most 10 digits and a minute's label (16 characters). The other layouts' keys are
 /// the entity and a suffix of at most 10 digits.
-const BUCKET_PK_BOUND: usize = 10 + 1 + 10 + 1 + 16;
+pub(crate) const BUCKET_PK_BOUND: usize = 10 + 1 + 10 + 1 + 16;
 /// The longest a metric's number takes: the shortest text of an `f64` has at most 17
 /// significant digits (1 byte per 2, plus 1).
-const METRIC_NUMBER_BOUND: usize = 10;
+pub(crate) const METRIC_NUMBER_BOUND: usize = 10;
 /// The longest `ts_ms` or `ttl` takes: an `i64` has at most 19 digits.
-const INTEGER_BOUND: usize = 11;
+pub(crate) const INTEGER_BOUND: usize = 11;
 
 impl Reading {
     /// An upper bound of its item's size, with no key or number formatted: the

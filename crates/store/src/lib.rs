@@ -75,6 +75,7 @@ pub mod dynamo;
 pub mod error;
 pub mod item;
 pub mod memory;
+pub mod pack;
 pub mod queue;
 pub mod read;
 pub mod scan;

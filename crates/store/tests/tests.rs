@@ -7,4 +7,5 @@ mod chunking;
 mod directory_hot;
 mod directory_memory;
 mod emulators;
+mod pack;
 mod support;

@@ -1,0 +1,202 @@
+//! How a writer packs readings into its writes (docs/design-blocks.md): where the table
+//! layout in force at a reading packs blocks, the readings of one device, one table
+//! epoch and one time bucket are cut into blocks by `sharding::block::group`; elsewhere
+//! a reading is its own item, as before. A block of one member is that reading's own
+//! item, byte for byte.
+//!
+//! The cut follows from the readings alone (their identities, timestamps and contents)
+//! and the layout, never from the batch or the clock, so a redelivered message is
+//! packed into the same blocks, under the same sort keys, and overwrites them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use item_size as rule;
+use sharding::block::{BLOCK_MARK, BlockLayout, group};
+use sharding::epoch::TableHistory;
+use sharding::key::{ItemKey, MAX_ID_LEN};
+use sharding::layout::Strategy;
+use sharding::time::RFC3339_LEN;
+
+use crate::block::BlockItem;
+use crate::error::StoreError;
+use crate::item::{
+    BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, METRIC_NUMBER_BOUND, PK, Reading, ReadingItem, SK,
+};
+
+/// The longest a block's offset `dt` takes: under an hour in milliseconds, 7 digits.
+const OFFSET_BOUND: usize = 5;
+/// What a block's digest adds to its first member's sort key: the mark and 16 hex digits.
+const DIGEST_LEN: usize = BLOCK_MARK.len() + 16;
+
+/// Which readings may share a block: one device, one table epoch, one bucket.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Shelf<'a> {
+    device: &'a str,
+    epoch: usize,
+    bucket_start: i64,
+}
+
+/// `readings` packed into writes: each entry is the indices, into `readings`, of the
+/// members of one item, in order of `(ts, event id)`. Readings whose layout packs no
+/// blocks are each an entry of one, in their input order, first; then the blocks, by
+/// device, epoch and bucket. Within a shelf a repeated identity `(ts, event id)` is
+/// kept once, the first sent (the batch writer keeps the first of two puts with one
+/// key, too): its repeats are in no entry.
+#[must_use]
+pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut shelves: BTreeMap<Shelf<'_>, (BlockLayout, Vec<usize>)> = BTreeMap::new();
+    for (i, reading) in readings.iter().enumerate() {
+        match shelf(reading, table) {
+            Some((shelf, layout)) => shelves
+                .entry(shelf)
+                .or_insert_with(|| (layout, Vec::new()))
+                .1
+                .push(i),
+            None => units.push(vec![i]),
+        }
+    }
+    let identity = |i: &usize| {
+        let r = &readings[*i];
+        (r.ts.as_millis(), r.event_id.as_str())
+    };
+    for (layout, mut shelf) in shelves.into_values() {
+        // Stable: of two readings with one identity, the first sent stays first.
+        shelf.sort_by(|a, b| identity(a).cmp(&identity(b)));
+        shelf.dedup_by(|a, b| identity(a) == identity(b));
+        let members: Vec<&Reading> = shelf.iter().map(|&i| &readings[i]).collect();
+        let bound = BlockBound::of(&members);
+        for cut in group(
+            &members,
+            &layout,
+            bound.overhead,
+            |r| r.ts.as_millis(),
+            |r| bound.member(r),
+        ) {
+            units.push(shelf[cut].to_vec());
+        }
+    }
+    units
+}
+
+/// `readings` taken into the entries of `units` (what [`pack`] made of them).
+#[must_use]
+pub fn take(readings: Vec<Reading>, units: &[Vec<usize>]) -> Vec<Vec<Reading>> {
+    let mut slots: Vec<Option<Reading>> = readings.into_iter().map(Some).collect();
+    units
+        .iter()
+        .map(|unit| {
+            unit.iter()
+                .filter_map(|&i| slots.get_mut(i)?.take())
+                .collect()
+        })
+        .collect()
+}
+
+/// The shelf of `reading`, and how its layout packs it, where it does.
+fn shelf<'a>(reading: &'a Reading, table: &TableHistory) -> Option<(Shelf<'a>, BlockLayout)> {
+    let layout = table.at(reading.ts);
+    let blocks = layout.blocks?;
+    let epoch = table
+        .epochs()
+        .iter()
+        .rposition(|e| e.effective_from <= reading.ts)
+        .unwrap_or(0);
+    let bucket_start = match &layout.strategy {
+        Strategy::TimeBucket { bucket, .. } => bucket.start(reading.ts).as_millis(),
+        _ => i64::MIN,
+    };
+    Some((
+        Shelf {
+            device: &reading.device_id,
+            epoch,
+            bucket_start,
+        },
+        blocks,
+    ))
+}
+
+/// An upper bound of a block's size over one shelf: what the block costs with no
+/// member, and what each member adds, with every metric and tag name of the shelf a
+/// column (a member lacking one adds a `NULL`, 1 byte). A block of some of the
+/// shelf's members is never larger than the bound says.
+struct BlockBound {
+    overhead: usize,
+    metric_names: usize,
+    tags: Vec<String>,
+}
+
+impl BlockBound {
+    fn of(shelf: &[&Reading]) -> Self {
+        let metrics: BTreeSet<&str> = shelf
+            .iter()
+            .flat_map(|r| r.metrics.keys().map(String::as_str))
+            .collect();
+        let tags: BTreeSet<&str> = shelf
+            .iter()
+            .flat_map(|r| r.tags.keys().map(String::as_str))
+            .collect();
+        let device = shelf.first().map_or(0, |r| r.device_id.len());
+        let first_sk = device + 1 + RFC3339_LEN + 1 + MAX_ID_LEN + DIGEST_LEN;
+        let columns = |names: &BTreeSet<&str>| {
+            rule::MAP_OVERHEAD
+                + names
+                    .iter()
+                    .map(|name| rule::map_element_size(name, rule::list_size([])))
+                    .sum::<usize>()
+        };
+        let overhead = rule::item_size([
+            (PK, BUCKET_PK_BOUND.max(device + 11)),
+            (SK, first_sk),
+            ("device_id", device),
+            ("event_id", MAX_ID_LEN),
+            ("ts", RFC3339_LEN),
+            ("ts_ms", INTEGER_BOUND),
+            ("block", INTEGER_BOUND),
+            ("n", INTEGER_BOUND),
+            ("dt", rule::list_size([])),
+            ("ids", rule::list_size([])),
+            ("m", columns(&metrics)),
+            ("tg", columns(&tags)),
+            ("ttl", INTEGER_BOUND),
+        ]);
+        Self {
+            overhead,
+            metric_names: metrics.len(),
+            tags: tags.into_iter().map(str::to_owned).collect(),
+        }
+    }
+
+    /// What `r` adds to a block: its offset, its id, and an entry in every column.
+    fn member(&self, r: &Reading) -> usize {
+        let tags: usize = self
+            .tags
+            .iter()
+            .map(|name| 1 + r.tags.get(name).map_or(rule::SCALAR_SIZE, String::len))
+            .sum();
+        (1 + OFFSET_BOUND)
+            + (1 + r.event_id.len())
+            + self.metric_names * (1 + METRIC_NUMBER_BOUND)
+            + tags
+    }
+}
+
+/// The item of one packed write, `members` (an entry of [`pack`]) under `key`, its first
+/// member's write key: that reading's own item when it is alone, else their block.
+pub fn encode(
+    members: &[Reading],
+    key: &ItemKey,
+    retention: Duration,
+) -> Result<Encoded, StoreError> {
+    match members {
+        [single] => Ok(ReadingItem::marshal(single, key, retention)),
+        _ => {
+            let block = BlockItem::new(members, key, retention)
+                .map_err(|e| StoreError::Malformed(e.to_string()))?;
+            let item = block.to_item()?;
+            let size = crate::size::item_size(&item);
+            Ok(Encoded { item, size })
+        }
+    }
+}
