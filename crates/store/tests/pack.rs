@@ -70,7 +70,7 @@ fn readings() -> impl Strategy<Value = Vec<Reading>> {
                 device_id: format!("dev-{device}"),
                 event_id,
                 ts: ts(T + at - at % 1000),
-                metrics: metrics.into_iter().map(|(k, v)| (k, v)).collect(),
+                metrics,
                 tags,
             })
             .collect()
