@@ -74,11 +74,15 @@ pub(crate) enum Stage {
     Retry(Retry),
 }
 
-/// A reading on its way to the table.
+/// One write on its way to the table: a reading's own item, or a block of readings
+/// (`store::pack`), keyed by its first member.
 #[derive(Debug)]
 pub(crate) struct Keyed {
-    pub(crate) reading: Reading,
-    /// Its key, made with `fanout`.
+    /// The readings its item holds, in order of `(ts, event id)`: one, or a block's
+    /// members.
+    pub(crate) readings: Vec<Reading>,
+    /// Its item's key: its first member's write key, made with `fanout` (a block's
+    /// sort key with the digest of its members).
     pub(crate) key: ItemKey,
     /// The item to write next under `key` (taken while a round writes it).
     pub(crate) item: Option<SizedItem>,
@@ -100,9 +104,9 @@ pub(crate) enum Settled {
     },
 }
 
-/// A message's fate from its readings' outcomes. Any reading refused for good
-/// dead-letters the message; otherwise any stored reading splits off the unwritten
-/// rest, and none stored reports the message for redelivery. A reading with no
+/// A message's fate from its writes' outcomes. Any write refused for good
+/// dead-letters the message; otherwise any stored write splits off the readings of the
+/// unwritten rest, and none stored reports the message for redelivery. A write with no
 /// outcome went stale more often than `rekey_rounds` allowed.
 pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
     let keyed = match stage {
@@ -139,7 +143,7 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
              {rekey_rounds} rounds or the deadline allowed"
         )),
     });
-    let readings = keyed.len();
+    let readings = keyed.iter().map(|k| k.readings.len()).sum();
     let (written, unwritten): (Vec<Keyed>, Vec<Keyed>) = keyed
         .into_iter()
         .partition(|k| matches!(k.outcome, Some(Outcome::Written)));
@@ -147,8 +151,8 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
         None => Settled::Final(Fate::Written { readings }),
         Some(reason) if written.is_empty() => Settled::Final(Fate::Reported { reason }),
         Some(reason) => Settled::Split {
-            unwritten: unwritten.into_iter().map(|k| k.reading).collect(),
-            written: written.len(),
+            unwritten: unwritten.into_iter().flat_map(|k| k.readings).collect(),
+            written: written.iter().map(|k| k.readings.len()).sum(),
             reason,
         },
     }
@@ -281,7 +285,7 @@ mod tests {
 
     fn keyed(event: &str, outcome: Option<Outcome>) -> Keyed {
         Keyed {
-            reading: reading(event),
+            readings: vec![reading(event)],
             key: ItemKey {
                 pk: "p".to_owned(),
                 sk: event.to_owned(),
@@ -330,6 +334,35 @@ mod tests {
         assert!(
             matches!(stale, Settled::Final(Fate::Reported { reason }) if reason.contains("4 rounds"))
         );
+    }
+
+    #[test]
+    fn a_message_of_blocks_splits_off_the_readings_of_its_unwritten_blocks_only() {
+        let block = |events: &[&str], outcome| Keyed {
+            readings: events.iter().map(|e| reading(e)).collect(),
+            ..keyed(events[0], outcome)
+        };
+        let part = settle(
+            Stage::Keyed(vec![
+                block(&["a", "b", "c"], Some(Outcome::Written)),
+                block(&["d", "e"], Some(throttled())),
+                block(&["f"], Some(Outcome::Written)),
+            ]),
+            4,
+        );
+        assert_eq!(
+            part,
+            Settled::Split {
+                unwritten: vec![reading("d"), reading("e")],
+                written: 4,
+                reason: "throttled".to_owned(),
+            }
+        );
+        let all = settle(
+            Stage::Keyed(vec![block(&["a", "b"], Some(Outcome::Written))]),
+            4,
+        );
+        assert_eq!(all, Settled::Final(Fate::Written { readings: 2 }));
     }
 
     #[test]

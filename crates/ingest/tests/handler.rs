@@ -614,6 +614,7 @@ fn emf_lines_carry_the_counters() {
             throttles: [("TableWriteKeyRangeThroughputExceeded".to_owned(), 2)].into(),
             ..Default::default()
         },
+        readings_written: 120,
         fanout_raises: 1,
         fanout_shrinks: 0,
         stale: 0,
@@ -628,7 +629,8 @@ fn emf_lines_carry_the_counters() {
     let lines = report.emf_lines(now());
     assert_eq!(lines.len(), 2);
     let main: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
-    assert_eq!(main["ReadingsWritten"], 7.0);
+    assert_eq!(main["ReadingsWritten"], 120.0, "a block's members each");
+    assert_eq!(main["ItemsWritten"], 7.0);
     assert_eq!(main["FanoutRaises"], 1.0);
     assert_eq!(main["BackoffInvocations"], 0.0, "no message failed");
     let throttles: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");

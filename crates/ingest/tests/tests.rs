@@ -1,5 +1,6 @@
 //! Integration tests of `ingest`, one binary (scenario numbers from docs/reliability.md).
 
+mod blocks;
 mod front_door;
 mod handler;
 mod marshal;

@@ -78,6 +78,27 @@ impl BlockItem {
         first_key: &ItemKey,
         retention: Duration,
     ) -> Result<Self, BlockError> {
+        Self::at(members, &Self::key(members, first_key), retention)
+    }
+
+    /// The key of the block of `members` whose first member's write key is
+    /// `first_key`: its partition key, and the sort key of [`block_sk`].
+    #[must_use]
+    pub fn key(members: &[Reading], first_key: &ItemKey) -> ItemKey {
+        ItemKey {
+            pk: first_key.pk.clone(),
+            sk: block_sk(
+                &first_key.sk,
+                members
+                    .iter()
+                    .map(|r| (r.ts.as_millis(), r.event_id.as_str())),
+            ),
+        }
+    }
+
+    /// The block of `members` stored under `key`, the block's own key
+    /// ([`BlockItem::key`]).
+    pub fn at(members: &[Reading], key: &ItemKey, retention: Duration) -> Result<Self, BlockError> {
         let (first, last) = members
             .first()
             .zip(members.last())
@@ -108,13 +129,8 @@ impl BlockItem {
         }
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         Ok(Self {
-            pk: first_key.pk.clone(),
-            sk: block_sk(
-                &first_key.sk,
-                members
-                    .iter()
-                    .map(|r| (r.ts.as_millis(), r.event_id.as_str())),
-            ),
+            pk: key.pk.clone(),
+            sk: key.sk.clone(),
             device_id: first.device_id.clone(),
             event_id: first.event_id.clone(),
             ts: first.ts.to_rfc3339(),

@@ -9,6 +9,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use sharding::block::BlockLayout;
 use sharding::epoch::propagation_margin;
 use sharding::fanout::FanoutPolicy;
 use sharding::layout::{Layout, Strategy, SubShards};
@@ -103,8 +104,11 @@ impl WriterSettings {
     ///   `time-bucket`), `BUCKET` (`minute` | `hour` | `day` | `month`, default `hour`),
     ///   `SHARDS` (default 8), `CALCULATED_ATTRIBUTE` (default `event_id`), `SUB_SHARDS`
     ///   (`base` | `dedicated`, default `base`: where a raised time-bucket entity's
-    ///   sub-shards live, [`sharding::layout::SubShards`]): the layout stored when the
-    ///   metadata table has none yet. A stored layout is never changed by these.
+    ///   sub-shards live, [`sharding::layout::SubShards`]), `BLOCKS` (`off` | `on`,
+    ///   default `off`: whether the writer packs one device's readings into blocks,
+    ///   [`sharding::block::BlockLayout`]) and `BLOCK_WINDOW_SECS` (default 60, at most
+    ///   3600: a block's span): the layout stored when the metadata table has none yet.
+    ///   A stored layout is never changed by these.
     /// - `CACHE_TTL_SECS` (default 60): how long shard metadata reads are trusted.
     /// - `RETENTION_DAYS` (default 30, the ingest's): how long the hot index's items are
     ///   kept after their hour.
@@ -198,9 +202,23 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
             ));
         }
     };
+    let blocks = match env.optional("BLOCKS").as_deref() {
+        None | Some("off") => None,
+        Some("on") => {
+            let window_secs: u32 = env.parse_or("BLOCK_WINDOW_SECS", 60, "seconds")?;
+            let layout = BlockLayout {
+                window_ms: window_secs.saturating_mul(1000),
+                ..BlockLayout::default()
+            };
+            Some(layout.checked().map_err(|e| {
+                env.invalid("BLOCK_WINDOW_SECS", &format!("1 to 3600 seconds ({e})"))
+            })?)
+        }
+        Some(_) => return Err(env.invalid("BLOCKS", "expected on or off")),
+    };
     Ok(Layout {
         strategy,
         shards,
-        blocks: None,
+        blocks,
     })
 }

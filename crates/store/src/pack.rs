@@ -80,6 +80,27 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
     units
 }
 
+/// An upper bound of the size of the item of `unit`, an entry of [`pack`] over
+/// `readings`: a reading's own item's ([`Reading::item_size_bound`]), or its block's.
+/// What a writer measures a device's rate in write units by, before it is keyed.
+#[must_use]
+pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
+    match unit {
+        [single] => readings.get(*single).map_or(0, Reading::item_size_bound),
+        _ => {
+            let members: Vec<&Reading> = unit.iter().filter_map(|&i| readings.get(i)).collect();
+            let bound = BlockBound::of(&members);
+            bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
+        }
+    }
+}
+
+/// Whether any epoch of `table` packs blocks.
+#[must_use]
+pub fn packs_blocks(table: &TableHistory) -> bool {
+    table.epochs().iter().any(|e| e.value.blocks.is_some())
+}
+
 /// `readings` taken into the entries of `units` (what [`pack`] made of them).
 #[must_use]
 pub fn take(readings: Vec<Reading>, units: &[Vec<usize>]) -> Vec<Vec<Reading>> {
@@ -182,8 +203,19 @@ impl BlockBound {
     }
 }
 
-/// The item of one packed write, `members` (an entry of [`pack`]) under `key`, its first
-/// member's write key: that reading's own item when it is alone, else their block.
+/// The key of the item of `members` (an entry of [`pack`]) whose first member's write
+/// key is `first_key`: that key when the member is alone, else its block's
+/// ([`BlockItem::key`]).
+#[must_use]
+pub fn item_key(members: &[Reading], first_key: &ItemKey) -> ItemKey {
+    match members {
+        [_] => first_key.clone(),
+        _ => BlockItem::key(members, first_key),
+    }
+}
+
+/// The item of `members` (an entry of [`pack`]) under `key`, from [`item_key`]: that
+/// reading's own item when it is alone, else their block.
 pub fn encode(
     members: &[Reading],
     key: &ItemKey,
@@ -192,7 +224,7 @@ pub fn encode(
     match members {
         [single] => Ok(ReadingItem::marshal(single, key, retention)),
         _ => {
-            let block = BlockItem::new(members, key, retention)
+            let block = BlockItem::at(members, key, retention)
                 .map_err(|e| StoreError::Malformed(e.to_string()))?;
             let item = block.to_item()?;
             let size = crate::size::item_size(&item);

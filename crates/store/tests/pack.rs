@@ -16,7 +16,7 @@ use sharding::key::ItemKey;
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
 use store::item::Reading;
-use store::pack::{self as packing, encode};
+use store::pack::{self as packing, encode, item_key};
 use store::size::item_size;
 
 /// 2026-06-22T00:00:00Z
@@ -102,7 +102,7 @@ fn items(units: &[Vec<Reading>]) -> BTreeSet<String> {
                     first.event_id
                 ),
             };
-            let encoded = encode(members, &key, RETENTION).expect("encodes");
+            let encoded = encode(members, &item_key(members, &key), RETENTION).expect("encodes");
             canonical(&AttributeValue::M(encoded.item))
         })
         .collect()
@@ -162,6 +162,7 @@ proptest! {
                     pk: format!("{}.{}#2026-06-22T00", u32::MAX, u32::MAX),
                     sk: format!("{}#{}#{}", first.device_id, first.ts.to_rfc3339(), "e".repeat(128)),
                 };
+                let key = item_key(members, &key);
                 let size = item_size(&encode(members, &key, RETENTION).expect("encodes").item);
                 prop_assert!(size <= layout.max_bytes as usize, "{size} > {}", layout.max_bytes);
             }

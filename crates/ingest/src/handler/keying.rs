@@ -1,5 +1,7 @@
 //! Stage 3: every parsed reading keyed. The layout and each entity's fan-out in force
-//! now are read once ([`Ingest::load_keying`]); each reading's key comes from
+//! now are read once ([`Ingest::load_keying`]); a message's readings are packed into
+//! writes (`store::pack`: blocks of one device's readings where the layout packs them,
+//! else one item a reading); each write's key is its first member's, from
 //! `sharding::key::write_key` with the fan-out it was made under, and travels typed with
 //! its item to the writer, which never reads a key out of an item.
 
@@ -7,12 +9,13 @@ use std::collections::{BTreeSet, HashMap};
 
 use futures::StreamExt;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::key::{KeyError, ReadingRef, WriteKey, write_key};
+use sharding::key::{KeyError, ReadingRef, WriteKey, validate_id, write_key};
+use sharding::layout::Strategy;
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, ItemTooLarge, SizedItem};
 use store::directory::ShardStore;
 use store::queue::Queue;
-use store::{Reading, ReadingItem, StoreError};
+use store::{Reading, StoreError, pack};
 use tokio::time::Instant;
 use tracing::Span;
 
@@ -30,18 +33,27 @@ pub(super) struct Keying {
     pub(super) now: Timestamp,
 }
 
-/// A reading's key, the fan-out it was made under, and its item.
+/// A write's key, the fan-out it was made under, and its item.
 pub(super) struct KeyedItem {
     pub(super) key: WriteKey,
     pub(super) item: SizedItem,
 }
 
-/// Why a reading has no item.
+/// Why a write has no item.
+#[derive(Debug, thiserror::Error)]
 pub(super) enum ItemError {
     /// Its key cannot be made.
+    #[error(transparent)]
     Key(KeyError),
     /// The item would break DynamoDB's size limit.
+    #[error(transparent)]
     TooLarge(ItemTooLarge),
+    /// Its members cannot be a block (`store::pack` makes none such).
+    #[error("{0}")]
+    Block(StoreError),
+    /// It has no member (`store::pack` makes none such).
+    #[error("a write of no reading")]
+    Empty,
 }
 
 /// The keyed readings of every message.
@@ -176,24 +188,32 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         fanouts
     }
 
-    /// `reading` keyed by a writer at `now`: its key with the fan-out it was made under,
-    /// and its item, sized.
+    /// The write of `members` (an entry of `store::pack`) by a writer at `now`: its key
+    /// (its first member's write key, a block's with its digest), with the fan-out it
+    /// was made under, and its item (that reading's own, or the members' block), sized.
     pub(super) fn keyed_item(
         &self,
-        reading: &Reading,
+        members: &[Reading],
         table: &TableHistory,
         fanout: &FanoutHistory,
         now: Timestamp,
     ) -> Result<KeyedItem, ItemError> {
-        let reading_ref = ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts)
-            .with_tags(&reading.tags);
-        let key = write_key(&reading_ref, table, fanout, now).map_err(ItemError::Key)?;
-        let encoded = ReadingItem::marshal(reading, &key.key, self.config.retention);
+        let first = members.first().ok_or(ItemError::Empty)?;
+        let reading_ref =
+            ReadingRef::new(&first.device_id, &first.event_id, first.ts).with_tags(&first.tags);
+        let first_key = write_key(&reading_ref, table, fanout, now).map_err(ItemError::Key)?;
+        let key = WriteKey {
+            key: pack::item_key(members, &first_key.key),
+            fanout: first_key.fanout,
+        };
+        let encoded =
+            pack::encode(members, &key.key, self.config.retention).map_err(ItemError::Block)?;
         let item = SizedItem::new(encoded.item, encoded.size).map_err(ItemError::TooLarge)?;
         Ok(KeyedItem { key, item })
     }
 
-    /// Keys one message's readings; a reading that cannot be keyed refuses the message.
+    /// Keys one message's readings, packed into writes where the layout packs blocks
+    /// (`store::pack`); a reading that cannot be keyed refuses the message.
     fn key_message(
         &self,
         readings: Vec<Reading>,
@@ -202,34 +222,42 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         now: Timestamp,
     ) -> Stage {
         let batch = readings.len() > 1;
-        let mut keyed = Vec::with_capacity(readings.len());
-        for (i, reading) in readings.into_iter().enumerate() {
-            let index = batch.then_some(i);
-            let fanout = match fanouts.get(&reading.device_id) {
+        // Every reading is checked as its own key would check it, member of a block
+        // or not, so packing changes no refusal.
+        for (i, reading) in readings.iter().enumerate() {
+            if let Err(err) = keyable(reading, table) {
+                return Stage::Refused(key_refusal(batch.then_some(i), &err));
+            }
+        }
+        let units = pack::pack(&readings, table);
+        let firsts: Vec<usize> = units.iter().map(|unit| unit[0]).collect();
+        let mut keyed = Vec::with_capacity(units.len());
+        for (members, first) in pack::take(readings, &units).into_iter().zip(firsts) {
+            let index = batch.then_some(first);
+            let device = &members[0].device_id;
+            let fanout = match fanouts.get(device) {
                 Some(Ok(history)) => history,
                 Some(Err(err)) => {
                     return Stage::Retry(Retry::Failed(format!(
-                        "shard metadata of {} unavailable: {err}",
-                        reading.device_id
+                        "shard metadata of {device} unavailable: {err}"
                     )));
                 }
                 None => {
                     return Stage::Retry(Retry::Failed(format!(
-                        "shard metadata of {} not loaded",
-                        reading.device_id
+                        "shard metadata of {device} not loaded"
                     )));
                 }
             };
-            match self.keyed_item(&reading, table, fanout, now) {
+            match self.keyed_item(&members, table, fanout, now) {
                 Ok(KeyedItem { key, item }) => keyed.push(Keyed {
-                    reading,
+                    readings: members,
                     key: key.key,
                     fanout: key.fanout,
                     item: Some(item),
                     outcome: None,
                 }),
                 Err(ItemError::Key(err)) => return Stage::Refused(key_refusal(index, &err)),
-                Err(ItemError::TooLarge(err)) => {
+                Err(err) => {
                     return Stage::Refused(Refusal {
                         field: index
                             .map(|i| format!("readings[{i}]"))
@@ -241,4 +269,21 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         }
         Stage::Keyed(keyed)
     }
+}
+
+/// Whether `reading` can be keyed under the layout in force at its timestamp: its ids,
+/// and the attribute a `Calculated` layout hashes.
+fn keyable(reading: &Reading, table: &TableHistory) -> Result<(), KeyError> {
+    validate_id("entity", &reading.device_id)?;
+    validate_id("event_id", &reading.event_id)?;
+    if let Strategy::Calculated { attribute } = &table.at(reading.ts).strategy {
+        let reading_ref = ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts)
+            .with_tags(&reading.tags);
+        if reading_ref.hashed(attribute).is_none() {
+            return Err(KeyError::MissingAttribute {
+                attribute: attribute.clone(),
+            });
+        }
+    }
+    Ok(())
 }

@@ -44,6 +44,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, WriterConfig};
 use store::directory::{ShardDirectory, ShardStore};
@@ -257,6 +258,19 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         report.response()
     }
 
+    /// The table layout the rates are measured under (whether the writes will pack
+    /// blocks): read once here, and from the cache again by the keying. Without it, the
+    /// rates count one item a reading, and the keying reports the batch.
+    async fn rate_layout(&self, stages: &[Stage], run: &Run<'_>) -> Option<TableHistory> {
+        if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+            return None;
+        }
+        tokio::time::timeout_at(run.work_deadline, self.directory.layout(run.now))
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// Processes one SQS batch and reports every message's fate (no output): the
     /// stages of the module docs, in order.
     pub async fn process<R: Rng + Send + ?Sized>(
@@ -269,14 +283,15 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let run = Run::new(&event.records, now, deadline, self.config.deadline_margin);
         let mut changes = Changes::default();
         let mut stages = self.parse_stage(&run);
-        let rates = entity_rates(&stages, run.records, &self.config.intake);
+        let layout = self.rate_layout(&stages, &run).await;
+        let rates = entity_rates(&stages, run.records, &self.config.intake, layout.as_ref());
         self.observe_stage(&rates, &run, &mut changes, rng).await;
         let keying = self.load_keying(&mut stages, &run).await;
         let written = self
             .write_stage(&mut stages, keying.as_ref(), &rates, &run, rng)
             .await;
         changes.absorb(written.changes);
-        let (writes, stale) = (written.stats, written.stale);
+        let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
         let panics = stages
             .iter()
             .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
@@ -293,6 +308,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         Report {
             messages,
             writes,
+            readings_written,
             fanout_raises: changes.raises,
             fanout_shrinks: changes.shrinks,
             stale,

@@ -10,11 +10,12 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use futures::StreamExt;
 use rand::Rng;
 use rand::rngs::StdRng;
+use sharding::epoch::TableHistory;
 use sharding::fanout::{self, Signal, Throttle};
-use store::StoreError;
 use store::batch::BatchTable;
 use store::directory::{FanoutChange, ShardStore};
 use store::queue::Queue;
+use store::{StoreError, pack};
 
 use super::record::sent_at;
 use super::{Ingest, Run, seeded};
@@ -78,7 +79,8 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 
 /// Each entity's arrival rate in this batch, in write units per second, where a sample
 /// shows one (`sharding::fanout::arrival_rate`): the write units of its readings'
-/// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`)
+/// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`;
+/// where `table` packs blocks, each message's blocks', `store::pack::size_bound`)
 /// over the span of the `SentTimestamp`s of the messages that carry them, floored at
 /// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
@@ -87,7 +89,9 @@ pub(super) fn entity_rates(
     stages: &[Stage],
     records: &[SqsMessage],
     intake: &Intake,
+    table: Option<&TableHistory>,
 ) -> BTreeMap<String, Option<f64>> {
+    let blocks = table.is_some_and(pack::packs_blocks);
     /// One entity: readings, their write units, messages, the last message it was seen
     /// in, and the first and last `SentTimestamp` of its messages.
     struct Seen {
@@ -121,11 +125,22 @@ pub(super) fn entity_rates(
                 sent: None,
             });
             entity.readings += 1;
-            entity.units += store::size::write_units(r.item_size_bound()) as u64;
+            if !blocks {
+                entity.units += store::size::write_units(r.item_size_bound()) as u64;
+            }
             if entity.message != message {
                 entity.message = message;
                 entity.messages += 1;
                 entity.sent_in(sent);
+            }
+        }
+        if let Some(table) = table.filter(|_| blocks) {
+            // Packed as the writer will pack them: each write counts its own units.
+            for unit in pack::pack(readings, table) {
+                let units = store::size::write_units(pack::size_bound(readings, &unit)) as u64;
+                if let Some(entity) = seen.get_mut(readings[unit[0]].device_id.as_str()) {
+                    entity.units += units;
+                }
             }
         }
     }
@@ -321,7 +336,7 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(
-                entity_rates(&stages, &records, &intake),
+                entity_rates(&stages, &records, &intake, None),
                 rates_by_definition(&kept, &batch)
             );
         }
@@ -335,7 +350,12 @@ mod tests {
         };
         for n in [20u8, 200] {
             let readings: Vec<(u8, i64)> = (0..n).map(|_| (0, 1_700_000_000_000)).collect();
-            let rates = entity_rates(&[stage(&readings)], &[record(1_782_090_000_000)], &intake);
+            let rates = entity_rates(
+                &[stage(&readings)],
+                &[record(1_782_090_000_000)],
+                &intake,
+                None,
+            );
             assert_eq!(rates["dev-0"], Some(f64::from(n)));
         }
     }

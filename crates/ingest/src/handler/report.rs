@@ -25,8 +25,11 @@ pub struct MessageReport {
 pub struct Report {
     /// One entry per record, in order.
     pub messages: Vec<MessageReport>,
-    /// The batch writer's counters.
+    /// The batch writer's counters (in items: a block is one).
     pub writes: WriteStats,
+    /// Readings stored: each written item's readings (a block's members each), each
+    /// stored key once.
+    pub readings_written: u64,
     /// Fan-out raises this invocation won.
     pub fanout_raises: u64,
     /// Fan-out shrinks this invocation won.
@@ -94,7 +97,8 @@ impl Report {
             &dims,
             &[
                 Metric::count("Messages", self.messages.len() as u64),
-                Metric::count("ReadingsWritten", self.writes.written),
+                Metric::count("ReadingsWritten", self.readings_written),
+                Metric::count("ItemsWritten", self.writes.written),
                 Metric::count(
                     "BatchFailures",
                     count(|f| matches!(f, Fate::Reported { .. })),

@@ -3,7 +3,7 @@
 //! entity's items not yet written, and the next round re-keys them with the new k.
 //! A batch larger than one call per writer slot is keyed and written in two waves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use rand::Rng;
@@ -14,7 +14,7 @@ use store::batch::{
 };
 use store::directory::ShardStore;
 use store::queue::Queue;
-use store::{Reading, ReadingItem, ThrottleKind};
+use store::{Reading, ThrottleKind, pack};
 
 use super::keying::{KeyedItem, Keying, keyed, keyed_mut};
 use super::observe::Changes;
@@ -26,6 +26,8 @@ use crate::fate::{Keyed, Stage};
 #[derive(Default)]
 pub(super) struct Written {
     pub(super) stats: WriteStats,
+    /// Readings the writes stored (a block's members each), each stored key once.
+    pub(super) readings: u64,
     /// Items given back stale, to re-key.
     pub(super) stale: u64,
     pub(super) changes: Changes,
@@ -34,6 +36,7 @@ pub(super) struct Written {
 impl Written {
     fn absorb(&mut self, other: Written) {
         self.stats.absorb(other.stats);
+        self.readings += other.readings;
         self.stale += other.stale;
         self.changes.absorb(other.changes);
     }
@@ -45,9 +48,9 @@ struct Round<'a> {
     pks: Vec<&'a str>,
     /// Each put's entity, with the fan-out of its key.
     owners: Vec<(&'a str, u32)>,
-    /// Each put's reading, to make the item again after a failed call consumed it: the
+    /// Each put's readings, to make the item again after a failed call consumed it: the
     /// writer keeps no copies ([`Remake`]).
-    readings: Vec<&'a Reading>,
+    readings: Vec<&'a [Reading]>,
     retention: Duration,
 }
 
@@ -57,9 +60,9 @@ impl<'a> Round<'a> {
             pks: keyed.iter().map(|k| k.key.pk.as_str()).collect(),
             owners: keyed
                 .iter()
-                .map(|k| (k.reading.device_id.as_str(), k.fanout))
+                .map(|k| (k.readings[0].device_id.as_str(), k.fanout))
                 .collect(),
-            readings: keyed.iter().map(|k| &k.reading).collect(),
+            readings: keyed.iter().map(|k| k.readings.as_slice()).collect(),
             retention,
         }
     }
@@ -67,8 +70,10 @@ impl<'a> Round<'a> {
 
 impl Remake for Round<'_> {
     fn remake(&self, index: usize, key: &ItemKey) -> Option<Item> {
-        let reading = self.readings.get(index)?;
-        Some(ReadingItem::marshal(reading, key, self.retention).item)
+        let members = self.readings.get(index)?;
+        pack::encode(members, key, self.retention)
+            .ok()
+            .map(|encoded| encoded.item)
     }
 }
 
@@ -195,16 +200,22 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                 .collect();
             self.write_round(puts, &round, rates, run, rng, slots).await
         };
-        let mut stale = 0;
+        let (mut stale, mut readings) = (0, 0);
+        // The writer writes a key put twice once: its readings count once.
+        let mut stored: HashSet<ItemKey> = HashSet::new();
         for (keyed, outcome) in to_write.iter_mut().zip(report.outcomes) {
             if outcome == Outcome::Stale {
                 stale += 1;
-            } else {
-                keyed.outcome = Some(outcome);
+                continue;
             }
+            if outcome == Outcome::Written && stored.insert(keyed.key.clone()) {
+                readings += keyed.readings.len() as u64;
+            }
+            keyed.outcome = Some(outcome);
         }
         Some(Written {
             stats: report.stats,
+            readings,
             stale,
             changes,
         })
@@ -264,17 +275,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         };
         let entities: BTreeSet<&str> = keyed(stages)
             .filter(|k| k.outcome.is_none() && k.item.is_none())
-            .map(|k| k.reading.device_id.as_str())
+            .map(|k| k.readings[0].device_id.as_str())
             .collect();
         if entities.is_empty() {
             return;
         }
         let fanouts = self.fanouts(entities, now, run.work_deadline).await;
         for k in keyed_mut(stages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
-            let Some(Ok(history)) = fanouts.get(&k.reading.device_id) else {
+            let Some(Ok(history)) = fanouts.get(&k.readings[0].device_id) else {
                 continue;
             };
-            if let Ok(KeyedItem { key, item }) = self.keyed_item(&k.reading, &table, history, now) {
+            // A block keeps its members: its sort key follows from them, so only its
+            // partition key moves with the raise.
+            if let Ok(KeyedItem { key, item }) = self.keyed_item(&k.readings, &table, history, now)
+            {
                 k.key = key.key;
                 k.fanout = key.fanout;
                 k.item = Some(item);

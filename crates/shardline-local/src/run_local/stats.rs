@@ -15,7 +15,8 @@ pub struct Stats {
     pub messages: u64,
     /// Messages whose readings were all written.
     pub written_messages: u64,
-    /// Readings written (distinct items the batch writer stored).
+    /// Readings written (each distinct item the batch writer stored counts its readings:
+    /// one, or a block's members).
     pub readings_written: u64,
     /// Messages the handler sent to the DLQ itself.
     pub dead_lettered: u64,
@@ -120,7 +121,7 @@ impl Stats {
     /// failed as a whole (nothing of it is deleted).
     pub(super) fn record_invocation(&mut self, report: &Report, whole_failure: bool) {
         self.batches += 1;
-        self.readings_written += report.writes.written;
+        self.readings_written += report.readings_written;
         self.write_calls += report.writes.calls;
         self.write_retries += report.writes.retries;
         self.unprocessed_items += report.writes.unprocessed;
