@@ -1,5 +1,6 @@
 //! End-to-end tests: each starts its own stand-in on a free loopback port.
 
+mod blocks;
 mod harness;
 mod iam;
 mod ingest;

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::harness;
 
-type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
+pub(crate) type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
 
 /// Seed of the proxy's fault draws.
 const SEED: u64 = 4;
@@ -38,7 +38,7 @@ const KEY_RANGE: &str = "TableWriteKeyRangeThroughputExceeded";
 const TABLE_CAP: &str = "TableWriteProvisionedThroughputExceeded";
 
 /// The clock of the handler: shortly after the readings of `events/`.
-fn t0() -> Timestamp {
+pub(crate) fn t0() -> Timestamp {
     Timestamp::parse("2026-06-22T04:00:00Z").expect("valid timestamp")
 }
 
@@ -52,27 +52,27 @@ fn at(base: Timestamp, secs: u64) -> Timestamp {
 }
 
 /// A generous Lambda deadline for tests where time is not the fault.
-fn roomy() -> Instant {
+pub(crate) fn roomy() -> Instant {
     Instant::now() + Duration::from_secs(120)
 }
 
 /// One test's world: moto (SQS, and DynamoDB unless dynalite serves it), the proxy in
 /// front of the DynamoDB endpoint, and clients.
-struct Rig {
-    stack: TestStack,
+pub(crate) struct Rig {
+    pub(crate) stack: TestStack,
     /// Keeps dynalite running when it serves the tables.
-    _dynalite: Option<Dynalite>,
-    table_name: String,
-    shard_table_name: String,
-    proxy: ProxyHandle,
+    pub(crate) _dynalite: Option<Dynalite>,
+    pub(crate) table_name: String,
+    pub(crate) shard_table_name: String,
+    pub(crate) proxy: ProxyHandle,
     /// Straight to the DynamoDB endpoint: checks bypass the proxy's faults.
-    direct: aws_sdk_dynamodb::Client,
-    via_proxy: aws_sdk_dynamodb::Client,
-    sqs: aws_sdk_sqs::Client,
+    pub(crate) direct: aws_sdk_dynamodb::Client,
+    pub(crate) via_proxy: aws_sdk_dynamodb::Client,
+    pub(crate) sqs: aws_sdk_sqs::Client,
 }
 
 impl Rig {
-    async fn start(
+    pub(crate) async fn start(
         backend: Backend,
         configure: impl FnOnce(&mut ProxyConfig, &str),
     ) -> Result<Self> {
@@ -118,7 +118,7 @@ impl Rig {
         })
     }
 
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
+    pub(crate) fn config(&self, extra: &[(&str, &str)]) -> Config {
         let mut vars: BTreeMap<&str, &str> = BTreeMap::from([
             ("TABLE_NAME", self.table_name.as_str()),
             ("SHARD_TABLE_NAME", self.shard_table_name.as_str()),
@@ -139,26 +139,28 @@ impl Rig {
 
     /// A fresh handler instance (empty caches, like a new Lambda instance) through the
     /// proxy.
-    fn service(&self, extra: &[(&str, &str)]) -> Service {
+    pub(crate) fn service(&self, extra: &[(&str, &str)]) -> Service {
         Ingest::from_clients(self.config(extra), &self.via_proxy, &self.sqs)
     }
 
     /// A handler instance straight to the DynamoDB endpoint (a redelivery after the
     /// fault has passed).
-    fn direct_service(&self, extra: &[(&str, &str)]) -> Service {
+    pub(crate) fn direct_service(&self, extra: &[(&str, &str)]) -> Service {
         Ingest::from_clients(self.config(extra), &self.direct, &self.sqs)
     }
 
-    fn shards(&self) -> DynamoShards {
+    pub(crate) fn shards(&self) -> DynamoShards {
         DynamoShards::new(&self.direct, &self.shard_table_name)
     }
 
-    async fn readings(&self) -> Result<Vec<ReadingItem>> {
-        Ok(scan(&self.direct, &self.table_name)
-            .await?
-            .into_iter()
-            .map(ReadingItem::from_item)
-            .collect::<Result<_, _>>()?)
+    /// Every reading of the readings table, blocks expanded (a reading held by two
+    /// items appears twice).
+    pub(crate) async fn readings(&self) -> Result<Vec<ReadingItem>> {
+        let mut readings = Vec::new();
+        for item in scan(&self.direct, &self.table_name).await? {
+            readings.extend(store::block::expand(item)?);
+        }
+        Ok(readings)
     }
 
     /// Partition keys of the shard metadata table.
@@ -173,13 +175,16 @@ impl Rig {
             .collect())
     }
 
-    async fn finish(self) -> Result<()> {
+    pub(crate) async fn finish(self) -> Result<()> {
         self.proxy.shutdown().await?;
         Ok(())
     }
 }
 
-async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<store::batch::Item>> {
+pub(crate) async fn scan(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Vec<store::batch::Item>> {
     store::scan::scan_items(client.scan().table_name(table).consistent_read(true))
         .await
         .with_context(|| format!("scanning {table}"))

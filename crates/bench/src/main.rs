@@ -4,6 +4,7 @@
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
 mod adaptive;
+mod blocks;
 mod common;
 mod hot;
 mod lambda;
@@ -47,9 +48,9 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
-    /// Run only these items (1 to 7, repeatable); all of them when absent. A report
+    /// Run only these items (1 to 8, repeatable); all of them when absent. A report
     /// written from a partial run says which items it holds.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=7))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
     only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
     /// page by page (default 4, 1 with --quick).
@@ -282,6 +283,12 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         eprintln!("item 7: worst cases");
         if let Err(e) = worst::run(&root, results).await {
             results.note("7", format!("NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(8) {
+        eprintln!("item 8: the write bill of blocks");
+        if let Err(e) = blocks::run(results).await {
+            results.note("8", format!("NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(6) {

@@ -248,6 +248,27 @@ impl BlockItem {
     }
 }
 
+/// The attribute only a block item has: its format version.
+pub const BLOCK_ATTRIBUTE: &str = "block";
+
+/// Whether a stored item of the readings table is a block.
+#[must_use]
+pub fn is_block(item: &Item) -> bool {
+    item.contains_key(BLOCK_ATTRIBUTE)
+}
+
+/// The readings a stored item of the readings table holds: a block's members, in
+/// order, each under the sort key it would have on its own, or the reading the item
+/// is. The one way the workspace reads a whole item back into readings (pages, scans,
+/// tallies); a block that breaks the format is refused whole.
+pub fn expand(item: Item) -> Result<Vec<ReadingItem>, StoreError> {
+    if is_block(&item) {
+        BlockItem::from_item(item)?.readings()
+    } else {
+        Ok(vec![ReadingItem::from_item(item)?])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

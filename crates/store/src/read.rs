@@ -36,9 +36,6 @@ use crate::item::{PK, ReadingItem, SK};
 /// Attribute names of the readings table's key and time attribute.
 const TS_MS: &str = "ts_ms";
 
-/// The attribute only a block item has (`crate::block`).
-const BLOCK: &str = "block";
-
 /// Where a page stopped, and where the next one starts (DynamoDB's `LastEvaluatedKey`,
 /// sent back as the next page's `ExclusiveStartKey`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -123,7 +120,7 @@ fn decode_items(
     let mut out = Vec::with_capacity(items.len());
     let mut last_ts = None;
     for item in items {
-        if item.contains_key(BLOCK) {
+        if crate::block::is_block(&item) {
             let block = BlockItem::from_item(item)?;
             last_ts = Some(block.ts_ms);
             out.extend(block.readings()?);

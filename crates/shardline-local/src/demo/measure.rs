@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{Scenario, Variant};
 use crate::heatmap;
@@ -139,27 +138,24 @@ async fn read_range(
     })
 }
 
-/// Items in `table`, and distinct readings among them (by device and sort key).
+/// Readings `table` holds (a block's members each, so a reading held by two items
+/// counts twice), and distinct readings among them (by device, time and event id).
 pub(super) async fn stored(
     dynamo: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> anyhow::Result<(u64, u64)> {
-    let items = store::scan::scan_items(
-        dynamo
-            .scan()
-            .table_name(table)
-            .projection_expression("device_id, SK"),
-    )
-    .await
-    .with_context(|| format!("cannot scan {table}"))?;
-    let readings: HashSet<(&String, &String)> = items
-        .iter()
-        .filter_map(|item| match (item.get("device_id"), item.get("SK")) {
-            (Some(AttributeValue::S(device)), Some(AttributeValue::S(sk))) => Some((device, sk)),
-            _ => None,
-        })
-        .collect();
-    Ok((items.len() as u64, readings.len() as u64))
+    let items = store::scan::scan_items(dynamo.scan().table_name(table))
+        .await
+        .with_context(|| format!("cannot scan {table}"))?;
+    let mut held = 0;
+    let mut readings: HashSet<(String, i64, String)> = HashSet::new();
+    for item in items {
+        for r in store::block::expand(item).with_context(|| format!("an item of {table}"))? {
+            held += 1;
+            readings.insert((r.device_id, r.ts_ms, r.event_id));
+        }
+    }
+    Ok((held, readings.len() as u64))
 }
 
 /// A run's heat, drawn: the heatmap's path, and the throttles on `table` around the

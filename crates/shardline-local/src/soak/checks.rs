@@ -227,7 +227,8 @@ fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[DeadLetterCopy]) {
     }
 }
 
-/// Every reading item of the table, and how many items each (device, event) has.
+/// Every reading of the table (blocks expanded), and the sort keys of the items that
+/// hold each (device, event).
 async fn scan_readings(
     dynamo: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -235,16 +236,23 @@ async fn scan_readings(
     let mut set = BTreeSet::new();
     let mut counts = Copies::new();
     for item in store::scan::scan_items(dynamo.scan().table_name(table)).await? {
-        let item = store::ReadingItem::from_item(item)?;
-        counts
-            .entry((item.device_id.clone(), item.event_id.clone()))
-            .or_default()
-            .push(item.sk.clone());
-        set.insert(ReadingId {
-            device_id: item.device_id,
-            event_id: item.event_id,
-            ts_ms: item.ts_ms,
-        });
+        // A block's members each count, under the block's own sort key: a reading held
+        // by a block and by another item is stored twice.
+        let sk = match item.get("SK") {
+            Some(AttributeValue::S(sk)) => sk.clone(),
+            _ => String::new(),
+        };
+        for reading in store::block::expand(item)? {
+            counts
+                .entry((reading.device_id.clone(), reading.event_id.clone()))
+                .or_default()
+                .push(sk.clone());
+            set.insert(ReadingId {
+                device_id: reading.device_id,
+                event_id: reading.event_id,
+                ts_ms: reading.ts_ms,
+            });
+        }
     }
     Ok((set, counts))
 }
