@@ -12,7 +12,8 @@
 //! | `block` | N | the format's version, 1 |
 //! | `n` | N | the number of members |
 //! | `dt` | L of N | each member's `ts_ms` less the first's, in member order (by time, then event id) |
-//! | `ids` | L of S | each member's event id |
+//! | `idp` | S | the prefix every member's event id shares (omitted when none): time-ordered and counter ids share most of theirs |
+//! | `ids` | L of S | each member's event id after `idp`, never empty |
 //! | `m` | M of L of N or NULL | per metric name, one number per member, `NULL` where the member has none |
 //! | `tg` | M of L of S or NULL | per tag name, likewise; omitted when no member has tags |
 //! | `ttl` | N | the last member's `ts` plus the retention, in epoch seconds |
@@ -51,6 +52,8 @@ pub struct BlockItem {
     pub block: u32,
     pub n: u32,
     pub dt: Vec<i64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub idp: String,
     pub ids: Vec<String>,
     pub m: BTreeMap<String, Vec<Option<f64>>>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -128,6 +131,7 @@ impl BlockItem {
             }
         }
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+        let idp = ids_prefix(members);
         Ok(Self {
             pk: key.pk.clone(),
             sk: key.sk.clone(),
@@ -141,7 +145,11 @@ impl BlockItem {
                 .iter()
                 .map(|r| r.ts.as_millis() - first_ms)
                 .collect(),
-            ids: members.iter().map(|r| r.event_id.clone()).collect(),
+            idp: idp.to_owned(),
+            ids: members
+                .iter()
+                .map(|r| r.event_id[idp.len()..].to_owned())
+                .collect(),
             m,
             tg,
             ttl: last
@@ -173,7 +181,7 @@ impl BlockItem {
         for i in 0..n {
             let ts_ms = self.ts_ms + self.dt[i];
             let ts = Timestamp::from_millis(ts_ms).map_err(|e| bad(format!("dt[{i}]: {e}")))?;
-            let event_id = self.ids[i].clone();
+            let event_id = self.event_id(i);
             if let Some(prev) = out.last()
                 && (prev.ts_ms, &prev.event_id) >= (ts_ms, &event_id)
             {
@@ -206,6 +214,14 @@ impl BlockItem {
         Ok(out)
     }
 
+    /// Member `i`'s event id: the shared prefix and its own rest.
+    fn event_id(&self, i: usize) -> String {
+        let mut id = String::with_capacity(self.idp.len() + self.ids[i].len());
+        id.push_str(&self.idp);
+        id.push_str(&self.ids[i]);
+        id
+    }
+
     /// Every rule of the format's shape: the version, one entry per member in every
     /// column, ids that are ids, offsets within the window, a first member that is
     /// the one the item names.
@@ -230,14 +246,15 @@ impl BlockItem {
             return Err(format!("tag {name:?} has not {n} entries"));
         }
         validate_id("device_id", &self.device_id).map_err(|e| e.to_string())?;
-        if let Some(id) = self
-            .ids
-            .iter()
-            .find(|id| validate_id("event_id", id).is_err())
+        if let Some(id) = (0..n)
+            .map(|i| self.event_id(i))
+            .find(|id| validate_id("event_id", id).is_err() || id.len() == self.idp.len())
         {
-            return Err(format!("event id {id:?} is not an id"));
+            return Err(format!(
+                "event id {id:?} is not an id, or holds nothing after idp"
+            ));
         }
-        if self.dt[0] != 0 || self.ids[0] != self.event_id {
+        if self.dt[0] != 0 || self.event_id(0) != self.event_id {
             return Err("its first member is not the one it names".to_owned());
         }
         let window = i64::from(MAX_WINDOW_MS);
@@ -246,6 +263,30 @@ impl BlockItem {
         }
         Ok(())
     }
+}
+
+/// The prefix the members' event ids share, stopped a character short of the shortest
+/// id, so that no member's rest is empty.
+fn ids_prefix(members: &[Reading]) -> &str {
+    let Some((first, rest)) = members.split_first() else {
+        return "";
+    };
+    let mut len = first.event_id.len();
+    for r in rest {
+        len = first
+            .event_id
+            .bytes()
+            .zip(r.event_id.bytes())
+            .take(len)
+            .take_while(|(a, b)| a == b)
+            .count();
+        len = len.min(r.event_id.len().saturating_sub(1));
+    }
+    len = len.min(first.event_id.len().saturating_sub(1));
+    while !first.event_id.is_char_boundary(len) {
+        len -= 1;
+    }
+    &first.event_id[..len]
 }
 
 /// The attribute only a block item has: its format version.
@@ -344,6 +385,41 @@ mod tests {
     }
 
     #[test]
+    fn ids_sharing_a_prefix_store_it_once_and_read_back_whole() {
+        let ids = [
+            "0190a1b2-c3d4-0009",
+            "0190a1b2-c3d4-0010",
+            "0190a1b2-c3d4-0011",
+        ];
+        let members: Vec<Reading> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| reading(T + i as i64, id, &[("t", 1.0)], &[]))
+            .collect();
+        let block = BlockItem::new(&members, &key(), Duration::from_secs(60)).unwrap();
+        assert_eq!(block.idp, "0190a1b2-c3d4-00");
+        assert_eq!(block.ids, ["09", "10", "11"]);
+        let back: Vec<String> = block
+            .readings()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event_id)
+            .collect();
+        assert_eq!(back, ids);
+        // One id the prefix of another: every rest keeps a character.
+        let members = [reading(T, "e-1", &[], &[]), reading(T, "e-12", &[], &[])];
+        let block = BlockItem::new(&members, &key(), Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            (block.idp.as_str(), block.ids.clone()),
+            ("e-", vec!["1".to_owned(), "12".to_owned()])
+        );
+        // No shared prefix: no idp attribute.
+        let members = [reading(T, "a", &[], &[]), reading(T, "b", &[], &[])];
+        let block = BlockItem::new(&members, &key(), Duration::from_secs(60)).unwrap();
+        assert!(!block.to_item().unwrap().contains_key("idp"));
+    }
+
+    #[test]
     fn a_block_that_breaks_a_rule_is_refused_whole() {
         let members = [
             reading(T, "e1", &[("t", 1.0)], &[]),
@@ -351,7 +427,7 @@ mod tests {
         ];
         let block = BlockItem::new(&members, &key(), Duration::from_secs(60)).unwrap();
         type Breaks = Box<dyn Fn(&mut BlockItem)>;
-        let broken: [(&str, Breaks); 7] = [
+        let broken: [(&str, Breaks); 8] = [
             ("version", Box::new(|b| b.block = 2)),
             ("count", Box::new(|b| b.n = 3)),
             ("column", Box::new(|b| b.m.get_mut("t").unwrap().push(None))),
@@ -359,10 +435,11 @@ mod tests {
                 "order",
                 Box::new(|b| {
                     b.dt[1] = 0;
-                    b.ids[1] = "e0".into();
+                    b.ids[1] = "0".into();
                 }),
             ),
-            ("id", Box::new(|b| b.ids[1] = "e#2".into())),
+            ("id", Box::new(|b| b.ids[1] = "#2".into())),
+            ("empty rest", Box::new(|b| b.ids[1] = String::new())),
             ("window", Box::new(|b| b.dt[1] = i64::from(MAX_WINDOW_MS))),
             ("first", Box::new(|b| b.event_id = "e9".into())),
         ];

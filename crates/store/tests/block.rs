@@ -33,7 +33,7 @@ fn number() -> impl Strategy<Value = f64> {
 fn members() -> impl Strategy<Value = Vec<Reading>> {
     let member = (
         0i64..60_000,
-        "[A-Za-z0-9._:-]{1,12}",
+        "(0190a1b2-c3d4-|e-|)[A-Za-z0-9._:-]{1,12}",
         prop::collection::btree_map("[a-z]{1,3}", number(), 1..4),
         prop::collection::btree_map("[a-z]{1,3}", "\\PC{0,12}", 0..3),
     );
