@@ -78,6 +78,12 @@ pub struct KeyQuery {
     /// starts earlier can hold readings inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts: Option<TimeRange>,
+    /// Reads only blocks: the read-back of one entity's keys before the range, where an
+    /// item of one reading holds nothing the range asks for. A reader asks DynamoDB to
+    /// filter for blocks and reads it in whole pages, so a device writing items of one
+    /// reading pays the evaluation of the window, not a round trip per page of it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocks_only: bool,
 }
 
 impl KeyQuery {
@@ -180,6 +186,7 @@ impl<'a> Builder<'a> {
                 covers,
                 block_window_ms: None,
                 starts: None,
+                blocks_only: false,
             })
             .collect();
         ReadPlan { queries }
@@ -197,6 +204,7 @@ impl<'a> Builder<'a> {
                 covers,
                 block_window_ms: None,
                 starts: None,
+                blocks_only: false,
             })
             .collect();
         ReadPlan { queries }
@@ -376,22 +384,62 @@ fn read_back(plan: ReadPlan, range: TimeRange, w: u32) -> ReadPlan {
     let queries = plan
         .queries
         .into_iter()
-        .filter_map(|q| {
+        .flat_map(|q| {
             let starts = q.starts();
-            let reach = Timestamp::from_millis(starts.to().as_millis() + i64::from(w))
-                .unwrap_or(Timestamp::MAX);
-            let covers =
-                TimeRange::new(starts.from().max(range.from()), reach.min(range.to())).ok()?;
-            Some(KeyQuery {
-                time_filter: q.time_filter.map(|_| covers),
-                covers,
-                block_window_ms: Some(w),
-                starts: Some(starts),
-                ..q
+            // One entity's keys: the part before the range holds nothing of it but
+            // blocks, and is read apart, for blocks alone.
+            let parts = match split_at(&q, starts, range.from()) {
+                Some((before, after)) => vec![(before, true), (after, false)],
+                None => vec![(Some((starts, q.sk_between.clone())), false)],
+            };
+            parts.into_iter().filter_map(move |(part, blocks_only)| {
+                let (starts, sk_between) = part?;
+                let reach = Timestamp::from_millis(starts.to().as_millis() + i64::from(w))
+                    .unwrap_or(Timestamp::MAX);
+                let covers =
+                    TimeRange::new(starts.from().max(range.from()), reach.min(range.to())).ok()?;
+                Some(KeyQuery {
+                    sk_between,
+                    time_filter: q.time_filter.map(|_| covers),
+                    covers,
+                    block_window_ms: Some(w),
+                    starts: Some(starts),
+                    blocks_only,
+                    ..q.clone()
+                })
             })
         })
         .collect();
     ReadPlan { queries }
+}
+
+/// Part of a query: the sort times it reads and its sort-key bounds; `None` if empty.
+type Part = Option<(TimeRange, Option<(String, String)>)>;
+
+/// The sort times and sort-key bounds of `q` (reading `starts`) before `at` and from
+/// `at` on, where `q` reads one entity's sort keys (bounds that begin with the time of
+/// `starts`) across `at`; either part may be empty. `None` where `q` cannot be split
+/// so.
+fn split_at(q: &KeyQuery, starts: TimeRange, at: Timestamp) -> Option<(Part, Part)> {
+    let (lo, _) = q.sk_between.as_ref()?;
+    let prefix = lo.strip_suffix(&starts.from().to_rfc3339())?;
+    if starts.from() >= at {
+        return None;
+    }
+    let bounds = |r: TimeRange| {
+        Some((
+            format!("{prefix}{}", r.from().to_rfc3339()),
+            format!("{prefix}{}#{SK_UPPER}", r.last().to_rfc3339()),
+        ))
+    };
+    let part = |from: Timestamp, to: Timestamp| {
+        TimeRange::new(from, to)
+            .ok()
+            .filter(|r| r.from() < r.to())
+            .map(|r| (r, bounds(r)))
+    };
+    let split = at.min(starts.to());
+    Some((part(starts.from(), split), part(split, starts.to())))
 }
 
 /// Whether `sk` lies within a query's inclusive sort-key bounds (always true without bounds).

@@ -91,6 +91,10 @@ pub struct PageRequest {
     pub start_after: Option<LastKey>,
     /// Strongly consistent read.
     pub consistent: bool,
+    /// Return only blocks (`crate::block`), filtered by DynamoDB: the read-back before a
+    /// range, where an item of one reading holds nothing of it. Every item evaluated
+    /// still counts (`Page::items_read`).
+    pub blocks_only: bool,
 }
 
 /// The answer to one [`PageRequest`].
@@ -222,15 +226,23 @@ impl ReadingSource for DynamoReadingSource {
                 .expression_attribute_values(":skhi", AttributeValue::S(hi.clone()));
         }
         builder = builder.key_condition_expression(key_condition);
+        let mut filters: Vec<&str> = Vec::new();
         if let Some((lo, hi)) = request
             .ts_ms_between
             .filter(|_| request.time_index.is_none())
         {
+            filters.push("#ts BETWEEN :tslo AND :tshi");
             builder = builder
-                .filter_expression("#ts BETWEEN :tslo AND :tshi")
                 .expression_attribute_names("#ts", TS_MS)
                 .expression_attribute_values(":tslo", AttributeValue::N(lo.to_string()))
                 .expression_attribute_values(":tshi", AttributeValue::N(hi.to_string()));
+        }
+        if request.blocks_only {
+            filters.push("attribute_exists(#blk)");
+            builder = builder.expression_attribute_names("#blk", crate::block::BLOCK_ATTRIBUTE);
+        }
+        if !filters.is_empty() {
+            builder = builder.filter_expression(filters.join(" AND "));
         }
         if let Some(limit) = request.limit {
             // DynamoDB refuses Limit 0; the caller never needs it.
@@ -399,6 +411,7 @@ mod tests {
             start_after: Some(last_key_at("a5", None)),
             consistent: true,
             time_index: None,
+            blocks_only: false,
         }
     }
 

@@ -219,10 +219,11 @@ impl ReadingSource for MemoryReadings {
         });
         let items_read = evaluated.len() as u64;
         self.evaluated.fetch_add(items_read, Ordering::SeqCst);
-        // On the table, ts_ms is a filter, applied after the limit.
+        // On the table, ts_ms is a filter, applied after the limit; so is blocks_only.
         let kept: Vec<Stored> = evaluated
             .into_iter()
             .filter(|i| in_ts_range(r, i))
+            .filter(|i| !r.blocks_only || matches!(i, Stored::Block(_)))
             .collect();
         let last_ts = kept
             .last()
@@ -294,6 +295,7 @@ mod tests {
             ascending,
             start_after: None,
             consistent: false,
+            blocks_only: false,
         }
     }
 
