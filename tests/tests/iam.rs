@@ -361,8 +361,9 @@ async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Cal
             .handle(&event(name)?, now, later(), &mut rng)
             .await?;
     }
-    // A device whose one message brings 200 readings: counted over the template's 1-s
-    // batching window, 200 readings/s, whose rate raises its fan-out to 2.
+    // A device whose one message brings 200 readings of 1 KB (four tags of 250
+    // characters): packed into blocks of 16 KiB, about 200 write units over the
+    // template's 1-s batching window, a rate that raises its fan-out.
     let mut dense = event("sqs-single.json")?;
     let readings: Vec<serde_json::Value> = (0..200)
         .map(|i| {
@@ -371,6 +372,9 @@ async fn ingest_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Cal
                 "event_id": format!("dense-{i:03}"),
                 "ts": format!("2026-06-22T03:59:00.{i:03}Z"),
                 "metrics": { "temperature": 20 },
+                "tags": (0..4)
+                    .map(|t| (format!("note{t}"), format!("{i:03}{}", "x".repeat(247)).into()))
+                    .collect::<serde_json::Map<String, serde_json::Value>>(),
             })
         })
         .collect();

@@ -131,11 +131,10 @@ async fn cargo_lambda_watch_ingests_the_events() -> Result<()> {
 
     // Every valid reading stored exactly once (1 + 11 + 100 + 9 in the four events).
     let dynamo = harness::dynamodb(&stack.endpoint()).await;
-    let items = store::scan::scan_items(dynamo.scan().table_name(&stack.stack.table_name))
-        .await?
-        .into_iter()
-        .map(ReadingItem::from_item)
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut items: Vec<ReadingItem> = Vec::new();
+    for item in store::scan::scan_items(dynamo.scan().table_name(&stack.stack.table_name)).await? {
+        items.extend(store::block::expand(item)?);
+    }
     let distinct: BTreeSet<(&str, &str)> = items
         .iter()
         .map(|i| (i.device_id.as_str(), i.event_id.as_str()))

@@ -175,6 +175,7 @@ mod tests {
     use std::collections::HashMap;
     use std::num::NonZeroU32;
 
+    use sharding::block::BlockLayout;
     use sharding::layout::Layout;
     use sharding::time::Bucket;
 
@@ -197,9 +198,11 @@ mod tests {
     #[test]
     fn defaults_fill_everything_but_the_names() {
         let config = parse(&REQUIRED).expect("valid");
+        // A new table packs blocks: a minute, 16 KiB, 1,000 readings.
         assert_eq!(
             config.shards.directory.initial_layout,
             Layout::time_bucket(Bucket::Hour, NonZeroU32::new(8).expect("8 > 0"))
+                .with_blocks(BlockLayout::default())
         );
         assert_eq!(config.max_inflight, 16);
         assert_eq!(config.shards.max_future, Duration::from_secs(300));
@@ -224,9 +227,22 @@ mod tests {
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
         let mut vars = REQUIRED.to_vec();
         vars.push(("SUB_SHARDS", "dedicated"));
+        vars.push(("BLOCKS", "off"));
         assert_eq!(
             parse(&vars).expect("valid").shards.directory.initial_layout,
             Layout::time_bucket_dedicated(Bucket::Hour, NonZeroU32::new(8).expect("8 > 0"))
+        );
+        let mut vars = REQUIRED.to_vec();
+        vars.push(("BLOCK_WINDOW_SECS", "300"));
+        assert_eq!(
+            parse(&vars)
+                .expect("valid")
+                .shards
+                .directory
+                .initial_layout
+                .blocks
+                .map(|b| b.window_ms),
+            Some(300_000)
         );
     }
 
@@ -248,6 +264,9 @@ mod tests {
         check(("SHARD_STRATEGY", "round-robin"), "SHARD_STRATEGY");
         check(("BUCKET", "week"), "BUCKET");
         check(("SUB_SHARDS", "own"), "SUB_SHARDS");
+        check(("BLOCKS", "yes"), "BLOCKS");
+        check(("BLOCK_WINDOW_SECS", "0"), "BLOCK_WINDOW_SECS");
+        check(("BLOCK_WINDOW_SECS", "3601"), "BLOCK_WINDOW_SECS");
         check(("SHARDS", "0"), "SHARDS");
         check(("MAX_INFLIGHT", "0"), "MAX_INFLIGHT");
         check(("RETENTION_DAYS", "-1"), "RETENTION_DAYS");
@@ -270,6 +289,7 @@ mod tests {
         vars.push(("SHARD_STRATEGY", "calculated"));
         vars.push(("CALCULATED_ATTRIBUTE", "site"));
         vars.push(("SHARDS", "4"));
+        vars.push(("BLOCKS", "off"));
         let config = parse(&vars).expect("valid");
         assert_eq!(
             config.shards.directory.initial_layout,

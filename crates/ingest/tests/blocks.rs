@@ -292,7 +292,7 @@ async fn a_bad_id_anywhere_in_a_message_of_blocks_refuses_it_naming_the_reading(
 /// blocks, so the device stays on one key; the items written agree.
 #[tokio::test(start_paused = true)]
 async fn a_device_writing_blocks_is_measured_by_the_write_units_of_its_blocks() {
-    for (settings, k, units) in [(vec![], 2, 200), (vec![BLOCKS], 1, 8)] {
+    for (settings, k, units) in [(vec![("BLOCKS", "off")], 2, 200), (vec![BLOCKS], 1, 8)] {
         let bodies: Vec<serde_json::Value> = (0..4)
             .map(|m| {
                 let mut body = message("sensor-7", 50, 6_600_000 + m * 50_000, 1_000);

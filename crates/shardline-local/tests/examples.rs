@@ -22,22 +22,24 @@ const BUCKET: &str = "hour";
 const READINGS: usize = 100;
 const PER_MESSAGE: usize = 25;
 
-/// Every (PK, SK) of the readings table.
-async fn stored_keys(stack: &TestStack) -> Result<BTreeSet<(String, String)>> {
+/// Every reading's (PK, SK) in the readings table: an item's own keys, or for a block
+/// each member's own sort key under the block's partition key (a block lives where its
+/// first member would, and holds one device's readings of one bucket, so each member's
+/// partition key at the fan-out it was keyed with). Also how many items are blocks.
+async fn stored_keys(stack: &TestStack) -> Result<(BTreeSet<(String, String)>, usize)> {
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
     let items = store::scan::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
-    items
+    let blocks = items
         .iter()
-        .map(|item| {
-            let text = |name: &str| {
-                item.get(name)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .with_context(|| format!("an item without {name}"))
-            };
-            Ok((text("PK")?, text("SK")?))
-        })
-        .collect()
+        .filter(|item| store::block::is_block(item))
+        .count();
+    let mut keys = BTreeSet::new();
+    for item in items {
+        for reading in store::block::expand(item)? {
+            keys.insert((reading.pk, reading.sk));
+        }
+    }
+    Ok((keys, blocks))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +99,9 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
     let stats = running.wait().await?;
     ensure!(stats.dead_lettered == 0, "{}", stats.text());
 
-    let stored = stored_keys(&stack).await?;
+    let (stored, blocks) = stored_keys(&stack).await?;
+    // A new table packs blocks: each message of 25 readings over about 6 s is one.
+    ensure!(blocks == READINGS / PER_MESSAGE, "{blocks} blocks");
     ensure!(
         stored == computed,
         "stored and computed keys differ: only stored {:?}, only computed {:?}",

@@ -104,8 +104,8 @@ impl WriterSettings {
     ///   `time-bucket`), `BUCKET` (`minute` | `hour` | `day` | `month`, default `hour`),
     ///   `SHARDS` (default 8), `CALCULATED_ATTRIBUTE` (default `event_id`), `SUB_SHARDS`
     ///   (`base` | `dedicated`, default `base`: where a raised time-bucket entity's
-    ///   sub-shards live, [`sharding::layout::SubShards`]), `BLOCKS` (`off` | `on`,
-    ///   default `off`: whether the writer packs one device's readings into blocks,
+    ///   sub-shards live, [`sharding::layout::SubShards`]), `BLOCKS` (`on` | `off`,
+    ///   default `on`: whether the writer packs one device's readings into blocks,
     ///   [`sharding::block::BlockLayout`]) and `BLOCK_WINDOW_SECS` (default 60, at most
     ///   3600: a block's span): the layout stored when the metadata table has none yet.
     ///   A stored layout is never changed by these.
@@ -203,8 +203,8 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
         }
     };
     let blocks = match env.optional("BLOCKS").as_deref() {
-        None | Some("off") => None,
-        Some("on") => {
+        Some("off") => None,
+        None | Some("on") => {
             let window_secs: u32 = env.parse_or("BLOCK_WINDOW_SECS", 60, "seconds")?;
             let layout = BlockLayout {
                 window_ms: window_secs.saturating_mul(1000),

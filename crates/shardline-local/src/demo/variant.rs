@@ -334,7 +334,9 @@ fn ingest_env(
     }
     match variant {
         Variant::Naive => {
+            // What every peer does: PK = device, an item a reading.
             env.set("SHARD_STRATEGY", "unsharded");
+            env.set("BLOCKS", "off");
             env.set("FANOUT_MAX", "1");
         }
         Variant::Adaptive => {
