@@ -15,5 +15,6 @@
 #![recursion_limit = "256"]
 
 pub mod audit;
+pub mod blocks;
 pub mod env;
 pub mod fanout;

@@ -8,7 +8,7 @@
 #![recursion_limit = "256"]
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, fanout};
+use shardline::{audit, blocks, fanout};
 
 mod capacity;
 
@@ -28,6 +28,8 @@ enum Command {
     Fanout(fanout::FanoutArgs),
     /// Audit partition keys of a write sample or a table: cardinality, shares, peaks.
     Audit(audit::AuditArgs),
+    /// Turn blocks (many readings per write unit) on or off for an existing table.
+    Blocks(blocks::BlocksArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         Command::Plan(args) => capacity::run(&args),
         Command::Fanout(args) => runtime()?.block_on(fanout::run(&args)),
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
+        Command::Blocks(args) => runtime()?.block_on(blocks::run(&args)),
     }
 }
 

@@ -2,5 +2,6 @@
 
 mod audience;
 mod audit;
+mod blocks;
 mod fanout;
 mod plan;

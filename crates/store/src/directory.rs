@@ -33,6 +33,7 @@ use crate::error::StoreError;
 
 mod cached;
 pub mod hot;
+pub mod layout;
 pub use cached::CachedDirectory;
 pub use hot::{EntityRecord, HOT_BUCKET, HotListing};
 
@@ -159,6 +160,15 @@ pub trait ShardStore: ShardReader {
         &self,
         history: &TableHistory,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Replaces the stored layout history with `history` if the stored one still has
+    /// `expected_epochs` epochs (histories only grow, so no other writer changed it
+    /// since it was read); `false` otherwise.
+    fn replace_layout(
+        &self,
+        expected_epochs: usize,
+        history: &TableHistory,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 impl<T: ShardReader> ShardReader for std::sync::Arc<T> {
@@ -231,6 +241,13 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
         history: &TableHistory,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).create_layout(history)
+    }
+    fn replace_layout(
+        &self,
+        expected_epochs: usize,
+        history: &TableHistory,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).replace_layout(expected_epochs, history)
     }
 }
 

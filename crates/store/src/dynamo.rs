@@ -563,4 +563,28 @@ impl ShardStore for DynamoShards {
         })?)
         .await
     }
+
+    #[tracing::instrument(skip(self, history), fields(table = %self.table))]
+    async fn replace_layout(
+        &self,
+        expected_epochs: usize,
+        history: &TableHistory,
+    ) -> Result<bool, StoreError> {
+        let item = to_item(&LayoutItem {
+            pk: LAYOUT_PK.to_owned(),
+            epochs: history.clone(),
+        })?;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_exists(#pk) AND size(#epochs) = :n")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#epochs", "epochs")
+            .expression_attribute_values(":n", AttributeValue::N(expected_epochs.to_string()))
+            .send()
+            .await;
+        conditional(result)
+    }
 }

@@ -486,4 +486,19 @@ impl ShardStore for MemoryShards {
         state.layout = Some(history.clone());
         Ok(true)
     }
+
+    async fn replace_layout(
+        &self,
+        expected_epochs: usize,
+        history: &TableHistory,
+    ) -> Result<bool, StoreError> {
+        let mut state = lock(&self.state);
+        match &state.layout {
+            Some(stored) if stored.epochs().len() == expected_epochs => {
+                state.layout = Some(history.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
 }
