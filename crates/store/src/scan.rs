@@ -69,6 +69,10 @@ pub struct ScannedItem {
     pub ts_ms: Option<i64>,
     /// The whole item's size, bytes.
     pub bytes: usize,
+    /// Where the item is a block (`crate::block`), each member's sort key as it would
+    /// be alone (`{device}#{ts}#{event id}`); empty for any other item, and for a block
+    /// that breaks the format.
+    pub members: Vec<String>,
 }
 
 /// The answer to one [`ScanRequest`].
@@ -128,11 +132,20 @@ pub(crate) fn scanned(
         Some(AttributeValue::S(s)) => Timestamp::parse(s).ok().map(Timestamp::as_millis),
         _ => None,
     };
+    let members = if crate::block::is_block(item) {
+        crate::block::BlockItem::from_item(item.clone())
+            .and_then(|block| block.readings())
+            .map(|readings| readings.into_iter().map(|r| r.sk).collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     ScannedItem {
         pk: string(&attributes.pk),
         sk: string(&attributes.sk),
         ts_ms,
         bytes: item_size(item),
+        members,
     }
 }
 
@@ -250,6 +263,7 @@ mod tests {
                 sk: Some("a".into()),
                 ts_ms: Some(1000),
                 bytes: item_size(&numbered),
+                members: Vec::new(),
             }
         );
         let dated = item("k", "a", s("1970-01-01T00:00:01.000Z"));

@@ -36,6 +36,9 @@ pub struct Sampled {
     pub write: Write,
     /// The item's sort key (`None`: the input does not carry one).
     pub sk: Option<String>,
+    /// Where the item is a block, its members' own sort keys (a scan reads them; a
+    /// sample's lines carry none).
+    pub members: Vec<String>,
 }
 
 /// How to judge.
@@ -127,7 +130,7 @@ pub struct AuditReport {
     pub flagged: Vec<KeyReport>,
     /// Key patterns by writes.
     pub patterns: Vec<PatternReport>,
-    /// Readings stored under more than one partition key; `None` when the input has
+    /// Readings held by more than one item; `None` when the input has
     /// no sort keys (set by [`AuditReport::with_duplicates`]).
     pub duplicates: Option<DuplicateReport>,
 }
@@ -135,9 +138,10 @@ pub struct AuditReport {
 /// Audits a sample whose items may carry sort keys: [`audit`] on the writes, with the
 /// duplicate count when any item has a sort key.
 pub fn audit_sampled(sample: &[Sampled], config: &AuditConfig) -> AuditReport {
-    let keyed = sample
-        .iter()
-        .filter_map(|s| s.sk.as_deref().map(|sk| (s.write.pk.as_str(), sk)));
+    let keyed = sample.iter().filter_map(|s| {
+        s.sk.as_deref()
+            .map(|sk| (s.write.pk.as_str(), sk, s.members.as_slice()))
+    });
     let duplicates = sample
         .iter()
         .any(|s| s.sk.is_some())
@@ -387,6 +391,7 @@ mod tests {
                 bytes: 500,
             },
             sk: Some(sk.into()),
+            members: Vec::new(),
         }
     }
 

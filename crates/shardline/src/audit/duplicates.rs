@@ -1,22 +1,26 @@
 //! Readings stored twice: fan-out keys nest, so a reading written, then redelivered
-//! after a raise, can sit under two partition keys with one sort key. Reads show it
-//! once; the copies still cost storage and WCU. A reading is identified by its sort
-//! key, qualified by its entity where the sort key does not hold it
-//! ([`reading_identity`]).
+//! after a raise, can sit under two partition keys with one sort key; and a message
+//! rebuilt into other blocks (a raise moved its first member's key, a partial write
+//! split it) can hold a reading in two items. Reads show it once; the copies still
+//! cost storage and WCU. A reading is identified by its sort key, qualified by its
+//! entity where the sort key does not hold it ([`reading_identity`]); a block holds
+//! the readings its members' own sort keys name.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use sharding::time::Timestamp;
 
-/// Readings stored under more than one partition key, from the items' sort keys.
+/// Readings held by more than one item, from the items' sort keys (a block's: its
+/// members').
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DuplicateReport {
-    /// Distinct stored items (partition key, reading) whose sort key names a reading.
+    /// Readings held, each time an item holds one: items of one reading whose sort key
+    /// names it, and each member of each block.
     pub items: u64,
     /// Distinct readings among them.
     pub readings: u64,
-    /// Readings stored under more than one partition key.
+    /// Readings held by more than one item.
     pub duplicated: u64,
     /// Items beyond each reading's first (what de-duplicating reads leave out).
     pub extra_copies: u64,
@@ -42,16 +46,24 @@ pub fn reading_identity(pk: &str, sk: &str) -> Option<String> {
     }
 }
 
-/// Counts the readings stored under more than one partition key among `items`
-/// (partition key, sort key), in any order; an item seen twice (a write repeated on
-/// one key) counts once. Memory: one entry per distinct reading.
+/// Counts the readings held by more than one item among `items` (partition key, sort
+/// key, and a block's members' own sort keys, empty for an item of one reading), in
+/// any order; an item seen twice (a write repeated on one key) counts once. Memory:
+/// one entry per distinct reading.
 pub fn count_duplicates<'a>(
-    items: impl IntoIterator<Item = (&'a str, &'a str)>,
+    items: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
 ) -> DuplicateReport {
-    let mut pks_of: HashMap<String, HashSet<&'a str>> = HashMap::new();
-    for (pk, sk) in items {
-        if let Some(identity) = reading_identity(pk, sk) {
-            pks_of.entry(identity).or_default().insert(pk);
+    let mut pks_of: HashMap<String, HashSet<(&'a str, &'a str)>> = HashMap::new();
+    for (pk, sk, members) in items {
+        let held: Vec<&str> = if members.is_empty() {
+            vec![sk]
+        } else {
+            members.iter().map(String::as_str).collect()
+        };
+        for reading_sk in held {
+            if let Some(identity) = reading_identity(pk, reading_sk) {
+                pks_of.entry(identity).or_default().insert((pk, sk));
+            }
         }
     }
     let items: u64 = pks_of.values().map(|pks| pks.len() as u64).sum();

@@ -50,6 +50,7 @@ pub fn parse_sampled(line: &str, default_bytes: usize) -> Result<Sampled, String
     Ok(Sampled {
         write: Write { pk, ts_ms, bytes },
         sk,
+        members: Vec::new(),
     })
 }
 

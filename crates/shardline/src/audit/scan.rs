@@ -32,6 +32,7 @@ pub async fn scan_table(
                     bytes: item.bytes,
                 },
                 sk: item.sk,
+                members: item.members,
             });
             if limit.is_some_and(|l| out.len() as u64 >= l) {
                 return Ok(out);
