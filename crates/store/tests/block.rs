@@ -92,3 +92,68 @@ proptest! {
         prop_assert_eq!(again.to_item().expect("encodes"), block.to_item().expect("encodes"));
     }
 }
+
+/// The README's vector of `shardline-block-v1`: three readings of one device, as
+/// `serde_json` maps the item (each number as the JSON number DynamoDB stores).
+fn readme_vector() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("<!-- block-vector -->")
+        .expect("the README's block vector");
+    let body = &readme[start..];
+    let open = body.find("```json\n").expect("a json fence") + "```json\n".len();
+    let close = body[open..].find("```").expect("a closing fence");
+    body[open..open + close].to_owned()
+}
+
+#[test]
+fn the_readme_vector_is_the_block_of_its_readings() {
+    let t = 1_782_090_000_000; // 2026-06-22T01:00:00Z
+    let reading = |dt: i64, id: &str, metrics: &[(&str, f64)], tags: &[(&str, &str)]| Reading {
+        device_id: "sensor-7".into(),
+        event_id: id.into(),
+        ts: Timestamp::from_millis(t + dt).expect("in range"),
+        metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        tags: tags
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let members = [
+        reading(
+            0,
+            "e-0001",
+            &[("temperature", 21.5), ("humidity", 40.0)],
+            &[("site", "lab")],
+        ),
+        reading(
+            1_000,
+            "e-0002",
+            &[("temperature", 21.75), ("humidity", 41.0)],
+            &[],
+        ),
+        reading(2_500, "e-0003", &[("humidity", 42.0)], &[]),
+    ];
+    let first_key = ItemKey {
+        pk: "3#2026-06-22T01".into(),
+        sk: "sensor-7#2026-06-22T01:00:00.000Z#e-0001".into(),
+    };
+    let block = BlockItem::new(&members, &first_key, Duration::from_secs(30 * 86_400))
+        .expect("one device's sorted members");
+    let printed = serde_json::to_string_pretty(&block).expect("json");
+    let vector = serde_json::from_str::<BlockItem>(&readme_vector()).ok();
+    assert_eq!(
+        vector.as_ref(),
+        Some(&block),
+        "the README's vector is not the block; it is:\n{printed}"
+    );
+    let vector = block;
+    let back: Vec<Reading> = vector
+        .readings()
+        .expect("valid")
+        .into_iter()
+        .map(|r| r.into_reading().expect("a reading"))
+        .collect();
+    assert_eq!(back, members);
+}
