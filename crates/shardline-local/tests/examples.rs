@@ -108,7 +108,70 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
         stored.difference(&computed).take(3).collect::<Vec<_>>(),
         computed.difference(&stored).take(3).collect::<Vec<_>>()
     );
+
+    // The Python reader expands the blocks read with boto3 into the readings the
+    // store's own decoder reads: the same ids, times, metrics and tags.
+    let output = Command::new(venv.bin("python"))
+        .arg(root.join("examples/python/read_blocks.py"))
+        .args(["--table", &s.table_name, "--endpoint-url", &s.endpoint])
+        .args(["--region", &s.region])
+        .envs(s.env_pairs())
+        .stdin(Stdio::null())
+        .output()
+        .context("running examples/python/read_blocks.py")?;
+    ensure!(
+        output.status.success(),
+        "read_blocks.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let from_python: BTreeSet<String> = String::from_utf8(output.stdout)?
+        .lines()
+        .map(|line| {
+            let r: serde_json::Value = serde_json::from_str(line)?;
+            Ok(r.to_string())
+        })
+        .collect::<Result<_>>()?;
+    let from_rust = readings_as_json(&stack).await?;
+    ensure!(
+        from_python.len() == READINGS,
+        "{} readings",
+        from_python.len()
+    );
+    ensure!(
+        from_python == from_rust,
+        "the Python reader differs: only Python {:?}, only Rust {:?}",
+        from_python
+            .difference(&from_rust)
+            .take(2)
+            .collect::<Vec<_>>(),
+        from_rust
+            .difference(&from_python)
+            .take(2)
+            .collect::<Vec<_>>()
+    );
     Ok(())
+}
+
+/// Every reading of the readings table as the store expands it, as the JSON object
+/// examples/python/read_blocks.py prints.
+async fn readings_as_json(stack: &TestStack) -> Result<BTreeSet<String>> {
+    let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
+    let items = store::scan::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
+    let mut out = BTreeSet::new();
+    for item in items {
+        for r in store::block::expand(item)? {
+            let value = serde_json::json!({
+                "device_id": r.device_id,
+                "event_id": r.event_id,
+                "ts_ms": r.ts_ms,
+                "ts": r.ts,
+                "metrics": r.metrics,
+                "tags": r.tags,
+            });
+            out.insert(value.to_string());
+        }
+    }
+    Ok(out)
 }
 
 /// `tsc --noEmit` over examples/typescript, with its pinned dependencies installed
