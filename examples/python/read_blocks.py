@@ -30,8 +30,8 @@ import boto3
 
 #: The format version a block carries in ``block``.
 BLOCK_FORMAT = 1
-#: What separates a block's digest from its first member's sort key.
-BLOCK_MARK = "#b."
+#: What a block's sort key has before the time (the blocks' lane).
+BLOCK_LANE = "b#"
 
 
 class BadBlock(ValueError):
@@ -91,8 +91,10 @@ def expand(item: dict[str, Any]) -> list[dict[str, Any]]:
     members = [(first_ms + d, i) for d, i in zip(dts, ids)]
     if any(a >= b for a, b in zip(members, members[1:])):
         raise BadBlock("its members are not in order of (ts, event id), each once")
-    first_sk, mark, digest = item["SK"].rpartition(BLOCK_MARK)
-    if not mark or digest != block_digest(members):
+    head, _, digest = item["SK"].rpartition("#")
+    if f"{BLOCK_LANE}{rfc3339_ms(first_ms)}#{ids[0]}" not in head:
+        raise BadBlock("its sort key is not its first member's in the blocks' lane")
+    if digest != block_digest(members):
         raise BadBlock(f"its sort key's digest {digest!r} is not its members'")
     out = []
     for i, (ts_ms, event_id) in enumerate(members):

@@ -119,7 +119,7 @@ async fn a_message_of_fifty_readings_is_one_block_of_two_write_units_holding_eve
     assert!(is_block_sk(&key.sk), "{key:?}");
     assert!(
         key.sk
-            .starts_with("sensor-7#2026-06-22T02:00:00.000Z#e-0000#b.")
+            .starts_with("sensor-7#b#2026-06-22T02:00:00.000Z#e-0000#")
     );
     let units = write_units(item_size(item));
     assert!(units <= 2, "{units} write units for 50 readings");

@@ -67,8 +67,6 @@ pub struct StreamSpec {
     /// Where the stored items are blocks: each holds readings up to this many
     /// milliseconds after its own sort time.
     pub block_window_ms: Option<i64>,
-    /// Read only blocks, in whole pages (`sharding::read_plan::KeyQuery::blocks_only`).
-    pub blocks_only: bool,
 }
 
 /// What one merged read returned and cost.
@@ -404,13 +402,6 @@ async fn drive<S: ReadingSource>(
                 stopped: None,
             });
         }
-        // A stream of blocks alone returns few of the items it evaluates: its pages are
-        // whole (DynamoDB's 1 MB), within the budget.
-        for ask in &mut asks {
-            if specs[ask.stream].blocks_only {
-                ask.limit = None;
-            }
-        }
         if let Err(budget) = fit_to_budget(&mut asks, &cost, opts.budget) {
             return Ok(stopped_by(budget, merge, cost));
         }
@@ -574,7 +565,6 @@ fn page_request(
         ascending: !opts.descending,
         start_after,
         consistent: opts.consistent,
-        blocks_only: spec.blocks_only,
     }
 }
 

@@ -13,14 +13,17 @@
 //! a redelivered message is cut the same way.
 //!
 //! # The sort key
-//! A block's sort key is its first member's, followed by `#b.` and the first 8 bytes,
-//! in hex, of the SHA-256 of its members' identities in order. Each identity is
+//! A block lives in a lane of its own in its entity's sort keys: its first member's sort
+//! key with `b#` before the time, followed by `#` and the first 8 bytes, in hex, of the
+//! SHA-256 of its members' identities in order
+//! (`sensor-7#b#2026-06-22T01:00:00.000Z#e-0001#657a7e6975e64c22`). Each identity is
 //! encoded as the member's `ts_ms` (8 bytes, big-endian, two's complement), the length
 //! of its event id (1 byte; an id is at most 128 bytes) and the id's bytes. Two
 //! different member sets never share a key, and a member set always gets the same one.
-//! `#` never occurs in an id, and `b` sorts below `~`, the read plans' upper bound
-//! after the last `#`, so a block sorts right after its first member's own item and
-//! inside every range that holds its first member.
+//! `b` sorts above every digit, so an entity's blocks sort after all its readings' own
+//! items and apart from them: a read of a time range reads the readings' lane over the
+//! range and the blocks' lane from a block window before it, and evaluates no item of
+//! one reading outside the range.
 
 use std::ops::Range;
 
@@ -32,8 +35,12 @@ use crate::key::{MAX_ID_LEN, SEPARATOR};
 /// The version of the block format and of its key's digest.
 pub const BLOCK_VERSION: &str = "shardline-block-v1";
 
-/// What separates a block's digest from its first member's sort key.
-pub const BLOCK_MARK: &str = "#b.";
+/// What a block's sort key has before the time, where its first member's has the time.
+pub const BLOCK_LANE: &str = "b#";
+
+/// What a block's sort key adds to its first member's: the lane and `#` with 16 hex
+/// digits of digest.
+pub const BLOCK_SK_EXTRA: usize = BLOCK_LANE.len() + 1 + 16;
 
 /// How a table's layout packs one device's readings into blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,7 +138,8 @@ pub fn group<M>(
     blocks
 }
 
-/// A block's sort key: its first member's sort key `first_sk`, the block mark and the
+/// A block's sort key: its first member's sort key `first_sk` (`{prefix}{ts}#{event
+/// id}`, the prefix `{entity}#` or nothing) with the lane before the time, and the
 /// digest of the members' identities `(ts_ms, event id)`, in order.
 pub fn block_sk<'a>(first_sk: &str, members: impl IntoIterator<Item = (i64, &'a str)>) -> String {
     let mut hasher = Sha256::new();
@@ -143,19 +151,46 @@ pub fn block_sk<'a>(first_sk: &str, members: impl IntoIterator<Item = (i64, &'a 
         hasher.update(event_id.as_bytes());
     }
     let digest = hasher.finalize();
-    let mut sk = String::with_capacity(first_sk.len() + BLOCK_MARK.len() + 16);
-    sk.push_str(first_sk);
-    sk.push_str(BLOCK_MARK);
+    let time_at = time_start(first_sk);
+    let mut sk = String::with_capacity(first_sk.len() + BLOCK_SK_EXTRA);
+    sk.push_str(&first_sk[..time_at]);
+    sk.push_str(BLOCK_LANE);
+    sk.push_str(&first_sk[time_at..]);
+    sk.push(SEPARATOR);
     for byte in &digest[..8] {
         sk.push_str(&format!("{byte:02x}"));
     }
     sk
 }
 
-/// Whether a sort key is a block's.
-pub fn is_block_sk(sk: &str) -> bool {
+/// Where the time starts in a reading's sort key `{prefix}{ts}#{event id}`: after the
+/// last `#` before the event id (an id holds none), or at 0.
+fn time_start(sk: &str) -> usize {
     sk.rsplit_once(SEPARATOR)
-        .is_some_and(|(_, last)| last.starts_with("b.") && last.len() == 18)
+        .and_then(|(head, _event)| head.rfind(SEPARATOR).map(|i| i + 1))
+        .unwrap_or(0)
+}
+
+/// Whether a sort key is a block's: `{prefix}b#{ts}#{event id}#{16 hex digits}`.
+pub fn is_block_sk(sk: &str) -> bool {
+    let mut parts = sk.rsplitn(4, SEPARATOR);
+    let (Some(digest), Some(_event), Some(_ts), Some(rest)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    digest.len() == 16
+        && digest.bytes().all(|b| b.is_ascii_hexdigit())
+        && (rest == "b" || rest.ends_with("#b"))
+}
+
+/// A reading's sort key `{prefix}{ts}#{event id}` moved to the blocks' lane
+/// (`{prefix}b#{ts}#{event id}`): where a block whose first member it is sorts, before
+/// its digest. Sort-key bounds of a time range become the blocks' bounds so.
+#[must_use]
+pub fn in_block_lane(sk: &str) -> String {
+    let at = time_start(sk);
+    format!("{}{BLOCK_LANE}{}", &sk[..at], &sk[at..])
 }
 
 #[cfg(test)]
@@ -201,8 +236,8 @@ mod tests {
         let sk = "dev#2026-06-22T01:00:00.000Z#e1";
         let a = block_sk(sk, [(1, "e1"), (2, "e2")]);
         assert_eq!(a, block_sk(sk, [(1, "e1"), (2, "e2")]));
-        assert!(a.starts_with("dev#2026-06-22T01:00:00.000Z#e1#b."), "{a}");
-        assert_eq!(a.len(), sk.len() + BLOCK_MARK.len() + 16);
+        assert!(a.starts_with("dev#b#2026-06-22T01:00:00.000Z#e1#"), "{a}");
+        assert_eq!(a.len(), sk.len() + BLOCK_SK_EXTRA);
         assert!(is_block_sk(&a) && !is_block_sk(sk));
         // Another member, another time, another id: another key.
         assert_ne!(a, block_sk(sk, [(1, "e1"), (2, "e2"), (3, "e3")]));
@@ -210,9 +245,19 @@ mod tests {
         assert_ne!(a, block_sk(sk, [(1, "e1"), (2, "e3")]));
         // Identities are length-prefixed: ("e1", "e2") is not ("e1e", "2").
         assert_ne!(a, block_sk(sk, [(1, "e1e"), (2, "2")]));
-        // Inside every range that holds its first member: below the plans' `~` bound.
-        assert!(a.as_str() < "dev#2026-06-22T01:00:00.000Z#e1~");
-        assert!(a.as_str() > sk);
+        // In the entity's blocks' lane: after all its readings' own items, inside the
+        // lane's bounds of any range that holds its first member.
+        assert!(a.as_str() > "dev#9999-12-31T23:59:59.999Z#~");
+        assert!(a.as_str() >= in_block_lane(sk).as_str());
+        assert!(a.as_str() < format!("{}~", in_block_lane(sk)).as_str());
+        // Without an entity prefix (the layouts whose partition is the entity's).
+        let plain = block_sk("2026-06-22T01:00:00.000Z#e1", [(1, "e1"), (2, "e2")]);
+        assert!(
+            plain.starts_with("b#2026-06-22T01:00:00.000Z#e1#"),
+            "{plain}"
+        );
+        assert!(is_block_sk(&plain));
+        assert!(!is_block_sk("b#2026-06-22T01:00:00.000Z#e1"));
     }
 
     #[test]

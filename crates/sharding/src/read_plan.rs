@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::block::MAX_WINDOW_MS;
+use crate::block::{BLOCK_LANE, MAX_WINDOW_MS};
 use crate::epoch::{FanoutHistory, TableHistory};
 use crate::hash::shard_index;
 use crate::key::{KeyError, bucket_pk, entity_pk, fanout_count, validate_id};
@@ -78,12 +78,6 @@ pub struct KeyQuery {
     /// starts earlier can hold readings inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts: Option<TimeRange>,
-    /// Reads only blocks: the read-back of one entity's keys before the range, where an
-    /// item of one reading holds nothing the range asks for. A reader asks DynamoDB to
-    /// filter for blocks and reads it in whole pages, so a device writing items of one
-    /// reading pays the evaluation of the window, not a round trip per page of it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub blocks_only: bool,
 }
 
 impl KeyQuery {
@@ -186,7 +180,6 @@ impl<'a> Builder<'a> {
                 covers,
                 block_window_ms: None,
                 starts: None,
-                blocks_only: false,
             })
             .collect();
         ReadPlan { queries }
@@ -204,7 +197,6 @@ impl<'a> Builder<'a> {
                 covers,
                 block_window_ms: None,
                 starts: None,
-                blocks_only: false,
             })
             .collect();
         ReadPlan { queries }
@@ -380,66 +372,70 @@ fn widened(range: TimeRange, window_ms: u32) -> TimeRange {
 /// Planning the widened range reads every such key. A block never spans a bucket or a
 /// table epoch (the writer groups within both), so nothing older can hold a reading of
 /// `range`.
+///
+/// A query over one entity's sort keys (bounds that begin with its time) becomes two:
+/// the readings' own lane over the part of its times inside `range`, and the blocks'
+/// lane (`crate::block::in_block_lane`) over all of them, so no item of one reading
+/// outside `range` is evaluated.
 fn read_back(plan: ReadPlan, range: TimeRange, w: u32) -> ReadPlan {
     let queries = plan
         .queries
         .into_iter()
-        .flat_map(|q| {
-            let starts = q.starts();
-            // One entity's keys: the part before the range holds nothing of it but
-            // blocks, and is read apart, for blocks alone.
-            let parts = match split_at(&q, starts, range.from()) {
-                Some((before, after)) => vec![(before, true), (after, false)],
-                None => vec![(Some((starts, q.sk_between.clone())), false)],
-            };
-            parts.into_iter().filter_map(move |(part, blocks_only)| {
-                let (starts, sk_between) = part?;
-                let reach = Timestamp::from_millis(starts.to().as_millis() + i64::from(w))
-                    .unwrap_or(Timestamp::MAX);
-                let covers =
-                    TimeRange::new(starts.from().max(range.from()), reach.min(range.to())).ok()?;
-                Some(KeyQuery {
-                    sk_between,
-                    time_filter: q.time_filter.map(|_| covers),
-                    covers,
-                    block_window_ms: Some(w),
-                    starts: Some(starts),
-                    blocks_only,
-                    ..q.clone()
-                })
-            })
-        })
+        .flat_map(|q| lanes(q, range, w))
         .collect();
     ReadPlan { queries }
 }
 
-/// Part of a query: the sort times it reads and its sort-key bounds; `None` if empty.
-type Part = Option<(TimeRange, Option<(String, String)>)>;
-
-/// The sort times and sort-key bounds of `q` (reading `starts`) before `at` and from
-/// `at` on, where `q` reads one entity's sort keys (bounds that begin with the time of
-/// `starts`) across `at`; either part may be empty. `None` where `q` cannot be split
-/// so.
-fn split_at(q: &KeyQuery, starts: TimeRange, at: Timestamp) -> Option<(Part, Part)> {
-    let (lo, _) = q.sk_between.as_ref()?;
-    let prefix = lo.strip_suffix(&starts.from().to_rfc3339())?;
-    if starts.from() >= at {
-        return None;
-    }
-    let bounds = |r: TimeRange| {
+/// The queries `q` (of a plan widened by `w`) becomes to answer for `range`.
+fn lanes(q: KeyQuery, range: TimeRange, w: u32) -> Vec<KeyQuery> {
+    let starts = q.starts();
+    let reach =
+        Timestamp::from_millis(starts.to().as_millis() + i64::from(w)).unwrap_or(Timestamp::MAX);
+    let Ok(covers) = TimeRange::new(starts.from().max(range.from()), reach.min(range.to())) else {
+        return Vec::new();
+    };
+    let prefix = q
+        .sk_between
+        .as_ref()
+        .and_then(|(lo, _)| lo.strip_suffix(&starts.from().to_rfc3339()))
+        .map(str::to_owned);
+    let Some(prefix) = prefix else {
+        // No time in the sort key: the items of every lane, by their sort times.
+        return vec![KeyQuery {
+            time_filter: q.time_filter.map(|_| covers),
+            covers,
+            block_window_ms: Some(w),
+            starts: Some(starts),
+            ..q
+        }];
+    };
+    let bounds = |lane: &str, r: TimeRange| {
         Some((
-            format!("{prefix}{}", r.from().to_rfc3339()),
-            format!("{prefix}{}#{SK_UPPER}", r.last().to_rfc3339()),
+            format!("{prefix}{lane}{}", r.from().to_rfc3339()),
+            format!("{prefix}{lane}{}#{SK_UPPER}", r.last().to_rfc3339()),
         ))
     };
-    let part = |from: Timestamp, to: Timestamp| {
-        TimeRange::new(from, to)
-            .ok()
-            .filter(|r| r.from() < r.to())
-            .map(|r| (r, bounds(r)))
-    };
-    let split = at.min(starts.to());
-    Some((part(starts.from(), split), part(split, starts.to())))
+    let mut out = Vec::with_capacity(2);
+    let own = TimeRange::new(starts.from().max(range.from()), starts.to().min(range.to()))
+        .ok()
+        .filter(|r| r.from() < r.to());
+    if let Some(own) = own {
+        out.push(KeyQuery {
+            sk_between: bounds("", own),
+            covers: own,
+            starts: None,
+            block_window_ms: None,
+            ..q.clone()
+        });
+    }
+    out.push(KeyQuery {
+        sk_between: bounds(BLOCK_LANE, starts),
+        covers,
+        block_window_ms: Some(w),
+        starts: Some(starts),
+        ..q
+    });
+    out
 }
 
 /// Whether `sk` lies within a query's inclusive sort-key bounds (always true without bounds).

@@ -6,7 +6,7 @@
 //! | attribute | type | meaning |
 //! |---|---|---|
 //! | `PK` | S | the first member's partition key |
-//! | `SK` | S | the first member's sort key, `#b.` and the digest of the members' identities (`sharding::block::block_sk`) |
+//! | `SK` | S | the first member's sort key in the blocks' lane (`b#` before the time), `#` and the digest of the members' identities (`sharding::block::block_sk`) |
 //! | `device_id` | S | the device of every member |
 //! | `event_id`, `ts`, `ts_ms` | S, S, N | the first member's, as a reading's item has them (the time index sorts a block by its first member) |
 //! | `block` | N | the format's version, 1 |

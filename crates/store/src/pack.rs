@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use item_size as rule;
-use sharding::block::{BLOCK_MARK, BlockLayout, group};
+use sharding::block::{BLOCK_SK_EXTRA, BlockLayout, group};
 use sharding::epoch::TableHistory;
 use sharding::key::{ItemKey, MAX_ID_LEN};
 use sharding::layout::Strategy;
@@ -26,8 +26,6 @@ use crate::item::{
 
 /// The longest a block's offset `dt` takes: under an hour in milliseconds, 7 digits.
 const OFFSET_BOUND: usize = 5;
-/// What a block's digest adds to its first member's sort key: the mark and 16 hex digits.
-const DIGEST_LEN: usize = BLOCK_MARK.len() + 16;
 
 /// Which readings may share a block: one device, one table epoch, one bucket.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -159,7 +157,7 @@ impl BlockBound {
             .flat_map(|r| r.tags.keys().map(String::as_str))
             .collect();
         let device = shelf.first().map_or(0, |r| r.device_id.len());
-        let first_sk = device + 1 + RFC3339_LEN + 1 + MAX_ID_LEN + DIGEST_LEN;
+        let first_sk = device + 1 + RFC3339_LEN + 1 + MAX_ID_LEN + BLOCK_SK_EXTRA;
         let columns = |names: &BTreeSet<&str>| {
             rule::MAP_OVERHEAD
                 + names

@@ -49,7 +49,7 @@ pub struct LastKey {
 
 impl LastKey {
     /// The sort time of the item it names: the time index's `ts_ms`, else the time
-    /// its sort key carries (`..#{ts}#{event id}`, a block's followed by its mark),
+    /// its sort key carries (`..#{ts}#{event id}`, a block's followed by its digest),
     /// when it carries one.
     pub fn sort_time(&self) -> Option<i64> {
         self.ts_ms.or_else(|| {
@@ -91,10 +91,6 @@ pub struct PageRequest {
     pub start_after: Option<LastKey>,
     /// Strongly consistent read.
     pub consistent: bool,
-    /// Return only blocks (`crate::block`), filtered by DynamoDB: the read-back before a
-    /// range, where an item of one reading holds nothing of it. Every item evaluated
-    /// still counts (`Page::items_read`).
-    pub blocks_only: bool,
 }
 
 /// The answer to one [`PageRequest`].
@@ -226,23 +222,15 @@ impl ReadingSource for DynamoReadingSource {
                 .expression_attribute_values(":skhi", AttributeValue::S(hi.clone()));
         }
         builder = builder.key_condition_expression(key_condition);
-        let mut filters: Vec<&str> = Vec::new();
         if let Some((lo, hi)) = request
             .ts_ms_between
             .filter(|_| request.time_index.is_none())
         {
-            filters.push("#ts BETWEEN :tslo AND :tshi");
             builder = builder
+                .filter_expression("#ts BETWEEN :tslo AND :tshi")
                 .expression_attribute_names("#ts", TS_MS)
                 .expression_attribute_values(":tslo", AttributeValue::N(lo.to_string()))
                 .expression_attribute_values(":tshi", AttributeValue::N(hi.to_string()));
-        }
-        if request.blocks_only {
-            filters.push("attribute_exists(#blk)");
-            builder = builder.expression_attribute_names("#blk", crate::block::BLOCK_ATTRIBUTE);
-        }
-        if !filters.is_empty() {
-            builder = builder.filter_expression(filters.join(" AND "));
         }
         if let Some(limit) = request.limit {
             // DynamoDB refuses Limit 0; the caller never needs it.
@@ -411,7 +399,6 @@ mod tests {
             start_after: Some(last_key_at("a5", None)),
             consistent: true,
             time_index: None,
-            blocks_only: false,
         }
     }
 
@@ -656,7 +643,7 @@ mod tests {
         let at = |sk: &str| last_key_at(sk, None).sort_time();
         assert_eq!(at(sk), Some(1_782_086_401_000));
         assert_eq!(
-            at(&format!("{sk}#b.0123456789abcdef")),
+            at("dev-1#b#2026-06-22T00:00:01.000Z#e1#0123456789abcdef"),
             Some(1_782_086_401_000)
         );
         assert_eq!(at("2026-06-22T00:00:01.000Z#e1"), Some(1_782_086_401_000));

@@ -219,11 +219,10 @@ impl ReadingSource for MemoryReadings {
         });
         let items_read = evaluated.len() as u64;
         self.evaluated.fetch_add(items_read, Ordering::SeqCst);
-        // On the table, ts_ms is a filter, applied after the limit; so is blocks_only.
+        // On the table, ts_ms is a filter, applied after the limit.
         let kept: Vec<Stored> = evaluated
             .into_iter()
             .filter(|i| in_ts_range(r, i))
-            .filter(|i| !r.blocks_only || matches!(i, Stored::Block(_)))
             .collect();
         let last_ts = kept
             .last()
@@ -295,7 +294,6 @@ mod tests {
             ascending,
             start_after: None,
             consistent: false,
-            blocks_only: false,
         }
     }
 
@@ -327,21 +325,22 @@ mod tests {
             .query_page(&request(Some(2), true, None))
             .await
             .unwrap();
-        assert_eq!(ids(&first), ["a", "b", "c", "d"]);
-        assert_eq!((first.items_read, first.last_ts), (2, Some(T + 10)));
+        // Blocks sort in their own lane, after the device's items of one reading.
+        assert_eq!(ids(&first), ["a", "e"]);
+        assert_eq!((first.items_read, first.last_ts), (2, Some(T + 20)));
         let next = PageRequest {
             start_after: first.last_key.clone(),
             ..request(Some(2), true, None)
         };
         let second = table.query_page(&next).await.unwrap();
-        assert_eq!(ids(&second), ["e"]);
-        assert_eq!((second.last_key, second.last_ts), (None, Some(T + 20)));
+        assert_eq!(ids(&second), ["b", "c", "d"]);
+        assert_eq!((second.last_key, second.last_ts), (None, Some(T + 10)));
         let down = table
             .query_page(&request(Some(2), false, None))
             .await
             .unwrap();
-        assert_eq!(ids(&down), ["e", "b", "c", "d"]);
-        assert_eq!(down.last_ts, Some(T + 10));
+        assert_eq!(ids(&down), ["b", "c", "d", "e"]);
+        assert_eq!(down.last_ts, Some(T + 20));
         // The filter sees the block's own ts_ms: from T + 11 on, the block is out.
         let later = table
             .query_page(&request(None, true, Some((T + 11, T + 60))))
@@ -349,10 +348,12 @@ mod tests {
             .unwrap();
         assert_eq!((ids(&later), later.items_read), (vec!["e"], 3));
         // A block's key holds no reading of its own.
-        let block_key = ItemKey {
-            pk: "p".into(),
-            sk: first.last_key.unwrap().key.sk,
-        };
+        let members = [
+            reading(T + 10, "b"),
+            reading(T + 30, "c"),
+            reading(T + 50, "d"),
+        ];
+        let block_key = BlockItem::key(&members, &key_of(&members[0]));
         assert_eq!(table.get_reading(&block_key, false).await.unwrap(), None);
     }
 
