@@ -79,3 +79,28 @@ async fn soak_with_faults_and_three_kills() -> Result<()> {
     assert_eq!(report.hot_device_read, report.hot_device_table);
     Ok(())
 }
+
+/// The soak in block mode (issue 34, scenario 28): messages of 10 readings, so the hot
+/// device's messages are written as blocks by the default layout, with the same faults
+/// and kills: every valid reading stored, none answered twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_in_block_mode_with_faults_and_two_kills() -> Result<()> {
+    let root = stand_in::repo_root()?;
+    let bin = shardline_binary(&root)?;
+    let mut config = SoakConfig::new(root, bin, 200, 2, 11);
+    config.batch = 10;
+    let report = run(&config).await?;
+    println!("{}", report.text());
+    assert!(report.violations.is_empty(), "{}", report.text());
+    assert_eq!(report.kills, 2);
+    assert!(
+        report.table_blocks > 0,
+        "blocks were written:\n{}",
+        report.text()
+    );
+    assert!(report.readings_sent > 1_500, "{}", report.text());
+    assert_eq!(report.table_distinct, report.readings_sent);
+    assert_eq!(report.dlq_malformed, report.malformed_sent);
+    assert_eq!(report.hot_device_read, report.hot_device_table);
+    Ok(())
+}

@@ -126,10 +126,7 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
     );
     let from_python: BTreeSet<String> = String::from_utf8(output.stdout)?
         .lines()
-        .map(|line| {
-            let r: serde_json::Value = serde_json::from_str(line)?;
-            Ok(r.to_string())
-        })
+        .map(|line| Ok(format!("{:?}", serde_json::from_str::<Expanded>(line)?)))
         .collect::<Result<_>>()?;
     let from_rust = readings_as_json(&stack).await?;
     ensure!(
@@ -152,23 +149,35 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
     Ok(())
 }
 
-/// Every reading of the readings table as the store expands it, as the JSON object
-/// examples/python/read_blocks.py prints.
+/// A reading as examples/python/read_blocks.py prints it (its `Debug` text, maps in
+/// name order, is what two readers are compared by).
+#[derive(Debug, serde::Deserialize)]
+#[expect(dead_code, reason = "read through its Debug text")]
+struct Expanded {
+    device_id: String,
+    event_id: String,
+    ts_ms: i64,
+    ts: String,
+    metrics: std::collections::BTreeMap<String, f64>,
+    tags: std::collections::BTreeMap<String, String>,
+}
+
+/// Every reading of the readings table as the store expands it.
 async fn readings_as_json(stack: &TestStack) -> Result<BTreeSet<String>> {
     let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
     let items = store::scan::scan_items(client.scan().table_name(&stack.stack.table_name)).await?;
     let mut out = BTreeSet::new();
     for item in items {
         for r in store::block::expand(item)? {
-            let value = serde_json::json!({
-                "device_id": r.device_id,
-                "event_id": r.event_id,
-                "ts_ms": r.ts_ms,
-                "ts": r.ts,
-                "metrics": r.metrics,
-                "tags": r.tags,
-            });
-            out.insert(value.to_string());
+            let expanded = Expanded {
+                device_id: r.device_id,
+                event_id: r.event_id,
+                ts_ms: r.ts_ms,
+                ts: r.ts,
+                metrics: r.metrics,
+                tags: r.tags,
+            };
+            out.insert(format!("{expanded:?}"));
         }
     }
     Ok(out)

@@ -15,15 +15,13 @@ use crate::run_local::{self, Stats};
 /// them, on a loaded machine.
 const SETTLE: Duration = Duration::from_secs(3);
 
-/// Messages received but not settled by a finished invocation.
+/// Messages received and still in the runner's hands: not yet deleted (a message
+/// written, dead-lettered, split or requeued is deleted after its invocation's fates
+/// are recorded), nor reported or failed to delete (those come back after their wait).
 fn unsettled(stats: &Stats) -> u64 {
-    stats.messages.saturating_sub(
-        stats.written_messages
-            + stats.dead_lettered
-            + stats.failures_reported
-            + stats.requeued
-            + stats.split,
-    )
+    stats
+        .messages
+        .saturating_sub(stats.deleted + stats.failures_reported + stats.delete_failures)
 }
 
 /// One progress line of `variant`'s run at `t`.

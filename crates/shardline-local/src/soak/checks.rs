@@ -38,7 +38,9 @@ pub(super) async fn verify(
         .iter()
         .filter(|r| r.device_id == HOT_DEVICE)
         .collect();
-    let (table, counts) = scan_readings(&services.dynamo, &services.stack.table_name).await?;
+    let (table, counts, blocks) =
+        scan_readings(&services.dynamo, &services.stack.table_name).await?;
+    report.table_blocks = blocks;
     let hot_in_table: BTreeSet<(i64, String)> = table
         .iter()
         .filter(|r| r.device_id == HOT_DEVICE)
@@ -227,26 +229,25 @@ fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[DeadLetterCopy]) {
     }
 }
 
-/// Every reading of the table (blocks expanded), and the sort keys of the items that
-/// hold each (device, event).
+/// Every reading of the table (blocks expanded), for each (device, event) the sort key
+/// it has alone, once per item holding it, and how many items are blocks.
 async fn scan_readings(
     dynamo: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> anyhow::Result<(BTreeSet<ReadingId>, Copies)> {
+) -> anyhow::Result<(BTreeSet<ReadingId>, Copies, u64)> {
     let mut set = BTreeSet::new();
     let mut counts = Copies::new();
+    let mut blocks = 0;
     for item in store::scan::scan_items(dynamo.scan().table_name(table)).await? {
-        // A block's members each count, under the block's own sort key: a reading held
-        // by a block and by another item is stored twice.
-        let sk = match item.get("SK") {
-            Some(AttributeValue::S(sk)) => sk.clone(),
-            _ => String::new(),
-        };
+        blocks += u64::from(store::block::is_block(&item));
+        // A block's members each count, under the sort key each has alone (what reads
+        // identify a reading by): a reading held by a block and by another item is
+        // stored twice, under one sort key.
         for reading in store::block::expand(item)? {
             counts
                 .entry((reading.device_id.clone(), reading.event_id.clone()))
                 .or_default()
-                .push(sk.clone());
+                .push(reading.sk.clone());
             set.insert(ReadingId {
                 device_id: reading.device_id,
                 event_id: reading.event_id,
@@ -254,7 +255,7 @@ async fn scan_readings(
             });
         }
     }
-    Ok((set, counts))
+    Ok((set, counts, blocks))
 }
 
 /// Fan-out changes in the shard table (entries of every `shard_history`) and the

@@ -31,6 +31,10 @@ pub struct SoakArgs {
     /// rates, their writes throttle and their fan-out grows).
     #[arg(long, default_value_t = SoakConfig::KEY_WCU)]
     pub key_wcu: f64,
+    /// Readings per message (1 to 500): above 1, a message of the hot device is one
+    /// device's readings, which the default layout writes as blocks.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=500))]
+    pub batch: u16,
 }
 
 /// What one soak does.
@@ -68,6 +72,8 @@ pub struct SoakConfig {
     pub max_queued: u64,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// Readings per message.
+    pub batch: usize,
 }
 
 impl SoakConfig {
@@ -110,6 +116,7 @@ impl SoakConfig {
             // Above what the workers hold (6 x 10), low enough that moto stays fast.
             max_queued: 60,
             verbose: false,
+            batch: 1,
         }
     }
 }
@@ -127,7 +134,7 @@ pub fn soak_plan(cfg: &SoakConfig) -> Plan {
         hot_device: Some(HOT_DEVICE.to_owned()),
         hot_rate: cfg.hot_rate,
         jitter: Duration::from_millis(50),
-        batch: 1,
+        batch: cfg.batch.max(1),
         bad_rate: 0.02,
         seed: cfg.seed,
         max_messages: Some(cfg.messages),

@@ -62,6 +62,7 @@ pub async fn run_command(args: &SoakArgs) -> anyhow::Result<()> {
     let mut config = SoakConfig::new(root, bin, args.messages, args.kills, args.seed);
     config.drain_timeout = Duration::from_secs(args.drain_timeout);
     config.key_wcu = args.key_wcu;
+    config.batch = usize::from(args.batch);
     config.verbose = true;
     let report = run(&config).await?;
     println!("{}", report.text());

@@ -17,9 +17,12 @@ pub struct Report {
     pub readings_sent: u64,
     pub malformed_sent: u64,
     pub send_failures: u64,
-    /// Items in the table, and distinct (device, event) among them.
+    /// Readings the table's items hold (a block's members each, a copy again), and
+    /// distinct (device, event) among them.
     pub table_items: u64,
     pub table_distinct: u64,
+    /// Items of the table that are blocks (many readings of one device).
+    pub table_blocks: u64,
     /// Readings stored more than once, and the copies beyond each one's first.
     pub stored_again: u64,
     pub extra_copies: u64,
@@ -74,8 +77,9 @@ impl Report {
             self.send_failures
         ));
         line(format!(
-            "table: {} items, {} distinct readings, {} stored more than once ({} extra copies, one sort key each), {} missing, {} unexpected",
+            "table: {} readings held ({} blocks), {} distinct readings, {} stored more than once ({} extra copies, one sort key each), {} missing, {} unexpected",
             self.table_items,
+            self.table_blocks,
             self.table_distinct,
             self.stored_again,
             self.extra_copies,
