@@ -54,7 +54,8 @@ pub struct SoakConfig {
     pub faults: Faults,
     /// Write capacity per partition key at the proxy (hot devices exceed it).
     pub key_wcu: f64,
-    /// Messages per second the fleet publishes, on top of `hot_rate`.
+    /// Readings per second the fleet publishes (messages, with one reading each), on
+    /// top of `hot_rate`.
     pub fleet_rate: f64,
     /// Messages per second of the named hot device.
     pub hot_rate: f64,
@@ -124,7 +125,8 @@ impl SoakConfig {
 /// The publisher's plan: about `messages` messages, 2% malformed, a Zipf fleet (its
 /// top devices are hot) and one hot device on its own schedule.
 pub fn soak_plan(cfg: &SoakConfig) -> Plan {
-    let rate = cfg.fleet_rate + cfg.hot_rate;
+    // The rates are of readings; a message carries `batch` of them.
+    let rate = (cfg.fleet_rate + cfg.hot_rate) / cfg.batch.max(1) as f64;
     let secs = (cfg.messages as f64 / rate).max(0.1);
     Plan {
         devices: 50,
