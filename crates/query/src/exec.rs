@@ -406,13 +406,36 @@ async fn drive<S: ReadingSource>(
             return Ok(stopped_by(budget, merge, cost));
         }
         cost.rounds += 1;
-        let round = read_round(source, specs, opts, &asks, &next_start);
-        let Some(results) = within(opts.budget.deadline, round).await else {
-            // Nothing of an abandoned round is delivered: the merge stands where the
-            // previous round left it.
-            return Ok(stopped_by(Exhausted::Time, merge, cost));
-        };
-        deliver_round(results, read, &mut next_start, merge, &mut cost)?;
+        let round = read_round(source, specs, opts, &asks, &next_start).await;
+        let answered = round.answered;
+        deliver_round(round.pages, read, &mut next_start, merge, &mut cost)?;
+        if !answered {
+            // The deadline came mid-round: the pages that arrived are delivered, the
+            // others dropped, and the merge answers what they settled.
+            return Ok(match merge.step(opts.concurrency) {
+                Step::Done { items, more } => {
+                    let cut = emit(items).is_break();
+                    cost.duplicates = merge.duplicates();
+                    Driven {
+                        more: more || cut,
+                        cost,
+                        stopped: None,
+                    }
+                }
+                Step::Read(_) => {
+                    cost.duplicates = merge.duplicates();
+                    if emit(merge.take_emitted()).is_break() {
+                        Driven {
+                            more: true,
+                            cost,
+                            stopped: None,
+                        }
+                    } else {
+                        stopped_by(Exhausted::Time, merge, cost)
+                    }
+                }
+            });
+        }
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
@@ -480,14 +503,23 @@ fn fit_to_budget(
     Ok(())
 }
 
-/// Reads the pages `asks` names, at most `opts.concurrency` at once.
+/// The pages of one round that arrived by the deadline.
+struct Round {
+    pages: Vec<(usize, Result<store::read::Page, StoreError>)>,
+    /// Every ask was answered before the deadline.
+    answered: bool,
+}
+
+/// Reads the pages `asks` names, at most `opts.concurrency` at once, until the
+/// budget's deadline: a page that is slow (a retried call) costs the round only its
+/// own stream, not the pages that arrived.
 async fn read_round<S: ReadingSource>(
     source: &S,
     specs: &[StreamSpec],
     opts: ReadOptions,
     asks: &[PageAsk],
     next_start: &[Option<LastKey>],
-) -> Vec<(usize, Result<store::read::Page, StoreError>)> {
+) -> Round {
     let requests: Vec<(usize, PageRequest)> = asks
         .iter()
         .map(|ask| {
@@ -496,11 +528,27 @@ async fn read_round<S: ReadingSource>(
             (i, req)
         })
         .collect();
-    futures::stream::iter(requests)
+    let mut arriving = futures::stream::iter(requests)
         .map(|(i, req)| async move { (i, source.query_page(&req).await) })
-        .buffer_unordered(opts.concurrency.max(1))
-        .collect()
-        .await
+        .buffer_unordered(opts.concurrency.max(1));
+    let mut pages = Vec::with_capacity(asks.len());
+    loop {
+        match within(opts.budget.deadline, arriving.next()).await {
+            Some(Some(page)) => pages.push(page),
+            Some(None) => {
+                return Round {
+                    pages,
+                    answered: true,
+                };
+            }
+            None => {
+                return Round {
+                    pages,
+                    answered: false,
+                };
+            }
+        }
+    }
 }
 
 /// Delivers a round's pages to the merge, each with the readings of `read.devices`
@@ -630,11 +678,11 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         if let Err(budget) = fit_to_budget(&mut asks, &cost, budget) {
             return Ok(outcome(cost, Some(budget)));
         }
-        let round = read_round(source, &specs, opts, &asks, &next_start);
-        let Some(results) = within(budget.deadline, round).await else {
+        let round = read_round(source, &specs, opts, &asks, &next_start).await;
+        if !round.answered {
             return Ok(outcome(cost, Some(Exhausted::Time)));
-        };
-        for (i, result) in results {
+        }
+        for (i, result) in round.pages {
             let page = result?;
             cost.pages += 1;
             cost.items_read += page.items_read;

@@ -13,7 +13,7 @@ use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryShards};
 
 use crate::common::{
-    BASE_MS, R, fanout_history, hourly, key, load, now, nz, shard_table, table_history, ts,
+    BASE_MS, R, fanout_history, hourly, key, key_of, load, now, nz, shard_table, table_history, ts,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -291,6 +291,64 @@ async fn a_deadline_close_to_now_ends_the_read_early_never_hangs() {
             _ => refused_naming(status, &text, "QUERY_DEADLINE_MARGIN_MS"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_slow_key_costs_the_deadline_only_its_own_readings() {
+    // A table-layout epoch half an hour in: its keys hold only the later readings, and
+    // answer after 1 s. Pages of ten: the first epoch's key takes three. The second
+    // round asks its second page beside the slow keys; the deadline comes before they
+    // answer, and the page still holds what the arrived page settled, with a cursor
+    // that resumes exactly.
+    let switch = BASE_MS + HOUR / 2;
+    let shards = shard_table(
+        table_history(vec![(0, hourly(4)), (switch, Layout::random(nz(2)))]),
+        [],
+    );
+    let table = MemoryReadings::new(Some(10));
+    let readings: Vec<R> = (0..60)
+        .map(|i| R {
+            device: "dev-1".into(),
+            event: format!("e{i:02}"),
+            ts_ms: BASE_MS + i * 60_000,
+            value: 1.0,
+        })
+        .collect();
+    load(&table, &shards, &readings);
+    let first = key_of(&shards, &readings[0]).pk;
+    for r in &readings[30..] {
+        let pk = key_of(&shards, r).pk;
+        assert_ne!(pk, first, "the second epoch keys apart");
+        table.set_key_latency(&pk, Duration::from_secs(1));
+    }
+    let svc = service_with(&table, Arc::new(shards), RequestBudget::default(), None);
+    let path = format!(
+        "/devices/dev-1/readings?from={BASE_MS}&to={}&limit=1000",
+        BASE_MS + HOUR
+    );
+    let started = Instant::now();
+    let (status, text, body) = call(&svc, &path, Some(started + Duration::from_millis(300))).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "never waits for the slow keys"
+    );
+    assert_eq!(status, 200, "{text}");
+    let events: Vec<String> = body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["event_id"].as_str().expect("event id").to_owned())
+        .collect();
+    let expected: Vec<String> = (0..60).map(|i| format!("e{i:02}")).collect();
+    assert_eq!(
+        events,
+        expected[..20],
+        "both arrived pages answered: {text}"
+    );
+    let cursor = body["next_cursor"].as_str().expect("a cursor");
+    let (rest, _) = follow(&svc, &format!("{path}&cursor={cursor}")).await;
+    let rest: Vec<String> = rest.into_iter().map(|(_, e)| e).collect();
+    assert_eq!(rest, expected[20..]);
 }
 
 #[tokio::test]

@@ -81,6 +81,12 @@ fn keyed(shards: &MemoryShards, layout: &TableHistory, r: &R) -> (sharding::key:
     (key, reading)
 }
 
+/// The key [`load`] stores `r` under.
+pub fn key_of(shards: &MemoryShards, r: &R) -> sharding::key::ItemKey {
+    let layout = shards.layout().expect("layout set");
+    keyed(shards, &layout, r).0
+}
+
 /// Writes `readings` through `sharding::key::write_key` under the histories, each by a
 /// writer at the reading's own time (keyed with the fan-out in force at its timestamp).
 pub fn load(table: &MemoryReadings, shards: &MemoryShards, readings: &[R]) {

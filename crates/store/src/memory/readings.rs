@@ -38,6 +38,7 @@ pub struct MemoryReadings {
     evaluated: AtomicU64,
     throttled: AtomicBool,
     latency: Mutex<Duration>,
+    key_latency: Mutex<BTreeMap<String, Duration>>,
 }
 
 impl MemoryReadings {
@@ -74,8 +75,14 @@ impl MemoryReadings {
         *lock(&self.latency) = latency;
     }
 
-    async fn wait(&self) {
-        let latency = *lock(&self.latency);
+    /// Every call on partition key `pk` waits `latency` more (one slow key).
+    pub fn set_key_latency(&self, pk: &str, latency: Duration) {
+        lock(&self.key_latency).insert(pk.to_owned(), latency);
+    }
+
+    async fn wait(&self, pk: &str) {
+        let own = lock(&self.key_latency).get(pk).copied();
+        let latency = *lock(&self.latency) + own.unwrap_or_default();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
@@ -200,7 +207,7 @@ fn in_ts_range(r: &PageRequest, item: &Stored) -> bool {
 impl ReadingSource for MemoryReadings {
     async fn query_page(&self, r: &PageRequest) -> Result<Page, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.wait().await;
+        self.wait(&r.pk).await;
         if self.throttled.load(Ordering::SeqCst) {
             return Err(StoreError::Throttled {
                 kind: ThrottleKind::KeyRange,
@@ -246,7 +253,7 @@ impl ReadingSource for MemoryReadings {
         _consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.wait().await;
+        self.wait(&key.pk).await;
         // A block's key is never a reading's own: GetItem of it reads no reading.
         match lock(&self.items).get(&(key.pk.clone(), key.sk.clone())) {
             Some(Stored::Reading(item)) => Ok(Some(item.clone())),
