@@ -79,18 +79,48 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
 }
 
 /// An upper bound of the size of the item of `unit`, an entry of [`pack`] over
-/// `readings`: a reading's own item's ([`Reading::item_size_bound`]), or its block's.
-/// What a writer measures a device's rate in write units by, before it is keyed.
+/// `readings`: a reading's own item's ([`Reading::item_size_bound`]), or its block as
+/// encoded under the longest keys any fan-out gives it (a raise lengthens only the
+/// partition key, and the sort key is the longest form, `{entity}#{ts}#{event_id}`).
+/// What a writer measures a device's rate in write units by, before it is keyed: the
+/// block's own size, not [`BlockBound`]'s, which assumes every id and number at its
+/// longest and would count a block of 50 short readings three times over.
 #[must_use]
 pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
     match unit {
         [single] => readings.get(*single).map_or(0, Reading::item_size_bound),
         _ => {
-            let members: Vec<&Reading> = unit.iter().filter_map(|&i| readings.get(i)).collect();
-            let bound = BlockBound::of(&members);
-            bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
+            let members: Vec<Reading> = unit
+                .iter()
+                .filter_map(|&i| readings.get(i).cloned())
+                .collect();
+            encoded_bound(&members).unwrap_or_else(|| {
+                let members: Vec<&Reading> = members.iter().collect();
+                let bound = BlockBound::of(&members);
+                bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
+            })
         }
     }
+}
+
+/// Longest a block's `ttl` is kept: its digits are at their most.
+const RETENTION_BOUND: Duration = Duration::from_secs(86_400 * 365 * 1_000);
+
+/// The size of the block of `members` under the longest keys, or `None` when they make
+/// no block (the writer refuses those too).
+fn encoded_bound(members: &[Reading]) -> Option<usize> {
+    let first = members.first()?;
+    let longest = ItemKey {
+        pk: "#".repeat(BUCKET_PK_BOUND.max(first.device_id.len() + 11)),
+        sk: format!(
+            "{}#{}#{}",
+            first.device_id,
+            first.ts.to_rfc3339(),
+            first.event_id
+        ),
+    };
+    let key = BlockItem::key(members, &longest);
+    encode(members, &key, RETENTION_BOUND).ok().map(|e| e.size)
 }
 
 /// Whether any epoch of `table` packs blocks.

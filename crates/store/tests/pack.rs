@@ -123,6 +123,33 @@ fn canonical(value: &AttributeValue) -> String {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// The size a writer measures a device's rate by covers each block as stored under
+    /// any key a fan-out gives it, and is the block's own size, not a bound that counts
+    /// every id and number at its longest (a few bytes of key slack at most).
+    #[test]
+    fn the_size_a_rate_counts_is_each_block_as_stored(
+        input in readings(),
+        layout in blocks(),
+        j in 0u32..=u32::MAX,
+    ) {
+        let history = table(0, layout);
+        for unit in packing::pack(&input, &history).into_iter().filter(|u| u.len() > 1) {
+            let members: Vec<Reading> = unit.iter().map(|&i| input[i].clone()).collect();
+            let first = &members[0];
+            let bound = packing::size_bound(&input, &unit);
+            for pk in [format!("{j}#2026-06-22T00"), format!("{}.{j}#2026-06-22T00", u32::MAX)] {
+                let key = ItemKey {
+                    pk,
+                    sk: format!("{}#{}#{}", first.device_id, first.ts.to_rfc3339(), first.event_id),
+                };
+                let key = item_key(&members, &key);
+                let size = item_size(&encode(&members, &key, RETENTION).expect("encodes").item);
+                prop_assert!(size <= bound, "{size} > {bound}");
+                prop_assert!(bound <= size + 64, "{bound} is {} over {size}", bound - size);
+            }
+        }
+    }
+
     #[test]
     fn packing_covers_every_reading_once_within_the_layout(
         input in readings(),
