@@ -35,7 +35,7 @@ impl Default for RequestBudget {
     fn default() -> Self {
         Self {
             queries: 2_000,
-            evaluated: 250_000,
+            evaluated: sharding::read_plan::DEFAULT_MAX_EVALUATED,
             answer_bytes: 4_000_000,
             deadline_margin: Duration::from_secs(1),
         }

@@ -81,6 +81,8 @@ pub enum BlockLayoutError {
 
 /// The longest block window: a bucket of an hour.
 pub const MAX_WINDOW_MS: u32 = 3_600_000;
+/// The block window a new table gets (`BLOCK_WINDOW_SECS`): a minute.
+pub const DEFAULT_WINDOW_SECS: u32 = 60;
 /// The smallest byte cap: one write unit.
 pub const MIN_BLOCK_BYTES: u32 = 1024;
 /// The largest byte cap, well under DynamoDB's 400 KB item.

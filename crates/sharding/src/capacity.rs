@@ -62,6 +62,13 @@ pub struct PlanInput {
     /// the budget `partition_wcu / safety`; `Dedicated` plans keep their own arithmetic.
     #[serde(default = "default_raise_ahead")]
     pub raise_ahead_wcu: f64,
+    /// Write units one reading costs where the ingest packs readings into blocks
+    /// (`BLOCKS=on`): a block's write units over its readings, as measured (bench item
+    /// 8, or `ConsumedWriteCapacityUnits` over the ingest's `ReadingsWritten`). `None`:
+    /// one item a reading, `ceil(item_bytes / 1024)` each. The rates, the raise and the
+    /// bill are planned in these units.
+    #[serde(default)]
+    pub write_units_per_reading: Option<f64>,
 }
 
 const fn base_placement() -> SubShards {
@@ -86,6 +93,7 @@ impl PlanInput {
             table_shards: None,
             sub_shards: SubShards::Base,
             raise_ahead_wcu: DEFAULT_RAISE_AHEAD_WCU,
+            write_units_per_reading: None,
         }
     }
 }
@@ -103,6 +111,10 @@ pub struct CapacityPlan {
     pub sub_shards: SubShards,
     /// WCU per item write: `ceil(item_bytes / 1024)`.
     pub wcu_per_item: u32,
+    /// Write units one reading costs: the input's `write_units_per_reading` where
+    /// readings are packed into blocks, else `wcu_per_item`. Every rate is planned in
+    /// these units.
+    pub wcu_per_reading: f64,
     /// Expected peak WCU/s of a PK from the table's other writes: `(global - peak)*w/N`
     /// with `Base`, `global*w/N` with `Dedicated`.
     pub mean_pk_wcu: f64,
@@ -164,6 +176,18 @@ fn validate(input: &PlanInput) -> Result<(), PlannerError> {
     }
     if input.table_shards == Some(0) {
         return invalid("table_shards", "must be >= 1".to_owned());
+    }
+    if let Some(w) = input.write_units_per_reading {
+        let w = finite("write_units_per_reading", w)?;
+        if w <= 0.0 || w > (MAX_ITEM_BYTES / WCU_BYTES) as f64 {
+            return invalid(
+                "write_units_per_reading",
+                format!(
+                    "{w} must be above 0 and at most {}",
+                    MAX_ITEM_BYTES / WCU_BYTES
+                ),
+            );
+        }
     }
     let raise = finite("raise_ahead_wcu", input.raise_ahead_wcu)?;
     if raise <= 0.0 {
@@ -302,7 +326,9 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, PlannerError> {
     let wcu_per_item_u64 = input.item_bytes.div_ceil(WCU_BYTES);
     // item_bytes <= 400 KiB, so at most 400 WCU.
     let wcu_per_item = u32::try_from(wcu_per_item_u64).unwrap_or(u32::MAX);
-    let w = f64::from(wcu_per_item);
+    let w = input
+        .write_units_per_reading
+        .unwrap_or(f64::from(wcu_per_item));
     let r = Rates {
         budget: input.partition_wcu / input.safety,
         global: input.global_wps * w,
@@ -322,7 +348,7 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, PlannerError> {
     if input.table_shards.is_some() {
         warnings.extend(given_shards_finding(input, &r, &p, needed));
     }
-    if wcu_per_item > 1 {
+    if wcu_per_item > 1 && input.write_units_per_reading.is_none() {
         warnings.push(format!(
             "items of {} bytes cost {wcu_per_item} WCU each (1 WCU per started KB): \
              {} w/s need {} WCU/s",
@@ -345,6 +371,7 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, PlannerError> {
         hot_entity_fanout: fanout,
         sub_shards: input.sub_shards,
         wcu_per_item,
+        wcu_per_reading: w,
         mean_pk_wcu: p.mean,
         hot_share_wcu: p.share,
         hot_pk_wcu: p.hot_key,
@@ -476,8 +503,9 @@ pub const MONTH_SECS: f64 = 30.0 * 86_400.0;
 pub struct WriteCost {
     /// The template setting, e.g. `TimeIndex=disabled`.
     pub option: &'static str,
-    /// Write units per reading: the item once, and again for each index holding it.
-    pub wcu_per_reading: u32,
+    /// Write units per reading: its item (or its share of a block) once, and again for
+    /// each index holding it.
+    pub wcu_per_reading: f64,
     /// Write cost of a 30-day month at the given mean rate and price, in US dollars.
     pub monthly_usd: f64,
     /// What the writes buy.
@@ -485,17 +513,18 @@ pub struct WriteCost {
 }
 
 /// The write cost of each choice of the readings table's time index, for readings of
-/// `wcu_per_item` write units at a mean of `mean_wps` readings per second. The index
+/// `wcu_per_reading` write units at a mean of `mean_wps` readings per second. The index
 /// projects every attribute, so its entry is as large as the item and costs as much.
 ///
 /// # Errors
 /// A rate or price that is negative or not finite.
 pub fn write_costs(
-    wcu_per_item: u32,
+    wcu_per_reading: f64,
     mean_wps: f64,
     price_per_million: f64,
 ) -> Result<Vec<WriteCost>, PlannerError> {
     for (field, value) in [
+        ("wcu_per_reading", wcu_per_reading),
         ("mean_wps", mean_wps),
         ("price_per_million", price_per_million),
     ] {
@@ -507,8 +536,8 @@ pub fn write_costs(
         }
     }
     let cost = |indexes: u32| {
-        let wcu = wcu_per_item.saturating_mul(1 + indexes);
-        let monthly_usd = mean_wps * MONTH_SECS * f64::from(wcu) * price_per_million / 1e6;
+        let wcu = wcu_per_reading * f64::from(1 + indexes);
+        let monthly_usd = mean_wps * MONTH_SECS * wcu * price_per_million / 1e6;
         (wcu, monthly_usd)
     };
     let (without, without_usd) = cost(0);
@@ -547,25 +576,39 @@ mod tests {
 
     #[test]
     fn the_time_index_doubles_the_write_cost() {
-        let costs = write_costs(1, 50_000.0, ON_DEMAND_PRICE_PER_MILLION_WRITES).unwrap();
+        let costs = write_costs(1.0, 50_000.0, ON_DEMAND_PRICE_PER_MILLION_WRITES).unwrap();
         assert_eq!(costs[0].option, "TimeIndex=disabled");
-        assert_eq!(costs[0].wcu_per_reading, 1);
+        assert_eq!(costs[0].wcu_per_reading, 1.0);
         // 50,000/s for 30 days is 129.6 billion writes at $0.625 per million.
         assert!(
             (costs[0].monthly_usd - 81_000.0).abs() < 1e-6,
             "{}",
             costs[0].monthly_usd
         );
-        assert_eq!(costs[1].wcu_per_reading, 2);
+        assert_eq!(costs[1].wcu_per_reading, 2.0);
         assert!((costs[1].monthly_usd - 162_000.0).abs() < 1e-6);
-        let big = write_costs(3, 10.0, 1.0).unwrap();
-        assert_eq!((big[0].wcu_per_reading, big[1].wcu_per_reading), (3, 6));
+        let big = write_costs(3.0, 10.0, 1.0).unwrap();
+        assert_eq!((big[0].wcu_per_reading, big[1].wcu_per_reading), (3.0, 6.0));
+    }
+
+    #[test]
+    fn packed_readings_are_billed_by_their_share_of_a_block() {
+        // 0.024 write units a reading (bench item 8, 50 readings a message) at
+        // 50,000 readings/s: 3.1 billion write units a month, $1,944.
+        let costs = write_costs(0.024, 50_000.0, ON_DEMAND_PRICE_PER_MILLION_WRITES).unwrap();
+        assert!(
+            (costs[0].monthly_usd - 1_944.0).abs() < 1e-6,
+            "{}",
+            costs[0].monthly_usd
+        );
+        assert!((costs[1].monthly_usd - 3_888.0).abs() < 1e-6);
     }
 
     #[test]
     fn a_cost_of_a_negative_or_infinite_rate_is_refused() {
-        assert!(write_costs(1, -1.0, 0.625).is_err());
-        assert!(write_costs(1, f64::NAN, 0.625).is_err());
-        assert!(write_costs(1, 1.0, f64::INFINITY).is_err());
+        assert!(write_costs(1.0, -1.0, 0.625).is_err());
+        assert!(write_costs(1.0, f64::NAN, 0.625).is_err());
+        assert!(write_costs(1.0, 1.0, f64::INFINITY).is_err());
+        assert!(write_costs(f64::NAN, 1.0, 0.625).is_err());
     }
 }

@@ -11,6 +11,10 @@ use crate::key::{KeyError, bucket_pk, entity_pk, fanout_count, validate_id};
 use crate::layout::Strategy;
 use crate::time::{TimeRange, Timestamp};
 
+/// Items DynamoDB may evaluate for one read request by default, the query function's
+/// `QUERY_MAX_EVALUATED`: the readings a stats page may aggregate inside one bucket,
+/// plus a quarter.
+pub const DEFAULT_MAX_EVALUATED: u64 = 250_000;
 /// Most queries one plan may hold; a larger plan means the range is too wide for the
 /// bucket size and should be split by the caller.
 pub const MAX_PLAN_QUERIES: usize = 100_000;

@@ -15,6 +15,30 @@ fn dedicated(input: PlanInput) -> PlanInput {
 }
 
 #[test]
+fn packed_readings_are_planned_in_write_units() {
+    // The reference rates at 0.024 write units a reading (50 readings a message, bench
+    // item 8): the hottest entity's 2,000 readings/s are 48 WCU/s, under the raise-ahead
+    // share, so it stays on one key; the table's 1,200 WCU/s need N = 3.
+    let input = PlanInput {
+        write_units_per_reading: Some(0.024),
+        ..PlanInput::new(50_000.0, 2_000.0, 500)
+    };
+    let plan = plan_capacity(&input).expect("valid input");
+    assert_eq!(plan.hot_entity_fanout, 1);
+    assert_eq!(plan.table_shards, 3);
+    assert!((plan.wcu_per_reading - 0.024).abs() < 1e-12);
+    assert!(plan.max_pk_wcu <= plan.budget_per_pk);
+    for bad in [0.0, -1.0, f64::NAN, 401.0] {
+        let input = PlanInput {
+            write_units_per_reading: Some(bad),
+            ..PlanInput::new(50_000.0, 2_000.0, 500)
+        };
+        let err = plan_capacity(&input).expect_err("refused").to_string();
+        assert!(err.contains("write_units_per_reading"), "{err}");
+    }
+}
+
+#[test]
 fn reference_scenario() {
     let plan = plan_capacity(&PlanInput::new(50_000.0, 2_000.0, 500)).expect("valid input");
     // Base placement, 1 WCU an item: the ingest raises the 2,000 WCU/s entity to
@@ -298,6 +322,7 @@ proptest! {
         raise_share in 0.01f64..0.99,
         base in any::<bool>(),
         s in any::<u32>(),
+        packed in proptest::option::of(0.001f64..4.0),
     ) {
         let input = PlanInput {
             global_wps: global,
@@ -308,6 +333,7 @@ proptest! {
             table_shards: None,
             sub_shards: if base { SubShards::Base } else { SubShards::Dedicated },
             raise_ahead_wcu: partition_wcu / safety * raise_share,
+            write_units_per_reading: packed,
         };
         match plan_capacity(&input) {
             Ok(plan) => {

@@ -66,6 +66,20 @@ pub struct PlanArgs {
     /// class, us-east-1).
     #[arg(long, default_value_t = ON_DEMAND_PRICE_PER_MILLION_WRITES)]
     pub price_per_million_writes: f64,
+    /// Write units one reading costs where the ingest packs readings into blocks
+    /// (BLOCKS=on, a new table's default): a block's write units over its readings. Take
+    /// it from `cargo xtask bench --only 8` for your message size, or from a deployed
+    /// table (ConsumedWriteCapacityUnits over the ingest's ReadingsWritten). Without
+    /// it, one item a reading.
+    #[arg(long)]
+    pub write_units_per_reading: Option<f64>,
+    /// The table's block window (BLOCK_WINDOW_SECS) for the read-back trade-off
+    /// printed beside a plan with --write-units-per-reading.
+    #[arg(long, default_value_t = sharding::block::DEFAULT_WINDOW_SECS)]
+    pub block_window_secs: u32,
+    /// The query function's QUERY_MAX_EVALUATED, the read-back is weighed against.
+    #[arg(long, default_value_t = sharding::read_plan::DEFAULT_MAX_EVALUATED)]
+    pub query_max_evaluated: u64,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -86,15 +100,73 @@ impl PlanArgs {
             table_shards: self.table_shards,
             sub_shards: self.sub_shards.into(),
             raise_ahead_wcu: self.raise_ahead_wcu,
+            write_units_per_reading: self.write_units_per_reading,
         }
     }
+
+    /// What reading back the block window costs, where readings are packed.
+    fn read_back(&self) -> Option<ReadBack> {
+        self.write_units_per_reading.map(|w| {
+            let readings = self.global_wps * f64::from(self.block_window_secs);
+            // A block costs at least one write unit: it is at most `readings * w` items.
+            let items = (readings * w).ceil();
+            ReadBack {
+                window_secs: self.block_window_secs,
+                items,
+                share_of_budget: items / self.query_max_evaluated.max(1) as f64,
+                query_max_evaluated: self.query_max_evaluated,
+            }
+        })
+    }
+}
+
+/// The read-back of blocks: a block that starts up to the window before a range can
+/// hold readings inside it, so reads look that far back.
+#[derive(Debug, Clone, serde::Serialize)]
+struct ReadBack {
+    window_secs: u32,
+    /// Most extra items the read over every device through the time index evaluates
+    /// per request: the window's readings at the peak rate, packed.
+    items: f64,
+    /// `items` over the query's budget of items evaluated.
+    share_of_budget: f64,
+    query_max_evaluated: u64,
+}
+
+impl ReadBack {
+    fn text(&self) -> String {
+        format!(
+            "Reading back the block window ({} s, BLOCK_WINDOW_SECS): a read of one device \
+             costs one more Query a key (its blocks' lane, from the window before its \
+             range); the read over every device through the time index evaluates up to {} \
+             more items a request at the peak rate, {:.0}% of QUERY_MAX_EVALUATED ({}). A \
+             shorter window reads back less and packs fewer readings a block.",
+            self.window_secs,
+            group(self.items),
+            self.share_of_budget * 100.0,
+            group(self.query_max_evaluated as f64),
+        )
+    }
+}
+
+/// `x` rounded, with thousands separated: `72,000`.
+fn group(x: f64) -> String {
+    let digits = format!("{:.0}", x.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Runs the planner and prints its answer to stdout.
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let plan = plan_capacity(&args.input()).context("cannot plan capacity")?;
     let costs = write_costs(
-        plan.wcu_per_item,
+        plan.wcu_per_reading,
         args.mean_wps(),
         args.price_per_million_writes,
     )
@@ -102,9 +174,17 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let text = if args.json {
         let mut value = serde_json::to_value(&plan).context("cannot encode the plan")?;
         value["write_costs"] = serde_json::to_value(&costs).context("cannot encode the costs")?;
+        if let Some(back) = args.read_back() {
+            value["read_back"] =
+                serde_json::to_value(&back).context("cannot encode the read-back")?;
+        }
         serde_json::to_string_pretty(&value).context("cannot encode the plan")?
     } else {
-        format!("{}\n{}", summary(args, &plan), costs_text(args, &costs))
+        let mut text = format!("{}\n{}", summary(args, &plan), costs_text(args, &costs));
+        if let Some(back) = args.read_back() {
+            text = format!("{text}\n{}", back.text());
+        }
+        text
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}").context("cannot write to stdout")?;
@@ -145,6 +225,10 @@ fn summary(args: &PlanArgs, plan: &CapacityPlan) -> String {
         ("hot-entity fan-out k".to_owned(), hot_keys),
         ("WCU per item".to_owned(), plan.wcu_per_item.to_string()),
         (
+            "write units per reading".to_owned(),
+            per_reading(args, plan),
+        ),
+        (
             "budget per PK".to_owned(),
             format!(
                 "{:.0} WCU/s ({:.0} / safety {})",
@@ -173,6 +257,14 @@ fn summary(args: &PlanArgs, plan: &CapacityPlan) -> String {
         }
     }
     s
+}
+
+/// Write units per reading, and where the figure comes from.
+fn per_reading(args: &PlanArgs, plan: &CapacityPlan) -> String {
+    match args.write_units_per_reading {
+        Some(_) => format!("{} (packed into blocks)", plan.wcu_per_reading),
+        None => format!("{} (one item a reading)", plan.wcu_per_reading),
+    }
 }
 
 /// The write cost of each time-index choice, one line each.

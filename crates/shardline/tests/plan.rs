@@ -131,6 +131,38 @@ fn invalid_input_fails_with_a_message() {
 }
 
 #[test]
+fn packed_readings_are_planned_and_billed_in_write_units_with_the_read_back() {
+    let out = reference(&["--write-units-per-reading", "0.024", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(plan["wcu_per_reading"].as_f64(), Some(0.024));
+    // The hottest entity's 2,000 readings/s are 48 WCU/s: one key.
+    assert_eq!(plan["hot_entity_fanout"], 1);
+    let cost = &plan["write_costs"][0];
+    assert_eq!(cost["option"], "TimeIndex=disabled");
+    assert!((cost["monthly_usd"].as_f64().unwrap() - 1_944.0).abs() < 1e-6);
+    // A minute of 50,000 readings/s, packed: at most 72,000 items read back.
+    assert_eq!(plan["read_back"]["items"].as_f64(), Some(72_000.0));
+    assert_eq!(plan["read_back"]["window_secs"], 60);
+    assert_eq!(plan["read_back"]["query_max_evaluated"], 250_000);
+
+    let text = reference(&["--write-units-per-reading", "0.024"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("0.024 (packed into blocks)"), "{text}");
+    assert!(
+        text.contains("evaluates up to 72,000 more items a request"),
+        "{text}"
+    );
+    let out = reference(&["--write-units-per-reading", "0"]);
+    assert!(!out.status.success(), "no write is free");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("write_units_per_reading"));
+}
+
+#[test]
 fn the_write_cost_of_each_time_index_choice_is_printed() {
     let out = reference(&["--mean-wps", "10000", "--json"]);
     assert!(
@@ -148,10 +180,13 @@ fn the_write_cost_of_each_time_index_choice_is_printed() {
             .clone()
     };
     let default = by_option("TimeIndex=disabled");
-    assert_eq!(default["wcu_per_reading"], 1);
+    assert_eq!(default["wcu_per_reading"].as_f64(), Some(1.0));
     // 10,000/s for 30 days at $0.625 per million write units.
     assert_eq!(default["monthly_usd"].as_f64(), Some(16_200.0));
-    assert_eq!(by_option("TimeIndex=enabled")["wcu_per_reading"], 2);
+    assert_eq!(
+        by_option("TimeIndex=enabled")["wcu_per_reading"].as_f64(),
+        Some(2.0)
+    );
 
     let out = reference(&["--price-per-million-writes=-1"]);
     assert!(!out.status.success(), "a negative price is refused");

@@ -205,7 +205,11 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
     let blocks = match env.optional("BLOCKS").as_deref() {
         Some("off") => None,
         None | Some("on") => {
-            let window_secs: u32 = env.parse_or("BLOCK_WINDOW_SECS", 60, "seconds")?;
+            let window_secs: u32 = env.parse_or(
+                "BLOCK_WINDOW_SECS",
+                sharding::block::DEFAULT_WINDOW_SECS,
+                "seconds",
+            )?;
             let layout = BlockLayout {
                 window_ms: window_secs.saturating_mul(1000),
                 ..BlockLayout::default()

@@ -149,6 +149,9 @@ impl Scenario {
             table_shards: None,
             sub_shards: SubShards::Base,
             raise_ahead_wcu: self.raise_ahead_wcu(),
+            // Planned as items of one reading, what the naive run writes: the adaptive
+            // run's blocks only leave the keys more room.
+            write_units_per_reading: None,
         })
         .context("cannot plan the table shards")
     }
