@@ -55,15 +55,21 @@ const KEY_RATE_SHARE: f64 = 0.1;
 struct Outcome {
     first_clean_window: Option<u64>,
     throttled_after: f64,
-    /// Distinct readings stored (by sort key), and items stored.
-    stored: usize,
+    /// Distinct readings stored, and items stored. `None` where they cannot be
+    /// counted (see [`one`]).
+    stored: Option<usize>,
     items: usize,
     /// Item writes the proxy accepted.
     accepted: u64,
+    /// Write units the proxy charged.
+    wcu: f64,
+    /// Items the proxy throttled over the whole run.
+    throttled: u64,
     generated: usize,
     tally: Tally,
-    /// The hot device's fan-out epochs at the end.
+    /// The hot device's fan-out epochs at the end, and the largest k.
     fanout: String,
+    largest_k: u32,
     wall_seconds: f64,
     sim_end: f64,
 }
@@ -88,6 +94,9 @@ struct Run {
     /// Goal for the start of the first 10-s window without a throttle, seconds; `None`
     /// for a run with a setting other than the template's, reported as context.
     window_goal: Option<u64>,
+    /// Whether the ingest packs a message's readings into blocks (`BLOCKS=on`, a new
+    /// table's default); the other runs measure the item-a-reading layout.
+    blocks: bool,
 }
 
 impl Run {
@@ -100,6 +109,7 @@ impl Run {
             batch: BATCH_SIZE,
             window: BATCH_WINDOW,
             window_goal,
+            blocks: false,
         }
     }
 }
@@ -109,8 +119,10 @@ impl Run {
 /// with it the key rate, down by 10. Two runs change one setting, as context: batches
 /// of 10 single-reading messages, where no rate shows and only key-range throttles
 /// raise; and a 5-s batching window, where one invocation lands 5,000 readings of the
-/// device on its keys at once.
-const RUNS: [Run; 6] = [
+/// device on its keys at once. The last run is 20x a key in messages of 50 with blocks
+/// on, the default layout of a new table: its goals are no throttle at all and a
+/// fan-out of at most 2.
+const RUNS: [Run; 7] = [
     Run::batched(KEY_WCU, 50, Some(5)),
     Run::batched(KEY_WCU, 1, Some(5)),
     Run::batched(KEY_WCU / 10, 50, Some(15)),
@@ -122,6 +134,10 @@ const RUNS: [Run; 6] = [
     Run {
         window: Duration::from_secs(5),
         ..Run::batched(KEY_WCU / 10, 50, None)
+    },
+    Run {
+        blocks: true,
+        ..Run::batched(KEY_WCU / 10, 50, Some(0))
     },
 ];
 
@@ -146,7 +162,7 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
 
     let wall = Instant::now();
     let tally = drive(&rig, &schedule, &sampler, run.rate, wall).await?;
-    let fanout = rig.fanout_text().await?;
+    let (fanout, largest_k) = rig.fanout_text().await?;
     sampler.stop().await?;
     let wall_seconds = wall.elapsed().as_secs_f64();
     let sim_end = rig.clock.now().as_secs_f64();
@@ -156,19 +172,34 @@ async fn one(run: Run, seconds: u64) -> Result<Outcome> {
     let keys = rig.proxy.sink_keys();
     let items = keys.len();
     // A reading stored under two partition keys (across a raise) is one reading: its
-    // sort key names it.
-    let stored: BTreeSet<Option<String>> = keys.into_iter().map(|k| k.sk).collect();
-    let accepted = rig.proxy.stats().items_accepted;
+    // sort key names it. A block's key names its first member only, so with blocks the
+    // readings stored are the handler's count, exact while no message was handled
+    // twice (no redelivery wait, requeue, split or redrive).
+    let stored = if run.blocks {
+        tally
+            .each_message_once()
+            .then(|| usize::try_from(tally.readings_written).unwrap_or(usize::MAX))
+    } else {
+        let distinct: BTreeSet<Option<String>> = keys.into_iter().map(|k| k.sk).collect();
+        Some(distinct.len())
+    };
+    let stats = rig.proxy.stats();
+    let accepted = stats.items_accepted;
+    let wcu = stats.wcu_by_table.values().sum();
+    let throttled = stats.throttled_by_reason.values().sum();
     rig.shutdown().await?;
     Ok(Outcome {
         first_clean_window: first_clean_window.map(|s| s as u64),
         throttled_after,
-        stored: stored.len(),
+        stored,
         items,
         accepted,
+        wcu,
+        throttled,
         generated: total,
         tally,
         fanout,
+        largest_k,
         wall_seconds,
         sim_end,
     })

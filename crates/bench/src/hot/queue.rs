@@ -174,10 +174,21 @@ pub(super) struct Tally {
     pub(super) stale: u64,
     /// Redelivery waits the handler set.
     pub(super) delayed: usize,
+    /// Messages reported back to the queue, with a wait set or not.
+    pub(super) reported: usize,
     pub(super) raises: u64,
+    /// Readings the handler reported written (a block's members each), summed over
+    /// invocations: a message handled twice counts twice.
+    pub(super) readings_written: u64,
 }
 
 impl Tally {
+    /// Whether every message was handled once: none waited for a redelivery, was
+    /// requeued, split or redriven.
+    pub(super) fn each_message_once(&self) -> bool {
+        self.delayed + self.reported + self.requeued + self.split + self.redriven == 0
+    }
+
     /// Counts one invocation's fates; a reported message goes back on `queue`, visible
     /// after the wait the handler asked for (`waits`, by receipt handle).
     fn settle(
@@ -190,6 +201,7 @@ impl Tally {
     ) {
         self.raises += report.fanout_raises;
         self.stale += report.stale;
+        self.readings_written += report.readings_written;
         for (mut p, m) in batch.into_iter().zip(report.messages) {
             let readings = p.readings;
             match m.fate {
@@ -200,9 +212,11 @@ impl Tally {
                 // Deleted from the queue; its copy came back through `requeued`.
                 Fate::Requeued { .. } => self.requeued += 1,
                 Fate::Reported { .. } if p.receives >= MAX_RECEIVES => {
+                    self.reported += 1;
                     self.redriven += readings;
                 }
                 Fate::Reported { .. } => {
+                    self.reported += 1;
                     let wait = waits
                         .get(&p.receipt_handle())
                         .map_or(VISIBILITY, |s| Duration::from_secs((*s).into()));

@@ -35,6 +35,7 @@ impl Rig {
             key_wcu,
             batch,
             window,
+            blocks,
             ..
         } = run;
         let batching = Batching {
@@ -57,6 +58,7 @@ impl Rig {
             ("RETENTION_DAYS", "30"),
             ("RAISE_AHEAD_WCU", &key_rate),
             ("SOURCE_QUEUE_URL", SOURCE_QUEUE_URL),
+            ("BLOCKS", if blocks { "on" } else { "off" }),
         ])?;
         let service = common::service(&proxy.url(), config).await;
         Ok(Self {
@@ -93,13 +95,16 @@ impl Rig {
             .await
     }
 
-    /// The hot device's fan-out epochs, as `k=2 from 14 s, ...` (seconds of the run).
-    pub(super) async fn fanout_text(&self) -> Result<String> {
-        Ok(self
+    /// The hot device's fan-out epochs, as `k=2 from 14 s, ...` (seconds of the run),
+    /// and the largest k.
+    pub(super) async fn fanout_text(&self) -> Result<(String, u32)> {
+        let history = self
             .service
             .directory()
             .fanout(DEVICE, common::ts(self.clock.now().as_millis() as i64)?)
-            .await?
+            .await?;
+        let largest = history.epochs().iter().map(|e| e.value).max().unwrap_or(1);
+        let text = history
             .epochs()
             .iter()
             .map(|e| {
@@ -107,7 +112,8 @@ impl Rig {
                 format!("k={} from {at:.0} s", e.value)
             })
             .collect::<Vec<_>>()
-            .join(", "))
+            .join(", ");
+        Ok((text, largest))
     }
 
     /// Shuts the proxy down, once no other task holds it.

@@ -11,7 +11,7 @@ use crate::report::Results;
 pub(super) fn report_run(results: &mut Results, run: Run, seconds: u64, o: &Outcome) {
     let label = label(run, seconds);
     window_rows(results, &label, run.window_goal, seconds, o);
-    loss_rows(results, &label, o);
+    loss_rows(results, &label, run.blocks, o);
     context_rows(results, &label, run.rate / run.key_wcu as usize, seconds, o);
 }
 
@@ -24,10 +24,14 @@ fn label(run: Run, seconds: u64) -> String {
         per_message,
         batch,
         window,
+        blocks,
         ..
     } = run;
     let times = rate / key_wcu as usize;
     let mut batches = String::new();
+    if blocks {
+        batches += ", blocks on (a new table's default)";
+    }
     if batch != BATCH_SIZE {
         batches += &format!(", batches of {batch}, not the default {BATCH_SIZE}");
     }
@@ -91,31 +95,44 @@ fn window_rows(
     );
 }
 
-/// Readings lost or dead-lettered, and item writes per reading.
-fn loss_rows(results: &mut Results, label: &str, o: &Outcome) {
-    let lost = o.generated.saturating_sub(o.stored);
+/// Readings lost or dead-lettered, and item writes (with blocks, write units) per
+/// reading; with blocks, the throttles of the whole run and the largest fan-out.
+fn loss_rows(results: &mut Results, label: &str, blocks: bool, o: &Outcome) {
     let t = &o.tally;
-    results.goal(
-        "2",
-        &format!("{label}: readings lost (not stored); dead-lettered"),
-        format!(
-            "{lost} of {}; {} ({} in messages dead-lettered with a reason, {} redriven \
-             without one)",
-            o.generated,
-            t.dead_lettered + t.redriven,
-            t.dead_lettered,
-            t.redriven
-        ),
-        "0; 0",
-        if lost == 0 && t.dead_lettered + t.redriven == 0 {
-            "met".to_owned()
-        } else {
-            format!(
-                "missed by {lost} lost, {} dead-lettered",
-                t.dead_lettered + t.redriven
-            )
-        },
+    let dead = t.dead_lettered + t.redriven;
+    let dead_text = format!(
+        "{dead} ({} in messages dead-lettered with a reason, {} redriven without one)",
+        t.dead_lettered, t.redriven
     );
+    let loss_label = format!("{label}: readings lost (not stored); dead-lettered");
+    match o.stored {
+        Some(stored) => {
+            let lost = o.generated.saturating_sub(stored);
+            results.goal(
+                "2",
+                &loss_label,
+                format!("{lost} of {}; {dead_text}", o.generated),
+                "0; 0",
+                if lost == 0 && dead == 0 {
+                    "met".to_owned()
+                } else {
+                    format!("missed by {lost} lost, {dead} dead-lettered")
+                },
+            );
+        }
+        None => results.goal(
+            "2",
+            &loss_label,
+            format!(
+                "not counted (a message was handled twice, and a block's key names only its                  first reading); {dead_text}"
+            ),
+            "0; 0",
+            "not measured".to_owned(),
+        ),
+    }
+    if blocks {
+        return block_rows(results, label, o);
+    }
     let per_reading = o.accepted as f64 / o.generated as f64;
     results.goal(
         "2",
@@ -130,21 +147,66 @@ fn loss_rows(results: &mut Results, label: &str, o: &Outcome) {
     );
 }
 
+/// A blocks run's goals: no throttle over the whole run, a fan-out of at most 2, and
+/// the write units per reading the proxy charged.
+fn block_rows(results: &mut Results, label: &str, o: &Outcome) {
+    results.goal(
+        "2",
+        &format!("{label}: items throttled over the whole run"),
+        o.throttled.to_string(),
+        "0",
+        if o.throttled == 0 {
+            "met".to_owned()
+        } else {
+            format!("missed by {}", o.throttled)
+        },
+    );
+    results.goal(
+        "2",
+        &format!("{label}: the device's largest fan-out k"),
+        o.largest_k.to_string(),
+        "at most 2",
+        if o.largest_k <= 2 {
+            "met".to_owned()
+        } else {
+            format!("missed by {}", o.largest_k - 2)
+        },
+    );
+    let per_reading = o.wcu / o.generated as f64;
+    results.goal(
+        "2",
+        &format!("{label}: write units per reading, the proxy's charge"),
+        format!(
+            "{per_reading:.3} ({:.0} WCU, {} items accepted)",
+            o.wcu, o.accepted
+        ),
+        "at most 0.04",
+        if per_reading <= 0.04 {
+            "met".to_owned()
+        } else {
+            format!("missed by {:.3}", per_reading - 0.04)
+        },
+    );
+}
+
 /// Context: readings stored twice, what the handler asked of the queue, the fan-out
 /// raises and the run's simulated and wall time (with a note when the machine fell
 /// behind the offered rate, `times` a key's).
 fn context_rows(results: &mut Results, label: &str, times: usize, seconds: u64, o: &Outcome) {
     let t = &o.tally;
-    results.figure(
-        "2",
-        &format!("{label}: readings stored twice (under two keys)"),
-        format!(
-            "{} ({} items for {} readings)",
-            o.items - o.stored,
-            o.items,
-            o.stored
-        ),
-    );
+    // With blocks an item holds many readings: the row is for runs of one a reading.
+    if let Some(stored) = o.stored.filter(|&stored| o.items >= stored) {
+        results.figure(
+            "2",
+            &format!("{label}: readings stored twice (under two keys)"),
+            format!(
+                "{} ({} items for {} readings)",
+                o.items - stored,
+                o.items,
+                stored
+            ),
+        );
+    }
     results.figure(
         "2",
         &format!(
