@@ -50,6 +50,7 @@ const AWS_VOCABULARY: &[&str] = &[
     // CloudWatch metrics of DynamoDB tables and of Lambda functions.
     "ReadThrottleEvents",
     "WriteThrottleEvents",
+    "ConsumedWriteCapacityUnits",
     "Errors",
     // DynamoDB: a Query's count of items evaluated, the delete-or-put shape of a
     // BatchWriteItem request, and the tables' on-demand cap and warm throughput.
