@@ -85,6 +85,34 @@ proptest! {
         }
     }
 
+    /// A metric is stored exactly as sent: the number a device sends, written as the
+    /// shortest text that reads back as it (what serde_json, JavaScript and Python
+    /// print), is parsed to that very double, bit for bit, and its item's number is
+    /// that text again, which a reader parses back to the same double.
+    #[test]
+    fn a_metric_is_stored_exactly_as_sent(x in number()) {
+        let reading = Reading {
+            device_id: "dev-1".into(),
+            event_id: "e-1".into(),
+            ts: Timestamp::from_millis(NOW).expect("in range"),
+            metrics: BTreeMap::from([("m".into(), x)]),
+            tags: BTreeMap::new(),
+        };
+        let body = to_body(std::slice::from_ref(&reading));
+        let Ok(accepted) = parse_body(&body, &limits()) else {
+            // Outside what DynamoDB stores (or not finite): refused, never altered.
+            prop_assert!(!x.is_finite() || !ingest::is_storable_number(x), "{x:e} refused: {body}");
+            return Ok(());
+        };
+        let parsed = accepted[0].metrics["m"];
+        prop_assert_eq!(parsed.to_bits(), x.to_bits(), "{} parsed as {:e}", body, parsed);
+        let key = ItemKey { pk: "0#2026-06-22T12".into(), sk: "dev-1#t#e-1".into() };
+        let item = ReadingItem::marshal(&accepted[0], &key, Duration::from_secs(86_400)).item;
+        let stored = item["metrics"].as_m().expect("a map")["m"].as_n().expect("a number").clone();
+        let read: f64 = stored.parse().expect("a number DynamoDB stores");
+        prop_assert_eq!(read.to_bits(), x.to_bits(), "stored as {}", stored);
+    }
+
     /// The size an entity's rate is measured by before its readings are keyed
     /// (`Reading::item_size_bound`) is never below the item's, under the longest key
     /// of each layout, and at most a few bytes a metric above it.

@@ -361,3 +361,65 @@ async fn a_page_a_budget_ends_resumes_exactly() {
         assert_eq!(got, want, "{name} every device");
     }
 }
+
+mod exact {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// What a device sent is what every read answers: each metric, stored as a
+        /// reading's own item or inside a block, is answered as the very double sent (its
+        /// shortest text, which reads back bit for bit).
+        #[test]
+        fn every_read_answers_each_metric_exactly_as_sent(
+            values in proptest::collection::vec(
+                any::<f64>().prop_filter("storable", |x| ingest_storable(*x)),
+                2..12,
+            ),
+        ) {
+            let sent: Vec<R> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &value)| R {
+                    device: "dev-1".into(),
+                    event: format!("e{i:02}"),
+                    ts_ms: BASE_MS + i as i64 * 1_000,
+                    value,
+                })
+                .collect();
+            let rt = tokio::runtime::Runtime::new().expect("a runtime");
+            for packed in [false, true] {
+                let layout = if packed { with_blocks(hourly(4)) } else { hourly(4) };
+                let shards = Arc::new(shard_table(table_history(vec![(0, layout)]), []));
+                let table = MemoryReadings::new(None);
+                if packed {
+                    prop_assert!(load_blocks(&table, &shards, &sent) > 0, "blocks were written");
+                } else {
+                    load(&table, &shards, &sent);
+                }
+                let svc = crate::common::service(&table, shards);
+                let path = format!(
+                    "/devices/dev-1/readings?from={BASE_MS}&to={}&limit=100",
+                    BASE_MS + HOUR
+                );
+                let (status, body) = rt.block_on(get(&svc, &path));
+                prop_assert_eq!(status, 200);
+                let answered: Vec<u64> = body["items"]
+                    .as_array()
+                    .expect("items")
+                    .iter()
+                    .map(|i| i["metrics"]["temperature"].as_f64().expect("a number").to_bits())
+                    .collect();
+                let expected: Vec<u64> = values.iter().map(|x| x.to_bits()).collect();
+                prop_assert_eq!(answered, expected, "blocks: {}", packed);
+            }
+        }
+    }
+
+    /// What DynamoDB stores: 0, or a magnitude from 1e-130 to below 1e126.
+    fn ingest_storable(x: f64) -> bool {
+        x.is_finite() && (x == 0.0 || (1e-130..1e126).contains(&x.abs()))
+    }
+}
