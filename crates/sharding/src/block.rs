@@ -61,7 +61,7 @@ impl Default for BlockLayout {
     /// blocks, and a read before a range reads back one minute of the device.
     fn default() -> Self {
         Self {
-            window_ms: 60_000,
+            window_ms: DEFAULT_WINDOW_SECS * 1000,
             max_bytes: 16 * 1024,
             max_readings: 1_000,
         }

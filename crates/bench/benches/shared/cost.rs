@@ -12,10 +12,12 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput};
 use ingest::{Limits, parse_body};
 use serde::Serialize;
+use sharding::block::BlockLayout;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ItemKey, KeyError, ReadingRef, write_key};
 use sharding::layout::Layout;
 use sharding::time::{Bucket, Timestamp};
+use store::pack;
 use store::size::item_size;
 use store::{Reading, ReadingItem};
 
@@ -32,8 +34,9 @@ type Pass = fn(&Fixture) -> usize;
 /// path by stage, each over what the stage before it produced (so the report can say
 /// where the time goes), and the marshal through `serde_dynamo` for the ratio in the
 /// same run. Each returns a sum of what it made, so nothing is optimised away.
-const PASSES: [(&str, Pass); 5] = [
+const PASSES: [(&str, Pass); 6] = [
     ("parse_validate_key_marshal", Fixture::whole_path),
+    ("blocks_of_50", Fixture::blocks_of_50),
     ("parse_validate", Fixture::parse),
     ("key", Fixture::key),
     ("marshal_size", Fixture::marshal),
@@ -67,9 +70,12 @@ pub fn run(c: &mut Criterion, group: &str, count_allocations: Option<AllocationC
 }
 
 /// 1,000 single-reading message bodies (2 metrics, 1 tag), what each stage reads, and
-/// what the stage before it produced.
+/// what the stage before it produced; and the same 1,000 readings' shape as 20 messages
+/// of 50 readings of one device each, for a table that packs blocks.
 struct Fixture {
     bodies: Vec<String>,
+    block_bodies: Vec<String>,
+    block_table: TableHistory,
     limits: Limits,
     table: TableHistory,
     fanout: FanoutHistory,
@@ -92,19 +98,37 @@ impl Fixture {
                 .to_string()
             })
             .collect();
+        let block_bodies: Vec<String> = (0..READINGS / 50)
+            .map(|m| {
+                let readings: Vec<serde_json::Value> = (0..50)
+                    .map(|i| {
+                        let n = m * 50 + i;
+                        serde_json::json!({
+                            "device_id": format!("dev-{m:05}"),
+                            "event_id": format!("0190a3b2-7c4d-7e5f-8a9b-{n:012x}"),
+                            "ts": T0 + n as i64 * 100,
+                            "metrics": {"temperature": 21.5, "humidity": 40.0 + n as f64 / 100.0},
+                            "tags": {"site": "plant-7"},
+                        })
+                    })
+                    .collect();
+                serde_json::json!({ "readings": readings }).to_string()
+            })
+            .collect();
         let limits = Limits {
             now: Timestamp::from_millis(T0 + 86_400_000).unwrap_or(Timestamp::MAX),
             max_future: Duration::from_secs(300),
             retention: Duration::from_secs(30 * 86_400),
             max_readings: 500,
         };
+        let hourly =
+            Layout::time_bucket(Bucket::Hour, NonZeroU32::new(64).unwrap_or(NonZeroU32::MIN));
         let mut fixture = Self {
             bodies,
+            block_bodies,
+            block_table: TableHistory::new(hourly.clone().with_blocks(BlockLayout::default())),
             limits,
-            table: TableHistory::new(Layout::time_bucket(
-                Bucket::Hour,
-                NonZeroU32::new(64).unwrap_or(NonZeroU32::MIN),
-            )),
+            table: TableHistory::new(hourly),
             fanout: FanoutHistory::new(),
             retention: Duration::from_secs(30 * 86_400),
             readings: Vec::new(),
@@ -125,9 +149,13 @@ impl Fixture {
     }
 
     fn key_of(&self, r: &Reading) -> Result<ItemKey, KeyError> {
+        self.key_in(r, &self.table)
+    }
+
+    fn key_in(&self, r: &Reading, table: &TableHistory) -> Result<ItemKey, KeyError> {
         write_key(
             &ReadingRef::new(&r.device_id, &r.event_id, r.ts),
-            &self.table,
+            table,
             &self.fanout,
             r.ts,
         )
@@ -146,6 +174,35 @@ impl Fixture {
                     continue;
                 };
                 bytes += ReadingItem::marshal(&r, &key, self.retention).size;
+            }
+        }
+        bytes
+    }
+
+    /// The ingest's path where the table packs blocks (a new table's default), from
+    /// the bodies of 50 readings: parse + validate; pack and size each write, which the
+    /// observe stage measures the device's rate by; pack again, key each write by its
+    /// first member and encode it (the keying and write stages). Per reading, as the
+    /// whole path above.
+    fn blocks_of_50(&self) -> usize {
+        let mut bytes = 0usize;
+        for body in &self.block_bodies {
+            let Ok(readings) = parse_body(black_box(body), &self.limits) else {
+                continue;
+            };
+            for unit in pack::pack(&readings, &self.block_table) {
+                bytes += pack::size_bound(&readings, &unit);
+            }
+            let units = pack::pack(&readings, &self.block_table);
+            for members in pack::take(readings, &units) {
+                let Some(first) = members.first() else {
+                    continue;
+                };
+                let Ok(first_key) = self.key_in(first, &self.block_table) else {
+                    continue;
+                };
+                let key = pack::item_key(&members, &first_key);
+                bytes += pack::encode(&members, &key, self.retention).map_or(0, |e| e.size);
             }
         }
         bytes
