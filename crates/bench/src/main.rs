@@ -4,6 +4,7 @@
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
 mod adaptive;
+mod block_reads;
 mod blocks;
 mod common;
 mod hot;
@@ -321,6 +322,9 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         eprintln!("item 8: the write bill of blocks");
         if let Err(e) = blocks::run(results).await {
             results.note("8", format!("NOT MEASURED: {e:#}"));
+        }
+        if let Err(e) = block_reads::run(&root, results).await {
+            results.note("8", format!("reads NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(6) {

@@ -89,6 +89,9 @@ pub struct StatsSnapshot {
     /// Write units charged since start, by table, over every key (none truncated):
     /// the write bill.
     pub wcu_by_table: BTreeMap<String, f64>,
+    /// Read units charged since start, by table, over every key (none truncated).
+    #[serde(default)]
+    pub rcu_by_table: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default)]
@@ -409,8 +412,10 @@ impl Stats {
         });
         let key_count = keys.len();
         let mut wcu_by_table: BTreeMap<String, f64> = BTreeMap::new();
+        let mut rcu_by_table: BTreeMap<String, f64> = BTreeMap::new();
         for key in &keys {
             *wcu_by_table.entry(key.table.clone()).or_default() += key.wcu_total;
+            *rcu_by_table.entry(key.table.clone()).or_default() += key.rcu_total;
         }
         if let Some(top) = top {
             keys.truncate(top);
@@ -426,6 +431,7 @@ impl Stats {
             key_count,
             keys,
             wcu_by_table,
+            rcu_by_table,
         }
     }
 }

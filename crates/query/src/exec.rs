@@ -378,8 +378,9 @@ async fn drive<S: ReadingSource>(
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<Driven, ExecError> {
     let Read { specs, opts, .. } = read;
-    // Where each stream's next page starts.
+    // Where each stream's next page starts, and how many readings an item of it held.
     let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
+    let mut members: Vec<Option<f64>> = vec![None; specs.len()];
     let mut cost = ReadCost::default();
     loop {
         let mut asks = match merge.step(opts.concurrency) {
@@ -406,9 +407,10 @@ async fn drive<S: ReadingSource>(
             return Ok(stopped_by(budget, merge, cost));
         }
         cost.rounds += 1;
-        let round = read_round(source, specs, opts, &asks, &next_start).await;
+        let round = read_round(source, specs, opts, &asks, (&next_start, &members)).await;
         let answered = round.answered;
-        deliver_round(round.pages, read, &mut next_start, merge, &mut cost)?;
+        let streams = (&mut next_start[..], &mut members[..]);
+        deliver_round(round.pages, read, streams, merge, &mut cost)?;
         if !answered {
             // The deadline came mid-round: the pages that arrived are delivered, the
             // others dropped, and the merge answers what they settled.
@@ -518,13 +520,18 @@ async fn read_round<S: ReadingSource>(
     specs: &[StreamSpec],
     opts: ReadOptions,
     asks: &[PageAsk],
-    next_start: &[Option<LastKey>],
+    (next_start, members): (&[Option<LastKey>], &[Option<f64>]),
 ) -> Round {
     let requests: Vec<(usize, PageRequest)> = asks
         .iter()
         .map(|ask| {
             let i = ask.stream;
-            let req = page_request(&specs[i], ask, next_start[i].clone(), opts);
+            let mut req = page_request(&specs[i], ask, next_start[i].clone(), opts);
+            if specs[i].block_window_ms.is_some() {
+                req.limit = req
+                    .limit
+                    .map(|l| block_limit(l, members.get(i).copied().flatten()));
+            }
             (i, req)
         })
         .collect();
@@ -556,7 +563,7 @@ async fn read_round<S: ReadingSource>(
 fn deliver_round(
     results: Vec<(usize, Result<store::read::Page, StoreError>)>,
     read: Read<'_>,
-    next_start: &mut [Option<LastKey>],
+    (next_start, members): (&mut [Option<LastKey>], &mut [Option<f64>]),
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     cost: &mut ReadCost,
 ) -> Result<(), ExecError> {
@@ -564,6 +571,9 @@ fn deliver_round(
         let page = result?;
         cost.pages += 1;
         cost.items_read += page.items_read;
+        if page.items_read > 0 && read.specs[i].block_window_ms.is_some() {
+            members[i] = Some(page.items.len() as f64 / page.items_read as f64);
+        }
         // The page's last timestamp (what a time-indexed stream holds ties at); for
         // blocks, the sort time of its last stored item (what the merge holds back at).
         let last_ts = if read.specs[i].block_window_ms.is_some() {
@@ -587,6 +597,21 @@ fn deliver_round(
         merge.deliver(i, keyed, last_ts, last_page);
     }
     Ok(())
+}
+
+/// Readings a block is taken to hold before a page of its lane shows how many: the
+/// fewest a message of a few readings packs.
+const BLOCK_MEMBERS_GUESS: f64 = 10.0;
+
+/// The `Limit` of a page of a blocks' lane asked for `limit` readings: `Limit` counts
+/// items, and each block holds many readings (`members` a block, as the stream's last
+/// page showed, else [`BLOCK_MEMBERS_GUESS`]). A page that falls short is followed by
+/// the next one, as any page that ends early.
+fn block_limit(limit: u32, members: Option<f64>) -> u32 {
+    let per_item = members.unwrap_or(BLOCK_MEMBERS_GUESS).max(1.0);
+    let items = (f64::from(limit) / per_item).ceil();
+    // In range: at most `limit`, at least 1.
+    (items as u32).clamp(1, limit.max(1))
 }
 
 fn page_request(
@@ -678,7 +703,7 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         if let Err(budget) = fit_to_budget(&mut asks, &cost, budget) {
             return Ok(outcome(cost, Some(budget)));
         }
-        let round = read_round(source, &specs, opts, &asks, &next_start).await;
+        let round = read_round(source, &specs, opts, &asks, (&next_start, &[])).await;
         if !round.answered {
             return Ok(outcome(cost, Some(Exhausted::Time)));
         }

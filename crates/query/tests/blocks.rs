@@ -362,6 +362,49 @@ async fn a_page_a_budget_ends_resumes_exactly() {
     }
 }
 
+/// A page of a blocks' lane asks for blocks, not readings: `Limit` counts items, so a
+/// read of 12 readings in blocks of 50 evaluates a block or two, not 12 blocks of 600
+/// readings.
+#[tokio::test]
+async fn a_blocks_lane_asks_for_the_blocks_the_readings_need() {
+    let layout = hourly(4).with_blocks(BlockLayout {
+        window_ms: W as u32,
+        max_bytes: 65_536,
+        max_readings: 50,
+    });
+    let shards = Arc::new(shard_table(table_history(vec![(0, layout)]), []));
+    let table = MemoryReadings::new(None);
+    // A reading a second for 20 minutes: blocks of 50 readings.
+    let sent: Vec<R> = (0..1_200)
+        .map(|i| R {
+            device: "dev-1".into(),
+            event: format!("e{i:04}"),
+            ts_ms: BASE_MS + i * 1_000,
+            value: 1.0,
+        })
+        .collect();
+    assert!(
+        load_blocks(&table, &shards, &sent) >= 20,
+        "blocks were written"
+    );
+    let svc = crate::common::service(&table, shards);
+    let (status, body) = get(
+        &svc,
+        &format!(
+            "/devices/dev-1/readings?from={BASE_MS}&to={}&limit=12",
+            BASE_MS + HOUR
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["items"].as_array().map(Vec::len), Some(12));
+    assert!(
+        table.evaluated() <= 3,
+        "{} items evaluated for 12 readings in blocks of 50",
+        table.evaluated()
+    );
+}
+
 mod exact {
     use super::*;
     use proptest::prelude::*;
