@@ -72,10 +72,12 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
 }
 
 fn report(results: &mut Results, items: &Figures, blocks: &Figures) {
-    let ratio = |f: &Figures| f.range_p50 / f.single_p50;
+    // Today's single Query: one key of items, limit 100. A key of blocks answers 100
+    // blocks to the same Query, far more bytes, so it is no baseline.
+    let ratio = |f: &Figures| f.range_p50 / items.single_p50;
     results.goal(
         "8",
-        "dynalite: one device over 6 hour-buckets, limit 100, a reading a second sent 50 to a message: p50 (x a single Query of one key, same table), blocks on / off",
+        "dynalite: one device over 6 hour-buckets, limit 100, a reading a second sent 50 to a message: p50 (x today's single Query: one key of items, limit 100), blocks on / off",
         format!(
             "{:.1} ms ({:.2}x) / {:.1} ms ({:.2}x)",
             blocks.range_p50,
@@ -128,7 +130,7 @@ fn report(results: &mut Results, items: &Figures, blocks: &Figures) {
              process (query::QueryService over the DynamoDB adapter) through the \
              capacity-proxy in forward mode ({LATENCY_MS} ms a call), {ITERATIONS} requests \
              of each kind after 3 warm-up rounds; p50 of the wall time. The single Query is \
-             one key's first hour, limit 100, on the same table. Read units are the \
+             one key's first hour, limit 100, on the table of items (today's). Read units are the \
              proxy's charge over the measured requests, per request (by the bytes each call \
              returns, eventually consistent: half a unit per 4 KB started). The point read \
              asks for a reading in the middle of the range; with blocks it is first a \
