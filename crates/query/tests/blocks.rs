@@ -405,6 +405,45 @@ async fn a_blocks_lane_asks_for_the_blocks_the_readings_need() {
     );
 }
 
+/// A point read of a reading inside a block looks up the reading's own key and the
+/// block window at once: with every call taking 200 ms, it answers within a 300-ms
+/// deadline, where a miss and then a Query would take 400.
+#[tokio::test]
+async fn a_point_read_inside_a_block_is_one_round_trip() {
+    let shards = Arc::new(shard_table(
+        table_history(vec![(0, with_blocks(hourly(4)))]),
+        [],
+    ));
+    let table = MemoryReadings::new(None);
+    let sent: Vec<R> = (0..6)
+        .map(|i| R {
+            device: "dev-1".into(),
+            event: format!("e{i}"),
+            ts_ms: BASE_MS + i * 1_000,
+            value: 1.0,
+        })
+        .collect();
+    assert_eq!(load_blocks(&table, &shards, &sent), 1, "one block of six");
+    table.set_latency(std::time::Duration::from_millis(200));
+    let svc = crate::common::service(&table, shards);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    let resp = svc
+        .handle_parts_by(
+            "GET",
+            "/devices/dev-1/readings/e3",
+            Some(&format!("ts={}", BASE_MS + 3_000)),
+            crate::common::now(),
+            Some(deadline),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200, "{}", resp.body());
+    assert!(
+        resp.body().contains("\"event_id\":\"e3\""),
+        "{}",
+        resp.body()
+    );
+}
+
 mod exact {
     use super::*;
     use proptest::prelude::*;
