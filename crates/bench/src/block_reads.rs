@@ -133,9 +133,9 @@ fn report(results: &mut Results, items: &Figures, blocks: &Figures) {
              one key's first hour, limit 100, on the table of items (today's). Read units are the \
              proxy's charge over the measured requests, per request (by the bytes each call \
              returns, eventually consistent: half a unit per 4 KB started). The point read \
-             asks for a reading in the middle of the range; with blocks it is first a \
-             GetItem of the reading's own key, then a Query of the device's keys over the \
-             block window before it."
+             asks for a reading in the middle of the range; with blocks it is a GetItem \
+             of the reading's own key and a Query of the device's keys over the block \
+             window before it, at once."
         ),
     );
 }
