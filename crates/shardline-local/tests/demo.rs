@@ -43,6 +43,7 @@ fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_them() -> Result<()>
 {
+    let _alone = crate::ONE_RUN.lock().await;
     let dir = tempfile::tempdir()?;
     let report = demo::run(&scenario(dir.path())?).await?;
     let text = demo::report_text(&report);
@@ -76,7 +77,8 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
     assert_eq!(adaptive.sent.send_failures, 0, "{text}");
     assert_eq!(
         adaptive.written, adaptive.sent.sent.readings,
-        "every valid reading of the adaptive run is written:\n{text}"
+        "every valid reading of the adaptive run is written:\n{text}\nthe runner's counters: {:?}",
+        adaptive.runner
     );
     assert_eq!(
         adaptive.queued_visible + adaptive.queued_invisible,
@@ -138,6 +140,7 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
 /// 300, PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_report_shows_the_reactive_fanout_with_the_production_defaults() -> Result<()> {
+    let _alone = crate::ONE_RUN.lock().await;
     let dir = tempfile::tempdir()?;
     let scenario = Scenario {
         planned_fanout: false,

@@ -70,6 +70,7 @@ fn env_of(stack: &TestStack) -> EnvLookup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_run_local_query() -> Result<()> {
+    let _alone = crate::ONE_RUN.lock().await;
     let stack = TestStack::start().await?;
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk_config().await);
     let dir = tempfile::tempdir()?;
@@ -177,6 +178,7 @@ async fn publish_run_local_query() -> Result<()> {
 /// until idle; both read the stack from an env file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
+    let _alone = crate::ONE_RUN.lock().await;
     let stack = TestStack::start().await?;
     let dir = tempfile::tempdir()?;
     let env_file = dir.path().join("stack.env");
