@@ -37,7 +37,7 @@ impl ChildSpec {
     ) -> anyhow::Result<Self> {
         let env_file = dir.join(format!("{prefix}.env"));
         let query_port = stand_in::free_loopback_port()?;
-        write_child_env(stack, proxy_url, cfg.seed, &env_file)?;
+        write_child_env(stack, proxy_url, cfg.seed, cfg.batch > 1, &env_file)?;
         Ok(Self {
             bin: cfg.shardline_bin.clone(),
             env_file,
@@ -156,6 +156,7 @@ fn write_child_env(
     stack: &stand_in::Stack,
     proxy_url: &str,
     seed: u64,
+    blocks: bool,
     env_file: &Path,
 ) -> anyhow::Result<()> {
     let cursor_key = hex::encode(ChaCha8Rng::seed_from_u64(seed).random::<[u8; 32]>());
@@ -163,6 +164,15 @@ fn write_child_env(
         env_file,
         &[
             ("AWS_ENDPOINT_URL".to_owned(), proxy_url.to_owned()),
+            // A soak of one reading a message writes no block: its table keeps one item
+            // a reading, so its reads are one Query a key. With blocks on, a raised
+            // device's read is two Queries a key (the blocks' lane too), and moto, which
+            // scans the whole table for every Query, ran one of them past its 9-s budget
+            // on CI's two cores. The block-mode soak (`--batch` above 1) packs blocks.
+            (
+                "BLOCKS".to_owned(),
+                if blocks { "on" } else { "off" }.to_owned(),
+            ),
             // Fixed, so cursors stay valid across restarts of run-local.
             ("CURSOR_KEY".to_owned(), cursor_key),
             // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
