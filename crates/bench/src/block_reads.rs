@@ -189,7 +189,13 @@ async fn measure(
     let middle = &gens[gens.len() / 2];
     let point_path = format!("/devices/{DEVICE}/readings/{}", middle.event);
     let point_query = format!("ts={}", middle.ts_ms);
-    let single_pk = first_key_pk(&table, &gens[0])?;
+    // The key of the device's first reading, as one item of it is keyed.
+    let single_pk = common::keyed_item(
+        &gens[0],
+        &TableHistory::new(common::hourly(SHARDS)),
+        Duration::from_secs(86_400),
+    )?
+    .pk;
 
     let rcu = |proxy: &ProxyHandle| proxy.stats().rcu_by_table.values().sum::<f64>();
     let mut range_ms = Vec::new();
@@ -273,19 +279,6 @@ fn check(status: u16, body: &str, limit: usize) -> Result<()> {
 fn p50(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// The partition key of the device's first reading.
-fn first_key_pk(table: &TableHistory, g: &Gen) -> Result<String> {
-    let r = g.reading()?;
-    Ok(write_key(
-        &ReadingRef::new(&r.device_id, &r.event_id, r.ts),
-        table,
-        &FanoutHistory::new(),
-        r.ts,
-    )?
-    .key
-    .pk)
 }
 
 /// Writes `gens`, sent [`PER_MESSAGE`] to a message, as the writer packs them under

@@ -412,37 +412,43 @@ async fn drive<S: ReadingSource>(
         let streams = (&mut next_start[..], &mut members[..]);
         deliver_round(round.pages, read, streams, merge, &mut cost)?;
         if !answered {
-            // The deadline came mid-round: the pages that arrived are delivered, the
-            // others dropped, and the merge answers what they settled.
-            return Ok(match merge.step(opts.concurrency) {
-                Step::Done { items, more } => {
-                    let cut = emit(items).is_break();
-                    cost.duplicates = merge.duplicates();
-                    Driven {
-                        more: more || cut,
-                        cost,
-                        stopped: None,
-                    }
-                }
-                Step::Read(_) => {
-                    cost.duplicates = merge.duplicates();
-                    if emit(merge.take_emitted()).is_break() {
-                        Driven {
-                            more: true,
-                            cost,
-                            stopped: None,
-                        }
-                    } else {
-                        stopped_by(Exhausted::Time, merge, cost)
-                    }
-                }
-            });
+            return Ok(answer_what_arrived(merge, opts, cost, &mut emit));
         }
         if merge.buffered() > opts.max_buffered {
             return Err(ExecError::TooMuchToSort {
                 limit: opts.max_buffered,
             });
         }
+    }
+}
+
+/// The deadline came mid-round: the pages that arrived are delivered (the others
+/// dropped), and the merge answers what they settled.
+fn answer_what_arrived(
+    merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
+    opts: ReadOptions,
+    mut cost: ReadCost,
+    emit: &mut impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
+) -> Driven {
+    let step = merge.step(opts.concurrency);
+    cost.duplicates = merge.duplicates();
+    let (items, done_more) = match step {
+        Step::Done { items, more } => (items, Some(more)),
+        Step::Read(_) => (merge.take_emitted(), None),
+    };
+    let cut = emit(items).is_break();
+    match done_more {
+        Some(more) => Driven {
+            more: more || cut,
+            cost,
+            stopped: None,
+        },
+        None if cut => Driven {
+            more: true,
+            cost,
+            stopped: None,
+        },
+        None => stopped_by(Exhausted::Time, merge, cost),
     }
 }
 
