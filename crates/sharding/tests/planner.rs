@@ -297,7 +297,7 @@ fn busiest_key(plan: &sharding::CapacityPlan, s: u32) -> f64 {
         .collect();
     let k = plan.hot_entity_fanout;
     let homes: Vec<_> = if k == 1 {
-        vec![(s, None)]
+        vec![(s % n.get(), None)]
     } else {
         (1..=k).map(|j| plan.sub_shards.home(s, j, n)).collect()
     };
