@@ -1,7 +1,7 @@
 //! A block item (`shardline-block-v1`, docs/design-blocks.md): readings of one device
 //! in one item, in DynamoDB's own types, columnar, so the console, PartiQL, exports
-//! and Streams consumers read a block without this code. Not written by the ingest
-//! yet: this is the format, its encoder and its decoder.
+//! and Streams consumers read a block without this code: the format, its encoders (the
+//! ingest's, [`BlockItem::marshal`], and `serde_dynamo`'s) and its decoder.
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|
@@ -23,9 +23,12 @@
 //! the offsets must keep every member within the format's window; a block that breaks
 //! any rule is refused whole with the rule it broke, never half read.
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+use item_size as rule;
 use serde::{Deserialize, Serialize};
 use sharding::block::{MAX_WINDOW_MS, block_sk};
 use sharding::key::{ItemKey, validate_id};
@@ -33,7 +36,7 @@ use sharding::time::Timestamp;
 
 use crate::batch::Item;
 use crate::error::StoreError;
-use crate::item::{Reading, ReadingItem};
+use crate::item::{Encoded, PK, Reading, ReadingItem, SK, SizedValue, number, string};
 
 /// The format version a block item carries in `block`.
 pub const BLOCK_FORMAT: u32 = 1;
@@ -87,14 +90,15 @@ impl BlockItem {
     /// The key of the block of `members` whose first member's write key is
     /// `first_key`: its partition key, and the sort key of [`block_sk`].
     #[must_use]
-    pub fn key(members: &[Reading], first_key: &ItemKey) -> ItemKey {
+    pub fn key<R: Borrow<Reading>>(members: &[R], first_key: &ItemKey) -> ItemKey {
         ItemKey {
             pk: first_key.pk.clone(),
             sk: block_sk(
                 &first_key.sk,
-                members
-                    .iter()
-                    .map(|r| (r.ts.as_millis(), r.event_id.as_str())),
+                members.iter().map(|r| {
+                    let r = r.borrow();
+                    (r.ts.as_millis(), r.event_id.as_str())
+                }),
             ),
         }
     }
@@ -102,22 +106,7 @@ impl BlockItem {
     /// The block of `members` stored under `key`, the block's own key
     /// ([`BlockItem::key`]).
     pub fn at(members: &[Reading], key: &ItemKey, retention: Duration) -> Result<Self, BlockError> {
-        let (first, last) = members
-            .first()
-            .zip(members.last())
-            .ok_or(BlockError::Empty)?;
-        for pair in members.windows(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            if b.device_id != first.device_id {
-                return Err(BlockError::Devices(
-                    first.device_id.clone(),
-                    b.device_id.clone(),
-                ));
-            }
-            if (a.ts, &a.event_id) >= (b.ts, &b.event_id) {
-                return Err(BlockError::Order(b.event_id.clone(), b.ts.as_millis()));
-            }
-        }
+        let (first, last) = ends(members)?;
         let first_ms = first.ts.as_millis();
         let n = members.len();
         let mut m: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
@@ -131,7 +120,7 @@ impl BlockItem {
             }
         }
         let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let idp = ids_prefix(members);
+        let idp = ids_prefix(members.iter());
         Ok(Self {
             pk: key.pk.clone(),
             sk: key.sk.clone(),
@@ -158,6 +147,83 @@ impl BlockItem {
                 .div_euclid(1000)
                 .saturating_add(retention_secs),
         })
+    }
+
+    /// The SDK attribute map of the block of `members` under `key`, and its size: the
+    /// same item as `BlockItem::at(members, key, retention)?.to_item()`, built directly
+    /// and sized by DynamoDB's rule as it is built, as [`ReadingItem::marshal`] builds
+    /// a reading's. The ingest encodes every block it writes with it, and measures a
+    /// device's rate by it before the keys are known, so it borrows the members and
+    /// clones no name per member; `tests/block.rs` holds it equal to `serde_dynamo`.
+    pub fn marshal<R: Borrow<Reading>>(
+        members: &[R],
+        key: &ItemKey,
+        retention: Duration,
+    ) -> Result<Encoded, BlockError> {
+        let (first, last) = ends(members)?;
+        let first_ms = first.ts.as_millis();
+        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+        let ttl = last
+            .ts
+            .as_millis()
+            .div_euclid(1000)
+            .saturating_add(retention_secs);
+        let members = || members.iter().map(Borrow::borrow);
+        let idp = ids_prefix(members());
+        let metric_names: BTreeSet<&str> = members()
+            .flat_map(|r| r.metrics.keys().map(String::as_str))
+            .collect();
+        let tag_names: BTreeSet<&str> = members()
+            .flat_map(|r| r.tags.keys().map(String::as_str))
+            .collect();
+        let mut item = Item::with_capacity(15);
+        let mut size = 0;
+        let mut put = |name: &str, (value, value_size): SizedValue| {
+            size += rule::attribute_size(name, value_size);
+            item.insert(name.to_owned(), value);
+        };
+        put(PK, string(key.pk.clone()));
+        put(SK, string(key.sk.clone()));
+        put("device_id", string(first.device_id.clone()));
+        put("event_id", string(first.event_id.clone()));
+        put("ts", string(first.ts.to_rfc3339()));
+        put("ts_ms", number(first_ms.to_string()));
+        put(BLOCK_ATTRIBUTE, number(BLOCK_FORMAT.to_string()));
+        put("n", number(members().count().to_string()));
+        put(
+            "dt",
+            list(members().map(|r| number((r.ts.as_millis() - first_ms).to_string()))),
+        );
+        if !idp.is_empty() {
+            put("idp", string(idp.to_owned()));
+        }
+        put(
+            "ids",
+            list(members().map(|r| string(r.event_id[idp.len()..].to_owned()))),
+        );
+        put(
+            "m",
+            columns(&metric_names, |name| {
+                list(members().map(|r| {
+                    r.metrics
+                        .get(name)
+                        .map_or_else(null, |v| number(v.to_string()))
+                }))
+            }),
+        );
+        if !tag_names.is_empty() {
+            put(
+                "tg",
+                columns(&tag_names, |name| {
+                    list(
+                        members()
+                            .map(|r| r.tags.get(name).map_or_else(null, |v| string(v.clone()))),
+                    )
+                }),
+            );
+        }
+        put("ttl", number(ttl.to_string()));
+        Ok(Encoded { item, size })
     }
 
     /// The SDK attribute map, through `serde_dynamo`.
@@ -267,10 +333,11 @@ impl BlockItem {
 
 /// The prefix the members' event ids share, stopped a character short of the shortest
 /// id, so that no member's rest is empty.
-fn ids_prefix(members: &[Reading]) -> &str {
-    let Some((first, rest)) = members.split_first() else {
+fn ids_prefix<'a>(mut members: impl Iterator<Item = &'a Reading>) -> &'a str {
+    let Some(first) = members.next() else {
         return "";
     };
+    let rest = members;
     let mut len = first.event_id.len();
     for r in rest {
         len = first
@@ -287,6 +354,57 @@ fn ids_prefix(members: &[Reading]) -> &str {
         len -= 1;
     }
     &first.event_id[..len]
+}
+
+/// The first and last of `members`, once they are checked to be one device's readings
+/// in order of `(ts, event id)`, each identity once.
+fn ends<R: Borrow<Reading>>(members: &[R]) -> Result<(&Reading, &Reading), BlockError> {
+    let (first, last) = members
+        .first()
+        .zip(members.last())
+        .ok_or(BlockError::Empty)?;
+    let (first, last) = (first.borrow(), last.borrow());
+    for pair in members.windows(2) {
+        let (a, b) = (pair[0].borrow(), pair[1].borrow());
+        if b.device_id != first.device_id {
+            return Err(BlockError::Devices(
+                first.device_id.clone(),
+                b.device_id.clone(),
+            ));
+        }
+        if (a.ts, &a.event_id) >= (b.ts, &b.event_id) {
+            return Err(BlockError::Order(b.event_id.clone(), b.ts.as_millis()));
+        }
+    }
+    Ok((first, last))
+}
+
+/// A `NULL`: a member's entry in a column it has no value in.
+fn null() -> SizedValue {
+    (AttributeValue::Null(true), rule::SCALAR_SIZE)
+}
+
+/// A list of `elements`, sized.
+fn list(elements: impl Iterator<Item = SizedValue>) -> SizedValue {
+    let mut list = Vec::with_capacity(elements.size_hint().0);
+    let mut size = 0;
+    for (value, value_size) in elements {
+        size += 1 + value_size;
+        list.push(value);
+    }
+    (AttributeValue::L(list), rule::list_size([]) + size)
+}
+
+/// A map of one column per name of `names`, sized.
+fn columns(names: &BTreeSet<&str>, column: impl Fn(&str) -> SizedValue) -> SizedValue {
+    let mut map = HashMap::with_capacity(names.len());
+    let mut size = rule::MAP_OVERHEAD;
+    for name in names {
+        let (value, value_size) = column(name);
+        size += rule::map_element_size(name, value_size);
+        map.insert((*name).to_owned(), value);
+    }
+    (AttributeValue::M(map), size)
 }
 
 /// The attribute only a block item has: its format version.

@@ -130,14 +130,14 @@ pub struct Encoded {
 }
 
 /// An attribute value with its size.
-type SizedValue = (AttributeValue, usize);
+pub(crate) type SizedValue = (AttributeValue, usize);
 
-fn string(s: String) -> SizedValue {
+pub(crate) fn string(s: String) -> SizedValue {
     let size = rule::string_size(&s);
     (AttributeValue::S(s), size)
 }
 
-fn number(n: String) -> SizedValue {
+pub(crate) fn number(n: String) -> SizedValue {
     let size = rule::number_size(&n);
     (AttributeValue::N(n), size)
 }

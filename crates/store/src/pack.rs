@@ -90,12 +90,8 @@ pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
     match unit {
         [single] => readings.get(*single).map_or(0, Reading::item_size_bound),
         _ => {
-            let members: Vec<Reading> = unit
-                .iter()
-                .filter_map(|&i| readings.get(i).cloned())
-                .collect();
+            let members: Vec<&Reading> = unit.iter().filter_map(|&i| readings.get(i)).collect();
             encoded_bound(&members).unwrap_or_else(|| {
-                let members: Vec<&Reading> = members.iter().collect();
                 let bound = BlockBound::of(&members);
                 bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
             })
@@ -108,19 +104,19 @@ const RETENTION_BOUND: Duration = Duration::from_secs(86_400 * 365 * 1_000);
 
 /// The size of the block of `members` under the longest keys, or `None` when they make
 /// no block (the writer refuses those too).
-fn encoded_bound(members: &[Reading]) -> Option<usize> {
+fn encoded_bound(members: &[&Reading]) -> Option<usize> {
     let first = members.first()?;
+    // A key is sized by its length alone: the block's sort key is the longest form's,
+    // `{entity}#{ts}#{event_id}`, with its lane and digest (`BLOCK_SK_EXTRA`).
     let longest = ItemKey {
         pk: "#".repeat(BUCKET_PK_BOUND.max(first.device_id.len() + 11)),
-        sk: format!(
-            "{}#{}#{}",
-            first.device_id,
-            first.ts.to_rfc3339(),
-            first.event_id
+        sk: "#".repeat(
+            first.device_id.len() + 1 + RFC3339_LEN + 1 + first.event_id.len() + BLOCK_SK_EXTRA,
         ),
     };
-    let key = BlockItem::key(members, &longest);
-    encode(members, &key, RETENTION_BOUND).ok().map(|e| e.size)
+    BlockItem::marshal(members, &longest, RETENTION_BOUND)
+        .ok()
+        .map(|e| e.size)
 }
 
 /// Whether any epoch of `table` packs blocks.
@@ -251,12 +247,7 @@ pub fn encode(
 ) -> Result<Encoded, StoreError> {
     match members {
         [single] => Ok(ReadingItem::marshal(single, key, retention)),
-        _ => {
-            let block = BlockItem::at(members, key, retention)
-                .map_err(|e| StoreError::Malformed(e.to_string()))?;
-            let item = block.to_item()?;
-            let size = crate::size::item_size(&item);
-            Ok(Encoded { item, size })
-        }
+        _ => BlockItem::marshal(members, key, retention)
+            .map_err(|e| StoreError::Malformed(e.to_string())),
     }
 }

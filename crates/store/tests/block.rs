@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
-use store::block::BlockItem;
+use store::block::{BlockError, BlockItem};
 use store::item::Reading;
 
 /// 2026-06-22T00:00:00Z
@@ -91,6 +91,67 @@ proptest! {
         let again = BlockItem::new(&members, &key, Duration::from_secs(30 * 86_400)).expect("again");
         prop_assert_eq!(again.to_item().expect("encodes"), block.to_item().expect("encodes"));
     }
+
+    /// The ingest's encoder builds the item `serde_dynamo` builds from the block, and
+    /// sizes it as DynamoDB's rule sizes that item, for any members and any retention.
+    #[test]
+    fn the_ingest_encoder_is_serde_dynamos_item_and_size(
+        members in members(),
+        retention_days in prop_oneof![Just(0u64), 1u64..4_000, Just(365_000)],
+    ) {
+        let first = &members[0];
+        let first_key = ItemKey {
+            pk: "12.3#2026-06-22T00".into(),
+            sk: format!("{}#{}#{}", first.device_id, first.ts.to_rfc3339(), first.event_id),
+        };
+        let key = BlockItem::key(&members, &first_key);
+        let retention = Duration::from_secs(retention_days * 86_400);
+        let expected = BlockItem::at(&members, &key, retention)
+            .expect("one device's sorted members")
+            .to_item()
+            .expect("encodes");
+        let encoded = BlockItem::marshal(&members, &key, retention).expect("encodes");
+        prop_assert_eq!(encoded.size, store::size::item_size(&expected));
+        prop_assert_eq!(encoded.item, expected);
+        let borrowed: Vec<&Reading> = members.iter().collect();
+        prop_assert_eq!(
+            BlockItem::marshal(&borrowed, &key, retention).expect("encodes").size,
+            encoded.size
+        );
+    }
+}
+
+#[test]
+fn the_ingest_encoder_refuses_what_is_no_block() {
+    let reading = |device: &str, dt: i64, id: &str| Reading {
+        device_id: device.into(),
+        event_id: id.into(),
+        ts: Timestamp::from_millis(T + dt).expect("in range"),
+        metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+        tags: BTreeMap::new(),
+    };
+    let key = ItemKey {
+        pk: "0#2026-06-22T00".into(),
+        sk: "d#2026-06-22T00:00:00.000Z#a".into(),
+    };
+    let day = Duration::from_secs(86_400);
+    let none: [Reading; 0] = [];
+    assert_eq!(BlockItem::marshal(&none, &key, day), Err(BlockError::Empty));
+    let two_devices = [reading("d", 0, "a"), reading("e", 1, "b")];
+    assert!(matches!(
+        BlockItem::marshal(&two_devices, &key, day),
+        Err(BlockError::Devices(..))
+    ));
+    let out_of_order = [reading("d", 1, "a"), reading("d", 0, "b")];
+    assert!(matches!(
+        BlockItem::marshal(&out_of_order, &key, day),
+        Err(BlockError::Order(..))
+    ));
+    let repeated = [reading("d", 0, "a"), reading("d", 0, "a")];
+    assert!(matches!(
+        BlockItem::marshal(&repeated, &key, day),
+        Err(BlockError::Order(..))
+    ));
 }
 
 /// The README's vector of `shardline-block-v1`: three readings of one device, as
