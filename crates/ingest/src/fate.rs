@@ -8,6 +8,7 @@ use std::fmt;
 use sharding::key::ItemKey;
 use store::Reading;
 use store::batch::{Outcome, SizedItem};
+use store::item::Encoded;
 
 use crate::message::Refusal;
 
@@ -69,9 +70,45 @@ impl fmt::Display for Retry {
 #[derive(Debug)]
 pub(crate) enum Stage {
     Parsed(Vec<Reading>),
+    /// Parsed, and packed into writes whose items are encoded before they are keyed
+    /// (where the layout packs blocks: the rate is measured by those items' sizes).
+    Packed(Vec<Packed>),
     Keyed(Vec<Keyed>),
     Refused(Refusal),
     Retry(Retry),
+}
+
+impl Stage {
+    /// Whether the message is parsed and not keyed yet.
+    pub(crate) fn is_unkeyed(&self) -> bool {
+        matches!(self, Self::Parsed(_) | Self::Packed(_))
+    }
+
+    /// The readings of a message parsed and not keyed yet (none of any other).
+    pub(crate) fn unkeyed_readings(&self) -> impl Iterator<Item = &Reading> {
+        let (parsed, packed): (&[Reading], &[Packed]) = match self {
+            Self::Parsed(readings) => (readings, &[]),
+            Self::Packed(writes) => (&[], writes),
+            _ => (&[], &[]),
+        };
+        parsed
+            .iter()
+            .chain(packed.iter().flat_map(|w| w.readings.iter()))
+    }
+}
+
+/// One write of a message before it is keyed (`store::pack`): its members, where a
+/// refusal finds it in the message, and its item encoded under a placeholder key
+/// (`store::pack::encode_unkeyed`) when the pack stage encoded it.
+#[derive(Debug)]
+pub(crate) struct Packed {
+    /// The readings its item holds, in order of `(ts, event id)`.
+    pub(crate) readings: Vec<Reading>,
+    /// Its first member's place among the message's readings, when it has several
+    /// (a refusal names `readings[i]`).
+    pub(crate) index: Option<usize>,
+    /// Its item under a placeholder key as long as any key it can get.
+    pub(crate) item: Option<Encoded>,
 }
 
 /// One write on its way to the table: a reading's own item, or a block of readings
@@ -116,7 +153,7 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
                 reason: retry.to_string(),
             });
         }
-        Stage::Parsed(_) => {
+        Stage::Parsed(_) | Stage::Packed(_) => {
             return Settled::Final(Fate::Reported {
                 reason: "not keyed".to_owned(),
             });

@@ -8,9 +8,11 @@
 //! and the layout, never from the batch or the clock, so a redelivered message is
 //! packed into the same blocks, under the same sort keys, and overwrites them.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use item_size as rule;
 use sharding::block::{BLOCK_SK_EXTRA, BlockLayout, group};
 use sharding::epoch::TableHistory;
@@ -91,10 +93,13 @@ pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
         [single] => readings.get(*single).map_or(0, Reading::item_size_bound),
         _ => {
             let members: Vec<&Reading> = unit.iter().filter_map(|&i| readings.get(i)).collect();
-            encoded_bound(&members).unwrap_or_else(|| {
-                let bound = BlockBound::of(&members);
-                bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
-            })
+            encode_unkeyed(&members, RETENTION_BOUND).map_or_else(
+                |_| {
+                    let bound = BlockBound::of(&members);
+                    bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
+                },
+                |encoded| encoded.size,
+            )
         }
     }
 }
@@ -102,21 +107,55 @@ pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
 /// Longest a block's `ttl` is kept: its digits are at their most.
 const RETENTION_BOUND: Duration = Duration::from_secs(86_400 * 365 * 1_000);
 
-/// The size of the block of `members` under the longest keys, or `None` when they make
-/// no block (the writer refuses those too).
-fn encoded_bound(members: &[&Reading]) -> Option<usize> {
-    let first = members.first()?;
-    // A key is sized by its length alone: the block's sort key is the longest form's,
-    // `{entity}#{ts}#{event_id}`, with its lane and digest (`BLOCK_SK_EXTRA`).
-    let longest = ItemKey {
+/// The item of `members` (an entry of [`pack`]), encoded before it is keyed: under a placeholder key as long as the longest any fan-out gives it (a raise
+/// lengthens only the partition key, and the sort key is the longest form,
+/// `{entity}#{ts}#{event_id}`, a block's with its lane and digest). Its size bounds the
+/// item as stored under any key, so a writer measures a device's rate by it before the
+/// keys are known, and [`with_key`] then sets the real key: each item is encoded once.
+pub fn encode_unkeyed<R: Borrow<Reading>>(
+    members: &[R],
+    retention: Duration,
+) -> Result<Encoded, StoreError> {
+    let first = members
+        .first()
+        .ok_or_else(|| StoreError::Malformed("a write of no reading".to_owned()))?
+        .borrow();
+    let extra = if members.len() > 1 { BLOCK_SK_EXTRA } else { 0 };
+    // A key is sized by its length alone.
+    let placeholder = ItemKey {
         pk: "#".repeat(BUCKET_PK_BOUND.max(first.device_id.len() + 11)),
-        sk: "#".repeat(
-            first.device_id.len() + 1 + RFC3339_LEN + 1 + first.event_id.len() + BLOCK_SK_EXTRA,
-        ),
+        sk: "#".repeat(first.device_id.len() + 1 + RFC3339_LEN + 1 + first.event_id.len() + extra),
     };
-    BlockItem::marshal(members, &longest, RETENTION_BOUND)
-        .ok()
-        .map(|e| e.size)
+    match members {
+        [single] => Ok(ReadingItem::marshal(
+            single.borrow(),
+            &placeholder,
+            retention,
+        )),
+        _ => BlockItem::marshal(members, &placeholder, retention)
+            .map_err(|e| StoreError::Malformed(e.to_string())),
+    }
+}
+
+/// `encoded` (from [`encode_unkeyed`]) under `key`, from [`item_key`]: the item
+/// [`encode`] makes of the same members under that key, without encoding it again.
+#[must_use]
+pub fn with_key(mut encoded: Encoded, key: &ItemKey) -> Encoded {
+    for (name, value) in [(PK, &key.pk), (SK, &key.sk)] {
+        match encoded.item.get_mut(name) {
+            Some(AttributeValue::S(old)) => {
+                encoded.size = encoded.size - rule::string_size(old) + rule::string_size(value);
+                old.clone_from(value);
+            }
+            _ => {
+                encoded.size += rule::attribute_size(name, rule::string_size(value));
+                encoded
+                    .item
+                    .insert(name.to_owned(), AttributeValue::S(value.clone()));
+            }
+        }
+    }
+    encoded
 }
 
 /// Whether any epoch of `table` packs blocks.

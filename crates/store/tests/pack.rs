@@ -150,6 +150,35 @@ proptest! {
         }
     }
 
+    /// A write encoded once before it is keyed, then given its key, is the item the
+    /// writer would encode under that key, byte for byte and size for size, and the
+    /// size it had before its key bounds it under any key a fan-out gives it.
+    #[test]
+    fn an_item_encoded_before_its_key_is_the_item_under_its_key(
+        input in readings(),
+        layout in blocks(),
+        j in 0u32..=u32::MAX,
+    ) {
+        let history = table(0, layout);
+        for unit in packing::pack(&input, &history) {
+            let members: Vec<Reading> = unit.iter().map(|&i| input[i].clone()).collect();
+            let first = &members[0];
+            let unkeyed = packing::encode_unkeyed(&members, RETENTION).expect("encodes");
+            for pk in [format!("{j}#2026-06-22T00"), format!("{}.{j}#2026-06-22T00", u32::MAX)] {
+                let key = ItemKey {
+                    pk,
+                    sk: format!("{}#{}#{}", first.device_id, first.ts.to_rfc3339(), first.event_id),
+                };
+                let key = item_key(&members, &key);
+                let expected = encode(&members, &key, RETENTION).expect("encodes");
+                prop_assert!(expected.size <= unkeyed.size, "{} > {}", expected.size, unkeyed.size);
+                let keyed = packing::with_key(unkeyed.clone(), &key);
+                prop_assert_eq!(keyed.size, item_size(&expected.item));
+                prop_assert_eq!(keyed, expected);
+            }
+        }
+    }
+
     #[test]
     fn packing_covers_every_reading_once_within_the_layout(
         input in readings(),

@@ -180,29 +180,28 @@ impl Fixture {
     }
 
     /// The ingest's path where the table packs blocks (a new table's default), from
-    /// the bodies of 50 readings: parse + validate; pack and size each write, which the
-    /// observe stage measures the device's rate by; pack again, key each write by its
-    /// first member and encode it (the keying and write stages). Per reading, as the
-    /// whole path above.
+    /// the bodies of 50 readings: parse + validate; pack each message into writes and
+    /// encode each write's item once under a placeholder key, whose size the observe
+    /// stage measures the device's rate by (the pack stage); key each write by its
+    /// first member and set its item's key (the keying). Per reading, as the whole path
+    /// above.
     fn blocks_of_50(&self) -> usize {
         let mut bytes = 0usize;
         for body in &self.block_bodies {
             let Ok(readings) = parse_body(black_box(body), &self.limits) else {
                 continue;
             };
-            for unit in pack::pack(&readings, &self.block_table) {
-                bytes += pack::size_bound(&readings, &unit);
-            }
             let units = pack::pack(&readings, &self.block_table);
             for members in pack::take(readings, &units) {
-                let Some(first) = members.first() else {
+                let Ok(unkeyed) = pack::encode_unkeyed(&members, self.retention) else {
                     continue;
                 };
-                let Ok(first_key) = self.key_in(first, &self.block_table) else {
+                bytes += unkeyed.size;
+                let Ok(first_key) = self.key_in(&members[0], &self.block_table) else {
                     continue;
                 };
                 let key = pack::item_key(&members, &first_key);
-                bytes += pack::encode(&members, &key, self.retention).map_or(0, |e| e.size);
+                bytes += pack::with_key(unkeyed, &key).size;
             }
         }
         bytes

@@ -1,7 +1,8 @@
-//! Stage 3: every parsed reading keyed. The layout and each entity's fan-out in force
+//! Stage 4: every parsed reading keyed. The layout and each entity's fan-out in force
 //! now are read once ([`Ingest::load_keying`]); a message's readings are packed into
 //! writes (`store::pack`: blocks of one device's readings where the layout packs them,
-//! else one item a reading); each write's key is its first member's, from
+//! else one item a reading), by the pack stage where it ran, with each item encoded
+//! before its key, which is set here; each write's key is its first member's, from
 //! `sharding::key::write_key` with the fan-out it was made under, and travels typed with
 //! its item to the writer, which never reads a key out of an item.
 
@@ -15,12 +16,12 @@ use sharding::time::Timestamp;
 use store::batch::{BatchTable, ItemTooLarge, SizedItem};
 use store::directory::ShardStore;
 use store::queue::Queue;
-use store::{Reading, StoreError, pack};
+use store::{Encoded, Reading, StoreError, pack};
 use tokio::time::Instant;
 use tracing::Span;
 
 use super::{Ingest, Run, guarded};
-use crate::fate::{Keyed, Retry, Stage};
+use crate::fate::{Keyed, Packed, Retry, Stage};
 use crate::message::Refusal;
 
 /// Each entity's fan-out history, or why it could not be read.
@@ -102,23 +103,32 @@ fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Reads the layout and each entity's fan-out in force now, with which the write
     /// stage keys every parsed message ([`Self::key_messages`]); without a layout, every
-    /// parsed message is reported.
-    pub(super) async fn load_keying(&self, stages: &mut [Stage], run: &Run<'_>) -> Option<Keying> {
-        if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+    /// parsed message is reported. `layout` is the one the rates were measured and the
+    /// messages packed under, when it was read: the keys are made under the same one.
+    pub(super) async fn load_keying(
+        &self,
+        stages: &mut [Stage],
+        layout: Option<TableHistory>,
+        run: &Run<'_>,
+    ) -> Option<Keying> {
+        if !stages.iter().any(Stage::is_unkeyed) {
             return None;
         }
         let now = run.now;
-        // Metadata reads are bounded by the deadline like the writes: a slow metadata
-        // table must not keep the handler past it.
-        let layout = tokio::time::timeout_at(run.work_deadline, self.directory.layout(now))
-            .await
-            .unwrap_or(Err(StoreError::Deadline));
         let table = match layout {
+            Some(table) => Ok(table),
+            // Metadata reads are bounded by the deadline like the writes: a slow
+            // metadata table must not keep the handler past it.
+            None => tokio::time::timeout_at(run.work_deadline, self.directory.layout(now))
+                .await
+                .unwrap_or(Err(StoreError::Deadline)),
+        };
+        let table = match table {
             Ok(table) => table,
             Err(err) => {
                 tracing::warn!(error = %err, "shard layout unavailable");
                 for stage in stages.iter_mut() {
-                    if matches!(stage, Stage::Parsed(_)) {
+                    if stage.is_unkeyed() {
                         *stage =
                             Stage::Retry(Retry::Failed(format!("shard layout unavailable: {err}")));
                     }
@@ -128,11 +138,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         };
         let entities: BTreeSet<&str> = stages
             .iter()
-            .filter_map(|s| match s {
-                Stage::Parsed(readings) => Some(readings.iter().map(|r| r.device_id.as_str())),
-                _ => None,
-            })
-            .flatten()
+            .flat_map(Stage::unkeyed_readings)
+            .map(|r| r.device_id.as_str())
             .collect();
         let fanouts = self.fanouts(entities, now, run.work_deadline).await;
         Some(Keying {
@@ -145,14 +152,26 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Keys every parsed message of `stages` (whose spans are `spans`).
     pub(super) fn key_messages(&self, stages: &mut [Stage], spans: &[Span], keying: &Keying) {
         for (stage, span) in stages.iter_mut().zip(spans) {
-            if let Stage::Parsed(readings) = stage {
-                let readings = std::mem::take(readings);
-                *stage = span.in_scope(|| {
-                    guarded(|| {
-                        self.key_message(readings, &keying.table, &keying.fanouts, keying.now)
+            let keyed = match stage {
+                Stage::Parsed(readings) => {
+                    let readings = std::mem::take(readings);
+                    span.in_scope(|| {
+                        guarded(|| {
+                            self.key_message(readings, &keying.table, &keying.fanouts, keying.now)
+                        })
                     })
-                });
-            }
+                }
+                Stage::Packed(writes) => {
+                    let writes = std::mem::take(writes);
+                    span.in_scope(|| {
+                        guarded(|| {
+                            self.key_writes(writes, &keying.table, &keying.fanouts, keying.now)
+                        })
+                    })
+                }
+                _ => continue,
+            };
+            *stage = keyed;
         }
     }
 
@@ -190,10 +209,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
 
     /// The write of `members` (an entry of `store::pack`) by a writer at `now`: its key
     /// (its first member's write key, a block's with its digest), with the fan-out it
-    /// was made under, and its item (that reading's own, or the members' block), sized.
+    /// was made under, and its item (that reading's own, or the members' block), sized:
+    /// `unkeyed` under that key when the pack stage encoded it, else encoded now.
     pub(super) fn keyed_item(
         &self,
         members: &[Reading],
+        unkeyed: Option<Encoded>,
         table: &TableHistory,
         fanout: &FanoutHistory,
         now: Timestamp,
@@ -206,8 +227,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             key: pack::item_key(members, &first_key.key),
             fanout: first_key.fanout,
         };
-        let encoded =
-            pack::encode(members, &key.key, self.config.retention).map_err(ItemError::Block)?;
+        let encoded = match unkeyed {
+            Some(encoded) => pack::with_key(encoded, &key.key),
+            None => {
+                pack::encode(members, &key.key, self.config.retention).map_err(ItemError::Block)?
+            }
+        };
         let item = SizedItem::new(encoded.item, encoded.size).map_err(ItemError::TooLarge)?;
         Ok(KeyedItem { key, item })
     }
@@ -221,19 +246,28 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         fanouts: &Fanouts,
         now: Timestamp,
     ) -> Stage {
-        let batch = readings.len() > 1;
-        // Every reading is checked as its own key would check it, member of a block
-        // or not, so packing changes no refusal.
-        for (i, reading) in readings.iter().enumerate() {
-            if let Err(err) = keyable(reading, table) {
-                return Stage::Refused(key_refusal(batch.then_some(i), &err));
-            }
+        match pack_message(readings, table) {
+            Ok(writes) => self.key_writes(writes, table, fanouts, now),
+            Err(refusal) => Stage::Refused(refusal),
         }
-        let units = pack::pack(&readings, table);
-        let firsts: Vec<usize> = units.iter().map(|unit| unit[0]).collect();
-        let mut keyed = Vec::with_capacity(units.len());
-        for (members, first) in pack::take(readings, &units).into_iter().zip(firsts) {
-            let index = batch.then_some(first);
+    }
+
+    /// Keys one message's writes (`store::pack`'s entries, packed by the pack stage or
+    /// by [`Self::key_message`]).
+    fn key_writes(
+        &self,
+        writes: Vec<Packed>,
+        table: &TableHistory,
+        fanouts: &Fanouts,
+        now: Timestamp,
+    ) -> Stage {
+        let mut keyed = Vec::with_capacity(writes.len());
+        for Packed {
+            readings: members,
+            index,
+            item,
+        } in writes
+        {
             let device = &members[0].device_id;
             let fanout = match fanouts.get(device) {
                 Some(Ok(history)) => history,
@@ -248,7 +282,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     )));
                 }
             };
-            match self.keyed_item(&members, table, fanout, now) {
+            match self.keyed_item(&members, item, table, fanout, now) {
                 Ok(KeyedItem { key, item }) => keyed.push(Keyed {
                     readings: members,
                     key: key.key,
@@ -269,6 +303,31 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         }
         Stage::Keyed(keyed)
     }
+}
+
+/// One message's readings packed into writes (`store::pack`), not encoded yet, or the
+/// refusal of a reading that cannot be keyed: every reading is checked as its own key
+/// would check it, member of a block or not, so packing changes no refusal.
+pub(super) fn pack_message(
+    readings: Vec<Reading>,
+    table: &TableHistory,
+) -> Result<Vec<Packed>, Refusal> {
+    let batch = readings.len() > 1;
+    for (i, reading) in readings.iter().enumerate() {
+        if let Err(err) = keyable(reading, table) {
+            return Err(key_refusal(batch.then_some(i), &err));
+        }
+    }
+    let units = pack::pack(&readings, table);
+    Ok(pack::take(readings, &units)
+        .into_iter()
+        .zip(&units)
+        .map(|(members, unit)| Packed {
+            readings: members,
+            index: batch.then_some(unit[0]),
+            item: None,
+        })
+        .collect())
 }
 
 /// Whether `reading` can be keyed under the layout in force at its timestamp: its ids,

@@ -1,4 +1,4 @@
-//! Stage 6: what leaves the batch. Copies of messages (a split message's unwritten
+//! Stage 7: what leaves the batch. Copies of messages (a split message's unwritten
 //! readings, a message at its last receive) go back to the queue, refused messages to
 //! the DLQ with their reason, and reported messages get their redelivery wait; then
 //! each message's fate is logged.
@@ -29,7 +29,7 @@ pub(super) struct Leaving {
 }
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
-    /// Stage 6: what leaves the batch. A split message's unwritten readings, and a
+    /// Stage 7: what leaves the batch. A split message's unwritten readings, and a
     /// message still failing at its last receive (while it may be requeued), go back to
     /// the queue as fresh copies; refused messages, and those out of requeues, go to the
     /// DLQ with their reason. A failed send leaves the message reported.
@@ -195,7 +195,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         (requeued, split)
     }
 
-    /// Stage 7's log line per message, and the reports.
+    /// Stage 8's log line per message, and the reports.
     pub(super) fn log_fates(&self, fates: Vec<Option<Fate>>, run: &Run<'_>) -> Vec<MessageReport> {
         fates
             .into_iter()

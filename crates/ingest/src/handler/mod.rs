@@ -2,20 +2,22 @@
 //!
 //! [`Ingest::process`] is a pipeline of named stages, each in a module of its own:
 //! 1. **parse** each message, guarded against panics ([`parse`]);
-//! 2. **observe** each entity's rate in the batch, and raise its fan-out before its
+//! 2. **pack** each message's readings into writes and encode each write's item once,
+//!    before it is keyed, where the layout packs blocks ([`pack`]);
+//! 3. **observe** each entity's rate in the batch, and raise its fan-out before its
 //!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
 //!    shrink a quiet one) ([`observe`]);
-//! 3. **key** every reading with the fan-out in force now ([`keying`]);
-//! 4. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle brings the entity to the directory at once, and
+//! 4. **key** every reading with the fan-out in force now ([`keying`]);
+//! 5. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle brings the entity to the directory at once, and
 //!    when that raises its fan-out, the items not yet written are given back by the
 //!    writer and re-keyed with the new k for the next round. A batch larger than one
 //!    call per writer slot is keyed and written in two waves: the first wave's calls
 //!    are out while the rest is keyed, so a batch of thousands of readings does not
 //!    hold its first call back for the CPU time of keying them all;
-//! 5. **settle** each message's fate from its readings' outcomes ([`crate::fate`]);
-//! 6. **requeue or dead-letter** what must leave the batch, and delay the reported
+//! 6. **settle** each message's fate from its readings' outcomes ([`crate::fate`]);
+//! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
 //!    ([`leave`], with what it reads of each SQS record in [`record`]);
-//! 7. **report** every message's fate and the metrics (EMF lines) ([`report`]).
+//! 8. **report** every message's fate and the metrics (EMF lines) ([`report`]).
 //!
 //! Every message ends in exactly one of these fates:
 //! - **written**: all its readings are stored;
@@ -62,6 +64,7 @@ use observe::{Changes, entity_rates};
 mod keying;
 mod leave;
 mod observe;
+mod pack;
 mod parse;
 mod record;
 mod report;
@@ -258,9 +261,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         report.response()
     }
 
-    /// The table layout the rates are measured under (whether the writes will pack
-    /// blocks): read once here, and from the cache again by the keying. Without it, the
-    /// rates count one item a reading, and the keying reports the batch.
+    /// The table layout the messages are packed, their rates measured and their readings
+    /// keyed under (whether the writes pack blocks). Without it, the rates count one
+    /// item a reading, and the keying reads it again, or reports the batch.
     async fn rate_layout(&self, stages: &[Stage], run: &Run<'_>) -> Option<TableHistory> {
         if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
             return None;
@@ -284,9 +287,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let mut changes = Changes::default();
         let mut stages = self.parse_stage(&run);
         let layout = self.rate_layout(&stages, &run).await;
+        if let Some(table) = &layout {
+            self.pack_stage(&mut stages, &run.spans, table);
+        }
         let rates = entity_rates(&stages, run.records, &self.config.intake, layout.as_ref());
         self.observe_stage(&rates, &run, &mut changes, rng).await;
-        let keying = self.load_keying(&mut stages, &run).await;
+        let keying = self.load_keying(&mut stages, layout, &run).await;
         let written = self
             .write_stage(&mut stages, keying.as_ref(), &rates, &run, rng)
             .await;

@@ -1,4 +1,4 @@
-//! Stage 2: each entity's arrival rate in the batch, measured by when its messages
+//! Stage 3: each entity's arrival rate in the batch, measured by when its messages
 //! reached the queue, brought to the shard directory before its readings are keyed, so
 //! a rate its keys cannot carry raises its fan-out for this very batch (a busy entity
 //! is marked, a quiet one shrunk); and the fan-out changes an invocation won.
@@ -15,7 +15,7 @@ use sharding::fanout::{self, Signal, Throttle};
 use store::batch::BatchTable;
 use store::directory::{FanoutChange, ShardStore};
 use store::queue::Queue;
-use store::{StoreError, pack};
+use store::{Reading, StoreError, pack};
 
 use super::record::sent_at;
 use super::{Ingest, Run, seeded};
@@ -85,8 +85,8 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 /// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
-pub(super) fn entity_rates(
-    stages: &[Stage],
+pub(super) fn entity_rates<'a>(
+    stages: &'a [Stage],
     records: &[SqsMessage],
     intake: &Intake,
     table: Option<&TableHistory>,
@@ -110,13 +110,12 @@ pub(super) fn entity_rates(
     }
     let batch = batch_arrival(records, intake);
     // One lookup per reading, borrowed ids: one allocation per entity, at the end.
-    let mut seen: HashMap<&str, Seen> = HashMap::new();
+    let mut seen: HashMap<&'a str, Seen> = HashMap::new();
     for (message, stage) in stages.iter().enumerate() {
-        let Stage::Parsed(readings) = stage else {
-            continue;
-        };
         let sent = records.get(message).and_then(sent_at);
-        for r in readings {
+        // Each reading of the message, with the write units it adds (its write's when
+        // it is a write's first member).
+        let mut see = |r: &'a Reading, units: u64| {
             let entity = seen.entry(r.device_id.as_str()).or_insert(Seen {
                 readings: 0,
                 units: 0,
@@ -125,23 +124,40 @@ pub(super) fn entity_rates(
                 sent: None,
             });
             entity.readings += 1;
-            if !blocks {
-                entity.units += store::size::write_units(r.item_size_bound()) as u64;
-            }
+            entity.units += units;
             if entity.message != message {
                 entity.message = message;
                 entity.messages += 1;
                 entity.sent_in(sent);
             }
-        }
-        if let Some(table) = table.filter(|_| blocks) {
-            // Packed as the writer will pack them: each write counts its own units.
-            for unit in pack::pack(readings, table) {
-                let units = store::size::write_units(pack::size_bound(readings, &unit)) as u64;
-                if let Some(entity) = seen.get_mut(readings[unit[0]].device_id.as_str()) {
-                    entity.units += units;
+        };
+        match stage {
+            // Packed and encoded by the pack stage: each write counts its item's units.
+            Stage::Packed(writes) => {
+                for write in writes {
+                    let units = write.item.as_ref().map_or_else(
+                        || write.readings.iter().map(item_units).sum(),
+                        |item| store::size::write_units(item.size) as u64,
+                    );
+                    for (i, r) in write.readings.iter().enumerate() {
+                        see(r, if i == 0 { units } else { 0 });
+                    }
                 }
             }
+            Stage::Parsed(readings) => match table.filter(|_| blocks) {
+                // Packed as the writer will pack them: each write counts its own units.
+                Some(table) => {
+                    for unit in pack::pack(readings, table) {
+                        let units = pack::size_bound(readings, &unit);
+                        let units = store::size::write_units(units) as u64;
+                        for (i, &r) in unit.iter().enumerate() {
+                            see(&readings[r], if i == 0 { units } else { 0 });
+                        }
+                    }
+                }
+                None => readings.iter().for_each(|r| see(r, item_units(r))),
+            },
+            _ => {}
         }
     }
     let mut rates: Vec<(&str, Option<f64>)> = seen
@@ -167,8 +183,13 @@ pub(super) fn entity_rates(
         .collect()
 }
 
+/// The write units of `r`'s own item, bounded before it is keyed.
+fn item_units(r: &Reading) -> u64 {
+    store::size::write_units(r.item_size_bound()) as u64
+}
+
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
-    /// Stage 2: brings each entity's rate in this batch to the directory before its
+    /// Stage 3: brings each entity's rate in this batch to the directory before its
     /// readings are keyed, so a rate its keys cannot carry raises its fan-out now and
     /// this very batch is keyed with the new k (and a busy entity is marked, a quiet
     /// one shrunk). What the cache answers alone is decided in one pass (most devices of

@@ -1,4 +1,4 @@
-//! Stage 4: the writes, in rounds. A throttle brings its entity to the directory at
+//! Stage 5: the writes, in rounds. A throttle brings its entity to the directory at
 //! once ([`super::watch`]); when that raises its fan-out, the writer gives back the
 //! entity's items not yet written, and the next round re-keys them with the new k.
 //! A batch larger than one call per writer slot is keyed and written in two waves.
@@ -82,8 +82,8 @@ impl Remake for Round<'_> {
 fn first_wave(stages: &[Stage], readings: usize) -> usize {
     let mut count = 0;
     for (i, stage) in stages.iter().enumerate() {
-        if let Stage::Parsed(parsed) = stage {
-            count += parsed.len();
+        if stage.is_unkeyed() {
+            count += stage.unkeyed_readings().count();
             if count >= readings {
                 return i + 1;
             }
@@ -93,7 +93,7 @@ fn first_wave(stages: &[Stage], readings: usize) -> usize {
 }
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
-    /// Stage 4: keys every parsed message ([`Self::key_messages`]) and writes every keyed
+    /// Stage 5: keys every parsed message ([`Self::key_messages`]) and writes every keyed
     /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
     /// once; when its fan-out is raised, the writer gives back that entity's items not
     /// yet written, and the next round re-keys them with the new k. Nothing written is
@@ -149,7 +149,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         let (front, back) = stages.split_at_mut(split);
         let (front_spans, back_spans) = run.spans.split_at(split.min(run.spans.len()));
         self.key_messages(front, front_spans, keying);
-        if !back.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+        if !back.iter().any(Stage::is_unkeyed) {
             return self.write_keyed(front, rates, run, rng, &slots).await;
         }
         let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
@@ -287,7 +287,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             };
             // A block keeps its members: its sort key follows from them, so only its
             // partition key moves with the raise.
-            if let Ok(KeyedItem { key, item }) = self.keyed_item(&k.readings, &table, history, now)
+            if let Ok(KeyedItem { key, item }) =
+                self.keyed_item(&k.readings, None, &table, history, now)
             {
                 k.key = key.key;
                 k.fanout = key.fanout;
