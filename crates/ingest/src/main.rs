@@ -12,7 +12,7 @@ static GLOBAL: ingest::Allocator = ingest::Allocator;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    init_tracing();
+    store::sdk::init_logs();
     let config = Config::from_env()?;
     let sdk = store::sdk::lambda_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
@@ -23,29 +23,6 @@ async fn main() -> Result<(), Error> {
         handle(service, event)
     }))
     .await
-}
-
-/// Logs as the runtime's default subscriber does, by a level alone: the level from
-/// `AWS_LAMBDA_LOG_LEVEL` (the template's `LogLevel`), else `RUST_LOG`, else INFO; JSON
-/// lines when `AWS_LAMBDA_LOG_FORMAT` is JSON (the template's `LogFormat`). No
-/// per-target directives, so no EnvFilter and its regex engine in the binary.
-fn init_tracing() {
-    use tracing_subscriber::filter::LevelFilter;
-    let level = std::env::var("AWS_LAMBDA_LOG_LEVEL")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .ok()
-        .and_then(|text| text.trim().parse::<LevelFilter>().ok())
-        .unwrap_or(LevelFilter::INFO);
-    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let logs = tracing_subscriber::fmt()
-        .with_target(false)
-        .without_time()
-        .with_max_level(level);
-    if json {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
 }
 
 async fn handle(

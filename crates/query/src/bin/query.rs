@@ -10,7 +10,7 @@ use store::read::DynamoReadingSource;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    lambda_http::tracing::init_default_subscriber();
+    store::sdk::init_logs();
     let config = Config::from_env()?;
     let aws = store::sdk::lambda_config().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
