@@ -223,9 +223,10 @@ fn cost_per_reading(dir: &std::path::Path, results: &mut Results) -> Result<()> 
          The blocks row: the same 1,000 readings' shape as 20 message bodies of 50 readings \
          of one device each (100 ms apart, time-ordered ids), for hour buckets with the \
          default block layout, through ingest::parse_body, store::pack::pack and \
-         size_bound (what the observe stage measures a device's rate by), then \
-         store::pack::pack again, sharding::write_key of each write's first member, \
-         store::pack::item_key and store::pack::encode, as the ingest's stages do.",
+         store::pack::encode_unkeyed (each write's item encoded once, under a placeholder \
+         key, whose size the observe stage measures a device's rate by), then \
+         sharding::write_key of each write's first member, store::pack::item_key and \
+         store::pack::with_key, as the ingest's stages do.",
     );
     Ok(())
 }
@@ -242,7 +243,7 @@ fn blocks_cost(
     results.goal(
         "5",
         "blocks on (a new table's default), messages of 50 readings of one device: parse + \
-         validate + pack and size (the rate) + pack, key and encode, criterion mean",
+         validate + pack and encode (the rate's size) + key, criterion mean",
         format!(
             "{blocks:.0} ns/reading ({:.2} us, {:.2}x the item-a-reading path above); \
              {allocations}",
