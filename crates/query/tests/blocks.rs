@@ -427,6 +427,7 @@ async fn a_point_read_inside_a_block_is_one_round_trip() {
     table.set_latency(std::time::Duration::from_millis(200));
     let svc = crate::common::service(&table, shards);
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    let before = table.calls();
     let resp = svc
         .handle_parts_by(
             "GET",
@@ -442,6 +443,10 @@ async fn a_point_read_inside_a_block_is_one_round_trip() {
         "{}",
         resp.body()
     );
+    // The reading's own key (GetItem) and the blocks' lane of the window before it, in
+    // its own bucket alone (BASE_MS starts an hour, and no block spans two): a
+    // readings' lane would read again the item the GetItem reads.
+    assert_eq!(table.calls() - before, 2, "calls of the point read");
 }
 
 mod exact {

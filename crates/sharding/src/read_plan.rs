@@ -227,7 +227,7 @@ pub fn plan_entity(
     match block_window(table, range) {
         None => plan_entity_over(entity, range, table, fanout),
         Some(w) => Ok(read_back(
-            plan_entity_over(entity, widened(range, w), table, fanout)?,
+            plan_entity_over(entity, read_back_range(table, range, w), table, fanout)?,
             range,
             w,
         )),
@@ -297,7 +297,7 @@ pub fn plan_all(
     match block_window(table, range) {
         None => plan_all_over(range, table, hot),
         Some(w) => Ok(read_back(
-            plan_all_over(widened(range, w), table, hot)?,
+            plan_all_over(read_back_range(table, range, w), table, hot)?,
             range,
             w,
         )),
@@ -356,6 +356,30 @@ fn block_window(table: &TableHistory, range: TimeRange) -> Option<u32> {
         .iter()
         .filter_map(|(_, layout)| layout.block_window_ms())
         .max()
+}
+
+/// `range` with its start moved back by the block window `w`, but not past the start of
+/// the table epoch or the time bucket its start is in: a block never spans either (the
+/// writer groups within both), so no block that starts earlier holds a reading of
+/// `range`. A range that starts a bucket reads no key of the bucket before it.
+fn read_back_range(table: &TableHistory, range: TimeRange, w: u32) -> TimeRange {
+    let from = range.from();
+    let epoch_start = table
+        .epochs()
+        .iter()
+        .rev()
+        .find(|e| e.effective_from <= from)
+        .map_or(Timestamp::MIN, |e| e.effective_from);
+    let bucket_start = match &table.at(from).strategy {
+        Strategy::TimeBucket { bucket, .. } => bucket.start(from),
+        _ => Timestamp::MIN,
+    };
+    let widened = widened(range, w);
+    TimeRange::new(
+        widened.from().max(epoch_start).max(bucket_start),
+        range.to(),
+    )
+    .unwrap_or(range)
 }
 
 /// `range` with its start moved `window_ms` earlier (at the earliest instant at most).

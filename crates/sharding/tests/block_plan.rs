@@ -261,3 +261,39 @@ fn a_block_straddling_a_shrink_is_read_for_its_later_readings() {
         "{plan:?}"
     );
 }
+
+/// A block never spans a bucket, so a range that starts a bucket reads no key of the
+/// bucket before it, however long the block window: neither the entity's plan nor the
+/// plan over every entity. One that starts a minute into it reads back only to its start.
+#[test]
+fn a_range_that_starts_a_bucket_reads_nothing_of_the_bucket_before() {
+    let blocks = BlockLayout {
+        window_ms: 10 * MINUTE as u32,
+        max_bytes: 4_096,
+        max_readings: 50,
+    };
+    let table = TableHistory::from_epochs(vec![Epoch {
+        effective_from: Timestamp::MIN,
+        value: Layout::time_bucket(Bucket::Hour, nz(4)).with_blocks(blocks),
+    }])
+    .expect("one epoch");
+    let fanout = FanoutHistory::new();
+    let earlier = "2026-06-21T23";
+    for from in [T0, T0 + MINUTE] {
+        let range = TimeRange::new(at(from), at(T0 + 3 * HOUR)).expect("non-empty");
+        let plan = plan_entity(ENTITY, range, &table, &fanout).expect("plan");
+        assert!(
+            plan.queries.iter().all(|q| !q.pk.ends_with(earlier)),
+            "{plan:?}"
+        );
+        assert!(
+            plan.queries.iter().all(|q| q.starts().from() >= at(T0)),
+            "{plan:?}"
+        );
+        let all = plan_all(range, &table, &[]).expect("plan");
+        assert!(
+            all.queries.iter().all(|q| !q.pk.ends_with(earlier)),
+            "{all:?}"
+        );
+    }
+}

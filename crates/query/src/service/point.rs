@@ -133,8 +133,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     /// Every key of the device's plan at the point's millisecond, read whole, for the
-    /// reading (blocks read back included); `only_blocks` reads nothing unless the plan
-    /// reads blocks. Adds the calls and items read to `stats`, and spends only what is
+    /// reading (blocks read back included); `only_blocks` reads the plan's blocks'
+    /// lanes alone, and nothing where it reads no blocks. Adds the calls and items read to `stats`, and spends only what is
     /// left of the request's budget. A budget that ends the scan before it found the
     /// reading refuses the request.
     async fn scan_plan(
@@ -150,9 +150,14 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             from_ms: point.ts_ms,
             to_ms: point.ts_ms + 1,
         })?;
-        let plan = plan_entity(point.device, range, table, fanout).map_err(plan_error)?;
-        if only_blocks && plan.queries.iter().all(|q| q.block_window_ms.is_none()) {
-            return Ok(None);
+        let mut plan = plan_entity(point.device, range, table, fanout).map_err(plan_error)?;
+        if only_blocks {
+            // The reading's own items are every key `point_keys` names, read by GetItem
+            // beside this scan: only the blocks' lanes are left to read.
+            plan.queries.retain(|q| q.block_window_ms.is_some());
+            if plan.queries.is_empty() {
+                return Ok(None);
+            }
         }
         let mut budget = self.config.budget.read(deadline);
         budget.queries = budget.queries.saturating_sub(stats.calls);
