@@ -211,3 +211,66 @@ async fn dynalite_blocks_written_by_the_ingest_are_read_back_once_by_every_route
     assert_eq!(body["metrics"]["humidity"], 41.5, "{body}");
     rig.finish().await
 }
+
+/// `shardline blocks on`'s write where DynamoDB's conditions are enforced (dynalite,
+/// whose conditional puts are atomic; moto's are not): eight switches at once schedule
+/// one table-layout epoch and the other seven find it done, and a layout written from a
+/// history another writer has moved on from is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynalite_switching_blocks_on_at_once_schedules_one_epoch() -> Result<()> {
+    use sharding::block::BlockLayout;
+    use sharding::epoch::TableHistory;
+    use sharding::layout::Layout;
+    use sharding::time::Bucket;
+    use store::config::{Vars, WriterSettings};
+    use store::directory::layout::ScheduledLayout;
+    use store::directory::{ShardDirectory, ShardReader, ShardStore};
+
+    let rig = Rig::start(Backend::Dynalite, |_, _| {}).await?;
+    let shards = DynamoShards::new(&rig.direct, &rig.shard_table_name);
+    let hourly = Layout::time_bucket(Bucket::Hour, std::num::NonZeroU32::MIN.saturating_add(3));
+    let before = TableHistory::new(hourly);
+    ensure!(
+        shards.create_layout(&before).await?,
+        "the layout was created"
+    );
+    let table = rig.shard_table_name.clone();
+    let settings = WriterSettings::parse(&Vars(|name: &str| {
+        (name == "SHARD_TABLE_NAME").then(|| table.clone())
+    }))?;
+    let on = |latest: &Layout| latest.clone().with_blocks(BlockLayout::default());
+    let switches = (0..8).map(|_| {
+        let directory = ShardDirectory::new(
+            DynamoShards::new(&rig.direct, &rig.shard_table_name),
+            settings.directory.clone(),
+        );
+        async move { directory.schedule_layout(on, t0()).await }
+    });
+    let outcomes = futures::future::join_all(switches).await;
+    let scheduled = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(ScheduledLayout::Scheduled(_))))
+        .count();
+    let already = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(ScheduledLayout::Already(_))))
+        .count();
+    assert_eq!((scheduled, already), (1, 7), "{outcomes:?}");
+    let stored = shards.get_layout().await?.expect("a layout");
+    assert_eq!(stored.epochs().len(), 2, "{stored:?}");
+    assert!(stored.latest().blocks.is_some(), "{stored:?}");
+
+    // A writer still holding the one-epoch history cannot write over the switch.
+    let mut stale = before.clone();
+    stale.schedule(
+        Layout::time_bucket(Bucket::Minute, std::num::NonZeroU32::MIN),
+        t0(),
+        settings.directory.policy.propagation_margin,
+    )?;
+    assert!(
+        !shards.replace_layout(1, &stale).await?,
+        "a stale write was taken"
+    );
+    assert_eq!(shards.get_layout().await?, Some(stored));
+    Ok(())
+}
