@@ -3,19 +3,28 @@
 //! way (the function's environment, `AWS_ENDPOINT_URL` included, which `cargo lambda
 //! watch` and the local stand-in use), and the logs.
 
+use std::time::Duration;
+
 use aws_config::environment::{
     EnvironmentVariableCredentialsProvider, EnvironmentVariableRegionProvider,
 };
 use aws_config::meta::region::ProvideRegion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 
+/// How long a connection may take to open: the SDK loader's default.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(3_100);
+
 /// The configuration from the function's environment, as Lambda sets it, with the SDK's
 /// latest behaviour: the region (`AWS_REGION`, else `AWS_DEFAULT_REGION`), the
 /// function role's credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// `AWS_SESSION_TOKEN`), and the endpoint settings of [`EndpointsFromEnv`]; the SDK's
-/// defaults for the rest (standard retries, timeouts, the HTTP client).
+/// `AWS_SESSION_TOKEN`), and the endpoint settings of [`EndpointsFromEnv`]; standard
+/// retries and a connect timeout of 3.1 s, as the SDK's loader sets them (the writer
+/// and the reads set their own retries, `store::dynamo`, `store::read`); the SDK's
+/// defaults for the rest (the HTTP client, the sleep and time sources).
 ///
 /// Not `aws_config::load_defaults`: a Lambda function's credentials and region are
 /// always in its environment, and the default chains' other sources (profile files,
@@ -29,6 +38,12 @@ pub async fn lambda_config() -> SdkConfig {
             EnvironmentVariableCredentialsProvider::new(),
         ))
         .service_config(EndpointsFromEnv)
+        .retry_config(RetryConfig::standard())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build(),
+        )
         .build()
 }
 
@@ -97,6 +112,22 @@ mod tests {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    /// What the SDK's loader would have set and the functions rely on: credentials,
+    /// endpoints from the environment, standard retries and a connect timeout.
+    #[tokio::test]
+    async fn the_functions_config_keeps_the_loaders_retries_and_timeouts() {
+        let config = lambda_config().await;
+        assert!(config.credentials_provider().is_some());
+        assert!(config.service_config().is_some());
+        assert_eq!(config.retry_config(), Some(&RetryConfig::standard()));
+        assert_eq!(
+            config
+                .timeout_config()
+                .and_then(TimeoutConfig::connect_timeout),
+            Some(CONNECT_TIMEOUT)
+        );
     }
 
     #[test]
