@@ -80,8 +80,9 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 /// Each entity's arrival rate in this batch, in write units per second, where a sample
 /// shows one (`sharding::fanout::arrival_rate`): the write units of its readings'
 /// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`;
-/// where `table` packs blocks, each message's blocks', `store::pack::size_bound`)
-/// over the span of the `SentTimestamp`s of the messages that carry them, floored at
+/// where `table` packs blocks, the size of each write the pack stage encoded under its
+/// placeholder key, or of a message not packed yet, `store::pack::size_bound`) over the
+/// span of the `SentTimestamp`s of the messages that carry them, floored at
 /// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
