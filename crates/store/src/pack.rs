@@ -107,11 +107,12 @@ pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
 /// Longest a block's `ttl` is kept: its digits are at their most.
 const RETENTION_BOUND: Duration = Duration::from_secs(86_400 * 365 * 1_000);
 
-/// The item of `members` (an entry of [`pack`]), encoded before it is keyed: under a placeholder key as long as the longest any fan-out gives it (a raise
-/// lengthens only the partition key, and the sort key is the longest form,
-/// `{entity}#{ts}#{event_id}`, a block's with its lane and digest). Its size bounds the
-/// item as stored under any key, so a writer measures a device's rate by it before the
-/// keys are known, and [`with_key`] then sets the real key: each item is encoded once.
+/// The item of `members` (an entry of [`pack`]), encoded before it is keyed: under a
+/// placeholder key as long as the longest any fan-out gives it (a raise lengthens only
+/// the partition key, and the sort key is the longest form, `{entity}#{ts}#{event_id}`,
+/// a block's with its lane and digest). Its size bounds the item as stored under any
+/// key, so a writer measures a device's rate by it before the keys are known, and
+/// [`with_key`] then sets the real key: each item is encoded once.
 pub fn encode_unkeyed<R: Borrow<Reading>>(
     members: &[R],
     retention: Duration,
