@@ -36,7 +36,7 @@ use sharding::time::Timestamp;
 
 use crate::batch::Item;
 use crate::error::StoreError;
-use crate::item::{Encoded, PK, Reading, ReadingItem, SK, SizedValue, number, string};
+use crate::item::{Encoded, ItemBuilder, Reading, ReadingItem, SizedValue, expiry, number, string};
 
 /// The format version a block item carries in `block`.
 pub const BLOCK_FORMAT: u32 = 1;
@@ -119,7 +119,6 @@ impl BlockItem {
                 tg.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(value.clone());
             }
         }
-        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         let idp = ids_prefix(members.iter());
         Ok(Self {
             pk: key.pk.clone(),
@@ -141,11 +140,7 @@ impl BlockItem {
                 .collect(),
             m,
             tg,
-            ttl: last
-                .ts
-                .as_millis()
-                .div_euclid(1000)
-                .saturating_add(retention_secs),
+            ttl: expiry(last.ts, retention),
         })
     }
 
@@ -162,12 +157,6 @@ impl BlockItem {
     ) -> Result<Encoded, BlockError> {
         let (first, last) = ends(members)?;
         let first_ms = first.ts.as_millis();
-        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let ttl = last
-            .ts
-            .as_millis()
-            .div_euclid(1000)
-            .saturating_add(retention_secs);
         let members = || members.iter().map(Borrow::borrow);
         let idp = ids_prefix(members());
         let metric_names: BTreeSet<&str> = members()
@@ -176,32 +165,21 @@ impl BlockItem {
         let tag_names: BTreeSet<&str> = members()
             .flat_map(|r| r.tags.keys().map(String::as_str))
             .collect();
-        let mut item = Item::with_capacity(15);
-        let mut size = 0;
-        let mut put = |name: &str, (value, value_size): SizedValue| {
-            size += rule::attribute_size(name, value_size);
-            item.insert(name.to_owned(), value);
-        };
-        put(PK, string(key.pk.clone()));
-        put(SK, string(key.sk.clone()));
-        put("device_id", string(first.device_id.clone()));
-        put("event_id", string(first.event_id.clone()));
-        put("ts", string(first.ts.to_rfc3339()));
-        put("ts_ms", number(first_ms.to_string()));
-        put(BLOCK_ATTRIBUTE, number(BLOCK_FORMAT.to_string()));
-        put("n", number(members().count().to_string()));
-        put(
+        let mut item = ItemBuilder::under(key, first, 15);
+        item.put(BLOCK_ATTRIBUTE, number(BLOCK_FORMAT.to_string()));
+        item.put("n", number(members().count().to_string()));
+        item.put(
             "dt",
             list(members().map(|r| number((r.ts.as_millis() - first_ms).to_string()))),
         );
         if !idp.is_empty() {
-            put("idp", string(idp.to_owned()));
+            item.put("idp", string(idp.to_owned()));
         }
-        put(
+        item.put(
             "ids",
             list(members().map(|r| string(r.event_id[idp.len()..].to_owned()))),
         );
-        put(
+        item.put(
             "m",
             columns(&metric_names, |name| {
                 list(members().map(|r| {
@@ -212,7 +190,7 @@ impl BlockItem {
             }),
         );
         if !tag_names.is_empty() {
-            put(
+            item.put(
                 "tg",
                 columns(&tag_names, |name| {
                     list(
@@ -222,8 +200,8 @@ impl BlockItem {
                 }),
             );
         }
-        put("ttl", number(ttl.to_string()));
-        Ok(Encoded { item, size })
+        item.put("ttl", number(expiry(last.ts, retention).to_string()));
+        Ok(item.finish())
     }
 
     /// The SDK attribute map, through `serde_dynamo`.

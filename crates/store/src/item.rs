@@ -152,21 +152,68 @@ fn map<'a>(elements: impl ExactSizeIterator<Item = (&'a String, SizedValue)>) ->
     (AttributeValue::M(map), size)
 }
 
+/// When an item whose last reading is at `ts` expires: `ts` plus `retention`, in epoch
+/// seconds (DynamoDB's TTL).
+pub(crate) fn expiry(ts: Timestamp, retention: Duration) -> i64 {
+    let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+    ts.as_millis()
+        .div_euclid(1000)
+        .saturating_add(retention_secs)
+}
+
+/// An SDK attribute map built attribute by attribute and sized by DynamoDB's rule as it
+/// is built: the hot path's encoders ([`ReadingItem::marshal`] and the block's).
+pub(crate) struct ItemBuilder {
+    item: Item,
+    size: usize,
+}
+
+impl ItemBuilder {
+    /// An item under `key` that starts as `first`'s own would (the attributes a
+    /// reading's item and a block share: the key, `device_id`, `event_id`, `ts` and
+    /// `ts_ms`), with room for `attributes` in all.
+    pub(crate) fn under(key: &ItemKey, first: &Reading, attributes: usize) -> Self {
+        let mut builder = Self {
+            item: Item::with_capacity(attributes),
+            size: 0,
+        };
+        builder.put(PK, string(key.pk.clone()));
+        builder.put(SK, string(key.sk.clone()));
+        builder.put("device_id", string(first.device_id.clone()));
+        builder.put("event_id", string(first.event_id.clone()));
+        builder.put("ts", string(first.ts.to_rfc3339()));
+        builder.put("ts_ms", number(first.ts.as_millis().to_string()));
+        builder
+    }
+
+    /// Adds the attribute `name`.
+    pub(crate) fn put(&mut self, name: &str, (value, value_size): SizedValue) {
+        self.size += rule::attribute_size(name, value_size);
+        self.item.insert(name.to_owned(), value);
+    }
+
+    /// The item and its size.
+    pub(crate) fn finish(self) -> Encoded {
+        Encoded {
+            item: self.item,
+            size: self.size,
+        }
+    }
+}
+
 impl ReadingItem {
     /// The stored form of `reading` under `key`, expiring `retention` after its ts.
     pub fn new(reading: &Reading, key: ItemKey, retention: Duration) -> Self {
-        let ts_ms = reading.ts.as_millis();
-        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
         Self {
             pk: key.pk,
             sk: key.sk,
             device_id: reading.device_id.clone(),
             event_id: reading.event_id.clone(),
             ts: reading.ts.to_rfc3339(),
-            ts_ms,
+            ts_ms: reading.ts.as_millis(),
             metrics: reading.metrics.clone(),
             tags: reading.tags.clone(),
-            ttl: ts_ms.div_euclid(1000).saturating_add(retention_secs),
+            ttl: expiry(reading.ts, retention),
         }
     }
 
@@ -177,35 +224,21 @@ impl ReadingItem {
     /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
     #[must_use]
     pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
-        let ts_ms = reading.ts.as_millis();
-        let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let ttl = ts_ms.div_euclid(1000).saturating_add(retention_secs);
-        let mut item = Item::with_capacity(9);
-        let mut size = 0;
-        let mut put = |name: &str, (value, value_size): SizedValue| {
-            size += rule::attribute_size(name, value_size);
-            item.insert(name.to_owned(), value);
-        };
-        put(PK, string(key.pk.clone()));
-        put(SK, string(key.sk.clone()));
-        put("device_id", string(reading.device_id.clone()));
-        put("event_id", string(reading.event_id.clone()));
-        put("ts", string(reading.ts.to_rfc3339()));
-        put("ts_ms", number(ts_ms.to_string()));
+        let mut item = ItemBuilder::under(key, reading, 9);
         let metrics = reading.metrics.iter();
-        put(
+        item.put(
             "metrics",
             map(metrics.map(|(name, value)| (name, number(value.to_string())))),
         );
         if !reading.tags.is_empty() {
             let tags = reading.tags.iter();
-            put(
+            item.put(
                 "tags",
                 map(tags.map(|(name, value)| (name, string(value.clone())))),
             );
         }
-        put("ttl", number(ttl.to_string()));
-        Encoded { item, size }
+        item.put("ttl", number(expiry(reading.ts, retention).to_string()));
+        item.finish()
     }
 
     /// The item's key.

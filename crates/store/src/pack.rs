@@ -80,39 +80,14 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
     units
 }
 
-/// An upper bound of the size of the item of `unit`, an entry of [`pack`] over
-/// `readings`: a reading's own item's ([`Reading::item_size_bound`]), or its block as
-/// encoded under the longest keys any fan-out gives it (a raise lengthens only the
-/// partition key, and the sort key is the longest form, `{entity}#{ts}#{event_id}`).
-/// What a writer measures a device's rate in write units by, before it is keyed: the
-/// block's own size, not [`BlockBound`]'s, which assumes every id and number at its
-/// longest and would count a block of 50 short readings three times over.
-#[must_use]
-pub fn size_bound(readings: &[Reading], unit: &[usize]) -> usize {
-    match unit {
-        [single] => readings.get(*single).map_or(0, Reading::item_size_bound),
-        _ => {
-            let members: Vec<&Reading> = unit.iter().filter_map(|&i| readings.get(i)).collect();
-            encode_unkeyed(&members, RETENTION_BOUND).map_or_else(
-                |_| {
-                    let bound = BlockBound::of(&members);
-                    bound.overhead + members.iter().map(|r| bound.member(r)).sum::<usize>()
-                },
-                |encoded| encoded.size,
-            )
-        }
-    }
-}
-
-/// Longest a block's `ttl` is kept: its digits are at their most.
-const RETENTION_BOUND: Duration = Duration::from_secs(86_400 * 365 * 1_000);
-
 /// The item of `members` (an entry of [`pack`]), encoded before it is keyed: under a
 /// placeholder key as long as the longest any fan-out gives it (a raise lengthens only
 /// the partition key, and the sort key is the longest form, `{entity}#{ts}#{event_id}`,
 /// a block's with its lane and digest). Its size bounds the item as stored under any
-/// key, so a writer measures a device's rate by it before the keys are known, and
-/// [`with_key`] then sets the real key: each item is encoded once.
+/// key, so a writer measures a device's rate by it before the keys are known: the
+/// block's own size, not [`BlockBound`]'s, which assumes every id and number at its
+/// longest and would count a block of 50 short readings three times over. [`with_key`]
+/// then sets the real key: each item is encoded once.
 pub fn encode_unkeyed<R: Borrow<Reading>>(
     members: &[R],
     retention: Duration,

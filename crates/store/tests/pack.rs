@@ -136,7 +136,7 @@ proptest! {
         for unit in packing::pack(&input, &history).into_iter().filter(|u| u.len() > 1) {
             let members: Vec<Reading> = unit.iter().map(|&i| input[i].clone()).collect();
             let first = &members[0];
-            let bound = packing::size_bound(&input, &unit);
+            let bound = packing::encode_unkeyed(&members, RETENTION).expect("encodes").size;
             for pk in [format!("{j}#2026-06-22T00"), format!("{}.{j}#2026-06-22T00", u32::MAX)] {
                 let key = ItemKey {
                     pk,

@@ -290,7 +290,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         if let Some(table) = &layout {
             self.pack_stage(&mut stages, &run.spans, table);
         }
-        let rates = entity_rates(&stages, run.records, &self.config.intake, layout.as_ref());
+        let rates = entity_rates(&stages, run.records, &self.config.intake);
         self.observe_stage(&rates, &run, &mut changes, rng).await;
         let keying = self.load_keying(&mut stages, layout, &run).await;
         let written = self

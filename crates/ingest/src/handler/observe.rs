@@ -10,12 +10,11 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use futures::StreamExt;
 use rand::Rng;
 use rand::rngs::StdRng;
-use sharding::epoch::TableHistory;
 use sharding::fanout::{self, Signal, Throttle};
 use store::batch::BatchTable;
 use store::directory::{FanoutChange, ShardStore};
 use store::queue::Queue;
-use store::{Reading, StoreError, pack};
+use store::{Reading, StoreError};
 
 use super::record::sent_at;
 use super::{Ingest, Run, seeded};
@@ -79,10 +78,9 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 
 /// Each entity's arrival rate in this batch, in write units per second, where a sample
 /// shows one (`sharding::fanout::arrival_rate`): the write units of its readings'
-/// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`;
-/// where `table` packs blocks, the size of each write the pack stage encoded under its
-/// placeholder key, or of a message not packed yet, `store::pack::size_bound`) over the
-/// span of the `SentTimestamp`s of the messages that carry them, floored at
+/// items (bounded from above, before they are keyed: `store::Reading::item_size_bound`,
+/// or, where the pack stage packed a message, the size of each write it encoded under
+/// its placeholder key, `store::pack::encode_unkeyed`) over the span of the `SentTimestamp`s of the messages that carry them, floored at
 /// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
@@ -90,9 +88,7 @@ pub(super) fn entity_rates<'a>(
     stages: &'a [Stage],
     records: &[SqsMessage],
     intake: &Intake,
-    table: Option<&TableHistory>,
 ) -> BTreeMap<String, Option<f64>> {
-    let blocks = table.is_some_and(pack::packs_blocks);
     /// One entity: readings, their write units, messages, the last message it was seen
     /// in, and the first and last `SentTimestamp` of its messages.
     struct Seen {
@@ -145,19 +141,7 @@ pub(super) fn entity_rates<'a>(
                     }
                 }
             }
-            Stage::Parsed(readings) => match table.filter(|_| blocks) {
-                // Packed as the writer will pack them: each write counts its own units.
-                Some(table) => {
-                    for unit in pack::pack(readings, table) {
-                        let units = pack::size_bound(readings, &unit);
-                        let units = store::size::write_units(units) as u64;
-                        for (i, &r) in unit.iter().enumerate() {
-                            see(&readings[r], if i == 0 { units } else { 0 });
-                        }
-                    }
-                }
-                None => readings.iter().for_each(|r| see(r, item_units(r))),
-            },
+            Stage::Parsed(readings) => readings.iter().for_each(|r| see(r, item_units(r))),
             _ => {}
         }
     }
@@ -358,7 +342,7 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(
-                entity_rates(&stages, &records, &intake, None),
+                entity_rates(&stages, &records, &intake),
                 rates_by_definition(&kept, &batch)
             );
         }
@@ -372,12 +356,7 @@ mod tests {
         };
         for n in [20u8, 200] {
             let readings: Vec<(u8, i64)> = (0..n).map(|_| (0, 1_700_000_000_000)).collect();
-            let rates = entity_rates(
-                &[stage(&readings)],
-                &[record(1_782_090_000_000)],
-                &intake,
-                None,
-            );
+            let rates = entity_rates(&[stage(&readings)], &[record(1_782_090_000_000)], &intake);
             assert_eq!(rates["dev-0"], Some(f64::from(n)));
         }
     }
