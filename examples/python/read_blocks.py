@@ -45,8 +45,9 @@ def rfc3339_ms(ts_ms: int) -> str:
 
 
 def number(value: Any) -> float:
-    """A metric: DynamoDB's number (boto3 reads it as ``Decimal``, the decimal text
-    stored) as the nearest double, as Shardline's readers answer it."""
+    """A metric as a double, for printing: boto3 reads DynamoDB's number as
+    ``Decimal``, the exact decimal the device sent (Shardline's readers answer that
+    decimal; keep ``Decimal(value)`` where more than a double's digits matter)."""
     return float(Decimal(value))
 
 

@@ -43,11 +43,18 @@ fuzz_target!(|data: &[u8]| {
         for (name, value) in &r.metrics {
             assert!((1..=MAX_METRIC_NAME).contains(&name.len()), "metric {name:?}");
             assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-            assert!(value.is_finite(), "metric {name} = {value}");
-            // DynamoDB's number range: 0, or a magnitude from 1e-130 to below 1e126.
-            let magnitude = value.abs();
+            // Canonical decimal text, of at most 38 significant digits (20 bytes stored).
+            assert_eq!(
+                store::Decimal::parse(value.as_str()).as_ref(),
+                Ok(value),
+                "metric {name}"
+            );
+            assert!(value.stored_size() <= 20, "metric {name} = {value}");
+            // DynamoDB's number range: 0, or a magnitude from 1e-130 to below 1e126
+            // (as a double, within its rounding).
+            let magnitude = value.to_f64().abs();
             assert!(
-                magnitude == 0.0 || (1e-130..1e126).contains(&magnitude),
+                magnitude == 0.0 || (9.99e-131..=1e126).contains(&magnitude),
                 "metric {name} = {value} is outside what DynamoDB stores"
             );
         }

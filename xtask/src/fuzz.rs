@@ -129,6 +129,7 @@ fn seed_corpus(root: &Path, fuzz_dir: &Path) -> Result<()> {
         r#"{"PK":"3#2026-06-22T00","SK":"dev-1#b#2026-06-22T00:00:00.000Z#e1#0011223344556677","device_id":"dev-1","event_id":"e1","ts":"2026-06-22T00:00:00.000Z","ts_ms":1782086400000,"block":1,"n":2,"dt":[0,1000],"ids":["e1","e2"],"m":{"t":[21.5,null]},"tg":{"site":[null,"a"]},"ttl":1784678400}"#.to_owned(),
         r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e","ts":"x","ts_ms":-1,"block":1,"n":1,"dt":[0],"ids":["e"],"m":{},"ttl":0}"#.to_owned(),
         r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e-01","ts":"x","ts_ms":1,"block":1,"n":2,"dt":[0,5],"idp":"e-0","ids":["1","2"],"m":{"t":[1,2]},"ttl":0}"#.to_owned(),
+        r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e-01","ts":"x","ts_ms":1,"block":1,"n":2,"dt":[0,5],"idp":"e-0","ids":["1","2"],"m":{"t":["n:+021.50e-3",null]},"ttl":0}"#.to_owned(),
     ];
     write_seeds(&corpus.join("block_decoder"), &blocks)?;
     Ok(())

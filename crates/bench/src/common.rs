@@ -59,12 +59,17 @@ impl Gen {
             event_id: self.event.clone(),
             ts: Timestamp::from_millis(self.ts_ms)?,
             metrics: BTreeMap::from([
-                ("temperature".to_owned(), self.temperature),
-                ("humidity".to_owned(), 41.5),
+                ("temperature".to_owned(), number(self.temperature)?),
+                ("humidity".to_owned(), number(41.5)?),
             ]),
             tags: BTreeMap::new(),
         })
     }
+}
+
+/// `x` as a device sends it, or an error for a double DynamoDB does not store.
+fn number(x: f64) -> Result<store::Decimal> {
+    store::Decimal::from_f64(x).ok_or_else(|| anyhow::anyhow!("{x} is no number DynamoDB stores"))
 }
 
 /// Item 1's readings: `n` readings of 5,000 devices spread evenly over one day.

@@ -241,6 +241,7 @@ async fn stats_pages(root: &Path, settings: Settings, results: &mut Results) -> 
             .await
             .map_err(|e| anyhow::anyhow!("{path}: {}", e.message))?;
         let ms = t.elapsed().as_secs_f64() * 1000.0;
+        let body: serde_json::Value = serde_json::from_str(&body)?;
         slowest = slowest.max(ms);
         total += ms;
         pages += 1;

@@ -384,11 +384,33 @@ fn write_items(gens: &[Gen], path: &Path) -> Result<()> {
     let retention = Duration::from_secs(30 * 86_400);
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     for g in gens {
-        let item = common::keyed_item(g, &table, retention)?;
-        writeln!(f, "{}", serde_json::to_string(&item)?)?;
+        let item = common::keyed_item(g, &table, retention)?.to_item()?;
+        writeln!(f, "{}", document(&item)?)?;
     }
     f.flush()?;
     Ok(())
+}
+
+/// An item as a plain JSON document (boto3's `Table` form): each attribute its value,
+/// a number its text.
+fn document(item: &store::Item) -> Result<String> {
+    fn value(v: &AttributeValue) -> Result<serde_json::Value> {
+        Ok(match v {
+            AttributeValue::S(s) => serde_json::Value::from(s.as_str()),
+            AttributeValue::N(n) => serde_json::from_str(n)?,
+            AttributeValue::M(m) => serde_json::Value::Object(
+                m.iter()
+                    .map(|(k, v)| Ok((k.clone(), value(v)?)))
+                    .collect::<Result<_>>()?,
+            ),
+            other => bail!("no such attribute in a reading's item: {other:?}"),
+        })
+    }
+    let doc: serde_json::Map<String, serde_json::Value> = item
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), value(v)?)))
+        .collect::<Result<_>>()?;
+    Ok(serde_json::Value::Object(doc).to_string())
 }
 
 /// Runs the boto3 writer `script` over the items file against a fresh sink.

@@ -5,13 +5,16 @@
 //! a serde error. Object members are kept in key order with the last of repeated keys
 //! winning, as `serde_json::Map` keeps them, so the first offending member named in a
 //! refusal is the same one it names when the body is read as a `serde_json::Value`.
-//! Strings are borrowed from the body unless they hold escapes.
+//! Strings are borrowed from the body unless they hold escapes. A metric's value is
+//! read raw: a number keeps the text it was sent as ([`Scalar::Number`]), never rounded
+//! through a double.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// A JSON scalar, or the kind of a compound value (whose contents the rules never read).
 #[derive(Debug, Clone, PartialEq)]
@@ -24,23 +27,14 @@ pub(crate) enum Scalar<'a> {
     /// An integer above `i64::MAX`.
     BigUint(u64),
     Float(f64),
+    /// A number as it was sent, valid JSON number text (a metric's value).
+    Number(&'a str),
     Array,
     Object,
 }
 
-impl Scalar<'_> {
-    /// The number as an `f64`, as `serde_json::Value::as_f64` gives it.
-    pub(crate) fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Scalar::Int(i) => Some(i as f64),
-            Scalar::BigUint(u) => Some(u as f64),
-            Scalar::Float(f) => Some(f),
-            _ => None,
-        }
-    }
-}
-
 /// A member that holds an object of scalars (`metrics`, `tags`), or something else.
+/// The values of `metrics` are read raw ([`Scalar::Number`] for a number).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Members<'a> {
     /// In key order, each key once (the last of repeated keys).
@@ -234,20 +228,65 @@ impl<'de> Shape<'de> for Members<'de> {
     fn scalar(value: Scalar<'de>) -> Self {
         Members::Other(value)
     }
-    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        // A vector sorted once rather than a map: an object of a few members is read
-        // per reading, and a map's node is a larger allocation than the members.
-        let mut members = Vec::new();
-        while let Some((Key(name), value)) = map.next_entry::<Key<'de>, Scalar<'de>>()? {
-            members.push((name, value));
-        }
-        // Latest first, then a stable sort by key: the first of each run of equal keys
-        // is the last one sent, and it is the one kept.
-        members.reverse();
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        members.dedup_by(|sent_before, kept| sent_before.0 == kept.0);
-        Ok(Members::Object(members))
+    fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        members::<A, Scalar<'de>>(map).map(Members::Object)
     }
+}
+
+/// The `metrics` member: [`Members`] whose values are read raw ([`RawScalar`]).
+struct Metrics<'a>(Members<'a>);
+
+deserialize_shape!(Metrics);
+
+impl<'de> Shape<'de> for Metrics<'de> {
+    fn scalar(value: Scalar<'de>) -> Self {
+        Metrics(Members::Other(value))
+    }
+    fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        members::<A, RawScalar<'de>>(map).map(|m| Metrics(Members::Object(m)))
+    }
+}
+
+/// A value read as the text it was sent as: a number is [`Scalar::Number`], anything
+/// else the [`Scalar`] it is.
+struct RawScalar<'a>(Scalar<'a>);
+
+impl<'a> From<RawScalar<'a>> for Scalar<'a> {
+    fn from(value: RawScalar<'a>) -> Self {
+        value.0
+    }
+}
+
+impl<'de> Deserialize<'de> for RawScalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <&'de RawValue>::deserialize(d)?.get();
+        if text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+            return Ok(RawScalar(Scalar::Number(text)));
+        }
+        serde_json::from_str(text)
+            .map(RawScalar)
+            .map_err(D::Error::custom)
+    }
+}
+
+/// An object's members, in key order, each key once (the last of repeated keys).
+fn members<'de, A, V>(mut map: A) -> Result<Vec<(Cow<'de, str>, Scalar<'de>)>, A::Error>
+where
+    A: MapAccess<'de>,
+    V: Deserialize<'de> + Into<Scalar<'de>>,
+{
+    // A vector sorted once rather than a map: an object of a few members is read per
+    // reading, and a map's node is a larger allocation than the members.
+    let mut members = Vec::new();
+    while let Some((Key(name), value)) = map.next_entry::<Key<'de>, V>()? {
+        members.push((name, value.into()));
+    }
+    // Latest first, then a stable sort by key: the first of each run of equal keys is
+    // the last one sent, and it is the one kept.
+    members.reverse();
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    members.dedup_by(|sent_before, kept| sent_before.0 == kept.0);
+    Ok(members)
 }
 
 impl<'de> Shape<'de> for Readings<'de> {
@@ -314,7 +353,7 @@ fn read_reading<'de, A: MapAccess<'de>>(
             ("device_id", _) => reading.device_id = Some(map.next_value()?),
             ("event_id", _) => reading.event_id = Some(map.next_value()?),
             ("ts", _) => reading.ts = Some(map.next_value()?),
-            ("metrics", _) => reading.metrics = Some(map.next_value()?),
+            ("metrics", _) => reading.metrics = Some(map.next_value::<Metrics<'de>>()?.0),
             ("tags", _) => reading.tags = Some(map.next_value()?),
             ("readings", Some(top)) => {
                 top.readings = Some(map.next_value()?);

@@ -315,7 +315,10 @@ mod tests {
             device_id: "dev-1".to_owned(),
             event_id: event.to_owned(),
             ts: Timestamp::from_millis(1_782_086_400_000).expect("in range"),
-            metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+            metrics: BTreeMap::from([(
+                "t".to_owned(),
+                store::Decimal::from_f64(1.0).expect("a number"),
+            )]),
             tags: BTreeMap::new(),
         }
     }

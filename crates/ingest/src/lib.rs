@@ -32,7 +32,7 @@ pub use fate::{Fate, Retry};
 pub use front_door::{Sender, parse_message};
 pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
-pub use message::{Limits, Refusal, is_storable_number, parse_body, to_body};
+pub use message::{Limits, Refusal, parse_body, to_body};
 
 /// The global allocator of the ingest binary (and of the cost bench that measures its
 /// hot path): the per-reading path allocates once per attribute of the SDK's item, and

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 use sharding::key::{MAX_ID_LEN, MAX_METRIC_NAME, is_metric_name, validate_id};
 use sharding::time::Timestamp;
-use store::Reading;
+use store::{Decimal, Reading};
 
 use crate::body::{self, Element, Members, RawBody, RawReading, Readings, Scalar};
 
@@ -24,19 +24,6 @@ pub const MAX_TAGS: usize = 32;
 pub const MAX_TAG_NAME: usize = 64;
 /// Longest tag value, in characters.
 pub const MAX_TAG_VALUE: usize = 256;
-/// Every metric's magnitude is below this: DynamoDB stores numbers up to 38 nines E+125,
-/// and a larger one fails the whole `BatchWriteItem` call with a ValidationException.
-pub const METRIC_MAGNITUDE_BELOW: f64 = 1e126;
-/// Smallest magnitude of a non-zero metric (DynamoDB's smallest number, 1E-130).
-pub const METRIC_MAGNITUDE_MIN: f64 = 1e-130;
-
-/// Whether DynamoDB stores `x` as a number: zero, or of a magnitude from
-/// [`METRIC_MAGNITUDE_MIN`] to below [`METRIC_MAGNITUDE_BELOW`]. Every `f64` prints with
-/// at most 17 significant digits, within DynamoDB's 38.
-#[must_use]
-pub fn is_storable_number(x: f64) -> bool {
-    x == 0.0 || (METRIC_MAGNITUDE_MIN..METRIC_MAGNITUDE_BELOW).contains(&x.abs())
-}
 
 /// Why a message was refused: the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -154,39 +141,33 @@ pub(crate) fn parse_raw(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading
 /// sent as the escape `\uffff`): it is written as its escape again, so SQS takes the
 /// copy.
 pub fn to_body(readings: &[Reading]) -> String {
-    let list: Vec<Value> = readings
+    /// A reading as a body holds it; a metric is written as its decimal text.
+    #[derive(Serialize)]
+    struct Sent<'a> {
+        device_id: &'a str,
+        event_id: &'a str,
+        ts: String,
+        metrics: &'a BTreeMap<String, Decimal>,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        tags: &'a BTreeMap<String, String>,
+    }
+    #[derive(Serialize)]
+    struct Batch<'a> {
+        readings: Vec<Sent<'a>>,
+    }
+    let readings = readings
         .iter()
-        .map(|r| {
-            let mut o = Map::new();
-            o.insert("device_id".to_owned(), Value::from(r.device_id.as_str()));
-            o.insert("event_id".to_owned(), Value::from(r.event_id.as_str()));
-            o.insert("ts".to_owned(), Value::from(r.ts.to_rfc3339()));
-            o.insert(
-                "metrics".to_owned(),
-                Value::Object(
-                    r.metrics
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Value::from(*v)))
-                        .collect(),
-                ),
-            );
-            if !r.tags.is_empty() {
-                o.insert(
-                    "tags".to_owned(),
-                    Value::Object(
-                        r.tags
-                            .iter()
-                            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-                            .collect(),
-                    ),
-                );
-            }
-            Value::Object(o)
+        .map(|r| Sent {
+            device_id: &r.device_id,
+            event_id: &r.event_id,
+            ts: r.ts.to_rfc3339(),
+            metrics: &r.metrics,
+            tags: &r.tags,
         })
         .collect();
-    let mut body = Map::new();
-    body.insert("readings".to_owned(), Value::Array(list));
-    store::queue::sqs_json(Value::Object(body).to_string())
+    let body = serde_json::to_string(&Batch { readings })
+        .expect("strings, and numbers in canonical text (valid JSON), always serialize");
+    store::queue::sqs_json(body)
 }
 
 /// The path of field `name` of the reading at `index` of a batch (`None`: the body is
@@ -275,7 +256,13 @@ fn timestamp(
     Ok(ts)
 }
 
-fn metrics(v: Option<Members<'_>>, index: Option<usize>) -> Result<BTreeMap<String, f64>, Refusal> {
+/// A reading's metrics: numbers DynamoDB stores (`store::decimal`: at most 38
+/// significant digits, 0 or a magnitude from 1e-130 to below 1e126; a larger one would
+/// fail the whole `BatchWriteItem` call), each kept as sent.
+fn metrics(
+    v: Option<Members<'_>>,
+    index: Option<usize>,
+) -> Result<BTreeMap<String, Decimal>, Refusal> {
     let at = || path(index, "metrics");
     let shape = || format!("must be an object of 1 to {MAX_METRICS} numbers");
     let object = match v {
@@ -299,18 +286,14 @@ fn metrics(v: Option<Members<'_>>, index: Option<usize>) -> Result<BTreeMap<Stri
                 format!("metric names must be 1 to {MAX_METRIC_NAME} characters of [A-Za-z0-9_]"),
             ));
         }
-        let Some(number) = value.as_f64().filter(|x| x.is_finite()) else {
+        let Scalar::Number(text) = value else {
             return Err(Refusal::new(
                 format_args!("{}.{name}", at()),
                 "must be a finite number",
             ));
         };
-        if !is_storable_number(number) {
-            return Err(Refusal::new(
-                format_args!("{}.{name}", at()),
-                "must be 0 or of a magnitude from 1e-130 to below 1e126 (what DynamoDB stores)",
-            ));
-        }
+        let number = Decimal::parse(text)
+            .map_err(|e| Refusal::new(format_args!("{}.{name}", at()), e.to_string()))?;
         out.insert(name.into_owned(), number);
     }
     Ok(out)

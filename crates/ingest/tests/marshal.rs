@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ingest::{Limits, parse_body, to_body};
+use std::str::FromStr;
+
+use bigdecimal::{BigDecimal, Zero};
 use proptest::prelude::*;
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
 use store::size::item_size;
-use store::{Reading, ReadingItem};
+use store::{Decimal, Reading, ReadingItem};
 
 /// 2026-06-22T12:00:00Z
 const NOW: i64 = 1_782_129_600_000;
@@ -28,19 +31,56 @@ fn id() -> impl Strategy<Value = String> {
     "[A-Za-z0-9._:-]{1,128}"
 }
 
-/// Any f64 at all: the parser decides which ones are readings.
-fn number() -> impl Strategy<Value = f64> {
+/// JSON number text of every kind (the parser decides which ones are readings): a
+/// double's shortest text, or any decimal, from a few significant digits to more than
+/// DynamoDB keeps and from far below its range to far above it.
+fn number_text() -> impl Strategy<Value = String> {
+    let decimal = (
+        any::<bool>(),
+        prop_oneof![Just("0".to_owned()), "[1-9][0-9]{0,44}"],
+        prop::option::of("[0-9]{1,45}"),
+        prop::option::of((
+            "[eE]",
+            prop_oneof![Just(""), Just("+"), Just("-")],
+            0u32..200,
+        )),
+    )
+        .prop_map(|(negative, int, frac, exponent)| {
+            let mut text = String::new();
+            if negative {
+                text.push('-');
+            }
+            text.push_str(&int);
+            if let Some(frac) = frac {
+                text.push('.');
+                text.push_str(&frac);
+            }
+            if let Some((e, sign, n)) = exponent {
+                text.push_str(&format!("{e}{sign}{n}"));
+            }
+            text
+        });
     prop_oneof![
-        1 => any::<f64>(),
-        6 => -1e6..1e6f64,
-        1 => (-125i32..125).prop_map(|e| 10f64.powi(e) / 3.0),
-        1 => Just(0.0),
-        1 => Just(-0.0),
-        1 => Just(1e-130),
-        1 => Just(9.99e125),
-        1 => Just(f64::MIN_POSITIVE),
-        1 => Just(5e-324),
+        3 => decimal,
+        2 => any::<f64>().prop_filter("JSON has no NaN or infinity", |x| x.is_finite()).prop_map(|x| x.to_string()),
+        2 => (-1e6..1e6f64).prop_map(|x| x.to_string()),
+        1 => Just("1e-130".to_owned()),
+        1 => Just("-9.99e125".to_owned()),
+        1 => Just("-0.0".to_owned()),
     ]
+}
+
+/// Numbers DynamoDB stores, as a reading holds them.
+fn number() -> impl Strategy<Value = Decimal> {
+    number_text().prop_filter_map("a number DynamoDB stores", |t| Decimal::parse(&t).ok())
+}
+
+/// Whether a non-zero value's leading digit is within DynamoDB's 1e-130 to 1e125.
+fn in_range(value: &BigDecimal) -> bool {
+    let normalized = value.normalized();
+    let (_, scale) = normalized.as_bigint_and_exponent();
+    let leading = normalized.digits() as i64 - 1 - scale;
+    (-130..=125).contains(&leading)
 }
 
 fn reading() -> impl Strategy<Value = Reading> {
@@ -77,7 +117,8 @@ proptest! {
         let retention = Duration::from_secs(retention_days * 86_400);
         for r in &accepted {
             let key = ItemKey { pk: pk.clone(), sk: format!("{}#{}#{}", r.device_id, r.ts, r.event_id) };
-            let expected = serde_dynamo::to_item(ReadingItem::new(r, key.clone(), retention))
+            let expected = ReadingItem::new(r, key.clone(), retention)
+                .to_item()
                 .expect("serde_dynamo marshals every reading");
             let encoded = ReadingItem::marshal(r, &key, retention);
             prop_assert_eq!(encoded.size, item_size(&expected));
@@ -85,32 +126,45 @@ proptest! {
         }
     }
 
-    /// A metric is stored exactly as sent: the number a device sends, written as the
-    /// shortest text that reads back as it (what serde_json, JavaScript and Python
-    /// print), is parsed to that very double, bit for bit, and its item's number is
-    /// that text again, which a reader parses back to the same double.
+    /// A metric is stored exactly as sent: whatever decimal text a device sends, the
+    /// parser keeps the value it spells (checked against an independent decimal, not
+    /// the parser's own), or refuses it with the rule DynamoDB would break. The item's
+    /// number is that value, and reading the item back, answering it in JSON and
+    /// requeueing it in a body each give that value again.
     #[test]
-    fn a_metric_is_stored_exactly_as_sent(x in number()) {
-        let reading = Reading {
-            device_id: "dev-1".into(),
-            event_id: "e-1".into(),
-            ts: Timestamp::from_millis(NOW).expect("in range"),
-            metrics: BTreeMap::from([("m".into(), x)]),
-            tags: BTreeMap::new(),
+    fn a_metric_is_stored_exactly_as_sent(text in number_text()) {
+        let body = format!(
+            r#"{{"device_id":"dev-1","event_id":"e-1","ts":{NOW},"metrics":{{"m":{text}}}}}"#
+        );
+        let sent = BigDecimal::from_str(&text).expect("JSON number text is a decimal");
+        let accepted = match parse_body(&body, &limits()) {
+            Ok(accepted) => accepted,
+            Err(refusal) => {
+                // Refused only where DynamoDB would refuse it, and named so.
+                prop_assert_eq!(refusal.field.as_str(), "metrics.m");
+                let digits = sent.normalized().digits();
+                prop_assert!(
+                    !sent.is_zero() && (digits > 38 || !in_range(&sent)),
+                    "{} refused: {}", text, refusal
+                );
+                return Ok(());
+            }
         };
-        let body = to_body(std::slice::from_ref(&reading));
-        let Ok(accepted) = parse_body(&body, &limits()) else {
-            // Outside what DynamoDB stores (or not finite): refused, never altered.
-            prop_assert!(!x.is_finite() || !ingest::is_storable_number(x), "{x:e} refused: {body}");
-            return Ok(());
-        };
-        let parsed = accepted[0].metrics["m"];
-        prop_assert_eq!(parsed.to_bits(), x.to_bits(), "{} parsed as {:e}", body, parsed);
+        let value = |d: &Decimal| BigDecimal::from_str(d.as_str()).expect("a decimal");
+        let parsed = &accepted[0].metrics["m"];
+        prop_assert_eq!(value(parsed), sent.clone(), "{} parsed as {}", text, parsed);
         let key = ItemKey { pk: "0#2026-06-22T12".into(), sk: "dev-1#t#e-1".into() };
         let item = ReadingItem::marshal(&accepted[0], &key, Duration::from_secs(86_400)).item;
         let stored = item["metrics"].as_m().expect("a map")["m"].as_n().expect("a number").clone();
-        let read: f64 = stored.parse().expect("a number DynamoDB stores");
-        prop_assert_eq!(read.to_bits(), x.to_bits(), "stored as {}", stored);
+        prop_assert_eq!(BigDecimal::from_str(&stored).expect("a decimal"), sent.clone(), "stored as {}", stored);
+        let read = ReadingItem::from_item(item).expect("reads back");
+        prop_assert_eq!(value(&read.metrics["m"]), sent.clone());
+        let answered = serde_json::to_string(&read.metrics).expect("JSON");
+        let answered: BTreeMap<String, Box<serde_json::value::RawValue>> =
+            serde_json::from_str(&answered).expect("a JSON object");
+        prop_assert_eq!(BigDecimal::from_str(answered["m"].get()).expect("a decimal"), sent.clone());
+        let requeued = parse_body(&to_body(&accepted), &limits()).expect("a requeued body parses");
+        prop_assert_eq!(&requeued, &accepted);
     }
 
     /// The size an entity's rate is measured by before its readings are keyed
@@ -156,12 +210,15 @@ fn extreme_numbers_that_the_parser_accepts_are_marshalled_alike() {
         device_id: "dev-1".into(),
         event_id: "e-1".into(),
         ts: Timestamp::from_millis(NOW).expect("in range"),
-        metrics: BTreeMap::from([
-            ("tiny".into(), 2e-130),
-            ("huge".into(), -9.99e125),
-            ("zero".into(), -0.0),
-            ("third".into(), 1.0 / 3.0),
-        ]),
+        metrics: [
+            ("tiny", "2e-130"),
+            ("huge", "-9.99e125"),
+            ("zero", "-0.0"),
+            ("third", "0.33333333333333333333333333333333333333"),
+        ]
+        .into_iter()
+        .map(|(name, text)| (name.to_owned(), Decimal::parse(text).expect("a number")))
+        .collect(),
         tags: BTreeMap::from([("ünïcode".into(), "välue ✓".into())]),
     };
     let accepted = parse_body(&to_body(std::slice::from_ref(&reading)), &limits())
@@ -171,7 +228,8 @@ fn extreme_numbers_that_the_parser_accepts_are_marshalled_alike() {
         sk: "dev-1#2026-06-22T12:00:00.000Z#e-1".into(),
     };
     let retention = Duration::from_secs(30 * 86_400);
-    let expected = serde_dynamo::to_item(ReadingItem::new(&accepted[0], key.clone(), retention))
+    let expected = ReadingItem::new(&accepted[0], key.clone(), retention)
+        .to_item()
         .expect("serde_dynamo marshals it");
     let encoded = ReadingItem::marshal(&accepted[0], &key, retention);
     assert_eq!(encoded.size, item_size(&expected));

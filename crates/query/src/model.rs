@@ -28,7 +28,9 @@ pub struct ReadingOut {
     pub event_id: String,
     /// RFC 3339, UTC, milliseconds.
     pub ts: String,
-    pub metrics: BTreeMap<String, f64>,
+    /// Each number as the device sent it, in canonical decimal text: written and read
+    /// as its text, never through a double (`store::decimal`).
+    pub metrics: BTreeMap<String, store::Decimal>,
     pub tags: BTreeMap<String, String>,
 }
 

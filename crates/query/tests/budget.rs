@@ -92,7 +92,7 @@ async fn a_1ms_read_over_every_device_evaluates_at_most_its_budget() {
             device: format!("dev-{:03}", i % 100),
             event: format!("e{i:06}"),
             ts_ms: BASE_MS + (i / 100) * 3,
-            value: 1.0,
+            value: crate::common::n(1.0),
         })
         .collect();
     load(&table, &shards, &readings);
@@ -176,7 +176,7 @@ async fn stats_over_31_days_of_a_raised_empty_device_page_within_the_budget() {
 }
 
 /// The largest reading the ingest accepts: 64 metrics of 64-character names and the
-/// longest numbers DynamoDB stores (magnitude under 1e125 here), 32 tags of 64-character names and 256-character values, every
+/// longest numbers DynamoDB stores (38 digits, answered with an exponent), 32 tags of 64-character names and 256-character values, every
 /// character one that JSON escapes to six bytes.
 pub(crate) fn largest_reading(i: i64, shards: u32) -> ReadingItem {
     let escaped = |n: usize, seed: i64| -> String {
@@ -184,11 +184,12 @@ pub(crate) fn largest_reading(i: i64, shards: u32) -> ReadingItem {
         s.extend(std::iter::repeat_n('\u{1}', n - 4));
         s
     };
-    // Seventeen significant digits, a sign and an exponent: the longest a number
-    // prints in JSON.
-    let longest = -1.234_567_890_123_456_8e124_f64;
-    let metrics: BTreeMap<String, f64> = (0..64)
-        .map(|m| (format!("{m:02}{}", "m".repeat(62)), longest))
+    // Thirty-eight significant digits, a sign and an exponent of three: the longest a
+    // number is answered in JSON (`Decimal::json_text`, 45 bytes).
+    let longest = store::Decimal::parse(&format!("-9.{}e-120", "9".repeat(37))).unwrap();
+    assert_eq!(longest.json_text().len(), 45);
+    let metrics: BTreeMap<String, store::Decimal> = (0..64)
+        .map(|m| (format!("{m:02}{}", "m".repeat(62)), longest.clone()))
         .collect();
     let tags: BTreeMap<String, String> =
         (0..32).map(|t| (escaped(64, t), escaped(256, i))).collect();
@@ -258,7 +259,7 @@ fn slow_device() -> (MemoryReadings, Arc<MemoryShards>) {
             device: "dev-1".into(),
             event: format!("e{i:05}"),
             ts_ms: BASE_MS + i * 10_000,
-            value: 1.0,
+            value: crate::common::n(1.0),
         })
         .collect();
     load(&table, &shards, &readings);
@@ -311,7 +312,7 @@ async fn a_slow_key_costs_the_deadline_only_its_own_readings() {
             device: "dev-1".into(),
             event: format!("e{i:02}"),
             ts_ms: BASE_MS + i * 60_000,
-            value: 1.0,
+            value: crate::common::n(1.0),
         })
         .collect();
     load(&table, &shards, &readings);
@@ -367,7 +368,7 @@ async fn a_page_that_the_query_budget_ends_resumes_exactly() {
                 device: device.into(),
                 event: format!("e{d:02}"),
                 ts_ms: BASE_MS + d * DAY + 7 * HOUR,
-                value: d as f64,
+                value: crate::common::n(d as f64),
             })
         })
         .collect();

@@ -49,7 +49,13 @@ pub struct R {
     pub device: String,
     pub event: String,
     pub ts_ms: i64,
-    pub value: f64,
+    /// Its `temperature`.
+    pub value: store::Decimal,
+}
+
+/// `x` as a device sends it.
+pub fn n(x: f64) -> store::Decimal {
+    store::Decimal::from_f64(x).expect("a number DynamoDB stores")
 }
 
 /// How long test readings are kept.
@@ -75,7 +81,7 @@ fn keyed(shards: &MemoryShards, layout: &TableHistory, r: &R) -> (sharding::key:
         device_id: r.device.clone(),
         event_id: r.event.clone(),
         ts,
-        metrics: BTreeMap::from([("temperature".to_string(), r.value)]),
+        metrics: BTreeMap::from([("temperature".to_string(), r.value.clone())]),
         tags: BTreeMap::from([("site".to_string(), "lab".to_string())]),
     };
     (key, reading)

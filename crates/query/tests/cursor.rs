@@ -20,7 +20,7 @@ fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
                 device: (*d).into(),
                 event: format!("e{i:02}"),
                 ts_ms: BASE_MS + i * 60_000,
-                value: 1.0,
+                value: crate::common::n(1.0),
             })
         })
         .collect();

@@ -113,7 +113,10 @@ fn store(
         device_id: device.into(),
         event_id: event.into(),
         ts: ts(ts_ms),
-        metrics: BTreeMap::from([("temperature".to_string(), value as f64)]),
+        metrics: BTreeMap::from([(
+            "temperature".to_string(),
+            store::Decimal::from_f64(value as f64).expect("a number"),
+        )]),
         tags: BTreeMap::new(),
     };
     let fanouts: &[u32] = match stored {

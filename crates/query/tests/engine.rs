@@ -19,7 +19,7 @@ fn readings(device: &str, n: i64, step_ms: i64) -> Vec<R> {
             device: device.into(),
             event: format!("e{i:05}"),
             ts_ms: BASE_MS + i * step_ms,
-            value: i as f64,
+            value: crate::common::n(i as f64),
         })
         .collect()
 }
@@ -42,7 +42,8 @@ async fn run_with(
 ) -> (serde_json::Value, query::service::ReadStats) {
     let svc = service_with(table, shards, time_index);
     let endpoint = parse_request("GET", path, Some(query), &svc.config().limits).unwrap();
-    svc.execute(endpoint, now()).await.unwrap()
+    let (body, stats) = svc.execute(endpoint, now()).await.unwrap();
+    (serde_json::from_str(&body).expect("a JSON answer"), stats)
 }
 
 #[tokio::test]
@@ -251,7 +252,9 @@ async fn a_read_over_every_device_plans_its_first_round_by_the_last_ones_density
     let mut reads = Vec::new();
     for _ in 0..2 {
         let endpoint = parse_request("GET", "/readings", Some(&q), &svc.config().limits).unwrap();
-        reads.push(svc.execute(endpoint, now()).await.unwrap());
+        let (body, stats) = svc.execute(endpoint, now()).await.unwrap();
+        let body: serde_json::Value = serde_json::from_str(&body).expect("a JSON answer");
+        reads.push((body, stats));
     }
     let (first, second) = (&reads[0], &reads[1]);
     println!("first: {:?}\nsecond: {:?}", first.1, second.1);

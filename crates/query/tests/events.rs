@@ -31,7 +31,7 @@ pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
             .into(),
             event: format!("evt-{i:06}"),
             ts_ms: BASE_MS + 3_600_000 + i * 250,
-            value: 20.0 + i as f64,
+            value: crate::common::n(20.0 + i as f64),
         })
         .collect();
     load(&table, &shards, &rs);

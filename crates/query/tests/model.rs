@@ -104,7 +104,7 @@ fn case(all_devices: bool) -> impl Strategy<Value = Case> {
                 device: DEVICES[d].to_string(),
                 event: format!("e{:04}", (i * 7919) % 10_000),
                 ts_ms: BASE_MS + t,
-                value: v,
+                value: crate::common::n(v),
             })
             .collect::<Vec<_>>()
     });

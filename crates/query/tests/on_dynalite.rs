@@ -67,7 +67,7 @@ async fn write_all(client: &Client, table: &str, items: Vec<ReadingItem>) -> any
         let mut requests = Vec::new();
         for item in chunk {
             let put = PutRequest::builder()
-                .set_item(Some(serde_dynamo::to_item(item)?))
+                .set_item(Some(item.to_item()?))
                 .build()?;
             requests.push(WriteRequest::builder().put_request(put).build());
         }
@@ -93,7 +93,10 @@ fn small_reading(device: &str, event: &str, ts_ms: i64, history: &FanoutHistory)
         device_id: device.into(),
         event_id: event.into(),
         ts: ts(ts_ms),
-        metrics: BTreeMap::from([("temperature".to_owned(), 20.5)]),
+        metrics: BTreeMap::from([(
+            "temperature".to_owned(),
+            store::Decimal::from_f64(20.5).expect("a number"),
+        )]),
         tags: BTreeMap::new(),
     };
     let k = write_key(
@@ -183,6 +186,7 @@ async fn scanned_items_count(source: &Counted, shards: &Arc<MemoryShards>) -> an
     let svc = service(source, shards, RequestBudget::default());
     let endpoint = parse_request("GET", "/readings", Some(&one_ms), &svc.config().limits)?;
     let (body, stats) = svc.execute(endpoint, now()).await?;
+    let body: serde_json::Value = serde_json::from_str(&body)?;
     assert_eq!(body["items"].as_array().map(Vec::len), Some(20), "{body}");
     assert_eq!(stats.items_read, 2000, "{stats:?}");
     assert_eq!(source.take().1, 2000);
@@ -305,4 +309,85 @@ fn print_rows(rows: &[Row]) {
             r.wall.as_secs_f64() * 1000.0
         );
     }
+}
+
+/// A metric is answered as the decimal sent where DynamoDB's number rule is enforced:
+/// numbers of 38 significant digits, at both ends of DynamoDB's range and beyond a
+/// double's digits are stored on dynalite in the ingest's canonical text and answered
+/// by the query as the same decimals (checked against an independent decimal), one
+/// reading's own item each.
+#[tokio::test]
+async fn every_number_dynamodb_stores_is_answered_as_sent_on_dynalite() -> anyhow::Result<()> {
+    use std::str::FromStr;
+
+    use bigdecimal::BigDecimal;
+
+    let sent = [
+        "0.1000000000000000055511151231257827",
+        "12345678901234567890123456789012345678",
+        "-9.9999999999999999999999999999999999999e125",
+        "1e-130",
+        "-1.5e-7",
+        "21.50",
+        "0",
+    ];
+    let root = repo_root()?;
+    let server = Dynalite::start(&ensure_dynalite(&root)?)?;
+    let tables = provision_tables(
+        &server.endpoint(),
+        &root.join("template.yaml"),
+        "query-numbers",
+        Backend::Dynalite,
+    )
+    .await?;
+    let client = Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+    let readings_table = tables.name("ReadingsTable")?.to_owned();
+    let cold = FanoutHistory::new();
+    let items: Vec<ReadingItem> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let mut item = small_reading("dev-n", &format!("e{i}"), BASE_MS + i as i64, &cold);
+            item.metrics = BTreeMap::from([("m".to_owned(), text.parse().expect("a number"))]);
+            item
+        })
+        .collect();
+    write_all(&client, &readings_table, items).await?;
+    let source = Counted {
+        inner: DynamoReadingSource::new(client.clone(), &readings_table),
+        calls: AtomicU64::new(0),
+        evaluated: AtomicU64::new(0),
+    };
+    let shards = Arc::new(shard_table(table_history(vec![(0, hourly(1))]), []));
+    let svc = service(&source, &shards, RequestBudget::default());
+    let query = format!("from={BASE_MS}&to={}", BASE_MS + 100);
+    let endpoint = parse_request(
+        "GET",
+        "/devices/dev-n/readings",
+        Some(&query),
+        &svc.config().limits,
+    )?;
+    let (body, _) = svc.execute(endpoint, now()).await?;
+    // Read raw: each number's JSON text, not the double serde_json would make of it.
+    #[derive(serde::Deserialize)]
+    struct Page {
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        metrics: BTreeMap<String, Box<serde_json::value::RawValue>>,
+    }
+    let page: Page = serde_json::from_str(&body)?;
+    let answered: Vec<BigDecimal> = page
+        .items
+        .iter()
+        .map(|i| BigDecimal::from_str(i.metrics["m"].get()))
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<BigDecimal> = sent
+        .iter()
+        .map(|t| BigDecimal::from_str(t))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(answered, expected, "{body}");
+    drop(server);
+    Ok(())
 }

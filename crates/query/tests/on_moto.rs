@@ -123,7 +123,10 @@ async fn write_readings(
                 device_id: device.into(),
                 event_id: format!("e{i:03}"),
                 ts: Timestamp::from_millis(BASE_MS + i * 60_000 + offset)?,
-                metrics: BTreeMap::from([("temperature".into(), i as f64)]),
+                metrics: BTreeMap::from([(
+                    "temperature".into(),
+                    store::Decimal::from_f64(i as f64).expect("a number"),
+                )]),
                 tags: BTreeMap::new(),
             };
             let k = write_key(
@@ -137,7 +140,7 @@ async fn write_readings(
             client
                 .put_item()
                 .table_name(table)
-                .set_item(Some(serde_dynamo::to_item(&item)?))
+                .set_item(Some(item.to_item()?))
                 .send()
                 .await?;
             if device == "hot-1" {

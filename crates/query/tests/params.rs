@@ -13,7 +13,7 @@ fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
             device: "dev-1".into(),
             event: format!("e{i}"),
             ts_ms: BASE_MS + i * 1000,
-            value: i as f64,
+            value: crate::common::n(i as f64),
         })
         .collect();
     load(&table, &shards, &readings);

@@ -35,7 +35,7 @@ fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
                 device: (*device).to_owned(),
                 event: format!("e{i:04}"),
                 ts_ms: BASE_MS + 3_600_000 + i * 30_000 + d as i64 * 7,
-                value: i as f64,
+                value: crate::common::n(i as f64),
             })
         })
         .collect();

@@ -20,7 +20,7 @@ fn fixture() -> (MemoryReadings, Arc<MemoryShards>) {
                 device: device.into(),
                 event: format!("e{i}"),
                 ts_ms: BASE_MS + i * 10_000,
-                value: (i % 97) as f64,
+                value: crate::common::n((i % 97) as f64),
             })
         })
         .collect();

@@ -158,7 +158,7 @@ struct Expanded {
     event_id: String,
     ts_ms: i64,
     ts: String,
-    metrics: std::collections::BTreeMap<String, f64>,
+    metrics: std::collections::BTreeMap<String, store::Decimal>,
     tags: std::collections::BTreeMap<String, String>,
 }
 

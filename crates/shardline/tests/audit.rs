@@ -264,7 +264,10 @@ fn stored_reading(pk: &str, event: &str) -> ReadingItem {
         device_id: "dev-1".into(),
         event_id: event.into(),
         ts,
-        metrics: BTreeMap::from([("temperature".to_owned(), 20.5)]),
+        metrics: BTreeMap::from([(
+            "temperature".to_owned(),
+            store::Decimal::from_f64(20.5).expect("a number"),
+        )]),
         tags: BTreeMap::new(),
     };
     let key = ItemKey {

@@ -23,7 +23,7 @@
 //! the offsets must keep every member within the format's window; a block that breaks
 //! any rule is refused whole with the rule it broke, never half read.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -35,18 +35,21 @@ use sharding::key::{ItemKey, validate_id};
 use sharding::time::Timestamp;
 
 use crate::batch::Item;
+use crate::decimal::Decimal;
 use crate::error::StoreError;
-use crate::item::{Encoded, ItemBuilder, Reading, ReadingItem, SizedValue, expiry, number, string};
+use crate::item::{
+    Encoded, ItemBuilder, Reading, ReadingItem, SizedValue, expiry, number, number_of, string,
+};
 
 /// The format version a block item carries in `block`.
 pub const BLOCK_FORMAT: u32 = 1;
 
-/// A block item as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A block item as stored. Written and read by [`BlockItem::to_item`] and
+/// [`BlockItem::from_item`] only: it is no `serde` type, since `serde_dynamo` would
+/// carry its numbers through a double.
+#[derive(Debug, Clone, PartialEq)]
 pub struct BlockItem {
-    #[serde(rename = "PK")]
     pub pk: String,
-    #[serde(rename = "SK")]
     pub sk: String,
     pub device_id: String,
     pub event_id: String,
@@ -55,13 +58,39 @@ pub struct BlockItem {
     pub block: u32,
     pub n: u32,
     pub dt: Vec<i64>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Empty when the members' ids share no prefix (the attribute is omitted).
     pub idp: String,
     pub ids: Vec<String>,
-    pub m: BTreeMap<String, Vec<Option<f64>>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub m: BTreeMap<String, Vec<Option<Decimal>>>,
+    /// Empty when no member has tags (the attribute is omitted).
     pub tg: BTreeMap<String, Vec<Option<String>>>,
     pub ttl: i64,
+}
+
+/// A block item's attributes but `m`, as `serde_dynamo` writes and reads them.
+#[derive(Serialize, Deserialize)]
+struct Attributes<'a> {
+    #[serde(rename = "PK")]
+    pk: Cow<'a, str>,
+    #[serde(rename = "SK")]
+    sk: Cow<'a, str>,
+    device_id: Cow<'a, str>,
+    event_id: Cow<'a, str>,
+    ts: Cow<'a, str>,
+    ts_ms: i64,
+    block: u32,
+    n: u32,
+    dt: Cow<'a, [i64]>,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    idp: Cow<'a, str>,
+    ids: Cow<'a, [String]>,
+    #[serde(default, skip_serializing_if = "no_tags")]
+    tg: Cow<'a, BTreeMap<String, Vec<Option<String>>>>,
+    ttl: i64,
+}
+
+fn no_tags(tg: &impl AsRef<BTreeMap<String, Vec<Option<String>>>>) -> bool {
+    tg.as_ref().is_empty()
 }
 
 /// Why a set of readings cannot be a block.
@@ -109,11 +138,11 @@ impl BlockItem {
         let (first, last) = ends(members)?;
         let first_ms = first.ts.as_millis();
         let n = members.len();
-        let mut m: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+        let mut m: BTreeMap<String, Vec<Option<Decimal>>> = BTreeMap::new();
         let mut tg: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
         for (i, r) in members.iter().enumerate() {
             for (name, value) in &r.metrics {
-                m.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(*value);
+                m.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(value.clone());
             }
             for (name, value) in &r.tags {
                 tg.entry(name.clone()).or_insert_with(|| vec![None; n])[i] = Some(value.clone());
@@ -185,7 +214,7 @@ impl BlockItem {
                 list(members().map(|r| {
                     r.metrics
                         .get(name)
-                        .map_or_else(null, |v| number(v.to_string()))
+                        .map_or_else(null, |v| number(v.as_str().to_owned()))
                 }))
             }),
         );
@@ -204,14 +233,72 @@ impl BlockItem {
         Ok(item.finish())
     }
 
-    /// The SDK attribute map, through `serde_dynamo`.
+    /// The SDK attribute map: through `serde_dynamo`, but for `m`, whose numbers are
+    /// their canonical text.
     pub fn to_item(&self) -> Result<Item, StoreError> {
-        serde_dynamo::to_item(self).map_err(|e| StoreError::Malformed(e.to_string()))
+        let attributes = Attributes {
+            pk: Cow::Borrowed(&self.pk),
+            sk: Cow::Borrowed(&self.sk),
+            device_id: Cow::Borrowed(&self.device_id),
+            event_id: Cow::Borrowed(&self.event_id),
+            ts: Cow::Borrowed(&self.ts),
+            ts_ms: self.ts_ms,
+            block: self.block,
+            n: self.n,
+            dt: Cow::Borrowed(&self.dt),
+            idp: Cow::Borrowed(&self.idp),
+            ids: Cow::Borrowed(&self.ids),
+            tg: Cow::Borrowed(&self.tg),
+            ttl: self.ttl,
+        };
+        let mut item: Item =
+            serde_dynamo::to_item(attributes).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let column = |values: &[Option<Decimal>]| {
+            AttributeValue::L(
+                values
+                    .iter()
+                    .map(|v| {
+                        v.as_ref().map_or(AttributeValue::Null(true), |v| {
+                            AttributeValue::N(v.as_str().to_owned())
+                        })
+                    })
+                    .collect(),
+            )
+        };
+        let m = self
+            .m
+            .iter()
+            .map(|(name, values)| (name.clone(), column(values)));
+        item.insert("m".to_owned(), AttributeValue::M(m.collect()));
+        Ok(item)
     }
 
-    /// Back from an SDK attribute map, checked ([`BlockItem::readings`] reads it).
-    pub fn from_item(item: Item) -> Result<Self, StoreError> {
-        serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(format!("block item: {e}")))
+    /// Back from an SDK attribute map, checked ([`BlockItem::readings`] reads it):
+    /// through `serde_dynamo`, but for `m`.
+    pub fn from_item(mut item: Item) -> Result<Self, StoreError> {
+        let bad = |e: String| StoreError::Malformed(format!("block item: {e}"));
+        let m = item
+            .remove("m")
+            .ok_or_else(|| bad("missing field `m`".to_owned()))?;
+        let m = metric_columns(m).map_err(bad)?;
+        let a: Attributes<'static> =
+            serde_dynamo::from_item(item).map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            pk: a.pk.into_owned(),
+            sk: a.sk.into_owned(),
+            device_id: a.device_id.into_owned(),
+            event_id: a.event_id.into_owned(),
+            ts: a.ts.into_owned(),
+            ts_ms: a.ts_ms,
+            block: a.block,
+            n: a.n,
+            dt: a.dt.into_owned(),
+            idp: a.idp.into_owned(),
+            ids: a.ids.into_owned(),
+            m,
+            tg: a.tg.into_owned(),
+            ttl: a.ttl,
+        })
     }
 
     /// Its members as reading items, in member order, each under the block's partition
@@ -231,10 +318,10 @@ impl BlockItem {
             {
                 return Err(bad(format!("member {i} is not after member {}", i - 1)));
             }
-            let column = |values: &BTreeMap<String, Vec<Option<f64>>>| {
+            let column = |values: &BTreeMap<String, Vec<Option<Decimal>>>| {
                 values
                     .iter()
-                    .filter_map(|(name, column)| column[i].map(|v| (name.clone(), v)))
+                    .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
                     .collect::<BTreeMap<_, _>>()
             };
             let tags = self
@@ -307,6 +394,34 @@ impl BlockItem {
         }
         Ok(())
     }
+}
+
+/// A block's `m` back from its attribute: M of L of N or NULL.
+fn metric_columns(
+    attribute: AttributeValue,
+) -> Result<BTreeMap<String, Vec<Option<Decimal>>>, String> {
+    let AttributeValue::M(columns) = attribute else {
+        return Err("m: not a map".to_owned());
+    };
+    columns
+        .into_iter()
+        .map(|(name, column)| {
+            let AttributeValue::L(values) = column else {
+                return Err(format!("m.{name}: not a list"));
+            };
+            let values = values
+                .iter()
+                .enumerate()
+                .map(|(i, value)| match value {
+                    AttributeValue::Null(true) => Ok(None),
+                    value => number_of(value)
+                        .map(Some)
+                        .map_err(|e| format!("m.{name}[{i}]: {e}")),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok((name, values))
+        })
+        .collect()
 }
 
 /// The prefix the members' event ids share, stopped a character short of the shortest
@@ -415,7 +530,10 @@ mod tests {
             device_id: "dev-1".into(),
             event_id: event.into(),
             ts: Timestamp::from_millis(ts_ms).expect("in range"),
-            metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            metrics: metrics
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Decimal::from_f64(*v).expect("stored")))
+                .collect(),
             tags: tags
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -441,7 +559,11 @@ mod tests {
         ];
         let block = BlockItem::new(&members, &key(), Duration::from_secs(86_400)).unwrap();
         assert_eq!(block.dt, [0, 1_000, 1_000]);
-        assert_eq!(block.m["t"], [Some(21.5), Some(-0.0), None]);
+        let t: Vec<Option<&str>> = block.m["t"]
+            .iter()
+            .map(|v| v.as_ref().map(Decimal::as_str))
+            .collect();
+        assert_eq!(t, [Some("21.5"), Some("0"), None]);
         assert_eq!(
             block.ttl,
             (T + 1_000) / 1000 + 86_400,

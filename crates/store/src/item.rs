@@ -3,7 +3,11 @@
 //! A [`ReadingItem`] is the stored form: the key from `sharding::key::write_key`, the
 //! reading's fields, `ts` twice (RFC 3339 for people and sort keys, `ts_ms` for
 //! arithmetic) and `ttl` in epoch seconds, so DynamoDB expires it after the retention.
-//! It goes through `serde_dynamo`, with one exception: [`ReadingItem::marshal`], the
+//! It goes through `serde_dynamo`, with two exceptions. Its `metrics` are numbers as
+//! the device sent them ([`Decimal`]), which `serde_dynamo` could only carry through a
+//! double: [`ReadingItem::to_item`] and [`ReadingItem::from_item`] write and read that
+//! one attribute themselves ([`metrics_attribute`], [`metrics_of`]). And
+//! [`ReadingItem::marshal`], the
 //! ingest's hot path, builds the SDK's attribute map directly. Through `serde_dynamo` that
 //! step was 68% of the ingest's CPU per reading (bench/REPORT.md item 5), because it
 //! builds its own map first and then the SDK's. A property test (`tests/marshal.rs` of
@@ -11,6 +15,7 @@
 //! accepts. Every other item, and every read, stays with `serde_dynamo`: hand-built
 //! attribute maps are allowed only where a figure shows the cost.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -21,6 +26,7 @@ use sharding::key::ItemKey;
 use sharding::time::Timestamp;
 
 use crate::batch::Item;
+use crate::decimal::Decimal;
 use crate::error::StoreError;
 
 /// Partition key attribute name of both tables.
@@ -37,8 +43,8 @@ pub struct Reading {
     pub event_id: String,
     /// When it was measured.
     pub ts: Timestamp,
-    /// Named finite numbers.
-    pub metrics: BTreeMap<String, f64>,
+    /// Named numbers, as sent.
+    pub metrics: BTreeMap<String, Decimal>,
     /// Named strings; may be empty.
     pub tags: BTreeMap<String, String>,
 }
@@ -47,16 +53,13 @@ pub struct Reading {
 /// at most 10 digits and a minute's label (16 characters). The other layouts' keys are
 /// the entity and a suffix of at most 10 digits.
 pub(crate) const BUCKET_PK_BOUND: usize = 10 + 1 + 10 + 1 + 16;
-/// The longest a metric's number takes: the shortest text of an `f64` has at most 17
-/// significant digits (1 byte per 2, plus 1).
-pub(crate) const METRIC_NUMBER_BOUND: usize = 10;
 /// The longest `ts_ms` or `ttl` takes: an `i64` has at most 19 digits.
 pub(crate) const INTEGER_BOUND: usize = 11;
 
 impl Reading {
     /// An upper bound of its item's size, with no key or number formatted: the
     /// partition key at its longest, the sort key of the longest form
-    /// (`{entity}#{ts}#{event_id}`), every number at its longest. What the ingest
+    /// (`{entity}#{ts}#{event_id}`), `ts_ms` and `ttl` at their longest. What the ingest
     /// measures an entity's rate in write units by, before its readings are keyed; at
     /// most a few bytes a metric above the item [`ReadingItem::marshal`] builds.
     #[must_use]
@@ -66,8 +69,8 @@ impl Reading {
         let metrics = rule::MAP_OVERHEAD
             + self
                 .metrics
-                .keys()
-                .map(|name| rule::map_element_size(name, METRIC_NUMBER_BOUND))
+                .iter()
+                .map(|(name, value)| rule::map_element_size(name, value.stored_size()))
                 .sum::<usize>();
         let tags = (!self.tags.is_empty()).then(|| {
             rule::MAP_OVERHEAD
@@ -94,14 +97,14 @@ impl Reading {
     }
 }
 
-/// A reading as stored in the readings table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A reading as stored in the readings table. Written and read by
+/// [`ReadingItem::to_item`] and [`ReadingItem::from_item`] only: it is no `serde` type,
+/// since `serde_dynamo` would carry its numbers through a double.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReadingItem {
     /// Partition key.
-    #[serde(rename = "PK")]
     pub pk: String,
     /// Sort key.
-    #[serde(rename = "SK")]
     pub sk: String,
     /// The entity (device) id.
     pub device_id: String,
@@ -111,13 +114,32 @@ pub struct ReadingItem {
     pub ts: String,
     /// Milliseconds since the Unix epoch.
     pub ts_ms: i64,
-    /// Named finite numbers.
-    pub metrics: BTreeMap<String, f64>,
+    /// Named numbers, as sent.
+    pub metrics: BTreeMap<String, Decimal>,
     /// Named strings; the attribute is omitted when there are none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
     /// Expiry, epoch seconds: `ts + retention`.
     pub ttl: i64,
+}
+
+/// A reading item's attributes but `metrics`, as `serde_dynamo` writes and reads them.
+#[derive(Serialize, Deserialize)]
+struct Attributes<'a> {
+    #[serde(rename = "PK")]
+    pk: Cow<'a, str>,
+    #[serde(rename = "SK")]
+    sk: Cow<'a, str>,
+    device_id: Cow<'a, str>,
+    event_id: Cow<'a, str>,
+    ts: Cow<'a, str>,
+    ts_ms: i64,
+    #[serde(default, skip_serializing_if = "no_tags")]
+    tags: Cow<'a, BTreeMap<String, String>>,
+    ttl: i64,
+}
+
+fn no_tags(tags: &impl AsRef<BTreeMap<String, String>>) -> bool {
+    tags.as_ref().is_empty()
 }
 
 /// A reading's item as the SDK sends it ([`ReadingItem::marshal`]), with its size.
@@ -150,6 +172,38 @@ fn map<'a>(elements: impl ExactSizeIterator<Item = (&'a String, SizedValue)>) ->
         map.insert(name.clone(), value);
     }
     (AttributeValue::M(map), size)
+}
+
+/// A reading's `metrics` attribute: M of N, each number its canonical text.
+#[must_use]
+pub fn metrics_attribute(metrics: &BTreeMap<String, Decimal>) -> AttributeValue {
+    AttributeValue::M(
+        metrics
+            .iter()
+            .map(|(name, value)| (name.clone(), AttributeValue::N(value.as_str().to_owned())))
+            .collect(),
+    )
+}
+
+/// A reading's metrics back from its `metrics` attribute, or what is wrong with it.
+pub fn metrics_of(attribute: AttributeValue) -> Result<BTreeMap<String, Decimal>, String> {
+    let AttributeValue::M(map) = attribute else {
+        return Err("metrics: not a map".to_owned());
+    };
+    map.into_iter()
+        .map(|(name, value)| {
+            let number = number_of(&value).map_err(|e| format!("metrics.{name}: {e}"))?;
+            Ok((name, number))
+        })
+        .collect()
+}
+
+/// The number an N attribute holds, in canonical form, or why it is none.
+pub(crate) fn number_of(value: &AttributeValue) -> Result<Decimal, String> {
+    match value {
+        AttributeValue::N(text) => Decimal::parse(text).map_err(|e| format!("{text:?} {e}")),
+        other => Err(format!("{other:?} is not a number")),
+    }
 }
 
 /// When an item whose last reading is at `ts` expires: `ts` plus `retention`, in epoch
@@ -221,14 +275,13 @@ impl ReadingItem {
     /// `ReadingItem::new(reading, key, retention).to_item()`, built directly (the one
     /// hand-built attribute map of the project: this runs once per ingested reading),
     /// sized by DynamoDB's rule as it is built rather than walked again after.
-    /// Numbers are formatted as `serde_dynamo` formats them (`to_string`).
     #[must_use]
     pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
         let mut item = ItemBuilder::under(key, reading, 9);
         let metrics = reading.metrics.iter();
         item.put(
             "metrics",
-            map(metrics.map(|(name, value)| (name, number(value.to_string())))),
+            map(metrics.map(|(name, value)| (name, number(value.as_str().to_owned())))),
         );
         if !reading.tags.is_empty() {
             let tags = reading.tags.iter();
@@ -249,14 +302,45 @@ impl ReadingItem {
         }
     }
 
-    /// The SDK attribute map, through `serde_dynamo`.
+    /// The SDK attribute map: through `serde_dynamo`, but for `metrics`
+    /// ([`metrics_attribute`]).
     pub fn to_item(&self) -> Result<Item, StoreError> {
-        serde_dynamo::to_item(self).map_err(|e| StoreError::Malformed(e.to_string()))
+        let attributes = Attributes {
+            pk: Cow::Borrowed(&self.pk),
+            sk: Cow::Borrowed(&self.sk),
+            device_id: Cow::Borrowed(&self.device_id),
+            event_id: Cow::Borrowed(&self.event_id),
+            ts: Cow::Borrowed(&self.ts),
+            ts_ms: self.ts_ms,
+            tags: Cow::Borrowed(&self.tags),
+            ttl: self.ttl,
+        };
+        let mut item: Item =
+            serde_dynamo::to_item(attributes).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        item.insert("metrics".to_owned(), metrics_attribute(&self.metrics));
+        Ok(item)
     }
 
-    /// Back from an SDK attribute map.
-    pub fn from_item(item: Item) -> Result<Self, StoreError> {
-        serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(e.to_string()))
+    /// Back from an SDK attribute map: through `serde_dynamo`, but for `metrics`
+    /// ([`metrics_of`]).
+    pub fn from_item(mut item: Item) -> Result<Self, StoreError> {
+        let metrics = item
+            .remove("metrics")
+            .ok_or_else(|| StoreError::Malformed("missing field `metrics`".to_owned()))?;
+        let metrics = metrics_of(metrics).map_err(StoreError::Malformed)?;
+        let a: Attributes<'static> =
+            serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        Ok(Self {
+            pk: a.pk.into_owned(),
+            sk: a.sk.into_owned(),
+            device_id: a.device_id.into_owned(),
+            event_id: a.event_id.into_owned(),
+            ts: a.ts.into_owned(),
+            ts_ms: a.ts_ms,
+            metrics,
+            tags: a.tags.into_owned(),
+            ttl: a.ttl,
+        })
     }
 
     /// The domain reading (the key is dropped; `ts_ms` is authoritative).
@@ -282,7 +366,7 @@ mod tests {
             device_id: "dev-1".into(),
             event_id: "e-1".into(),
             ts: Timestamp::parse("2026-06-22T01:00:00.250Z").expect("valid ts"),
-            metrics: BTreeMap::from([("temperature".into(), 21.5)]),
+            metrics: BTreeMap::from([("temperature".into(), "21.5".parse().expect("a number"))]),
             tags: tags
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

@@ -35,7 +35,7 @@
 //! | `device_id`, `event_id` | S | the reading's identity |
 //! | `ts` | S | RFC 3339 UTC with milliseconds, fixed width |
 //! | `ts_ms` | N | the same instant in epoch milliseconds |
-//! | `metrics` | M of N | 1 to 64 numbers DynamoDB stores (0, or a magnitude from 1e-130 to below 1e126) |
+//! | `metrics` | M of N | 1 to 64 numbers DynamoDB stores (0, or a magnitude from 1e-130 to below 1e126, at most 38 significant digits), as sent ([`decimal`]) |
 //! | `tags` | M of S | omitted when empty |
 //! | `ttl` | N | epoch seconds, `ts + RETENTION_DAYS`; the table's TTL attribute |
 //!
@@ -70,6 +70,7 @@ pub mod batch;
 pub mod block;
 pub mod clock;
 pub mod config;
+pub mod decimal;
 pub mod directory;
 pub mod dynamo;
 pub mod error;
@@ -90,6 +91,7 @@ pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, ItemTooLarge, Outcome, Put, Remake, SizedItem,
     WriteObserver, WriteStats, WriterConfig,
 };
+pub use decimal::Decimal;
 pub use directory::{
     CachedDirectory, PlanFanoutError, PlannedFanout, ShardDirectory, ShardReader, ShardStore,
 };

@@ -22,9 +22,7 @@ use sharding::time::RFC3339_LEN;
 
 use crate::block::BlockItem;
 use crate::error::StoreError;
-use crate::item::{
-    BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, METRIC_NUMBER_BOUND, PK, Reading, ReadingItem, SK,
-};
+use crate::item::{BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, PK, Reading, ReadingItem, SK};
 
 /// The longest a block's offset `dt` takes: under an hour in milliseconds, 7 digits.
 const OFFSET_BOUND: usize = 5;
@@ -228,17 +226,21 @@ impl BlockBound {
         }
     }
 
-    /// What `r` adds to a block: its offset, its id, and an entry in every column.
+    /// What `r` adds to a block: its offset, its id, and an entry in every column (its
+    /// number, or a NULL in a column of a metric it has not).
     fn member(&self, r: &Reading) -> usize {
         let tags: usize = self
             .tags
             .iter()
             .map(|name| 1 + r.tags.get(name).map_or(rule::SCALAR_SIZE, String::len))
             .sum();
-        (1 + OFFSET_BOUND)
-            + (1 + r.event_id.len())
-            + self.metric_names * (1 + METRIC_NUMBER_BOUND)
-            + tags
+        let metrics: usize = r
+            .metrics
+            .values()
+            .map(|v| 1 + v.stored_size())
+            .sum::<usize>()
+            + self.metric_names.saturating_sub(r.metrics.len()) * (1 + rule::SCALAR_SIZE);
+        (1 + OFFSET_BOUND) + (1 + r.event_id.len()) + metrics + tags
     }
 }
 

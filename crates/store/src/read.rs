@@ -127,7 +127,7 @@ fn decode_items(
             last_ts = Some(block.ts_ms);
             out.extend(block.readings()?);
         } else {
-            let reading: ReadingItem = serde_dynamo::from_item(item)
+            let reading = ReadingItem::from_item(item)
                 .map_err(|e| StoreError::Malformed(format!("reading item: {e}")))?;
             last_ts = Some(reading.ts_ms);
             out.push(reading);
@@ -297,7 +297,7 @@ impl ReadingSource for DynamoReadingSource {
             .map_err(|e| get_error(&e))?;
         match out.item {
             None => Ok(None),
-            Some(item) => serde_dynamo::from_item(item)
+            Some(item) => ReadingItem::from_item(item)
                 .map(Some)
                 .map_err(|e| StoreError::Malformed(format!("reading item: {e}"))),
         }
@@ -459,7 +459,10 @@ mod tests {
         assert_eq!(rule.num_calls(), 1);
         assert_eq!(page.items.len(), 1);
         assert_eq!(page.items[0].sk, "a4");
-        assert_eq!(page.items[0].metrics.get("t"), Some(&1.5));
+        assert_eq!(
+            page.items[0].metrics.get("t").map(|t| t.as_str()),
+            Some("1.5")
+        );
         assert_eq!(page.items_read, 3);
         assert_eq!(page.last_key, Some(last_key_at("a2", None)));
     }
@@ -611,7 +614,10 @@ mod tests {
                 device_id: "dev-1".into(),
                 event_id: (*id).into(),
                 ts: Timestamp::from_millis(*ts_ms).expect("in range"),
-                metrics: std::collections::BTreeMap::from([("t".to_owned(), 1.5)]),
+                metrics: std::collections::BTreeMap::from([(
+                    "t".to_owned(),
+                    "1.5".parse().expect("a number"),
+                )]),
                 tags: std::collections::BTreeMap::new(),
             })
             .collect();

@@ -61,7 +61,11 @@ fn readings() -> impl Strategy<Value = Vec<Reading>> {
         0u8..3,
         0i64..3 * HOUR,
         "[a-z0-9]{1,8}",
-        prop::collection::btree_map("[a-d]", -1e6..1e6f64, 0..4),
+        prop::collection::btree_map(
+            "[a-d]",
+            (-1e6..1e6f64).prop_map(|x| store::Decimal::from_f64(x).expect("a number")),
+            0..4,
+        ),
         prop::collection::btree_map("[s-u]", "[a-z]{0,20}", 0..3),
     );
     prop::collection::vec(reading, 1..120).prop_map(|raw| {
@@ -255,7 +259,10 @@ fn a_reading_alone_is_its_own_item_and_a_layout_without_blocks_packs_none() {
         device_id: "dev-1".into(),
         event_id: "e-1".into(),
         ts: ts(T),
-        metrics: BTreeMap::from([("temperature".into(), 21.5)]),
+        metrics: BTreeMap::from([(
+            "temperature".into(),
+            store::Decimal::from_f64(21.5).expect("a number"),
+        )]),
         tags: BTreeMap::new(),
     };
     let key = ItemKey {

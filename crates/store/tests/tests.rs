@@ -4,6 +4,7 @@ mod batch_memory;
 mod batch_mock;
 mod block;
 mod chunking;
+mod decimal;
 mod directory_hot;
 mod directory_memory;
 mod emulators;

@@ -284,10 +284,19 @@ struct ReadingItemRef<'a> {
     event_id: &'a str,
     ts: String,
     ts_ms: i64,
-    metrics: &'a BTreeMap<String, f64>,
+    /// As doubles, as the ingest kept them then.
+    #[serde(serialize_with = "as_doubles")]
+    metrics: &'a BTreeMap<String, store::Decimal>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     tags: &'a BTreeMap<String, String>,
     ttl: i64,
+}
+
+fn as_doubles<S: serde::Serializer>(
+    metrics: &BTreeMap<String, store::Decimal>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(metrics.iter().map(|(name, v)| (name, v.to_f64())))
 }
 
 /// The reading's item through `serde_dynamo`, as the ingest marshalled it before.

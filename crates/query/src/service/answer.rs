@@ -31,7 +31,7 @@ pub(super) fn respond(method: &str, path: &str, answer: Answer) -> Response<Stri
                 over_read = over_read(&stats),
                 "query answered"
             );
-            json_response(StatusCode::OK, body.to_string(), None)
+            json_response(StatusCode::OK, body, None)
         }
         Err(e) => {
             if e.status.is_server_error() {
@@ -42,6 +42,11 @@ pub(super) fn respond(method: &str, path: &str, answer: Answer) -> Response<Stri
             error_response(&e)
         }
     }
+}
+
+/// `value` as a response body.
+pub(super) fn json_body<T: serde::Serialize>(value: &T) -> Result<String, ApiError> {
+    serde_json::to_string(value).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// The JSON response of an error, with its `Retry-After` (and `Allow` on a 405).

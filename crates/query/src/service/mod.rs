@@ -161,8 +161,10 @@ pub struct QueryService<S, D> {
     every_device_density: Mutex<Option<DensityHint>>,
 }
 
-/// A route's answer: the JSON body and what it cost, or the error to answer with.
-type Answer = Result<(serde_json::Value, ReadStats), ApiError>;
+/// A route's answer: the JSON body, written ([`answer::json_body`]), and what it cost,
+/// or the error to answer with. Written straight from the model, never through a
+/// `serde_json::Value`, which would carry a metric's number through a double.
+type Answer = Result<(String, ReadStats), ApiError>;
 
 impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     pub fn new(source: S, shards: D, config: ServiceConfig) -> Self {

@@ -16,7 +16,7 @@ use store::directory::ShardReader;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 
-use super::answer::{reading_out, store_error};
+use super::answer::{json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
@@ -97,7 +97,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let item = found.ok_or_else(not_found)?;
         stats.items_returned = 1;
         let out = reading_out(item)?;
-        let body = serde_json::to_value(out).map_err(|e| ApiError::internal(e.to_string()))?;
+        let body = json_body(&out)?;
         Ok((body, stats))
     }
 

@@ -8,7 +8,6 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::{ReadPlan, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
@@ -16,7 +15,7 @@ use store::directory::ShardReader;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 
-use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, reading_out, store_error};
+use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs_with_index, to_time_range};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
@@ -108,7 +107,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         let time_range = to_time_range(resume_range(&read, after.as_ref()))?;
         let Some(table) = self.stored_layout(now).await? else {
-            return Ok((page_json(Vec::new(), None), ReadStats::default()));
+            return Ok((page_json(Vec::new(), None)?, ReadStats::default()));
         };
         let plan = self
             .plan_readings(&devices, time_range, &table, now)
@@ -156,7 +155,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .into_iter()
             .map(reading_out)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((page_json(items, next_cursor), stats))
+        Ok((page_json(items, next_cursor)?, stats))
     }
 
     /// The read plan of one device's readings over `range`, or of every device's: the
@@ -329,8 +328,8 @@ impl AnswerRoom {
     }
 }
 
-fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> serde_json::Value {
-    json!(ReadingsPage { items, next_cursor })
+fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> Result<String, ApiError> {
+    json_body(&ReadingsPage { items, next_cursor })
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -20,7 +20,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .await
             .map_err(store_error)?;
         Ok((
-            shards_json(device, table.as_ref(), &fanout),
+            shards_json(device, table.as_ref(), &fanout).to_string(),
             ReadStats::default(),
         ))
     }

@@ -5,13 +5,12 @@
 use std::ops::ControlFlow;
 use std::time::Instant;
 
-use serde_json::json;
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 
-use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, store_error};
+use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
 use super::plan::{plan_error, specs, to_time_range};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
@@ -78,7 +77,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 buckets: vec![],
                 next_cursor: None,
             };
-            return Ok((json!(empty), ReadStats::default()));
+            return Ok((json_body(&empty)?, ReadStats::default()));
         };
         let fanout = self
             .directory
@@ -100,7 +99,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 if item.device_id != device || !(read.from_ms..read.to_ms).contains(&item.ts_ms) {
                     return ControlFlow::Continue(());
                 }
-                let value = item.metrics.get(metric).copied();
+                let value = item.metrics.get(metric).map(store::Decimal::to_f64);
                 pager.add(item.ts_ms, value, Instant::now())
             },
         )
@@ -126,7 +125,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             let keys = self.config.cursor_keys.get();
             page.next_cursor = Some(encode_cursor(&position, &fp, &keys, now));
         }
-        let body = serde_json::to_value(page).map_err(|e| ApiError::internal(e.to_string()))?;
+        let body = json_body(&page)?;
         Ok((body, stats))
     }
 

@@ -367,7 +367,10 @@ mod tests {
             device_id: "dev-1".to_owned(),
             event_id: "evt-1".to_owned(),
             ts,
-            metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+            metrics: BTreeMap::from([(
+                "t".to_owned(),
+                store::Decimal::from_f64(1.0).expect("a number"),
+            )]),
             tags: BTreeMap::new(),
         };
         source.put(ReadingItem::new(

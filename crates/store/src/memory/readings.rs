@@ -279,7 +279,10 @@ mod tests {
             device_id: "dev".into(),
             event_id: id.into(),
             ts: Timestamp::from_millis(ts_ms).expect("in range"),
-            metrics: BTreeMap::from([("t".to_owned(), 1.0)]),
+            metrics: BTreeMap::from([(
+                "t".to_owned(),
+                crate::Decimal::from_f64(1.0).expect("a number"),
+            )]),
             tags: BTreeMap::new(),
         }
     }
