@@ -83,6 +83,10 @@ impl Decimal {
         if !(MIN_EXPONENT + 1..=MAX_EXPONENT + 1).contains(&point) {
             return Err(DecimalError::OutOfRange);
         }
+        if is_canonical(text, &parts) {
+            // What most devices send (`21.5`): kept as it is, with no digit copied.
+            return Ok(Self(text.to_owned()));
+        }
         let digits: Vec<u8> = all().skip(lead).take(significant).collect();
         Ok(Self(render(parts.negative, &digits, point)))
     }
@@ -197,6 +201,17 @@ fn split(text: &[u8]) -> Option<Parts<'_>> {
         frac,
         exponent,
     })
+}
+
+/// Whether `text`, of a non-zero value, is already canonical: no exponent or `+`, no
+/// leading zero but the one before a point, and a point only before digits that do not
+/// end in zero.
+fn is_canonical(text: &str, parts: &Parts<'_>) -> bool {
+    let plain = !text.bytes().any(|b| matches!(b, b'e' | b'E' | b'+'));
+    let int = parts.int.len() == 1 || parts.int.first().is_some_and(|&d| d != b'0');
+    let no_point = text.len() == parts.int.len() + usize::from(parts.negative);
+    let frac = no_point || parts.frac.last().is_some_and(|&d| d != b'0');
+    plain && int && frac
 }
 
 /// The plain text of `-`? 0.`digits` × 10^`point` (`digits` non-empty, no leading or

@@ -77,6 +77,8 @@ proptest! {
             (Ok(d), Ok(())) => {
                 let canonical = BigDecimal::from_str(d.as_str()).expect("canonical text is a decimal");
                 prop_assert_eq!(&canonical, &value, "{} became {}", text, d);
+                // One text per value: the oracle's plain form of it.
+                prop_assert_eq!(d.as_str(), value.normalized().to_plain_string(), "{}", text);
                 // The canonical text is JSON's number grammar, with no exponent.
                 prop_assert!(serde_json::from_str::<serde_json::Value>(d.as_str()).is_ok(), "{}", d);
                 prop_assert!(!d.as_str().contains(['e', 'E', '+']), "{}", d);
