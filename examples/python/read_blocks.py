@@ -11,7 +11,7 @@ with the rule it broke, never half read.
     python read_blocks.py --table "$TABLE_NAME" > readings.jsonl
 
 prints one JSON object per reading: ``device_id``, ``event_id``, ``ts_ms``, ``ts``,
-``metrics``, ``tags``. Credentials and region come from the usual boto3 sources;
+``metrics`` (each the exact decimal stored, never a double), ``tags``. Credentials and region come from the usual boto3 sources;
 ``--endpoint-url`` points at a local stand-in.
 """
 
@@ -21,6 +21,8 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import re
+import secrets
 import struct
 import sys
 from decimal import Decimal
@@ -44,11 +46,27 @@ def rfc3339_ms(ts_ms: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts_ms % 1000:03d}Z"
 
 
-def number(value: Any) -> float:
-    """A metric as a double, for printing: boto3 reads DynamoDB's number as
-    ``Decimal``, the exact decimal the device sent (Shardline's readers answer that
-    decimal; keep ``Decimal(value)`` where more than a double's digits matter)."""
-    return float(Decimal(value))
+def number(value: Any) -> Decimal:
+    """A metric: DynamoDB's number as boto3 reads it, a ``Decimal``, the exact decimal
+    the device sent (what Shardline's readers answer), never a double."""
+    return Decimal(value)
+
+
+def dumps(reading: dict[str, Any]) -> str:
+    """A reading as one JSON line, each metric written as its exact decimal text (the
+    ``json`` module would need a double)."""
+    texts: list[str] = []
+    # A string no tag can hold by chance stands in for each number, then is replaced.
+    token = secrets.token_hex(16)
+
+    def placeholder(value: Any) -> str:
+        if not isinstance(value, Decimal):
+            raise TypeError(f"{type(value).__name__} is not JSON")
+        texts.append(str(value))
+        return f"{token}{len(texts) - 1}"
+
+    line = json.dumps(reading, sort_keys=True, default=placeholder)
+    return re.sub(f'"{token}(\\d+)"', lambda m: texts[int(m.group(1))], line)
 
 
 def block_digest(members: list[tuple[int, str]]) -> str:
@@ -142,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     for item in scan(table):
         for reading in expand(item):
-            out.write(json.dumps(reading, sort_keys=True) + "\n")
+            out.write(dumps(reading) + "\n")
     return 0
 
 
