@@ -6,14 +6,15 @@
 //! It goes through `serde_dynamo`, with two exceptions. Its `metrics` are numbers as
 //! the device sent them ([`Decimal`]), which `serde_dynamo` could only carry through a
 //! double: [`ReadingItem::to_item`] and [`ReadingItem::from_item`] write and read that
-//! one attribute themselves ([`metrics_attribute`], [`metrics_of`]). And
-//! [`ReadingItem::marshal`], the
-//! ingest's hot path, builds the SDK's attribute map directly. Through `serde_dynamo` that
-//! step was 68% of the ingest's CPU per reading (bench/REPORT.md item 5), because it
-//! builds its own map first and then the SDK's. A property test (`tests/marshal.rs` of
-//! the ingest) holds it equal to `serde_dynamo`'s output for every reading the parser
-//! accepts. Every other item, and every read, stays with `serde_dynamo`: hand-built
-//! attribute maps are allowed only where a figure shows the cost.
+//! one attribute themselves ([`metrics_attribute`], [`metrics_of`]), and the item is
+//! no `serde` type, so nothing sends it through `serde_dynamo` whole. And
+//! [`ReadingItem::marshal`], the ingest's hot path, builds the SDK's attribute map
+//! directly. Through `serde_dynamo` that step was 68% of the ingest's CPU per reading
+//! (bench/REPORT.md item 5), because it builds its own map first and then the SDK's. A
+//! property test (`tests/marshal.rs` of the ingest) holds it equal to
+//! [`ReadingItem::to_item`] for every reading the parser accepts. Every other item,
+//! and every read, stays with `serde_dynamo`: hand-built attribute maps are allowed
+//! only where a figure shows the cost or a double would lose a number.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
