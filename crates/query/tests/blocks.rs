@@ -499,18 +499,7 @@ mod exact {
                 let path = "/devices/dev-1/readings";
                 let resp = rt.block_on(svc.handle_parts("GET", path, Some(&query), crate::common::now()));
                 prop_assert_eq!(resp.status().as_u16(), 200);
-                // Read raw: a JSON number's text, not the double serde_json would make.
-                #[derive(serde::Deserialize)]
-                struct Page {
-                    items: Vec<Item>,
-                }
-                #[derive(serde::Deserialize)]
-                struct Item {
-                    metrics: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
-                }
-                let page: Page = serde_json::from_str(resp.body()).expect("a page");
-                let answered: Vec<_> =
-                    page.items.iter().map(|i| decimal(i.metrics["temperature"].get())).collect();
+                let answered = crate::common::answered_decimals(resp.body(), "temperature");
                 prop_assert_eq!(&answered, &expected, "blocks: {}", packed);
             }
         }

@@ -255,3 +255,21 @@ pub async fn get(svc: &Service<'_>, path_and_query: &str) -> (u16, serde_json::V
     let body = serde_json::from_str(resp.body()).expect("JSON body");
     (status, body)
 }
+
+/// Each item's metric `name` in a readings page, as the decimal its JSON text spells
+/// (read raw, never through a double), for comparison with what was sent.
+pub fn answered_decimals(page: &str, name: &str) -> Vec<bigdecimal::BigDecimal> {
+    #[derive(serde::Deserialize)]
+    struct Page {
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        metrics: BTreeMap<String, Box<serde_json::value::RawValue>>,
+    }
+    let page: Page = serde_json::from_str(page).expect("a readings page");
+    page.items
+        .iter()
+        .map(|i| i.metrics[name].get().parse().expect("a decimal"))
+        .collect()
+}

@@ -110,6 +110,23 @@ fn small_reading(device: &str, event: &str, ts_ms: i64, history: &FanoutHistory)
     ReadingItem::new(&reading, k, Duration::from_secs(86_400 * 3650))
 }
 
+/// A private dynalite on loopback with the template's tables under `prefix`: the
+/// server (stopped when dropped), a client of it and the readings table's name.
+async fn readings_on_dynalite(prefix: &str) -> anyhow::Result<(Dynalite, Client, String)> {
+    let root = repo_root()?;
+    let server = Dynalite::start(&ensure_dynalite(&root)?)?;
+    let tables = provision_tables(
+        &server.endpoint(),
+        &root.join("template.yaml"),
+        prefix,
+        Backend::Dynalite,
+    )
+    .await?;
+    let client = Client::new(&stand_in::sdk_config(&server.endpoint()).await);
+    let readings_table = tables.name("ReadingsTable")?.to_owned();
+    Ok((server, client, readings_table))
+}
+
 /// One row of the worst-case table.
 struct Row {
     route: &'static str,
@@ -132,17 +149,7 @@ fn service<'a>(source: &'a Counted, shards: &Arc<MemoryShards>, budget: RequestB
 #[tokio::test]
 async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() -> anyhow::Result<()>
 {
-    let root = repo_root()?;
-    let server = Dynalite::start(&ensure_dynalite(&root)?)?;
-    let tables = provision_tables(
-        &server.endpoint(),
-        &root.join("template.yaml"),
-        "query-budget",
-        Backend::Dynalite,
-    )
-    .await?;
-    let client = Client::new(&stand_in::sdk_config(&server.endpoint()).await);
-    let readings_table = tables.name("ReadingsTable")?.to_owned();
+    let (server, client, readings_table) = readings_on_dynalite("query-budget").await?;
 
     // One shard of hour buckets; `hot` raised to k = 32 a day before the month read.
     let hot = fanout_history(vec![(BASE_MS - DAY, 32)]);
@@ -331,17 +338,7 @@ async fn every_number_dynamodb_stores_is_answered_as_sent_on_dynalite() -> anyho
         "21.50",
         "0",
     ];
-    let root = repo_root()?;
-    let server = Dynalite::start(&ensure_dynalite(&root)?)?;
-    let tables = provision_tables(
-        &server.endpoint(),
-        &root.join("template.yaml"),
-        "query-numbers",
-        Backend::Dynalite,
-    )
-    .await?;
-    let client = Client::new(&stand_in::sdk_config(&server.endpoint()).await);
-    let readings_table = tables.name("ReadingsTable")?.to_owned();
+    let (server, client, readings_table) = readings_on_dynalite("query-numbers").await?;
     let cold = FanoutHistory::new();
     let items: Vec<ReadingItem> = sent
         .iter()
@@ -368,21 +365,7 @@ async fn every_number_dynamodb_stores_is_answered_as_sent_on_dynalite() -> anyho
         &svc.config().limits,
     )?;
     let (body, _) = svc.execute(endpoint, now()).await?;
-    // Read raw: each number's JSON text, not the double serde_json would make of it.
-    #[derive(serde::Deserialize)]
-    struct Page {
-        items: Vec<Item>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Item {
-        metrics: BTreeMap<String, Box<serde_json::value::RawValue>>,
-    }
-    let page: Page = serde_json::from_str(&body)?;
-    let answered: Vec<BigDecimal> = page
-        .items
-        .iter()
-        .map(|i| BigDecimal::from_str(i.metrics["m"].get()))
-        .collect::<Result<_, _>>()?;
+    let answered = crate::common::answered_decimals(&body, "m");
     let expected: Vec<BigDecimal> = sent
         .iter()
         .map(|t| BigDecimal::from_str(t))

@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
 
 use serde::de::{self, Deserialize, Deserializer};
@@ -65,21 +66,12 @@ impl Decimal {
     /// into the canonical form; refuses what DynamoDB would not store.
     pub fn parse(text: &str) -> Result<Self, DecimalError> {
         let parts = split(text.as_bytes()).ok_or(DecimalError::NotANumber)?;
-        // The significant digits: from the first non-zero digit to the last.
-        let all = || parts.int.iter().chain(parts.frac).copied();
-        let total = parts.int.len() + parts.frac.len();
-        let Some(lead) = all().position(|d| d != b'0') else {
+        let Some((significant, point)) = parts.significant() else {
             return Ok(Self("0".to_owned()));
         };
-        let trail = all().rev().position(|d| d != b'0').unwrap_or(0);
-        let significant = total - lead - trail;
-        if significant > MAX_DIGITS {
-            return Err(DecimalError::TooPrecise(significant));
+        if significant.len() > MAX_DIGITS {
+            return Err(DecimalError::TooPrecise(significant.len()));
         }
-        // The value is 0.d1d2... × 10^point, with d1 the first significant digit.
-        let int_len = i64::try_from(parts.int.len()).unwrap_or(i64::MAX);
-        let lead_i = i64::try_from(lead).unwrap_or(i64::MAX);
-        let point = parts.exponent + int_len - lead_i;
         if !(MIN_EXPONENT + 1..=MAX_EXPONENT + 1).contains(&point) {
             return Err(DecimalError::OutOfRange);
         }
@@ -87,8 +79,11 @@ impl Decimal {
             // What most devices send (`21.5`): kept as it is, with no digit copied.
             return Ok(Self(text.to_owned()));
         }
-        let digits: Vec<u8> = all().skip(lead).take(significant).collect();
-        Ok(Self(render(parts.negative, &digits, point)))
+        Ok(Self(render(
+            parts.negative,
+            &parts.digits(significant),
+            point,
+        )))
     }
 
     /// The number closest to `x` as its shortest text, the decimal a device sends for
@@ -118,23 +113,22 @@ impl Decimal {
     /// and `15`), so that no number takes more than 45 bytes of an answer or a body.
     #[must_use]
     pub fn json_text(&self) -> Cow<'_, str> {
-        let (sign, plain) = match self.0.strip_prefix('-') {
-            Some(rest) => ("-", rest),
-            None => ("", self.0.as_str()),
-        };
-        let (int, frac) = plain.split_once('.').unwrap_or((plain, ""));
-        // The significant digits and the power of ten of the first of them.
-        let all = || int.bytes().chain(frac.bytes());
-        let Some(lead) = all().position(|d| d != b'0') else {
+        if self.0.len() <= PLAIN_JSON_MAX {
+            return Cow::Borrowed(&self.0);
+        }
+        let Some(parts) = split(self.0.as_bytes()) else {
             return Cow::Borrowed(&self.0);
         };
-        let digits: String = all().skip(lead).map(char::from).collect();
-        let digits = digits.trim_end_matches('0');
-        let power = i64::try_from(int.len()).unwrap_or(0) - i64::try_from(lead).unwrap_or(0) - 1;
+        let Some((significant, point)) = parts.significant() else {
+            return Cow::Borrowed(&self.0);
+        };
+        let digits = parts.digits(significant);
+        let sign = if self.0.starts_with('-') { "-" } else { "" };
         let (first, rest) = digits.split_at(1);
-        let point = if rest.is_empty() { "" } else { "." };
-        let scientific = format!("{sign}{first}{point}{rest}e{power}");
-        if self.0.len() > PLAIN_JSON_MAX && scientific.len() < self.0.len() {
+        let dot = if rest.is_empty() { "" } else { "." };
+        let (first, rest) = (char::from(first[0]), String::from_utf8_lossy(rest));
+        let scientific = format!("{sign}{first}{dot}{rest}e{}", point - 1);
+        if scientific.len() < self.0.len() {
             Cow::Owned(scientific)
         } else {
             Cow::Borrowed(&self.0)
@@ -152,6 +146,29 @@ impl Decimal {
     #[must_use]
     pub fn stored_size(&self) -> usize {
         item_size::number_size(&self.0)
+    }
+}
+
+impl Parts<'_> {
+    /// Where the significant digits are (from the first non-zero digit to the last,
+    /// as positions in `int` then `frac`) and the value's `point`: it is
+    /// 0.`digits` × 10^`point`. `None` for zero.
+    fn significant(&self) -> Option<(Range<usize>, i64)> {
+        let lead = self.all().position(|d| d != b'0')?;
+        let trail = self.all().rev().position(|d| d != b'0').unwrap_or(0);
+        let end = self.int.len() + self.frac.len() - trail;
+        let int_len = i64::try_from(self.int.len()).unwrap_or(i64::MAX);
+        let point = self.exponent + int_len - i64::try_from(lead).unwrap_or(i64::MAX);
+        Some((lead..end, point))
+    }
+
+    /// The digits at `range` of `int` then `frac`.
+    fn digits(&self, range: Range<usize>) -> Vec<u8> {
+        self.all().skip(range.start).take(range.len()).collect()
+    }
+
+    fn all(&self) -> impl DoubleEndedIterator<Item = u8> + '_ {
+        self.int.iter().chain(self.frac).copied()
     }
 }
 
@@ -263,8 +280,9 @@ impl FromStr for Decimal {
 /// it becomes a double: write answers with `serde_json::to_string`.
 impl Serialize for Decimal {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let raw = serde_json::value::RawValue::from_string(self.json_text().into_owned())
-            .map_err(serde::ser::Error::custom)?;
+        let text = self.json_text();
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(&text).map_err(serde::ser::Error::custom)?;
         raw.serialize(serializer)
     }
 }
