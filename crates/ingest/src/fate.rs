@@ -3,6 +3,7 @@
 //! of that fate ([`leave`]). No I/O, no clock, no randomness: the handler applies what
 //! these decide, and the reasons are typed, so nothing downstream parses a string.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use sharding::key::ItemKey;
@@ -74,6 +75,10 @@ pub(crate) enum Stage {
     /// (where the layout packs blocks: the rate is measured by those items' sizes).
     Packed(Vec<Packed>),
     Keyed(Vec<Keyed>),
+    /// Its readings travel in the writes of the message at this index, with that
+    /// message's and others' of one device (grouped across the batch by the pack
+    /// stage): its fate follows the writes that hold them ([`settle_batch`]).
+    Joined(usize),
     Refused(Refusal),
     Retry(Retry),
 }
@@ -109,6 +114,9 @@ pub(crate) struct Packed {
     pub(crate) index: Option<usize>,
     /// Its item under a placeholder key as long as any key it can get.
     pub(crate) item: Option<Encoded>,
+    /// The message each member came from, by index in the batch, where the write is
+    /// shared by several messages; empty when all are the carrying message's own.
+    pub(crate) origins: Vec<u32>,
 }
 
 /// One write on its way to the table: a reading's own item, or a block of readings
@@ -127,6 +135,9 @@ pub(crate) struct Keyed {
     pub(crate) fanout: u32,
     /// Its outcome, once final (a stale item has none until it is written again).
     pub(crate) outcome: Option<Outcome>,
+    /// The message each member came from ([`Packed::origins`]); empty when all are the
+    /// carrying message's own.
+    pub(crate) origins: Vec<u32>,
 }
 
 /// What became of a message once its readings have outcomes.
@@ -153,7 +164,7 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
                 reason: retry.to_string(),
             });
         }
-        Stage::Parsed(_) | Stage::Packed(_) => {
+        Stage::Parsed(_) | Stage::Packed(_) | Stage::Joined(_) => {
             return Settled::Final(Fate::Reported {
                 reason: "not keyed".to_owned(),
             });
@@ -193,6 +204,84 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
             reason,
         },
     }
+}
+
+/// Every message's fate, in the batch's order, from the writes that hold its readings
+/// ([`settle`] over them): a write shared by several messages (one device's readings
+/// grouped across the batch) counts for each of them with its members from it, so a
+/// message is written when every write holding one of its readings is, and splits off
+/// only its own unwritten readings. A message joined to another that was refused or is
+/// retried as a whole (the group's packing or keying failed) shares that fate.
+pub(crate) fn settle_batch(stages: Vec<Stage>, rekey_rounds: usize) -> Vec<Settled> {
+    let mut joined: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, stage) in stages.iter().enumerate() {
+        if let Stage::Joined(carrier) = stage {
+            joined.entry(*carrier).or_default().push(i);
+        }
+    }
+    let mut settled: Vec<Option<Settled>> =
+        std::iter::repeat_with(|| None).take(stages.len()).collect();
+    for (i, stage) in stages.into_iter().enumerate() {
+        match stage {
+            Stage::Joined(_) => {}
+            Stage::Keyed(keyed) => {
+                for (origin, writes) in by_origin(i, keyed) {
+                    if let Some(slot) = settled.get_mut(origin) {
+                        *slot = Some(settle(Stage::Keyed(writes), rekey_rounds));
+                    }
+                }
+            }
+            stage => {
+                let fate = settle(stage, rekey_rounds);
+                if let Settled::Final(shared) = &fate {
+                    for &j in joined.get(&i).into_iter().flatten() {
+                        settled[j] = Some(Settled::Final(shared.clone()));
+                    }
+                }
+                settled[i] = Some(fate);
+            }
+        }
+    }
+    settled
+        .into_iter()
+        .map(|s| {
+            // A joined message always has a reading in some write; were it not so, it
+            // is redelivered, never taken as stored.
+            s.unwrap_or_else(|| {
+                Settled::Final(Fate::Reported {
+                    reason: "its readings were in no write".to_owned(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// The writes of the message at `own`, split by the message each member came from:
+/// each message's view holds its own members of each write, with the write's key and
+/// outcome.
+fn by_origin(own: usize, keyed: Vec<Keyed>) -> BTreeMap<usize, Vec<Keyed>> {
+    let mut views: BTreeMap<usize, Vec<Keyed>> = BTreeMap::new();
+    for write in keyed {
+        if write.origins.is_empty() {
+            views.entry(own).or_default().push(write);
+            continue;
+        }
+        let mut members: BTreeMap<usize, Vec<Reading>> = BTreeMap::new();
+        for (reading, origin) in write.readings.into_iter().zip(&write.origins) {
+            members.entry(*origin as usize).or_default().push(reading);
+        }
+        for (origin, readings) in members {
+            views.entry(origin).or_default().push(Keyed {
+                readings,
+                key: write.key.clone(),
+                item: None,
+                fanout: write.fanout,
+                outcome: write.outcome.clone(),
+                origins: Vec::new(),
+            });
+        }
+    }
+    views
 }
 
 /// A message's delivery history, from its SQS attributes.
@@ -333,6 +422,7 @@ mod tests {
             item: None,
             fanout: 1,
             outcome,
+            origins: Vec::new(),
         }
     }
 
@@ -434,6 +524,79 @@ mod tests {
             settle(Stage::Refused(refused.clone()), 4),
             Settled::Final(Fate::DeadLettered { reason: refused })
         );
+    }
+
+    /// A block holding `events`, each from the message of the same place in `from`.
+    fn shared(events: &[&str], from: &[u32], outcome: Option<Outcome>) -> Keyed {
+        Keyed {
+            readings: events.iter().map(|e| reading(e)).collect(),
+            origins: from.to_vec(),
+            ..keyed(events[0], outcome)
+        }
+    }
+
+    #[test]
+    fn a_message_sharing_writes_follows_each_write_that_holds_its_readings() {
+        // Messages 0, 1 and 2 of one device, grouped into the writes message 0 carries:
+        // message 0's readings are all in the written block, message 1's in both
+        // blocks, message 2's only in the throttled one.
+        let stages = vec![
+            Stage::Keyed(vec![
+                shared(&["a", "b", "c"], &[0, 1, 0], Some(Outcome::Written)),
+                shared(&["d", "e"], &[1, 2], Some(throttled())),
+            ]),
+            Stage::Joined(0),
+            Stage::Joined(0),
+        ];
+        let settled = settle_batch(stages, 4);
+        assert_eq!(
+            settled,
+            vec![
+                Settled::Final(Fate::Written { readings: 2 }),
+                Settled::Split {
+                    unwritten: vec![reading("d")],
+                    written: 1,
+                    reason: "throttled".to_owned(),
+                },
+                reported("throttled"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_message_joined_to_a_refused_or_retried_carrier_shares_its_fate() {
+        let refused = Refusal {
+            field: "body".to_owned(),
+            rule: "over 400 KB".to_owned(),
+        };
+        let settled = settle_batch(
+            vec![
+                Stage::Refused(refused.clone()),
+                Stage::Retry(Retry::Failed("metadata unavailable".to_owned())),
+                Stage::Joined(1),
+                Stage::Joined(0),
+                Stage::Keyed(vec![keyed("z", Some(Outcome::Written))]),
+            ],
+            4,
+        );
+        let dead = || {
+            Settled::Final(Fate::DeadLettered {
+                reason: refused.clone(),
+            })
+        };
+        assert_eq!(
+            settled,
+            vec![
+                dead(),
+                reported("metadata unavailable"),
+                reported("metadata unavailable"),
+                dead(),
+                Settled::Final(Fate::Written { readings: 1 }),
+            ]
+        );
+        // A joined message that no write holds is redelivered, never taken as stored.
+        let lost = settle_batch(vec![Stage::Keyed(Vec::new()), Stage::Joined(0)], 4);
+        assert_eq!(lost[1], reported("its readings were in no write"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod blocks;
 mod front_door;
+mod grouping;
 mod handler;
 mod marshal;
 mod moto;

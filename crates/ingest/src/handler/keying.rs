@@ -246,7 +246,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         fanouts: &Fanouts,
         now: Timestamp,
     ) -> Stage {
-        match pack_message(readings, table) {
+        match pack_message(readings, table, false) {
             Ok(writes) => self.key_writes(writes, table, fanouts, now),
             Err(refusal) => Stage::Refused(refusal),
         }
@@ -266,6 +266,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             readings: members,
             index,
             item,
+            origins,
         } in writes
         {
             let device = &members[0].device_id;
@@ -289,6 +290,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                     fanout: key.fanout,
                     item: Some(item),
                     outcome: None,
+                    origins,
                 }),
                 Err(ItemError::Key(err)) => return Stage::Refused(key_refusal(index, &err)),
                 Err(err) => {
@@ -305,19 +307,30 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     }
 }
 
-/// One message's readings packed into writes (`store::pack`), not encoded yet, or the
-/// refusal of a reading that cannot be keyed: every reading is checked as its own key
-/// would check it, member of a block or not, so packing changes no refusal.
-pub(super) fn pack_message(
-    readings: Vec<Reading>,
-    table: &TableHistory,
-) -> Result<Vec<Packed>, Refusal> {
+/// Whether every reading of a message can be keyed, or the refusal of the first that
+/// cannot: every reading is checked as its own key would check it, member of a block
+/// or not, so packing changes no refusal.
+pub(super) fn check_keyable(readings: &[Reading], table: &TableHistory) -> Result<(), Refusal> {
     let batch = readings.len() > 1;
     for (i, reading) in readings.iter().enumerate() {
         if let Err(err) = keyable(reading, table) {
             return Err(key_refusal(batch.then_some(i), &err));
         }
     }
+    Ok(())
+}
+
+/// One message's readings packed into writes (`store::pack`), not encoded yet, or the
+/// refusal of a reading that cannot be keyed ([`check_keyable`], unless `checked`).
+pub(super) fn pack_message(
+    readings: Vec<Reading>,
+    table: &TableHistory,
+    checked: bool,
+) -> Result<Vec<Packed>, Refusal> {
+    if !checked {
+        check_keyable(&readings, table)?;
+    }
+    let batch = readings.len() > 1;
     let units = pack::pack(&readings, table);
     Ok(pack::take(readings, &units)
         .into_iter()
@@ -326,6 +339,7 @@ pub(super) fn pack_message(
             readings: members,
             index: batch.then_some(unit[0]),
             item: None,
+            origins: Vec::new(),
         })
         .collect())
 }

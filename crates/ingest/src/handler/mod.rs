@@ -57,7 +57,7 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::config::Config;
-use crate::fate::{Retry, Settled, Stage, settle};
+use crate::fate::{Retry, Settled, Stage, settle_batch};
 
 use observe::{Changes, entity_rates};
 
@@ -302,10 +302,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .iter()
             .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
             .count() as u64;
-        let settled: Vec<Settled> = stages
-            .into_iter()
-            .map(|stage| settle(stage, MAX_REKEY_ROUNDS))
-            .collect();
+        let settled: Vec<Settled> = settle_batch(stages, MAX_REKEY_ROUNDS);
         let leaving = self.leave_stage(settled, &run, rng).await;
         let (delayed, delay_failures) = self
             .delay_reported(run.records, &leaving.fates, run.deadline, rng)

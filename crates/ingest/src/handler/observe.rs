@@ -108,26 +108,26 @@ pub(super) fn entity_rates<'a>(
     let batch = batch_arrival(records, intake);
     // One lookup per reading, borrowed ids: one allocation per entity, at the end.
     let mut seen: HashMap<&'a str, Seen> = HashMap::new();
+    // A reading of `entity` from the message at `message`, with the write units it adds
+    // (its write's when it is a write's first member; none for a message joined to
+    // another's writes, whose readings that message's writes count).
+    let mut see = |entity: &'a str, readings: u64, units: u64, message: usize| {
+        let entity = seen.entry(entity).or_insert(Seen {
+            readings: 0,
+            units: 0,
+            messages: 0,
+            message: usize::MAX,
+            sent: None,
+        });
+        entity.readings += readings;
+        entity.units += units;
+        if entity.message != message {
+            entity.message = message;
+            entity.messages += 1;
+            entity.sent_in(records.get(message).and_then(sent_at));
+        }
+    };
     for (message, stage) in stages.iter().enumerate() {
-        let sent = records.get(message).and_then(sent_at);
-        // Each reading of the message, with the write units it adds (its write's when
-        // it is a write's first member).
-        let mut see = |r: &'a Reading, units: u64| {
-            let entity = seen.entry(r.device_id.as_str()).or_insert(Seen {
-                readings: 0,
-                units: 0,
-                messages: 0,
-                message: usize::MAX,
-                sent: None,
-            });
-            entity.readings += 1;
-            entity.units += units;
-            if entity.message != message {
-                entity.message = message;
-                entity.messages += 1;
-                entity.sent_in(sent);
-            }
-        };
         match stage {
             // Packed and encoded by the pack stage: each write counts its item's units.
             Stage::Packed(writes) => {
@@ -137,11 +137,22 @@ pub(super) fn entity_rates<'a>(
                         |item| store::size::write_units(item.size) as u64,
                     );
                     for (i, r) in write.readings.iter().enumerate() {
-                        see(r, if i == 0 { units } else { 0 });
+                        see(&r.device_id, 1, if i == 0 { units } else { 0 }, message);
                     }
                 }
             }
-            Stage::Parsed(readings) => readings.iter().for_each(|r| see(r, item_units(r))),
+            Stage::Parsed(readings) => readings
+                .iter()
+                .for_each(|r| see(&r.device_id, 1, item_units(r), message)),
+            // Its readings are counted with the writes that carry them; its arrival
+            // counts as its own message's.
+            Stage::Joined(carrier) => {
+                if let Some(Stage::Packed(writes)) = stages.get(*carrier)
+                    && let Some(first) = writes.first().and_then(|w| w.readings.first())
+                {
+                    see(&first.device_id, 0, 0, message);
+                }
+            }
             _ => {}
         }
     }

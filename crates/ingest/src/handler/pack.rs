@@ -1,10 +1,20 @@
-//! Stage 2, where the layout packs blocks: each parsed message's readings packed into
+//! Stage 2, where the layout packs blocks: the parsed messages' readings packed into
 //! writes (`store::pack`), and each write's item encoded once, under a placeholder key
 //! as long as any key it can get (`store::pack::encode_unkeyed`). The observe stage
 //! measures a device's rate by those items' sizes, and the keying then sets each item's
 //! key (`store::pack::with_key`): an item is encoded once, not once for the rate and
 //! again for the write. A reading that cannot be keyed refuses its message here, as the
 //! keying would.
+//!
+//! The messages of one device in a batch are packed together ([`groups`]), so a device
+//! sending a reading a message writes blocks too: the first of them carries the
+//! group's writes, each member marked with the message it came from, and the others
+//! are joined to it (`Stage::Joined`); each message's fate then follows the writes that
+//! hold its readings (`crate::fate::settle_batch`). A message that shares a reading
+//! with another (a copy sent twice) is packed alone, so a write never holds two
+//! messages' copies of one reading, and a publisher's retry overwrites its blocks.
+
+use std::collections::HashMap;
 
 use sharding::epoch::TableHistory;
 use store::Reading;
@@ -14,17 +24,43 @@ use store::pack;
 use store::queue::Queue;
 use tracing::Span;
 
-use super::keying::pack_message;
+use super::keying::{check_keyable, pack_message};
 use super::{Ingest, guarded};
-use crate::fate::Stage;
+use crate::fate::{Packed, Stage};
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Packs and encodes every parsed message of `stages` (whose spans are `spans`),
-    /// where `table` packs blocks; elsewhere a reading is its own item, sized by its
-    /// bound, and nothing is encoded before the keying.
+    /// where `table` packs blocks, each device's messages together; elsewhere a reading
+    /// is its own item, sized by its bound, and nothing is encoded before the keying.
     pub(super) fn pack_stage(&self, stages: &mut [Stage], spans: &[Span], table: &TableHistory) {
         if !pack::packs_blocks(table) {
             return;
+        }
+        // A reading that cannot be keyed refuses its own message, before any group.
+        for stage in stages.iter_mut() {
+            if let Stage::Parsed(readings) = stage
+                && let Err(refusal) = check_keyable(readings, table)
+            {
+                *stage = Stage::Refused(refusal);
+            }
+        }
+        for group in groups(stages) {
+            let carrier = group[0];
+            let packed = spans[carrier].in_scope(|| {
+                let mut readings = Vec::new();
+                let mut origins = Vec::new();
+                for &message in &group {
+                    if let Stage::Parsed(own) = &mut stages[message] {
+                        origins.extend(std::iter::repeat_n(message as u32, own.len()));
+                        readings.append(own);
+                    }
+                }
+                guarded(|| self.pack_group(readings, &origins, table))
+            });
+            stages[carrier] = packed;
+            for &message in &group[1..] {
+                stages[message] = Stage::Joined(carrier);
+            }
         }
         for (stage, span) in stages.iter_mut().zip(spans) {
             if let Stage::Parsed(readings) = stage {
@@ -37,13 +73,95 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// One message packed into writes, each encoded before it is keyed; a write whose
     /// item cannot be made is left to the keying to refuse, with its reason.
     fn pack_message(&self, readings: Vec<Reading>, table: &TableHistory) -> Stage {
-        let mut writes = match pack_message(readings, table) {
+        // Its readings were checked before the groups were made.
+        let mut writes = match pack_message(readings, table, true) {
             Ok(writes) => writes,
             Err(refusal) => return Stage::Refused(refusal),
         };
-        for write in &mut writes {
-            write.item = pack::encode_unkeyed(&write.readings, self.config.retention).ok();
-        }
+        self.encode(&mut writes);
         Stage::Packed(writes)
     }
+
+    /// The readings of a group of messages (`origins`: the message of each) packed
+    /// into writes together, each member marked with its message, each write encoded.
+    fn pack_group(&self, readings: Vec<Reading>, origins: &[u32], table: &TableHistory) -> Stage {
+        let units = pack::pack(&readings, table);
+        let mut writes: Vec<Packed> = pack::take(readings, &units)
+            .into_iter()
+            .zip(&units)
+            .map(|(members, unit)| Packed {
+                readings: members,
+                index: None,
+                item: None,
+                origins: unit.iter().map(|&i| origins[i]).collect(),
+            })
+            .collect();
+        self.encode(&mut writes);
+        Stage::Packed(writes)
+    }
+
+    fn encode(&self, writes: &mut [Packed]) {
+        for write in writes {
+            write.item = pack::encode_unkeyed(&write.readings, self.config.retention).ok();
+        }
+    }
+}
+
+/// The messages of `stages` packed together, by index, in order: for each device with
+/// more than one parsed message holding its readings alone, those of them that share no
+/// reading (its `(ts, event id)`) with another. A message sent twice (a publisher's
+/// retry) is packed alone, as is its copy, into the same blocks under the same keys.
+fn groups(stages: &[Stage]) -> Vec<Vec<usize>> {
+    fn readings_of(stage: &Stage) -> Option<(&str, &[Reading])> {
+        let Stage::Parsed(readings) = stage else {
+            return None;
+        };
+        let first = readings.first()?;
+        readings
+            .iter()
+            .all(|r| r.device_id == first.device_id)
+            .then_some((first.device_id.as_str(), readings.as_slice()))
+    }
+    fn identity(r: &Reading) -> (i64, &str) {
+        (r.ts.as_millis(), r.event_id.as_str())
+    }
+    // Most devices of a fleet send one message a batch: only those with more are
+    // grouped, and only their readings' identities are held.
+    let mut messages: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, stage) in stages.iter().enumerate() {
+        if let Some((device, _)) = readings_of(stage) {
+            messages.entry(device).or_default().push(i);
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = messages
+        .into_values()
+        .filter(|m| m.len() > 1)
+        .filter_map(|candidates| {
+            // Each identity's message, or `usize::MAX` where two messages hold it.
+            let mut owner: HashMap<(i64, &str), usize> = HashMap::new();
+            for &i in &candidates {
+                for r in readings_of(&stages[i]).map_or(&[][..], |(_, rs)| rs) {
+                    owner
+                        .entry(identity(r))
+                        .and_modify(|o| {
+                            if *o != i {
+                                *o = usize::MAX;
+                            }
+                        })
+                        .or_insert(i);
+                }
+            }
+            let group: Vec<usize> = candidates
+                .into_iter()
+                .filter(|&i| {
+                    readings_of(&stages[i]).is_some_and(|(_, rs)| {
+                        rs.iter().all(|r| owner.get(&identity(r)) == Some(&i))
+                    })
+                })
+                .collect();
+            (group.len() > 1).then_some(group)
+        })
+        .collect();
+    groups.sort_unstable();
+    groups
 }
