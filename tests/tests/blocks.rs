@@ -212,6 +212,107 @@ async fn dynalite_blocks_written_by_the_ingest_are_read_back_once_by_every_route
     rig.finish().await
 }
 
+/// Readings grouped across the messages of a batch, where a lost response re-forms
+/// them (docs/design-blocks.md): the first batch's block is written and its response
+/// lost, so SQS redelivers one of its messages with one sent since, and the ingest
+/// packs them into another block. Ten readings are then held by two blocks on dynalite:
+/// every route answers each once, through every cursor, the stats count it once, and
+/// `shardline audit` counts the ten and their extra copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynalite_a_reading_re_formed_into_two_blocks_is_answered_once_and_audited() -> Result<()> {
+    let rig = Rig::start(Backend::Dynalite, |_, _| {}).await?;
+    let service = rig.service(&[("BLOCKS", "on")]);
+    // sensor-1's readings a second apart, ten to a message.
+    let body = |from: usize| {
+        let readings: Vec<Value> = (from..from + 10)
+            .map(|n| {
+                json!({
+                    "device_id": "sensor-1",
+                    "event_id": format!("e-{n:04}"),
+                    "ts": HOUR3 + n as i64 * 1_000,
+                    "metrics": {"temperature": 20.0 + n as f64 / 8.0},
+                })
+            })
+            .collect();
+        json!({ "readings": readings })
+    };
+    let (a, b, c) = (
+        ("m-a".to_owned(), body(0)),
+        ("m-b".to_owned(), body(10)),
+        ("m-c".to_owned(), body(20)),
+    );
+    let mut rng = StdRng::seed_from_u64(34);
+    for batch in [[a, b.clone()], [b, c]] {
+        let report = service
+            .process(&event(&batch), t0(), roomy(), &mut rng)
+            .await;
+        ensure!(
+            report.response()?.batch_item_failures.is_empty(),
+            "{report:?}"
+        );
+    }
+    let items = scan(&rig.direct, &rig.table_name).await?;
+    assert_eq!(items.len(), 2, "two blocks");
+
+    // The audit of the table: 40 readings held, 30 distinct, 10 of them twice.
+    let attributes = store::scan::ScanAttributes::readings();
+    let table = store::scan::DynamoScan::new(rig.direct.clone(), &rig.table_name);
+    let sample = shardline::audit::scan_table(&table, &attributes, None).await?;
+    let report = shardline::audit::audit_sampled(&sample, &Default::default());
+    assert_eq!(
+        report.duplicates,
+        Some(shardline::audit::DuplicateReport {
+            items: 40,
+            readings: 30,
+            duplicated: 10,
+            extra_copies: 10,
+        }),
+        "{report:?}"
+    );
+
+    // Every route answers each reading once.
+    let config = ServiceConfig::new(query::cursor::CursorKey::new(
+        b"e2e-blocks-cursor-key-0123456789".to_vec(),
+    )?);
+    let svc = QueryService::new(
+        DynamoReadingSource::new(rig.direct.clone(), &rig.table_name),
+        rig.shards(),
+        config,
+    );
+    let want: Vec<(String, String)> = (0..30)
+        .map(|n| ("sensor-1".to_owned(), format!("e-{n:04}")))
+        .collect();
+    let (from, to) = (HOUR3, HOUR3 + 3_600_000);
+    for limit in [3, 7, 100] {
+        for path in [
+            format!("/devices/sensor-1/readings?from={from}&to={to}&limit={limit}"),
+            format!("/readings?from={from}&to={to}&limit={limit}"),
+        ] {
+            assert_eq!(follow(&svc, &path).await?, want, "{path}");
+        }
+    }
+    let stats = get(
+        &svc,
+        &format!(
+            "/devices/sensor-1/stats?from={from}&to={}&interval=5s&metric=temperature",
+            from + 30_000
+        ),
+    )
+    .await?;
+    let counts: Vec<u64> = stats["buckets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| b["count"].as_u64().unwrap_or_default())
+        .collect();
+    assert_eq!(counts, [5; 6], "{stats}");
+    // A point read of a reading held twice answers it once.
+    let ts = HOUR3 + 15_000;
+    let point = get(&svc, &format!("/devices/sensor-1/readings/e-0015?ts={ts}")).await?;
+    assert_eq!(point["event_id"], "e-0015", "{point}");
+    rig.finish().await
+}
+
 /// `shardline blocks on`'s write where DynamoDB's conditions are enforced (dynalite,
 /// whose conditional puts are atomic; moto's are not): eight switches at once schedule
 /// one table-layout epoch and the other seven find it done, and a layout written from a
