@@ -207,3 +207,184 @@ async fn a_batch_re_formed_after_a_lost_response_stores_a_reading_in_two_blocks_
         assert!(copies.windows(2).all(|w| w[0] == w[1]), "{copies:#?}");
     }
 }
+
+mod property {
+    //! Any batch of one or two devices' messages, with readings repeated across
+    //! messages, and any of the batch's keys throttled: every message's fate follows
+    //! the writes that hold its readings, and nothing is lost.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use ingest::Fate;
+    use ingest::handler::SOURCE_ID_ATTRIBUTE;
+    use proptest::prelude::*;
+    use sharding::block::is_block_sk;
+    use store::ReadingItem;
+    use store::block::BlockItem;
+
+    use crate::blocks::{BLOCKS, SOURCE, batch, deadline, rng};
+    use crate::support::{Fixture, now};
+
+    /// 03:58:00: a message's readings, 7 s apart, can cross into the 04:00 bucket.
+    const BASE: i64 = 1_782_100_680_000;
+    const DEVICES: [&str; 2] = ["d-1", "d-2"];
+
+    /// A reading's identity: (device, ts ms, event id).
+    type Id = (String, i64, String);
+
+    fn id(device: &str, n: u32) -> Id {
+        (
+            device.to_owned(),
+            BASE + i64::from(n) * 7_000,
+            format!("e-{n}"),
+        )
+    }
+
+    fn body(device: &str, numbers: &[u32]) -> serde_json::Value {
+        let readings: Vec<serde_json::Value> = numbers
+            .iter()
+            .map(|&n| {
+                let (_, ts, event) = id(device, n);
+                serde_json::json!({
+                    "device_id": device,
+                    "event_id": event,
+                    "ts": ts,
+                    "metrics": {"t": f64::from(n) / 4.0},
+                })
+            })
+            .collect();
+        serde_json::json!({ "readings": readings })
+    }
+
+    /// Every reading the items hold, each time an item holds it.
+    fn held(items: &BTreeMap<sharding::key::ItemKey, store::batch::Item>) -> Vec<Id> {
+        let mut out = Vec::new();
+        for (key, item) in items {
+            let readings: Vec<ReadingItem> = if is_block_sk(&key.sk) {
+                BlockItem::from_item(item.clone())
+                    .and_then(|b| b.readings())
+                    .expect("a valid block")
+            } else {
+                vec![ReadingItem::from_item(item.clone()).expect("a reading")]
+            };
+            out.extend(
+                readings
+                    .into_iter()
+                    .map(|r| (r.device_id, r.ts_ms, r.event_id)),
+            );
+        }
+        out
+    }
+
+    fn messages() -> impl Strategy<Value = Vec<(usize, Vec<u32>)>> {
+        prop::collection::vec(
+            (0..DEVICES.len(), prop::collection::vec(0u32..40, 1..12)),
+            1..10,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn every_message_follows_the_writes_that_hold_its_readings(
+            sent in messages(),
+            throttled in prop::collection::vec(any::<bool>(), 8),
+        ) {
+            let bodies: Vec<serde_json::Value> =
+                sent.iter().map(|(d, ns)| body(DEVICES[*d], ns)).collect();
+            let ev = batch(&bodies);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                // The keys the batch writes, then the same batch with some throttled.
+                let probe = Fixture::new();
+                probe
+                    .service(&[BLOCKS])
+                    .process(&ev, now(), deadline(), &mut rng())
+                    .await;
+                let pks: BTreeSet<String> =
+                    probe.table.items().keys().map(|k| k.pk.clone()).collect();
+                let fx = Fixture::new();
+                for (pk, hot) in pks.iter().zip(&throttled) {
+                    if *hot {
+                        fx.table.throttle_pk(pk.clone());
+                    }
+                }
+                let report = fx
+                    .service(&[BLOCKS, SOURCE, ("FANOUT_MAX", "1")])
+                    .process(&ev, now(), deadline(), &mut rng())
+                    .await;
+                let copies: BTreeMap<String, Vec<Id>> = fx
+                    .dlq
+                    .copies()
+                    .iter()
+                    .map(|c| {
+                        let source = c.attributes[SOURCE_ID_ATTRIBUTE].1.clone();
+                        let limits = ingest::Limits {
+                            now: now(),
+                            max_future: std::time::Duration::from_secs(300),
+                            retention: std::time::Duration::from_secs(30 * 86_400),
+                            max_readings: 500,
+                        };
+                        let readings = ingest::parse_body(&c.body, &limits).expect("a body");
+                        let ids = readings
+                            .into_iter()
+                            .map(|r| (r.device_id, r.ts.as_millis(), r.event_id))
+                            .collect();
+                        (source, ids)
+                    })
+                    .collect();
+                let stored: BTreeSet<Id> = held(&fx.table.items()).into_iter().collect();
+                for (i, (d, ns)) in sent.iter().enumerate() {
+                    let own: BTreeSet<Id> = ns.iter().map(|&n| id(DEVICES[*d], n)).collect();
+                    let fate = &report.messages[i].fate;
+                    let copy: BTreeSet<Id> = copies
+                        .get(&format!("m-{i:03}"))
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect();
+                    match fate {
+                        Fate::Written { readings } => {
+                            assert_eq!(*readings, own.len(), "{i}: {fate:?}");
+                            assert!(own.is_subset(&stored), "{i}: a written message's reading is not stored");
+                        }
+                        Fate::Split { written, requeued, .. } => {
+                            assert_eq!(written + requeued, own.len(), "{i}: {fate:?}");
+                            assert_eq!(copy.len(), *requeued, "{i}: its copy");
+                            assert!(copy.is_subset(&own), "{i}: a copy holds another's reading");
+                            let kept: BTreeSet<Id> = stored.union(&copy).cloned().collect();
+                            assert!(own.is_subset(&kept), "{i}: a reading neither stored nor requeued");
+                        }
+                        Fate::Reported { .. } => assert!(copy.is_empty()),
+                        other => panic!("{i}: {other:?}"),
+                    }
+                }
+                // Without a throttle, every reading is stored, and a reading no two
+                // messages share is held by one item.
+                if !throttled.iter().take(pks.len()).any(|t| *t) {
+                    let all = held(&fx.table.items());
+                    let sent_ids: BTreeSet<Id> = sent
+                        .iter()
+                        .flat_map(|(d, ns)| ns.iter().map(|&n| id(DEVICES[*d], n)))
+                        .collect();
+                    assert_eq!(all.iter().cloned().collect::<BTreeSet<Id>>(), sent_ids);
+                    let mut senders: BTreeMap<Id, BTreeSet<usize>> = BTreeMap::new();
+                    for (i, (d, ns)) in sent.iter().enumerate() {
+                        for &n in ns {
+                            senders.entry(id(DEVICES[*d], n)).or_default().insert(i);
+                        }
+                    }
+                    for reading in senders.iter().filter(|(_, s)| s.len() == 1).map(|(r, _)| r) {
+                        let copies = all.iter().filter(|r| *r == reading).count();
+                        assert_eq!(copies, 1, "{reading:?} held {copies} times");
+                    }
+                }
+            });
+        }
+    }
+}

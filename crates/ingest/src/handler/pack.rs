@@ -107,61 +107,104 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     }
 }
 
+/// A parsed message of one device's readings, and the span of their timestamps.
+struct Candidate<'a> {
+    index: usize,
+    readings: &'a [Reading],
+    first_ms: i64,
+    last_ms: i64,
+}
+
 /// The messages of `stages` packed together, by index, in order: for each device with
 /// more than one parsed message holding its readings alone, those of them that share no
 /// reading (its `(ts, event id)`) with another. A message sent twice (a publisher's
 /// retry) is packed alone, as is its copy, into the same blocks under the same keys.
 fn groups(stages: &[Stage]) -> Vec<Vec<usize>> {
-    fn readings_of(stage: &Stage) -> Option<(&str, &[Reading])> {
+    let mut by_device: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
+    for (index, stage) in stages.iter().enumerate() {
         let Stage::Parsed(readings) = stage else {
-            return None;
+            continue;
         };
-        let first = readings.first()?;
-        readings
-            .iter()
-            .all(|r| r.device_id == first.device_id)
-            .then_some((first.device_id.as_str(), readings.as_slice()))
-    }
-    fn identity(r: &Reading) -> (i64, &str) {
-        (r.ts.as_millis(), r.event_id.as_str())
-    }
-    // Most devices of a fleet send one message a batch: only those with more are
-    // grouped, and only their readings' identities are held.
-    let mut messages: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, stage) in stages.iter().enumerate() {
-        if let Some((device, _)) = readings_of(stage) {
-            messages.entry(device).or_default().push(i);
+        let Some(first) = readings.first() else {
+            continue;
+        };
+        let (mut first_ms, mut last_ms, mut one_device) = (i64::MAX, i64::MIN, true);
+        for r in readings {
+            one_device &= r.device_id == first.device_id;
+            first_ms = first_ms.min(r.ts.as_millis());
+            last_ms = last_ms.max(r.ts.as_millis());
+        }
+        if one_device {
+            by_device
+                .entry(first.device_id.as_str())
+                .or_default()
+                .push(Candidate {
+                    index,
+                    readings,
+                    first_ms,
+                    last_ms,
+                });
         }
     }
-    let mut groups: Vec<Vec<usize>> = messages
+    // Most devices of a fleet send one message a batch: only those with more group.
+    let mut groups: Vec<Vec<usize>> = by_device
         .into_values()
-        .filter(|m| m.len() > 1)
-        .filter_map(|candidates| {
-            // Each identity's message, or `usize::MAX` where two messages hold it.
-            let mut owner: HashMap<(i64, &str), usize> = HashMap::new();
-            for &i in &candidates {
-                for r in readings_of(&stages[i]).map_or(&[][..], |(_, rs)| rs) {
-                    owner
-                        .entry(identity(r))
-                        .and_modify(|o| {
-                            if *o != i {
-                                *o = usize::MAX;
-                            }
-                        })
-                        .or_insert(i);
-                }
-            }
-            let group: Vec<usize> = candidates
-                .into_iter()
-                .filter(|&i| {
-                    readings_of(&stages[i]).is_some_and(|(_, rs)| {
-                        rs.iter().all(|r| owner.get(&identity(r)) == Some(&i))
-                    })
-                })
-                .collect();
+        .filter(|candidates| candidates.len() > 1)
+        .filter_map(|mut candidates| {
+            let group = sharing_none(&mut candidates);
             (group.len() > 1).then_some(group)
         })
         .collect();
     groups.sort_unstable();
     groups
+}
+
+/// The candidates (one device's) that share no reading with another, by index, in
+/// order. Messages whose time spans do not overlap share none, so identities are
+/// compared only within runs of overlapping spans: a device's messages of successive
+/// readings cost a sort of the messages, not a set of their readings.
+fn sharing_none(candidates: &mut [Candidate<'_>]) -> Vec<usize> {
+    candidates.sort_unstable_by_key(|c| (c.first_ms, c.index));
+    let mut out = Vec::with_capacity(candidates.len());
+    let mut start = 0;
+    while start < candidates.len() {
+        let (mut end, mut last_ms) = (start + 1, candidates[start].last_ms);
+        while end < candidates.len() && candidates[end].first_ms <= last_ms {
+            last_ms = last_ms.max(candidates[end].last_ms);
+            end += 1;
+        }
+        match &candidates[start..end] {
+            [alone] => out.push(alone.index),
+            overlapping => {
+                // Each identity's message, or `usize::MAX` where two messages hold it.
+                let mut owner: HashMap<(i64, &str), usize> = HashMap::new();
+                for c in overlapping {
+                    for r in c.readings {
+                        owner
+                            .entry((r.ts.as_millis(), r.event_id.as_str()))
+                            .and_modify(|o| {
+                                if *o != c.index {
+                                    *o = usize::MAX;
+                                }
+                            })
+                            .or_insert(c.index);
+                    }
+                }
+                out.extend(
+                    overlapping
+                        .iter()
+                        .filter(|c| {
+                            c.readings.iter().all(|r| {
+                                owner.get(&(r.ts.as_millis(), r.event_id.as_str()))
+                                    == Some(&c.index)
+                            })
+                        })
+                        .map(|c| c.index),
+                );
+            }
+        }
+        start = end;
+    }
+    out.sort_unstable();
+    out
 }
