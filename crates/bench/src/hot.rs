@@ -119,10 +119,11 @@ impl Run {
 /// with it the key rate, down by 10. Two runs change one setting, as context: batches
 /// of 10 single-reading messages, where no rate shows and only key-range throttles
 /// raise; and a 5-s batching window, where one invocation lands 5,000 readings of the
-/// device on its keys at once. The last run is 20x a key in messages of 50 with blocks
-/// on, the default layout of a new table: its goals are no throttle at all and a
+/// device on its keys at once. The last two runs are 20x a key with blocks on, the
+/// default layout of a new table, in messages of 50 and of 1 (the ingest packs a
+/// device's messages of a batch together): their goals are no throttle at all and a
 /// fan-out of at most 2.
-const RUNS: [Run; 7] = [
+const RUNS: [Run; 8] = [
     Run::batched(KEY_WCU, 50, Some(5)),
     Run::batched(KEY_WCU, 1, Some(5)),
     Run::batched(KEY_WCU / 10, 50, Some(15)),
@@ -138,6 +139,10 @@ const RUNS: [Run; 7] = [
     Run {
         blocks: true,
         ..Run::batched(KEY_WCU / 10, 50, Some(0))
+    },
+    Run {
+        blocks: true,
+        ..Run::batched(KEY_WCU / 10, 1, Some(0))
     },
 ];
 

@@ -272,12 +272,13 @@ pub(super) fn note(results: &mut Results, seconds: u64) {
              binned by simulated second. Lost = generated readings whose sort key has no item \
              in the sink after the queue drained; readings stored twice = items minus distinct \
              sort keys (reads de-duplicate them by sort key); item writes = items the proxy \
-             accepted. The last run packs blocks (BLOCKS=on, a new table's default; the others \
-             run BLOCKS=off): a block's key names only its first reading, so its readings \
+             accepted. The last two runs pack blocks (BLOCKS=on, a new table's default; the \
+             others run BLOCKS=off), the ingest packing the device's messages of a batch \
+             together: a block's key names only its first reading, so their readings \
              stored are the handler's ReadingsWritten, exact because no message was handled \
-             twice, and its write units are the proxy's charge. Its k goal of 2 is the issue's; \
-             the raise keeps each of a device's keys at RAISE_AHEAD_WCU, so the device's \
-             40 WCU/s (0.020 a reading) at 10 a key need k = 4.",
+             twice, and their write units are the proxy's charge. Their k goal of 2 is the \
+             issue's; the raise keeps each of a device's keys at RAISE_AHEAD_WCU (10 here, \
+             a tenth of a key), so k is the device's write units a second over 10.",
             BATCH_WINDOW.as_secs(),
             VISIBILITY.as_secs()
         ),

@@ -3,7 +3,8 @@
 //! [`Ingest::process`] is a pipeline of named stages, each in a module of its own:
 //! 1. **parse** each message, guarded against panics ([`parse`]);
 //! 2. **pack** each message's readings into writes and encode each write's item once,
-//!    before it is keyed, where the layout packs blocks ([`pack`]);
+//!    before it is keyed, where the layout packs blocks, one device's messages of the
+//!    batch together ([`pack`]);
 //! 3. **observe** each entity's rate in the batch, and raise its fan-out before its
 //!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
 //!    shrink a quiet one) ([`observe`]);
@@ -14,7 +15,9 @@
 //!    call per writer slot is keyed and written in two waves: the first wave's calls
 //!    are out while the rest is keyed, so a batch of thousands of readings does not
 //!    hold its first call back for the CPU time of keying them all;
-//! 6. **settle** each message's fate from its readings' outcomes ([`crate::fate`]);
+//! 6. **settle** each message's fate from the outcomes of the writes that hold its
+//!    readings, its own or shared with other messages of its device
+//!    ([`crate::fate::settle_batch`]);
 //! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
 //!    ([`leave`], with what it reads of each SQS record in [`record`]);
 //! 8. **report** every message's fate and the metrics (EMF lines) ([`report`]).
