@@ -37,11 +37,15 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             return;
         }
         // A reading that cannot be keyed refuses its own message, before any group.
-        for stage in stages.iter_mut() {
-            if let Stage::Parsed(readings) = stage
-                && let Err(refusal) = check_keyable(readings, table)
-            {
-                *stage = Stage::Refused(refusal);
+        for (stage, span) in stages.iter_mut().zip(spans) {
+            if let Stage::Parsed(readings) = stage {
+                let readings = std::mem::take(readings);
+                *stage = span.in_scope(|| {
+                    guarded(|| match check_keyable(&readings, table) {
+                        Ok(()) => Stage::Parsed(readings),
+                        Err(refusal) => Stage::Refused(refusal),
+                    })
+                });
             }
         }
         for group in groups(stages) {
