@@ -100,8 +100,13 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
     ensure!(stats.dead_lettered == 0, "{}", stats.text());
 
     let (stored, blocks) = stored_keys(&stack).await?;
-    // A new table packs blocks: each message of 25 readings over about 6 s is one.
-    ensure!(blocks == READINGS / PER_MESSAGE, "{blocks} blocks");
+    // A new table packs blocks: the device's messages of 25 readings over about 6 s
+    // each, packed together where they share a batch, are one block a batch (25 s of
+    // readings fit a minute's window), so one to four blocks.
+    ensure!(
+        (1..=READINGS / PER_MESSAGE).contains(&blocks),
+        "{blocks} blocks"
+    );
     ensure!(
         stored == computed,
         "stored and computed keys differ: only stored {:?}, only computed {:?}",

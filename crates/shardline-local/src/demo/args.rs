@@ -95,6 +95,11 @@ pub struct DemoArgs {
     /// MAX_INFLIGHT of the ingest: concurrent BatchWriteItem calls per invocation.
     #[arg(long, default_value_t = 4)]
     pub max_inflight: usize,
+    /// Run 2 writes an item a reading (`BLOCKS=off`, a table created before blocks)
+    /// instead of packing each device's readings into blocks (a new table's default,
+    /// under which a hot device of a few times a key's limit in readings fits one key).
+    #[arg(long)]
+    pub no_blocks: bool,
 }
 
 impl DemoArgs {
@@ -146,6 +151,7 @@ impl DemoArgs {
                 jitter_secs: self.fanout_jitter_secs,
                 retry_max_attempts: self.retry_max_attempts,
                 max_inflight: self.max_inflight,
+                blocks: !self.no_blocks,
             },
             batching_window: secs("batching-window", self.batching_window)?,
             batch_size: self.batch_size,

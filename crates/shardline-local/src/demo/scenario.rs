@@ -31,6 +31,9 @@ pub struct IngestTuning {
     pub retry_max_attempts: u32,
     /// `MAX_INFLIGHT`.
     pub max_inflight: usize,
+    /// `BLOCKS` of the adaptive run: one device's readings packed into blocks (a new
+    /// table's default), or an item a reading (a table created before blocks).
+    pub blocks: bool,
 }
 
 impl IngestTuning {

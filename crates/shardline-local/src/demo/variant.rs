@@ -51,7 +51,7 @@ pub(super) async fn run_variant(
     let planned_k = (variant == Variant::Adaptive && scenario.planned_fanout)
         .then_some(plan.hot_entity_fanout)
         .filter(|&k| k > 1);
-    let layout = layout_label(variant, planned_k, plan);
+    let layout = layout_label(variant, planned_k, scenario.ingest.blocks, plan);
     scenario.say(format!("== run {}: {layout}", variant.name()));
     let rig = Rig::start(scenario, plan, tools, variant).await?;
     if let Some(k) = planned_k {
@@ -343,6 +343,7 @@ fn ingest_env(
             // The bucket is the template's default (hour).
             env.set("SHARD_STRATEGY", "time-bucket");
             env.set("SHARDS", plan.table_shards.to_string());
+            env.set("BLOCKS", if t.blocks { "on" } else { "off" });
         }
     }
     env
@@ -374,15 +375,25 @@ async fn schedule_hot_fanout(
 }
 
 /// What the report calls `variant`'s layout.
-fn layout_label(variant: Variant, planned_k: Option<u32>, plan: &CapacityPlan) -> String {
+fn layout_label(
+    variant: Variant,
+    planned_k: Option<u32>,
+    blocks: bool,
+    plan: &CapacityPlan,
+) -> String {
+    let packing = if blocks {
+        "blocks"
+    } else {
+        "an item a reading"
+    };
     match (variant, planned_k) {
-        (Variant::Naive, _) => "unsharded: PK = device".to_owned(),
+        (Variant::Naive, _) => "unsharded: PK = device, an item a reading".to_owned(),
         (Variant::Adaptive, Some(k)) => format!(
-            "time-bucket (hour), N = {}, hot device k = {k} planned, raised on heat",
+            "time-bucket (hour), N = {}, {packing}, hot device k = {k} planned, raised on heat",
             plan.table_shards
         ),
         (Variant::Adaptive, None) => format!(
-            "time-bucket (hour), N = {}, fan-out k from 1, raised on heat",
+            "time-bucket (hour), N = {}, {packing}, fan-out k from 1, raised on heat",
             plan.table_shards
         ),
     }
