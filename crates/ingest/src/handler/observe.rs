@@ -239,7 +239,7 @@ mod tests {
     use sharding::time::Timestamp;
     use store::Reading;
 
-    use crate::fate::Retry;
+    use crate::fate::{Packed, Retry};
     use proptest::prelude::*;
 
     use super::*;
@@ -357,6 +357,34 @@ mod tests {
                 rates_by_definition(&kept, &batch)
             );
         }
+    }
+
+    #[test]
+    fn messages_packed_together_count_as_the_messages_they_arrived_in() {
+        // 25 messages of one reading of dev-0 over 2 s, a full batch: packed together,
+        // the first carrying one write of all 25 and the others joined to it, they show
+        // the rate they show parsed one by one.
+        let intake = Intake {
+            batch_size: 25,
+            window: Duration::from_secs(1),
+        };
+        let sent0 = 1_782_090_000_000i64;
+        let records: Vec<SqsMessage> = (0..25).map(|i| record(sent0 + i * 80)).collect();
+        let parsed: Vec<Stage> = (0..25).map(|i| stage(&[(0, sent0 + i)])).collect();
+        let readings: Vec<Reading> = parsed
+            .iter()
+            .flat_map(|s| s.unkeyed_readings().cloned().collect::<Vec<_>>())
+            .collect();
+        let mut grouped = vec![Stage::Packed(vec![Packed {
+            readings,
+            index: None,
+            item: None,
+            origins: (0..25).collect(),
+        }])];
+        grouped.extend((1..25).map(|_| Stage::Joined(0)));
+        let rates = entity_rates(&grouped, &records, &intake);
+        assert_eq!(rates, entity_rates(&parsed, &records, &intake));
+        assert!(rates["dev-0"].is_some_and(|r| r > 10.0), "{rates:?}");
     }
 
     #[test]
