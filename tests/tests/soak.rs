@@ -90,14 +90,15 @@ async fn soak_with_faults_and_three_kills() -> Result<()> {
 /// device's messages are written as blocks by the default layout, with the same faults
 /// and kills: every valid reading stored, none answered twice.
 ///
-/// Not in the default run: on moto, which scans the whole table for every Query, a
-/// raised device's read is two Queries a key (the readings' and the blocks' lanes), and
-/// beside the other end-to-end tests on two cores a read of the hot device can run out
-/// of its 9-s budget (a 400 the soak counts as a violation; no reading lost or doubled).
-/// `cargo test -p e2e --test e2e -- --ignored soak_in_block_mode` or
-/// `cargo xtask soak --batch 10` runs it.
+/// Run alone, after the other tests, by `cargo xtask test` (its step "soak in block
+/// mode, alone"): on moto, which scans the whole table for every Query, a raised
+/// device's read is two Queries a key (the readings' and the blocks' lanes), and beside
+/// the other end-to-end tests on two cores a read of the hot device can run out of its
+/// 9-s budget (a 400 the soak counts as a violation; no reading lost or doubled). Alone
+/// it takes about a minute and a half. `cargo test -p e2e --test e2e -- --ignored
+/// soak_in_block_mode` runs it by hand, `cargo xtask soak --batch 10` for longer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "minutes of moto on two cores; run alone: cargo xtask soak --batch 10"]
+#[ignore = "run alone, after the other tests, by cargo xtask test"]
 async fn soak_in_block_mode_with_faults_and_two_kills() -> Result<()> {
     let _alone = ONE_SOAK.lock().await;
     let root = stand_in::repo_root()?;
