@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use ingest::Fate;
+use ingest::{Fate, Report};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::block::is_block_sk;
@@ -189,19 +189,18 @@ async fn a_redelivered_message_rebuilds_the_same_blocks_and_overwrites_them() {
     assert_eq!(stored(&first).len(), 180);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_partly_written_message_requeues_only_the_readings_of_its_unwritten_blocks() {
-    // Ten readings before 03:00 and ten after: two blocks under two buckets' keys.
-    let body = message("sensor-7", 20, 3_600_000 - 10_000, 1_000);
-    let ev = batch(&[body]);
+/// `ev` written with the block of the 03:00 bucket's key throttled for good (and no
+/// fan-out to raise), the source queue configured so a split message's rest is
+/// requeued: the fixture and the report. The key is found by a first run of `ev`.
+pub(crate) async fn with_the_three_o_clock_block_throttled(ev: &SqsEvent) -> (Fixture, Report) {
     let probe = Fixture::new();
     probe
         .service(&[BLOCKS])
-        .handle(&ev, now(), deadline(), &mut rng())
+        .handle(ev, now(), deadline(), &mut rng())
         .await
         .expect("ok");
     let items = probe.table.items();
-    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items.len(), 2, "a block of each bucket: {items:?}");
     let three_o_clock = items
         .keys()
         .find(|k| k.sk.contains("T03:00:00"))
@@ -211,8 +210,27 @@ async fn a_partly_written_message_requeues_only_the_readings_of_its_unwritten_bl
     fx.table.throttle_pk(three_o_clock);
     let report = fx
         .service(&[BLOCKS, SOURCE, ("FANOUT_MAX", "1")])
-        .process(&ev, now(), deadline(), &mut rng())
+        .process(ev, now(), deadline(), &mut rng())
         .await;
+    (fx, report)
+}
+
+/// The readings of a requeued copy.
+pub(crate) fn requeued(copy: &ingest::Requeue) -> Vec<store::Reading> {
+    let limits = ingest::Limits {
+        now: now(),
+        max_future: Duration::from_secs(300),
+        retention: Duration::from_secs(30 * 86_400),
+        max_readings: 500,
+    };
+    ingest::parse_body(&copy.body, &limits).expect("a valid body")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partly_written_message_requeues_only_the_readings_of_its_unwritten_blocks() {
+    // Ten readings before 03:00 and ten after: two blocks under two buckets' keys.
+    let body = message("sensor-7", 20, 3_600_000 - 10_000, 1_000);
+    let (fx, report) = with_the_three_o_clock_block_throttled(&batch(&[body])).await;
     assert!(
         matches!(
             &report.messages[0].fate,
@@ -226,13 +244,7 @@ async fn a_partly_written_message_requeues_only_the_readings_of_its_unwritten_bl
     );
     let copies = fx.dlq.copies();
     assert_eq!(copies.len(), 1);
-    let limits = ingest::Limits {
-        now: now(),
-        max_future: Duration::from_secs(300),
-        retention: Duration::from_secs(30 * 86_400),
-        max_readings: 500,
-    };
-    let requeued = ingest::parse_body(&copies[0].body, &limits).expect("a valid body");
+    let requeued = requeued(&copies[0]);
     assert_eq!(requeued.len(), 10);
     assert!(
         requeued

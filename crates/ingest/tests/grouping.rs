@@ -13,7 +13,9 @@ use sharding::block::is_block_sk;
 use store::block::BlockItem;
 use store::size::{item_size, write_units};
 
-use crate::blocks::{BLOCKS, SOURCE, batch, deadline, message, rng, stored};
+use crate::blocks::{
+    BLOCKS, batch, deadline, message, requeued, rng, stored, with_the_three_o_clock_block_throttled,
+};
 use crate::support::{Fixture, now};
 
 /// A message of `device`'s readings `from..to`, a reading every `step_ms` from `T +
@@ -31,6 +33,23 @@ fn readings(device: &str, from: usize, to: usize, step_ms: i64) -> serde_json::V
     body
 }
 
+/// `bodies` written in one batch with blocks on: the report, every message written with
+/// `each` readings.
+async fn written(fx: &Fixture, bodies: &[serde_json::Value], each: usize) -> ingest::Report {
+    let report = fx
+        .service(&[BLOCKS])
+        .process(&batch(bodies), now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        report
+            .messages
+            .iter()
+            .all(|m| m.fate == Fate::Written { readings: each }),
+        "{report:?}"
+    );
+    report
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_device_sending_a_reading_a_message_writes_one_block_for_the_batch() {
     let fx = Fixture::new();
@@ -40,17 +59,7 @@ async fn a_device_sending_a_reading_a_message_writes_one_block_for_the_batch() {
         .map(|n| readings("sensor-7", n, n + 1, 500))
         .collect();
     bodies.push(readings("sensor-8", 500, 501, 500));
-    let report = fx
-        .service(&[BLOCKS])
-        .process(&batch(&bodies), now(), deadline(), &mut rng())
-        .await;
-    assert!(
-        report
-            .messages
-            .iter()
-            .all(|m| m.fate == Fate::Written { readings: 1 }),
-        "{report:?}"
-    );
+    let report = written(&fx, &bodies, 1).await;
     assert_eq!(report.readings_written, 101);
     let items = fx.table.items();
     assert_eq!(items.len(), 2, "one block and one reading's own item");
@@ -78,26 +87,7 @@ async fn a_message_sharing_an_unwritten_block_sends_back_only_its_own_readings_i
             body
         })
         .collect();
-    let ev = batch(&bodies);
-    let probe = Fixture::new();
-    probe
-        .service(&[BLOCKS])
-        .handle(&ev, now(), deadline(), &mut rng())
-        .await
-        .expect("ok");
-    let items = probe.table.items();
-    assert_eq!(items.len(), 2, "a block of each bucket: {items:?}");
-    let three_o_clock = items
-        .keys()
-        .find(|k| k.sk.contains("T03:00:00"))
-        .map(|k| k.pk.clone())
-        .expect("the second bucket's block");
-    let fx = Fixture::new();
-    fx.table.throttle_pk(three_o_clock);
-    let report = fx
-        .service(&[BLOCKS, SOURCE, ("FANOUT_MAX", "1")])
-        .process(&ev, now(), deadline(), &mut rng())
-        .await;
+    let (fx, report) = with_the_three_o_clock_block_throttled(&batch(&bodies)).await;
     let fates: Vec<&Fate> = report.messages.iter().map(|m| &m.fate).collect();
     assert_eq!(fates[0], &Fate::Written { readings: 10 }, "{fates:?}");
     assert!(
@@ -116,13 +106,7 @@ async fn a_message_sharing_an_unwritten_block_sends_back_only_its_own_readings_i
     // redelivered whole by SQS.
     let copies = fx.dlq.copies();
     assert_eq!(copies.len(), 1);
-    let limits = ingest::Limits {
-        now: now(),
-        max_future: std::time::Duration::from_secs(300),
-        retention: std::time::Duration::from_secs(30 * 86_400),
-        max_readings: 500,
-    };
-    let requeued = ingest::parse_body(&copies[0].body, &limits).expect("a valid body");
+    let requeued = requeued(&copies[0]);
     let ids: Vec<&str> = requeued.iter().map(|r| r.event_id.as_str()).collect();
     assert_eq!(ids, ["e-15", "e-16", "e-17", "e-18", "e-19"]);
     let written = stored(&fx.table.items());
@@ -140,17 +124,7 @@ async fn a_message_sent_twice_in_a_batch_is_packed_alone_and_stored_once() {
     let first = readings("sensor-7", 0, 20, 1_000);
     let other = readings("sensor-7", 20, 40, 1_000);
     let bodies = [first.clone(), other, first];
-    let report = fx
-        .service(&[BLOCKS])
-        .process(&batch(&bodies), now(), deadline(), &mut rng())
-        .await;
-    assert!(
-        report
-            .messages
-            .iter()
-            .all(|m| m.fate == Fate::Written { readings: 20 }),
-        "{report:?}"
-    );
+    written(&fx, &bodies, 20).await;
     // The copies build one block under one key; `stored` fails on a reading held twice.
     assert_eq!(stored(&fx.table.items()).len(), 40);
 }
@@ -164,17 +138,7 @@ async fn a_batch_re_formed_after_a_lost_response_stores_a_reading_in_two_blocks_
     // The first batch is written, then its response is lost: SQS redelivers `b` with a
     // message sent since, in another batch, and they are packed into another block.
     for bodies in [[a, b.clone()], [b, c]] {
-        let report = fx
-            .service(&[BLOCKS])
-            .process(&batch(&bodies), now(), deadline(), &mut rng())
-            .await;
-        assert!(
-            report
-                .messages
-                .iter()
-                .all(|m| m.fate == Fate::Written { readings: 10 }),
-            "{report:?}"
-        );
+        written(&fx, &bodies, 10).await;
     }
     let items = fx.table.items();
     assert_eq!(items.len(), 2, "two blocks: {items:?}");
@@ -222,7 +186,7 @@ mod property {
     use store::ReadingItem;
     use store::block::BlockItem;
 
-    use crate::blocks::{BLOCKS, SOURCE, batch, deadline, rng};
+    use crate::blocks::{BLOCKS, SOURCE, batch, deadline, requeued, rng};
     use crate::support::{Fixture, now};
 
     /// 03:58:00: a message's readings, 7 s apart, can cross into the 04:00 bucket.
@@ -324,14 +288,7 @@ mod property {
                     .iter()
                     .map(|c| {
                         let source = c.attributes[SOURCE_ID_ATTRIBUTE].1.clone();
-                        let limits = ingest::Limits {
-                            now: now(),
-                            max_future: std::time::Duration::from_secs(300),
-                            retention: std::time::Duration::from_secs(30 * 86_400),
-                            max_readings: 500,
-                        };
-                        let readings = ingest::parse_body(&c.body, &limits).expect("a body");
-                        let ids = readings
+                        let ids = requeued(c)
                             .into_iter()
                             .map(|r| (r.device_id, r.ts.as_millis(), r.event_id))
                             .collect();
