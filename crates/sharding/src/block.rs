@@ -10,7 +10,9 @@
 //! while their timestamps stay within the window, the block's size within the byte cap
 //! and its count within the count cap. The cut depends on the members alone (their
 //! timestamps and sizes), never on the batch they came in or the time of the write, so
-//! a redelivered message is cut the same way.
+//! the same readings are cut the same way. Which readings are packed together is the
+//! writer's choice: the ingest packs one device's messages of a batch together, so a
+//! message redelivered into another batch can be cut with other readings.
 //!
 //! # The sort key
 //! A block lives in a lane of its own in its entity's sort keys: its first member's sort

@@ -5,8 +5,11 @@
 //! item, byte for byte.
 //!
 //! The cut follows from the readings alone (their identities, timestamps and contents)
-//! and the layout, never from the batch or the clock, so a redelivered message is
-//! packed into the same blocks, under the same sort keys, and overwrites them.
+//! and the layout, never from the batch or the clock, so the same readings are packed
+//! into the same blocks, under the same sort keys, and overwrite them: a message packed
+//! alone, redelivered, rebuilds its blocks. The ingest packs one device's messages of a
+//! batch together (`ingest::handler::pack`), and a message redelivered into another
+//! batch can then be packed with other readings (docs/design-blocks.md).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
