@@ -246,8 +246,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         fanouts: &Fanouts,
         now: Timestamp,
     ) -> Stage {
-        match pack_message(readings, table, false) {
-            Ok(writes) => self.key_writes(writes, table, fanouts, now),
+        match check_keyable(&readings, table) {
+            Ok(()) => self.key_writes(pack_readings(readings, &[], table), table, fanouts, now),
             Err(refusal) => Stage::Refused(refusal),
         }
     }
@@ -320,28 +320,30 @@ pub(super) fn check_keyable(readings: &[Reading], table: &TableHistory) -> Resul
     Ok(())
 }
 
-/// One message's readings packed into writes (`store::pack`), not encoded yet, or the
-/// refusal of a reading that cannot be keyed ([`check_keyable`], unless `checked`).
-pub(super) fn pack_message(
+/// Readings packed into writes (`store::pack`), not encoded yet: one message's
+/// (`origins` empty: each write names its first member's place in the message, for a
+/// refusal), or a group's of one device's messages (`origins`: the message of each
+/// reading, kept for each member of each write).
+pub(super) fn pack_readings(
     readings: Vec<Reading>,
+    origins: &[u32],
     table: &TableHistory,
-    checked: bool,
-) -> Result<Vec<Packed>, Refusal> {
-    if !checked {
-        check_keyable(&readings, table)?;
-    }
-    let batch = readings.len() > 1;
+) -> Vec<Packed> {
+    let places = origins.is_empty() && readings.len() > 1;
     let units = pack::pack(&readings, table);
-    Ok(pack::take(readings, &units)
+    pack::take(readings, &units)
         .into_iter()
         .zip(&units)
         .map(|(members, unit)| Packed {
             readings: members,
-            index: batch.then_some(unit[0]),
+            index: places.then_some(unit[0]),
             item: None,
-            origins: Vec::new(),
+            origins: unit
+                .iter()
+                .filter_map(|&i| origins.get(i).copied())
+                .collect(),
         })
-        .collect())
+        .collect()
 }
 
 /// Whether `reading` can be keyed under the layout in force at its timestamp: its ids,

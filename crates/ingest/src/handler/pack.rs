@@ -24,9 +24,9 @@ use store::pack;
 use store::queue::Queue;
 use tracing::Span;
 
-use super::keying::{check_keyable, pack_message};
+use super::keying::{check_keyable, pack_readings};
 use super::{Ingest, guarded};
-use crate::fate::{Packed, Stage};
+use crate::fate::Stage;
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
     /// Packs and encodes every parsed message of `stages` (whose spans are `spans`),
@@ -59,7 +59,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
                         readings.append(own);
                     }
                 }
-                guarded(|| self.pack_group(readings, &origins, table))
+                guarded(|| self.pack_writes(readings, &origins, table))
             });
             stages[carrier] = packed;
             for &message in &group[1..] {
@@ -69,45 +69,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
         for (stage, span) in stages.iter_mut().zip(spans) {
             if let Stage::Parsed(readings) = stage {
                 let readings = std::mem::take(readings);
-                *stage = span.in_scope(|| guarded(|| self.pack_message(readings, table)));
+                *stage = span.in_scope(|| guarded(|| self.pack_writes(readings, &[], table)));
             }
         }
     }
 
-    /// One message packed into writes, each encoded before it is keyed; a write whose
-    /// item cannot be made is left to the keying to refuse, with its reason.
-    fn pack_message(&self, readings: Vec<Reading>, table: &TableHistory) -> Stage {
-        // Its readings were checked before the groups were made.
-        let mut writes = match pack_message(readings, table, true) {
-            Ok(writes) => writes,
-            Err(refusal) => return Stage::Refused(refusal),
-        };
-        self.encode(&mut writes);
-        Stage::Packed(writes)
-    }
-
-    /// The readings of a group of messages (`origins`: the message of each) packed
-    /// into writes together, each member marked with its message, each write encoded.
-    fn pack_group(&self, readings: Vec<Reading>, origins: &[u32], table: &TableHistory) -> Stage {
-        let units = pack::pack(&readings, table);
-        let mut writes: Vec<Packed> = pack::take(readings, &units)
-            .into_iter()
-            .zip(&units)
-            .map(|(members, unit)| Packed {
-                readings: members,
-                index: None,
-                item: None,
-                origins: unit.iter().map(|&i| origins[i]).collect(),
-            })
-            .collect();
-        self.encode(&mut writes);
-        Stage::Packed(writes)
-    }
-
-    fn encode(&self, writes: &mut [Packed]) {
-        for write in writes {
+    /// Readings packed into writes (one message's, or a group's with `origins`, the
+    /// message of each: `pack_readings`), each encoded before it is keyed; a write
+    /// whose item cannot be made is left to the keying to refuse, with its reason.
+    fn pack_writes(&self, readings: Vec<Reading>, origins: &[u32], table: &TableHistory) -> Stage {
+        let mut writes = pack_readings(readings, origins, table);
+        for write in &mut writes {
             write.item = pack::encode_unkeyed(&write.readings, self.config.retention).ok();
         }
+        Stage::Packed(writes)
     }
 }
 
