@@ -223,7 +223,7 @@ struct HotItem {
     entities: BTreeSet<String>,
 }
 
-fn classify<E>(err: &SdkError<E>) -> StoreError
+pub(crate) fn classify<E>(err: &SdkError<E>) -> StoreError
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
@@ -232,7 +232,7 @@ where
 
 /// The answer of a conditional write: `true` if written, `false` if its condition
 /// failed, or the classified error.
-fn conditional<T, E>(result: Result<T, SdkError<E>>) -> Result<bool, StoreError>
+pub(crate) fn conditional<T, E>(result: Result<T, SdkError<E>>) -> Result<bool, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {

@@ -15,6 +15,7 @@
 //! | [`directory::ShardReader`] (reads) and [`directory::ShardStore`] (changes): shard metadata items | [`dynamo::DynamoShards`] | [`memory::MemoryShards`] | [`directory::CachedDirectory`] (the one cache, for readers), [`directory::ShardDirectory`] (writers) |
 //! | [`read::ReadingSource`]: one Query page, one item | [`read::DynamoReadingSource`] | [`memory::MemoryReadings`] | `query`'s scatter-gather |
 //! | [`scan::TableScan`]: one Scan page of a table | [`scan::DynamoScan`] | [`memory::MemoryScan`] | `shardline audit` |
+//! | [`rollup::RollupTable`]: the derived items' conditional writes and reads | [`rollup::dynamo::DynamoRollups`] | [`memory::MemoryRollups`] | the sealer, `query`'s dashboard routes |
 //! | [`queue::Queue`]: dead letters, redelivery delays, requeues | `sqs::SqsQueue` (feature `sqs`) | [`memory::MemoryQueue`] | the ingest's last stages |
 //!
 //! Time comes in as a parameter everywhere below the edge; [`clock::wall_clock`] is
@@ -79,6 +80,7 @@ pub mod memory;
 pub mod pack;
 pub mod queue;
 pub mod read;
+pub mod rollup;
 pub mod scan;
 pub mod sdk;
 #[cfg(feature = "secrets")]

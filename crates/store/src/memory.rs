@@ -24,9 +24,11 @@ use crate::size::{MAX_ITEM_BYTES, item_size};
 
 mod queue;
 mod readings;
+mod rollups;
 mod scan;
 pub use queue::MemoryQueue;
 pub use readings::MemoryReadings;
+pub use rollups::MemoryRollups;
 pub use scan::MemoryScan;
 
 /// The key of `item`, read as DynamoDB reads it: `PK` and `SK`, non-empty strings.
