@@ -114,6 +114,12 @@ impl TokenBucket {
         self.tokens -= cost;
     }
 
+    /// Gives back `cost` taken earlier and not spent, up to the bucket's capacity.
+    pub fn refund(&mut self, cost: f64, now: Duration) {
+        self.refill(now);
+        self.tokens = (self.tokens + cost).min(self.capacity);
+    }
+
     /// Takes `cost` if [`Self::can_take`]; returns whether it did.
     pub fn try_take(&mut self, cost: f64, now: Duration) -> bool {
         if self.can_take(cost, now) {
@@ -255,6 +261,81 @@ impl CapacityModel {
             t.take(cost, now);
         }
         Ok(())
+    }
+
+    /// Admits all of `writes`, each `(table, pk, cost)`, or none: every key and table
+    /// bucket must cover the sum of the costs charged to it. `Err` holds, for each write
+    /// in order, why it was refused (`None` for a write that alone would have passed).
+    /// Nothing is consumed when refused.
+    pub fn try_write_all(
+        &mut self,
+        writes: &[(&str, Option<&str>, f64)],
+        now: Duration,
+    ) -> Result<(), Vec<Option<ThrottleReason>>> {
+        let mut on_key: HashMap<(&str, &str), f64> = HashMap::new();
+        let mut on_table: HashMap<&str, f64> = HashMap::new();
+        let mut refused = vec![None; writes.len()];
+        for (i, &(table, pk, cost)) in writes.iter().enumerate() {
+            let table_sum = on_table.entry(table).or_default();
+            *table_sum += cost;
+            let table_sum = *table_sum;
+            let key_sum = pk.map(|pk| {
+                let sum = on_key.entry((table, pk)).or_default();
+                *sum += cost;
+                *sum
+            });
+            let (key, buckets) = self.buckets(table, pk, now);
+            if let (Some(key), Some(sum)) = (key, key_sum)
+                && !key.wcu.can_take(sum, now)
+            {
+                refused[i] = Some(ThrottleReason::TableWriteKeyRangeThroughputExceeded);
+            } else if let Some(t) = &mut buckets.wcu
+                && !t.can_take(table_sum, now)
+            {
+                refused[i] = Some(ThrottleReason::TableWriteProvisionedThroughputExceeded);
+            }
+        }
+        if refused.iter().any(Option::is_some) {
+            return Err(refused);
+        }
+        for &(table, pk, cost) in writes {
+            let (key, buckets) = self.buckets(table, pk, now);
+            if let Some(key) = key {
+                key.wcu.take(cost, now);
+            }
+            if let Some(t) = &mut buckets.wcu {
+                t.take(cost, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Settles a write admitted at `reserved` WCU whose cost turned out `actual`: the
+    /// difference is taken (possibly into debt) or given back.
+    pub fn settle_write(
+        &mut self,
+        table: &str,
+        pk: Option<&str>,
+        reserved: f64,
+        actual: f64,
+        now: Duration,
+    ) {
+        let delta = actual - reserved;
+        if delta == 0.0 {
+            return;
+        }
+        let (key, table) = self.buckets(table, pk, now);
+        let buckets = key
+            .map(|k| &mut k.wcu)
+            .into_iter()
+            .chain(table.wcu.as_mut());
+        for bucket in buckets {
+            if delta > 0.0 {
+                bucket.take(delta, now);
+            } else {
+                bucket.refund(-delta, now);
+            }
+        }
     }
 
     /// Decides before forwarding whether a read may proceed: refused when the key's (or the
@@ -454,6 +535,80 @@ mod tests {
         );
         assert!(m.check_read("t", Some("k"), 0.5, s(1.7)).is_ok());
         assert!(m.check_read("t", Some("other"), 0.5, s(1.7)).is_ok());
+    }
+
+    #[test]
+    fn a_settled_write_takes_the_rest_or_gives_back_what_it_did_not_spend() {
+        let limits = Limits {
+            key_wcu: 10.0,
+            table_wcu: Some(10.0),
+            ..Limits::default()
+        };
+        let mut m = CapacityModel::new(limits, HashMap::new());
+        assert!(m.try_write("t", Some("k"), 4.0, s(0.0)).is_ok());
+        m.settle_write("t", Some("k"), 4.0, 1.0, s(0.0)); // 3 back: 9 left
+        assert!(m.try_write("t", Some("k"), 9.0, s(0.0)).is_ok());
+        assert!(m.try_write("t", Some("k"), 1.0, s(0.0)).is_err());
+        m.settle_write("t", Some("k"), 1.0, 6.0, s(0.0)); // 5 more: 5 in debt
+        assert!(m.try_write("t", Some("k"), 1.0, s(0.55)).is_err());
+        assert!(
+            m.try_write("t", Some("other"), 1.0, s(0.55)).is_err(),
+            "the table too"
+        );
+        assert!(m.try_write("t", Some("k"), 1.0, s(0.6)).is_ok());
+        // What is given back never fills a bucket beyond its capacity.
+        m.settle_write("t", Some("k"), 100.0, 0.0, s(10.0));
+        assert_eq!(
+            (0..20)
+                .filter(|_| m.try_write("t", Some("k"), 1.0, s(10.0)).is_ok())
+                .count(),
+            10
+        );
+    }
+
+    #[test]
+    fn writes_admitted_together_are_admitted_whole_or_not_at_all() {
+        let limits = Limits {
+            key_wcu: 10.0,
+            ..Limits::default()
+        };
+        let mut m = CapacityModel::new(limits, HashMap::new());
+        assert!(m.try_write("t", Some("a"), 1.0, s(0.0)).is_ok());
+        // Two writes of 5 to a key with 9 left exceed it together, though each alone fits.
+        assert_eq!(
+            m.try_write_all(
+                &[
+                    ("t", Some("a"), 5.0),
+                    ("t", Some("b"), 1.0),
+                    ("t", Some("a"), 5.0)
+                ],
+                s(0.0)
+            ),
+            Err(vec![
+                None,
+                None,
+                Some(ThrottleReason::TableWriteKeyRangeThroughputExceeded)
+            ])
+        );
+        // Nothing was taken: the key still covers 9.
+        assert_eq!(
+            m.try_write_all(&[("t", Some("a"), 5.0), ("t", Some("a"), 4.0)], s(0.0)),
+            Ok(())
+        );
+        assert!(m.try_write("t", Some("a"), 1.0, s(0.0)).is_err());
+        let capped = Limits {
+            table_wcu: Some(3.0),
+            ..Limits::default()
+        };
+        let mut m = CapacityModel::new(capped, HashMap::new());
+        assert!(m.try_write("t", Some("c"), 1.0, s(0.0)).is_ok());
+        assert_eq!(
+            m.try_write_all(&[("t", Some("a"), 2.0), ("t", Some("b"), 2.0)], s(0.0)),
+            Err(vec![
+                None,
+                Some(ThrottleReason::TableWriteProvisionedThroughputExceeded)
+            ])
+        );
     }
 
     #[test]

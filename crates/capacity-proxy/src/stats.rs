@@ -30,7 +30,8 @@ pub struct KeyStats {
     pub wcu_peak_per_second: f64,
     /// Highest RCU consumed in any one second.
     pub rcu_peak_per_second: f64,
-    /// Write items (or PutItem/UpdateItem calls) accepted.
+    /// Write items accepted: batch items, single-item writes and transaction actions
+    /// that wrote (a failed condition or a condition check is charged, not counted).
     pub items_written: u64,
     /// Items or calls throttled on this key.
     pub throttled: u64,
@@ -311,10 +312,16 @@ impl Stats {
     /// Records an accepted write of `wcu` (one item).
     pub fn write(&mut self, table: &str, pk: &str, wcu: f64, now: Duration) {
         self.items_accepted += 1;
+        self.key(table, pk, now).items_written += 1;
+        self.write_units(table, pk, wcu, now);
+    }
+
+    /// Records `wcu` charged without an item written: a failed condition, a
+    /// transaction's condition check, a cancelled transaction.
+    pub fn write_units(&mut self, table: &str, pk: &str, wcu: f64, now: Duration) {
         let k = self.key(table, pk, now);
         k.wcu_total += wcu;
         k.wcu_cur += wcu;
-        k.items_written += 1;
         if let Some(cell) = self.heat_cell(table, pk, now) {
             cell.0 += wcu;
         }
