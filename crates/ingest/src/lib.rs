@@ -20,7 +20,7 @@
 pub mod attribution;
 mod body;
 pub mod config;
-pub mod emf;
+pub use store::emf;
 pub mod fate;
 pub mod front_door;
 pub mod handler;

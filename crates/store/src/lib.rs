@@ -74,6 +74,7 @@ pub mod config;
 pub mod decimal;
 pub mod directory;
 pub mod dynamo;
+pub mod emf;
 pub mod error;
 pub mod item;
 pub mod memory;

@@ -495,6 +495,20 @@ impl RollupItem {
     }
 }
 
+/// The late mark of a reading of `device` stamped in the hour `hour_ms`, written after
+/// the reading itself: `nonce` is fresh for each mark (the writer's randomness), so a
+/// sealer that read an older mark deletes it only if no newer one replaced it.
+pub fn late_mark(device: &str, hour_ms: i64, nonce: u64) -> RollupItem {
+    let (pk, sk) = keys::late_mark(device, hour_ms);
+    RollupItem {
+        pk,
+        sk,
+        version: nonce,
+        body: String::new(),
+        ttl: None,
+    }
+}
+
 /// One page of a Query of the rollups table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RollupPage {

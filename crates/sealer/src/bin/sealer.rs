@@ -1,0 +1,42 @@
+//! The sealer Lambda: builds configuration, logs and clients, then runs on each
+//! scheduled event.
+
+#![recursion_limit = "256"]
+
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use sealer::{Config, Sealer};
+use store::dynamo::DynamoShards;
+use store::read::DynamoReadingSource;
+use store::rollup::dynamo::DynamoRollups;
+
+/// Taken off the invocation's deadline: no hour is started after it.
+const DEADLINE_MARGIN_SECS: u64 = 20;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    store::sdk::init_logs();
+    let config = Config::from_env()?;
+    let aws = store::sdk::lambda_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
+    let sealer = Sealer::new(
+        DynamoReadingSource::new(dynamodb.clone(), &config.table_name),
+        DynamoShards::new(&dynamodb, &config.shard_table_name),
+        DynamoRollups::new(dynamodb.clone(), &config.rollup_table),
+        config.settings,
+    );
+    let sealer = &sealer;
+    run(service_fn(
+        move |event: LambdaEvent<serde_json::Value>| async move {
+            let deadline_ms = event.context.deadline;
+            let left = store::clock::time_left_now(deadline_ms)?
+                .saturating_sub(std::time::Duration::from_secs(DEADLINE_MARGIN_SECS));
+            let now = store::clock::wall_clock()?;
+            let report = sealer
+                .run(now, Some(std::time::Instant::now() + left))
+                .await?;
+            println!("{}", sealer::metrics_line(&report, now));
+            Ok::<_, Error>(serde_json::to_value(&report)?)
+        },
+    ))
+    .await
+}

@@ -1,0 +1,102 @@
+//! The sealer's configuration, read once from the environment.
+
+use std::time::Duration;
+
+use store::config::{ConfigError, Vars};
+
+/// Default lateness horizon: an hour is sealed this long after it ends.
+pub const DEFAULT_HORIZON_SECS: u64 = 600;
+
+/// What one sealer needs: its tables and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub table_name: String,
+    pub shard_table_name: String,
+    pub rollup_table: String,
+    pub settings: Settings,
+}
+
+/// How the sealer seals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How long after an hour ends it is sealed: readings written later are late, and
+    /// sealed again by their marks.
+    pub horizon: Duration,
+    /// How long derived items are kept after their hour: the readings' own retention.
+    pub retention: Duration,
+    /// Most Queries (and conditional writes) in flight at once.
+    pub concurrency: usize,
+    /// Most readings one hour's read over every device may sort in memory.
+    pub max_buffered: usize,
+    /// Most hours one run seals, so a sealer that fell behind catches up over runs.
+    pub max_hours_per_run: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            horizon: Duration::from_secs(DEFAULT_HORIZON_SECS),
+            retention: Duration::from_secs(30 * 86_400),
+            concurrency: 16,
+            max_buffered: 2_000_000,
+            max_hours_per_run: 6,
+        }
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// From any lookup (tests pass a map).
+    ///
+    /// | variable | default | meaning |
+    /// |---|---|---|
+    /// | `TABLE_NAME` | required | readings table |
+    /// | `SHARD_TABLE_NAME` | required | shard metadata table |
+    /// | `ROLLUP_TABLE` | required | the derived items' table (`store::rollup`) |
+    /// | `LATENESS_HORIZON_SECS` | `600` | an hour is sealed this long after it ends |
+    /// | `RETENTION_DAYS` | `30` | derived items expire this long after their hour, as readings do |
+    /// | `SEAL_CONCURRENCY` | `16` | Queries and writes in flight at once |
+    /// | `SEAL_MAX_BUFFERED` | `2000000` | readings of one hour sorted in memory at most |
+    /// | `SEAL_MAX_HOURS_PER_RUN` | `6` | hours one run seals at most |
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Vars(get);
+        let defaults = Settings::default();
+        let secs = |name, default: Duration| {
+            env.parse_or::<u64>(name, default.as_secs(), "a number of seconds")
+                .map(Duration::from_secs)
+        };
+        let days = env.parse_or::<u64>("RETENTION_DAYS", 30, "a positive number of days")?;
+        let settings = Settings {
+            horizon: secs("LATENESS_HORIZON_SECS", defaults.horizon)?,
+            retention: Duration::from_secs(days.saturating_mul(86_400)),
+            concurrency: env
+                .parse_or(
+                    "SEAL_CONCURRENCY",
+                    defaults.concurrency,
+                    "a positive number",
+                )?
+                .max(1),
+            max_buffered: env.parse_or(
+                "SEAL_MAX_BUFFERED",
+                defaults.max_buffered,
+                "a number of readings",
+            )?,
+            max_hours_per_run: env
+                .parse_or(
+                    "SEAL_MAX_HOURS_PER_RUN",
+                    defaults.max_hours_per_run,
+                    "a number of hours",
+                )?
+                .max(1),
+        };
+        Ok(Self {
+            table_name: env.required("TABLE_NAME")?,
+            shard_table_name: env.required("SHARD_TABLE_NAME")?,
+            rollup_table: env.required("ROLLUP_TABLE")?,
+            settings,
+        })
+    }
+}

@@ -1,0 +1,503 @@
+//! The sealer: keeps the derived items of `store::rollup` (device-hours, device
+//! summaries, fleet parts, the device directory, the watermark) equal to what the
+//! readings say, once per hour and again for each late reading.
+//!
+//! # A run
+//! 1. **Late marks.** A reading written after its hour was sealed leaves a mark
+//!    (`late#{part}` / `{hour}#{device}`). For each mark of an hour before the
+//!    watermark, the device-hour is sealed again from its readings, its fleet part is
+//!    recomputed, and the mark is deleted if no newer mark replaced it meanwhile. A mark
+//!    of an hour not sealed yet stays: that hour's seal will count its reading.
+//! 2. **Hours.** Each hour that ended at least the lateness horizon ago and is not yet
+//!    sealed, oldest first, at most [`Settings::max_hours_per_run`]: every reading of
+//!    the hour is read once, through the read plan over every device
+//!    (`sharding::read_plan::plan_all`) and the merge (`query::exec::merge_each`), so a
+//!    reading held by two items (a redelivery, a block formed twice, a re-keyed copy)
+//!    counts once. Then, in this order: each device-hour and its summary, each device's
+//!    directory entry, each fleet part the hour touched, and last the watermark.
+//!
+//! Every read is strongly consistent and every write conditional (see `store::rollup`,
+//! "Why a count is a version"), so a run killed at any point and run again, or two
+//! runs at once, leave the items one clean run leaves.
+
+pub mod config;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use query::exec::{ExecError, ReadBudget, ReadOptions, merge_each};
+use query::service::specs;
+use serde::{Deserialize, Serialize};
+use sharding::read_plan::{PlanError, ReadPlan, plan_all, plan_entity};
+use sharding::time::{TimeRange, Timestamp};
+use store::directory::{CachedDirectory, ShardReader};
+use store::error::StoreError;
+use store::item::ReadingItem;
+use store::read::ReadingSource;
+use store::rollup::{
+    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupQuery, RollupTable,
+    hour_label, hour_of, keys, part_of, query_all,
+};
+
+pub use config::{Config, Settings};
+
+/// Readings held at a time by the merge of one hour (plus one round's pages).
+const MERGE_WINDOW: usize = 10_000;
+/// Attempts at a directory entry's conditional write before the run gives up on it.
+const DIRECTORY_ATTEMPTS: u32 = 8;
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("reading the readings: {0}")]
+    Read(#[from] ExecError),
+    #[error("planning the read: {0}")]
+    Plan(#[from] PlanError),
+    #[error("an hour's time is out of range: {0}")]
+    Time(String),
+    #[error("the directory entry of {0:?} changed under {DIRECTORY_ATTEMPTS} writes in a row")]
+    DirectoryContended(String),
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunReport {
+    /// Hours sealed for the first time.
+    pub hours_sealed: u64,
+    /// Device-hours written (new, or counting more readings than the stored one).
+    pub device_hours_written: u64,
+    /// Device-hours already stored as computed (a rerun, or a mark of a copy).
+    pub device_hours_unchanged: u64,
+    /// Fleet parts written.
+    pub parts_written: u64,
+    /// Directory entries written.
+    pub directory_written: u64,
+    /// Late marks sealed and deleted.
+    pub marks_sealed: u64,
+    /// Readings read, each once.
+    pub readings: u64,
+    /// The end of the sealed hours after the run (epoch ms), if any is sealed.
+    pub watermark_ms: Option<i64>,
+    /// Whether the run stopped at its deadline with hours left to seal.
+    pub behind: bool,
+}
+
+/// The watermark: every hour in `[from_ms, end_ms)` is sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watermark {
+    /// The first hour the sealer sealed (earlier hours were never sealed, unless
+    /// `shardline seal` rebuilt them).
+    pub from_ms: i64,
+    /// The end of the last sealed hour.
+    #[serde(skip)]
+    pub end_ms: i64,
+}
+
+/// Reads the watermark.
+pub async fn read_watermark<R: RollupTable>(rollups: &R) -> Result<Option<Watermark>, StoreError> {
+    let (pk, sk) = keys::watermark();
+    let Some(item) = rollups.get(&pk, &sk, true).await? else {
+        return Ok(None);
+    };
+    let mut mark: Watermark = item.body()?;
+    mark.end_ms = i64::try_from(item.version).unwrap_or(i64::MAX);
+    Ok(Some(mark))
+}
+
+/// The sealer over its three ports.
+#[derive(Debug)]
+pub struct Sealer<S, D, R> {
+    source: S,
+    directory: CachedDirectory<D>,
+    rollups: R,
+    settings: Settings,
+}
+
+impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
+    pub fn new(source: S, shards: D, rollups: R, settings: Settings) -> Self {
+        Self {
+            source,
+            // Fresh reads: a run is minutes apart from the next.
+            directory: CachedDirectory::new(shards, Duration::ZERO),
+            rollups,
+            settings,
+        }
+    }
+
+    pub fn rollups(&self) -> &R {
+        &self.rollups
+    }
+
+    /// The end of the hours sealable at `now`: every hour that ended at least the
+    /// horizon ago.
+    pub fn sealable_end(&self, now: Timestamp) -> i64 {
+        let horizon = i64::try_from(self.settings.horizon.as_millis()).unwrap_or(i64::MAX);
+        hour_of(now.as_millis().saturating_sub(horizon))
+    }
+
+    /// One run at `now`: late marks first, then the hours due, until `deadline`.
+    #[tracing::instrument(skip(self), fields(now = %now.to_rfc3339()))]
+    pub async fn run(
+        &self,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Result<RunReport, SealError> {
+        let mut report = RunReport::default();
+        let mut mark = read_watermark(&self.rollups).await?;
+        if let Some(m) = mark {
+            self.seal_marks(m.end_ms, now, deadline, &mut report)
+                .await?;
+        }
+        let due = self.sealable_end(now);
+        // A first run seals the last hour due; older hours are `shardline seal`'s.
+        let mut next = mark.map_or(due - HOUR_MS, |m| m.end_ms);
+        let from_ms = mark.map_or(next, |m| m.from_ms);
+        let mut sealed = 0;
+        while next < due {
+            if sealed >= self.settings.max_hours_per_run || past(deadline) {
+                report.behind = true;
+                break;
+            }
+            if !self.seal_hour(next, now, deadline, &mut report).await? {
+                report.behind = true;
+                break;
+            }
+            let end = next + HOUR_MS;
+            self.advance_watermark(from_ms, end).await?;
+            mark = Some(Watermark {
+                from_ms,
+                end_ms: end,
+            });
+            report.hours_sealed += 1;
+            sealed += 1;
+            next = end;
+        }
+        report.watermark_ms = mark.map(|m| m.end_ms);
+        Ok(report)
+    }
+
+    /// Seals `[from_ms, to_ms)`'s hours again from their readings, whatever the
+    /// watermark says, and leaves the watermark as it is: `shardline seal`'s rebuild.
+    pub async fn reseal(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        now: Timestamp,
+    ) -> Result<RunReport, SealError> {
+        let mut report = RunReport::default();
+        let mut hour = hour_of(from_ms);
+        while hour < to_ms {
+            self.seal_hour(hour, now, None, &mut report).await?;
+            hour += HOUR_MS;
+        }
+        Ok(report)
+    }
+
+    /// Seals one hour of every device. `false` when the deadline came first (nothing
+    /// of the hour is lost: it is sealed again, whole, by the next run).
+    async fn seal_hour(
+        &self,
+        hour: i64,
+        now: Timestamp,
+        deadline: Option<Instant>,
+        report: &mut RunReport,
+    ) -> Result<bool, SealError> {
+        let range = hour_range(hour)?;
+        let Some(table) = self.directory.stored_layout(now).await? else {
+            return Ok(true);
+        };
+        let hot = self.directory.hot(range, now).await?;
+        let refs: Vec<(&str, &_)> = hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
+        let plan = plan_all(range, &table, &refs)?;
+        let Some(hours) = self.read_hour(&plan, hour, None, deadline, report).await? else {
+            return Ok(false);
+        };
+        let parts: BTreeSet<u32> = hours.keys().map(|d| part_of(d)).collect();
+        self.write_device_hours(hours.into_values().collect(), report)
+            .await?;
+        self.write_parts(hour, parts, report).await?;
+        Ok(true)
+    }
+
+    /// Seals one device's hour again (a late mark).
+    async fn seal_device_hour(
+        &self,
+        device: &str,
+        hour: i64,
+        now: Timestamp,
+        report: &mut RunReport,
+    ) -> Result<(), SealError> {
+        let range = hour_range(hour)?;
+        let Some(table) = self.directory.stored_layout(now).await? else {
+            return Ok(());
+        };
+        let fanout = self.directory.fanout(device, now).await?;
+        let plan = plan_entity(device, range, &table, &fanout)?;
+        let Some(hours) = self
+            .read_hour(&plan, hour, Some(device), None, report)
+            .await?
+        else {
+            return Ok(());
+        };
+        self.write_device_hours(hours.into_values().collect(), report)
+            .await?;
+        self.write_parts(hour, BTreeSet::from([part_of(device)]), report)
+            .await
+    }
+
+    /// Every reading of `plan` in the hour, each once, as device-hours (of `device`
+    /// alone when given). `None` when the deadline came first.
+    async fn read_hour(
+        &self,
+        plan: &ReadPlan,
+        hour: i64,
+        device: Option<&str>,
+        deadline: Option<Instant>,
+        report: &mut RunReport,
+    ) -> Result<Option<BTreeMap<String, DeviceHour>>, SealError> {
+        let mut hours: BTreeMap<String, DeviceHour> = BTreeMap::new();
+        let opts = ReadOptions {
+            descending: false,
+            consistent: true,
+            concurrency: self.settings.concurrency,
+            max_buffered: self.settings.max_buffered,
+            budget: ReadBudget {
+                queries: u64::MAX,
+                evaluated: u64::MAX,
+                deadline,
+            },
+        };
+        let mut readings = 0;
+        let outcome = merge_each(
+            &self.source,
+            specs(plan),
+            opts,
+            MERGE_WINDOW,
+            |item: ReadingItem| {
+                let in_hour = (hour..hour + HOUR_MS).contains(&item.ts_ms);
+                if in_hour && device.is_none_or(|d| d == item.device_id) {
+                    readings += 1;
+                    hours
+                        .entry(item.device_id.clone())
+                        .or_insert_with(|| DeviceHour::new(item.device_id.clone(), hour))
+                        .add(item.ts_ms, &item.event_id, &item.metrics, &item.tags);
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+        if outcome.stopped.is_some() {
+            return Ok(None);
+        }
+        report.readings += readings;
+        Ok(Some(hours))
+    }
+
+    /// Writes each device-hour, its summary and its directory entry.
+    async fn write_device_hours(
+        &self,
+        hours: Vec<DeviceHour>,
+        report: &mut RunReport,
+    ) -> Result<(), SealError> {
+        let written: Vec<(bool, bool)> = futures::stream::iter(hours)
+            .map(|dh| async move {
+                let wrote = self.write_device_hour(&dh).await?;
+                let entry = self.merge_directory(&DirEntry::of(&dh)).await?;
+                Ok::<_, SealError>((wrote, entry))
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .try_collect()
+            .await?;
+        for (wrote, entry) in written {
+            if wrote {
+                report.device_hours_written += 1;
+            } else {
+                report.device_hours_unchanged += 1;
+            }
+            report.directory_written += u64::from(entry);
+        }
+        Ok(())
+    }
+
+    /// Writes a device-hour and its summary unless they already count as many
+    /// readings; `true` when the device-hour was written.
+    async fn write_device_hour(&self, dh: &DeviceHour) -> Result<bool, SealError> {
+        let ttl = self.expiry(dh.hour_ms);
+        let item = RollupItem::with_body(
+            keys::device_hour(&dh.device, dh.hour_ms),
+            dh.version(),
+            dh,
+            ttl,
+        )?;
+        let summary = RollupItem::with_body(
+            keys::device_summary(&dh.device, dh.hour_ms),
+            dh.version(),
+            &dh.summary(),
+            ttl,
+        )?;
+        let wrote = self.rollups.put_if_newer(&item).await?;
+        // Written whatever the first answered: a run killed between the two writes left
+        // the summary behind, and this one catches it up.
+        self.rollups.put_if_newer(&summary).await?;
+        Ok(wrote)
+    }
+
+    /// Merges `entry` into the device's directory entry (newest wins, earliest first
+    /// seen, every metric): a conditional write on the version read, retried when
+    /// another run wrote in between. `true` when it changed the entry.
+    async fn merge_directory(&self, entry: &DirEntry) -> Result<bool, SealError> {
+        for _ in 0..DIRECTORY_ATTEMPTS {
+            let stored = self.rollups.get(DIRECTORY_PK, &entry.device, true).await?;
+            let (merged, expected) = match &stored {
+                Some(item) => {
+                    let current: DirEntry = item.body()?;
+                    let merged = current.merged(entry);
+                    if merged == current {
+                        return Ok(false);
+                    }
+                    (merged, Some(item.version))
+                }
+                None => (entry.clone(), None),
+            };
+            let version = expected.map_or(1, |v| v + 1);
+            let item = RollupItem::with_body(
+                (DIRECTORY_PK.to_owned(), entry.device.clone()),
+                version,
+                &merged,
+                None,
+            )?;
+            if self.rollups.put_if_version(&item, expected).await? {
+                return Ok(true);
+            }
+        }
+        Err(SealError::DirectoryContended(entry.device.clone()))
+    }
+
+    /// Recomputes each fleet part of `hour` in `parts` from its device-hours.
+    async fn write_parts(
+        &self,
+        hour: i64,
+        parts: BTreeSet<u32>,
+        report: &mut RunReport,
+    ) -> Result<(), SealError> {
+        let written: Vec<bool> = futures::stream::iter(parts)
+            .map(|part| async move {
+                let q = RollupQuery::partition(keys::device_hours_of(hour, part), true);
+                let stored = query_all(&self.rollups, q).await?;
+                let hours = stored
+                    .iter()
+                    .map(RollupItem::body::<DeviceHour>)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let fleet = FleetPart::of(hour, part, &hours);
+                if fleet.version() == 0 {
+                    return Ok(false);
+                }
+                let item = RollupItem::with_body(
+                    keys::fleet_part(hour, part),
+                    fleet.version(),
+                    &fleet,
+                    self.expiry(hour),
+                )?;
+                Ok::<_, SealError>(self.rollups.put_if_newer(&item).await?)
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .try_collect()
+            .await?;
+        report.parts_written += written.into_iter().filter(|w| *w).count() as u64;
+        Ok(())
+    }
+
+    /// Moves the watermark to `end_ms` unless it is there already.
+    async fn advance_watermark(&self, from_ms: i64, end_ms: i64) -> Result<(), SealError> {
+        let mark = Watermark { from_ms, end_ms };
+        let version = u64::try_from(end_ms).map_err(|_| SealError::Time(hour_label(end_ms)))?;
+        let item = RollupItem::with_body(keys::watermark(), version, &mark, None)?;
+        self.rollups.put_if_newer(&item).await?;
+        Ok(())
+    }
+
+    /// Seals the device-hours marked late in hours before `sealed_end`, deleting each
+    /// mark no newer mark replaced.
+    async fn seal_marks(
+        &self,
+        sealed_end: i64,
+        now: Timestamp,
+        deadline: Option<Instant>,
+        report: &mut RunReport,
+    ) -> Result<(), SealError> {
+        for part in 0..store::rollup::PARTS {
+            let marks = query_all(
+                &self.rollups,
+                RollupQuery::partition(keys::late_part(part), true),
+            )
+            .await?;
+            for mark in marks {
+                if past(deadline) {
+                    return Ok(());
+                }
+                let Some((hour, device)) = parse_mark(&mark.sk) else {
+                    tracing::warn!(mark = %mark, "a late mark whose key is not {{hour}}#{{device}}: left alone");
+                    continue;
+                };
+                if hour >= sealed_end {
+                    continue;
+                }
+                self.seal_device_hour(device, hour, now, report).await?;
+                if self
+                    .rollups
+                    .delete_if(&mark.pk, &mark.sk, mark.version)
+                    .await?
+                {
+                    report.marks_sealed += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn expiry(&self, hour_ms: i64) -> Option<i64> {
+        let retention = i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX);
+        Some((hour_ms + HOUR_MS) / 1000 + retention)
+    }
+}
+
+/// `{hour}#{device}` of a late mark's sort key.
+fn parse_mark(sk: &str) -> Option<(i64, &str)> {
+    let (hour, device) = sk.split_once('#')?;
+    Some((hour.parse().ok()?, device))
+}
+
+fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
+    let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
+    TimeRange::new(at(hour)?, at(hour + HOUR_MS)?).map_err(|e| SealError::Time(e.to_string()))
+}
+
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// The run's figures as one EMF line: `SealLagSeconds` (now less the watermark: how
+/// far behind the sealed answers are), `HoursSealed`, `DeviceHoursSealed`,
+/// `LateMarksSealed`, `ReadingsSealed`.
+pub fn metrics_line(report: &RunReport, now: Timestamp) -> String {
+    use store::emf::{Metric, line};
+    let mut metrics = vec![
+        Metric::count("HoursSealed", report.hours_sealed),
+        Metric::count("DeviceHoursSealed", report.device_hours_written),
+        Metric::count("LateMarksSealed", report.marks_sealed),
+        Metric::count("ReadingsSealed", report.readings),
+    ];
+    if let Some(end) = report.watermark_ms {
+        let lag = (now.as_millis() - end).max(0) as f64 / 1000.0;
+        metrics.push(Metric {
+            name: "SealLagSeconds".to_owned(),
+            value: lag,
+            unit: "Seconds",
+        });
+    }
+    line(now.as_millis(), &[("Function", "sealer")], &metrics)
+}

@@ -1,0 +1,452 @@
+//! Scenarios 39 to 41: the sealer's derived items equal what the readings say, each
+//! reading counted once however many items hold it, a late reading added exactly once,
+//! and a run killed anywhere, or two at once, leave what one clean run leaves.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bigdecimal::BigDecimal;
+use sealer::{Sealer, Settings};
+use sharding::time::Timestamp;
+use store::error::StoreError;
+use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::{
+    Cells, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupPage,
+    RollupQuery, RollupTable, keys, late_mark, part_of,
+};
+
+use crate::common::{
+    BASE_MS, R, fanout_history, hourly, load, put_block, shard_table, table_history,
+};
+
+/// The hour sealed: [01:00, 02:00) of the fixture's day.
+const HOUR: i64 = BASE_MS + HOUR_MS;
+const DEVICES: [&str; 6] = ["d-0", "d-1", "d-2", "d-3", "hot-1", "gateway-7"];
+
+/// A time a run seals `HOUR` and no later hour at: 12 minutes after it ends.
+fn after_the_horizon() -> Timestamp {
+    Timestamp::from_millis(HOUR + HOUR_MS + 12 * MINUTE_MS).unwrap()
+}
+
+fn reading(device: &str, i: i64, value: &str) -> R {
+    R {
+        device: device.to_owned(),
+        event: format!("e{i:05}"),
+        ts_ms: HOUR + i * 7_919 % HOUR_MS,
+        value: store::Decimal::parse(value).unwrap(),
+    }
+}
+
+/// Every device reads 300 times in the hour (some with 38-digit numbers); `hot-1` was
+/// raised to 8 keys mid-hour. Returns the readings, each once, and the tables holding
+/// them with copies: a message sent twice, readings in two blocks, and readings of
+/// the hot device written before the raise and again after it under another key.
+fn fixture() -> (Vec<R>, MemoryReadings, Arc<MemoryShards>) {
+    let raise = HOUR + 30 * MINUTE_MS;
+    let shards = shard_table(
+        table_history(vec![(0, hourly(4))]),
+        [("hot-1".to_owned(), fanout_history(vec![(raise, 8)]))],
+    );
+    let table = MemoryReadings::new(None);
+    let mut readings = Vec::new();
+    for (d, device) in DEVICES.iter().enumerate() {
+        for i in 0..300 {
+            let value = match (i + d as i64) % 7 {
+                0 => "12345678901234567890123456789012345678".to_owned(),
+                1 => "-0.000000000000000000000000000000000001".to_owned(),
+                k => format!("{}.{}", i - 150, k),
+            };
+            readings.push(reading(device, i, &value));
+        }
+    }
+    load(&table, &shards, &readings);
+    // A message sent twice: the same items again, under the same keys.
+    load(&table, &shards, &readings[..40]);
+    // Readings of `d-1` held in two blocks as well as their own items.
+    let d1: Vec<R> = readings
+        .iter()
+        .filter(|r| r.device == "d-1")
+        .cloned()
+        .collect();
+    let mut sorted = d1[..20].to_vec();
+    sorted.sort_by(|a, b| (a.ts_ms, &a.event).cmp(&(b.ts_ms, &b.event)));
+    put_block(&table, &shards, &sorted[..12]);
+    put_block(&table, &shards, &sorted[6..]);
+    // `hot-1`'s readings before the raise written again under a sub-shard (a
+    // redelivery keyed after the raise): same sort key, another partition key.
+    let early: Vec<R> = readings
+        .iter()
+        .filter(|r| r.device == "hot-1" && r.ts_ms < raise)
+        .take(30)
+        .map(|r| R {
+            ts_ms: r.ts_ms,
+            ..r.clone()
+        })
+        .collect();
+    let rekeyed = shard_table(
+        table_history(vec![(0, hourly(4))]),
+        [(
+            "hot-1".to_owned(),
+            fanout_history(vec![(HOUR - HOUR_MS, 8)]),
+        )],
+    );
+    load(&table, &rekeyed, &early);
+    (readings, table, Arc::new(shards))
+}
+
+/// The cells of `readings` (each once) per device and minute, with exact sums.
+fn expected(readings: &[R]) -> BTreeMap<String, DeviceHour> {
+    let mut out: BTreeMap<String, DeviceHour> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for r in readings {
+        if !seen.insert((r.device.clone(), r.ts_ms, r.event.clone())) {
+            continue;
+        }
+        out.entry(r.device.clone())
+            .or_insert_with(|| DeviceHour::new(r.device.clone(), HOUR))
+            .add(
+                r.ts_ms,
+                &r.event,
+                &BTreeMap::from([("temperature".to_owned(), r.value.clone())]),
+                &BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
+            );
+    }
+    out
+}
+
+fn sealer<'a>(
+    table: &'a MemoryReadings,
+    shards: Arc<MemoryShards>,
+    rollups: impl RollupTable + 'a,
+) -> Sealer<&'a MemoryReadings, Arc<MemoryShards>, impl RollupTable + 'a> {
+    let settings = Settings {
+        concurrency: 4,
+        ..Settings::default()
+    };
+    Sealer::new(table, shards, rollups, settings)
+}
+
+fn body<T: for<'de> serde::Deserialize<'de>>(
+    rollups: &MemoryRollups,
+    (pk, sk): (String, String),
+) -> T {
+    rollups.items()[&(pk.clone(), sk.clone())]
+        .body()
+        .unwrap_or_else(|e| panic!("{pk}/{sk}: {e}"))
+}
+
+/// The fleet's hour and minute cells: the merge of its parts.
+fn fleet(rollups: &MemoryRollups, hour: i64) -> (Cells, BTreeMap<u8, Cells>) {
+    let mut total = Cells::default();
+    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    for ((pk, _), item) in rollups.items() {
+        if pk == keys::fleet_hour(hour) {
+            let part: FleetPart = item.body().unwrap();
+            total.merge(&part.hour);
+            for (m, cells) in &part.minutes {
+                minutes.entry(*m).or_default().merge(cells);
+            }
+        }
+    }
+    (total, minutes)
+}
+
+/// The fleet cells `device_hours` make.
+fn expected_fleet(device_hours: &BTreeMap<String, DeviceHour>) -> (Cells, BTreeMap<u8, Cells>) {
+    let mut total = Cells::default();
+    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    for dh in device_hours.values() {
+        let part = FleetPart::of(HOUR, part_of(&dh.device), [dh]);
+        total.merge(&part.hour);
+        for (m, cells) in &part.minutes {
+            minutes.entry(*m).or_default().merge(cells);
+        }
+    }
+    (total, minutes)
+}
+
+#[tokio::test]
+async fn rollups_count_each_reading_once_with_copies_in_the_data() {
+    let (readings, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards, &rollups);
+    let report = s.run(after_the_horizon(), None).await.unwrap();
+    assert_eq!(report.hours_sealed, 1, "{report:?}");
+    assert_eq!(report.watermark_ms, Some(HOUR + HOUR_MS));
+    let want = expected(&readings);
+    assert_eq!(
+        report.readings,
+        300 * DEVICES.len() as u64,
+        "each reading read once"
+    );
+    for (device, dh) in &want {
+        let stored: DeviceHour = body(&rollups, keys::device_hour(device, HOUR));
+        assert_eq!(&stored, dh, "{device}");
+        let summary: DeviceHour = body(&rollups, keys::device_summary(device, HOUR));
+        assert_eq!(summary, dh.summary(), "{device}");
+        let entry: DirEntry = body(&rollups, ("dir".to_owned(), device.clone()));
+        assert_eq!(entry, DirEntry::of(dh), "{device}");
+        // The sums are exact: the 38-digit numbers are all there.
+        let cell = &stored.hour.metrics["temperature"];
+        let exact: BigDecimal = readings
+            .iter()
+            .filter(|r| &r.device == device)
+            .map(|r| BigDecimal::from_str(r.value.as_str()).unwrap())
+            .sum();
+        assert_eq!(cell.sum, exact, "{device}");
+        assert_eq!(cell.count, 300);
+    }
+    assert_eq!(fleet(&rollups, HOUR), expected_fleet(&want));
+    assert_eq!(fleet(&rollups, HOUR).0.devices, DEVICES.len() as u64);
+}
+
+#[tokio::test]
+async fn the_minute_cells_equal_the_raw_stats_answer() {
+    let (_, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards.clone(), &rollups);
+    s.run(after_the_horizon(), None).await.unwrap();
+    let svc = crate::common::service(&table, shards);
+    for device in DEVICES {
+        let uri = format!(
+            "/devices/{device}/stats?from=2026-06-22T01:00:00Z&to=2026-06-22T02:00:00Z&interval=1m&metric=temperature"
+        );
+        let request = http::Request::get(uri).body(()).unwrap();
+        let answer = svc.handle(&request, crate::common::now()).await;
+        assert_eq!(answer.status(), 200, "{}", answer.body());
+        let raw: serde_json::Value = serde_json::from_str(answer.body()).unwrap();
+        let stored: DeviceHour = body(&rollups, keys::device_hour(device, HOUR));
+        let buckets = raw["buckets"].as_array().unwrap();
+        assert_eq!(buckets.len(), stored.minutes.len(), "{device}");
+        for (bucket, (minute, cells)) in buckets.iter().zip(&stored.minutes) {
+            let start = Timestamp::from_millis(HOUR + i64::from(*minute) * MINUTE_MS).unwrap();
+            assert_eq!(bucket["start"], start.to_rfc3339());
+            let cell = &cells.metrics["temperature"];
+            assert_eq!(bucket["count"], cell.count, "{device} {minute}");
+            let f = |v: &BigDecimal| f64::from_str(&v.to_string()).unwrap();
+            assert_eq!(
+                bucket["min"].as_f64().unwrap(),
+                f(&cell.min),
+                "{device} {minute}"
+            );
+            assert_eq!(
+                bucket["max"].as_f64().unwrap(),
+                f(&cell.max),
+                "{device} {minute}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_late_reading_adds_exactly_once_and_its_copy_adds_nothing() {
+    let (mut readings, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards.clone(), &rollups);
+    s.run(after_the_horizon(), None).await.unwrap();
+    let before: DeviceHour = body(&rollups, keys::device_hour("d-2", HOUR));
+    let (fleet_before, _) = fleet(&rollups, HOUR);
+
+    // A reading of d-2 in the sealed hour, written late, then its mark.
+    let late = R {
+        device: "d-2".to_owned(),
+        event: "late-1".to_owned(),
+        ts_ms: HOUR + 17 * MINUTE_MS + 5,
+        value: store::Decimal::parse("-1000000.5").unwrap(),
+    };
+    load(&table, &shards, std::slice::from_ref(&late));
+    rollups.put(&late_mark("d-2", HOUR, 7)).await.unwrap();
+    let later = Timestamp::from_millis(HOUR + HOUR_MS + 20 * MINUTE_MS).unwrap();
+    let report = s.run(later, None).await.unwrap();
+    assert_eq!(report.marks_sealed, 1, "{report:?}");
+    assert_eq!(report.hours_sealed, 0);
+    let after: DeviceHour = body(&rollups, keys::device_hour("d-2", HOUR));
+    let (b, a) = (
+        &before.hour.metrics["temperature"],
+        &after.hour.metrics["temperature"],
+    );
+    assert_eq!(a.count, b.count + 1);
+    assert_eq!(a.sum, &b.sum + BigDecimal::from_str("-1000000.5").unwrap());
+    assert_eq!(
+        a.min,
+        BigDecimal::from_str("-1000000.5").unwrap(),
+        "min widened"
+    );
+    assert_eq!(a.max, b.max);
+    let (fleet_after, _) = fleet(&rollups, HOUR);
+    assert_eq!(fleet_after.readings, fleet_before.readings + 1);
+    assert_eq!(fleet_after.devices, fleet_before.devices);
+    assert_eq!(
+        fleet_after.metrics["temperature"].sum,
+        &fleet_before.metrics["temperature"].sum + BigDecimal::from_str("-1000000.5").unwrap()
+    );
+    readings.push(late.clone());
+    assert_eq!(after, expected(&readings)["d-2"]);
+    assert!(
+        rollups
+            .items()
+            .keys()
+            .all(|(pk, _)| !pk.starts_with("late#")),
+        "the mark is gone"
+    );
+
+    // Its copy, in a block with a copy of a later reading, and a mark again: nothing
+    // changes.
+    let mut next = readings
+        .iter()
+        .filter(|r| r.device == "d-2" && r.ts_ms > late.ts_ms)
+        .min_by_key(|r| r.ts_ms)
+        .unwrap()
+        .clone();
+    put_block(&table, &shards, &[late, next]);
+    rollups.put(&late_mark("d-2", HOUR, 8)).await.unwrap();
+    let snapshot = rollups.items();
+    let report = s.run(later, None).await.unwrap();
+    assert_eq!(report.marks_sealed, 1);
+    assert_eq!(report.device_hours_written, 0, "{report:?}");
+    let mut now_items = rollups.items();
+    let mut then_items = snapshot;
+    then_items.retain(|(pk, _), _| !pk.starts_with("late#"));
+    now_items.retain(|(pk, _), _| !pk.starts_with("late#"));
+    assert_eq!(now_items, then_items);
+}
+
+#[tokio::test]
+async fn a_mark_of_an_hour_not_yet_sealed_waits_for_its_seal() {
+    let (_, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards, &rollups);
+    s.run(after_the_horizon(), None).await.unwrap();
+    let next_hour = HOUR + HOUR_MS;
+    rollups.put(&late_mark("d-0", next_hour, 1)).await.unwrap();
+    s.run(after_the_horizon(), None).await.unwrap();
+    let (pk, sk) = keys::late_mark("d-0", next_hour);
+    assert!(
+        rollups.items().contains_key(&(pk, sk)),
+        "kept for the hour's own seal"
+    );
+}
+
+/// A rollups table whose writes fail from the `after`-th on: a run killed there.
+struct KilledAfter {
+    inner: MemoryRollups,
+    after: u64,
+    writes: AtomicU64,
+}
+
+impl KilledAfter {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.writes.fetch_add(1, Ordering::SeqCst) >= self.after {
+            return Err(StoreError::Malformed("killed".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl RollupTable for KilledAfter {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.put_if_newer(item).await
+    }
+    async fn put_if_version(
+        &self,
+        item: &RollupItem,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.put_if_version(item, expected).await
+    }
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.delete_if(pk, sk, version).await
+    }
+    async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.put(item).await
+    }
+    async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<RollupItem>, StoreError> {
+        self.inner.get(pk, sk, consistent).await
+    }
+    async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
+        self.inner.query(q).await
+    }
+}
+
+#[tokio::test]
+async fn a_sealer_killed_at_any_write_and_run_again_or_two_at_once_leave_the_same_items() {
+    let (_, table, shards) = fixture();
+    let clean = MemoryRollups::new();
+    sealer(&table, shards.clone(), &clean)
+        .run(after_the_horizon(), None)
+        .await
+        .unwrap();
+    let want = clean.items();
+    let writes = clean.writes();
+    assert!(writes > 20, "{writes}");
+    for after in 0..writes {
+        let killed = KilledAfter {
+            inner: MemoryRollups::new(),
+            after,
+            writes: AtomicU64::new(0),
+        };
+        let s = sealer(&table, shards.clone(), &killed);
+        assert!(
+            s.run(after_the_horizon(), None).await.is_err(),
+            "killed at {after}"
+        );
+        let again = sealer(&table, shards.clone(), &killed.inner);
+        again.run(after_the_horizon(), None).await.unwrap();
+        assert_eq!(
+            killed.inner.items(),
+            want,
+            "killed at write {after} and run again"
+        );
+        // A third run changes nothing.
+        again.run(after_the_horizon(), None).await.unwrap();
+        assert_eq!(killed.inner.items(), want, "run a third time after {after}");
+    }
+    let shared = MemoryRollups::new();
+    let (one, two) = (
+        sealer(&table, shards.clone(), &shared),
+        sealer(&table, shards.clone(), &shared),
+    );
+    let (a, b) = tokio::join!(
+        one.run(after_the_horizon(), None),
+        two.run(after_the_horizon(), None)
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(shared.items(), want, "two runs at once");
+}
+
+#[tokio::test]
+async fn a_first_run_seals_the_last_hour_due_and_later_runs_follow_hour_by_hour() {
+    let (_, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards, &rollups);
+    // 9 minutes after the hour ends: within the horizon, so the hour before is due.
+    let early = Timestamp::from_millis(HOUR + HOUR_MS + 9 * MINUTE_MS).unwrap();
+    let report = s.run(early, None).await.unwrap();
+    assert_eq!(report.watermark_ms, Some(HOUR));
+    assert!(
+        !rollups
+            .items()
+            .contains_key(&keys::device_hour("d-0", HOUR))
+    );
+    let report = s.run(after_the_horizon(), None).await.unwrap();
+    assert_eq!(
+        (report.hours_sealed, report.watermark_ms),
+        (1, Some(HOUR + HOUR_MS))
+    );
+    let five_later = Timestamp::from_millis(HOUR + 6 * HOUR_MS + 11 * MINUTE_MS).unwrap();
+    let report = s.run(five_later, None).await.unwrap();
+    assert_eq!(report.hours_sealed, 5);
+    assert_eq!(report.watermark_ms, Some(HOUR + 6 * HOUR_MS));
+}
