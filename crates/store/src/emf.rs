@@ -1,6 +1,7 @@
 //! CloudWatch Embedded Metric Format: metrics as one JSON log line each.
 //!
-//! Pure formatting; the handler prints the lines to stdout, where the Lambda log
+//! Pure formatting, shared by the functions (the ingest's report, the sealer's run); each
+//! prints its lines to stdout, where the Lambda log
 //! pipeline turns them into metrics without any API call on the hot path.
 
 use serde_json::{Map, Value, json};
