@@ -70,6 +70,12 @@ pub fn throttle_response(reasons: &[ThrottleReason], table_arn: &str) -> Respons
     )
 }
 
+/// The error name of a DynamoDB error body (`__type` after its last `#`), if it is one.
+pub fn error_name(body: &Value) -> Option<&str> {
+    let ty = body.get("__type")?.as_str()?;
+    Some(ty.rsplit('#').next().unwrap_or(ty))
+}
+
 /// HTTP 500 `InternalServerError`.
 pub fn internal_error(message: &str) -> Response<Full<Bytes>> {
     error_response(

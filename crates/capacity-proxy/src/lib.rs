@@ -8,23 +8,42 @@
 //! # Capacity model
 //! Per (table, partition key value): token buckets of 1,000 WCU/s and 3,000 RCU/s by default,
 //! refilled continuously, holding one second of rate plus optional burst seconds; optional
-//! table-level caps. Writes cost ceil(item bytes / 1 KB) WCU (item size: see [`item`]); a
-//! delete or an unknown item costs 1. Reads (`GetItem`, `Query`) are refused before
-//! forwarding when the key's bucket cannot cover the smallest read, then charged
-//! ceil(bytes / 4 KB) RCU (halved when eventually consistent) by the size actually
-//! returned. `UpdateItem` is charged for its key plus the values in
-//! `ExpressionAttributeValues`. Everything else passes through uncharged.
+//! table-level caps.
+//!
+//! Writes cost ceil(item bytes / 1 KB) WCU, at least 1 (item size: see [`item`]), by the
+//! larger of the item before and after the write, as DynamoDB bills them. In forward mode
+//! the proxy looks the item up under the call's key (a strongly consistent `GetItem` of
+//! its own, neither charged nor counted) and forwards the call unchanged:
+//! - `PutItem`: the larger of the item it replaces, if any, and its own item;
+//! - `UpdateItem`: the larger of the item before and after the update (after: the
+//!   caller's `ALL_NEW` answer, else a second lookup);
+//! - `DeleteItem`: the item deleted (1 when there is none);
+//! - a failed condition (`ConditionalCheckFailedException`): the units of the item it
+//!   found, at least 1; any other refusal by the upstream costs nothing.
+//!
+//! A write is admitted when its key's and table's buckets cover what is known before it is
+//! sent (a put's whole cost, the existing item's units for an update or a delete), then
+//! settled to its cost. A `BatchWriteItem` put is charged by its own item and a batch
+//! delete 1: the items they replace or delete are not looked up. In sink mode a `PutItem`
+//! is charged by its own item (the sink keeps no values and evaluates no condition).
+//!
+//! Reads (`GetItem`, `Query`) are refused before forwarding when the key's bucket cannot
+//! cover the smallest read, then charged ceil(bytes / 4 KB) RCU (halved when eventually
+//! consistent) by the size actually returned, a Query by the sum of its page's items.
+//! Everything else passes through uncharged.
 //!
 //! # Partition key attribute
 //! Per table, the first of: `pk_attr` in the `--config` file; the key schema seen in a
 //! `CreateTable` that passed through the proxy; `DescribeTable` sent upstream on first sight
-//! with the caller's own auth headers (then cached); `--pk-attr` (default `PK`).
+//! with the caller's own auth headers (then cached); `--pk-attr` (default `PK`). The whole
+//! key schema, which a `PutItem`'s lookup needs, is learned the same way.
 //!
 //! # Signatures
 //! Requests are forwarded with their headers and body unchanged except `Host` (rewritten to
-//! the upstream). A `BatchWriteItem` with items held back is forwarded with a rewritten body,
-//! so its SigV4 signature no longer matches: the upstream must not verify signatures (moto and
-//! dynalite do not).
+//! the upstream). A `BatchWriteItem` with items held back is forwarded with a rewritten
+//! body, and the proxy's own lookups (`DescribeTable`, `GetItem`) carry the caller's
+//! headers with a target and body of their own, so their SigV4 signatures no longer match:
+//! the upstream must not verify signatures (moto and dynalite do not).
 //!
 //! # Embedding
 //! ```no_run

@@ -2,8 +2,9 @@
 //! ([`stats_page`]); any other request is read whole ([`request`]); a call without a
 //! DynamoDB target is forwarded as it is ([`upstream`]); a data-plane call then meets
 //! its injected faults ([`injected`]); and the operation is answered: writes charged
-//! ([`writes`], [`batch`]), reads checked and charged ([`reads`]), key schemas learned
-//! ([`keys`]), stored in the sink ([`sink`]) or forwarded upstream. Starting and
+//! ([`writes`], [`batch`]) by the items they replace, looked up upstream ([`stored`]),
+//! reads checked and charged ([`reads`]), key schemas learned ([`keys`]), stored in the
+//! sink ([`sink`]) or forwarded upstream. Starting and
 //! stopping the proxy is [`lifecycle`].
 
 mod batch;
@@ -14,6 +15,7 @@ mod reads;
 mod request;
 mod sink;
 mod stats_page;
+mod stored;
 mod upstream;
 mod writes;
 
@@ -55,7 +57,7 @@ struct Inner {
     stats: Mutex<Stats>,
     faults: FaultInjector,
     sink: Mutex<HashSet<SinkKey>>,
-    pk_cache: Mutex<HashMap<String, String>>,
+    key_schemas: Mutex<HashMap<String, keys::KeySchema>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,6 +144,7 @@ impl Inner {
             "BatchWriteItem" => self.batch_write(call, json).await,
             "PutItem" => self.put_item(call, json).await,
             "UpdateItem" => self.update_item(call, json).await,
+            "DeleteItem" => self.delete_item(call, json).await,
             "GetItem" => self.get_item(call, json).await,
             "Query" => self.query(call, json).await,
             "CreateTable" => self.create_table(call, json).await,

@@ -1,4 +1,5 @@
-//! Shared helpers: SDK clients, item builders, a load driver over simulated seconds.
+//! Shared helpers: SDK clients, a private moto, item builders, a load driver over
+//! simulated seconds, the bill read from the stats.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,11 +9,50 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
-use capacity_proxy::ManualClock;
+use capacity_proxy::{ManualClock, ProxyHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An SDK client for an endpoint with retries off, so every proxy answer is observed.
 pub use stand_in::dynamodb_client_without_retries as client;
+
+/// A private moto on a free loopback port (stopped on drop).
+pub fn moto() -> Result<stand_in::Moto> {
+    let root = stand_in::repo_root()?;
+    let venv = stand_in::ensure_venv(&root)?;
+    stand_in::Moto::start(&venv)
+}
+
+/// An item of exactly `bytes` bytes by DynamoDB's rule under `PK = pk`, `SK = sk`, its
+/// bulk in the attribute `ballast`.
+pub fn sized_item(pk: &str, sk: &str, bytes: usize) -> HashMap<String, AttributeValue> {
+    let fixed = "PK".len() + pk.len() + "SK".len() + sk.len() + "ballast".len();
+    HashMap::from([
+        ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
+        ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
+        (
+            "ballast".to_owned(),
+            AttributeValue::S("y".repeat(bytes - fixed)),
+        ),
+    ])
+}
+
+/// The primary key `PK = pk`, `SK = sk`.
+pub fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
+        ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
+    ])
+}
+
+/// Write units the proxy has charged to `table` so far (the write bill).
+pub fn wcu(proxy: &ProxyHandle, table: &str) -> f64 {
+    proxy
+        .stats()
+        .wcu_by_table
+        .get(table)
+        .copied()
+        .unwrap_or(0.0)
+}
 
 /// An item of about 560 bytes (1 WCU) under `PK = pk`, `SK = sk`.
 pub fn item(pk_attr: &str, pk: &str, sk: &str) -> HashMap<String, AttributeValue> {

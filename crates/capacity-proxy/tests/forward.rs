@@ -9,14 +9,7 @@ use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use capacity_proxy::{ManualClock, Proxy, ProxyConfig, TableConfig};
 
-use crate::common::{client, item, offer_load};
-
-/// A private moto on a free loopback port (stopped on drop).
-fn moto() -> Result<stand_in::Moto> {
-    let root = stand_in::repo_root()?;
-    let venv = stand_in::ensure_venv(&root)?;
-    stand_in::Moto::start(&venv)
-}
+use crate::common::{client, item, moto, offer_load};
 
 /// Items in `table`, over every Scan page (a page stops at 1 MB).
 async fn count(c: &Client, table: &str) -> Result<i32> {

@@ -5,3 +5,4 @@ mod common;
 mod faults;
 mod forward;
 mod sink;
+mod writes;

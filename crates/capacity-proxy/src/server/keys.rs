@@ -1,6 +1,7 @@
-//! Each table's partition key attribute (configured, learned from a `CreateTable` that
-//! passed through or from `DescribeTable` upstream, cached, forgotten on `DeleteTable`),
-//! and the partition key value of a call on one item.
+//! Each table's key schema (its partition key attribute configured; the schema learned
+//! from a `CreateTable` that passed through or from `DescribeTable` upstream, cached,
+//! forgotten on `DeleteTable`), the partition key value of a call on one item, and an
+//! item's primary key.
 
 use bytes::Bytes;
 use http::Response;
@@ -11,41 +12,96 @@ use super::{Body, Inner, lock};
 use crate::config::Mode;
 use crate::item::key_string;
 
+/// A table's primary key attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct KeySchema {
+    hash: String,
+    range: Option<String>,
+}
+
+impl KeySchema {
+    /// The schema of a `KeySchema` list (`None` without a HASH attribute).
+    fn of(schema: &Value) -> Option<Self> {
+        let attr = |kind: &str| {
+            schema.as_array()?.iter().find_map(|k| {
+                (k.get("KeyType")?.as_str()? == kind)
+                    .then(|| k.get("AttributeName")?.as_str().map(str::to_owned))
+                    .flatten()
+            })
+        };
+        Some(Self {
+            hash: attr("HASH")?,
+            range: attr("RANGE"),
+        })
+    }
+
+    /// The primary key of `item`; `None` when it lacks a key attribute.
+    pub(super) fn key_of(&self, item: &Map<String, Value>) -> Option<Map<String, Value>> {
+        let mut key = Map::new();
+        for attr in std::iter::once(&self.hash).chain(&self.range) {
+            key.insert(attr.clone(), item.get(attr)?.clone());
+        }
+        Some(key)
+    }
+}
+
 impl Inner {
-    /// Partition key attribute of `table`: configured, cached, learned from DescribeTable
-    /// upstream (with the caller's own auth headers), or the default.
+    /// Partition key attribute of `table`: configured, else from its key schema
+    /// ([`Inner::key_schema`]), else the default.
     pub(super) async fn pk_attr(&self, call: &Call, table: &str) -> String {
         if let Some(a) = self.config.configured_pk_attr(table) {
             return a.to_owned();
         }
-        if let Some(a) = lock(&self.pk_cache).get(table) {
-            return a.clone();
+        match self.key_schema(call, table).await {
+            Some(schema) => schema.hash,
+            None => self.config.pk_attr.clone(),
         }
-        if let Mode::Forward { .. } = self.config.mode {
-            let body = Bytes::from(json!({ "TableName": table }).to_string());
-            match self.send(call, Some(body), Some("DescribeTable")).await {
-                Ok(reply) if reply.status.is_success() => {
-                    if let Some(attr) = reply.json().and_then(|v| {
-                        v.get("Table")
-                            .and_then(|t| hash_key_of(t.get("KeySchema")?))
-                    }) {
-                        lock(&self.pk_cache).insert(table.to_owned(), attr.clone());
-                        return attr;
-                    }
+    }
+
+    /// The key schema of `table`: cached, or learned from DescribeTable upstream (with
+    /// the caller's own auth headers) and cached; `None` when it cannot be learned.
+    pub(super) async fn key_schema(&self, call: &Call, table: &str) -> Option<KeySchema> {
+        if let Some(schema) = lock(&self.key_schemas).get(table) {
+            return Some(schema.clone());
+        }
+        if self.config.mode == Mode::Sink {
+            return None;
+        }
+        let body = Bytes::from(json!({ "TableName": table }).to_string());
+        match self.send(call, Some(body), Some("DescribeTable")).await {
+            Ok(reply) if reply.status.is_success() => {
+                let schema = reply
+                    .json()
+                    .and_then(|v| KeySchema::of(v.get("Table")?.get("KeySchema")?));
+                if let Some(schema) = &schema {
+                    lock(&self.key_schemas).insert(table.to_owned(), schema.clone());
                 }
-                Ok(reply) => {
-                    tracing::debug!(table, status = %reply.status, "DescribeTable failed; default key attribute")
-                }
-                Err(e) => {
-                    tracing::debug!(table, "DescribeTable failed: {e}; default key attribute")
-                }
+                schema
+            }
+            Ok(reply) => {
+                tracing::debug!(table, status = %reply.status, "DescribeTable failed; key schema unknown");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(table, "DescribeTable failed: {e}; key schema unknown");
+                None
             }
         }
-        self.config.pk_attr.clone()
+    }
+
+    /// The primary key of `item` in `table`; `None` when the table's key schema is
+    /// unknown or the item lacks a key attribute.
+    pub(super) async fn item_key(
+        &self,
+        call: &Call,
+        table: &str,
+        item: &Map<String, Value>,
+    ) -> Option<Map<String, Value>> {
+        self.key_schema(call, table).await?.key_of(item)
     }
 
     /// The table, key and partition key value of a call on one item by its `Key`
-    /// (`GetItem`, `UpdateItem`), which the sink does not serve; `Err` is the answer to
+    /// (`GetItem`, `UpdateItem`, `DeleteItem`), which the sink does not serve; `Err` is the answer to
     /// a call without them (passed through) or in sink mode.
     pub(super) async fn keyed_call<'j>(
         &self,
@@ -64,7 +120,7 @@ impl Inner {
         Ok((table, key, pk))
     }
 
-    /// Forwards a `CreateTable`; once created, the table's key attribute is known.
+    /// Forwards a `CreateTable`; once created, the table's key schema is known.
     pub(super) async fn create_table(&self, call: &Call, json: &Value) -> Response<Body> {
         if self.config.mode == Mode::Sink {
             return self.sink_unsupported(call.op());
@@ -74,28 +130,21 @@ impl Inner {
             Err(resp) => return resp,
         };
         if reply.status.is_success()
-            && let (Some(t), Some(attr)) =
-                (table_of(json), json.get("KeySchema").and_then(hash_key_of))
+            && let (Some(t), Some(schema)) = (
+                table_of(json),
+                json.get("KeySchema").and_then(KeySchema::of),
+            )
         {
-            lock(&self.pk_cache).insert(t, attr);
+            lock(&self.key_schemas).insert(t, schema);
         }
         reply.into_response()
     }
 
-    /// Forgets the table's learned key attribute and forwards the `DeleteTable`.
+    /// Forgets the table's learned key schema and forwards the `DeleteTable`.
     pub(super) async fn delete_table(&self, call: &Call, json: &Value) -> Response<Body> {
         if let Some(t) = table_of(json) {
-            lock(&self.pk_cache).remove(&t);
+            lock(&self.key_schemas).remove(&t);
         }
         self.passthrough(call).await
     }
-}
-
-/// The HASH attribute of a `KeySchema` list.
-fn hash_key_of(schema: &Value) -> Option<String> {
-    schema.as_array()?.iter().find_map(|k| {
-        (k.get("KeyType")?.as_str()? == "HASH")
-            .then(|| k.get("AttributeName")?.as_str().map(str::to_owned))
-            .flatten()
-    })
 }

@@ -70,7 +70,7 @@ impl Proxy {
             stats: Mutex::new(Stats::new(heat_file.is_some())),
             faults: FaultInjector::new(config.faults, seed),
             sink: Mutex::new(HashSet::new()),
-            pk_cache: Mutex::new(HashMap::new()),
+            key_schemas: Mutex::new(HashMap::new()),
             client,
             config,
         });
