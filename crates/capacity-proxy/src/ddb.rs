@@ -55,18 +55,45 @@ pub fn throttle_response(reasons: &[ThrottleReason], table_arn: &str) -> Respons
         .iter()
         .map(|r| json!({ "reason": r.as_str(), "resource": table_arn }))
         .collect();
-    let message = if reasons.iter().all(|r| r.is_key_range()) {
-        "Throughput exceeds the current capacity for one or more partition keys of your table \
-         (capacity-proxy key-range limit)."
-    } else {
-        "The level of configured provisioned throughput for the table was exceeded \
-         (capacity-proxy table limit)."
-    };
     error_response(
         StatusCode::BAD_REQUEST,
         "ProvisionedThroughputExceededException",
-        message,
+        throttle_message(reasons),
         Some(("ThrottlingReasons", Value::Array(list))),
+    )
+}
+
+/// HTTP 400 `TransactionCanceledException` for a transaction throttled by the proxy, as
+/// DynamoDB sends it: one cancellation reason per action in order, `ThrottlingError` for
+/// each action `refused` names a reason for, `None` for the others.
+pub fn transaction_throttled(refused: &[Option<ThrottleReason>]) -> Response<Full<Bytes>> {
+    let reasons: Vec<Value> = refused
+        .iter()
+        .map(|reason| match reason {
+            None => json!({ "Code": "None" }),
+            Some(reason) => {
+                json!({ "Code": "ThrottlingError", "Message": throttle_message(&[*reason]) })
+            }
+        })
+        .collect();
+    let codes: Vec<&str> = refused
+        .iter()
+        .map(|r| {
+            if r.is_some() {
+                "ThrottlingError"
+            } else {
+                "None"
+            }
+        })
+        .collect();
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "TransactionCanceledException",
+        &format!(
+            "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]",
+            codes.join(", ")
+        ),
+        Some(("CancellationReasons", Value::Array(reasons))),
     )
 }
 
@@ -74,6 +101,17 @@ pub fn throttle_response(reasons: &[ThrottleReason], table_arn: &str) -> Respons
 pub fn error_name(body: &Value) -> Option<&str> {
     let ty = body.get("__type")?.as_str()?;
     Some(ty.rsplit('#').next().unwrap_or(ty))
+}
+
+/// What a throttle for `reasons` says.
+fn throttle_message(reasons: &[ThrottleReason]) -> &'static str {
+    if reasons.iter().all(|r| r.is_key_range()) {
+        "Throughput exceeds the current capacity for one or more partition keys of your table \
+         (capacity-proxy key-range limit)."
+    } else {
+        "The level of configured provisioned throughput for the table was exceeded \
+         (capacity-proxy table limit)."
+    }
 }
 
 /// HTTP 500 `InternalServerError`.

@@ -30,7 +30,18 @@
 //! Reads (`GetItem`, `Query`) are refused before forwarding when the key's bucket cannot
 //! cover the smallest read, then charged ceil(bytes / 4 KB) RCU (halved when eventually
 //! consistent) by the size actually returned, a Query by the sum of its page's items.
-//! Everything else passes through uncharged.
+//!
+//! Transactions cost twice the units of each action, charged to the action's own key and
+//! table: a `TransactWriteItems` `Put`, `Update` or `Delete` twice its write units as a
+//! single-item write's above, a `ConditionCheck` twice those of the item it checks; a
+//! `TransactGetItems` `Get` twice the strongly consistent read units of its item. A
+//! transaction's actions are admitted together or it is cancelled before it is sent
+//! (`TransactionCanceledException` with a `ThrottlingError` reason for each action over
+//! its budget). A transaction cancelled upstream by a failed condition costs each action
+//! once the units of the item it found, at least 1: DynamoDB does not document it, this
+//! is an assumption.
+//!
+//! Everything else (`BatchGetItem`, `Scan`, the control plane) passes through uncharged.
 //!
 //! # Partition key attribute
 //! Per table, the first of: `pk_attr` in the `--config` file; the key schema seen in a

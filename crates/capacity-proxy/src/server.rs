@@ -3,8 +3,8 @@
 //! DynamoDB target is forwarded as it is ([`upstream`]); a data-plane call then meets
 //! its injected faults ([`injected`]); and the operation is answered: writes charged
 //! ([`writes`], [`batch`]) by the items they replace, looked up upstream ([`stored`]),
-//! reads checked and charged ([`reads`]), key schemas learned ([`keys`]), stored in the
-//! sink ([`sink`]) or forwarded upstream. Starting and
+//! reads checked and charged ([`reads`]), transactions charged twice ([`transact`]), key
+//! schemas learned ([`keys`]), stored in the sink ([`sink`]) or forwarded upstream. Starting and
 //! stopping the proxy is [`lifecycle`].
 
 mod batch;
@@ -16,6 +16,7 @@ mod request;
 mod sink;
 mod stats_page;
 mod stored;
+mod transact;
 mod upstream;
 mod writes;
 
@@ -145,6 +146,8 @@ impl Inner {
             "PutItem" => self.put_item(call, json).await,
             "UpdateItem" => self.update_item(call, json).await,
             "DeleteItem" => self.delete_item(call, json).await,
+            "TransactWriteItems" => self.transact_write(call, json).await,
+            "TransactGetItems" => self.transact_get(call, json).await,
             "GetItem" => self.get_item(call, json).await,
             "Query" => self.query(call, json).await,
             "CreateTable" => self.create_table(call, json).await,

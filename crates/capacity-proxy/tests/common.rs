@@ -54,6 +54,16 @@ pub fn wcu(proxy: &ProxyHandle, table: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Read units the proxy has charged to `table` so far (the read bill).
+pub fn rcu(proxy: &ProxyHandle, table: &str) -> f64 {
+    proxy
+        .stats()
+        .rcu_by_table
+        .get(table)
+        .copied()
+        .unwrap_or(0.0)
+}
+
 /// An item of about 560 bytes (1 WCU) under `PK = pk`, `SK = sk`.
 pub fn item(pk_attr: &str, pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([

@@ -5,4 +5,5 @@ mod common;
 mod faults;
 mod forward;
 mod sink;
+mod transactions;
 mod writes;

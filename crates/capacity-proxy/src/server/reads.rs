@@ -25,9 +25,9 @@ impl Inner {
         })
     }
 
-    fn charge_read(&self, table: &str, pk: Option<&str>, bytes: usize, consistent: bool) {
+    /// Charges a completed read of `cost` RCU.
+    pub(super) fn charge_read(&self, table: &str, pk: Option<&str>, cost: f64) {
         let now = self.config.clock.now();
-        let cost = read_cost(bytes, consistent);
         lock(&self.capacity).charge_read(table, pk, cost, now);
         lock(&self.stats).read(table, pk.unwrap_or(UNKNOWN_PK), cost, now);
     }
@@ -51,7 +51,7 @@ impl Inner {
         };
         if reply.status.is_success() {
             let bytes = reply.json().and_then(|v| returned(&v)).unwrap_or(0);
-            self.charge_read(table, pk, bytes, consistent);
+            self.charge_read(table, pk, read_cost(bytes, consistent));
         }
         reply.into_response()
     }

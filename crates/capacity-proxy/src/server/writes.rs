@@ -32,9 +32,9 @@ use crate::config::Mode;
 use crate::ddb;
 use crate::item::{item_size, key_string};
 
-/// How the upstream answered a write.
+/// How the upstream answered a single-item write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+enum Outcome {
     /// The write was made.
     Written,
     /// Its condition failed: charged, nothing written.
@@ -44,24 +44,19 @@ pub(super) enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome `reply` reports; `failed_condition` is the error name of a failed
-    /// condition for the operation (`ConditionalCheckFailedException` for single-item
-    /// writes, `TransactionCanceledException` for a transaction).
-    pub(super) fn of(reply: &Reply, failed_condition: &str) -> Self {
+    /// The outcome `reply` reports.
+    fn of(reply: &Reply) -> Self {
         if reply.status.is_success() {
             return Self::Written;
         }
         let body = reply.json();
-        if body.as_ref().and_then(ddb::error_name) == Some(failed_condition) {
+        if body.as_ref().and_then(ddb::error_name) == Some("ConditionalCheckFailedException") {
             Self::ConditionFailed
         } else {
             Self::Refused
         }
     }
 }
-
-/// The error a single-item write's failed condition answers with.
-const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
 
 impl Inner {
     /// Admits a write of `reserved` WCU to (`table`, `pk`), or says why not (counted as
@@ -79,25 +74,24 @@ impl Inner {
         })
     }
 
-    /// Settles a write admitted at `reserved` WCU whose `outcome` costs `actual`: the
-    /// buckets are charged the difference and the counters the cost (an item written
-    /// only for [`Outcome::Written`]).
+    /// Settles a write admitted at `reserved` WCU that cost `actual`: the buckets are
+    /// charged the difference and the counters the cost, with an item when `written`.
     pub(super) fn settle_write(
         &self,
         table: &str,
         pk: Option<&str>,
         reserved: f64,
         actual: f64,
-        outcome: Outcome,
+        written: bool,
     ) {
         let now = self.config.clock.now();
         lock(&self.capacity).settle_write(table, pk, reserved, actual, now);
         let mut stats = lock(&self.stats);
         let pk = pk.unwrap_or(UNKNOWN_PK);
-        match outcome {
-            Outcome::Written => stats.write(table, pk, actual, now),
-            Outcome::ConditionFailed if actual > 0.0 => stats.write_units(table, pk, actual, now),
-            Outcome::ConditionFailed | Outcome::Refused => {}
+        if written {
+            stats.write(table, pk, actual, now);
+        } else if actual > 0.0 {
+            stats.write_units(table, pk, actual, now);
         }
     }
 
@@ -116,11 +110,11 @@ impl Inner {
         }
         match self.forward(call, None).await {
             Ok(reply) => {
-                let outcome = Outcome::of(&reply, CONDITION_FAILED);
+                let outcome = Outcome::of(&reply);
                 Ok((reply, outcome))
             }
             Err(answer) => {
-                self.settle_write(table, pk, reserved, 0.0, Outcome::Refused);
+                self.settle_write(table, pk, reserved, 0.0, false);
                 Err(answer)
             }
         }
@@ -142,7 +136,7 @@ impl Inner {
             if let Err(reason) = self.reserve_write(&table, pk.as_deref(), cost) {
                 return self.throttled(&[reason], &table);
             }
-            self.settle_write(&table, pk.as_deref(), cost, cost, Outcome::Written);
+            self.settle_write(&table, pk.as_deref(), cost, cost, true);
             let sk = item.get(self.config.sk_attr(&table)).and_then(key_string);
             lock(&self.sink).insert(SinkKey {
                 table,
@@ -168,7 +162,13 @@ impl Inner {
             Outcome::ConditionFailed => write_cost(before),
             Outcome::Refused => 0.0,
         };
-        self.settle_write(&table, pk.as_deref(), reserved, actual, outcome);
+        self.settle_write(
+            &table,
+            pk.as_deref(),
+            reserved,
+            actual,
+            outcome == Outcome::Written,
+        );
         reply.into_response()
     }
 
@@ -198,7 +198,13 @@ impl Inner {
             Outcome::ConditionFailed => write_cost(before),
             Outcome::Refused => 0.0,
         };
-        self.settle_write(&table, pk.as_deref(), reserved, actual, outcome);
+        self.settle_write(
+            &table,
+            pk.as_deref(),
+            reserved,
+            actual,
+            outcome == Outcome::Written,
+        );
         reply.into_response()
     }
 
@@ -220,7 +226,13 @@ impl Inner {
             Outcome::Written | Outcome::ConditionFailed => reserved,
             Outcome::Refused => 0.0,
         };
-        self.settle_write(&table, pk.as_deref(), reserved, actual, outcome);
+        self.settle_write(
+            &table,
+            pk.as_deref(),
+            reserved,
+            actual,
+            outcome == Outcome::Written,
+        );
         reply.into_response()
     }
 }
