@@ -2,8 +2,15 @@
 //! the caller's token (`READ_SCOPE_CLAIM`; the template's `JwtDevicesClaim`, by
 //! default `shardline_devices`) lists what the caller may read: device ids
 //! (`sensor-7`), id prefixes (`site-a-*`), or `*` for every device, separated by
-//! spaces or commas. API Gateway hands a token's claims to the function as strings,
-//! an array claim as `[a b]`, so both spellings read the same.
+//! ASCII spaces (U+0020) or commas, and by nothing else. API Gateway hands a token's
+//! claims to the function as strings, an array claim as `[a b]`, so both spellings
+//! read the same.
+//!
+//! Any other whitespace or control character anywhere in the claim (a no-break space,
+//! an ideographic space, a line separator, a tab, a newline, NUL, ...) makes the whole
+//! claim unreadable, never a separator: were `site-a-1\u{a0}*` split on Unicode
+//! spaces, its tail `*` would grant every device. A claim is read only as the entries
+//! its ASCII spaces and commas separate.
 //!
 //! The scope is enforced on every route, before anything is read: a device route
 //! outside it is 403; a read over every device answers only the devices in it (their
@@ -58,6 +65,11 @@ pub enum ScopeError {
     #[error("the token's {claim:?} claim lists more than {MAX_GRANTS} entries")]
     TooMany { claim: String },
     #[error(
+        "the token's {claim:?} claim holds {found}, a whitespace or control character; \
+         only ASCII spaces and commas separate its entries"
+    )]
+    Unreadable { claim: String, found: String },
+    #[error(
         "the token's {claim:?} claim holds {entry:?}, which is neither a device id, an id \
          prefix ending in '*', nor '*'"
     )]
@@ -76,8 +88,9 @@ impl ReadScope {
         Self::from_claim(claim, value)
     }
 
-    /// The scope one claim value grants: entries separated by spaces or commas, in
-    /// square brackets or not.
+    /// The scope one claim value grants: entries separated by ASCII spaces or commas,
+    /// in square brackets or not. Any other whitespace or control character makes the
+    /// claim unreadable.
     pub fn from_claim(claim: &str, value: &str) -> Result<Self, ScopeError> {
         let claim_name = || claim.to_owned();
         if value.len() > MAX_CLAIM_LEN {
@@ -85,13 +98,22 @@ impl ReadScope {
                 claim: claim_name(),
             });
         }
-        let trimmed = value.trim();
+        if let Some(c) = value
+            .chars()
+            .find(|&c| c != SPACE && is_blank_or_control(c))
+        {
+            return Err(ScopeError::Unreadable {
+                claim: claim_name(),
+                found: format!("U+{:04X}", u32::from(c)),
+            });
+        }
+        let trimmed = value.trim_matches(SPACE);
         let listed = trimmed
             .strip_prefix('[')
             .and_then(|v| v.strip_suffix(']'))
             .unwrap_or(trimmed);
         let entries: Vec<&str> = listed
-            .split(|c: char| c == ',' || c.is_whitespace())
+            .split([',', SPACE])
             .map(|e| e.trim_matches('"'))
             .filter(|e| !e.is_empty())
             .collect();
@@ -180,6 +202,17 @@ impl DeviceGrants {
     }
 }
 
+/// The one space that separates a claim's entries (with the comma).
+const SPACE: char = ' ';
+
+/// Whether `c` is whitespace or a control character of any script: in a claim, only
+/// [`SPACE`] of these is read, as a separator; any other makes the claim unreadable.
+/// Format characters (U+200B, U+FEFF, ...) are neither: an entry holding one is no
+/// device id, and refused as a bad entry.
+fn is_blank_or_control(c: char) -> bool {
+    c.is_whitespace() || c.is_control()
+}
+
 impl From<ScopeError> for ApiError {
     fn from(e: ScopeError) -> Self {
         ApiError::forbidden(e.to_string())
@@ -188,6 +221,8 @@ impl From<ScopeError> for ApiError {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     const CLAIM: &str = "shardline_devices";
@@ -239,6 +274,82 @@ mod tests {
         assert!(matches!(none, Err(ScopeError::Missing(_))));
         let no_token = ReadScope::from_claims(CLAIM, None::<fn(&str) -> Option<&'static str>>);
         assert!(matches!(no_token, Err(ScopeError::NoClaims(_))));
+    }
+
+    /// Whitespace and control characters other than the ASCII space: Unicode spaces,
+    /// line and paragraph separators, ASCII controls.
+    const NOT_SEPARATORS: [char; 11] = [
+        '\u{a0}', '\u{2028}', '\u{2029}', '\u{3000}', '\u{2003}', '\u{85}', '\u{1680}', '\t', '\n',
+        '\r', '\0',
+    ];
+
+    #[test]
+    fn only_an_ascii_space_or_a_comma_separates_entries() {
+        for c in NOT_SEPARATORS {
+            for value in [
+                format!("site-a-1{c}*"),
+                format!("[site-a-1{c}*]"),
+                format!("sensor-7{c}site-b-*"),
+                format!("site{c}a-1"),
+                format!("site-a-1{c}"),
+                format!("{c}site-a-1"),
+                format!("site-a-1,{c}*"),
+            ] {
+                let refused = scope(&value);
+                let Err(ScopeError::Unreadable { claim, found }) = &refused else {
+                    panic!("{value:?}: {refused:?}");
+                };
+                assert_eq!(claim, CLAIM);
+                assert_eq!(found, &format!("U+{:04X}", u32::from(c)), "{value:?}");
+                let e = ApiError::from(refused.unwrap_err());
+                assert_eq!(e.status, http::StatusCode::FORBIDDEN);
+                assert!(e.message.contains(CLAIM), "{e}");
+            }
+        }
+        // A format character is no separator either: it stays inside its entry, which
+        // is then no device id.
+        assert!(matches!(
+            scope("site-a-1\u{200b}*"),
+            Err(ScopeError::BadEntry { .. })
+        ));
+        assert!(matches!(scope("site-a-1 *"), Ok(ReadScope::Every)));
+    }
+
+    /// The devices the claim's entries name, its text cut at ASCII spaces and commas
+    /// alone, with brackets and quotes taken off each entry.
+    fn named(value: &str, device: &str) -> bool {
+        value
+            .split([' ', ','])
+            .map(|e| e.trim_matches(['[', ']', '"']))
+            .any(|e| {
+                e == "*"
+                    || e == device
+                    || e.strip_suffix('*').is_some_and(|p| device.starts_with(p))
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn no_claim_grants_more_than_its_entries_name(
+            value in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "b", "-", "1", "*", " ", ",", "[", "]", "\"", "\u{a0}", "\u{3000}",
+                    "\u{2028}", "\t", "\n", "\0", "\u{200b}", "\u{85}", "é",
+                ]),
+                0..24,
+            ).prop_map(|parts| parts.concat()),
+            devices in proptest::collection::vec("[ab1-]{1,5}", 1..8),
+        ) {
+            let Ok(granted) = scope(&value) else { return Ok(()) };
+            for device in devices.iter().map(String::as_str).chain(["zz-other"]) {
+                if granted.allows(device) {
+                    prop_assert!(
+                        named(&value, device),
+                        "{value:?} grants {device:?}, which none of its entries names"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

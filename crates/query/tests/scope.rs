@@ -203,6 +203,62 @@ async fn a_token_that_grants_nothing_reads_nothing() {
     assert_eq!(status, 400);
 }
 
+/// Scenario 43: a claim holding a space other than ASCII's, or a control character,
+/// is unreadable: 403 on every route, with nothing read, never a wider grant.
+#[tokio::test]
+async fn a_claim_with_any_other_space_or_a_control_character_reads_nothing() {
+    let (table, shards) = fixture();
+    let svc = service(&table, shards, |_| {});
+    let routes = [
+        ("/readings", HOUR.to_owned()),
+        ("/devices/site-b-1/readings", HOUR.to_owned()),
+        ("/devices/site-a-1/readings", HOUR.to_owned()),
+        (
+            "/devices/site-a-1/readings/e0001",
+            "ts=2026-06-22T01:00:30.000Z".to_owned(),
+        ),
+        (
+            "/devices/site-a-1/stats",
+            format!("{HOUR}&interval=10m&metric=temperature"),
+        ),
+        ("/devices/site-a-1/shards", String::new()),
+    ];
+    for c in [
+        '\u{a0}', '\u{2028}', '\u{2029}', '\u{3000}', '\u{85}', '\t', '\n', '\r', '\0',
+    ] {
+        let claims = [
+            format!("site-a-1{c}*"),
+            format!("[site-a-1{c}*]"),
+            format!("site-a-1 sensor-7{c}site-b-*"),
+            format!("site-a{c}-1"),
+        ];
+        for claim in &claims {
+            for (path, query) in &routes {
+                let (status, body) = call(&svc, path, query, Token::Devices(claim)).await;
+                assert_eq!(status, 403, "{claim:?} {path}: {body}");
+                assert_eq!(body["error"]["code"], "forbidden");
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(message.contains(CLAIM), "{message}");
+            }
+        }
+    }
+    assert_eq!(table.calls(), 0, "an unreadable claim costs no read");
+    // The same claims with ASCII spaces read what they name, and no more.
+    let (status, _) = call(
+        &svc,
+        "/devices/site-b-1/readings",
+        HOUR,
+        Token::Devices("site-a-1 *"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let token = Token::Devices("site-a-1 sensor-7,site-b-*");
+    let (status, _) = call(&svc, "/devices/site-b-1/readings", HOUR, token).await;
+    assert_eq!(status, 200);
+    let (status, _) = call(&svc, "/devices/site-a-2/readings", HOUR, token).await;
+    assert_eq!(status, 403);
+}
+
 #[tokio::test]
 async fn every_device_answers_only_the_scope_on_every_page_and_cursor() {
     let (table, shards) = fixture();
