@@ -84,6 +84,46 @@ pub struct RunReport {
     pub watermark_ms: Option<i64>,
     /// Whether the run stopped at its deadline with hours left to seal.
     pub behind: bool,
+    /// A rebuild ([`Sealer::reseal`]) that its deadline stopped: the hour to go on from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_ms: Option<i64>,
+}
+
+/// What one invocation is asked: the scheduled run (any event EventBridge sends), or a
+/// rebuild of a range of hours from the readings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Invocation {
+    #[serde(default)]
+    pub reseal: Option<Reseal>,
+}
+
+/// `{"reseal": {"from": .., "to": ..}}`: hours to seal again, RFC 3339 or epoch ms.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Reseal {
+    pub from: serde_json::Value,
+    pub to: serde_json::Value,
+}
+
+impl Reseal {
+    /// The range in epoch ms, or why it cannot be read.
+    pub fn range(&self) -> Result<(i64, i64), String> {
+        let at = |v: &serde_json::Value, name: &str| match v {
+            serde_json::Value::Number(n) => n
+                .as_i64()
+                .ok_or_else(|| format!("reseal.{name}: {n} is not epoch milliseconds")),
+            serde_json::Value::String(t) => Timestamp::parse(t)
+                .map(Timestamp::as_millis)
+                .map_err(|e| format!("reseal.{name}: {e}")),
+            other => Err(format!(
+                "reseal.{name}: {other} is neither RFC 3339 nor epoch ms"
+            )),
+        };
+        let (from, to) = (at(&self.from, "from")?, at(&self.to, "to")?);
+        if from >= to {
+            return Err(format!("reseal: from ({from}) is not before to ({to})"));
+        }
+        Ok((from, to))
+    }
 }
 
 /// The watermark: every hour in `[from_ms, end_ms)` is sealed.
@@ -180,20 +220,28 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(report)
     }
 
-    /// Seals `[from_ms, to_ms)`'s hours again from their readings, whatever the
-    /// watermark says, and leaves the watermark as it is: `shardline seal`'s rebuild.
+    /// Seals `[from_ms, to_ms)`'s hours again from their readings, oldest first, whatever
+    /// the watermark says, and leaves the watermark as it is: the rebuild of derived
+    /// items from the readings (the sealer's `reseal` event). Stops at `deadline` with
+    /// `resume_ms`, the hour to start the next call at.
     pub async fn reseal(
         &self,
         from_ms: i64,
         to_ms: i64,
         now: Timestamp,
+        deadline: Option<Instant>,
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
-            self.seal_hour(hour, now, None, &mut report).await?;
+            if past(deadline) || !self.seal_hour(hour, now, deadline, &mut report).await? {
+                report.resume_ms = Some(hour);
+                break;
+            }
+            report.hours_sealed += 1;
             hour += HOUR_MS;
         }
+        report.watermark_ms = read_watermark(&self.rollups).await?.map(|m| m.end_ms);
         Ok(report)
     }
 

@@ -450,3 +450,33 @@ async fn a_first_run_seals_the_last_hour_due_and_later_runs_follow_hour_by_hour(
     assert_eq!(report.hours_sealed, 5);
     assert_eq!(report.watermark_ms, Some(HOUR + 6 * HOUR_MS));
 }
+
+#[tokio::test]
+async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
+    let (_, table, shards) = fixture();
+    let clean = MemoryRollups::new();
+    let s = sealer(&table, shards.clone(), &clean);
+    s.run(after_the_horizon(), None).await.unwrap();
+    let want = clean.items();
+    // A table that lost everything but the watermark.
+    let rebuilt = MemoryRollups::new();
+    let (pk, sk) = keys::watermark();
+    rebuilt.put(&want[&(pk, sk)]).await.unwrap();
+    let r = sealer(&table, shards, &rebuilt);
+    let asked: sealer::Invocation = serde_json::from_value(serde_json::json!({
+        "reseal": {"from": "2026-06-22T01:00:00Z", "to": HOUR + HOUR_MS}
+    }))
+    .unwrap();
+    let (from, to) = asked.reseal.unwrap().range().unwrap();
+    let report = r.reseal(from, to, after_the_horizon(), None).await.unwrap();
+    assert_eq!((report.hours_sealed, report.resume_ms), (1, None));
+    assert_eq!(rebuilt.items(), want);
+    let backwards = sealer::Reseal {
+        from: serde_json::json!(HOUR),
+        to: serde_json::json!(HOUR),
+    };
+    assert!(backwards.range().unwrap_err().contains("not before"));
+    let scheduled: sealer::Invocation =
+        serde_json::from_value(serde_json::json!({"source": "aws.scheduler"})).unwrap();
+    assert!(scheduled.reseal.is_none(), "a scheduled event is a run");
+}

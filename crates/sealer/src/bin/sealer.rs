@@ -4,7 +4,7 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use sealer::{Config, Sealer};
+use sealer::{Config, Invocation, Sealer};
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
 use store::rollup::dynamo::DynamoRollups;

@@ -8,6 +8,8 @@
 //!   queue's redrive moves them to the DLQ after `maxReceiveCount` receives. A handler
 //!   that fails as a whole, panics or overruns its timeout deletes nothing, as in AWS.
 //! - The query service answers HTTP on a loopback port (hyper, no auth: loopback only).
+//! - The sealer runs every `--seal-every` seconds, as its schedule runs it in AWS,
+//!   where the stack has a rollups table.
 //! - [`Running::stop`] (SIGTERM/Ctrl-C in the binary) stops polling; batches already
 //!   received are finished and deleted before the runner ends.
 //!
@@ -23,6 +25,7 @@ mod invoke;
 mod query_server;
 mod queues;
 mod running;
+mod seal;
 mod settings;
 mod stats;
 mod worker;
@@ -119,6 +122,10 @@ pub async fn start(
         }
         None => (None, None),
     };
+
+    if let Some(every) = settings.seal_every {
+        seal::spawn(env, &dynamo, every, stop_rx.clone())?;
+    }
 
     let stats = Arc::new(Mutex::new(Stats::default()));
     let shared = Arc::new(Shared {

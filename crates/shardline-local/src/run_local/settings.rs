@@ -58,7 +58,15 @@ pub struct RunLocalArgs {
     /// Print the final stats as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Run the sealer every this many seconds, as its schedule does in AWS (the
+    /// template's `SealerSchedule`, a minute); 0 turns it off. It runs only where the
+    /// stack has a rollups table (`ROLLUP_TABLE`).
+    #[arg(long, default_value_t = DEFAULT_SEAL_EVERY_SECS)]
+    pub seal_every: f64,
 }
+
+/// Seconds between two runs of the sealer by default: the template's schedule.
+pub const DEFAULT_SEAL_EVERY_SECS: f64 = 60.0;
 
 /// How the runner behaves.
 #[derive(Debug, Clone)]
@@ -79,6 +87,8 @@ pub struct Settings {
     pub query_listen: Option<SocketAddr>,
     /// Idle time after which the runner stops by itself.
     pub exit_when_idle: Option<Duration>,
+    /// Time between two runs of the sealer, or none.
+    pub seal_every: Option<Duration>,
 }
 
 impl Settings {
@@ -93,6 +103,7 @@ impl Settings {
             poll_wait_secs: 1,
             query_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             exit_when_idle: None,
+            seal_every: Some(Duration::from_secs_f64(DEFAULT_SEAL_EVERY_SECS)),
         }
     }
 
@@ -125,6 +136,7 @@ impl Settings {
                 .exit_when_idle
                 .map(|s| secs("exit-when-idle", s))
                 .transpose()?,
+            seal_every: Some(secs("seal-every", args.seal_every)?).filter(|d| !d.is_zero()),
         })
     }
 }

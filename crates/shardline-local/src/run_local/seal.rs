@@ -1,0 +1,50 @@
+//! The sealer on its schedule: one run every `--seal-every` seconds, in process, with
+//! the same code and variables as the Lambda, until the runner stops.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sealer::{Config, Sealer};
+use shardline::env::EnvLookup;
+use store::dynamo::DynamoShards;
+use store::read::DynamoReadingSource;
+use store::rollup::dynamo::DynamoRollups;
+use tokio::sync::watch;
+
+/// Starts the schedule where `env` names a rollups table; without one, nothing.
+pub(super) fn spawn(
+    env: &EnvLookup,
+    dynamo: &aws_sdk_dynamodb::Client,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    if env.get("ROLLUP_TABLE").is_none() {
+        return Ok(());
+    }
+    let config = Config::from_lookup(|name| env.get(name)).context("sealer configuration")?;
+    let sealer = Sealer::new(
+        DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        DynamoShards::new(dynamo, &config.shard_table_name),
+        DynamoRollups::new(dynamo.clone(), &config.rollup_table),
+        config.settings,
+    );
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            let Ok(now) = store::clock::wall_clock() else {
+                continue;
+            };
+            let deadline = std::time::Instant::now() + every.max(Duration::from_secs(30));
+            match sealer.run(now, Some(deadline)).await {
+                Ok(report) => tracing::info!(?report, "sealer run"),
+                Err(e) => tracing::warn!(error = %e, "sealer run failed; the next run goes on"),
+            }
+        }
+    });
+    Ok(())
+}
