@@ -29,7 +29,8 @@ pub(super) fn spawn(
         config.settings,
     );
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
+        // The first run one interval after the start, as a schedule's first event.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
