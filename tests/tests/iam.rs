@@ -12,7 +12,9 @@
 //! function's role is read from the function's properties, as AWS documents it: the
 //! SQS event source mapping polls with `sqs:ReceiveMessage`, `sqs:DeleteMessage` and
 //! `sqs:GetQueueAttributes`; logging writes streams and events to the function's log
-//! group; active tracing sends segments and telemetry to X-Ray.
+//! group; active tracing sends segments and telemetry to X-Ray; a schedule (an
+//! EventBridge rule) invokes the function through a permission on the function, never
+//! with its role.
 //!
 //! The IoT front door's rule role (`IotFrontDoor` enabled) is used by AWS IoT alone:
 //! every call it makes is the `sqs:SendMessage` of one of the rule's SQS actions (each
@@ -33,6 +35,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::time::Timestamp;
 use stand_in::TestStack;
+use store::rollup::dynamo::DynamoRollups;
+use store::rollup::{HOUR_MS, RollupItem, RollupTable};
 use tokio::time::Instant;
 use yaml_serde::Value;
 
@@ -238,8 +242,11 @@ fn aws_side_uses(template: &Template, function: &str) -> Result<BTreeSet<(String
     };
     if let Some(Value::Mapping(events)) = props.get("Events") {
         for (name, event) in events {
-            if event.get("Type").and_then(Value::as_str) != Some("SQS") {
-                bail!("{function}: event {name:?} is not SQS; extend aws_side_uses");
+            match event.get("Type").and_then(Value::as_str) {
+                Some("SQS") => {}
+                // EventBridge invokes through the function's resource policy.
+                Some("Schedule") => continue,
+                _ => bail!("{function}: event {name:?} is not SQS; extend aws_side_uses"),
             }
             let queue = path(event, &["Properties", "Queue"])
                 .and_then(scalar)
@@ -459,7 +466,56 @@ async fn query_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call
     Ok(recorder.calls())
 }
 
-/// Both functions on one stand-in (the ingest first, so the query reads what it
+/// The sealer over recording clients, after the ingest wrote its readings: a first run
+/// seals the hour they are in; then, with a late mark left in that hour (as the ingest
+/// leaves one), a second run seals the device-hour again and deletes the mark.
+async fn sealer_calls(template: &Template, stand: &Stand) -> Result<BTreeSet<Call>> {
+    let recorder = Recorder::default();
+    let sdk = stand.stack.sdk_config().await;
+    let dynamo = recorder.dynamodb(&sdk);
+    let env = environment(template, "SealerFunction", &stand.refs)?;
+    let config = sealer::Config::from_lookup(|name| env.get(name).cloned())?;
+    let sealer = sealer::Sealer::new(
+        store::read::DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),
+        DynamoRollups::new(dynamo.clone(), &config.rollup_table),
+        config.settings,
+    );
+    // The ingest wrote at 04:00 readings of the hour before; it is due at 04:00 and
+    // the horizon.
+    let hour = Timestamp::parse("2026-06-22T03:00:00Z")?.as_millis();
+    let due = Timestamp::from_millis(hour + HOUR_MS)?;
+    let now = Timestamp::from_millis(
+        due.as_millis() + i64::try_from(config.settings.horizon.as_millis())? + 60_000,
+    )?;
+    let first = sealer.run(now, None).await?;
+    ensure!(
+        first.hours_sealed == 1 && first.device_hours_written > 0,
+        "the first run sealed nothing: {first:?}"
+    );
+    // Written beside the recording, as the ingest writes it.
+    let marks = DynamoRollups::new(aws_sdk_dynamodb::Client::new(&sdk), &config.rollup_table);
+    let (pk, sk) = store::rollup::keys::late_mark("dense-1", hour);
+    marks
+        .put(&RollupItem {
+            pk,
+            sk,
+            version: 7,
+            body: String::new(),
+            ttl: None,
+        })
+        .await?;
+    let second = sealer
+        .run(Timestamp::from_millis(now.as_millis() + 60_000)?, None)
+        .await?;
+    ensure!(
+        second.marks_sealed == 1,
+        "the second run did not seal the late mark: {second:?}"
+    );
+    Ok(recorder.calls())
+}
+
+/// Every function on one stand-in (the ingest first, so the query reads what it
 /// wrote), each checked against its role.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_is_granted_and_every_grant_is_used() -> Result<()> {
@@ -467,13 +523,17 @@ async fn every_call_is_granted_and_every_grant_is_used() -> Result<()> {
     let stand = stand().await?;
     let ingest = ingest_calls(&template, &stand).await?;
     let query = query_calls(&template, &stand).await?;
-    let ingest_result = check(&template, "IngestFunction", &ingest, &stand.names);
-    let query_result = check(&template, "QueryFunction", &query, &stand.names);
-    match (ingest_result, query_result) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(a), Ok(())) | (Ok(()), Err(a)) => Err(a),
-        (Err(a), Err(b)) => bail!("{a:#}\n{b:#}"),
-    }
+    let sealer = sealer_calls(&template, &stand).await?;
+    let failures: Vec<String> = [
+        check(&template, "IngestFunction", &ingest, &stand.names),
+        check(&template, "QueryFunction", &query, &stand.names),
+        check(&template, "SealerFunction", &sealer, &stand.names),
+    ]
+    .into_iter()
+    .filter_map(|result| result.err().map(|e| format!("{e:#}")))
+    .collect();
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
 }
 
 /// The check itself fails on a template that misses a grant a call needs, or holds

@@ -109,6 +109,38 @@ async fn moto_stack_matches_the_template() {
     assert_eq!(ttl.attribute_name(), Some("ttl"));
     assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
 
+    // The sealer's derived items (ROLLUP_TABLE): PK and SK, both strings, TTL on `ttl`.
+    assert!(
+        s.rollup_table_name.ends_with("-RollupTable"),
+        "{}",
+        s.rollup_table_name
+    );
+    let (keys, types) = key_schema(&ddb, &s.rollup_table_name).await.unwrap();
+    assert_eq!(
+        keys,
+        [
+            ("PK".to_owned(), KeyType::Hash),
+            ("SK".to_owned(), KeyType::Range)
+        ]
+    );
+    assert_eq!(types["PK"], ScalarAttributeType::S);
+    assert_eq!(types["SK"], ScalarAttributeType::S);
+    let ttl = ddb
+        .describe_time_to_live()
+        .table_name(&s.rollup_table_name)
+        .send()
+        .await
+        .unwrap();
+    let ttl = ttl.time_to_live_description().unwrap();
+    assert_eq!(ttl.attribute_name(), Some("ttl"));
+    assert_eq!(
+        s.env_pairs()
+            .iter()
+            .find(|(k, _)| k == "ROLLUP_TABLE")
+            .map(|(_, v)| v),
+        Some(&s.rollup_table_name)
+    );
+
     let sqs = sqs(&s.endpoint).await;
     let attrs = |url: String| {
         let sqs = sqs.clone();

@@ -1,7 +1,8 @@
 //! The promises of `template.yaml` (docs/reliability.md scenario 20), read from the
 //! file itself: partial batch responses, redrive, the visibility-timeout rule, DLQ
 //! retention, queue encryption, each role's exact permissions, API auth and throttling,
-//! the alarms. Parameters take their defaults unless a check overrides them.
+//! the alarms, the sealer's schedule and role. Parameters take their defaults unless a
+//! check overrides them.
 //!
 //! Every check is a function returning an error that names the broken promise;
 //! `each_broken_promise_is_caught` edits the template text and proves the checks fail.
@@ -336,6 +337,35 @@ pub(crate) fn role_grants_trusting(
     Ok(grants)
 }
 
+/// The statements of a role's inline policies, evaluated (conditions and all).
+fn role_statements(t: &Template, role: &str) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for policy in t
+        .props(role)?
+        .get("Policies")
+        .and_then(Value::as_sequence)
+        .with_context(|| format!("{role} has no inline Policies"))?
+    {
+        out.extend(
+            path(policy, &["PolicyDocument", "Statement"])
+                .and_then(Value::as_sequence)
+                .with_context(|| format!("{role}: policy without statements"))?
+                .iter()
+                .cloned(),
+        );
+    }
+    Ok(out)
+}
+
+/// The actions that write or delete a DynamoDB item.
+const DYNAMODB_WRITES: [&str; 5] = [
+    "dynamodb:PutItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:TransactWriteItems",
+];
+
 fn check_function(t: &Template, id: &str, binary: &str, role: &str) -> Result<Value> {
     let resource = t.resource(id)?;
     let props = t.props(id)?;
@@ -569,6 +599,33 @@ fn check_ingest_role(t: &Template) -> Result<()> {
             "IngestRole may {action} the readings table"
         );
     }
+    // Of the derived items, the ingest may only put late marks (`late#{part}`,
+    // store::rollup::keys::late_mark), held to them by the partition keys IAM sees.
+    for statement in role_statements(t, "IngestRole")? {
+        if !strings(statement.get("Resource"))
+            .iter()
+            .any(|r| r.contains("RollupTable"))
+        {
+            continue;
+        }
+        let condition = statement.get("Condition").and_then(Value::as_mapping);
+        let leading = strings(path(
+            &statement,
+            &[
+                "Condition",
+                "ForAllValues:StringLike",
+                "dynamodb:LeadingKeys",
+            ],
+        ));
+        ensure!(
+            strings(statement.get("Action")) == ["dynamodb:PutItem"]
+                && strings(statement.get("Resource")) == ["getatt:RollupTable.Arn"]
+                && condition.is_some_and(|c| c.len() == 1)
+                && leading == ["late#*"],
+            "IngestRole may only put late marks on RollupTable (dynamodb:PutItem under \
+             ForAllValues:StringLike dynamodb:LeadingKeys [late#*]): {statement:?}"
+        );
+    }
     Ok(())
 }
 
@@ -603,15 +660,21 @@ fn check_query_role_with(t: &Template) -> Result<()> {
     }
     for (action, _) in &grants {
         ensure!(
-            !action.starts_with("sqs:")
-                && ![
-                    "dynamodb:PutItem",
-                    "dynamodb:BatchWriteItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:DeleteItem",
+            !action.starts_with("sqs:") && !DYNAMODB_WRITES.contains(&action.as_str()),
+            "QueryRole may {action}: the query API never writes"
+        );
+    }
+    // The derived items are read, never written: the sealer alone writes them.
+    for (action, resource) in &grants {
+        ensure!(
+            resource != "getatt:RollupTable.Arn"
+                || [
+                    "dynamodb:GetItem",
+                    "dynamodb:Query",
+                    "dynamodb:BatchGetItem"
                 ]
                 .contains(&action.as_str()),
-            "QueryRole may {action}: the query API never writes"
+            "QueryRole may {action} RollupTable: the query reads derived items only"
         );
     }
     // The cursor key is the generated secret, read through its ARN.
@@ -790,7 +853,7 @@ fn evaluate(expression: &str, values: &BTreeMap<&str, f64>) -> Result<f64> {
     Ok(total)
 }
 
-/// The metrics the ingest's embedded-metric lines carry, with their dimension values.
+/// The metrics the functions' embedded-metric lines carry, with their dimension values.
 fn emitted_metrics() -> Result<BTreeSet<(String, Vec<String>)>> {
     // A throttle, so that the per-reason line is emitted too.
     let report = ingest::Report {
@@ -801,8 +864,15 @@ fn emitted_metrics() -> Result<BTreeSet<(String, Vec<String>)>> {
         ..Default::default()
     };
     let now = sharding::time::Timestamp::from_millis(0)?;
+    // A sealer run with a watermark, so that its lag is emitted too.
+    let run = sealer::RunReport {
+        watermark_ms: Some(0),
+        ..Default::default()
+    };
+    let mut lines = report.emf_lines(now);
+    lines.push(sealer::metrics_line(&run, now));
     let mut emitted = BTreeSet::new();
-    for line in report.emf_lines(now) {
+    for line in lines {
         let line: serde_json::Value = serde_json::from_str(&line)?;
         for directive in line["_aws"]["CloudWatchMetrics"]
             .as_array()
@@ -839,14 +909,16 @@ fn check_alarms(t: &Template) -> Result<()> {
             if namespace == "Shardline" {
                 ensure!(
                     emitted.contains(&(metric.clone(), dimensions.clone())),
-                    "{id} watches Shardline {metric} {dimensions:?}, which the ingest does \
-                     not emit"
+                    "{id} watches Shardline {metric} {dimensions:?}, which no function emits"
                 );
             }
             for value in &dimensions {
                 watched.insert(format!("{namespace} {metric} {value}"));
             }
-            if namespace == "AWS/Lambda" && metric == "Errors" {
+            if namespace == "AWS/Lambda"
+                && metric == "Errors"
+                && dimensions == ["ref:IngestFunction"]
+            {
                 errors_alarm = Some((id.clone(), alarm.clone(), metric_id));
             }
         }
@@ -860,6 +932,8 @@ fn check_alarms(t: &Template) -> Result<()> {
         "AWS/Lambda Duration ref:QueryFunction",
         "Shardline DlqSendFailures ingest",
         "Shardline Panics ingest",
+        "AWS/Lambda Errors ref:SealerFunction",
+        "Shardline SealLagSeconds sealer",
     ] {
         ensure!(watched.contains(want), "no alarm on {want}");
     }
@@ -920,8 +994,68 @@ fn check_alarms(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// Every `Shardline` metric the dashboard graphs is one a function emits, with those
+/// dimensions: a graph of a metric nothing emits stays empty.
+fn check_dashboard(t: &Template) -> Result<()> {
+    let emitted = emitted_metrics()?;
+    let body = t
+        .props("Dashboard")?
+        .get("DashboardBody")
+        .and_then(scalar)
+        .context("Dashboard has no DashboardBody")?;
+    let body = body
+        .strip_prefix("sub:")
+        .context("DashboardBody is a !Sub")?;
+    // Every ${...} of the !Sub as a number: the JSON stays JSON, in a string or not.
+    let mut json = String::new();
+    let mut rest = body;
+    while let Some(at) = rest.find("${") {
+        json.push_str(&rest[..at]);
+        let end = rest[at..]
+            .find('}')
+            .context("an unclosed ${ in DashboardBody")?;
+        json.push('0');
+        rest = &rest[at + end + 1..];
+    }
+    json.push_str(rest);
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&json).context("DashboardBody is not JSON")?;
+    let mut graphed = 0;
+    for widget in dashboard["widgets"].as_array().into_iter().flatten() {
+        for row in widget["properties"]["metrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let row: Vec<&str> = row
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .collect();
+            if row.first() != Some(&"Shardline") {
+                continue;
+            }
+            let name = row.get(1).context("a Shardline row without a metric")?;
+            let values: Vec<String> = row[2..]
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .map(|v| (*v).to_owned())
+                .collect();
+            ensure!(
+                emitted.contains(&((*name).to_owned(), values.clone())),
+                "the dashboard graphs Shardline {name} {values:?}, which no function emits"
+            );
+            graphed += 1;
+        }
+    }
+    ensure!(graphed > 0, "the dashboard graphs no Shardline metric");
+    Ok(())
+}
+
 fn check_tables(t: &Template) -> Result<()> {
-    for id in ["ReadingsTable", "ShardsTable"] {
+    for id in ["ReadingsTable", "ShardsTable", "RollupTable"] {
         let props = t.props(id)?;
         ensure!(
             props.get("BillingMode").and_then(scalar) == Some("PAY_PER_REQUEST".into())
@@ -952,13 +1086,47 @@ fn check_tables(t: &Template) -> Result<()> {
             );
         }
     }
-    let readings = t.props("ReadingsTable")?;
+    for id in ["ReadingsTable", "RollupTable"] {
+        let props = t.props(id)?;
+        ensure!(
+            path(&props, &["TimeToLiveSpecification", "AttributeName"]).and_then(scalar)
+                == Some("ttl".into())
+                && path(&props, &["TimeToLiveSpecification", "Enabled"]).and_then(scalar)
+                    == Some("true".into()),
+            "{id}: TTL on `ttl`"
+        );
+    }
+    // The derived items' keys (store::rollup): `PK` and `SK`, both strings.
+    let rollups = t.props("RollupTable")?;
+    let keys: Vec<(String, String)> = rollups
+        .get("KeySchema")
+        .and_then(Value::as_sequence)
+        .context("RollupTable KeySchema")?
+        .iter()
+        .filter_map(|k| Some((scalar(k.get("AttributeName")?)?, scalar(k.get("KeyType")?)?)))
+        .collect();
+    let types: BTreeMap<String, String> = rollups
+        .get("AttributeDefinitions")
+        .and_then(Value::as_sequence)
+        .context("RollupTable AttributeDefinitions")?
+        .iter()
+        .filter_map(|d| {
+            Some((
+                scalar(d.get("AttributeName")?)?,
+                scalar(d.get("AttributeType")?)?,
+            ))
+        })
+        .collect();
     ensure!(
-        path(&readings, &["TimeToLiveSpecification", "AttributeName"]).and_then(scalar)
-            == Some("ttl".into())
-            && path(&readings, &["TimeToLiveSpecification", "Enabled"]).and_then(scalar)
-                == Some("true".into()),
-        "ReadingsTable: TTL on `ttl`"
+        keys == [
+            ("PK".to_owned(), "HASH".to_owned()),
+            ("SK".to_owned(), "RANGE".to_owned())
+        ] && types
+            == BTreeMap::from([
+                ("PK".to_owned(), "S".to_owned()),
+                ("SK".to_owned(), "S".to_owned())
+            ]),
+        "RollupTable: PK (S, HASH) and SK (S, RANGE), nothing else declared: {keys:?} {types:?}"
     );
     // The provisioned alternative really switches the mode.
     let provisioned = Template::parse(
@@ -1050,6 +1218,8 @@ fn check_outputs(t: &Template) -> Result<()> {
         ("IngestQueueUrl", "ref:IngestQueue"),
         ("ReadingsTableName", "ref:ReadingsTable"),
         ("ShardsTableName", "ref:ShardsTable"),
+        ("RollupTableName", "ref:RollupTable"),
+        ("SealerFunctionName", "ref:SealerFunction"),
     ] {
         let value = outputs
             .get(name)
@@ -1285,10 +1455,239 @@ fn check_rule_role(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// A raw property of a resource, before evaluation, is `!Ref parameter`.
+fn is_ref_to(t: &Template, keys: &[&str], parameter: &str) -> bool {
+    matches!(
+        path(&t.doc, keys),
+        Some(Value::Tagged(tagged)) if tagged.tag == "Ref" && tagged.value.as_str() == Some(parameter)
+    )
+}
+
+/// The sealer: its build, its log group, its role; one schedule, a parameter, whose
+/// failed runs Lambda does not retry (the next run is the retry); the stack's three
+/// tables, and the ingest's retention and the lateness horizon as their parameters set
+/// them.
+fn check_sealer(t: &Template) -> Result<()> {
+    let props = check_function(t, "SealerFunction", "sealer", "SealerRole")?;
+    let events = props
+        .get("Events")
+        .and_then(Value::as_mapping)
+        .context("SealerFunction has no Events")?;
+    ensure!(
+        events.len() == 1,
+        "SealerFunction has one event, its schedule"
+    );
+    let (name, event) = events.iter().next().context("the sealer's event")?;
+    let name = name.as_str().context("event name")?;
+    ensure!(
+        event.get("Type").and_then(scalar).as_deref() == Some("Schedule"),
+        "the sealer's event must be an EventBridge Schedule"
+    );
+    let schedule = [
+        "Resources",
+        "SealerFunction",
+        "Properties",
+        "Events",
+        name,
+        "Properties",
+        "Schedule",
+    ];
+    ensure!(
+        is_ref_to(t, &schedule, "SealerSchedule"),
+        "the sealer's schedule must be the SealerSchedule parameter"
+    );
+    ensure!(
+        path(event, &["Properties", "State"])
+            .and_then(scalar)
+            .is_none_or(|s| s == "ENABLED"),
+        "the sealer's schedule must be enabled"
+    );
+    ensure!(
+        t.number(
+            path(&props, &["EventInvokeConfig", "MaximumRetryAttempts"]),
+            "SealerFunction.EventInvokeConfig.MaximumRetryAttempts",
+        )? == 0,
+        "Lambda must not retry a failed sealer run: the next scheduled run does"
+    );
+    for (key, parameter) in [
+        ("Timeout", "SealerTimeout"),
+        ("MemorySize", "SealerMemorySize"),
+    ] {
+        ensure!(
+            is_ref_to(
+                t,
+                &["Resources", "SealerFunction", "Properties", key],
+                parameter
+            ),
+            "SealerFunction.{key} must be the {parameter} parameter"
+        );
+    }
+    // Under values other than the defaults, so a constant equal to a default fails.
+    let t = Template::parse(
+        &yaml_serde::to_string(&t.doc)?,
+        &[
+            ("RetentionDays", "7"),
+            ("LatenessHorizonSecs", "1234"),
+            ("TimeIndex", "enabled"),
+        ],
+    )?;
+    let env = |function: &str, name: &str| -> Result<Option<String>> {
+        Ok(path(&t.props(function)?, &["Environment", "Variables", name]).and_then(scalar))
+    };
+    for (name, want) in [
+        ("TABLE_NAME", "ref:ReadingsTable"),
+        ("SHARD_TABLE_NAME", "ref:ShardsTable"),
+        ("ROLLUP_TABLE", "ref:RollupTable"),
+        ("LATENESS_HORIZON_SECS", "1234"),
+    ] {
+        let got = env("SealerFunction", name)?;
+        ensure!(
+            got.as_deref() == Some(want),
+            "SealerFunction's {name} must be {want}, is {got:?}"
+        );
+    }
+    let (got, want) = (
+        env("SealerFunction", "RETENTION_DAYS")?,
+        env("IngestFunction", "RETENTION_DAYS")?,
+    );
+    ensure!(
+        got.is_some() && got == want,
+        "SealerFunction's RETENTION_DAYS must be the ingest's ({want:?}), is {got:?}"
+    );
+    Ok(())
+}
+
+/// The sealer's role under both settings of `TimeIndex`.
+fn check_sealer_role(t: &Template) -> Result<()> {
+    for setting in ["enabled", "disabled"] {
+        let t = Template::parse(&yaml_serde::to_string(&t.doc)?, &[("TimeIndex", setting)])?;
+        check_sealer_role_with(&t).with_context(|| format!("with TimeIndex={setting}"))?;
+    }
+    Ok(())
+}
+
+/// The sealer Queries readings (the table: it reads no index, whether or not one
+/// exists) and reads the shard directory exactly as the query's role does, and reads,
+/// writes and deletes derived items: nothing else. That each grant is used, and each
+/// call allowed, is `iam.rs`'s, which runs the sealer.
+fn check_sealer_role_with(t: &Template) -> Result<()> {
+    let grants = role_grants(t, "SealerRole")?;
+    for (action, resource) in &grants {
+        ensure!(
+            !(DYNAMODB_WRITES.contains(&action.as_str())
+                && (resource.contains("ReadingsTable") || resource.contains("ShardsTable"))),
+            "SealerRole may {action} {resource}: the sealer never writes readings or shard \
+             metadata"
+        );
+    }
+    let on = |actions: &[&str], resource: &str| -> Vec<(String, String)> {
+        actions
+            .iter()
+            .map(|a| ((*a).to_owned(), resource.to_owned()))
+            .collect()
+    };
+    let mut expected: BTreeSet<(String, String)> = BTreeSet::new();
+    expected.extend(on(&["dynamodb:Query"], "getatt:ReadingsTable.Arn"));
+    let shards = "getatt:ShardsTable.Arn";
+    let query_reads: Vec<(String, String)> = role_grants(t, "QueryRole")?
+        .into_iter()
+        .filter(|(_, r)| r == shards)
+        .collect();
+    ensure!(!query_reads.is_empty(), "QueryRole reads no shard metadata");
+    expected.extend(query_reads);
+    expected.extend(on(
+        &[
+            "dynamodb:GetItem",
+            "dynamodb:Query",
+            "dynamodb:PutItem",
+            "dynamodb:DeleteItem",
+        ],
+        "getatt:RollupTable.Arn",
+    ));
+    expected.extend(on(
+        &["logs:CreateLogStream", "logs:PutLogEvents"],
+        "getatt:SealerLogGroup.Arn",
+    ));
+    expected.extend(on(
+        &["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+        "*",
+    ));
+    ensure!(
+        grants == expected,
+        "SealerRole grants more than the sealer needs {:?}, or less {:?}",
+        grants.difference(&expected).collect::<Vec<_>>(),
+        expected.difference(&grants).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// Seconds between two runs of a `rate(...)` schedule expression.
+fn rate_secs(expression: &str) -> Result<u64> {
+    let inner = expression
+        .strip_prefix("rate(")
+        .and_then(|e| e.strip_suffix(')'))
+        .with_context(|| format!("{expression:?} is not rate(...); extend rate_secs"))?;
+    let (value, unit) = inner
+        .split_once(' ')
+        .with_context(|| format!("{expression:?}: rate(VALUE UNIT)"))?;
+    let unit = match unit {
+        "minute" | "minutes" => 60,
+        "hour" | "hours" => 3_600,
+        "day" | "days" => 86_400,
+        other => bail!("{expression:?}: unit {other}"),
+    };
+    Ok(value.parse::<u64>()? * unit)
+}
+
+/// The lag alarm stays quiet at steady state: whole hours are sealed, each once the
+/// lateness horizon has passed after its end, so the watermark trails now by at most
+/// an hour, the horizon and one schedule interval; and a sealer that stops reporting
+/// its lag (that does not run) breaches.
+fn check_seal_lag(t: &Template) -> Result<()> {
+    let mut found = None;
+    for id in t.ids_of("AWS::CloudWatch::Alarm")? {
+        let alarm = t.props(&id)?;
+        if watched_by(&alarm)
+            .iter()
+            .any(|(_, (namespace, metric, dimensions))| {
+                namespace == "Shardline" && metric == "SealLagSeconds" && dimensions == &["sealer"]
+            })
+        {
+            found = Some((id, alarm));
+        }
+    }
+    let (id, alarm) = found.context("no alarm on the sealer's SealLagSeconds")?;
+    let param = |name: &str| -> Result<String> {
+        t.params
+            .get(name)
+            .cloned()
+            .with_context(|| format!("no parameter {name}"))
+    };
+    let horizon: u64 = param("LatenessHorizonSecs")?.parse()?;
+    let interval = rate_secs(&param("SealerSchedule")?)?;
+    let threshold = t.number(alarm.get("Threshold"), &format!("{id}.Threshold"))?;
+    let steady = 3_600 + horizon + interval;
+    ensure!(
+        threshold > steady,
+        "{id} fires at steady state: threshold {threshold} s <= 1 h + {horizon} s + {interval} s"
+    );
+    for (key, want) in [
+        ("Statistic", "Maximum"),
+        ("ComparisonOperator", "GreaterThanThreshold"),
+        ("TreatMissingData", "breaching"),
+    ] {
+        ensure!(
+            alarm.get(key).and_then(scalar).as_deref() == Some(want),
+            "{id}: {key} must be {want}"
+        );
+    }
+    Ok(())
+}
+
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 17] = [
+static CHECKS: [(&str, Check); 21] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1306,6 +1705,10 @@ static CHECKS: [(&str, Check); 17] = [
     ("queue senders", check_queue_senders),
     ("thing policy", check_thing_policy),
     ("rule role", check_rule_role),
+    ("sealer", check_sealer),
+    ("sealer role", check_sealer_role),
+    ("seal lag", check_seal_lag),
+    ("dashboard", check_dashboard),
 ];
 
 fn run(name: &str) -> Result<()> {
@@ -1366,6 +1769,11 @@ fn alarms_watch_the_failure_modes() -> Result<()> {
 }
 
 #[test]
+fn the_dashboard_graphs_only_metrics_the_functions_emit() -> Result<()> {
+    run("dashboard")
+}
+
+#[test]
 fn tables_are_on_demand_recoverable_and_observable() -> Result<()> {
     run("tables")
 }
@@ -1422,12 +1830,27 @@ fn the_rule_role_sends_only_to_the_ingest_queue_and_its_dlq() -> Result<()> {
     run("rule role")
 }
 
+#[test]
+fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
+    run("sealer")
+}
+
+#[test]
+fn sealer_role_reads_readings_and_shards_and_writes_derived_items_only() -> Result<()> {
+    run("sealer role")
+}
+
+#[test]
+fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Result<()> {
+    run("seal lag")
+}
+
 /// Each edit breaks one promise; the named check must notice, and only checks that
 /// fail on the edit count (the real template passes them all, see above).
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 27] = [
+    let mutations: [(&str, &str, &str); 46] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -1461,8 +1884,8 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "query role",
-            "Action: [dynamodb:Query, dynamodb:GetItem]",
-            "Action: [dynamodb:Query, dynamodb:GetItem, dynamodb:PutItem]",
+            "Sid: ReadReadings\n                Effect: Allow\n                Action: [dynamodb:Query, dynamodb:GetItem]",
+            "Sid: ReadReadings\n                Effect: Allow\n                Action: [dynamodb:Query, dynamodb:GetItem, dynamodb:PutItem]",
         ),
         (
             "api",
@@ -1497,13 +1920,13 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "time index",
-            "READINGS_TIME_INDEX: !If [HasTimeIndex, by-time, \"\"]",
-            "READINGS_TIME_INDEX: \"\"",
+            "QUERY_CONCURRENCY: !Ref QueryConcurrency\n          READINGS_TIME_INDEX: !If [HasTimeIndex, by-time, \"\"]",
+            "QUERY_CONCURRENCY: !Ref QueryConcurrency\n          READINGS_TIME_INDEX: \"\"",
         ),
         (
             "query role",
-            "Resource: !Sub \"${ReadingsTable.Arn}/index/by-time\"",
-            "Resource: !Sub \"${ReadingsTable.Arn}/index/*\"",
+            "Sid: ReadReadingsByTime\n                  Effect: Allow\n                  Action: dynamodb:Query\n                  Resource: !Sub \"${ReadingsTable.Arn}/index/by-time\"",
+            "Sid: ReadReadingsByTime\n                  Effect: Allow\n                  Action: dynamodb:Query\n                  Resource: !Sub \"${ReadingsTable.Arn}/index/*\"",
         ),
         (
             "reserved concurrency",
@@ -1554,6 +1977,97 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "rule role",
             "            Principal: { Service: iot.amazonaws.com }",
             "            Principal: { Service: lambda.amazonaws.com }",
+        ),
+        (
+            "ingest role",
+            "              - Sid: DeadLetter\n",
+            "              - Sid: LateMarks\n                Effect: Allow\n                Action: dynamodb:PutItem\n                Resource: !GetAtt RollupTable.Arn\n              - Sid: DeadLetter\n",
+        ),
+        (
+            "query role",
+            "              - Sid: CursorKey\n",
+            "              - Sid: Rollups\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:PutItem]\n                Resource: !GetAtt RollupTable.Arn\n              - Sid: CursorKey\n",
+        ),
+        (
+            "sealer role",
+            "Sid: SealReadings\n                Effect: Allow\n                Action: dynamodb:Query\n",
+            "Sid: SealReadings\n                Effect: Allow\n                Action: [dynamodb:Query, dynamodb:PutItem]\n",
+        ),
+        (
+            "sealer role",
+            "Sid: SealShardMetadata\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:BatchGetItem]",
+            "Sid: SealShardMetadata\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:BatchGetItem, dynamodb:UpdateItem]",
+        ),
+        (
+            "sealer role",
+            "dynamodb:PutItem, dynamodb:DeleteItem]\n                Resource: !GetAtt RollupTable.Arn",
+            "dynamodb:PutItem, dynamodb:DeleteItem, dynamodb:Scan]\n                Resource: !GetAtt RollupTable.Arn",
+        ),
+        (
+            "sealer role",
+            "              # The shard directory, read as the query reads it\n",
+            "              - !If\n                - HasTimeIndex\n                - Sid: SealReadingsByTime\n                  Effect: Allow\n                  Action: dynamodb:Query\n                  Resource: !Sub \"${ReadingsTable.Arn}/index/by-time\"\n                - !Ref AWS::NoValue\n              # The shard directory, read as the query reads it\n",
+        ),
+        (
+            "sealer",
+            "            Schedule: !Ref SealerSchedule",
+            "            Schedule: rate(5 minutes)",
+        ),
+        (
+            "sealer",
+            "        MaximumRetryAttempts: 0",
+            "        MaximumRetryAttempts: 2",
+        ),
+        (
+            "sealer",
+            "          # The ingest's: derived items expire with the readings they are made of.\n          RETENTION_DAYS: !Ref RetentionDays",
+            "          # The ingest's: derived items expire with the readings they are made of.\n          RETENTION_DAYS: \"30\"",
+        ),
+        (
+            "sealer",
+            "          LATENESS_HORIZON_SECS: !Ref LatenessHorizonSecs",
+            "          LATENESS_HORIZON_SECS: \"600\"",
+        ),
+        (
+            "alarms",
+            "MetricName: SealLagSeconds",
+            "MetricName: SealLag",
+        ),
+        (
+            "alarms",
+            "          Value: !Ref SealerFunction\n",
+            "          Value: !Ref QueryFunction\n",
+        ),
+        ("seal lag", "    Default: 7800\n", "    Default: 3600\n"),
+        (
+            "seal lag",
+            "TreatMissingData: breaching",
+            "TreatMissingData: notBreaching",
+        ),
+        (
+            "tables",
+            "      BillingMode: PAY_PER_REQUEST\n",
+            "      BillingMode: PROVISIONED\n",
+        ),
+        (
+            "tables",
+            "watermark carry none.\n      TimeToLiveSpecification:\n        AttributeName: ttl",
+            "watermark carry none.\n      TimeToLiveSpecification:\n        AttributeName: expires",
+        ),
+        (
+            "dashboard",
+            "[\"Shardline\", \"LateMarksSealed\", \"Function\", \"sealer\"]",
+            "[\"Shardline\", \"LateMarks\", \"Function\", \"sealer\"]",
+        ),
+        (
+            "dashboard",
+            "[\"Shardline\", \"SealLagSeconds\", \"Function\", \"sealer\",",
+            "[\"Shardline\", \"SealLagSeconds\", \"Function\", \"ingest\",",
+        ),
+        (
+            "outputs",
+            "    Value: !Ref RollupTable\n",
+            "    Value: !Ref ShardsTable\n",
         ),
     ];
     for (name, from, to) in mutations {

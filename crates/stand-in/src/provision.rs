@@ -102,7 +102,7 @@ impl Stack {
 /// Creates on moto every `AWS::DynamoDB::Table` and `AWS::SQS::Queue` of the template,
 /// named `{prefix}-{LogicalId}`; existing ones are kept (queues get the template's
 /// attributes again). Returns the stack by the logical ids `ReadingsTable`,
-/// `ShardsTable`, `IngestQueue` and `IngestDLQ`.
+/// `ShardsTable`, `RollupTable`, `IngestQueue` and `IngestDLQ`.
 pub async fn provision(endpoint: &str, template_path: &Path, prefix: &str) -> Result<Stack> {
     provision_with(endpoint, template_path, prefix, &[]).await
 }
@@ -141,6 +141,7 @@ pub async fn provision_with(
         table_name,
         readings_time_index,
         shard_table_name: table("ShardsTable")?,
+        rollup_table_name: table("RollupTable")?,
         queue_url: queue("IngestQueue")?,
         dlq_url: queue("IngestDLQ")?,
         tables,

@@ -50,6 +50,8 @@ pub struct Stack {
     pub table_name: String,
     /// `ShardsTable`.
     pub shard_table_name: String,
+    /// `RollupTable`: the sealer's derived items.
+    pub rollup_table_name: String,
     /// `IngestQueue`.
     pub queue_url: String,
     /// `IngestDLQ`.
@@ -73,6 +75,7 @@ impl Stack {
             ("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY),
             ("TABLE_NAME", self.table_name.as_str()),
             ("SHARD_TABLE_NAME", self.shard_table_name.as_str()),
+            ("ROLLUP_TABLE", self.rollup_table_name.as_str()),
             ("QUEUE_URL", self.queue_url.as_str()),
             ("DLQ_URL", self.dlq_url.as_str()),
             (
@@ -148,6 +151,7 @@ mod tests {
             region: LOCAL_REGION.into(),
             table_name: "p-ReadingsTable".into(),
             shard_table_name: "p-ShardsTable".into(),
+            rollup_table_name: "p-RollupTable".into(),
             queue_url: "http://127.0.0.1:1/123/p-IngestQueue".into(),
             dlq_url: "http://127.0.0.1:1/123/p-IngestDLQ".into(),
             readings_time_index: Some("by-time".into()),
@@ -175,11 +179,13 @@ mod tests {
                 "MOTO_URL",
                 "QUEUE_URL",
                 "READINGS_TIME_INDEX",
+                "ROLLUP_TABLE",
                 "SHARD_TABLE_NAME",
                 "TABLE_NAME"
             ]
         );
         assert_eq!(env["TABLE_NAME"], "p-ReadingsTable");
+        assert_eq!(env["ROLLUP_TABLE"], "p-RollupTable");
         assert_eq!(env["READINGS_TIME_INDEX"], "by-time");
         assert_eq!(env["QUEUE_URL"], "http://127.0.0.1:1/123/p-IngestQueue");
         stack()
