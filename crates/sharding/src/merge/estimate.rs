@@ -182,10 +182,12 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
                 .iter()
                 .map(|&i| density * streams[i].unread_ms(order) as f64)
                 .sum::<f64>();
+        // A stream the horizon clipped away whole is done before its first page: it
+        // holds nothing the answer can need, and reading it would cost a Query.
         let mut candidates: Vec<usize> = streams
             .iter()
             .enumerate()
-            .filter(|(i, s)| s.ordered() && !s.started && !fetching.contains(i))
+            .filter(|(i, s)| s.ordered() && !s.started && !s.done && !fetching.contains(i))
             .map(|(i, _)| i)
             .collect();
         candidates.sort_by(|&a, &b| streams[a].bound.cmp(&streams[b].bound, order));

@@ -538,3 +538,37 @@ fn a_reading_in_two_items_of_one_block_stream_is_emitted_once() {
         }
     );
 }
+
+#[test]
+fn a_stream_the_horizon_clipped_away_is_never_read_ahead() {
+    // Descending, limit 1: the newest bucket's two lanes (its readings' own items, none
+    // here, and its blocks, W = 10) and eight older buckets. The first page of blocks
+    // holds back a block of 190..=199 (a block starting up to 199 could still be
+    // unread), but its readings already set the horizon at 198: every older bucket is
+    // clipped away, and the next round reads the blocks' next page alone, though the
+    // density the first round showed is below the need.
+    let mut shapes = vec![
+        shape((100, 200), Arrival::InOrder),
+        shape((100, 200), Arrival::Blocks { window_ms: 10 }),
+    ];
+    shapes.extend((0..8).map(|i| shape((i * 10, i * 10 + 10), Arrival::InOrder)));
+    let mut merge: BoundedMerge<Key, i64> = BoundedMerge::new(shapes, Order::Descending, 1, None);
+    let Step::Read(asks) = merge.step(32) else {
+        panic!("reads first")
+    };
+    assert_eq!(asks.iter().map(|a| a.stream).collect::<Vec<_>>(), [0, 1]);
+    merge.deliver(0, [], None, true);
+    merge.deliver(1, (190..200).map(|t| (Key(t, 0), t)), Some(190), false);
+    let Step::Read(asks) = merge.step(32) else {
+        panic!("the held-back block waits for the next page")
+    };
+    assert_eq!(asks.iter().map(|a| a.stream).collect::<Vec<_>>(), [1]);
+    merge.deliver(1, (150..160).map(|t| (Key(t, 0), t)), Some(150), false);
+    assert_eq!(
+        merge.step(32),
+        Step::Done {
+            items: vec![199],
+            more: true
+        }
+    );
+}
