@@ -17,6 +17,11 @@ use sharding::time::Bucket;
 
 use crate::directory::DirectoryConfig;
 
+/// How far ahead of a writer's clock a reading's timestamp may be, by default
+/// (`MAX_FUTURE_SECS`): the ingest refuses a reading stamped later, so a reader looking
+/// for a device's newest reading looks no further ahead of its own clock than this.
+pub const DEFAULT_MAX_FUTURE_SECS: u64 = 300;
+
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -121,7 +126,11 @@ impl WriterSettings {
     ///   `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
     pub fn parse<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Self, ConfigError> {
         let layout = parse_layout(env)?;
-        let max_future = Duration::from_secs(env.parse_or("MAX_FUTURE_SECS", 300, "seconds")?);
+        let max_future = Duration::from_secs(env.parse_or(
+            "MAX_FUTURE_SECS",
+            DEFAULT_MAX_FUTURE_SECS,
+            "seconds",
+        )?);
         let cache_ttl = Duration::from_secs(env.parse_or("CACHE_TTL_SECS", 60, "seconds")?);
         let slack = Duration::from_secs(env.parse_or("PROPAGATION_SLACK_SECS", 5, "seconds")?);
         let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 2, "seconds")?);
