@@ -70,6 +70,14 @@ pub struct Config {
     /// gathers a batch, from which each entity's arrival rate is measured
     /// ([`sharding::fanout::BatchArrival`]).
     pub intake: Intake,
+    /// `ROLLUP_TABLE` (optional): the sealer's derived items' table (`store::rollup`).
+    /// With it, each written reading whose hour may already be sealed leaves a late mark
+    /// there; without it, none does.
+    pub rollup_table: Option<String>,
+    /// `LATENESS_HORIZON_SECS` (default
+    /// [`DEFAULT_LATENESS_HORIZON_SECS`](store::rollup::DEFAULT_LATENESS_HORIZON_SECS),
+    /// the sealer's): how long after an hour ends the sealer seals it.
+    pub lateness_horizon: Duration,
 }
 
 /// How the event source mapping gathers a batch.
@@ -150,6 +158,12 @@ impl Config {
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
             sender_id: env.optional("INGEST_SENDER_ID"),
             iot_sender_id: env.optional("IOT_SENDER_ID"),
+            rollup_table: env.optional("ROLLUP_TABLE"),
+            lateness_horizon: Duration::from_secs(env.parse_or(
+                "LATENESS_HORIZON_SECS",
+                store::rollup::DEFAULT_LATENESS_HORIZON_SECS,
+                "a number of seconds",
+            )?),
             redelivery,
             table_name: env.required("TABLE_NAME")?,
             dlq_url: env.required("DLQ_URL")?,
@@ -224,6 +238,8 @@ mod tests {
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.sender_id, None);
         assert_eq!(config.iot_sender_id, None);
+        assert_eq!(config.rollup_table, None);
+        assert_eq!(config.lateness_horizon, Duration::from_secs(600));
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
         let mut vars = REQUIRED.to_vec();
         vars.push(("SUB_SHARDS", "dedicated"));
@@ -281,6 +297,7 @@ mod tests {
         check(("MAX_REQUEUES", "-1"), "MAX_REQUEUES");
         check(("RAISE_AHEAD_WCU", "-5"), "RAISE_AHEAD_WCU");
         check(("RAISE_AHEAD_WCU", "inf"), "RAISE_AHEAD_WCU");
+        check(("LATENESS_HORIZON_SECS", "-1"), "LATENESS_HORIZON_SECS");
     }
 
     #[test]

@@ -4,8 +4,9 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use ingest::{Config, Ingest, Invocation};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use store::dynamo::{DynamoShards, DynamoTable};
+use store::rollup::dynamo::DynamoRollups;
 
-type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
+type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue, DynamoRollups>;
 
 #[global_allocator]
 static GLOBAL: ingest::Allocator = ingest::Allocator;

@@ -625,6 +625,8 @@ fn emf_lines_carry_the_counters() {
         delayed: 3,
         delay_failures: 0,
         requeued: 0,
+        late_marks: 2,
+        late_mark_failures: 0,
     };
     let lines = report.emf_lines(now());
     assert_eq!(lines.len(), 2);
@@ -632,6 +634,7 @@ fn emf_lines_carry_the_counters() {
     assert_eq!(main["ReadingsWritten"], 120.0, "a block's members each");
     assert_eq!(main["ItemsWritten"], 7.0);
     assert_eq!(main["FanoutRaises"], 1.0);
+    assert_eq!(main["LateMarks"], 2.0);
     assert_eq!(main["BackoffInvocations"], 0.0, "no message failed");
     let throttles: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
     assert_eq!(throttles["Reason"], "TableWriteKeyRangeThroughputExceeded");

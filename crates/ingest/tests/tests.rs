@@ -4,6 +4,7 @@ mod blocks;
 mod front_door;
 mod grouping;
 mod handler;
+mod late;
 mod marshal;
 mod moto;
 mod moto_refusals;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use store::config::{ConfigError, Vars};
 
 /// Default lateness horizon: an hour is sealed this long after it ends.
-pub const DEFAULT_HORIZON_SECS: u64 = 600;
+pub const DEFAULT_HORIZON_SECS: u64 = store::rollup::DEFAULT_LATENESS_HORIZON_SECS;
 
 /// What one sealer needs: its tables and its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

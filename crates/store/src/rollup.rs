@@ -52,6 +52,9 @@ pub const PARTS: u32 = 16;
 pub const HOUR_MS: i64 = 3_600_000;
 /// One minute, in milliseconds.
 pub const MINUTE_MS: i64 = 60_000;
+/// `LATENESS_HORIZON_SECS` when unset: an hour is sealed this long after it ends, and a
+/// reading written later is late (the sealer seals after it, the ingest marks after it).
+pub const DEFAULT_LATENESS_HORIZON_SECS: u64 = 600;
 /// The partition key of the device directory.
 pub const DIRECTORY_PK: &str = "dir";
 

@@ -100,7 +100,7 @@ fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
     }
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Reads the layout and each entity's fan-out in force now, with which the write
     /// stage keys every parsed message ([`Self::key_messages`]); without a layout, every
     /// parsed message is reported. `layout` is the one the rates were measured and the

@@ -28,7 +28,7 @@ pub(super) struct Leaving {
     pub(super) split: u64,
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 7: what leaves the batch. A split message's unwritten readings, and a
     /// message still failing at its last receive (while it may be requeued), go back to
     /// the queue as fresh copies; refused messages, and those out of requeues, go to the

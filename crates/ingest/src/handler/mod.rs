@@ -17,7 +17,9 @@
 //!    hold its first call back for the CPU time of keying them all;
 //! 6. **settle** each message's fate from the outcomes of the writes that hold its
 //!    readings, its own or shared with other messages of its device
-//!    ([`crate::fate::settle_batch`]);
+//!    ([`crate::fate::settle_batch`]), then **mark** each device-hour of a written
+//!    reading whose hour may already be sealed, after the write, with a late mark in
+//!    the rollups table (a message whose mark failed is reported) ([`late`]);
 //! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
 //!    ([`leave`], with what it reads of each SQS record in [`record`]);
 //! 8. **report** every message's fate and the metrics (EMF lines) ([`report`]).
@@ -55,6 +57,8 @@ use store::batch::{BatchTable, BatchWriter, WriterConfig};
 use store::directory::{ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::queue::Queue;
+use store::rollup::RollupTable;
+use store::rollup::dynamo::DynamoRollups;
 use store::sqs::SqsQueue;
 use tokio::time::Instant;
 use tracing::Span;
@@ -65,6 +69,7 @@ use crate::fate::{Retry, Settled, Stage, settle_batch};
 use observe::{Changes, entity_rates};
 
 mod keying;
+mod late;
 mod leave;
 mod observe;
 mod pack;
@@ -74,6 +79,7 @@ mod report;
 mod watch;
 mod write;
 
+pub use late::LATE_MARK_MARGIN;
 pub use record::{
     FRONT_DOOR_ATTRIBUTE, OWN_ATTRIBUTE_PREFIX, REQUEUES_ATTRIBUTE, SOURCE_ID_ATTRIBUTE,
 };
@@ -102,16 +108,18 @@ pub type MessageHook = Arc<dyn Fn(&str) + Send + Sync>;
 /// raises of one entity are a cooldown apart.
 const MAX_REKEY_ROUNDS: usize = 4;
 
-/// The ingest service: configuration plus the three ports.
-pub struct Ingest<T, S, Q> {
+/// The ingest service: configuration plus the three ports, and the rollups table's
+/// (`L`, where late readings leave their marks) when `ROLLUP_TABLE` is configured.
+pub struct Ingest<T, S, Q, L = DynamoRollups> {
     config: Config,
     writer: BatchWriter<T>,
     directory: ShardDirectory<S>,
     queue: Q,
+    rollups: Option<L>,
     hook: Option<MessageHook>,
 }
 
-impl<T, S, Q> std::fmt::Debug for Ingest<T, S, Q> {
+impl<T, S, Q, L> std::fmt::Debug for Ingest<T, S, Q, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ingest")
             .field("config", &self.config)
@@ -120,7 +128,8 @@ impl<T, S, Q> std::fmt::Debug for Ingest<T, S, Q> {
 }
 
 impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
-    /// The production wiring over SDK clients.
+    /// The production wiring over SDK clients (the rollups table's when `ROLLUP_TABLE`
+    /// is set).
     pub fn from_clients(
         config: Config,
         dynamo: &aws_sdk_dynamodb::Client,
@@ -129,7 +138,13 @@ impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
         let table = DynamoTable::new(dynamo, &config.table_name);
         let shards = DynamoShards::new(dynamo, &config.shards.shard_table_name);
         let queue = SqsQueue::new(sqs, &config.dlq_url, config.source_queue_url.clone());
-        Self::new(config, table, shards, queue)
+        let rollups = config
+            .rollup_table
+            .as_ref()
+            .map(|name| DynamoRollups::new(dynamo.clone(), name));
+        let mut ingest = Self::new(config, table, shards, queue);
+        ingest.rollups = rollups;
+        ingest
     }
 }
 
@@ -198,7 +213,8 @@ fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
 }
 
 impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
-    /// A service over the given ports.
+    /// A service over the given ports, with no rollups table (no late marks) until
+    /// [`with_rollups`](Self::with_rollups).
     pub fn new(config: Config, table: T, shards: S, queue: Q) -> Self {
         let writer = BatchWriter::new(
             table,
@@ -213,8 +229,28 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             writer,
             directory,
             queue,
+            rollups: None,
             hook: None,
         }
+    }
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
+    /// The same service, its late readings marked in `rollups`.
+    pub fn with_rollups<M: RollupTable>(self, rollups: M) -> Ingest<T, S, Q, M> {
+        Ingest {
+            config: self.config,
+            writer: self.writer,
+            directory: self.directory,
+            queue: self.queue,
+            rollups: Some(rollups),
+            hook: self.hook,
+        }
+    }
+
+    /// The rollups table, when late readings are marked.
+    pub fn rollups(&self) -> Option<&L> {
+        self.rollups.as_ref()
     }
 
     /// Runs `hook` with each message id inside the message's guarded section; a panic
@@ -305,7 +341,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             .iter()
             .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
             .count() as u64;
-        let settled: Vec<Settled> = settle_batch(stages, MAX_REKEY_ROUNDS);
+        let late = self.late_written(&stages, &run);
+        let mut settled: Vec<Settled> = settle_batch(stages, MAX_REKEY_ROUNDS);
+        let marks = self.mark_stage(late, &mut settled, &run, rng).await;
         let leaving = self.leave_stage(settled, &run, rng).await;
         let (delayed, delay_failures) = self
             .delay_reported(run.records, &leaving.fates, run.deadline, rng)
@@ -325,6 +363,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             delay_failures,
             requeued: leaving.requeued,
             split: leaving.split,
+            late_marks: marks.written,
+            late_mark_failures: marks.failed,
         }
     }
 }

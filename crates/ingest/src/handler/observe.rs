@@ -184,7 +184,7 @@ fn item_units(r: &Reading) -> u64 {
     store::size::write_units(r.item_size_bound()) as u64
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 3: brings each entity's rate in this batch to the directory before its
     /// readings are keyed, so a rate its keys cannot carry raises its fan-out now and
     /// this very batch is keyed with the new k (and a busy entity is marked, a quiet

@@ -28,7 +28,7 @@ use super::keying::{check_keyable, pack_readings};
 use super::{Ingest, guarded};
 use crate::fate::Stage;
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Packs and encodes every parsed message of `stages` (whose spans are `spans`),
     /// where `table` packs blocks, each device's messages together; elsewhere a reading
     /// is its own item, sized by its bound, and nothing is encoded before the keying.

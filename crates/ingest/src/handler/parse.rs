@@ -12,7 +12,7 @@ use crate::fate::Stage;
 use crate::front_door::parse_message;
 use crate::message::{Limits, Refusal};
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 1: parses and validates each message, guarded against panics.
     pub(super) fn parse_stage(&self, run: &Run<'_>) -> Vec<Stage> {
         let limits = Limits {

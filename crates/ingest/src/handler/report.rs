@@ -52,6 +52,11 @@ pub struct Report {
     pub requeued: u64,
     /// Messages split: their unwritten readings sent back as a fresh copy.
     pub split: u64,
+    /// Late marks written (one per device-hour of the written late readings).
+    pub late_marks: u64,
+    /// Late marks whose write failed (the messages holding their readings are
+    /// reported).
+    pub late_mark_failures: u64,
 }
 
 impl Report {
@@ -119,6 +124,8 @@ impl Report {
                 Metric::count("RedeliveriesDelayed", self.delayed),
                 Metric::count("DelayFailures", self.delay_failures),
                 Metric::count("Requeued", self.requeued),
+                Metric::count("LateMarks", self.late_marks),
+                Metric::count("LateMarkFailures", self.late_mark_failures),
                 // 1 when the handler fails this invocation on purpose (every message
                 // failed transiently, so that Lambda backs off): the errors alarm
                 // subtracts these from Lambda's Errors.

@@ -88,7 +88,7 @@ impl WriteObserver for RoundWatch<'_> {
     }
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Brings each throttled key's entities to the directory as the throttles arrive,
     /// until the round ends: each entity once, unless the directory only created its
     /// metadata or said it cools down (a throttle after that decides again). Records

@@ -92,7 +92,7 @@ fn first_wave(stages: &[Stage], readings: usize) -> usize {
     stages.len()
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 5: keys every parsed message ([`Self::key_messages`]) and writes every keyed
     /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
     /// once; when its fan-out is raised, the writer gives back that entity's items not

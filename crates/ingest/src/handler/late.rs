@@ -1,0 +1,170 @@
+//! Late marks: a reading written after the sealer may have sealed its hour leaves a
+//! mark in the rollups table (`store::rollup::late_mark`, `late#{part}` /
+//! `{hour}#{device}`), and the sealer seals its device-hour again (the sealer's module
+//! doc, "Late marks").
+//!
+//! The sealer seals hour H once, when its clock reaches H + 1 h + the lateness horizon
+//! (`LATENESS_HORIZON_SECS`). So each reading this invocation **wrote** (its write
+//! acknowledged) whose hour ends at least that horizon, less [`LATE_MARK_MARGIN`],
+//! before the invocation's clock gets one mark per (device, hour) of the batch, each
+//! with a fresh nonce from the invocation's RNG, and only after the readings' writes
+//! were acknowledged: the sealer reads a mark, then the readings, so a mark must never
+//! be seen before its reading is stored. A mark whose write fails makes the messages
+//! holding its readings reported (their readings' rewrite is idempotent), so SQS
+//! redelivers them and the mark is tried again. Readings that are not late cost no
+//! write to the rollups table.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use rand::Rng;
+use sharding::time::Timestamp;
+use store::batch::{BatchTable, Outcome};
+use store::directory::ShardStore;
+use store::queue::Queue;
+use store::rollup::{HOUR_MS, RollupTable, hour_of, late_mark};
+
+use super::{Ingest, Run};
+use crate::fate::{Fate, Settled, Stage};
+
+/// How much earlier than the sealer's own moment (its hour's end plus the horizon) a
+/// written reading counts as late: the time between the decision, made on the
+/// invocation's clock read once at its start, and its write landing, plus the skew
+/// between the ingest's clock and the sealer's.
+///
+/// A reading left unmarked was decided at `now < end + horizon - margin`, and its write
+/// lands before the invocation ends, at most the function's timeout after `now`: the
+/// template's `IngestTimeout` defaults to 30 s (and every invocation here keeps its
+/// writes within the Lambda deadline). With Lambda hosts' clocks NTP-synchronised to
+/// well under a second, the write lands before `end + horizon` on the sealer's clock,
+/// that is, before the seal reads the hour, as long as the timeout plus the skew stays
+/// below these 5 minutes. The template allows `IngestTimeout` up to 900 s, so the margin
+/// used is never less than the invocation's own span plus [`CLOCK_SKEW`]
+/// ([`margin_for`]): a longer timeout widens it rather than breaking it.
+pub const LATE_MARK_MARGIN: Duration = Duration::from_secs(300);
+
+/// The skew allowed between the ingest's and the sealer's clocks when an invocation's
+/// span, not [`LATE_MARK_MARGIN`], sets the margin.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// The margin of an invocation that has `span` from its start to its deadline.
+fn margin_for(span: Duration) -> Duration {
+    LATE_MARK_MARGIN.max(span.saturating_add(CLOCK_SKEW))
+}
+
+/// Whether a reading stamped `ts`, written by an invocation started at `now`, may land
+/// after its hour was sealed: `now >= hour_end(ts) + horizon - margin`.
+pub(crate) fn may_be_sealed(
+    ts: Timestamp,
+    now: Timestamp,
+    horizon: Duration,
+    margin: Duration,
+) -> bool {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let from = hour_of(ts.as_millis())
+        .saturating_add(HOUR_MS)
+        .saturating_add(ms(horizon))
+        .saturating_sub(ms(margin));
+    now.as_millis() >= from
+}
+
+/// Each (device, hour start in ms) of a written late reading, with the messages (by
+/// index in the batch) holding one of its readings.
+pub(crate) type LateHours = BTreeMap<(String, i64), BTreeSet<usize>>;
+
+/// What the mark stage did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// Marks written.
+    pub(crate) written: u64,
+    /// Marks whose write failed (their messages reported).
+    pub(crate) failed: u64,
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
+    /// The late hours of the readings whose writes were acknowledged, each reading
+    /// counted for the message it came from (a write shared by one device's messages
+    /// names each member's). Nothing without a rollups table.
+    pub(super) fn late_written(&self, stages: &[Stage], run: &Run<'_>) -> LateHours {
+        let mut late = LateHours::new();
+        if self.rollups.is_none() {
+            return late;
+        }
+        let horizon = self.config.lateness_horizon;
+        let margin = margin_for(run.deadline.saturating_duration_since(run.started));
+        for (own, stage) in stages.iter().enumerate() {
+            let Stage::Keyed(keyed) = stage else {
+                continue;
+            };
+            let written = keyed
+                .iter()
+                .filter(|k| matches!(k.outcome, Some(Outcome::Written)));
+            for write in written {
+                for (n, reading) in write.readings.iter().enumerate() {
+                    if !may_be_sealed(reading.ts, run.now, horizon, margin) {
+                        continue;
+                    }
+                    let origin = write.origins.get(n).map_or(own, |&o| o as usize);
+                    late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
+                        .or_default()
+                        .insert(origin);
+                }
+            }
+        }
+        late
+    }
+
+    /// Writes one late mark per late hour, after the readings' writes (the settled
+    /// fates follow them): a message written whole or in part whose mark failed is
+    /// reported instead, so it comes back and its mark is written again.
+    pub(super) async fn mark_stage<G: Rng + ?Sized>(
+        &self,
+        late: LateHours,
+        settled: &mut [Settled],
+        run: &Run<'_>,
+        rng: &mut G,
+    ) -> Marks {
+        let Some(rollups) = &self.rollups else {
+            return Marks::default();
+        };
+        let marks: Vec<_> = late
+            .into_iter()
+            .map(|((device, hour), messages)| (late_mark(&device, hour, rng.random()), messages))
+            .collect();
+        let deadline = run.work_deadline;
+        let results: Vec<Result<(), String>> = futures::stream::iter(marks.iter())
+            .map(|(mark, _)| async move {
+                match tokio::time::timeout_at(deadline, rollups.put(mark)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("the deadline came first".to_owned()),
+                }
+            })
+            .buffered(self.config.max_inflight)
+            .collect()
+            .await;
+        let mut done = Marks::default();
+        for ((mark, messages), result) in marks.iter().zip(results) {
+            let Err(error) = result else {
+                done.written += 1;
+                continue;
+            };
+            done.failed += 1;
+            tracing::warn!(mark = %mark, %error, "late mark not written; its messages are reported");
+            for &m in messages {
+                if let Some(slot) = settled.get_mut(m)
+                    && matches!(
+                        slot,
+                        Settled::Final(Fate::Written { .. }) | Settled::Split { .. }
+                    )
+                {
+                    *slot = Settled::Final(Fate::Reported {
+                        reason: format!("late mark {mark} not written: {error}"),
+                    });
+                }
+            }
+        }
+        done
+    }
+}
