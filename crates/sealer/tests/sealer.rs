@@ -294,7 +294,7 @@ async fn a_late_reading_adds_exactly_once_and_its_copy_adds_nothing() {
 
     // Its copy, in a block with a copy of a later reading, and a mark again: nothing
     // changes.
-    let mut next = readings
+    let next = readings
         .iter()
         .filter(|r| r.device == "d-2" && r.ts_ms > late.ts_ms)
         .min_by_key(|r| r.ts_ms)

@@ -1,4 +1,8 @@
 //! The sealer's tests, on the in-memory fakes of `store::memory`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 #[allow(dead_code, unused_imports)]
 #[path = "../../query/tests/common.rs"]

@@ -31,9 +31,16 @@ async fn main() -> Result<(), Error> {
             let left = store::clock::time_left_now(deadline_ms)?
                 .saturating_sub(std::time::Duration::from_secs(DEADLINE_MARGIN_SECS));
             let now = store::clock::wall_clock()?;
-            let report = sealer
-                .run(now, Some(std::time::Instant::now() + left))
-                .await?;
+            let deadline = Some(std::time::Instant::now() + left);
+            // A scheduled event is a run; `{"reseal": ..}` a rebuild.
+            let asked: Invocation = serde_json::from_value(event.payload).unwrap_or_default();
+            let report = match asked.reseal {
+                Some(reseal) => {
+                    let (from, to) = reseal.range()?;
+                    sealer.reseal(from, to, now, deadline).await?
+                }
+                None => sealer.run(now, deadline).await?,
+            };
             println!("{}", sealer::metrics_line(&report, now));
             Ok::<_, Error>(serde_json::to_value(&report)?)
         },
