@@ -29,7 +29,10 @@
 //!
 //! Reads (`GetItem`, `Query`) are refused before forwarding when the key's bucket cannot
 //! cover the smallest read, then charged ceil(bytes / 4 KB) RCU (halved when eventually
-//! consistent) by the size actually returned, a Query by the sum of its page's items.
+//! consistent) by what they read: a `GetItem` by its whole item, a `Query` by the sum of
+//! the items its page read, rounded once per call. When a projection, a filter or a count
+//! leaves the answer smaller than the read, the proxy sizes the read with an uncharged
+//! call of its own (the whole item; the page's items again, whole and unfiltered).
 //!
 //! Transactions cost twice the units of each action, charged to the action's own key and
 //! table: a `TransactWriteItems` `Put`, `Update` or `Delete` twice its write units as a

@@ -4,6 +4,7 @@
 mod common;
 mod faults;
 mod forward;
+mod reads;
 mod sink;
 mod transactions;
 mod writes;
