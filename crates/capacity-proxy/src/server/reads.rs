@@ -3,11 +3,12 @@
 //! eventually consistent: a `GetItem` by its item, a `Query` by the sum of the items its
 //! page read, once per call.
 //!
-//! A read is charged by what it read, not by what its answer shows: a projection, a
-//! filter or `Select: COUNT` leaves the answer smaller than the read. Then the proxy
-//! sizes the read itself with an uncharged call of its own: the whole item for a
-//! projected `GetItem`; for such a `Query`, the same key condition from the same start
-//! with no filter, projection or count, limited to the page's `ScannedCount`.
+//! A read is charged by what it read, not by what its answer shows: a projection,
+//! `Select: COUNT` or a filter that dropped items leaves the answer smaller than the
+//! read. Then the proxy sizes the read itself with an uncharged call of its own: the
+//! whole item for a projected `GetItem`; for such a `Query`, the same key condition from
+//! the same start with no filter, projection or count, limited to the page's
+//! `ScannedCount`.
 
 use http::Response;
 use serde_json::{Map, Value};
@@ -120,7 +121,7 @@ impl Inner {
         if reply.status.is_success() {
             let answer = reply.json();
             let bytes = match answer.as_ref() {
-                Some(answer) if shows_less_than_it_read(json) => {
+                Some(answer) if shows_less_than_it_read(json, answer) => {
                     self.query_read_size(call, json, answer).await
                 }
                 Some(answer) => items_size(answer),
@@ -166,16 +167,18 @@ fn projects(json: &Value) -> bool {
     json.get("ProjectionExpression").is_some() || json.get("AttributesToGet").is_some()
 }
 
-/// Whether a `Query`'s answer may show less than the items it read: some attributes,
-/// some items (a filter), or a count.
-fn shows_less_than_it_read(json: &Value) -> bool {
-    projects(json)
-        || json.get("FilterExpression").is_some()
-        || json.get("QueryFilter").is_some()
-        || json
+/// Whether a `Query`'s `answer` to `request` shows less than the items it read: some
+/// attributes of them, a count, or fewer items than it read (a filter dropped some).
+/// Only then is the read sized by a call of the proxy's own, which would otherwise add
+/// its time to every filtered Query.
+fn shows_less_than_it_read(request: &Value, answer: &Value) -> bool {
+    let count = |field: &str| answer.get(field).and_then(Value::as_u64);
+    projects(request)
+        || request
             .get("Select")
             .and_then(Value::as_str)
             .is_some_and(|s| s == "COUNT" || s == "SPECIFIC_ATTRIBUTES")
+        || count("ScannedCount") > count("Count")
 }
 
 /// The sum of the sizes of an answer's `Items`.
@@ -259,7 +262,8 @@ mod tests {
             "ConsistentRead": true,
             "Limit": 100
         });
-        assert!(shows_less_than_it_read(&request));
+        let all_kept = json!({"Count": 7, "ScannedCount": 7});
+        assert!(shows_less_than_it_read(&request, &all_kept));
         assert_eq!(
             sizing_query(&request, 7),
             json!({
@@ -273,8 +277,13 @@ mod tests {
                 "Limit": 7
             })
         );
+        let filtered = json!({"TableName": "t", "FilterExpression": "#a = :a"});
+        assert!(!shows_less_than_it_read(&filtered, &all_kept));
+        let some_dropped = json!({"Count": 6, "ScannedCount": 7});
+        assert!(shows_less_than_it_read(&filtered, &some_dropped));
         assert!(!shows_less_than_it_read(
-            &json!({"TableName": "t", "Select": "ALL_ATTRIBUTES"})
+            &json!({"TableName": "t", "Select": "ALL_ATTRIBUTES"}),
+            &all_kept
         ));
     }
 }
