@@ -699,12 +699,13 @@ fn check_query_role_with(t: &Template) -> Result<()> {
 }
 
 /// Every endpoint of the query API.
-const ROUTES: [&str; 5] = [
+const ROUTES: [&str; 6] = [
     "GET /devices/{device_id}/readings",
     "GET /devices/{device_id}/readings/{event_id}",
     "GET /readings",
     "GET /devices/{device_id}/stats",
     "GET /devices/{device_id}/shards",
+    "GET /devices/{device_id}/latest",
 ];
 
 fn check_api(t: &Template) -> Result<()> {

@@ -67,6 +67,9 @@ pub enum Advice {
     /// A read over every device without the time index evaluates whole buckets,
     /// whatever its range.
     TimeIndex,
+    /// The newest reading lies further back than one request reads: a range read,
+    /// newest first, of an older range finds it.
+    OlderRange,
 }
 
 /// 400 `budget_exceeded`: the request could not answer anything within `budget`.
@@ -94,6 +97,10 @@ pub fn refusal(budget: Exhausted, limits: &RequestBudget, advice: Advice) -> Api
             "without the time index a read over every device evaluates every item of each \
              time bucket it touches, whatever its range: read one device, or deploy with \
              TimeIndex=enabled so that the range bounds what is evaluated"
+        }
+        Advice::OlderRange => {
+            "the device's newest reading is older than what was read: read it with \
+             GET /devices/{device_id}/readings?order=desc&limit=1 over an older range"
         }
     };
     ApiError::bad_request(codes::BUDGET_EXCEEDED, format!("{spent}; {way_out}"))

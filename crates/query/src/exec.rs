@@ -202,12 +202,17 @@ pub struct MergedPage<'a> {
     /// them, so no answer, position or cursor names them; the pages still count, in
     /// full, against the budgets.
     pub devices: Option<&'a DeviceGrants>,
+    /// Whether the read stops at its `limit`-th reading, without reading on to learn
+    /// whether another follows: an answer that is no page (the newest reading) needs
+    /// no `more`, and learning it could cost every older bucket of the range. The
+    /// outcome's `more` is then true once the limit is reached.
+    pub stop_at_limit: bool,
 }
 
 /// Reads `page.limit` readings in merge order strictly after `page.after`, plus enough
-/// to know whether more follow; a reading stored under two keys counts once. `fits`
-/// sees each reading in order before it joins the answer: the first it refuses ends
-/// the answer (and the read) before it, with more to follow.
+/// to know whether more follow (unless `page.stop_at_limit`); a reading stored under
+/// two keys counts once. `fits` sees each reading in order before it joins the answer:
+/// the first it refuses ends the answer (and the read) before it, with more to follow.
 pub async fn read_merged<S: ReadingSource>(
     source: &S,
     specs: Vec<StreamSpec>,
@@ -231,6 +236,9 @@ pub async fn read_merged<S: ReadingSource>(
                 return ControlFlow::Break(());
             }
             items.push(item);
+            if page.stop_at_limit && items.len() >= page.limit {
+                return ControlFlow::Break(());
+            }
         }
         ControlFlow::Continue(())
     })

@@ -20,6 +20,7 @@
 //! - `GET /readings?from=&to=&limit=&order=&cursor=&consistent=`
 //! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
 //! - `GET /devices/{device_id}/shards`
+//! - `GET /devices/{device_id}/latest?consistent=`
 
 pub mod budget;
 pub mod config;

@@ -34,6 +34,18 @@ pub struct ReadingOut {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The newest reading of a device (`GET /devices/{device_id}/latest`): the reading as
+/// a page of readings holds it, and the instant the answer is exact at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatestOut {
+    #[serde(flatten)]
+    pub reading: ReadingOut,
+    /// RFC 3339, UTC, milliseconds: the request's clock, which the look-back counts
+    /// from. Every reading stored by then (and stamped at most 5 minutes after it) was
+    /// looked at.
+    pub as_of: String,
+}
+
 /// A page of readings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadingsPage {

@@ -48,6 +48,7 @@ pub enum Route {
     AllReadings,
     Stats { device: String },
     Shards { device: String },
+    Latest { device: String },
 }
 
 impl Route {
@@ -59,6 +60,7 @@ impl Route {
             Route::AllReadings => "all_readings",
             Route::Stats { .. } => "stats",
             Route::Shards { .. } => "shards",
+            Route::Latest { .. } => "latest",
         }
     }
 
@@ -68,6 +70,7 @@ impl Route {
                 &["from", "to", "limit", "order", "cursor", "consistent"]
             }
             Route::Reading { .. } => &["ts", "consistent"],
+            Route::Latest { .. } => &["consistent"],
             Route::Stats { .. } => &["from", "to", "interval", "metric", "consistent", "cursor"],
             Route::Shards { .. } => &[],
         }
@@ -120,6 +123,12 @@ pub enum Endpoint {
     Shards {
         device: String,
     },
+    /// The device's newest reading (`crate::service`'s `latest` module says how far
+    /// back it looks).
+    Latest {
+        device: String,
+        consistent: bool,
+    },
 }
 
 impl Endpoint {
@@ -129,7 +138,8 @@ impl Endpoint {
             Endpoint::DeviceReadings { device, .. }
             | Endpoint::Reading { device, .. }
             | Endpoint::Stats { device, .. }
-            | Endpoint::Shards { device } => Some(device),
+            | Endpoint::Shards { device }
+            | Endpoint::Latest { device, .. } => Some(device),
             Endpoint::AllReadings { .. } => None,
         }
     }
@@ -170,6 +180,7 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
         }),
         ["devices", _, "stats"] => Ok(Route::Stats { device: device()? }),
         ["devices", _, "shards"] => Ok(Route::Shards { device: device()? }),
+        ["devices", _, "latest"] => Ok(Route::Latest { device: device()? }),
         _ => Err(not_found()),
     }
 }
@@ -252,6 +263,7 @@ pub fn parse_params(
             })
         }
         Route::Shards { device } => Ok(Endpoint::Shards { device }),
+        Route::Latest { device } => Ok(Endpoint::Latest { device, consistent }),
     }
 }
 

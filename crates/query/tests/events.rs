@@ -35,6 +35,18 @@ pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
         })
         .collect();
     load(&table, &shards, &rs);
+    // sensor-alpha-001's newest readings, an hour before the wall clock the adapter
+    // reads: `GET /devices/{device_id}/latest` looks back from it.
+    let now_ms = crate::common::now().as_millis();
+    let recent: Vec<R> = (0..3)
+        .map(|i| R {
+            device: "sensor-alpha-001".into(),
+            event: format!("evt-recent-{i}"),
+            ts_ms: now_ms - 3_600_000 + i * 1000,
+            value: crate::common::n(30.0 + i as f64),
+        })
+        .collect();
+    load(&table, &shards, &recent);
     let svc = service(&table, Arc::new(shards));
     let resp = handle_apigw(&svc, event(name)).await.unwrap();
     let status = resp.status();
@@ -86,6 +98,16 @@ async fn shards_event() {
     let (status, body, _) = call("apigw-shards.json").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["device_id"], "sensor-alpha-001");
+}
+
+#[tokio::test]
+async fn latest_event() {
+    let (status, body, calls) = call("apigw-latest.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["device_id"], "sensor-alpha-001");
+    assert_eq!(body["event_id"], "evt-recent-2");
+    assert!(body["as_of"].is_string(), "{body}");
+    assert!(calls <= 6, "{calls} Queries");
 }
 
 #[tokio::test]

@@ -29,14 +29,24 @@ const DAY: i64 = 24 * HOUR;
 
 /// The DynamoDB adapter, counting the calls and the `ScannedCount` it reports.
 #[derive(Debug)]
-struct Counted {
+pub(crate) struct Counted {
     inner: DynamoReadingSource,
     calls: AtomicU64,
     evaluated: AtomicU64,
 }
 
 impl Counted {
-    fn take(&self) -> (u64, u64) {
+    /// The adapter over `table` of `client`, nothing counted yet.
+    pub(crate) fn new(client: &Client, table: &str) -> Self {
+        Self {
+            inner: DynamoReadingSource::new(client.clone(), table),
+            calls: AtomicU64::new(0),
+            evaluated: AtomicU64::new(0),
+        }
+    }
+
+    /// The calls made and the items DynamoDB evaluated since the last take.
+    pub(crate) fn take(&self) -> (u64, u64) {
         (
             self.calls.swap(0, Ordering::SeqCst),
             self.evaluated.swap(0, Ordering::SeqCst),
@@ -63,12 +73,23 @@ impl ReadingSource for Counted {
 }
 
 async fn write_all(client: &Client, table: &str, items: Vec<ReadingItem>) -> anyhow::Result<()> {
+    let items = items
+        .iter()
+        .map(ReadingItem::to_item)
+        .collect::<Result<Vec<_>, _>>()?;
+    write_items(client, table, items).await
+}
+
+/// Writes stored items (readings' own items, blocks) to `table`, 25 a call.
+pub(crate) async fn write_items(
+    client: &Client,
+    table: &str,
+    items: Vec<store::batch::Item>,
+) -> anyhow::Result<()> {
     for chunk in items.chunks(25) {
         let mut requests = Vec::new();
         for item in chunk {
-            let put = PutRequest::builder()
-                .set_item(Some(item.to_item()?))
-                .build()?;
+            let put = PutRequest::builder().set_item(Some(item.clone())).build()?;
             requests.push(WriteRequest::builder().put_request(put).build());
         }
         let mut pending = requests;
@@ -112,7 +133,9 @@ fn small_reading(device: &str, event: &str, ts_ms: i64, history: &FanoutHistory)
 
 /// A private dynalite on loopback with the template's tables under `prefix`: the
 /// server (stopped when dropped), a client of it and the readings table's name.
-async fn readings_on_dynalite(prefix: &str) -> anyhow::Result<(Dynalite, Client, String)> {
+pub(crate) async fn readings_on_dynalite(
+    prefix: &str,
+) -> anyhow::Result<(Dynalite, Client, String)> {
     let root = repo_root()?;
     let server = Dynalite::start(&ensure_dynalite(&root)?)?;
     let tables = provision_tables(
@@ -158,11 +181,7 @@ async fn budgets_count_scanned_items_on_dynalite_and_bound_the_worst_inputs() ->
         [("hot".to_owned(), hot.clone())],
     ));
     write_buckets(&client, &readings_table).await?;
-    let source = Counted {
-        inner: DynamoReadingSource::new(client.clone(), &readings_table),
-        calls: AtomicU64::new(0),
-        evaluated: AtomicU64::new(0),
-    };
+    let source = Counted::new(&client, &readings_table);
     let mut rows = vec![scanned_items_count(&source, &shards).await?];
     rows.extend(worst_inputs(&source, &shards).await);
     print_rows(&rows);
@@ -350,11 +369,7 @@ async fn every_number_dynamodb_stores_is_answered_as_sent_on_dynalite() -> anyho
         })
         .collect();
     write_all(&client, &readings_table, items).await?;
-    let source = Counted {
-        inner: DynamoReadingSource::new(client.clone(), &readings_table),
-        calls: AtomicU64::new(0),
-        evaluated: AtomicU64::new(0),
-    };
+    let source = Counted::new(&client, &readings_table);
     let shards = Arc::new(shard_table(table_history(vec![(0, hourly(1))]), []));
     let svc = service(&source, &shards, RequestBudget::default());
     let query = format!("from={BASE_MS}&to={}", BASE_MS + 100);

@@ -165,6 +165,7 @@ async fn a_percent_encoded_id_is_refused_on_every_device_route() {
         format!("/devices/sensor%2dalpha-001/readings?{R1}"),
         format!("/devices/%73ensor-alpha-001/stats?{R1}&interval=1m&metric=t"),
         "/devices/sensor%2Dalpha-001/shards".to_owned(),
+        "/devices/sensor%2Dalpha-001/latest".to_owned(),
         "/devices/sensor%2Dalpha-001/readings/e1?ts=2026-06-22T01:00:00Z".to_owned(),
     ] {
         refused(&path, 400, "bad_id", "sensor-alpha-001").await;
@@ -240,6 +241,30 @@ async fn unknown_parameters_are_named() {
         400,
         "unknown_parameter",
         "from",
+    )
+    .await;
+    // The newest reading takes `consistent` alone: no range, limit or order.
+    for name in ["limit", "order", "from", "cursor"] {
+        refused(
+            &format!("/devices/dev-1/latest?{name}=1"),
+            400,
+            "unknown_parameter",
+            name,
+        )
+        .await;
+    }
+    refused(
+        "/devices/dev-1/latest?consistent=yes",
+        400,
+        "bad_parameter",
+        "consistent",
+    )
+    .await;
+    refused(
+        "/devices/dev-1/latest?consistent=true&consistent=false",
+        400,
+        "duplicate_parameter",
+        "consistent",
     )
     .await;
     // The stats route pages by cursor, not by limit.

@@ -12,6 +12,7 @@ mod duplicates;
 mod engine;
 mod events;
 mod fuzz;
+mod latest;
 mod model;
 mod on_dynalite;
 mod on_moto;

@@ -19,6 +19,8 @@
 //! - `readings`: `GET /devices/{device_id}/readings` and `GET /readings`, merged range
 //!   reads a page at a time;
 //! - `point`: `GET /devices/{device_id}/readings/{event_id}`, one reading by its keys;
+//! - `latest`: `GET /devices/{device_id}/latest`, the device's newest reading, the
+//!   range read newest first, stopped at its first reading;
 //! - `stats`: `GET /devices/{device_id}/stats`, buckets of one metric;
 //! - `shards`: `GET /devices/{device_id}/shards`, the layout and fan-out histories;
 //!
@@ -42,6 +44,7 @@ use crate::scope::ReadScope;
 use crate::stats::StatsBudget;
 
 mod answer;
+mod latest;
 mod plan;
 mod point;
 mod readings;
@@ -49,6 +52,7 @@ mod shards;
 mod stats;
 
 pub use answer::{error_response, store_error};
+pub use latest::look_back;
 pub use plan::{specs, specs_with_index};
 
 use point::Point;
@@ -333,6 +337,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 self.stats(&request, now, deadline).await
             }
             Endpoint::Shards { device } => self.shards(&device, now).await,
+            Endpoint::Latest { device, consistent } => {
+                self.latest(&device, consistent, now, deadline).await
+            }
         }
     }
 

@@ -133,6 +133,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             after: after.as_ref(),
             density_hint: hint,
             devices: devices.grants(),
+            stop_at_limit: false,
         };
         let outcome = read_merged(
             &self.source,
