@@ -37,7 +37,7 @@ proptest! {
     fn parse_request_never_panics(
         path in prop_oneof![
             any::<String>(),
-            "/devices/[ -~]{0,20}/(readings|stats|shards)(/[ -~]{0,10})?",
+            "/devices/[ -~]{0,20}/(readings|stats|shards|latest)(/[ -~]{0,10})?",
             Just("/readings".to_string()),
         ],
         pieces in proptest::collection::vec(query_piece(), 0..6),
