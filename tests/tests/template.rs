@@ -338,7 +338,7 @@ pub(crate) fn role_grants_trusting(
 }
 
 /// The statements of a role's inline policies, evaluated (conditions and all).
-fn role_statements(t: &Template, role: &str) -> Result<Vec<Value>> {
+pub(crate) fn role_statements(t: &Template, role: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for policy in t
         .props(role)?
@@ -1467,7 +1467,8 @@ fn is_ref_to(t: &Template, keys: &[&str], parameter: &str) -> bool {
 /// The sealer: its build, its log group, its role; one schedule, a parameter, whose
 /// failed runs Lambda does not retry (the next run is the retry); the stack's three
 /// tables, and the ingest's retention and the lateness horizon as their parameters set
-/// them.
+/// them. The ingest leaves its late marks in the sealer's table, by the sealer's
+/// horizon.
 fn check_sealer(t: &Template) -> Result<()> {
     let props = check_function(t, "SealerFunction", "sealer", "SealerRole")?;
     let events = props
@@ -1535,16 +1536,19 @@ fn check_sealer(t: &Template) -> Result<()> {
     let env = |function: &str, name: &str| -> Result<Option<String>> {
         Ok(path(&t.props(function)?, &["Environment", "Variables", name]).and_then(scalar))
     };
-    for (name, want) in [
-        ("TABLE_NAME", "ref:ReadingsTable"),
-        ("SHARD_TABLE_NAME", "ref:ShardsTable"),
-        ("ROLLUP_TABLE", "ref:RollupTable"),
-        ("LATENESS_HORIZON_SECS", "1234"),
+    // The ingest marks a reading late by the sealer's horizon, in the sealer's table.
+    for (function, name, want) in [
+        ("SealerFunction", "TABLE_NAME", "ref:ReadingsTable"),
+        ("SealerFunction", "SHARD_TABLE_NAME", "ref:ShardsTable"),
+        ("SealerFunction", "ROLLUP_TABLE", "ref:RollupTable"),
+        ("SealerFunction", "LATENESS_HORIZON_SECS", "1234"),
+        ("IngestFunction", "ROLLUP_TABLE", "ref:RollupTable"),
+        ("IngestFunction", "LATENESS_HORIZON_SECS", "1234"),
     ] {
-        let got = env("SealerFunction", name)?;
+        let got = env(function, name)?;
         ensure!(
             got.as_deref() == Some(want),
-            "SealerFunction's {name} must be {want}, is {got:?}"
+            "{function}'s {name} must be {want}, is {got:?}"
         );
     }
     let (got, want) = (
@@ -1746,7 +1750,7 @@ fn both_queues_are_encrypted() -> Result<()> {
 }
 
 #[test]
-fn ingest_role_writes_readings_only() -> Result<()> {
+fn ingest_role_writes_readings_and_late_marks_only() -> Result<()> {
     run("ingest role")
 }
 
@@ -1851,7 +1855,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 46] = [
+    let mutations: [(&str, &str, &str); 48] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2026,8 +2030,8 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "sealer",
-            "          LATENESS_HORIZON_SECS: !Ref LatenessHorizonSecs",
-            "          LATENESS_HORIZON_SECS: \"600\"",
+            "          LATENESS_HORIZON_SECS: !Ref LatenessHorizonSecs\n          # The ingest's",
+            "          LATENESS_HORIZON_SECS: \"600\"\n          # The ingest's",
         ),
         (
             "alarms",
@@ -2064,6 +2068,16 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "dashboard",
             "[\"Shardline\", \"SealLagSeconds\", \"Function\", \"sealer\",",
             "[\"Shardline\", \"SealLagSeconds\", \"Function\", \"ingest\",",
+        ),
+        (
+            "sealer",
+            "          LATENESS_HORIZON_SECS: !Ref LatenessHorizonSecs\n      Events:\n        Queue:",
+            "          LATENESS_HORIZON_SECS: \"600\"\n      Events:\n        Queue:",
+        ),
+        (
+            "ingest role",
+            "dynamodb:LeadingKeys: [\"late#*\"]",
+            "dynamodb:LeadingKeys: [\"*\"]",
         ),
         (
             "outputs",
