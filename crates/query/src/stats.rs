@@ -22,6 +22,9 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
+use store::Decimal;
+use store::rollup::{Cell, exact};
+
 use crate::error::{ApiError, codes};
 use crate::model::{StatsBucket, StatsResponse, format_ts};
 
@@ -107,9 +110,9 @@ impl Pager {
         true
     }
 
-    /// Takes the next reading in time order (`v`, the metric's value, `None` when the
-    /// reading lacks it); `Break` once the page is full.
-    pub fn add(&mut self, ts_ms: i64, v: Option<f64>, now: Instant) -> ControlFlow<()> {
+    /// Takes the next reading in time order (`v`, the metric's value as sent, `None`
+    /// when the reading lacks it); `Break` once the page is full.
+    pub fn add(&mut self, ts_ms: i64, v: Option<&Decimal>, now: Instant) -> ControlFlow<()> {
         if self.end.is_some() {
             return ControlFlow::Break(());
         }
@@ -176,12 +179,15 @@ pub fn interval_text(ms: i64) -> String {
 
 /// Per-interval count/min/max/avg of one metric. Buckets are aligned to multiples of
 /// the interval since the Unix epoch (like a time-series database's `GROUP BY time`),
-/// so the first bucket may start before `from`; empty buckets are left out.
+/// so the first bucket may start before `from`; empty buckets are left out. Each
+/// bucket is a `store::rollup::Cell`, the sealer's own: its sum exact, its mean rounded
+/// once (`store::rollup::mean`), so a bucket read raw and one made of sealed cells
+/// answer the same numbers.
 #[derive(Debug)]
 struct Downsampler {
     interval_ms: i64,
-    /// Bucket start -> (readings with the metric, min, max, sum).
-    buckets: BTreeMap<i64, (u64, f64, f64, f64)>,
+    /// Bucket start -> the metric's cell.
+    buckets: BTreeMap<i64, Cell>,
     /// Readings taken, with or without the metric.
     readings: u64,
 }
@@ -199,21 +205,19 @@ impl Downsampler {
         ts_ms.div_euclid(self.interval_ms) * self.interval_ms
     }
 
-    fn add(&mut self, ts_ms: i64, v: Option<f64>) {
+    fn add(&mut self, ts_ms: i64, v: Option<&Decimal>) {
         self.readings += 1;
-        let Some(v) = v.filter(|v| v.is_finite()) else {
+        let Some(v) = v else {
             return;
         };
-        let b = self.buckets.entry(self.bucket_of(ts_ms)).or_insert((
-            0,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            0.0,
-        ));
-        b.0 += 1;
-        b.1 = b.1.min(v);
-        b.2 = b.2.max(v);
-        b.3 += v;
+        let v = exact(v);
+        let bucket = self.bucket_of(ts_ms);
+        match self.buckets.get_mut(&bucket) {
+            Some(cell) => cell.add(&v),
+            None => {
+                self.buckets.insert(bucket, Cell::of(v));
+            }
+        }
     }
 
     /// Forgets the buckets from `start` on.
@@ -225,14 +229,14 @@ impl Downsampler {
         let buckets = self
             .buckets
             .into_iter()
-            .map(|(start, (count, min, max, sum))| {
+            .map(|(start, cell)| {
                 Ok(StatsBucket {
                     start: format_ts(start)
                         .ok_or_else(|| ApiError::internal("bucket start out of range"))?,
-                    count,
-                    min,
-                    max,
-                    avg: sum / count as f64,
+                    count: cell.count,
+                    min: store::rollup::to_f64(&cell.min),
+                    max: store::rollup::to_f64(&cell.max),
+                    avg: cell.avg(),
                 })
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
@@ -249,6 +253,10 @@ mod tests {
 
     const HOUR: i64 = 3_600_000;
 
+    fn one() -> Decimal {
+        Decimal::parse("1").unwrap()
+    }
+
     fn budget(readings: u64) -> StatsBudget {
         StatsBudget {
             readings,
@@ -260,7 +268,7 @@ mod tests {
     fn feed(pager: &mut Pager, buckets: i64, per_bucket: i64, at: Instant) -> ControlFlow<()> {
         for b in 0..buckets {
             for i in 0..per_bucket {
-                pager.add(b * HOUR + i, Some(1.0), at)?;
+                pager.add(b * HOUR + i, Some(&one()), at)?;
             }
         }
         ControlFlow::Continue(())
@@ -294,11 +302,11 @@ mod tests {
         let mut pager = Pager::new(HOUR, budget(10), t);
         // 5 in bucket 0, then bucket 1 runs past 20 readings.
         for i in 0..5 {
-            assert!(pager.add(i, Some(1.0), t).is_continue());
+            assert!(pager.add(i, Some(&one()), t).is_continue());
         }
         let mut broke_at = None;
         for i in 0..100 {
-            if pager.add(HOUR + i, Some(1.0), t).is_break() {
+            if pager.add(HOUR + i, Some(&one()), t).is_break() {
                 broke_at = Some(i);
                 break;
             }
@@ -331,14 +339,32 @@ mod tests {
             },
             t,
         );
-        assert!(pager.add(0, Some(1.0), t).is_continue());
+        let n = |t: &str| Decimal::parse(t).unwrap();
+        assert!(pager.add(0, Some(&n("1")), t).is_continue());
         let late = t + Duration::from_millis(1500);
-        assert!(pager.add(1, Some(2.0), late).is_continue(), "same bucket");
-        assert!(pager.add(HOUR, Some(3.0), late).is_break());
+        assert!(
+            pager.add(1, Some(&n("2")), late).is_continue(),
+            "same bucket"
+        );
+        assert!(pager.add(HOUR, Some(&n("3")), late).is_break());
         let (page, end) = pager.finish("1h").unwrap();
         assert_eq!(page.buckets.len(), 1);
         assert_eq!(page.buckets[0].count, 2);
         assert_eq!(end, PageEnd::ResumeAt(HOUR));
+    }
+
+    #[test]
+    fn a_bucket_sums_exactly_and_rounds_its_mean_once() {
+        let t = Instant::now();
+        let mut pager = Pager::new(HOUR, budget(1000), t);
+        // Summed through doubles, 0.1 + 0.2 + 0.3 is 0.6000000000000001.
+        for (i, v) in ["0.1", "0.2", "0.3"].iter().enumerate() {
+            let v = Decimal::parse(v).unwrap();
+            assert!(pager.add(i as i64, Some(&v), t).is_continue());
+        }
+        let (page, _) = pager.finish("1h").unwrap();
+        assert_eq!(page.buckets[0].avg, 0.2);
+        assert_eq!((page.buckets[0].min, page.buckets[0].max), (0.1, 0.3));
     }
 
     #[test]
@@ -354,7 +380,7 @@ mod tests {
         let t = Instant::now();
         let mut pager = Pager::new(HOUR, budget(1000), t);
         assert!(pager.add(0, None, t).is_continue());
-        assert!(pager.add(1, Some(f64::NAN), t).is_continue());
+        assert!(pager.add(1, None, t).is_continue());
         assert_eq!(pager.readings(), 2);
         let (page, end) = pager.finish("1h").unwrap();
         assert!(page.buckets.is_empty());

@@ -195,8 +195,13 @@ pub fn mean(sum: &BigDecimal, count: u64) -> f64 {
     }
     // 40 significant digits, more than a double holds, so the one rounding that
     // matters is the last one.
-    let q = (sum / BigDecimal::from(count)).with_prec(40);
-    f64::from_str(&q.to_string()).unwrap_or(f64::NAN)
+    to_f64(&(sum / BigDecimal::from(count)).with_prec(40))
+}
+
+/// A decimal as the nearest double: what an answer's `min` and `max` are, the same
+/// double as the number's own text read as one.
+pub fn to_f64(v: &BigDecimal) -> f64 {
+    f64::from_str(&v.to_string()).unwrap_or(f64::NAN)
 }
 
 /// A stored number as an exact decimal.

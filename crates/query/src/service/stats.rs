@@ -99,8 +99,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 if item.device_id != device || !(read.from_ms..read.to_ms).contains(&item.ts_ms) {
                     return ControlFlow::Continue(());
                 }
-                let value = item.metrics.get(metric).map(store::Decimal::to_f64);
-                pager.add(item.ts_ms, value, Instant::now())
+                pager.add(item.ts_ms, item.metrics.get(metric), Instant::now())
             },
         )
         .await
