@@ -15,11 +15,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 /// The functions of template.yaml whose build must yield a `bootstrap`.
-const FUNCTIONS: [&str; 2] = ["IngestFunction", "QueryFunction"];
+const FUNCTIONS: [&str; 3] = ["IngestFunction", "QueryFunction", "SealerFunction"];
 
 #[derive(Debug, Default, Args)]
 pub struct ValidateArgs {
-    /// Lint and validate only; skip `sam build` (which compiles both functions in release).
+    /// Lint and validate only; skip `sam build` (which compiles every function in release).
     #[arg(long)]
     pub no_build: bool,
 }
