@@ -9,4 +9,5 @@ mod directory_hot;
 mod directory_memory;
 mod emulators;
 mod pack;
+mod rollup_dynalite;
 mod support;
