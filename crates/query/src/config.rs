@@ -24,6 +24,9 @@ pub struct Config {
     pub table_name: String,
     /// Shard metadata table (`SHARD_TABLE_NAME`).
     pub shard_table_name: String,
+    /// The sealer's derived items (`ROLLUP_TABLE`), read by `GET /devices` and
+    /// `GET /stats`; `None`: those routes answer 501.
+    pub rollup_table: Option<String>,
     /// Where the cursor key comes from.
     pub cursor_key: CursorKeySource,
     pub service: ServiceSettings,
@@ -155,6 +158,7 @@ impl Config {
     /// |---|---|---|
     /// | `TABLE_NAME` | required | readings table |
     /// | `SHARD_TABLE_NAME` | required | shard metadata table |
+    /// | `ROLLUP_TABLE` | empty | the sealer's derived items (`store::rollup`), read by `GET /devices` and `GET /stats`; empty: those routes answer 501 |
     /// | `CURSOR_KEY` or `CURSOR_SECRET_ARN` | one required | cursor HMAC key (>= 16 bytes) or its secret (versions `AWSCURRENT`, `AWSPREVIOUS`) |
     /// | `CURSOR_PREVIOUS_KEY` | none | with `CURSOR_KEY`: the key before it, whose cursors are still opened |
     /// | `CURSOR_MAX_AGE_SECS` | `86400` | how long a cursor is accepted after it was issued |
@@ -249,6 +253,7 @@ impl Config {
         Ok(Self {
             table_name,
             shard_table_name,
+            rollup_table: get("ROLLUP_TABLE").filter(|v| !v.is_empty()),
             cursor_key,
             service: ServiceSettings {
                 limits,
@@ -321,6 +326,7 @@ mod tests {
     fn defaults() {
         let c = Config::from_lookup(lookup(&BASE)).expect("valid");
         assert_eq!(c.table_name, "readings");
+        assert_eq!(c.rollup_table, None);
         assert_eq!(c.service.limits, Limits::default());
         assert_eq!(c.service.concurrency, 32);
         assert_eq!(c.service.directory_ttl, Duration::from_secs(5));
@@ -347,8 +353,10 @@ mod tests {
             ("QUERY_MAX_EVALUATED", "40000"),
             ("QUERY_MAX_ANSWER_BYTES", "1000000"),
             ("QUERY_DEADLINE_MARGIN_MS", "1500"),
+            ("ROLLUP_TABLE", "rollups"),
         ]);
         let c = Config::from_lookup(lookup(&pairs)).expect("valid");
+        assert_eq!(c.rollup_table.as_deref(), Some("rollups"));
         assert_eq!(
             c.service.budget,
             RequestBudget {

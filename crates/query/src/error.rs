@@ -72,6 +72,12 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, message)
     }
 
+    /// 501 `not_supported`: the route needs something this deployment lacks (the
+    /// message names the setting).
+    pub fn not_implemented(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_IMPLEMENTED, codes::NOT_SUPPORTED, message)
+    }
+
     /// 502/503-class failure of a dependency that is not a throttle.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE, message)

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use sharding::key::{MAX_METRIC_NAME, is_metric_name};
+use store::rollup::MINUTE_MS;
 
 use crate::error::{ApiError, codes};
 
@@ -43,12 +44,27 @@ impl Default for Limits {
 /// A route with its path parameters, before the query string is looked at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    DeviceReadings { device: String },
-    Reading { device: String, event_id: String },
+    DeviceReadings {
+        device: String,
+    },
+    Reading {
+        device: String,
+        event_id: String,
+    },
     AllReadings,
-    Stats { device: String },
-    Shards { device: String },
-    Latest { device: String },
+    Stats {
+        device: String,
+    },
+    Shards {
+        device: String,
+    },
+    Latest {
+        device: String,
+    },
+    /// `GET /devices`: the device directory.
+    Devices,
+    /// `GET /stats`: the fleet's sealed buckets.
+    FleetStats,
 }
 
 impl Route {
@@ -61,6 +77,8 @@ impl Route {
             Route::Stats { .. } => "stats",
             Route::Shards { .. } => "shards",
             Route::Latest { .. } => "latest",
+            Route::Devices => "devices",
+            Route::FleetStats => "fleet_stats",
         }
     }
 
@@ -73,6 +91,8 @@ impl Route {
             Route::Latest { .. } => &["consistent"],
             Route::Stats { .. } => &["from", "to", "interval", "metric", "consistent", "cursor"],
             Route::Shards { .. } => &[],
+            Route::Devices => &["prefix", "seen_since", "limit", "cursor"],
+            Route::FleetStats => &["from", "to", "interval", "metric", "cursor"],
         }
     }
 }
@@ -129,6 +149,24 @@ pub enum Endpoint {
         device: String,
         consistent: bool,
     },
+    /// The device list, from the sealer's directory.
+    Devices {
+        /// Only ids starting with this.
+        prefix: Option<String>,
+        /// Only devices last seen at or after this (epoch ms).
+        seen_since_ms: Option<i64>,
+        limit: u32,
+        cursor: Option<String>,
+    },
+    /// The fleet's buckets, from the sealer's fleet parts.
+    FleetStats {
+        range: Range,
+        /// A whole number of minutes.
+        interval_ms: i64,
+        /// Only this metric's cells; `None`: every metric's.
+        metric: Option<String>,
+        cursor: Option<String>,
+    },
 }
 
 impl Endpoint {
@@ -140,7 +178,9 @@ impl Endpoint {
             | Endpoint::Stats { device, .. }
             | Endpoint::Shards { device }
             | Endpoint::Latest { device, .. } => Some(device),
-            Endpoint::AllReadings { .. } => None,
+            Endpoint::AllReadings { .. }
+            | Endpoint::Devices { .. }
+            | Endpoint::FleetStats { .. } => None,
         }
     }
 }
@@ -173,6 +213,8 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
     let device = || canonical_id("device_id", segs[1]).and_then(device_id);
     match segs {
         ["readings"] => Ok(Route::AllReadings),
+        ["devices"] => Ok(Route::Devices),
+        ["stats"] => Ok(Route::FleetStats),
         ["devices", _, "readings"] => Ok(Route::DeviceReadings { device: device()? }),
         ["devices", _, "readings", _] => Ok(Route::Reading {
             device: device()?,
@@ -264,7 +306,41 @@ pub fn parse_params(
         }
         Route::Shards { device } => Ok(Endpoint::Shards { device }),
         Route::Latest { device } => Ok(Endpoint::Latest { device, consistent }),
+        Route::Devices => Ok(Endpoint::Devices {
+            prefix: get("prefix").map(id_prefix).transpose()?,
+            seen_since_ms: get("seen_since")
+                .map(|raw| parse_ts("seen_since", raw))
+                .transpose()?,
+            limit: get("limit").map_or(Ok(DEFAULT_LIMIT), parse_limit)?,
+            cursor: cursor_param(get("cursor"))?,
+        }),
+        Route::FleetStats => {
+            let range = parse_range(&params, limits.max_device_range_ms)?;
+            let interval = get("interval").ok_or_else(|| missing("interval"))?;
+            let interval_ms = parse_interval(interval)?;
+            if interval_ms % MINUTE_MS != 0 {
+                return Err(ApiError::bad_request(
+                    codes::BAD_INTERVAL,
+                    format!(
+                        "interval {} is not a whole number of minutes; the fleet's stats are \
+                         sealed per minute (e.g. 1m, 5m, 1h, 1d)",
+                        truncate(interval, 40)
+                    ),
+                ));
+            }
+            Ok(Endpoint::FleetStats {
+                range,
+                interval_ms,
+                metric: get("metric").map(metric_name).transpose()?,
+                cursor: cursor_param(get("cursor"))?,
+            })
+        }
     }
+}
+
+/// An id prefix: a non-empty start of an id, by the rule of ids.
+fn id_prefix(raw: &str) -> Result<String, ApiError> {
+    check_id("prefix", raw)
 }
 
 fn read_params(

@@ -351,7 +351,8 @@ async fn unknown_routes_and_methods() {
     let svc = service(&table, shards.clone());
     for path in [
         "/",
-        "/devices",
+        "/device",
+        "/stats/x",
         "/devices/dev-1",
         "/devices/dev-1/other",
         "/readings/x/y",

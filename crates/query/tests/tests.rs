@@ -18,5 +18,6 @@ mod on_dynalite;
 mod on_moto;
 mod openapi;
 mod params;
+mod rollups;
 mod scope;
 mod stats;

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use query::config::{Config, resolve_cursor_keys};
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
+use store::rollup::dynamo::DynamoRollups;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -21,6 +22,10 @@ async fn main() -> Result<(), Error> {
         DynamoShards::new(&dynamodb, &config.shard_table_name),
         config.service.with_keys(current, previous),
     );
+    let service = match &config.rollup_table {
+        Some(table) => service.with_rollups(DynamoRollups::new(dynamodb.clone(), table)),
+        None => service,
+    };
     let service = &service;
     let (config, secrets) = (&config, &secrets);
     let last_refresh = &Mutex::new(None);

@@ -23,8 +23,11 @@
 //!   range read newest first, stopped at its first reading;
 //! - `stats`: `GET /devices/{device_id}/stats`, buckets of one metric;
 //! - `shards`: `GET /devices/{device_id}/shards`, the layout and fan-out histories;
+//! - `devices`: `GET /devices`, the device list, from the sealer's directory;
+//! - `fleet`: `GET /stats`, the fleet's buckets, from the sealer's fleet parts;
 //!
-//! and `plan` turns a validated range into the read plan's merge streams.
+//! and `plan` turns a validated range into the read plan's merge streams; `rollups`
+//! reads the sealer's table (`ROLLUP_TABLE`) for the last two, within the budgets.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,19 +47,26 @@ use crate::scope::ReadScope;
 use crate::stats::StatsBudget;
 
 mod answer;
+mod devices;
+mod fleet;
 mod latest;
 mod plan;
 mod point;
 mod readings;
+mod rollups;
 mod shards;
 mod stats;
 
 pub use answer::{error_response, store_error};
+pub use fleet::FLEET_PAGE_HOURS;
 pub use latest::look_back;
 pub use plan::{specs, specs_with_index};
 
+use devices::DevicesRequest;
+use fleet::FleetRequest;
 use point::Point;
 use readings::{DensityHint, Devices};
+use rollups::Rollups;
 use stats::StatsRequest;
 
 /// Readings a stats read plans each round for, by default
@@ -163,6 +173,9 @@ pub struct QueryService<S, D> {
     /// What the last read over every device saw of its streams' density: the next
     /// such read plans its first round by it.
     every_device_density: Mutex<Option<DensityHint>>,
+    /// The sealer's derived items (`ROLLUP_TABLE`), which `GET /devices` and
+    /// `GET /stats` read; `None`: those routes answer 501.
+    rollups: Option<Rollups>,
 }
 
 /// A route's answer: the JSON body, written ([`answer::json_body`]), and what it cost,
@@ -177,6 +190,17 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             source,
             config,
             every_device_density: Mutex::new(None),
+            rollups: None,
+        }
+    }
+
+    /// The service reading the sealer's derived items from `rollups` too
+    /// (`ROLLUP_TABLE`), for `GET /devices` and `GET /stats`.
+    #[must_use]
+    pub fn with_rollups(self, rollups: impl store::rollup::RollupTable + 'static) -> Self {
+        Self {
+            rollups: Some(Rollups::new(rollups)),
+            ..self
         }
     }
 
@@ -339,6 +363,34 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             Endpoint::Shards { device } => self.shards(&device, now).await,
             Endpoint::Latest { device, consistent } => {
                 self.latest(&device, consistent, now, deadline).await
+            }
+            Endpoint::Devices {
+                prefix,
+                seen_since_ms,
+                limit,
+                cursor,
+            } => {
+                let request = DevicesRequest {
+                    prefix: prefix.as_deref(),
+                    seen_since_ms,
+                    limit,
+                    cursor: cursor.as_deref(),
+                };
+                self.devices(scope, &request, now, deadline).await
+            }
+            Endpoint::FleetStats {
+                range,
+                interval_ms,
+                metric,
+                cursor,
+            } => {
+                let request = FleetRequest {
+                    range,
+                    interval_ms,
+                    metric: metric.as_deref(),
+                    cursor: cursor.as_deref(),
+                };
+                self.fleet_stats(scope, &request, now, deadline).await
             }
         }
     }

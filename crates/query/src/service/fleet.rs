@@ -1,0 +1,471 @@
+//! The fleet's stats, `GET /stats`: every device's readings in buckets of a whole
+//! number of minutes, from the sealer's fleet parts (`store::rollup`: partition
+//! `fleet#{hour}`, one item per part, each with the hour's and each minute's cells of
+//! its devices). Never from the readings: only sealed hours, the ones before the
+//! sealer's watermark, are answered.
+//!
+//! A bucket's cells are the merge of its minutes' cells (or, where the interval is a
+//! whole number of hours and the hour lies whole in the range, of its hours'): counts
+//! and exact decimal sums add, min and max compare, and the mean is `sum / count`
+//! rounded once (`store::rollup::mean`). A device is in exactly one part, so the
+//! parts' device counts add up to the distinct devices of each minute and hour; a
+//! bucket of several of them answers the largest (distinct devices over several
+//! minutes are not kept).
+//!
+//! A page reads at most [`FLEET_PAGE_HOURS`] hours: one Query an hour (16 items),
+//! sent at once up to the service's concurrency, after one GetItem of the watermark,
+//! all within the request's budgets. It ends at a bucket boundary, with a cursor to
+//! the next page.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures::StreamExt as _;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use sharding::time::Timestamp;
+use store::directory::ShardReader;
+use store::read::ReadingSource;
+use store::rollup::{Cell, Cells, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupQuery, keys};
+
+use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
+use super::rollups::{Fetch, Spend, instant, not_configured};
+use super::{Answer, QueryService, ReadStats};
+use crate::budget::{self, Advice, RequestBudget};
+use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::error::{ApiError, codes};
+use crate::model::ReadingKey;
+use crate::params::Range;
+use crate::scope::ReadScope;
+
+/// Most hours one page of `GET /stats` reads (a week): a Query each.
+pub const FLEET_PAGE_HOURS: i64 = 168;
+
+/// A validated fleet stats request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FleetRequest<'a> {
+    pub(super) range: Range,
+    pub(super) interval_ms: i64,
+    pub(super) metric: Option<&'a str>,
+    pub(super) cursor: Option<&'a str>,
+}
+
+impl FleetRequest<'_> {
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            route: "fleet_stats",
+            device: None,
+            from_ms: self.range.from_ms,
+            to_ms: self.range.to_ms,
+            descending: false,
+            limit: 0,
+            detail: format!(
+                "interval={} metric={}",
+                self.interval_ms,
+                self.metric.unwrap_or("*")
+            ),
+        }
+    }
+
+    fn bucket_of(&self, ms: i64) -> i64 {
+        ms.div_euclid(self.interval_ms) * self.interval_ms
+    }
+}
+
+/// One hour of the fleet: the merge of its parts.
+#[derive(Debug, Default)]
+struct HourCells {
+    hour: Cells,
+    minutes: BTreeMap<u8, Cells>,
+}
+
+impl HourCells {
+    /// Merges one part in, keeping only `metric`'s cells when one is asked for.
+    fn add(&mut self, part: &FleetPart, metric: Option<&str>) {
+        self.hour.merge(&only(&part.hour, metric));
+        for (minute, cells) in part.minutes.range(..60) {
+            self.minutes
+                .entry(*minute)
+                .or_default()
+                .merge(&only(cells, metric));
+        }
+    }
+}
+
+/// `cells` with only `metric`'s cell, when one is asked for.
+fn only(cells: &Cells, metric: Option<&str>) -> Cells {
+    match metric {
+        None => cells.clone(),
+        Some(name) => Cells {
+            readings: cells.readings,
+            devices: cells.devices,
+            metrics: cells
+                .metrics
+                .get(name)
+                .map(|c| BTreeMap::from([(name.to_owned(), c.clone())]))
+                .unwrap_or_default(),
+        },
+    }
+}
+
+/// One metric's cell as answered: exact decimals written as their digits.
+#[derive(Debug, Serialize)]
+struct CellOut {
+    count: u64,
+    sum: Box<RawValue>,
+    min: Box<RawValue>,
+    max: Box<RawValue>,
+    avg: f64,
+}
+
+impl CellOut {
+    fn of(cell: &Cell) -> Result<Self, ApiError> {
+        let number = |v| {
+            RawValue::from_string(store::rollup::decimal_text(v))
+                .map_err(|e| ApiError::internal(format!("a sealed number: {e}")))
+        };
+        Ok(Self {
+            count: cell.count,
+            sum: number(&cell.sum)?,
+            min: number(&cell.min)?,
+            max: number(&cell.max)?,
+            avg: cell.avg(),
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct BucketOut {
+    start: String,
+    readings: u64,
+    devices: u64,
+    metrics: BTreeMap<String, CellOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct FleetPage {
+    buckets: Vec<BucketOut>,
+    watermark: Option<String>,
+    next_cursor: Option<String>,
+}
+
+/// The hours a page reads and the part of the range it answers, `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PagePlan {
+    start: i64,
+    end: i64,
+    /// Where the range ends for this request: the page is the last when `end` is it.
+    range_end: i64,
+}
+
+impl PagePlan {
+    fn hours(&self) -> impl Iterator<Item = i64> {
+        let first = store::rollup::hour_of(self.start);
+        let last = store::rollup::hour_of(self.end - 1);
+        (first..=last).step_by(HOUR_MS as usize)
+    }
+}
+
+/// The page of `request` that starts at `start` under watermark `watermark`: whole
+/// minutes of the range (from rounded up, to rounded down), only buckets that end by
+/// the watermark, at most `most_hours` hours and `most_buckets` buckets, ending at a
+/// bucket boundary (at least one bucket). `None` when nothing is left to answer.
+fn plan_page(
+    request: &FleetRequest<'_>,
+    start: i64,
+    watermark: i64,
+    most_hours: i64,
+    most_buckets: i64,
+) -> Option<PagePlan> {
+    let from = ceil_to(request.range.from_ms, MINUTE_MS).max(start);
+    let range_end =
+        (request.range.to_ms.div_euclid(MINUTE_MS) * MINUTE_MS).min(request.bucket_of(watermark));
+    if from >= range_end {
+        return None;
+    }
+    let interval = request.interval_ms;
+    let first_end = request.bucket_of(from) + interval;
+    let by_hours = store::rollup::hour_of(from) + most_hours * HOUR_MS;
+    let by_buckets = request.bucket_of(from) + most_buckets.max(1) * interval;
+    let end = request
+        .bucket_of(by_hours.min(by_buckets))
+        .max(first_end)
+        .min(range_end);
+    Some(PagePlan {
+        start: from,
+        end,
+        range_end,
+    })
+}
+
+fn ceil_to(ms: i64, unit: i64) -> i64 {
+    ms.div_euclid(unit) * unit + if ms.rem_euclid(unit) == 0 { 0 } else { unit }
+}
+
+impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
+    /// A page of the fleet's buckets; 403 unless `scope` grants every device.
+    pub(super) async fn fleet_stats(
+        &self,
+        scope: &ReadScope,
+        request: &FleetRequest<'_>,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Answer {
+        if scope.grants().is_some() {
+            return Err(ApiError::forbidden(
+                "GET /stats counts every device's readings, and the token's device claim \
+                 does not grant every device ('*')",
+            ));
+        }
+        let fp = request.fingerprint();
+        let start = match request.cursor {
+            Some(raw) => {
+                decode_cursor(raw, &fp, &self.config.cursor_keys.get(), now)
+                    .map_err(|e| ApiError::bad_cursor(e.to_string()))?
+                    .ts_ms
+            }
+            None => request.range.from_ms,
+        };
+        let table = self
+            .rollups
+            .as_ref()
+            .ok_or_else(|| not_configured("GET /stats"))?;
+        let spend = Spend::new(table, self.config.budget.read(deadline));
+        let refusal = |budget| budget::refusal(budget, &self.config.budget, Advice::NarrowRange);
+        let watermark = match spend.watermark().await? {
+            Fetch::Got(w) => w,
+            Fetch::Cut(budget) => return Err(refusal(budget)),
+        };
+        let Some(watermark) = watermark else {
+            return empty_page(None, &spend);
+        };
+        let budget = self.config.budget;
+        let Some(mut plan) = plan_page(
+            request,
+            start,
+            watermark,
+            most_hours(&budget),
+            self.config.limits.max_stats_buckets,
+        ) else {
+            return empty_page(Some(watermark), &spend);
+        };
+        let hours: Vec<i64> = plan.hours().collect();
+        let read = self.read_hours(&spend, &hours, request.metric).await;
+        let mut cells = BTreeMap::new();
+        for (hour, fetched) in hours.iter().zip(read) {
+            match fetched? {
+                Fetch::Got(c) => {
+                    cells.insert(*hour, c);
+                }
+                Fetch::Cut(budget) => {
+                    // The page ends at the last bucket boundary before the first hour
+                    // it could not read.
+                    let end = request.bucket_of(*hour);
+                    if end <= plan.start {
+                        return Err(refusal(budget));
+                    }
+                    plan.end = plan.end.min(end);
+                    break;
+                }
+            }
+        }
+        let room = budget.answer_bytes.saturating_sub(PAGE_OVERHEAD_BYTES);
+        let (buckets, end) = buckets(request, &plan, &cells, room)?;
+        let next_cursor = (end < plan.range_end).then(|| {
+            let position = ReadingKey {
+                ts_ms: end,
+                device_id: String::new(),
+                event_id: String::new(),
+            };
+            encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now)
+        });
+        let stats = ReadStats {
+            items_read: spend.evaluated(),
+            items_returned: buckets.len() as u64,
+            calls: spend.calls(),
+            plan_queries: hours.len() as u64,
+            rounds: (hours.len() as u64).div_ceil(self.config.concurrency.max(1) as u64),
+            duplicates: 0,
+        };
+        let page = FleetPage {
+            buckets,
+            watermark: Some(instant(watermark)?),
+            next_cursor,
+        };
+        Ok((json_body(&page)?, stats))
+    }
+}
+
+impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
+    /// Each of `hours`, read at once up to the service's concurrency, in hour order.
+    async fn read_hours(
+        &self,
+        spend: &Spend<'_>,
+        hours: &[i64],
+        metric: Option<&str>,
+    ) -> Vec<Result<Fetch<HourCells>, ApiError>> {
+        // The futures made first: a stream over a closure would not be `Send`.
+        let reads: Vec<_> = hours.iter().map(|&h| read_hour(spend, h, metric)).collect();
+        futures::stream::iter(reads)
+            .buffered(self.config.concurrency.max(1))
+            .collect()
+            .await
+    }
+}
+
+/// Most hours a page reads under `budget`: a Query each, after the watermark's
+/// GetItem, each reserving a Query's `Limit` of items.
+fn most_hours(budget: &RequestBudget) -> i64 {
+    let per_hour = u64::from(PARTS) + 1;
+    FLEET_PAGE_HOURS
+        .min(i64::try_from(budget.queries.saturating_sub(1)).unwrap_or(i64::MAX))
+        .min(i64::try_from(budget.evaluated / per_hour).unwrap_or(i64::MAX))
+        .max(1)
+}
+
+/// The answer with no bucket: nothing sealed yet, or nothing left of the range.
+fn empty_page(watermark: Option<i64>, spend: &Spend<'_>) -> Answer {
+    let page = FleetPage {
+        buckets: Vec::new(),
+        watermark: watermark.map(instant).transpose()?,
+        next_cursor: None,
+    };
+    let stats = ReadStats {
+        calls: spend.calls(),
+        items_read: spend.evaluated(),
+        ..ReadStats::default()
+    };
+    Ok((json_body(&page)?, stats))
+}
+
+/// One hour's parts, merged; cut when a budget stops a Query of it.
+async fn read_hour(
+    spend: &Spend<'_>,
+    hour: i64,
+    metric: Option<&str>,
+) -> Result<Fetch<HourCells>, ApiError> {
+    let mut q = RollupQuery::partition(keys::fleet_hour(hour), false);
+    let mut cells = HourCells::default();
+    loop {
+        // One more than the parts, so that a whole hour comes in one page.
+        let page = match spend.query(&q, u64::from(PARTS) + 1).await? {
+            Fetch::Got(page) => page,
+            Fetch::Cut(budget) => return Ok(Fetch::Cut(budget)),
+        };
+        for item in &page.items {
+            cells.add(&item.body::<FleetPart>().map_err(store_error)?, metric);
+        }
+        match page.last_sk {
+            Some(last) => q.after = Some(last),
+            None => return Ok(Fetch::Got(cells)),
+        }
+    }
+}
+
+/// The buckets of `plan` from the hours read, those with readings, as many as fit
+/// `room` bytes; and where they end (a bucket boundary, or the plan's end).
+fn buckets(
+    request: &FleetRequest<'_>,
+    plan: &PagePlan,
+    hours: &BTreeMap<i64, HourCells>,
+    mut room: usize,
+) -> Result<(Vec<BucketOut>, i64), ApiError> {
+    let interval = request.interval_ms;
+    let whole_hours = interval % HOUR_MS == 0;
+    let mut out = Vec::new();
+    let mut bucket = request.bucket_of(plan.start);
+    while bucket < plan.end {
+        let (lo, hi) = (bucket.max(plan.start), (bucket + interval).min(plan.end));
+        let mut cells = Cells::default();
+        let mut devices = 0;
+        let mut hour = store::rollup::hour_of(lo);
+        while hour < hi {
+            let (a, b) = (hour.max(lo), (hour + HOUR_MS).min(hi));
+            if let Some(h) = hours.get(&hour) {
+                if whole_hours && (a, b) == (hour, hour + HOUR_MS) {
+                    cells.merge(&h.hour);
+                    devices = devices.max(h.hour.devices);
+                } else {
+                    let minutes = ((a - hour) / MINUTE_MS) as u8..((b - hour) / MINUTE_MS) as u8;
+                    for m in h.minutes.range(minutes).map(|(_, m)| m) {
+                        cells.merge(m);
+                        devices = devices.max(m.devices);
+                    }
+                }
+            }
+            hour += HOUR_MS;
+        }
+        if cells.readings > 0 {
+            let metrics = cells
+                .metrics
+                .iter()
+                .map(|(name, cell)| Ok((name.clone(), CellOut::of(cell)?)))
+                .collect::<Result<_, ApiError>>()?;
+            let b = BucketOut {
+                start: instant(bucket)?,
+                readings: cells.readings,
+                devices,
+                metrics,
+            };
+            let size = budget::json_len(&b) + 1;
+            if size > room {
+                if out.is_empty() {
+                    return Err(ApiError::bad_request(
+                        codes::BUDGET_EXCEEDED,
+                        "one bucket alone exceeds the answer budget (QUERY_MAX_ANSWER_BYTES); \
+                         ask for one metric, or a shorter interval",
+                    ));
+                }
+                return Ok((out, bucket));
+            }
+            room -= size;
+            out.push(b);
+        }
+        bucket += interval;
+    }
+    Ok((out, plan.end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = HOUR_MS;
+
+    fn request(from: i64, to: i64, interval: i64) -> FleetRequest<'static> {
+        FleetRequest {
+            range: Range {
+                from_ms: from,
+                to_ms: to,
+            },
+            interval_ms: interval,
+            metric: None,
+            cursor: None,
+        }
+    }
+
+    #[test]
+    fn a_page_is_whole_buckets_before_the_watermark_within_its_hours() {
+        let r = request(0, 31 * 24 * H, H);
+        let p = plan_page(&r, 0, 10 * 24 * H, 168, 10_000).unwrap();
+        assert_eq!((p.start, p.end, p.range_end), (0, 168 * H, 240 * H));
+        assert_eq!(p.hours().count(), 168);
+        // A day's bucket ends by the watermark, or is not answered.
+        let r = request(0, 31 * 24 * H, 24 * H);
+        let p = plan_page(&r, 0, 50 * H, 168, 10_000).unwrap();
+        assert_eq!((p.end, p.range_end), (48 * H, 48 * H));
+        // A bucket longer than the page's hours is read whole.
+        let p = plan_page(&r, 0, 500 * H, 10, 10_000).unwrap();
+        assert_eq!(p.end, 24 * H);
+        // Minutes of the range that are whole: from rounded up, to rounded down.
+        let r = request(MINUTE_MS + 1, 5 * MINUTE_MS - 1, MINUTE_MS);
+        let p = plan_page(&r, r.range.from_ms, H, 168, 10_000).unwrap();
+        assert_eq!((p.start, p.end), (2 * MINUTE_MS, 4 * MINUTE_MS));
+        // The bucket cap ends a page too.
+        let r = request(0, 24 * H, MINUTE_MS);
+        let p = plan_page(&r, 0, 24 * H, 168, 90).unwrap();
+        assert_eq!(p.end, 90 * MINUTE_MS);
+        assert_eq!(p.hours().collect::<Vec<_>>(), vec![0, H]);
+        assert_eq!(plan_page(&r, 24 * H, 24 * H, 168, 90), None);
+    }
+}

@@ -1,0 +1,848 @@
+//! `GET /devices` and `GET /stats` over the sealer's derived items (`store::rollup`),
+//! written to the in-memory rollups table as the sealer writes them: directory entries,
+//! fleet parts made by `FleetPart::of` from device-hours, the watermark.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bigdecimal::BigDecimal;
+use query::lambda::handle_apigw;
+use query::{QueryService, ReadScope, ServiceConfig};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use store::Decimal;
+use store::memory::{MemoryReadings, MemoryRollups};
+use store::rollup::{
+    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupTable,
+    keys, mean, part_of,
+};
+
+use crate::common::{BASE_MS, Service, hourly, key, now, shard_table, table_history};
+
+const CLAIM: &str = "shardline_devices";
+
+/// A service over an empty readings table and `rollups`.
+fn service<'a>(
+    table: &'a MemoryReadings,
+    rollups: &MemoryRollups,
+    configure: impl FnOnce(&mut ServiceConfig),
+) -> Service<'a> {
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
+    let mut config = ServiceConfig::new(key());
+    config.concurrency = 4;
+    configure(&mut config);
+    QueryService::new(table, Arc::new(shards), config).with_rollups(rollups.clone())
+}
+
+/// `GET path?query` as `scope`'s caller: status and raw body.
+async fn get_as(svc: &Service<'_>, scope: &ReadScope, path: &str, query: &str) -> (u16, String) {
+    let request = query::service::Request {
+        method: "GET",
+        path,
+        query: Some(query),
+    };
+    let resp = svc.handle_as(Ok(scope), request, now(), None).await;
+    (resp.status().as_u16(), resp.body().clone())
+}
+
+async fn get(svc: &Service<'_>, path: &str, query: &str) -> (u16, Value) {
+    let (status, body) = get_as(svc, &ReadScope::Every, path, query).await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+fn scope(claim: &str) -> ReadScope {
+    ReadScope::from_claim(CLAIM, claim).unwrap()
+}
+
+/// The directory entry of `device` as the sealer writes it (newest-wins; its version
+/// a counter, here 1 whatever it replaces).
+async fn put_device(rollups: &MemoryRollups, device: &str, last_seen_ms: i64) {
+    let entry = DirEntry {
+        device: device.to_owned(),
+        first_seen_ms: BASE_MS,
+        last_seen_ms,
+        last_event: format!("evt-{last_seen_ms}"),
+        metrics: BTreeSet::from(["temperature".to_owned()]),
+        tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
+    };
+    let item = RollupItem::with_body(
+        (DIRECTORY_PK.to_owned(), device.to_owned()),
+        1,
+        &entry,
+        None,
+    )
+    .unwrap();
+    rollups.put(&item).await.unwrap();
+}
+
+async fn put_watermark(rollups: &MemoryRollups, end_ms: i64) {
+    let (pk, sk) = keys::watermark();
+    let item = RollupItem {
+        pk,
+        sk,
+        version: u64::try_from(end_ms).unwrap(),
+        body: String::new(),
+        ttl: None,
+    };
+    rollups.put(&item).await.unwrap();
+}
+
+/// The devices of every page of `GET /devices?query`, and the cursors handed out.
+async fn every_device_page(
+    svc: &Service<'_>,
+    scope: &ReadScope,
+    query: &str,
+) -> (Vec<String>, Vec<String>) {
+    let (mut devices, mut cursors) = (Vec::new(), Vec::new());
+    let mut q = query.to_owned();
+    for _ in 0..1_000 {
+        let (status, body) = get_as(svc, scope, "/devices", &q).await;
+        assert_eq!(status, 200, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        devices.extend(ids(&body));
+        let Some(cursor) = body["next_cursor"].as_str() else {
+            return (devices, cursors);
+        };
+        cursors.push(cursor.to_owned());
+        q = format!("{query}&cursor={cursor}");
+    }
+    panic!("the listing never ended");
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The device a cursor's position names (its body is readable, only sealed).
+fn cursor_device(cursor: &str) -> String {
+    let body = cursor.split_once('.').unwrap().0;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(body)
+        .unwrap();
+    let opened: Value = serde_json::from_slice(&json).unwrap();
+    opened["pos"]["device_id"].as_str().unwrap().to_owned()
+}
+
+/// Scenario 46: the device list paged (limit 2) while devices are added between the
+/// pages, before and after the page's position: every device there at the start is
+/// answered exactly once, and so is every one added after the position.
+#[tokio::test]
+async fn s46_the_device_list_pages_each_device_once_while_devices_are_added() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let first: Vec<String> = (0..9).map(|i| format!("dev-{:02}", i * 10)).collect();
+    for d in &first {
+        put_device(&rollups, d, BASE_MS).await;
+    }
+    put_watermark(&rollups, BASE_MS + HOUR_MS).await;
+    let mut answered = Vec::new();
+    let mut query = "limit=2".to_owned();
+    let mut added_after = Vec::new();
+    for page in 0..100 {
+        let (status, body) = get(&svc, "/devices", &query).await;
+        assert_eq!(status, 200, "{body}");
+        let got = ids(&body);
+        assert!(got.len() <= 2);
+        assert_eq!(body["as_of"], "2026-06-22T01:00:00.000Z");
+        answered.extend(got.clone());
+        let Some(cursor) = body["next_cursor"].as_str() else {
+            break;
+        };
+        // A device before the page's last one (missed: the next listing has it), an
+        // updated entry of one already answered, and one after the position.
+        let last = got.last().unwrap().clone();
+        put_device(&rollups, &format!("{last}-a"), BASE_MS).await;
+        put_device(&rollups, &first[0], BASE_MS + page).await;
+        if let Some(n) = last
+            .strip_prefix("dev-")
+            .and_then(|n| n.parse::<u32>().ok())
+            && n >= 10
+        {
+            let before = format!("dev-{:02}", n - 1);
+            put_device(&rollups, &before, BASE_MS).await;
+        }
+        added_after.push(format!("{last}-a"));
+        query = format!("limit=2&cursor={cursor}");
+    }
+    let distinct: BTreeSet<&String> = answered.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        answered.len(),
+        "a device answered twice: {answered:?}"
+    );
+    for d in first.iter().chain(&added_after) {
+        assert!(distinct.contains(d), "{d} never answered: {answered:?}");
+    }
+    let sorted = answered.windows(2).all(|w| w[0] < w[1]);
+    assert!(sorted, "in id order: {answered:?}");
+}
+
+#[tokio::test]
+async fn prefix_and_seen_since_select_the_devices() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    for (i, d) in ["site-a-1", "site-a-2", "site-a-3", "site-b-1", "sensor-7"]
+        .iter()
+        .enumerate()
+    {
+        put_device(&rollups, d, BASE_MS + i as i64 * HOUR_MS).await;
+    }
+    let (status, body) = get(&svc, "/devices", "prefix=site-a-").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids(&body), ["site-a-1", "site-a-2", "site-a-3"]);
+    assert!(body["as_of"].is_null(), "nothing sealed yet: {body}");
+    let device = &body["devices"][1];
+    assert_eq!(device["first_seen"], "2026-06-22T00:00:00.000Z");
+    assert_eq!(device["last_seen"], "2026-06-22T01:00:00.000Z");
+    assert_eq!(
+        device["last_event_id"],
+        format!("evt-{}", BASE_MS + HOUR_MS)
+    );
+    assert_eq!(device["metrics"], json!(["temperature"]));
+    assert_eq!(device["tags"], json!({"site": "lab"}));
+    // At or after: the device last seen at 02:00 is in.
+    let (_, body) = get(&svc, "/devices", "seen_since=2026-06-22T02:00:00Z").await;
+    assert_eq!(ids(&body), ["sensor-7", "site-a-3", "site-b-1"]);
+    let since = BASE_MS + 2 * HOUR_MS;
+    let (_, body) = get(
+        &svc,
+        "/devices",
+        &format!("prefix=site-&seen_since={since}"),
+    )
+    .await;
+    assert_eq!(ids(&body), ["site-a-3", "site-b-1"]);
+    for (query, code) in [
+        ("prefix=site%23a", "bad_id"),
+        ("prefix=", "bad_id"),
+        ("seen_since=yesterday", "bad_range"),
+        ("limit=1001", "bad_limit"),
+        ("from=0", "unknown_parameter"),
+    ] {
+        let (status, body) = get(&svc, "/devices", query).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{query}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_token_lists_only_its_devices_by_ids_and_prefixes() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let all: Vec<String> = [
+        "a-1", "site-a-1", "site-a-2", "site-ab", "site-b-1", "site-b-2",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain((0..40).map(|i| format!("other-{i:02}")))
+    .collect();
+    for d in &all {
+        put_device(&rollups, d, BASE_MS).await;
+    }
+    for (claim, expected) in [
+        (
+            "site-a-* site-b-2",
+            vec!["site-a-1", "site-a-2", "site-b-2"],
+        ),
+        (
+            "site-b-1 a-1 site-a-2 nobody",
+            vec!["a-1", "site-a-2", "site-b-1"],
+        ),
+        (
+            "site-* site-a-*",
+            vec!["site-a-1", "site-a-2", "site-ab", "site-b-1", "site-b-2"],
+        ),
+    ] {
+        let scope = scope(claim);
+        let before = rollups.reads();
+        let (devices, cursors) = every_device_page(&svc, &scope, "limit=1").await;
+        assert_eq!(devices, expected, "{claim}");
+        for cursor in &cursors {
+            let named = cursor_device(cursor);
+            assert!(scope.allows(&named), "{claim}: a cursor names {named}");
+        }
+        // No page reads past its grants: the 40 others are never evaluated.
+        let reads = rollups.reads() - before;
+        assert!(
+            reads <= 3 * (cursors.len() as u64 + 1) + 4,
+            "{claim}: {reads} reads"
+        );
+    }
+    // A few ids: a GetItem each (and the watermark's), nothing else.
+    let before = rollups.reads();
+    let (status, body) = get_as(&svc, &scope("site-b-1 a-1 nobody"), "/devices", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(rollups.reads() - before, 4);
+    // With the request's prefix, the grants inside it.
+    let (devices, _) = every_device_page(&svc, &scope("site-* a-1"), "prefix=site-b").await;
+    assert_eq!(devices, ["site-b-1", "site-b-2"]);
+}
+
+#[tokio::test]
+async fn a_tampered_or_reused_cursor_is_400_bad_cursor() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    for i in 0..6 {
+        put_device(&rollups, &format!("site-a-{i}"), BASE_MS).await;
+    }
+    let narrow = scope("site-a-*");
+    let (status, body) = get_as(&svc, &narrow, "/devices", "limit=2").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let cursor = body["next_cursor"].as_str().unwrap().to_owned();
+    let mut tampered = cursor.clone().into_bytes();
+    let at = tampered.len() / 3;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let refused = [
+        (
+            narrow.clone(),
+            "/devices",
+            format!("limit=2&cursor={tampered}"),
+        ),
+        (
+            narrow.clone(),
+            "/devices",
+            format!("limit=3&cursor={cursor}"),
+        ),
+        (
+            narrow.clone(),
+            "/devices",
+            format!("limit=2&prefix=site&cursor={cursor}"),
+        ),
+        (
+            narrow.clone(),
+            "/devices",
+            format!("limit=2&seen_since=0&cursor={cursor}"),
+        ),
+        (
+            ReadScope::Every,
+            "/devices",
+            format!("limit=2&cursor={cursor}"),
+        ),
+        (
+            scope("site-*"),
+            "/devices",
+            format!("limit=2&cursor={cursor}"),
+        ),
+        (
+            ReadScope::Every,
+            "/stats",
+            format!("from=0&to=3600000&interval=1h&cursor={cursor}"),
+        ),
+    ];
+    let before = rollups.reads();
+    for (scope, path, query) in &refused {
+        let (status, body) = get_as(&svc, scope, path, query).await;
+        assert_eq!(status, 400, "{path}?{query}: {body}");
+        assert!(body.contains("bad_cursor"), "{body}");
+    }
+    assert_eq!(rollups.reads(), before, "a refused cursor costs no read");
+    // The same request, the same grants spelled otherwise: it resumes.
+    let (status, _) = get_as(
+        &svc,
+        &scope("[site-a-*]"),
+        "/devices",
+        &format!("limit=2&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn device_list_pages_within_the_budgets_and_move_on() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    // Each request: at most 3 calls and 4 items evaluated.
+    let svc = service(&table, &rollups, |c| {
+        c.budget.queries = 3;
+        c.budget.evaluated = 4;
+    });
+    let all: Vec<String> = (0..25).map(|i| format!("d-{i:02}")).collect();
+    for (i, d) in all.iter().enumerate() {
+        // Only every fifth is recent: most pages filter out what they read.
+        let seen = if i % 5 == 0 {
+            BASE_MS + HOUR_MS
+        } else {
+            BASE_MS
+        };
+        put_device(&rollups, d, seen).await;
+    }
+    put_watermark(&rollups, BASE_MS + 2 * HOUR_MS).await;
+    let mut calls = Vec::new();
+    let mut q = format!("seen_since={}", BASE_MS + HOUR_MS);
+    let mut answered = Vec::new();
+    loop {
+        let before = rollups.reads();
+        let (status, body) = get(&svc, "/devices", &q).await;
+        assert_eq!(status, 200, "{body}");
+        calls.push(rollups.reads() - before);
+        answered.extend(ids(&body));
+        let Some(cursor) = body["next_cursor"].as_str() else {
+            break;
+        };
+        q = format!("seen_since={}&cursor={cursor}", BASE_MS + HOUR_MS);
+    }
+    assert_eq!(answered, ["d-00", "d-05", "d-10", "d-15", "d-20"]);
+    assert!(calls.iter().all(|&c| c <= 3), "{calls:?}");
+    assert!(calls.len() >= 25 / 3, "the budget ended pages: {calls:?}");
+    // A budget that allows nothing but the watermark is refused, naming it.
+    let svc = service(&table, &rollups, |c| c.budget.queries = 1);
+    let (status, body) = get(&svc, "/devices", "").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "budget_exceeded");
+}
+
+#[tokio::test]
+async fn without_the_rollups_table_both_routes_are_501_naming_it() {
+    let table = MemoryReadings::new(None);
+    let shards = shard_table(table_history(vec![(0, hourly(4))]), []);
+    let svc = QueryService::new(&table, Arc::new(shards), ServiceConfig::new(key()));
+    for (path, query) in [
+        ("/devices", ""),
+        ("/stats", "from=0&to=3600000&interval=1m"),
+    ] {
+        let (status, body) = get(&svc, path, query).await;
+        assert_eq!(status, 501, "{body}");
+        assert_eq!(body["error"]["code"], "not_supported");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("ROLLUP_TABLE")
+        );
+    }
+}
+
+/// A reading as the sealer counts it.
+#[derive(Debug, Clone)]
+struct Reading {
+    device: String,
+    ts_ms: i64,
+    metrics: BTreeMap<String, Decimal>,
+}
+
+/// Numbers of every shape the ingest stores: 38 significant digits, tiny, negative.
+const NUMBERS: [&str; 8] = [
+    "12345678901234567890123456789012345678",
+    "99999999999999999999999999999999999999",
+    "-1.2345678901234567890123456789012345678",
+    "0.1",
+    "-0.2",
+    "3.0000000000000000000000000000000000001",
+    "1e-130",
+    "7",
+];
+
+/// 12 devices over three hours from `BASE_MS`: each reads on minutes of its own, with
+/// a temperature of [`NUMBERS`] and, on some readings, a humidity.
+fn readings() -> Vec<Reading> {
+    let mut out = Vec::new();
+    for d in 0..12_i64 {
+        for i in 0..40_i64 {
+            let minute = (i * 7 + d * 3) % 180;
+            let ts_ms = BASE_MS + minute * MINUTE_MS + (d * 1_009 + i * 17) % MINUTE_MS;
+            let mut metrics = BTreeMap::from([(
+                "temperature".to_owned(),
+                Decimal::parse(NUMBERS[((d + i) % 8) as usize]).unwrap(),
+            )]);
+            if i % 3 == 0 {
+                metrics.insert(
+                    "humidity".to_owned(),
+                    Decimal::parse(&format!("{}.5", d + i)).unwrap(),
+                );
+            }
+            out.push(Reading {
+                device: format!("dev-{d:02}"),
+                ts_ms,
+                metrics,
+            });
+        }
+    }
+    out
+}
+
+/// Writes `readings`' fleet parts as the sealer does (each device-hour from its
+/// readings, each part of an hour `FleetPart::of` its device-hours), and the watermark.
+async fn seal(rollups: &MemoryRollups, readings: &[Reading], watermark: i64) {
+    let mut device_hours: BTreeMap<(i64, String), DeviceHour> = BTreeMap::new();
+    for (n, r) in readings.iter().enumerate() {
+        let hour = store::rollup::hour_of(r.ts_ms);
+        device_hours
+            .entry((hour, r.device.clone()))
+            .or_insert_with(|| DeviceHour::new(&r.device, hour))
+            .add(r.ts_ms, &format!("e{n}"), &r.metrics, &BTreeMap::new());
+    }
+    let mut parts: BTreeMap<(i64, u32), Vec<&DeviceHour>> = BTreeMap::new();
+    for ((hour, device), dh) in &device_hours {
+        parts.entry((*hour, part_of(device))).or_default().push(dh);
+    }
+    for ((hour, part), dhs) in parts {
+        let fleet = FleetPart::of(hour, part, dhs);
+        let item =
+            RollupItem::with_body(keys::fleet_part(hour, part), fleet.version(), &fleet, None)
+                .unwrap();
+        assert!(rollups.put_if_newer(&item).await.unwrap());
+    }
+    put_watermark(rollups, watermark).await;
+}
+
+/// One metric's figures, as the answer writes them (the numbers read as their text).
+#[derive(Debug, Deserialize)]
+struct CellAnswer {
+    count: u64,
+    sum: Box<RawValue>,
+    min: Box<RawValue>,
+    max: Box<RawValue>,
+    avg: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct BucketAnswer {
+    start: String,
+    readings: u64,
+    devices: u64,
+    metrics: BTreeMap<String, CellAnswer>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StatsAnswer {
+    buckets: Vec<BucketAnswer>,
+    watermark: Option<String>,
+    next_cursor: Option<String>,
+}
+
+/// Every bucket of `GET /stats?query`, page after page, with each page's reads.
+async fn every_stats_page(
+    svc: &Service<'_>,
+    rollups: &MemoryRollups,
+    query: &str,
+) -> (Vec<BucketAnswer>, Vec<u64>, Option<String>) {
+    let (mut buckets, mut reads) = (Vec::new(), Vec::new());
+    let mut q = query.to_owned();
+    for _ in 0..1_000 {
+        let before = rollups.reads();
+        let (status, body) = get_as(svc, &ReadScope::Every, "/stats", &q).await;
+        assert_eq!(status, 200, "{body}");
+        reads.push(rollups.reads() - before);
+        let page: StatsAnswer = serde_json::from_str(&body).unwrap();
+        buckets.extend(page.buckets);
+        let Some(cursor) = page.next_cursor else {
+            return (buckets, reads, page.watermark);
+        };
+        q = format!("{query}&cursor={cursor}");
+    }
+    panic!("the stats never ended");
+}
+
+fn exact(raw: &RawValue) -> BigDecimal {
+    BigDecimal::from_str(raw.get()).unwrap()
+}
+
+/// The expected cells of one bucket, from the readings themselves.
+#[derive(Debug, Default)]
+struct Expected {
+    readings: u64,
+    metrics: BTreeMap<String, (u64, BigDecimal, BigDecimal, BigDecimal)>,
+    /// Devices of each minute (or hour) of the bucket.
+    units: BTreeMap<i64, BTreeSet<String>>,
+}
+
+fn expected(readings: &[Reading], interval: i64, unit: i64, end: i64) -> BTreeMap<i64, Expected> {
+    let mut out: BTreeMap<i64, Expected> = BTreeMap::new();
+    for r in readings.iter().filter(|r| r.ts_ms < end) {
+        let e = out
+            .entry(r.ts_ms.div_euclid(interval) * interval)
+            .or_default();
+        e.readings += 1;
+        e.units
+            .entry(r.ts_ms.div_euclid(unit))
+            .or_default()
+            .insert(r.device.clone());
+        for (name, v) in &r.metrics {
+            let v = BigDecimal::from_str(v.as_str()).unwrap();
+            let cell = e
+                .metrics
+                .entry(name.clone())
+                .or_insert_with(|| (0, BigDecimal::from(0), v.clone(), v.clone()));
+            cell.0 += 1;
+            cell.1 += &v;
+            if v < cell.2 {
+                cell.2 = v.clone();
+            }
+            if v > cell.3 {
+                cell.3 = v;
+            }
+        }
+    }
+    out
+}
+
+/// The fleet's buckets at 1 m, 5 m, 1 h and 2 h are the merge of the parts: readings,
+/// devices (distinct at 1 m and 1 h, the largest minute's or hour's otherwise), and
+/// each metric's count, exact sum, min, max and mean, read from the answer's text.
+#[tokio::test]
+async fn fleet_stats_are_the_merge_of_the_parts() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let readings = readings();
+    seal(&rollups, &readings, BASE_MS + 3 * HOUR_MS).await;
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
+    for (interval, ms, unit) in [
+        ("1m", MINUTE_MS, MINUTE_MS),
+        ("5m", 5 * MINUTE_MS, MINUTE_MS),
+        ("1h", HOUR_MS, HOUR_MS),
+        ("2h", 2 * HOUR_MS, HOUR_MS),
+    ] {
+        let (buckets, _, watermark) =
+            every_stats_page(&svc, &rollups, &format!("{range}&interval={interval}")).await;
+        assert_eq!(watermark.as_deref(), Some("2026-06-22T03:00:00.000Z"));
+        // A bucket that ends after the watermark is not answered (2h: 02:00 to 04:00).
+        let sealed = (BASE_MS + 3 * HOUR_MS).div_euclid(ms) * ms;
+        let want = expected(&readings, ms, unit, sealed);
+        assert_eq!(
+            buckets.len(),
+            want.len(),
+            "{interval}: empty buckets left out"
+        );
+        for (b, (start, e)) in buckets.iter().zip(&want) {
+            assert_eq!(
+                b.start,
+                query::model::format_ts(*start).unwrap(),
+                "{interval}"
+            );
+            assert_eq!(b.readings, e.readings, "{interval} {}", b.start);
+            let devices = e.units.values().map(BTreeSet::len).max().unwrap() as u64;
+            assert_eq!(b.devices, devices, "{interval} {}", b.start);
+            assert_eq!(b.metrics.len(), e.metrics.len());
+            for (name, (count, sum, min, max)) in &e.metrics {
+                let cell = &b.metrics[name];
+                assert_eq!(cell.count, *count, "{interval} {} {name}", b.start);
+                assert_eq!(exact(&cell.sum), *sum, "{interval} {} {name}", b.start);
+                assert_eq!(exact(&cell.min), *min);
+                assert_eq!(exact(&cell.max), *max);
+                assert_eq!(cell.avg.to_bits(), mean(sum, *count).to_bits());
+            }
+        }
+        // A sum past 38 digits keeps them all.
+        if interval == "1h" {
+            let digits = buckets[0].metrics["temperature"].sum.get().len();
+            assert!(digits > 40, "{}", buckets[0].metrics["temperature"].sum);
+        }
+    }
+    // One metric: only its cells, the readings and devices of every reading.
+    let (buckets, _, _) = every_stats_page(
+        &svc,
+        &rollups,
+        &format!("{range}&interval=1h&metric=humidity"),
+    )
+    .await;
+    assert_eq!(buckets.len(), 3);
+    for b in &buckets {
+        assert_eq!(b.metrics.keys().collect::<Vec<_>>(), ["humidity"]);
+        assert_eq!(b.devices, 12);
+    }
+    let (status, body) = get(&svc, "/stats", &format!("{range}&interval=90s")).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("bad_interval"))
+    );
+}
+
+/// Only sealed buckets: none at or after the watermark, nor one that runs past it.
+#[tokio::test]
+async fn buckets_at_or_after_the_watermark_are_not_answered() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
+    // Nothing sealed yet: no bucket, no watermark, no read but the watermark's.
+    let (status, body) = get(&svc, "/stats", &format!("{range}&interval=1h")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"buckets": [], "watermark": null, "next_cursor": null})
+    );
+    // The parts of all three hours are there; only the first is sealed.
+    seal(&rollups, &readings(), BASE_MS + HOUR_MS).await;
+    for (interval, answered) in [("1m", 60), ("1h", 1), ("2h", 0)] {
+        let (buckets, _, watermark) =
+            every_stats_page(&svc, &rollups, &format!("{range}&interval={interval}")).await;
+        assert_eq!(watermark.as_deref(), Some("2026-06-22T01:00:00.000Z"));
+        let last = buckets.last().map(|b| b.start.clone());
+        let starts: BTreeSet<String> = buckets.iter().map(|b| b.start.clone()).collect();
+        assert!(starts.len() <= answered, "{interval}: {last:?}");
+        assert!(
+            buckets
+                .iter()
+                .all(|b| b.start.as_str() < "2026-06-22T01:00:00.000Z"),
+            "{interval}: {last:?}"
+        );
+        assert_eq!(
+            buckets.iter().map(|b| b.readings).sum::<u64>(),
+            if answered == 0 {
+                0
+            } else {
+                readings()
+                    .iter()
+                    .filter(|r| r.ts_ms < BASE_MS + HOUR_MS)
+                    .count() as u64
+            },
+            "{interval}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_token_is_403_on_fleet_stats_before_any_read() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    seal(&rollups, &readings(), BASE_MS + HOUR_MS).await;
+    let before = rollups.reads();
+    let query = format!("from={BASE_MS}&to={}&interval=1h", BASE_MS + HOUR_MS);
+    for claim in ["dev-*", "dev-00 dev-01", "d*"] {
+        let (status, body) = get_as(&svc, &scope(claim), "/stats", &query).await;
+        assert_eq!(status, 403, "{claim}: {body}");
+        assert!(body.contains("forbidden"), "{body}");
+    }
+    assert_eq!(rollups.reads(), before);
+    let (status, _) = get_as(&svc, &scope("dev-00 *"), "/stats", &query).await;
+    assert_eq!(status, 200);
+}
+
+/// A 31-day range (744 hourly partitions): every page within the request's budgets,
+/// the default ones and shrunk ones, and every bucket answered once across the pages.
+#[tokio::test]
+async fn fleet_stats_budgets_hold_on_a_31_day_range() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let days = 31;
+    let month: Vec<Reading> = (0..days * 24)
+        .flat_map(|h| {
+            (0..3).map(move |d| Reading {
+                device: format!("dev-{d}"),
+                ts_ms: BASE_MS + h * HOUR_MS + d * MINUTE_MS,
+                metrics: BTreeMap::from([("t".to_owned(), Decimal::parse("1.5").unwrap())]),
+            })
+        })
+        .collect();
+    seal(&rollups, &month, BASE_MS + days * 24 * HOUR_MS).await;
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + days * 24 * HOUR_MS);
+    for (queries, interval, buckets_expected) in [
+        (2_000, "1h", days * 24),
+        (2_000, "1m", days * 24 * 3),
+        (2_000, "1d", days),
+        (25, "1h", days * 24),
+        (25, "1d", days),
+    ] {
+        let svc = service(&table, &rollups, |c| c.budget.queries = queries);
+        let (buckets, reads, _) =
+            every_stats_page(&svc, &rollups, &format!("{range}&interval={interval}")).await;
+        let starts: BTreeSet<&String> = buckets.iter().map(|b| &b.start).collect();
+        assert_eq!(
+            starts.len(),
+            buckets.len(),
+            "{interval}: a bucket answered twice"
+        );
+        assert_eq!(
+            buckets.len() as i64,
+            buckets_expected,
+            "{queries} {interval}"
+        );
+        assert_eq!(
+            buckets.iter().map(|b| b.readings).sum::<u64>(),
+            month.len() as u64
+        );
+        let most = (query::service::FLEET_PAGE_HOURS as u64 + 1).min(queries);
+        assert!(
+            reads.iter().all(|&r| r <= most),
+            "{queries} {interval}: {reads:?}"
+        );
+        if queries == 2_000 && interval == "1h" {
+            assert_eq!(reads.len(), 5, "a week a page: {reads:?}");
+        }
+    }
+}
+
+/// `GET /devices` and `GET /stats` through the Lambda adapter, the JWT authorizer's
+/// claims in the request context, as API Gateway hands them over; each answer valid
+/// against its schema in `openapi.yaml`.
+#[tokio::test]
+async fn through_the_lambda_adapter_a_scoped_token_lists_its_devices_and_not_the_fleet() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |c| c.scope_claim = Some(CLAIM.to_owned()));
+    for d in ["site-a-1", "site-a-2", "site-b-1"] {
+        put_device(&rollups, d, BASE_MS).await;
+    }
+    seal(&rollups, &readings(), BASE_MS + 2 * HOUR_MS).await;
+    let stats = format!("from={BASE_MS}&to={}&interval=5m", BASE_MS + 3 * HOUR_MS);
+    let call = |path: &'static str, query: String, claim: &'static str| {
+        let svc = &svc;
+        async move {
+            let resp = handle_apigw(svc, apigw_request(path, &query, claim))
+                .await
+                .unwrap();
+            let body = match resp.body() {
+                lambda_http::Body::Text(t) => serde_json::from_str::<Value>(t).unwrap(),
+                other => panic!("unexpected body {other:?}"),
+            };
+            (resp.status().as_u16(), body)
+        }
+    };
+    let (status, body) = call("/devices", "limit=1".into(), "site-a-*").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids(&body), ["site-a-1"]);
+    valid(&body, "/devices", 200);
+    let cursor = body["next_cursor"].as_str().unwrap();
+    let (_, body) = call("/devices", format!("limit=1&cursor={cursor}"), "site-a-*").await;
+    assert_eq!(ids(&body), ["site-a-2"]);
+    let (status, body) = call("/stats", stats.clone(), "site-a-*").await;
+    assert_eq!(status, 403, "{body}");
+    valid(&body, "/stats", 403);
+    let (status, body) = call("/stats", stats.clone(), "*").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["buckets"].as_array().unwrap().len(), 24);
+    valid(&body, "/stats", 200);
+    let (status, body) = call("/devices", String::new(), "").await;
+    assert_eq!(status, 403, "{body}");
+}
+
+/// `GET path?query` as API Gateway (HTTP API, payload 2.0) hands it over, with a JWT
+/// whose device claim is `claim`.
+fn apigw_request(path: &str, query: &str, claim: &str) -> lambda_http::Request {
+    let mut event: Value =
+        serde_json::from_str(include_str!("../../../events/apigw-all-readings.json")).unwrap();
+    event["rawPath"] = json!(path);
+    event["requestContext"]["http"]["path"] = json!(path);
+    event["rawQueryString"] = json!(query);
+    event["queryStringParameters"] = json!({});
+    event["requestContext"]["authorizer"] = json!({
+        "jwt": { "claims": { "sub": "user-1", CLAIM: claim }, "scopes": ["shardline/read"] }
+    });
+    lambda_http::request::from_str(&event.to_string()).unwrap()
+}
+
+/// `body` against `openapi.yaml`'s schema of `template`'s answer with `status`.
+fn valid(body: &Value, template: &str, status: u16) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../openapi.yaml");
+    let doc: Value = yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut response = &doc["paths"][template]["get"]["responses"][status.to_string()];
+    if let Some(reference) = response.get("$ref").and_then(Value::as_str) {
+        response = doc.pointer(reference.strip_prefix('#').unwrap()).unwrap();
+    }
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "allOf": [response.pointer("/content/application~1json/schema").unwrap()],
+        "components": doc["components"],
+    });
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{template} {status}: {errors:?}\n{body}");
+}
