@@ -20,6 +20,7 @@ use query::{ApiError, QueryService};
 use shardline::env::EnvLookup;
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
+use store::rollup::dynamo::DynamoRollups;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -74,11 +75,16 @@ fn query_service(env: &EnvLookup, dynamo: &aws_sdk_dynamodb::Client) -> anyhow::
             bail!("CURSOR_SECRET_ARN ({arn}) is not read by run-local; set CURSOR_KEY")
         }
     };
-    Ok(QueryService::new(
+    let service = QueryService::new(
         DynamoReadingSource::new(dynamo.clone(), &config.table_name),
         DynamoShards::new(dynamo, &config.shard_table_name),
         config.service.with_keys(current, previous),
-    ))
+    );
+    // `GET /devices` and `GET /stats` read the sealer's items when the stack has them.
+    Ok(match &config.rollup_table {
+        Some(table) => service.with_rollups(DynamoRollups::new(dynamo.clone(), table)),
+        None => service,
+    })
 }
 
 /// Accepts connections until `stop`, each served on its own task.
