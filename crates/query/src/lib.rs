@@ -21,6 +21,8 @@
 //! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
 //! - `GET /devices/{device_id}/shards`
 //! - `GET /devices/{device_id}/latest?consistent=`
+//! - `GET /devices?prefix=&seen_since=&limit=&cursor=` (the sealer's directory)
+//! - `GET /stats?from=&to=&interval=&metric=&cursor=` (the fleet's sealed buckets)
 
 pub mod budget;
 pub mod config;
