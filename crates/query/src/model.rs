@@ -41,8 +41,7 @@ pub struct LatestOut {
     #[serde(flatten)]
     pub reading: ReadingOut,
     /// RFC 3339, UTC, milliseconds: the request's clock, which the look-back counts
-    /// from. Every reading stored by then (and stamped at most 5 minutes after it) was
-    /// looked at.
+    /// from (`crate::service::look_back`).
     pub as_of: String,
 }
 

@@ -1,8 +1,10 @@
 //! The newest-reading route, `GET /devices/{device_id}/latest`: the device's reading
 //! with the greatest timestamp, read from the readings table itself at the request's
 //! `now` (no derived data), so a reading is answered as soon as its write is
-//! acknowledged (with `consistent=true`; an eventually consistent read can lag the
-//! write by DynamoDB's usual fraction of a second).
+//! acknowledged: with `consistent=true` (an eventually consistent read can lag the
+//! write by DynamoDB's usual fraction of a second), and, for a reading keyed under a
+//! fan-out raised moments before, once the function's cached fan-out is as new as the
+//! raise (`SHARD_CACHE_TTL_SECS`, 5 s; ARCHITECTURE.md, "What a raise guarantees").
 //!
 //! It is the range route's read, newest first, with a limit of one: the device's read
 //! plan over the look-back ([`look_back`]; blocks read back included) merged in
