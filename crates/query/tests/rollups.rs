@@ -769,6 +769,11 @@ async fn fleet_stats_budgets_hold_on_a_31_day_range() {
             assert_eq!(reads.len(), 5, "a week a page: {reads:?}");
         }
     }
+    // A day at 1 m: one page, a Query an hour and the watermark's GetItem.
+    let svc = service(&table, &rollups, |_| {});
+    let day = format!("from={BASE_MS}&to={}&interval=1m", BASE_MS + 24 * HOUR_MS);
+    let (buckets, reads, _) = every_stats_page(&svc, &rollups, &day).await;
+    assert_eq!((buckets.len(), reads), (24 * 3, vec![25]));
 }
 
 /// `GET /devices` and `GET /stats` through the Lambda adapter, the JWT authorizer's
