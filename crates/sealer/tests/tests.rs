@@ -1,4 +1,5 @@
-//! The sealer's tests, on the in-memory fakes of `store::memory`.
+//! The sealer's tests, on the in-memory fakes of `store::memory`, and on dynalite
+//! (`on_dynalite`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -8,4 +9,5 @@
 #[path = "../../query/tests/common.rs"]
 mod common;
 
+mod on_dynalite;
 mod sealer;
