@@ -17,7 +17,7 @@ pub struct BenchArgs {
     /// Reduced sizes and durations (a smoke run; the committed report is a full run).
     #[arg(long)]
     pub quick: bool,
-    /// Run only these items (1 to 8, repeatable). The report then holds only them.
+    /// Run only these items (1 to 9, repeatable). The report then holds only them.
     #[arg(long)]
     pub only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads

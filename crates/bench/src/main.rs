@@ -1,6 +1,6 @@
 //! `shardline-bench`: the measurements of `bench/REPORT.md`, run by `cargo xtask bench`.
 //!
-//! Runs items 1-4, 6 and 7, reads item 5's criterion estimate, prints one table and writes
+//! Runs items 1-4 and 6-9, reads item 5's criterion estimate, prints one table and writes
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
 mod adaptive;
@@ -11,7 +11,9 @@ mod hot;
 mod lambda;
 mod query;
 mod report;
+mod sealer_bill;
 mod spread;
+mod summaries;
 mod throughput;
 mod worst;
 
@@ -49,9 +51,9 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
-    /// Run only these items (1 to 8, repeatable); all of them when absent. A report
+    /// Run only these items (1 to 9, repeatable); all of them when absent. A report
     /// written from a partial run says which items it holds.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
     only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
     /// page by page (default 4, 1 with --quick).
@@ -326,6 +328,16 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         }
         if let Err(e) = block_reads::run(&root, results).await {
             results.note("8", format!("reads NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(9) {
+        eprintln!("item 9: the sealer's bill");
+        let devices = if quick { 100 } else { 1_000 };
+        if let Err(e) = sealer_bill::run(&root, devices, results).await {
+            results.note("9", format!("NOT MEASURED: {e:#}"));
+        }
+        if let Err(e) = summaries::run(&root, results).await {
+            results.note("9", format!("the month of summaries NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(6) {

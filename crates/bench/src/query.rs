@@ -278,7 +278,7 @@ async fn stats_pages(root: &Path, settings: Settings, results: &mut Results) -> 
 }
 
 /// Writes `readings` straight to `table_name`; returns how many were written.
-async fn write_all(
+pub(crate) async fn write_all(
     client: &aws_sdk_dynamodb::Client,
     table_name: &str,
     readings: Vec<ReadingItem>,
