@@ -186,11 +186,12 @@ fn table_names(tables: &[String]) -> String {
 
 /// The labels' font, bundled (DejaVu Sans Mono, `assets/fonts/LICENSE`), so that no
 /// system font library is needed to draw them.
-const FONT_NAME: &str = "dejavu-sans-mono";
+pub(crate) const FONT_NAME: &str = "dejavu-sans-mono";
 static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSansMono.ttf");
 
-/// Registers [`FONT_BYTES`] with plotters under [`FONT_NAME`], once per process.
-fn register_font() -> anyhow::Result<()> {
+/// Registers [`FONT_BYTES`] with plotters under [`FONT_NAME`], once per process (the
+/// demo's series picture draws in it too).
+pub(crate) fn register_font() -> anyhow::Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let registered = REGISTERED.get_or_init(|| {
         plotters::style::register_font(FONT_NAME, FontStyle::Normal, FONT_BYTES).is_ok()

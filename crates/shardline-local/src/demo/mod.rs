@@ -14,7 +14,10 @@
 //!    one partition key and is capped at the per-key limit.
 //! 2. Adaptive hybrid: time buckets over N table shards sized by the planner for the
 //!    scaled rates, with the hot device's fan-out k starting at 1 and raised by the
-//!    ingest when it sees key-range throttles.
+//!    ingest when it sees key-range throttles. Once its readings are written, its
+//!    dashboard: the run's hours sealed by a reseal (they have not ended), then the
+//!    latest readings and the device count through the query API, the fleet's readings
+//!    per minute from the fleet parts, and the hot device's series (`series.png`).
 //!
 //! The throttled backlog of run 1 is not waited out: messages the handler reported come
 //! back only after the queue's visibility timeout, so after a bounded drain period the
@@ -26,12 +29,16 @@
 //! - `variant`: one run on one layout, from its servers to its [`RunReport`];
 //! - `watch`: publishing and draining, with progress lines;
 //! - `measure`: the reads through the query API, the table, the heatmap;
-//! - `report`: the reports and their side-by-side text.
+//! - `dashboard`, `series`: run 2's dashboard (its hours resealed, read back through
+//!   the API and the sealer's items) and the hot device's series picture;
+//! - `report`: the reports and their side-by-side text, then the dashboard.
 
 mod args;
+mod dashboard;
 mod measure;
 mod report;
 mod scenario;
+mod series;
 mod servers;
 mod variant;
 mod watch;
@@ -43,6 +50,10 @@ use anyhow::{Context as _, bail};
 
 pub use crate::query_api::FanoutEpoch;
 pub use args::{DEFAULT_OUT_DIR, DemoArgs, HOT_DEVICE, LOG_FILE};
+pub use dashboard::{
+    Dashboard, DeviceCount, FleetCells, Latest, LatestReading, SERIES_FILE, SERIES_METRIC, Series,
+    Timings,
+};
 pub use measure::{FLEET_DEVICE, QueryResult};
 pub use report::{DemoReport, RunReport, report_text};
 pub use scenario::{IngestTuning, Scenario, settings_text};

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use capacity_proxy::StatsSnapshot;
 use sharding::capacity::{CapacityPlan, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_WRITES};
+use store::rollup::HOUR_MS;
 
-use super::{FLEET_DEVICE, QueryResult, Scenario, Variant};
+use super::dashboard::MAX_POINTS;
+use super::{Dashboard, FLEET_DEVICE, QueryResult, Scenario, Variant};
 use crate::publish::Summary;
 use crate::query_api::FanoutEpoch;
 use crate::run_local::{Stats, ms};
@@ -61,6 +63,8 @@ pub struct RunReport {
     pub heatmap: PathBuf,
     /// The heat CSV.
     pub heat_csv: PathBuf,
+    /// Run 2's dashboard (`None` for run 1), or why it could not be built.
+    pub dashboard: Option<Result<Dashboard, String>>,
 }
 
 impl RunReport {
@@ -120,6 +124,13 @@ pub fn report_text(report: &DemoReport) -> String {
     let mut s = report_heading(report);
     s.push_str(&side_by_side(&report_rows(report)));
     s.push_str(&report_footer(report));
+    if let Some(dashboard) = &report.adaptive.dashboard {
+        s.push_str("\n\n");
+        s.push_str(&match dashboard {
+            Ok(d) => dashboard_text(d, &report.adaptive),
+            Err(why) => format!("Dashboard of run 2: not built: {why}"),
+        });
+    }
     s
 }
 
@@ -351,6 +362,160 @@ fn report_footer(report: &DemoReport) -> String {
         b.heat_csv.display(),
         report.elapsed.as_secs_f64()
     )
+}
+
+/// Run 2's dashboard: how it was sealed, then what the API and the sealer's items
+/// answer, and where the series is.
+fn dashboard_text(d: &Dashboard, run: &RunReport) -> String {
+    let t = &d.timings;
+    let mut s = format!(
+        "Dashboard of run 2, built in {:.1} s once its readings were written (reseal {:.1} s, \
+         API {:.1} s, fleet parts {:.1} s, series {:.1} s):\n",
+        t.total.as_secs_f64(),
+        t.reseal.as_secs_f64(),
+        t.api.as_secs_f64(),
+        t.fleet.as_secs_f64(),
+        t.series.as_secs_f64(),
+    );
+    push_wrapped(&mut s, &sealed_text(d, run));
+    push_latest(&mut s, d);
+    push_fleet(&mut s, d);
+    push_wrapped(&mut s, &series_text(d));
+    s.trim_end().to_owned()
+}
+
+/// `text` wrapped at 94 characters, indented two spaces, four after its first line.
+fn push_wrapped(s: &mut String, text: &str) {
+    for (i, line) in wrap(text, 94).into_iter().enumerate() {
+        s.push_str(if i == 0 { "  " } else { "    " });
+        s.push_str(&line);
+        s.push('\n');
+    }
+}
+
+/// Why and how the run's hours were sealed.
+fn sealed_text(d: &Dashboard, run: &RunReport) -> String {
+    let hours = d
+        .hours
+        .iter()
+        .map(|&h| format!("{}-{}", clock(h, "%H:%M"), clock(h + HOUR_MS, "%H:%M")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let r = &d.reseal;
+    format!(
+        "Sealed by a reseal: the run's readings are stamped now, so their hour ({hours} UTC) \
+         has not ended, and the scheduled sealer seals an hour only {} min after it ends. \
+         Sealer::reseal (the rebuild path) read its {} readings, each once{}, and wrote {} \
+         device-hours with their summaries, {} directory entries and {} fleet parts, leaving \
+         the watermark {}.",
+        d.horizon.as_secs() / 60,
+        r.readings,
+        if r.readings == run.written {
+            " (as many as the table holds)".to_owned()
+        } else {
+            format!(" (the table holds {} distinct at the end)", run.written)
+        },
+        r.device_hours_written,
+        r.directory_written,
+        r.parts_written,
+        r.watermark_ms.map_or_else(
+            || "unset (no hour sealed by the schedule yet)".to_owned(),
+            |w| format!("at {} (the schedule's)", clock(w, "%Y-%m-%dT%H:%M:%SZ")),
+        ),
+    )
+}
+
+/// The latest readings, then the device count.
+fn push_latest(s: &mut String, d: &Dashboard) {
+    s.push_str("  Latest reading (GET /devices/{id}/latest):\n");
+    let w = d.latest.iter().map(|l| l.device.len()).max().unwrap_or(0);
+    for l in &d.latest {
+        let answer = match &l.answer {
+            Ok(r) => {
+                let metric = r
+                    .metric
+                    .as_ref()
+                    .map_or_else(String::new, |(m, v)| format!("  {m} {v}"));
+                format!("{}  event {}{metric}", r.ts, r.event_id)
+            }
+            Err(why) => format!("refused: {why}"),
+        };
+        s.push_str(&format!("    {:<w$}  {answer}\n", l.device));
+    }
+    let dev = &d.devices;
+    s.push_str(&format!(
+        "  Devices (GET /devices, {} page{} to the end): {}, as_of {}\n",
+        dev.pages,
+        if dev.pages == 1 { "" } else { "s" },
+        dev.devices,
+        dev.as_of
+            .as_deref()
+            .unwrap_or("none (the watermark: no hour sealed by the schedule yet)"),
+    ));
+}
+
+/// The fleet's minutes, then its hours, from the fleet parts.
+fn push_fleet(s: &mut String, d: &Dashboard) {
+    let parts = d
+        .hours
+        .iter()
+        .map(|&h| format!("fleet#{}", store::rollup::hour_label(h)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    push_wrapped(
+        s,
+        &format!(
+            "Fleet readings per minute: the minute cells of the {} fleet parts of {parts}, \
+             merged (GET /stats answers only hours before the watermark, which a reseal does \
+             not move):",
+            d.fleet_parts
+        ),
+    );
+    let row = |label: String, readings: u64, devices: u64| {
+        format!("    {label:<12}  {readings:>9}  {devices:>7}\n")
+    };
+    s.push_str(&format!(
+        "    {:<12}  {:>9}  {:>7}\n",
+        "minute (UTC)", "readings", "devices"
+    ));
+    for m in &d.fleet {
+        s.push_str(&row(clock(m.start_ms, "%H:%M"), m.readings, m.devices));
+    }
+    for h in &d.fleet_hours {
+        let label = format!("hour {}", clock(h.start_ms, "%H:%M"));
+        s.push_str(&row(label, h.readings, h.devices));
+    }
+}
+
+/// Where the series is and what it draws.
+fn series_text(d: &Dashboard) -> String {
+    let series = &d.series;
+    format!(
+        "Series: {} draws {}'s {} at one-minute rollups ({} minute cell{} of its device-hour \
+         item{}, {} readings: average line, min-max band) over {} raw readings{} read through \
+         GET /devices/{}/readings in {} pages.",
+        series.path.display(),
+        series.device,
+        series.metric,
+        series.minutes,
+        if series.minutes == 1 { "" } else { "s" },
+        if d.hours.len() == 1 { "" } else { "s" },
+        series.sealed_readings,
+        series.points,
+        if series.capped {
+            format!(" (the first ones: the read stops at {MAX_POINTS})")
+        } else {
+            String::new()
+        },
+        series.device,
+        series.pages,
+    )
+}
+
+/// `ms` in `format`, UTC.
+fn clock(ms: i64, format: &str) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(|| format!("{ms} ms"), |t| t.format(format).to_string())
 }
 
 /// Widest a report cell prints before it wraps.

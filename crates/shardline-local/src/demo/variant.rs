@@ -1,6 +1,7 @@
 //! One run of the demo, on one layout: its own servers, proxy and runner (the rig),
 //! the optional planned fan-out, the traffic, then what is left in the queues and the
-//! table once everything stopped, and the heatmap.
+//! table once everything stopped, and the heatmap; run 2 adds its dashboard before it
+//! stops (see `dashboard`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use shardline::env::EnvLookup;
 use shardline::fanout;
 use store::directory::PlannedFanout;
 
+use super::dashboard::{self, Dashboard};
 use super::measure::{self, ReadBack};
 use super::servers::{ServerGuard, Tools};
 use super::watch::Watch;
@@ -58,6 +60,10 @@ pub(super) async fn run_variant(
         schedule_hot_fanout(scenario, variant, &rig.env, &rig.proxy.url(), k).await?;
     }
     let traffic = rig.drive(scenario, variant).await?;
+    let dashboard = match variant {
+        Variant::Naive => None,
+        Variant::Adaptive => Some(rig.dashboard(scenario, traffic.start).await),
+    };
     let settled = rig.settle(&traffic.sqs).await?;
     let heat = measure::draw_heat(
         scenario,
@@ -94,6 +100,7 @@ pub(super) async fn run_variant(
         throttles_before_raise: heat.throttles_before_raise,
         heatmap: heat.heatmap,
         heat_csv: settled.heat_csv,
+        dashboard,
     };
     scenario.say(format!(
         "  [{}] done: {} readings written of {}, {} throttled, {} still queued",
@@ -127,6 +134,8 @@ struct Rig {
 struct Traffic {
     /// The client of the run's SQS (moto).
     sqs: aws_sdk_sqs::Client,
+    /// When publishing started: the first reading's time.
+    start: sharding::time::Timestamp,
     sent: Summary,
     drain: Duration,
     drained: bool,
@@ -207,11 +216,33 @@ impl Rig {
         let read = measure::read_back(scenario, self.query_addr, start).await?;
         Ok(Traffic {
             sqs,
+            start,
             sent,
             drain,
             drained,
             read,
         })
+    }
+
+    /// The dashboard of the readings published from `start` (see [`dashboard`]), built
+    /// while the runner's query API is up; why not, when it could not be.
+    async fn dashboard(
+        &self,
+        scenario: &Scenario,
+        start: sharding::time::Timestamp,
+    ) -> Result<Dashboard, String> {
+        scenario.say(format!(
+            "  [{}] dashboard: resealing the run's hours, reading them back",
+            Variant::Adaptive.name()
+        ));
+        let sources = dashboard::Sources {
+            query_addr: self.query_addr,
+            dynalite_url: &self.dynalite_url,
+            env: &self.env,
+        };
+        dashboard::build(scenario, sources, start)
+            .await
+            .map_err(|e| format!("{e:#}"))
     }
 
     /// Stops the runner and the proxy, counts what is left in the queues and the
