@@ -100,6 +100,7 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
         assert!(run.fleet_query.items > 0, "{text}");
     }
     assert!(adaptive.throttles_after_raise.is_some(), "{text}");
+    dashboard_holds(&report, &text)?;
     // The bill. Naive: each reading of the demo's shape is an item under 1 KB, one
     // write unit, paid again only by a redelivered message's overwrite. Adaptive: a new
     // table packs blocks, so the hot device's messages of 5 readings are one write unit
@@ -133,6 +134,54 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
     println!("{text}");
+    Ok(())
+}
+
+/// Run 2's dashboard: its hours resealed from every reading the table holds, the device
+/// list and the fleet's hour agreeing, the hot device's latest reading answered, and its
+/// series drawn from as many raw readings as its device-hour counts.
+fn dashboard_holds(report: &demo::DemoReport, text: &str) -> Result<()> {
+    let adaptive = &report.adaptive;
+    assert!(report.naive.dashboard.is_none(), "{text}");
+    let dashboard = match &adaptive.dashboard {
+        Some(Ok(d)) => d,
+        Some(Err(why)) => anyhow::bail!("no dashboard: {why}\n{text}"),
+        None => anyhow::bail!("run 2 has no dashboard:\n{text}"),
+    };
+    assert_eq!(dashboard.reseal.readings, adaptive.written, "{text}");
+    assert_eq!(
+        dashboard
+            .fleet_hours
+            .iter()
+            .map(|h| h.readings)
+            .sum::<u64>(),
+        adaptive.written,
+        "{text}"
+    );
+    assert_eq!(
+        dashboard.fleet.iter().map(|m| m.readings).sum::<u64>(),
+        adaptive.written,
+        "{text}"
+    );
+    let most = dashboard.fleet_hours.iter().map(|h| h.devices).max();
+    assert!(most.is_some_and(|n| n > 1), "{text}");
+    if dashboard.hours.len() == 1 {
+        assert_eq!(Some(dashboard.devices.devices), most, "{text}");
+    }
+    let hot = &dashboard.latest[0];
+    assert_eq!(hot.device, demo::HOT_DEVICE, "{text}");
+    assert!(hot.answer.is_ok(), "{text}");
+    let series = &dashboard.series;
+    assert!(series.path.is_file(), "{text}");
+    assert!(series.minutes > 0, "{text}");
+    assert_eq!(series.points, series.sealed_readings, "{text}");
+    for needle in [
+        "Dashboard of run 2",
+        "Sealed by a reseal",
+        demo::SERIES_FILE,
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
     Ok(())
 }
 
