@@ -664,10 +664,14 @@ fn check_query_role_with(t: &Template) -> Result<()> {
             "QueryRole may {action}: the query API never writes"
         );
     }
-    // The derived items are read, never written: the sealer alone writes them.
+    // The derived items are read, never written: the sealer alone writes them. The
+    // function is given the stack's rollups table, and its role reads it: the watermark
+    // and directory entries by key, the directory and the fleet's hours by Query
+    // (GET /devices, GET /stats; without the table both answer 501).
+    let rollups = "getatt:RollupTable.Arn";
     for (action, resource) in &grants {
         ensure!(
-            resource != "getatt:RollupTable.Arn"
+            resource != rollups
                 || [
                     "dynamodb:GetItem",
                     "dynamodb:Query",
@@ -675,6 +679,12 @@ fn check_query_role_with(t: &Template) -> Result<()> {
                 ]
                 .contains(&action.as_str()),
             "QueryRole may {action} RollupTable: the query reads derived items only"
+        );
+    }
+    for action in ["dynamodb:GetItem", "dynamodb:Query"] {
+        ensure!(
+            grants.contains(&(action.to_owned(), rollups.to_owned())),
+            "QueryRole may not {action} RollupTable: GET /devices and GET /stats read it"
         );
     }
     // The cursor key is the generated secret, read through its ARN.
@@ -689,6 +699,12 @@ fn check_query_role_with(t: &Template) -> Result<()> {
         env.get("CURSOR_KEY").is_none(),
         "no inline cursor key in the environment"
     );
+    let table = env.get("ROLLUP_TABLE").and_then(scalar);
+    ensure!(
+        table.as_deref() == Some("ref:RollupTable"),
+        "QueryFunction's ROLLUP_TABLE must be RollupTable (GET /devices and GET /stats \
+         read it, and answer 501 without it), is {table:?}"
+    );
     ensure!(
         t.props("CursorSecret")?
             .get("GenerateSecretString")
@@ -699,13 +715,15 @@ fn check_query_role_with(t: &Template) -> Result<()> {
 }
 
 /// Every endpoint of the query API.
-const ROUTES: [&str; 6] = [
+pub(crate) const ROUTES: [&str; 8] = [
     "GET /devices/{device_id}/readings",
     "GET /devices/{device_id}/readings/{event_id}",
     "GET /readings",
     "GET /devices/{device_id}/stats",
     "GET /devices/{device_id}/shards",
     "GET /devices/{device_id}/latest",
+    "GET /devices",
+    "GET /stats",
 ];
 
 fn check_api(t: &Template) -> Result<()> {
@@ -1768,6 +1786,37 @@ fn api_routes_are_authorized_and_throttled() -> Result<()> {
     ])?)
 }
 
+/// The routes the template declares are the routes `openapi.yaml` documents (each a
+/// GET), so a route added to the API is deployed with it, and a deployed route is
+/// documented.
+#[test]
+fn api_routes_are_the_documented_routes() -> Result<()> {
+    let path = stand_in::repo_root()?.join("openapi.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value = yaml_serde::from_str(&text).context("openapi.yaml is not YAML")?;
+    let mut documented = BTreeSet::new();
+    for (template, item) in doc
+        .get("paths")
+        .and_then(Value::as_mapping)
+        .context("openapi.yaml has no paths")?
+    {
+        let template = template.as_str().context("a path")?;
+        for method in item.as_mapping().context("a path item")?.keys() {
+            let method = method.as_str().context("a method")?.to_uppercase();
+            documented.insert(format!("{method} {template}"));
+        }
+    }
+    let declared: BTreeSet<String> = ROUTES.iter().map(|r| (*r).to_owned()).collect();
+    ensure!(
+        declared == documented,
+        "routes of template.yaml not in openapi.yaml {:?}, documented but not deployed {:?}",
+        declared.difference(&documented).collect::<Vec<_>>(),
+        documented.difference(&declared).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
 #[test]
 fn alarms_watch_the_failure_modes() -> Result<()> {
     run("alarms")
@@ -1855,7 +1904,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 48] = [
+    let mutations: [(&str, &str, &str); 53] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2083,6 +2132,31 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "outputs",
             "    Value: !Ref RollupTable\n",
             "    Value: !Ref ShardsTable\n",
+        ),
+        (
+            "query role",
+            "Sid: ReadRollups\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:Query]",
+            "Sid: ReadRollups\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:Query, dynamodb:PutItem]",
+        ),
+        (
+            "query role",
+            "Sid: ReadRollups\n                Effect: Allow\n                Action: [dynamodb:GetItem, dynamodb:Query]",
+            "Sid: ReadRollups\n                Effect: Allow\n                Action: dynamodb:Query",
+        ),
+        (
+            "query role",
+            "(without it both answer 501).\n          ROLLUP_TABLE: !Ref RollupTable",
+            "(without it both answer 501).\n          ROLLUP_TABLE: \"\"",
+        ),
+        (
+            "api",
+            "      RouteKey: GET /stats\n      AuthorizationType: !If [UseJwt, JWT, AWS_IAM]",
+            "      RouteKey: GET /stats\n      AuthorizationType: !If [UseJwt, JWT, NONE]",
+        ),
+        (
+            "api",
+            "      RouteKey: GET /devices\n",
+            "      RouteKey: GET /devices/{proxy+}\n",
         ),
     ];
     for (name, from, to) in mutations {

@@ -1,6 +1,8 @@
 //! The API Gateway events in `events/` (the same files `cargo lambda invoke
-//! --data-file` uses) through the Lambda adapter.
+//! --data-file` uses) through the Lambda adapter, over a service that reads the
+//! sealer's derived items too (`ROLLUP_TABLE`), as the deployed function does.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -8,7 +10,11 @@ use http::StatusCode;
 use query::lambda::handle_apigw;
 
 use crate::common::{BASE_MS, R, hourly, load, service, shard_table, table_history};
-use store::memory::MemoryReadings;
+use store::memory::{MemoryReadings, MemoryRollups};
+use store::rollup::{
+    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupTable, hour_of, keys,
+    part_of,
+};
 
 fn event(name: &str) -> lambda_http::Request {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -16,6 +22,56 @@ fn event(name: &str) -> lambda_http::Request {
         .join(name);
     let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     lambda_http::request::from_str(&json).expect("an API Gateway v2 event")
+}
+
+/// `readings` sealed as the sealer seals them: each device-hour from its readings, a
+/// directory entry per device, each part of an hour `FleetPart::of` its device-hours;
+/// then the watermark at `watermark_ms`.
+async fn seal(rollups: &MemoryRollups, readings: &[R], watermark_ms: i64) {
+    let mut device_hours: BTreeMap<(i64, String), DeviceHour> = BTreeMap::new();
+    for r in readings {
+        let hour = hour_of(r.ts_ms);
+        device_hours
+            .entry((hour, r.device.clone()))
+            .or_insert_with(|| DeviceHour::new(&r.device, hour))
+            .add(
+                r.ts_ms,
+                &r.event,
+                &BTreeMap::from([("temperature".to_owned(), r.value.clone())]),
+                &BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
+            );
+    }
+    let mut directory: BTreeMap<String, DirEntry> = BTreeMap::new();
+    let mut parts: BTreeMap<(i64, u32), Vec<&DeviceHour>> = BTreeMap::new();
+    for ((hour, device), dh) in &device_hours {
+        let entry = DirEntry::of(dh);
+        directory
+            .entry(device.clone())
+            .and_modify(|e| *e = e.merged(&entry))
+            .or_insert(entry);
+        parts.entry((*hour, part_of(device))).or_default().push(dh);
+    }
+    for (device, entry) in &directory {
+        let key = (DIRECTORY_PK.to_owned(), device.clone());
+        let item = RollupItem::with_body(key, 1, entry, None).unwrap();
+        rollups.put(&item).await.unwrap();
+    }
+    for ((hour, part), dhs) in parts {
+        let fleet = FleetPart::of(hour, part, dhs);
+        let item =
+            RollupItem::with_body(keys::fleet_part(hour, part), fleet.version(), &fleet, None)
+                .unwrap();
+        assert!(rollups.put_if_newer(&item).await.unwrap());
+    }
+    let (pk, sk) = keys::watermark();
+    let watermark = RollupItem {
+        pk,
+        sk,
+        version: u64::try_from(watermark_ms).unwrap(),
+        body: String::new(),
+        ttl: None,
+    };
+    rollups.put(&watermark).await.unwrap();
 }
 
 pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
@@ -47,7 +103,22 @@ pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
         })
         .collect();
     load(&table, &shards, &recent);
-    let svc = service(&table, Arc::new(shards));
+    // The hour of the first 100 sealed (01:00, the watermark at 02:00), beside a device
+    // the sealer saw that `GET /devices?prefix=sensor-` leaves out.
+    let rollups = MemoryRollups::new();
+    let gateway = R {
+        device: "gateway-9".into(),
+        event: "evt-gw-0".into(),
+        ts_ms: BASE_MS + 1_800_000,
+        value: crate::common::n(5.0),
+    };
+    seal(
+        &rollups,
+        &[rs.as_slice(), &[gateway]].concat(),
+        BASE_MS + 2 * HOUR_MS,
+    )
+    .await;
+    let svc = service(&table, Arc::new(shards)).with_rollups(rollups);
     let resp = handle_apigw(&svc, event(name)).await.unwrap();
     let status = resp.status();
     let body = match resp.body() {
@@ -108,6 +179,45 @@ async fn latest_event() {
     assert_eq!(body["event_id"], "evt-recent-2");
     assert!(body["as_of"].is_string(), "{body}");
     assert!(calls <= 6, "{calls} Queries");
+}
+
+#[tokio::test]
+async fn devices_event() {
+    let (status, body, calls) = call("apigw-devices.json").await;
+    assert_eq!(status, 200, "{body}");
+    let devices: Vec<&str> = body["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["sensor-alpha-001", "sensor-beta-002"]);
+    let alpha = &body["devices"][0];
+    assert_eq!(alpha["first_seen"], "2026-06-22T01:00:00.000Z");
+    assert_eq!(alpha["last_event_id"], "evt-000098");
+    assert_eq!(body["as_of"], "2026-06-22T02:00:00.000Z");
+    assert!(body["next_cursor"].is_null(), "{body}");
+    assert_eq!(calls, 0, "no read of the readings table");
+}
+
+#[tokio::test]
+async fn fleet_stats_event() {
+    let (status, body, calls) = call("apigw-fleet-stats.json").await;
+    assert_eq!(status, 200, "{body}");
+    // Only the sealed hours, before the watermark: 00:00 (the gateway) and 01:00.
+    assert_eq!(body["watermark"], "2026-06-22T02:00:00.000Z");
+    let buckets = body["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 2, "{body}");
+    assert_eq!(buckets[0]["start"], "2026-06-22T00:00:00.000Z");
+    assert_eq!(buckets[0]["readings"], 1);
+    assert_eq!(buckets[1]["start"], "2026-06-22T01:00:00.000Z");
+    assert_eq!(buckets[1]["readings"], 100);
+    assert_eq!(buckets[1]["devices"], 2);
+    // 20 + 21 + ... + 119, exact.
+    assert_eq!(buckets[1]["metrics"]["temperature"]["count"], 100);
+    assert_eq!(buckets[1]["metrics"]["temperature"]["sum"], 6950);
+    assert!(body["next_cursor"].is_null(), "{body}");
+    assert_eq!(calls, 0, "no read of the readings table");
 }
 
 #[tokio::test]

@@ -599,16 +599,34 @@ async fn the_sealer_on_dynalite_writes_the_items_it_writes_on_the_fakes() -> any
     Ok(())
 }
 
-/// A rollups table whose writes wait, once the first of them is reached, until
-/// released: a sealer that read the hour and is slow to write it.
+/// A rollups table whose writes (or its deletes alone) wait, once the first of them is
+/// reached, until released: a sealer slow to write what it read.
 struct Held {
     inner: DynamoRollups,
+    deletes_only: bool,
     reached: Arc<Notify>,
     release: watch::Receiver<bool>,
 }
 
 impl Held {
-    async fn hold(&self) {
+    /// `inner`, held at its first write (or delete); the signal of that write being
+    /// reached, and the release.
+    fn new(inner: DynamoRollups, deletes_only: bool) -> (Self, Arc<Notify>, watch::Sender<bool>) {
+        let (release, released) = watch::channel(false);
+        let reached = Arc::new(Notify::new());
+        let held = Self {
+            inner,
+            deletes_only,
+            reached: reached.clone(),
+            release: released,
+        };
+        (held, reached, release)
+    }
+
+    async fn hold(&self, delete: bool) {
+        if self.deletes_only && !delete {
+            return;
+        }
         self.reached.notify_one();
         let mut release = self.release.clone();
         let released = release.wait_for(|r| *r).await.is_ok();
@@ -618,7 +636,7 @@ impl Held {
 
 impl RollupTable for Held {
     async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
-        self.hold().await;
+        self.hold(false).await;
         self.inner.put_if_newer(item).await
     }
     async fn put_if_version(
@@ -626,15 +644,15 @@ impl RollupTable for Held {
         item: &RollupItem,
         expected: Option<u64>,
     ) -> Result<bool, StoreError> {
-        self.hold().await;
+        self.hold(false).await;
         self.inner.put_if_version(item, expected).await
     }
     async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
-        self.hold().await;
+        self.hold(true).await;
         self.inner.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
-        self.hold().await;
+        self.hold(false).await;
         self.inner.put(item).await
     }
     async fn get(
@@ -693,17 +711,9 @@ async fn four_sealers_at_once_on_dynalite_leave_what_one_clean_run_leaves() -> a
 
     // The slow sealer reads the hour, then waits at its first write.
     let race = stand.another_rollups_table("sealer-four-c").await?;
-    let (release, released) = watch::channel(false);
-    let reached = Arc::new(Notify::new());
     let client = stand.new_client().await;
-    let slow = stand.sealer_over(
-        &client,
-        Held {
-            inner: DynamoRollups::new(client.clone(), &race),
-            reached: reached.clone(),
-            release: released,
-        },
-    );
+    let (held, reached, release) = Held::new(DynamoRollups::new(client.clone(), &race), false);
+    let slow = stand.sealer_over(&client, held);
     let slow = tokio::spawn(async move { slow.run(after_the_horizon(), None).await });
     reached.notified().await;
     // Three readings of the hour written now, each with its mark, as the ingest writes
@@ -839,5 +849,69 @@ async fn a_late_reading_on_dynalite_adds_exactly_once_and_its_copy_adds_nothing(
         "{report:?}"
     );
     assert_eq!(stand.scan(&table).await?, after, "nothing changed");
+    Ok(())
+}
+
+/// Scenario 40 on dynalite, a mark replaced while its device-hour is sealed: a run
+/// reads the mark and the readings, and before it deletes the mark another late
+/// reading of the device-hour is written with its own mark. The delete, conditional on
+/// the nonce read, leaves the newer mark, so the next run seals the second reading; the
+/// items are then one clean run's over all the readings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_replaced_while_its_hour_is_sealed_on_dynalite_stays_for_the_next_run()
+-> anyhow::Result<()> {
+    let mut stand = Stand::start("sealer-mark").await?;
+    let table = stand.rollups_table.clone();
+    stand
+        .sealer(&table)
+        .await
+        .run(after_the_horizon(), None)
+        .await?;
+    let late = |event: &str, minute: i64, value: &str| R {
+        device: "d-3".to_owned(),
+        event: event.to_owned(),
+        ts_ms: HOUR + minute * MINUTE_MS + 7,
+        value: store::Decimal::parse(value).expect("a decimal"),
+    };
+    let written = later().as_millis();
+    stand
+        .write_late(&late("late-1", 12, "5.25"), written, &table, 7)
+        .await?;
+    let client = stand.new_client().await;
+    let (held, reached, release) = Held::new(DynamoRollups::new(client.clone(), &table), true);
+    let slow = stand.sealer_over(&client, held);
+    let slow = tokio::spawn(async move { slow.run(later(), None).await });
+    reached.notified().await;
+    stand
+        .write_late(&late("late-2", 44, "-9e20"), written, &table, 9)
+        .await?;
+    release.send(true)?;
+    let report = slow.await??;
+    assert_eq!(
+        (report.marks_sealed, report.device_hours_written),
+        (0, 1),
+        "the newer mark stays: {report:?}"
+    );
+    let (pk, sk) = keys::late_mark("d-3", HOUR);
+    let items = stand.scan(&table).await?;
+    assert_eq!(items.get(&(pk, sk)).map(|m| m.version), Some(9));
+    let sealed: DeviceHour = body(&items, keys::device_hour("d-3", HOUR));
+    assert_eq!(
+        sealed.version(),
+        PER_DEVICE as u64 + 1,
+        "late-2 not read yet"
+    );
+
+    let report = stand.sealer(&table).await.run(later(), None).await?;
+    assert_eq!(
+        (report.marks_sealed, report.device_hours_written),
+        (1, 1),
+        "{report:?}"
+    );
+    let clean = stand.another_rollups_table("sealer-mark-b").await?;
+    stand.sealer(&clean).await.run(later(), None).await?;
+    let items = stand.scan(&table).await?;
+    assert_eq!(items, stand.scan(&clean).await?);
+    assert_cells_of(&items, &stand.readings);
     Ok(())
 }
