@@ -24,12 +24,16 @@ fn event(name: &str) -> lambda_http::Request {
     lambda_http::request::from_str(&json).expect("an API Gateway v2 event")
 }
 
-/// `readings` sealed as the sealer seals them: each device-hour from its readings, a
-/// directory entry per device, each part of an hour `FleetPart::of` its device-hours;
-/// then the watermark at `watermark_ms`.
-async fn seal(rollups: &MemoryRollups, readings: &[R], watermark_ms: i64) {
+/// The hours `[from_ms, to_ms)` of `readings` sealed as the sealer seals them: each
+/// device-hour from its readings, with its hour summary; a directory entry per device;
+/// each part of an hour `FleetPart::of` its device-hours; then the watermark, the end
+/// its version and the first sealed hour in its body.
+async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64) {
     let mut device_hours: BTreeMap<(i64, String), DeviceHour> = BTreeMap::new();
-    for r in readings {
+    for r in readings
+        .iter()
+        .filter(|r| (from_ms..to_ms).contains(&r.ts_ms))
+    {
         let hour = hour_of(r.ts_ms);
         device_hours
             .entry((hour, r.device.clone()))
@@ -44,6 +48,12 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], watermark_ms: i64) {
     let mut directory: BTreeMap<String, DirEntry> = BTreeMap::new();
     let mut parts: BTreeMap<(i64, u32), Vec<&DeviceHour>> = BTreeMap::new();
     for ((hour, device), dh) in &device_hours {
+        let item = RollupItem::with_body(keys::device_hour(device, *hour), dh.version(), dh, None);
+        assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
+        let summary = dh.summary();
+        let key = keys::device_summary(device, *hour);
+        let item = RollupItem::with_body(key, dh.version(), &summary, None);
+        assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
         let entry = DirEntry::of(dh);
         directory
             .entry(device.clone())
@@ -63,14 +73,9 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], watermark_ms: i64) {
                 .unwrap();
         assert!(rollups.put_if_newer(&item).await.unwrap());
     }
-    let (pk, sk) = keys::watermark();
-    let watermark = RollupItem {
-        pk,
-        sk,
-        version: u64::try_from(watermark_ms).unwrap(),
-        body: String::new(),
-        ttl: None,
-    };
+    let version = u64::try_from(to_ms).unwrap();
+    let body = serde_json::json!({ "from_ms": from_ms });
+    let watermark = RollupItem::with_body(keys::watermark(), version, &body, None).unwrap();
     rollups.put(&watermark).await.unwrap();
 }
 
@@ -103,21 +108,18 @@ pub(crate) async fn call(name: &str) -> (StatusCode, serde_json::Value, u64) {
         })
         .collect();
     load(&table, &shards, &recent);
-    // The hour of the first 100 sealed (01:00, the watermark at 02:00), beside a device
-    // the sealer saw that `GET /devices?prefix=sensor-` leaves out.
-    let rollups = MemoryRollups::new();
+    // A device whose one reading `GET /devices?prefix=sensor-` leaves out.
     let gateway = R {
         device: "gateway-9".into(),
         event: "evt-gw-0".into(),
         ts_ms: BASE_MS + 1_800_000,
         value: crate::common::n(5.0),
     };
-    seal(
-        &rollups,
-        &[rs.as_slice(), &[gateway]].concat(),
-        BASE_MS + 2 * HOUR_MS,
-    )
-    .await;
+    load(&table, &shards, std::slice::from_ref(&gateway));
+    // The hours 00:00 and 01:00 sealed: the watermark at 02:00.
+    let rollups = MemoryRollups::new();
+    let sealed = [rs.as_slice(), &[gateway]].concat();
+    seal(&rollups, &sealed, BASE_MS, BASE_MS + 2 * HOUR_MS).await;
     let svc = service(&table, Arc::new(shards)).with_rollups(rollups);
     let resp = handle_apigw(&svc, event(name)).await.unwrap();
     let status = resp.status();
