@@ -368,14 +368,21 @@ fn report_footer(report: &DemoReport) -> String {
 /// answer, and where the series is.
 fn dashboard_text(d: &Dashboard, run: &RunReport) -> String {
     let t = &d.timings;
-    let mut s = format!(
-        "Dashboard of run 2, built in {:.1} s once its readings were written (reseal {:.1} s, \
-         API {:.1} s, fleet parts {:.1} s, series {:.1} s):\n",
-        t.total.as_secs_f64(),
-        t.reseal.as_secs_f64(),
-        t.api.as_secs_f64(),
-        t.fleet.as_secs_f64(),
-        t.series.as_secs_f64(),
+    let secs = |d: Duration| format!("{:.1} s", d.as_secs_f64());
+    let mut s = "Dashboard of run 2:\n".to_owned();
+    push_wrapped(
+        &mut s,
+        &format!(
+            "Built in {} once the run's readings were written: the reseal {} (beside it, the \
+             hot device's raw readings {}), then GET /devices and the latest readings {}, the \
+             fleet parts {}, the device-hours and the picture {}.",
+            secs(t.total),
+            secs(t.reseal),
+            secs(t.raw),
+            secs(t.api),
+            secs(t.fleet),
+            secs(t.series),
+        ),
     );
     push_wrapped(&mut s, &sealed_text(d, run));
     push_latest(&mut s, d);
@@ -440,7 +447,22 @@ fn push_latest(s: &mut String, d: &Dashboard) {
             }
             Err(why) => format!("refused: {why}"),
         };
-        s.push_str(&format!("    {:<w$}  {answer}\n", l.device));
+        let took = match l.attempts {
+            1 => format!("{} ms", l.elapsed.as_millis()),
+            n => format!("{} ms, {n} requests", l.elapsed.as_millis()),
+        };
+        let line = format!("{:<w$}  {answer}  ({took})", l.device);
+        // A refusal's message wraps; a reading's line keeps its columns.
+        let lines = if line.chars().count() <= 92 {
+            vec![line]
+        } else {
+            wrap(&line, 92)
+        };
+        for (i, part) in lines.into_iter().enumerate() {
+            s.push_str(if i == 0 { "    " } else { "      " });
+            s.push_str(&part);
+            s.push('\n');
+        }
     }
     let dev = &d.devices;
     s.push_str(&format!(
@@ -448,9 +470,10 @@ fn push_latest(s: &mut String, d: &Dashboard) {
         dev.pages,
         if dev.pages == 1 { "" } else { "s" },
         dev.devices,
-        dev.as_of
-            .as_deref()
-            .unwrap_or("none (the watermark: no hour sealed by the schedule yet)"),
+        dev.as_of.as_deref().map_or_else(
+            || "none (the watermark: no hour sealed by the schedule yet)".to_owned(),
+            |w| format!("{w} (the watermark, which the reseal leaves)"),
+        ),
     ));
 }
 
@@ -492,8 +515,8 @@ fn series_text(d: &Dashboard) -> String {
     let series = &d.series;
     format!(
         "Series: {} draws {}'s {} at one-minute rollups ({} minute cell{} of its device-hour \
-         item{}, {} readings: average line, min-max band) over {} raw readings{} read through \
-         GET /devices/{}/readings in {} pages.",
+         item{}, {} readings: average line, min-max band) over its {} raw readings{}, read in \
+         process by the readings route's merge (query::exec, {} Queries) from dynalite.",
         series.path.display(),
         series.device,
         series.metric,
@@ -507,8 +530,7 @@ fn series_text(d: &Dashboard) -> String {
         } else {
             String::new()
         },
-        series.device,
-        series.pages,
+        series.queries,
     )
 }
 

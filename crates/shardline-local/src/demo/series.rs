@@ -108,6 +108,7 @@ fn draw<DB: DrawingBackend>(
             font(16),
         )
         .margin(14)
+        .margin_right(40)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(0.0..x(x1), y0..y1)?;
@@ -123,12 +124,20 @@ fn draw<DB: DrawingBackend>(
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
     let minute_secs = MINUTE_MS as f64 / 1000.0;
+    chart.draw_series(bands.iter().map(|b| {
+        let left = x(b.minute_ms);
+        Rectangle::new(
+            [(left, b.max), (left + minute_secs, b.min)],
+            BAND.mix(0.35).filled(),
+        )
+    }))?;
+    // Each minute's edges, so that neighbouring minutes read as cells of their own.
     chart
         .draw_series(bands.iter().map(|b| {
             let left = x(b.minute_ms);
             Rectangle::new(
                 [(left, b.max), (left + minute_secs, b.min)],
-                BAND.mix(0.35).filled(),
+                BAND.stroke_width(1),
             )
         }))?
         .label("min-max of each minute")
