@@ -19,6 +19,7 @@
 //! - `GET /devices/{device_id}/readings/{event_id}?ts=&consistent=`
 //! - `GET /readings?from=&to=&limit=&order=&cursor=&consistent=`
 //! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
+//!   (the sealer's cells over the hours it sealed, the readings elsewhere)
 //! - `GET /devices/{device_id}/shards`
 //! - `GET /devices/{device_id}/latest?consistent=`
 //! - `GET /devices?prefix=&seen_since=&limit=&cursor=` (the sealer's directory)

@@ -113,6 +113,29 @@ impl Pager {
     /// Takes the next reading in time order (`v`, the metric's value as sent, `None`
     /// when the reading lacks it); `Break` once the page is full.
     pub fn add(&mut self, ts_ms: i64, v: Option<&Decimal>, now: Instant) -> ControlFlow<()> {
+        self.admit(ts_ms, now)?;
+        self.agg.add(ts_ms, v);
+        ControlFlow::Continue(())
+    }
+
+    /// Takes the sealed cell of the metric over a unit (a minute or an hour) starting at
+    /// `start_ms`, in time order with the readings, and inside one bucket: it merges
+    /// into the bucket as its readings would have, one by one. A cell counts nothing
+    /// against the page's readings budget (it costs a small read, not its readings).
+    pub fn add_cell(&mut self, start_ms: i64, cell: &Cell, now: Instant) -> ControlFlow<()> {
+        self.admit(start_ms, now)?;
+        self.agg.merge(start_ms, cell);
+        ControlFlow::Continue(())
+    }
+
+    /// Whether the page has ended: nothing more is taken.
+    pub fn ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Whether something at `ts_ms` still goes into the page, ending it before the
+    /// bucket of `ts_ms` when it is full.
+    fn admit(&mut self, ts_ms: i64, now: Instant) -> ControlFlow<()> {
         if self.end.is_some() {
             return ControlFlow::Break(());
         }
@@ -134,7 +157,6 @@ impl Pager {
             return ControlFlow::Break(());
         }
         self.open = Some(bucket);
-        self.agg.add(ts_ms, v);
         ControlFlow::Continue(())
     }
 
@@ -159,6 +181,11 @@ impl Pager {
             ));
         }
         Ok((self.agg.finish()?, end))
+    }
+
+    /// The page's cells by bucket start, and where the next page starts.
+    pub fn finish_cells(self) -> (BTreeMap<i64, Cell>, PageEnd) {
+        (self.agg.buckets, self.end.unwrap_or(PageEnd::Complete))
     }
 }
 
@@ -216,6 +243,16 @@ impl Downsampler {
             Some(cell) => cell.add(&v),
             None => {
                 self.buckets.insert(bucket, Cell::of(v));
+            }
+        }
+    }
+
+    fn merge(&mut self, ts_ms: i64, cell: &Cell) {
+        let bucket = self.bucket_of(ts_ms);
+        match self.buckets.get_mut(&bucket) {
+            Some(mine) => mine.merge(cell),
+            None => {
+                self.buckets.insert(bucket, cell.clone());
             }
         }
     }

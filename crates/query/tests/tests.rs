@@ -20,4 +20,6 @@ mod openapi;
 mod params;
 mod rollups;
 mod scope;
+mod sealed;
+mod sealed_month;
 mod stats;

@@ -21,13 +21,14 @@
 //! - `point`: `GET /devices/{device_id}/readings/{event_id}`, one reading by its keys;
 //! - `latest`: `GET /devices/{device_id}/latest`, the device's newest reading, the
 //!   range read newest first, stopped at its first reading;
-//! - `stats`: `GET /devices/{device_id}/stats`, buckets of one metric;
+//! - `stats`: `GET /devices/{device_id}/stats`, buckets of one metric, from the sealed
+//!   cells (`sealed`) of the hours the sealer sealed and the readings of the rest;
 //! - `shards`: `GET /devices/{device_id}/shards`, the layout and fan-out histories;
 //! - `devices`: `GET /devices`, the device list, from the sealer's directory;
 //! - `fleet`: `GET /stats`, the fleet's buckets, from the sealer's fleet parts;
 //!
 //! and `plan` turns a validated range into the read plan's merge streams; `rollups`
-//! reads the sealer's table (`ROLLUP_TABLE`) for the last two, within the budgets.
+//! reads the sealer's table (`ROLLUP_TABLE`), within the budgets.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -54,6 +55,7 @@ mod plan;
 mod point;
 mod readings;
 mod rollups;
+mod sealed;
 mod shards;
 mod stats;
 
@@ -174,7 +176,8 @@ pub struct QueryService<S, D> {
     /// such read plans its first round by it.
     every_device_density: Mutex<Option<DensityHint>>,
     /// The sealer's derived items (`ROLLUP_TABLE`), which `GET /devices` and
-    /// `GET /stats` read; `None`: those routes answer 501.
+    /// `GET /stats` read, and the device stats read for the hours sealed; `None`: the
+    /// first two answer 501, the device stats read the readings alone.
     rollups: Option<Rollups>,
 }
 
@@ -195,7 +198,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     /// The service reading the sealer's derived items from `rollups` too
-    /// (`ROLLUP_TABLE`), for `GET /devices` and `GET /stats`.
+    /// (`ROLLUP_TABLE`): for `GET /devices` and `GET /stats`, and for a device's stats
+    /// over the hours sealed.
     #[must_use]
     pub fn with_rollups(self, rollups: impl store::rollup::RollupTable + 'static) -> Self {
         Self {

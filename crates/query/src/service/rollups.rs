@@ -2,7 +2,8 @@
 //! derived items read it: its reads behind one object, so a service without the table
 //! keeps its two type parameters ([`crate::QueryService::with_rollups`] adds it), the
 //! sealer's watermark, and the request's budgets counted over these reads as they are
-//! sent, concurrent ones included.
+//! sent, concurrent ones included (and over a request's reads of the readings, which
+//! are charged to the same ledger).
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use serde::Deserialize;
 use store::error::StoreError;
-use store::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable, keys};
+use store::rollup::{HOUR_MS, RollupItem, RollupPage, RollupQuery, RollupTable, hour_of, keys};
 
 use super::answer::store_error;
 use crate::error::ApiError;
-use crate::exec::{Exhausted, ReadBudget, within};
+use crate::exec::{Exhausted, ReadBudget, ReadCost, within};
 use crate::model::format_ts;
 use crate::params::MAX_TS_MS;
 
@@ -25,6 +27,7 @@ trait RollupReader: Send + Sync {
         &'a self,
         pk: &'a str,
         sk: &'a str,
+        consistent: bool,
     ) -> BoxFuture<'a, Result<Option<RollupItem>, StoreError>>;
 
     fn query<'a>(&'a self, q: &'a RollupQuery) -> BoxFuture<'a, Result<RollupPage, StoreError>>;
@@ -35,10 +38,9 @@ impl<T: RollupTable> RollupReader for T {
         &'a self,
         pk: &'a str,
         sk: &'a str,
+        consistent: bool,
     ) -> BoxFuture<'a, Result<Option<RollupItem>, StoreError>> {
-        // Eventually consistent, as every read of these routes: the sealer's items
-        // change once an hour at most.
-        Box::pin(RollupTable::get(self, pk, sk, false))
+        Box::pin(RollupTable::get(self, pk, sk, consistent))
     }
 
     fn query<'a>(&'a self, q: &'a RollupQuery) -> BoxFuture<'a, Result<RollupPage, StoreError>> {
@@ -84,17 +86,47 @@ pub(super) enum Fetch<T> {
 pub(super) struct Spend<'a> {
     table: &'a Rollups,
     budget: ReadBudget,
+    /// Whether its reads are strongly consistent.
+    consistent: bool,
     calls: AtomicU64,
     evaluated: AtomicU64,
 }
 
 impl<'a> Spend<'a> {
+    /// Eventually consistent reads, as the routes over the sealer's items alone make
+    /// them: those items change once an hour at most.
     pub(super) fn new(table: &'a Rollups, budget: ReadBudget) -> Self {
         Self {
             table,
             budget,
+            consistent: false,
             calls: AtomicU64::new(0),
             evaluated: AtomicU64::new(0),
+        }
+    }
+
+    /// Strongly consistent reads: a reader that mixes sealed items with readings reads
+    /// every item the sealer wrote before its watermark passed the item's hour.
+    pub(super) fn consistent(table: &'a Rollups, budget: ReadBudget) -> Self {
+        Self {
+            consistent: true,
+            ..Self::new(table, budget)
+        }
+    }
+
+    /// Charges what a read of the readings cost, so the reads after it have only what
+    /// is left.
+    pub(super) fn charge(&self, cost: ReadCost) {
+        self.calls.fetch_add(cost.pages, Ordering::SeqCst);
+        self.evaluated.fetch_add(cost.items_read, Ordering::SeqCst);
+    }
+
+    /// What is left of the budgets, for a read of the readings.
+    pub(super) fn remaining(&self) -> ReadBudget {
+        ReadBudget {
+            queries: self.budget.queries.saturating_sub(self.calls()),
+            evaluated: self.budget.evaluated.saturating_sub(self.evaluated()),
+            deadline: self.budget.deadline,
         }
     }
 
@@ -151,6 +183,7 @@ impl<'a> Spend<'a> {
         };
         let mut q = q.clone();
         q.limit = Some(u32::try_from(granted).unwrap_or(u32::MAX));
+        q.consistent |= self.consistent;
         // A read the deadline overtakes keeps its reservation: it may have been served.
         let Some(page) = within(self.budget.deadline, self.table.0.query(&q)).await else {
             return Ok(Fetch::Cut(Exhausted::Time));
@@ -169,7 +202,8 @@ impl<'a> Spend<'a> {
         if let Err(budget) = self.reserve(1) {
             return Ok(Fetch::Cut(budget));
         }
-        let Some(item) = within(self.budget.deadline, self.table.0.get(pk, sk)).await else {
+        let read = self.table.0.get(pk, sk, self.consistent);
+        let Some(item) = within(self.budget.deadline, read).await else {
             return Ok(Fetch::Cut(Exhausted::Time));
         };
         let item = item.map_err(store_error)?;
@@ -185,6 +219,43 @@ impl<'a> Spend<'a> {
             Fetch::Got(item) => Fetch::Got(
                 item.map(|i| i64::try_from(i.version).unwrap_or(MAX_TS_MS).min(MAX_TS_MS)),
             ),
+            Fetch::Cut(budget) => Fetch::Cut(budget),
+        })
+    }
+}
+
+/// The hours the sealer has sealed, `[from_ms, end_ms)`, both hour boundaries: what
+/// its watermark says (`store::rollup`: the version is the end, the body holds the
+/// first sealed hour, `from_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(super) struct SealedSpan {
+    pub(super) from_ms: i64,
+    #[serde(skip)]
+    pub(super) end_ms: i64,
+}
+
+impl SealedSpan {
+    /// The span of a watermark item; `None` when its body names no first hour (every
+    /// watermark the sealer writes does), or the span is empty.
+    fn of(item: &RollupItem) -> Option<Self> {
+        let mut span: SealedSpan = serde_json::from_str(&item.body).ok()?;
+        let end = i64::try_from(item.version)
+            .unwrap_or(MAX_TS_MS)
+            .min(MAX_TS_MS);
+        // Hour boundaries, as the sealer writes them; anything else is cut inward.
+        span.from_ms = hour_of(span.from_ms.clamp(0, MAX_TS_MS) + HOUR_MS - 1);
+        span.end_ms = hour_of(end);
+        (span.from_ms < span.end_ms).then_some(span)
+    }
+}
+
+impl Spend<'_> {
+    /// The hours sealed, from the watermark; `None` before the first, or when the
+    /// watermark names no first hour.
+    pub(super) async fn sealed_span(&self) -> Result<Fetch<Option<SealedSpan>>, ApiError> {
+        let (pk, sk) = keys::watermark();
+        Ok(match self.get(&pk, &sk).await? {
+            Fetch::Got(item) => Fetch::Got(item.as_ref().and_then(SealedSpan::of)),
             Fetch::Cut(budget) => Fetch::Cut(budget),
         })
     }

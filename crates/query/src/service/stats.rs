@@ -1,23 +1,35 @@
 //! The stats route, `GET /devices/{device_id}/stats`: one metric of one device in
 //! buckets of `interval`, a page of complete buckets at a time ([`crate::stats`] says
 //! where a page ends), each reading counted once.
+//!
+//! Where the service reads the sealer's items (`ROLLUP_TABLE`) and the interval is a
+//! whole number of minutes, the hours the sealer has sealed are answered from its
+//! cells, and the rest of the range from the readings (`super::sealed` says how the
+//! range splits): one GetItem of the watermark, then the readings before the sealed
+//! cells, the cells, and the readings after them, in time order into one
+//! [`Pager`], all within the request's budgets. A bucket that straddles the
+//! watermark merges the two.
 
 use std::ops::ControlFlow;
 use std::time::Instant;
 
+use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
+use store::rollup::MINUTE_MS;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
 use super::plan::{plan_error, specs, to_time_range};
+use super::rollups::{Fetch, Spend};
+use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
-use crate::budget::{self, Advice};
+use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
 use crate::error::ApiError;
-use crate::exec::{ReadOptions, merge_each};
-use crate::model::{ReadingKey, StatsResponse};
+use crate::exec::{Exhausted, ReadBudget, ReadCost, ReadOptions, merge_each};
+use crate::model::ReadingKey;
 use crate::params::Range;
 use crate::stats::{PageEnd, Pager, interval_text};
 
@@ -51,6 +63,62 @@ impl StatsRequest<'_> {
     }
 }
 
+/// What one read of a device's cells covers: `[from_ms, to_ms)` (a page's part of the
+/// range) in buckets of `interval_ms`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CellsRead<'a> {
+    pub(super) device: &'a str,
+    pub(super) from_ms: i64,
+    pub(super) to_ms: i64,
+    pub(super) interval_ms: i64,
+    pub(super) metric: &'a str,
+    /// Strongly consistent reads of the readings (the sealed items always are).
+    pub(super) consistent: bool,
+    /// No read is sent after it.
+    pub(super) deadline: Instant,
+    /// Most device-hours (a GetItem each) the read takes; the rest is cut.
+    pub(super) most_hours: usize,
+}
+
+/// Where a read of a device's cells stands: its pager (every bucket it took), the
+/// request budget that ended it early (`None`: it read the range, or the pager's own
+/// budget ended the page), whether that left the page without a bucket boundary past
+/// its start (`stalled`: nothing to answer, no cursor that would move), and its cost.
+#[derive(Debug)]
+pub(super) struct CellsOutcome {
+    pub(super) pager: Pager,
+    pub(super) cut: Option<Exhausted>,
+    pub(super) stalled: bool,
+    pub(super) stats: ReadStats,
+}
+
+/// Where the read's parts stop: the budget that cut one, and whether the pager could
+/// end its page at a bucket boundary there.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    cut: Option<Exhausted>,
+    stalled: bool,
+}
+
+impl Progress {
+    fn stop(&mut self, budget: Exhausted, pager: &mut Pager, at: i64, from_ms: i64) {
+        self.cut = Some(budget);
+        self.stalled = !pager.stop_at(at, from_ms);
+    }
+
+    fn goes_on(&self, pager: &Pager) -> bool {
+        self.cut.is_none() && !pager.ended()
+    }
+}
+
+/// The most device-hours one stats page reads: half the Query budget after the
+/// watermark's GetItem, the other half left to the readings.
+fn page_hours(budget: &RequestBudget) -> usize {
+    usize::try_from(budget.queries.saturating_sub(1) / 2)
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
+
 impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     /// A page of buckets of `request`'s metric.
     pub(super) async fn stats(
@@ -60,72 +128,191 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         deadline: Option<Instant>,
     ) -> Answer {
         let started = Instant::now();
-        let StatsRequest {
-            device,
-            range,
-            interval_ms,
-            metric,
-            ..
-        } = *request;
         let fp = request.fingerprint();
-        let read = Range {
+        let read = CellsRead {
+            device: request.device,
             from_ms: self.page_start(request, &fp, now)?,
-            to_ms: range.to_ms,
+            to_ms: request.range.to_ms,
+            interval_ms: request.interval_ms,
+            metric: request.metric,
+            consistent: request.consistent,
+            deadline: self.read_deadline(started, deadline),
+            most_hours: page_hours(&self.config.budget),
         };
-        let Some(table) = self.stored_layout(now).await? else {
-            let empty = StatsResponse {
-                buckets: vec![],
-                next_cursor: None,
-            };
-            return Ok((json_body(&empty)?, ReadStats::default()));
-        };
-        let fanout = self
-            .directory
-            .fanout(device, now)
-            .await
-            .map_err(store_error)?;
-        let plan =
-            plan_entity(device, to_time_range(read)?, &table, &fanout).map_err(plan_error)?;
-        let mut pager = Pager::new(interval_ms, self.config.stats_budget, started);
+        let mut pager = Pager::new(request.interval_ms, self.config.stats_budget, started);
         pager.limit_buckets(self.max_buckets());
-        // In merge order, so a reading stored under two keys is counted once, and the
-        // buckets close in time order.
-        let outcome = merge_each(
-            &self.source,
-            specs(&plan),
-            self.stats_options(request.consistent, started, deadline),
-            self.config.stats_window,
-            |item| {
-                if item.device_id != device || !(read.from_ms..read.to_ms).contains(&item.ts_ms) {
-                    return ControlFlow::Continue(());
-                }
-                pager.add(item.ts_ms, item.metrics.get(metric), Instant::now())
-            },
-        )
-        .await
-        .map_err(exec_error)?;
-        if let Some(stopped) = outcome.stopped
-            && !pager.stop_at(stopped.settled_before, read.from_ms)
-        {
+        let out = self.device_cells(&read, pager, now).await?;
+        if out.stalled {
+            let budget = out.cut.unwrap_or(Exhausted::Time);
             return Err(budget::refusal(
-                stopped.budget,
+                budget,
                 &self.config.budget,
                 Advice::NarrowRange,
             ));
         }
-        let stats = ReadStats::of(outcome.cost, pager.readings(), plan.len() as u64);
-        let (mut page, end) = pager.finish(&interval_text(interval_ms))?;
+        let (mut page, end) = out.pager.finish(&interval_text(request.interval_ms))?;
         if let PageEnd::ResumeAt(next) = end {
             let position = ReadingKey {
                 ts_ms: next,
-                device_id: device.to_owned(),
+                device_id: request.device.to_owned(),
                 event_id: String::new(),
             };
             let keys = self.config.cursor_keys.get();
             page.next_cursor = Some(encode_cursor(&position, &fp, &keys, now));
         }
         let body = json_body(&page)?;
-        Ok((body, stats))
+        Ok((body, out.stats))
+    }
+
+    /// Reads `read`'s cells into `pager`, in time order: the readings before the
+    /// sealed cells, the cells, the readings after them (all readings where nothing
+    /// of the range is sealed, the interval is not a whole number of minutes, or the
+    /// service has no rollups table). Each part is read only while the page goes on,
+    /// with what the parts before it left of the request's budgets.
+    pub(super) async fn device_cells(
+        &self,
+        read: &CellsRead<'_>,
+        mut pager: Pager,
+        now: Timestamp,
+    ) -> Result<CellsOutcome, ApiError> {
+        let mut progress = Progress::default();
+        let Some(table) = self.stored_layout(now).await? else {
+            // Nothing was ever written.
+            return Ok(CellsOutcome {
+                pager,
+                cut: None,
+                stalled: false,
+                stats: ReadStats::default(),
+            });
+        };
+        let fanout = self
+            .directory
+            .fanout(read.device, now)
+            .await
+            .map_err(store_error)?;
+        let budget = self.config.budget.read(Some(read.deadline));
+        let spend = self
+            .rollups
+            .as_ref()
+            .filter(|_| read.interval_ms % MINUTE_MS == 0)
+            .map(|t| Spend::consistent(t, budget));
+        let span = match &spend {
+            None => None,
+            Some(spend) => match spend.sealed_span().await? {
+                Fetch::Got(span) => span,
+                Fetch::Cut(budget) => {
+                    progress.stop(budget, &mut pager, read.from_ms, read.from_ms);
+                    None
+                }
+            },
+        };
+        let parts = split(read.from_ms, read.to_ms, read.interval_ms, span);
+        let raw = RawRead {
+            table: &table,
+            fanout: &fanout,
+            read,
+        };
+        let mut ledger = Ledger {
+            spend: spend.as_ref(),
+            budget,
+            cost: ReadCost::default(),
+            plan_queries: 0,
+        };
+        let mut sealed_readings = 0;
+        if let Some(head) = parts.head
+            && progress.goes_on(&pager)
+        {
+            self.raw_cells(&raw, head, &mut ledger, &mut pager, &mut progress)
+                .await?;
+        }
+        if let Some(spend) = &spend
+            && parts.sealed.is_some()
+            && progress.goes_on(&pager)
+        {
+            let concurrency = self.config.concurrency;
+            let sealed = read_sealed(spend, read, &parts, concurrency).await?;
+            sealed_readings = sealed.readings;
+            for (start, cell) in &sealed.cells {
+                if pager.add_cell(*start, cell, Instant::now()).is_break() {
+                    break;
+                }
+            }
+            if let Some((at, budget)) = sealed.cut
+                && !pager.ended()
+            {
+                progress.stop(budget, &mut pager, at, read.from_ms);
+            }
+        }
+        if let Some(tail) = parts.tail
+            && progress.goes_on(&pager)
+        {
+            self.raw_cells(&raw, tail, &mut ledger, &mut pager, &mut progress)
+                .await?;
+        }
+        let cost = ledger.cost;
+        let sealed_calls = spend.as_ref().map_or(0, |s| s.calls() - cost.pages);
+        let stats = ReadStats {
+            items_read: spend.as_ref().map_or(cost.items_read, Spend::evaluated),
+            items_returned: pager.readings() + sealed_readings,
+            calls: cost.pages + sealed_calls,
+            plan_queries: ledger.plan_queries + sealed_calls,
+            // The watermark, then the sealed reads, sent at once.
+            rounds: cost.rounds + sealed_calls.min(2),
+            duplicates: cost.duplicates,
+        };
+        Ok(CellsOutcome {
+            pager,
+            cut: progress.cut,
+            stalled: progress.stalled,
+            stats,
+        })
+    }
+
+    /// Reads the readings of `[a, b)` into `pager` within what is left of the budgets,
+    /// and charges what it cost to `ledger`. A budget that stops it ends the page at
+    /// the last bucket boundary the read had settled (`progress`).
+    async fn raw_cells(
+        &self,
+        raw: &RawRead<'_>,
+        (a, b): (i64, i64),
+        ledger: &mut Ledger<'_, '_>,
+        pager: &mut Pager,
+        progress: &mut Progress,
+    ) -> Result<(), ApiError> {
+        let read = raw.read;
+        let range = to_time_range(Range {
+            from_ms: a,
+            to_ms: b,
+        })?;
+        let plan = plan_entity(read.device, range, raw.table, raw.fanout).map_err(plan_error)?;
+        let opts = ReadOptions {
+            descending: false,
+            consistent: read.consistent,
+            concurrency: self.config.concurrency,
+            max_buffered: self.config.max_buffered,
+            budget: ledger.remaining(),
+        };
+        // In merge order, so a reading stored under two keys is counted once, and the
+        // buckets close in time order.
+        let outcome = merge_each(
+            &self.source,
+            specs(&plan),
+            opts,
+            self.config.stats_window,
+            |item| {
+                if item.device_id != read.device || !(a..b).contains(&item.ts_ms) {
+                    return ControlFlow::Continue(());
+                }
+                pager.add(item.ts_ms, item.metrics.get(read.metric), Instant::now())
+            },
+        )
+        .await
+        .map_err(exec_error)?;
+        if let Some(stopped) = outcome.stopped {
+            progress.stop(stopped.budget, pager, stopped.settled_before, read.from_ms);
+        }
+        ledger.charge(outcome.cost, plan.len() as u64);
+        Ok(())
     }
 
     /// Where the page starts: a page after the first starts at the bucket the previous
@@ -144,25 +331,12 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         }
     }
 
-    /// How a page reads: in time order, within the request's budgets and by the
-    /// earlier of the request's deadline and the page's own time budget (twice
-    /// [`crate::stats::StatsBudget::time`]), so a sparse range stops there as well.
-    fn stats_options(
-        &self,
-        consistent: bool,
-        started: Instant,
-        deadline: Option<Instant>,
-    ) -> ReadOptions {
+    /// When a read of cells stops: the earlier of the request's deadline and the
+    /// page's own time budget (twice [`crate::stats::StatsBudget::time`]), so a sparse
+    /// range stops there as well.
+    pub(super) fn read_deadline(&self, started: Instant, deadline: Option<Instant>) -> Instant {
         let page_deadline = started + 2 * self.config.stats_budget.time;
-        ReadOptions {
-            descending: false,
-            consistent,
-            concurrency: self.config.concurrency,
-            max_buffered: self.config.max_buffered,
-            budget: self.config.budget.read(Some(
-                deadline.map_or(page_deadline, |d| d.min(page_deadline)),
-            )),
-        }
+        deadline.map_or(page_deadline, |d| d.min(page_deadline))
     }
 
     /// The most buckets that fit the answer's byte budget.
@@ -172,5 +346,46 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .answer_bytes
             .saturating_sub(PAGE_OVERHEAD_BYTES)
             / STATS_BUCKET_MAX_BYTES
+    }
+}
+
+/// What a read of one device's readings needs besides its range.
+struct RawRead<'a> {
+    table: &'a TableHistory,
+    fanout: &'a FanoutHistory,
+    read: &'a CellsRead<'a>,
+}
+
+/// What a request's reads of the readings have spent, beside its sealed reads (which
+/// `spend` counts, and is charged every cost too).
+struct Ledger<'s, 'a> {
+    spend: Option<&'s Spend<'a>>,
+    budget: ReadBudget,
+    cost: ReadCost,
+    plan_queries: u64,
+}
+
+impl Ledger<'_, '_> {
+    /// What is left of the request's budgets.
+    fn remaining(&self) -> ReadBudget {
+        match self.spend {
+            Some(spend) => spend.remaining(),
+            None => ReadBudget {
+                queries: self.budget.queries.saturating_sub(self.cost.pages),
+                evaluated: self.budget.evaluated.saturating_sub(self.cost.items_read),
+                deadline: self.budget.deadline,
+            },
+        }
+    }
+
+    fn charge(&mut self, cost: ReadCost, planned: u64) {
+        if let Some(spend) = self.spend {
+            spend.charge(cost);
+        }
+        self.cost.items_read += cost.items_read;
+        self.cost.pages += cost.pages;
+        self.cost.rounds += cost.rounds;
+        self.cost.duplicates += cost.duplicates;
+        self.plan_queries += planned;
     }
 }

@@ -1,0 +1,339 @@
+//! Scenario 41, the query's side: a device's stats read from the sealer's
+//! cells over the hours it sealed (and from the readings elsewhere) answer what the
+//! readings alone answer, bucket for bucket, with copies of readings in the data: the
+//! real sealer (`sealer::Sealer`) seals the readings, and the same requests go to a
+//! service without the rollups table and to one with it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use query::{QueryService, ServiceConfig};
+use sealer::{Sealer, Settings};
+use serde_json::Value;
+use sharding::key::{ReadingRef, write_key};
+use sharding::time::Timestamp;
+use store::item::{Reading, ReadingItem};
+use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::{HOUR_MS, MINUTE_MS};
+
+use crate::common::{
+    BASE_MS, R, Service, fanout_history, hourly, key, key_of, load, now, put_block, shard_table,
+    table_history, ts,
+};
+
+/// The first hour the sealer sealed (its watermark's `from_ms`).
+const H0: i64 = BASE_MS + 3 * HOUR_MS;
+/// The watermark: hours `[H0, W)` are sealed.
+const W: i64 = H0 + 4 * HOUR_MS;
+/// The readings lie in `[FIRST, LAST)`: two hours before `H0`, two after `W`.
+const FIRST: i64 = H0 - 2 * HOUR_MS;
+const LAST: i64 = W + 2 * HOUR_MS;
+/// When `hot-1` was raised to 8 keys: inside the sealed hours.
+const RAISE: i64 = H0 + 2 * HOUR_MS + 30 * MINUTE_MS;
+const DEVICES: [&str; 3] = ["d-1", "d-2", "hot-1"];
+
+/// Numbers of every shape the ingest stores.
+const NUMBERS: [&str; 9] = [
+    "12345678901234567890123456789012345678",
+    "-0.000000000000000000000000000000000001",
+    "21.5",
+    "-7.25",
+    "0.1",
+    "0.2",
+    "99999999999999999999999999999999999999",
+    "1e-130",
+    "3",
+];
+
+/// The readings, each once: every device about every 37 s over `[FIRST, LAST)` at
+/// uneven milliseconds, but `d-2` silent through the hour `H0 + 1h` (a sealed hour
+/// with no item).
+fn readings() -> Vec<R> {
+    let mut out = Vec::new();
+    for (d, device) in DEVICES.iter().enumerate() {
+        let mut t = FIRST + d as i64 * 1_013;
+        let mut i = 0;
+        while t < LAST {
+            let silent = *device == "d-2" && (H0 + HOUR_MS..H0 + 2 * HOUR_MS).contains(&t);
+            if !silent {
+                out.push(R {
+                    device: (*device).to_owned(),
+                    event: format!("e{i:05}"),
+                    ts_ms: t,
+                    value: store::Decimal::parse(NUMBERS[(i + d) % NUMBERS.len()]).unwrap(),
+                });
+            }
+            t += 37_013 + (i as i64 % 5) * 101;
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The readings stored with copies, as the sealer's own fixture stores them: a message
+/// sent twice, `d-1`'s readings held in two overlapping blocks as well as their own
+/// items (in the hours before, inside and after the sealed ones), and `hot-1`'s
+/// readings of the hour before its raise written again under a sub-shard (a
+/// redelivery keyed after the raise). `d-2` also sent readings without the metric.
+fn fixture() -> (Vec<R>, MemoryReadings, Arc<MemoryShards>) {
+    let shards = shard_table(
+        table_history(vec![(0, hourly(4))]),
+        [("hot-1".to_owned(), fanout_history(vec![(RAISE, 8)]))],
+    );
+    let table = MemoryReadings::new(None);
+    let readings = readings();
+    load(&table, &shards, &readings);
+    load(&table, &shards, &readings[..50]);
+    let d1: Vec<&R> = readings.iter().filter(|r| r.device == "d-1").collect();
+    for at in [
+        H0 - HOUR_MS,
+        H0 + 90 * MINUTE_MS,
+        W - 5 * MINUTE_MS,
+        W + HOUR_MS,
+    ] {
+        let from = d1.iter().position(|r| r.ts_ms >= at).unwrap();
+        let run: Vec<R> = d1[from..from + 20].iter().map(|r| (*r).clone()).collect();
+        put_block(&table, &shards, &run[..12]);
+        put_block(&table, &shards, &run[6..]);
+    }
+    let early: Vec<R> = readings
+        .iter()
+        .filter(|r| r.device == "hot-1" && (RAISE - HOUR_MS..RAISE).contains(&r.ts_ms))
+        .cloned()
+        .collect();
+    let rekeyed = shard_table(
+        table_history(vec![(0, hourly(4))]),
+        [(
+            "hot-1".to_owned(),
+            fanout_history(vec![(RAISE - 2 * HOUR_MS, 8)]),
+        )],
+    );
+    load(&table, &rekeyed, &early);
+    for i in 0..40 {
+        let r = R {
+            device: "d-2".to_owned(),
+            event: format!("h{i:03}"),
+            ts_ms: FIRST + i * 17 * MINUTE_MS + 29_999,
+            value: store::Decimal::parse("1").unwrap(),
+        };
+        table.put(humidity_only(&shards, &r));
+    }
+    (readings, table, Arc::new(shards))
+}
+
+/// `r` as a reading carrying only a humidity, under the key the writer gives it.
+fn humidity_only(shards: &MemoryShards, r: &R) -> ReadingItem {
+    let layout = shards.layout().unwrap();
+    let at = ts(r.ts_ms);
+    let fanout = shards
+        .entity(&r.device)
+        .map(|m| m.shard_history)
+        .unwrap_or_default();
+    let key = write_key(
+        &ReadingRef::new(&r.device, &r.event, at),
+        &layout,
+        &fanout,
+        at,
+    )
+    .unwrap()
+    .key;
+    assert_eq!(key, key_of(shards, r));
+    let reading = Reading {
+        device_id: r.device.clone(),
+        event_id: r.event.clone(),
+        ts: at,
+        metrics: BTreeMap::from([("humidity".to_owned(), r.value.clone())]),
+        tags: BTreeMap::new(),
+    };
+    ReadingItem::new(&reading, key, Duration::from_secs(86_400 * 3650))
+}
+
+/// The readings sealed by the sealer itself, in two runs: the first seals `H0` (a first
+/// run seals the last hour due), the second the three hours after it, up to `W`.
+async fn sealed(table: &MemoryReadings, shards: &Arc<MemoryShards>) -> MemoryRollups {
+    let rollups = MemoryRollups::new();
+    let settings = Settings {
+        concurrency: 4,
+        ..Settings::default()
+    };
+    let sealer = Sealer::new(table, shards.clone(), &rollups, settings);
+    let at = |ms| Timestamp::from_millis(ms).unwrap();
+    let first = sealer
+        .run(at(H0 + HOUR_MS + 12 * MINUTE_MS), None)
+        .await
+        .unwrap();
+    assert_eq!(first.hours_sealed, 1, "{first:?}");
+    let second = sealer.run(at(W + 12 * MINUTE_MS), None).await.unwrap();
+    assert_eq!(
+        (second.hours_sealed, second.watermark_ms),
+        (3, Some(W)),
+        "{second:?}"
+    );
+    rollups
+}
+
+fn config() -> ServiceConfig {
+    let mut config = ServiceConfig::new(key());
+    config.concurrency = 4;
+    config
+}
+
+/// `GET path?query`: status and JSON body.
+async fn get(svc: &Service<'_>, path: &str, query: &str) -> (u16, Value) {
+    let resp = svc.handle_parts("GET", path, Some(query), now()).await;
+    let body = serde_json::from_str(resp.body()).unwrap();
+    (resp.status().as_u16(), body)
+}
+
+/// Every bucket of a stats request, page after page.
+async fn every_bucket(svc: &Service<'_>, path: &str, query: &str) -> Vec<Value> {
+    let mut buckets = Vec::new();
+    let mut q = query.to_owned();
+    for _ in 0..100 {
+        let (status, body) = get(svc, path, &q).await;
+        assert_eq!(status, 200, "{path}?{q}: {body}");
+        buckets.extend(body["buckets"].as_array().unwrap().iter().cloned());
+        let Some(cursor) = body["next_cursor"].as_str() else {
+            return buckets;
+        };
+        q = format!("{query}&cursor={cursor}");
+    }
+    panic!("{path}?{query} never ended");
+}
+
+/// `got` and `want` hold the same buckets; else the first that differs is named.
+fn same_buckets(got: &[Value], want: &[Value], context: &str) {
+    let differs = got.iter().zip(want).find(|(g, w)| g != w);
+    assert!(differs.is_none(), "{context}: {differs:?}");
+    assert_eq!(got.len(), want.len(), "{context}: as many buckets");
+}
+
+/// The ranges compared: around and inside the sealed hours, each starting and ending
+/// inside a minute unless it is a whole number of hours.
+fn ranges() -> Vec<(&'static str, i64, i64)> {
+    vec![
+        (
+            "all, from before the first sealed hour to after the watermark",
+            FIRST + 17_003,
+            LAST - MINUTE_MS - 500,
+        ),
+        (
+            "inside the sealed hours, cutting hours and minutes",
+            H0 + 10 * MINUTE_MS + 1,
+            W - MINUTE_MS - 1_001,
+        ),
+        ("the sealed hours exactly", H0, W),
+        ("before the first sealed hour", FIRST, H0),
+        (
+            "before the first sealed hour, into it",
+            FIRST + 5 * MINUTE_MS + 7,
+            H0 + 25 * MINUTE_MS + 3,
+        ),
+        (
+            "across the watermark",
+            W - 47 * MINUTE_MS - 9_999,
+            W + 31 * MINUTE_MS + 1,
+        ),
+        ("after the watermark", W, LAST),
+    ]
+}
+
+const INTERVALS: [&str; 10] = [
+    "1m", "5m", "7m", "90m", "1h", "2h", "1d", "30s", "90s", "13s",
+];
+
+/// Every device's stats over every range and interval answer the same buckets from
+/// the sealed cells as from the readings: start, count, min, max and avg alike, a
+/// bucket that straddles the first sealed hour or the watermark included; each
+/// reading counted once (the counts add up to the distinct readings in the range).
+/// Over the sealed hours the readings are not read at all.
+#[tokio::test]
+async fn s41_device_stats_from_sealed_cells_equal_the_raw_answer() {
+    let (readings, table, shards) = fixture();
+    let rollups = sealed(&table, &shards).await;
+    let raw = QueryService::new(&table, shards.clone(), config());
+    let from_cells =
+        QueryService::new(&table, shards.clone(), config()).with_rollups(rollups.clone());
+    let (mut raw_evaluated, mut sealed_evaluated) = (0, 0);
+    for device in DEVICES {
+        let path = format!("/devices/{device}/stats");
+        for (name, from, to) in ranges() {
+            let distinct = readings
+                .iter()
+                .filter(|r| r.device == device && (from..to).contains(&r.ts_ms))
+                .count() as u64;
+            for interval in INTERVALS {
+                for consistent in ["false", "true"] {
+                    let q = format!(
+                        "from={from}&to={to}&interval={interval}&metric=temperature&consistent={consistent}"
+                    );
+                    let before = table.evaluated();
+                    let want = every_bucket(&raw, &path, &q).await;
+                    raw_evaluated += table.evaluated() - before;
+                    let before = (table.evaluated(), rollups.reads());
+                    let got = every_bucket(&from_cells, &path, &q).await;
+                    sealed_evaluated += table.evaluated() - before.0;
+                    same_buckets(&got, &want, &format!("{device} {name} at {interval}"));
+                    let counted: u64 = got.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+                    assert_eq!(counted, distinct, "{device} {name} at {interval}");
+                    let whole_minutes = !interval.ends_with('s');
+                    let read_cells = rollups.reads() > before.1;
+                    assert_eq!(read_cells, whole_minutes, "{device} {name} at {interval}");
+                    if whole_minutes && (from, to) == (H0, W) {
+                        assert_eq!(
+                            table.evaluated(),
+                            before.0,
+                            "{device} {interval}: no reading read"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The sub-minute intervals read the same readings both ways, and some ranges lie
+    // outside the sealed hours: less, not nothing.
+    assert!(
+        sealed_evaluated < raw_evaluated,
+        "{sealed_evaluated} readings read against {raw_evaluated}"
+    );
+}
+
+/// A stats page that a small Query budget ends inside the sealed hours ends at a
+/// bucket boundary, and its cursor resumes there: page after page, the buckets are
+/// the raw answer's.
+#[tokio::test]
+async fn sealed_stats_pages_within_a_small_budget_add_up_to_the_raw_answer() {
+    let (_, table, shards) = fixture();
+    let rollups = sealed(&table, &shards).await;
+    let raw = QueryService::new(&table, shards.clone(), config());
+    let mut small = config();
+    small.budget.queries = 4;
+    let paged = QueryService::new(&table, shards.clone(), small).with_rollups(rollups.clone());
+    for interval in ["1m", "5m", "1h"] {
+        let q = format!(
+            "from={}&to={}&interval={interval}&metric=temperature",
+            FIRST + 17_003,
+            LAST - 500
+        );
+        let want = every_bucket(&raw, "/devices/d-1/stats", &q).await;
+        let mut got = Vec::new();
+        let mut pages = 0;
+        let mut query = q.clone();
+        loop {
+            let before = rollups.reads() + table.calls();
+            let (status, body) = get(&paged, "/devices/d-1/stats", &query).await;
+            assert_eq!(status, 200, "{interval}: {body}");
+            let calls = rollups.reads() + table.calls() - before;
+            assert!(calls <= 4, "{interval}: a page made {calls} calls");
+            got.extend(body["buckets"].as_array().unwrap().iter().cloned());
+            pages += 1;
+            let Some(cursor) = body["next_cursor"].as_str() else {
+                break;
+            };
+            query = format!("{q}&cursor={cursor}");
+        }
+        assert!(pages > 1, "{interval}: the budget ended pages");
+        same_buckets(&got, &want, interval);
+    }
+}
