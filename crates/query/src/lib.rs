@@ -20,10 +20,14 @@
 //! - `GET /readings?from=&to=&limit=&order=&cursor=&consistent=`
 //! - `GET /devices/{device_id}/stats?from=&to=&interval=&metric=&consistent=&cursor=`
 //!   (the sealer's cells over the hours it sealed, the readings elsewhere)
+//! - `GET /devices/{device_id}/series?metric=&from=&to=&interval_ms=&agg=&consistent=`
+//!   (the same, as one answer of points)
 //! - `GET /devices/{device_id}/shards`
 //! - `GET /devices/{device_id}/latest?consistent=`
 //! - `GET /devices?prefix=&seen_since=&limit=&cursor=` (the sealer's directory)
 //! - `GET /stats?from=&to=&interval=&metric=&cursor=` (the fleet's sealed buckets)
+//! - `GET /series?metric=&from=&to=&interval_ms=&agg=` (the same, as one answer of
+//!   points)
 
 pub mod budget;
 pub mod config;

@@ -9,6 +9,15 @@ use store::rollup::MINUTE_MS;
 
 use crate::error::{ApiError, codes};
 
+mod series;
+
+pub(crate) use series::ceil_to;
+use series::series_params;
+pub use series::{
+    Agg, MAX_SERIES_POINTS, SeriesParams, device_series_interval, fleet_series_interval,
+    series_points,
+};
+
 /// Largest page a client may ask for.
 pub const MAX_LIMIT: u32 = 1000;
 /// Page size when `limit` is absent.
@@ -65,6 +74,12 @@ pub enum Route {
     Devices,
     /// `GET /stats`: the fleet's sealed buckets.
     FleetStats,
+    /// `GET /devices/{device_id}/series`: one metric of one device as points.
+    DeviceSeries {
+        device: String,
+    },
+    /// `GET /series`: one metric of the fleet as points, from the sealed hours.
+    FleetSeries,
 }
 
 impl Route {
@@ -79,6 +94,8 @@ impl Route {
             Route::Latest { .. } => "latest",
             Route::Devices => "devices",
             Route::FleetStats => "fleet_stats",
+            Route::DeviceSeries { .. } => "device_series",
+            Route::FleetSeries => "fleet_series",
         }
     }
 
@@ -93,6 +110,10 @@ impl Route {
             Route::Shards { .. } => &[],
             Route::Devices => &["prefix", "seen_since", "limit", "cursor"],
             Route::FleetStats => &["from", "to", "interval", "metric", "cursor"],
+            Route::DeviceSeries { .. } => {
+                &["metric", "from", "to", "interval_ms", "agg", "consistent"]
+            }
+            Route::FleetSeries => &["metric", "from", "to", "interval_ms", "agg"],
         }
     }
 }
@@ -167,6 +188,16 @@ pub enum Endpoint {
         metric: Option<String>,
         cursor: Option<String>,
     },
+    /// One device's metric as points: sealed cells and raw readings, as its stats.
+    DeviceSeries {
+        device: String,
+        series: SeriesParams,
+        consistent: bool,
+    },
+    /// The fleet's metric as points, from the sealer's fleet parts.
+    FleetSeries {
+        series: SeriesParams,
+    },
 }
 
 impl Endpoint {
@@ -177,10 +208,12 @@ impl Endpoint {
             | Endpoint::Reading { device, .. }
             | Endpoint::Stats { device, .. }
             | Endpoint::Shards { device }
-            | Endpoint::Latest { device, .. } => Some(device),
+            | Endpoint::Latest { device, .. }
+            | Endpoint::DeviceSeries { device, .. } => Some(device),
             Endpoint::AllReadings { .. }
             | Endpoint::Devices { .. }
-            | Endpoint::FleetStats { .. } => None,
+            | Endpoint::FleetStats { .. }
+            | Endpoint::FleetSeries { .. } => None,
         }
     }
 }
@@ -215,6 +248,7 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
         ["readings"] => Ok(Route::AllReadings),
         ["devices"] => Ok(Route::Devices),
         ["stats"] => Ok(Route::FleetStats),
+        ["series"] => Ok(Route::FleetSeries),
         ["devices", _, "readings"] => Ok(Route::DeviceReadings { device: device()? }),
         ["devices", _, "readings", _] => Ok(Route::Reading {
             device: device()?,
@@ -223,6 +257,7 @@ pub fn match_route(path: &str) -> Result<Route, ApiError> {
         ["devices", _, "stats"] => Ok(Route::Stats { device: device()? }),
         ["devices", _, "shards"] => Ok(Route::Shards { device: device()? }),
         ["devices", _, "latest"] => Ok(Route::Latest { device: device()? }),
+        ["devices", _, "series"] => Ok(Route::DeviceSeries { device: device()? }),
         _ => Err(not_found()),
     }
 }
@@ -335,6 +370,14 @@ pub fn parse_params(
                 cursor: cursor_param(get("cursor"))?,
             })
         }
+        Route::DeviceSeries { device } => Ok(Endpoint::DeviceSeries {
+            series: series_params(&params, limits, device_series_interval)?,
+            device,
+            consistent,
+        }),
+        Route::FleetSeries => Ok(Endpoint::FleetSeries {
+            series: series_params(&params, limits, fleet_series_interval)?,
+        }),
     }
 }
 

@@ -25,7 +25,7 @@ fn query_piece() -> impl Strategy<Value = String> {
         any::<String>(),
         "[a-z]{0,8}=[ -~]{0,30}",
         Just("from=2026-06-22T00:00:00Z&to=2026-06-22T01:00:00Z".to_string()),
-        "(from|to|limit|order|cursor|consistent|ts|interval|metric)=[%0-9A-Za-z:+.\\-]{0,30}",
+        "(from|to|limit|order|cursor|consistent|ts|interval|metric|interval_ms|agg)=[%0-9A-Za-z:+.\\-]{0,30}",
         "%[0-9A-Fa-f]{0,2}",
     ]
 }
@@ -37,8 +37,9 @@ proptest! {
     fn parse_request_never_panics(
         path in prop_oneof![
             any::<String>(),
-            "/devices/[ -~]{0,20}/(readings|stats|shards|latest)(/[ -~]{0,10})?",
+            "/devices/[ -~]{0,20}/(readings|stats|shards|latest|series)(/[ -~]{0,10})?",
             Just("/readings".to_string()),
+            Just("/series".to_string()),
         ],
         pieces in proptest::collection::vec(query_piece(), 0..6),
         method in prop_oneof![Just("GET"), Just("POST"), Just("")],

@@ -1,13 +1,15 @@
-//! Scenario 41, the query's side: a device's stats read from the sealer's
+//! Scenario 41, the query's side: a device's stats and series read from the sealer's
 //! cells over the hours it sealed (and from the readings elsewhere) answer what the
 //! readings alone answer, bucket for bucket, with copies of readings in the data: the
 //! real sealer (`sealer::Sealer`) seals the readings, and the same requests go to a
 //! service without the rollups table and to one with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bigdecimal::BigDecimal;
 use query::{QueryService, ServiceConfig};
 use sealer::{Sealer, Settings};
 use serde_json::Value;
@@ -15,7 +17,7 @@ use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
-use store::rollup::{HOUR_MS, MINUTE_MS};
+use store::rollup::{HOUR_MS, MINUTE_MS, mean};
 
 use crate::common::{
     BASE_MS, R, Service, fanout_history, hourly, key, key_of, load, now, put_block, shard_table,
@@ -336,4 +338,121 @@ async fn sealed_stats_pages_within_a_small_budget_add_up_to_the_raw_answer() {
         assert!(pages > 1, "{interval}: the budget ended pages");
         same_buckets(&got, &want, interval);
     }
+}
+
+/// The exact sum of `device`'s temperatures in each bucket of `interval_ms` over
+/// `[from, to)`, each reading once.
+fn sums(
+    readings: &[R],
+    device: &str,
+    from: i64,
+    to: i64,
+    interval_ms: i64,
+) -> BTreeMap<i64, BigDecimal> {
+    let mut out: BTreeMap<i64, BigDecimal> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for r in readings
+        .iter()
+        .filter(|r| r.device == device && (from..to).contains(&r.ts_ms))
+    {
+        if seen.insert((r.ts_ms, r.event.clone())) {
+            *out.entry(r.ts_ms.div_euclid(interval_ms) * interval_ms)
+                .or_default() += BigDecimal::from_str(r.value.as_str()).unwrap();
+        }
+    }
+    out
+}
+
+/// A device's series is its stats as points: for each `agg`, the bucket's figure at
+/// the bucket's start (epoch ms), the interval rounded up to a whole minute from a
+/// minute on; `sum` the exact decimal, `count` an integer; the same from the sealed
+/// cells as from the readings.
+#[tokio::test]
+async fn a_device_series_is_its_stats_as_points() {
+    let (readings, table, shards) = fixture();
+    let rollups = sealed(&table, &shards).await;
+    let raw = QueryService::new(&table, shards.clone(), config());
+    let from_cells =
+        QueryService::new(&table, shards.clone(), config()).with_rollups(rollups.clone());
+    let (from, to) = (FIRST + 17_003, LAST - MINUTE_MS - 500);
+    for (asked, used, interval) in [
+        (60_000, 60_000, "1m"),
+        (90_000, 120_000, "2m"),
+        (300_000, 300_000, "5m"),
+        (3_600_000, 3_600_000, "1h"),
+        (15_000, 15_000, "15s"),
+    ] {
+        let stats = format!("from={from}&to={to}&interval={interval}&metric=temperature");
+        let buckets = every_bucket(&raw, "/devices/hot-1/stats", &stats).await;
+        let exact = sums(&readings, "hot-1", from, to, used);
+        for agg in ["avg", "min", "max", "count", "sum"] {
+            let q = format!("metric=temperature&from={from}&to={to}&interval_ms={asked}&agg={agg}");
+            let mut answers = Vec::new();
+            for svc in [&raw, &from_cells] {
+                let resp = svc
+                    .handle_parts("GET", "/devices/hot-1/series", Some(&q), now())
+                    .await;
+                assert_eq!(resp.status(), 200, "{}", resp.body());
+                answers.push(resp.body().clone());
+            }
+            assert_eq!(answers[0], answers[1], "{asked} {agg}");
+            let body: Value = serde_json::from_str(&answers[0]).unwrap();
+            let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+            assert_eq!(keys, ["metric", "agg", "interval_ms", "points"]);
+            assert_eq!(body["interval_ms"], used, "{asked}");
+            assert_eq!(
+                (&body["metric"], &body["agg"]),
+                (&Value::from("temperature"), &Value::from(agg))
+            );
+            let points = body["points"].as_array().unwrap();
+            assert_eq!(points.len(), buckets.len(), "{asked} {agg}");
+            for (point, bucket) in points.iter().zip(&buckets) {
+                let start = point[0].as_i64().unwrap();
+                assert_eq!(start % used, 0, "aligned to the interval");
+                assert_eq!(
+                    query::model::format_ts(start).unwrap(),
+                    bucket["start"].as_str().unwrap()
+                );
+                match agg {
+                    "count" => assert!(point[1].is_u64() && point[1] == bucket["count"]),
+                    // Read below as the decimals their digits spell.
+                    "sum" => assert!(point[1].is_number()),
+                    _ => assert_eq!(point[1], bucket[agg], "{asked} {agg}"),
+                }
+            }
+            if agg == "sum" {
+                let written = raw_points(&answers[0]);
+                let want: Vec<(i64, BigDecimal)> = exact.clone().into_iter().collect();
+                assert_eq!(written, want, "{asked}: exact sums");
+            }
+            if agg == "avg" {
+                for (start, sum) in &exact {
+                    let count = points
+                        .iter()
+                        .position(|p| p[0] == *start)
+                        .map(|i| buckets[i]["count"].as_u64().unwrap())
+                        .unwrap();
+                    let point = points.iter().find(|p| p[0] == *start).unwrap();
+                    assert_eq!(
+                        point[1].as_f64().unwrap().to_bits(),
+                        mean(sum, count).to_bits()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The points of a series answer with each value read as the decimal its text spells.
+fn raw_points(body: &str) -> Vec<(i64, BigDecimal)> {
+    #[derive(serde::Deserialize)]
+    struct Series {
+        points: Vec<(i64, Box<serde_json::value::RawValue>)>,
+    }
+    let series: Series = serde_json::from_str(body).unwrap();
+    series
+        .points
+        .into_iter()
+        .map(|(t, v)| (t, BigDecimal::from_str(v.get()).unwrap()))
+        .collect()
 }

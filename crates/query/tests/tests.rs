@@ -22,4 +22,5 @@ mod rollups;
 mod scope;
 mod sealed;
 mod sealed_month;
+mod series;
 mod stats;

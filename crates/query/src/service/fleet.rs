@@ -67,14 +67,14 @@ impl FleetRequest<'_> {
         }
     }
 
-    fn bucket_of(&self, ms: i64) -> i64 {
+    pub(super) fn bucket_of(&self, ms: i64) -> i64 {
         ms.div_euclid(self.interval_ms) * self.interval_ms
     }
 }
 
 /// One hour of the fleet: the merge of its parts.
 #[derive(Debug, Default)]
-struct HourCells {
+pub(super) struct HourCells {
     hour: Cells,
     minutes: BTreeMap<u8, Cells>,
 }
@@ -151,15 +151,15 @@ struct FleetPage {
 
 /// The hours a page reads and the part of the range it answers, `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PagePlan {
-    start: i64,
-    end: i64,
+pub(super) struct PagePlan {
+    pub(super) start: i64,
+    pub(super) end: i64,
     /// Where the range ends for this request: the page is the last when `end` is it.
     range_end: i64,
 }
 
 impl PagePlan {
-    fn hours(&self) -> impl Iterator<Item = i64> {
+    pub(super) fn hours(&self) -> impl Iterator<Item = i64> {
         let first = store::rollup::hour_of(self.start);
         let last = store::rollup::hour_of(self.end - 1);
         (first..=last).step_by(HOUR_MS as usize)
@@ -170,7 +170,7 @@ impl PagePlan {
 /// minutes of the range (from rounded up, to rounded down), only buckets that end by
 /// the watermark, at most `most_hours` hours and `most_buckets` buckets, ending at a
 /// bucket boundary (at least one bucket). `None` when nothing is left to answer.
-fn plan_page(
+pub(super) fn plan_page(
     request: &FleetRequest<'_>,
     start: i64,
     watermark: i64,
@@ -298,7 +298,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
 
 impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     /// Each of `hours`, read at once up to the service's concurrency, in hour order.
-    async fn read_hours(
+    pub(super) async fn read_hours(
         &self,
         spend: &Spend<'_>,
         hours: &[i64],
@@ -371,30 +371,10 @@ fn buckets(
     mut room: usize,
 ) -> Result<(Vec<BucketOut>, i64), ApiError> {
     let interval = request.interval_ms;
-    let whole_hours = interval % HOUR_MS == 0;
     let mut out = Vec::new();
     let mut bucket = request.bucket_of(plan.start);
     while bucket < plan.end {
-        let (lo, hi) = (bucket.max(plan.start), (bucket + interval).min(plan.end));
-        let mut cells = Cells::default();
-        let mut devices = 0;
-        let mut hour = store::rollup::hour_of(lo);
-        while hour < hi {
-            let (a, b) = (hour.max(lo), (hour + HOUR_MS).min(hi));
-            if let Some(h) = hours.get(&hour) {
-                if whole_hours && (a, b) == (hour, hour + HOUR_MS) {
-                    cells.merge(&h.hour);
-                    devices = devices.max(h.hour.devices);
-                } else {
-                    let minutes = ((a - hour) / MINUTE_MS) as u8..((b - hour) / MINUTE_MS) as u8;
-                    for m in h.minutes.range(minutes).map(|(_, m)| m) {
-                        cells.merge(m);
-                        devices = devices.max(m.devices);
-                    }
-                }
-            }
-            hour += HOUR_MS;
-        }
+        let (cells, devices) = bucket_cells(interval, plan, hours, bucket);
         if cells.readings > 0 {
             let metrics = cells
                 .metrics
@@ -424,6 +404,39 @@ fn buckets(
         bucket += interval;
     }
     Ok((out, plan.end))
+}
+
+/// The cells of the bucket starting at `bucket` (the part of it inside `plan`), and the
+/// most devices of any one unit of it (its hours for a whole-hour interval and an hour
+/// it holds whole, its minutes otherwise).
+pub(super) fn bucket_cells(
+    interval: i64,
+    plan: &PagePlan,
+    hours: &BTreeMap<i64, HourCells>,
+    bucket: i64,
+) -> (Cells, u64) {
+    let whole_hours = interval % HOUR_MS == 0;
+    let (lo, hi) = (bucket.max(plan.start), (bucket + interval).min(plan.end));
+    let mut cells = Cells::default();
+    let mut devices = 0;
+    let mut hour = store::rollup::hour_of(lo);
+    while hour < hi {
+        let (a, b) = (hour.max(lo), (hour + HOUR_MS).min(hi));
+        if let Some(h) = hours.get(&hour) {
+            if whole_hours && (a, b) == (hour, hour + HOUR_MS) {
+                cells.merge(&h.hour);
+                devices = devices.max(h.hour.devices);
+            } else {
+                let minutes = ((a - hour) / MINUTE_MS) as u8..((b - hour) / MINUTE_MS) as u8;
+                for m in h.minutes.range(minutes).map(|(_, m)| m) {
+                    cells.merge(m);
+                    devices = devices.max(m.devices);
+                }
+            }
+        }
+        hour += HOUR_MS;
+    }
+    (cells, devices)
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@
 //! - `shards`: `GET /devices/{device_id}/shards`, the layout and fan-out histories;
 //! - `devices`: `GET /devices`, the device list, from the sealer's directory;
 //! - `fleet`: `GET /stats`, the fleet's buckets, from the sealer's fleet parts;
+//! - `series`: `GET /devices/{device_id}/series` and `GET /series`, the two stats as
+//!   points of one metric, in one answer;
 //!
 //! and `plan` turns a validated range into the read plan's merge streams; `rollups`
 //! reads the sealer's table (`ROLLUP_TABLE`), within the budgets.
@@ -56,6 +58,7 @@ mod point;
 mod readings;
 mod rollups;
 mod sealed;
+mod series;
 mod shards;
 mod stats;
 
@@ -175,9 +178,9 @@ pub struct QueryService<S, D> {
     /// What the last read over every device saw of its streams' density: the next
     /// such read plans its first round by it.
     every_device_density: Mutex<Option<DensityHint>>,
-    /// The sealer's derived items (`ROLLUP_TABLE`), which `GET /devices` and
-    /// `GET /stats` read, and the device stats read for the hours sealed; `None`: the
-    /// first two answer 501, the device stats read the readings alone.
+    /// The sealer's derived items (`ROLLUP_TABLE`), which `GET /devices`, `GET /stats`
+    /// and `GET /series` read, and the device stats and series read for the hours
+    /// sealed; `None`: the first three answer 501, the others read the readings alone.
     rollups: Option<Rollups>,
 }
 
@@ -198,8 +201,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     /// The service reading the sealer's derived items from `rollups` too
-    /// (`ROLLUP_TABLE`): for `GET /devices` and `GET /stats`, and for a device's stats
-    /// over the hours sealed.
+    /// (`ROLLUP_TABLE`): for `GET /devices`, `GET /stats` and `GET /series`, and for a
+    /// device's stats and series over the hours sealed.
     #[must_use]
     pub fn with_rollups(self, rollups: impl store::rollup::RollupTable + 'static) -> Self {
         Self {
@@ -396,6 +399,15 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 };
                 self.fleet_stats(scope, &request, now, deadline).await
             }
+            Endpoint::DeviceSeries {
+                device,
+                series,
+                consistent,
+            } => {
+                self.device_series(&device, &series, consistent, now, deadline)
+                    .await
+            }
+            Endpoint::FleetSeries { series } => self.fleet_series(scope, &series, deadline).await,
         }
     }
 

@@ -29,6 +29,7 @@ use super::rollups::{Fetch, SealedSpan, Spend};
 use super::stats::CellsRead;
 use crate::error::ApiError;
 use crate::exec::Exhausted;
+use crate::params::ceil_to;
 
 /// How a range `[from, to)` splits between readings and sealed cells. Each part is
 /// half-open and they follow one another: `head`, `sealed`, `tail`.
@@ -51,10 +52,6 @@ fn part(a: i64, b: i64) -> Option<(i64, i64)> {
 
 fn floor_to(ms: i64, unit: i64) -> i64 {
     ms.div_euclid(unit) * unit
-}
-
-fn ceil_to(ms: i64, unit: i64) -> i64 {
-    floor_to(ms + unit - 1, unit)
 }
 
 /// The split of `[from, to)` at `interval_ms` over the sealed hours `span`: sealed cells

@@ -8,7 +8,8 @@
 //! range splits): one GetItem of the watermark, then the readings before the sealed
 //! cells, the cells, and the readings after them, in time order into one
 //! [`Pager`], all within the request's budgets. A bucket that straddles the
-//! watermark merges the two.
+//! watermark merges the two. The device's series (`super::series`) reads the same
+//! way, as one answer.
 
 use std::ops::ControlFlow;
 use std::time::Instant;
