@@ -413,7 +413,10 @@ fn the_readme_one_device_grant_reaches_that_device_routes_alone() {
             assert!(!iam_matches(grant, &arn(template)), "{template}");
         }
     }
-    assert_eq!(device_routes, 5, "readings, a reading, stats, shards, latest");
+    assert_eq!(
+        device_routes, 6,
+        "readings, a reading, stats, shards, latest, series"
+    );
     let encoded = format!("/devices/{}/readings", device.replacen('-', "%2D", 1));
     let refused = query::parse_request("GET", &encoded, Some(HOUR), &query::Limits::default());
     assert_eq!(refused.unwrap_err().code, "bad_id");

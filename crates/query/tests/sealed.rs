@@ -397,6 +397,7 @@ async fn a_device_series_is_its_stats_as_points() {
             }
             assert_eq!(answers[0], answers[1], "{asked} {agg}");
             let body: Value = serde_json::from_str(&answers[0]).unwrap();
+            crate::series::valid(&body, "/devices/{device_id}/series", 200);
             let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
             assert_eq!(keys, ["metric", "agg", "interval_ms", "points"]);
             assert_eq!(body["interval_ms"], used, "{asked}");

@@ -87,6 +87,24 @@ async fn seal_fleet(rollups: &MemoryRollups, hours: i64) {
     rollups.put(&watermark).await.unwrap();
 }
 
+/// `body` against `openapi.yaml`'s schema of `template`'s answer with `status`.
+pub(crate) fn valid(body: &Value, template: &str, status: u16) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../openapi.yaml");
+    let doc: Value = yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut response = &doc["paths"][template]["get"]["responses"][status.to_string()];
+    if let Some(reference) = response.get("$ref").and_then(Value::as_str) {
+        response = doc.pointer(reference.strip_prefix('#').unwrap()).unwrap();
+    }
+    let schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "allOf": [response.pointer("/content/application~1json/schema").unwrap()],
+        "components": doc["components"],
+    });
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{template} {status}: {errors:?}");
+}
+
 fn n_text(v: &str) -> store::Decimal {
     store::Decimal::parse(v).unwrap()
 }
@@ -219,6 +237,7 @@ async fn a_series_past_a_budget_is_400_budget_exceeded_naming_it() {
     let (status, body) = get(&svc, "/devices/d-1/series", &q).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "budget_exceeded");
+    valid(&body, "/devices/{device_id}/series", 400);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("QUERY_MAX_EVALUATED"), "{message}");
     assert!(
@@ -286,6 +305,7 @@ async fn the_fleet_series_of_31_days_at_5_minutes_is_one_answer_under_4_mb() {
             31 * 24 + 1,
             "{agg}: the watermark and a Query an hour"
         );
+        valid(&body, "/series", 200);
         if agg == "count" {
             assert!(
                 body["points"]
@@ -381,6 +401,7 @@ async fn the_fleet_series_answers_sealed_whole_minutes_and_is_501_without_the_ta
         (status, body["error"]["code"].as_str()),
         (501, Some("not_supported"))
     );
+    valid(&body, "/series", 501);
     let q = format!(
         "metric=temperature&from={BASE_MS}&to={}&interval_ms=90000&agg=count",
         BASE_MS + HOUR_MS
@@ -388,6 +409,7 @@ async fn the_fleet_series_answers_sealed_whole_minutes_and_is_501_without_the_ta
     let (status, body) = get(&raw_only, "/devices/d-1/series", &q).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["interval_ms"], 120_000);
+    valid(&body, "/devices/{device_id}/series", 200);
     assert_eq!(body["points"].as_array().unwrap().len(), 30);
     assert!(body["points"].as_array().unwrap().iter().all(|p| p[1] == 4));
 }
