@@ -665,9 +665,10 @@ fn check_query_role_with(t: &Template) -> Result<()> {
         );
     }
     // The derived items are read, never written: the sealer alone writes them. The
-    // function is given the stack's rollups table, and its role reads it: the watermark
-    // and directory entries by key, the directory and the fleet's hours by Query
-    // (GET /devices, GET /stats; without the table both answer 501).
+    // function is given the stack's rollups table, and its role reads it: the watermark,
+    // directory entries and device-hours by key, the directory, a device's hour
+    // summaries and the fleet's hours by Query (GET /devices, GET /stats and GET /series
+    // answer 501 without the table; a device's stats and series read its sealed cells).
     let rollups = "getatt:RollupTable.Arn";
     for (action, resource) in &grants {
         ensure!(
@@ -684,7 +685,8 @@ fn check_query_role_with(t: &Template) -> Result<()> {
     for action in ["dynamodb:GetItem", "dynamodb:Query"] {
         ensure!(
             grants.contains(&(action.to_owned(), rollups.to_owned())),
-            "QueryRole may not {action} RollupTable: GET /devices and GET /stats read it"
+            "QueryRole may not {action} RollupTable: GET /devices, the stats and the series \
+             read it"
         );
     }
     // The cursor key is the generated secret, read through its ARN.
@@ -702,8 +704,9 @@ fn check_query_role_with(t: &Template) -> Result<()> {
     let table = env.get("ROLLUP_TABLE").and_then(scalar);
     ensure!(
         table.as_deref() == Some("ref:RollupTable"),
-        "QueryFunction's ROLLUP_TABLE must be RollupTable (GET /devices and GET /stats \
-         read it, and answer 501 without it), is {table:?}"
+        "QueryFunction's ROLLUP_TABLE must be RollupTable (GET /devices, the stats and \
+         the series read it; GET /devices, GET /stats and GET /series answer 501 without \
+         it), is {table:?}"
     );
     ensure!(
         t.props("CursorSecret")?
@@ -715,7 +718,7 @@ fn check_query_role_with(t: &Template) -> Result<()> {
 }
 
 /// Every endpoint of the query API.
-pub(crate) const ROUTES: [&str; 8] = [
+pub(crate) const ROUTES: [&str; 10] = [
     "GET /devices/{device_id}/readings",
     "GET /devices/{device_id}/readings/{event_id}",
     "GET /readings",
@@ -724,6 +727,8 @@ pub(crate) const ROUTES: [&str; 8] = [
     "GET /devices/{device_id}/latest",
     "GET /devices",
     "GET /stats",
+    "GET /devices/{device_id}/series",
+    "GET /series",
 ];
 
 fn check_api(t: &Template) -> Result<()> {
@@ -1904,7 +1909,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 53] = [
+    let mutations: [(&str, &str, &str); 54] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2145,8 +2150,8 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "query role",
-            "(without it both answer 501).\n          ROLLUP_TABLE: !Ref RollupTable",
-            "(without it both answer 501).\n          ROLLUP_TABLE: \"\"",
+            "# over the hours it sealed.\n          ROLLUP_TABLE: !Ref RollupTable",
+            "# over the hours it sealed.\n          ROLLUP_TABLE: \"\"",
         ),
         (
             "api",
@@ -2157,6 +2162,11 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "api",
             "      RouteKey: GET /devices\n",
             "      RouteKey: GET /devices/{proxy+}\n",
+        ),
+        (
+            "api",
+            "      RouteKey: GET /series\n      AuthorizationType: !If [UseJwt, JWT, AWS_IAM]",
+            "      RouteKey: GET /series\n      AuthorizationType: !If [UseJwt, JWT, NONE]",
         ),
     ];
     for (name, from, to) in mutations {

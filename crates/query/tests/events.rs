@@ -223,6 +223,35 @@ async fn fleet_stats_event() {
 }
 
 #[tokio::test]
+async fn device_series_event() {
+    let (status, body, _) = call("apigw-device-series.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["metric"], "temperature");
+    assert_eq!(body["agg"], "avg");
+    assert_eq!(body["interval_ms"], 60_000);
+    // sensor-alpha-001's 50 readings, 20, 22, ..., 118, in the minute 01:00 (sealed).
+    assert_eq!(
+        body["points"],
+        serde_json::json!([[BASE_MS + HOUR_MS, 69.0]])
+    );
+}
+
+#[tokio::test]
+async fn fleet_series_event() {
+    let (status, body, calls) = call("apigw-fleet-series.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["agg"], "sum");
+    assert_eq!(body["interval_ms"], 3_600_000);
+    assert_eq!(body["watermark"], "2026-06-22T02:00:00.000Z");
+    // The sealed hours: the gateway's 5 at 00:00, 20 + 21 + ... + 119 at 01:00.
+    assert_eq!(
+        body["points"],
+        serde_json::json!([[BASE_MS, 5], [BASE_MS + HOUR_MS, 6950]])
+    );
+    assert_eq!(calls, 0, "no read of the readings table");
+}
+
+#[tokio::test]
 async fn bad_request_event() {
     let (status, body, calls) = call("apigw-bad-request.json").await;
     assert_eq!(status, 400, "{body}");
