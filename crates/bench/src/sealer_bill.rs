@@ -399,13 +399,17 @@ pub async fn run(root: &Path, devices: usize, results: &mut Results) -> Result<(
              minute later finds nothing to seal, as the other 59 runs of the hour at \
              rate(1 minute) do. Charges are the proxy's: reads by what they read (4 KB a \
              unit, strongly consistent at full price), writes by the larger of the item \
-             before and after (1 KB a unit), failed conditions included. Dollars at \
+             before and after (1 KB a unit), failed conditions included (so a strongly \
+             consistent read of what was written costs a twentieth of writing it where the \
+             writes fill their units: 4 KB a read unit, at a fifth of a write unit's price). \
+             Dollars at \
              on-demand prices, us-east-1: $0.625 per million write units \
              (sharding::capacity::ON_DEMAND_PRICE_PER_MILLION_WRITES) and $0.125 per \
              million read units (ON_DEMAND_PRICE_PER_MILLION_READS, crates/bench: the \
-             project keeps no read price). The ingest's write bill is every write unit it \
-             caused (the readings table, the layout it stored once in the shard table, and \
-             the rollups table, where it wrote nothing). Shape (b) is the issue's fleet of \
+             project keeps no read price). The ingest's write bill for the hour is every \
+             write unit it caused (the readings table, and the rollups table, where it wrote \
+             nothing) but the table layout its first invocation stored once for the table's \
+             life (1 WCU in the shard table, shown apart). Shape (b) is the issue's fleet of \
              100,000 devices each sending a reading every 10 s, scaled to fewer devices with \
              the same per-device shape (one reading a message, 360 a device-hour, phases \
              spread over the 10 s, so each event holds one message of each of ~100 \
@@ -414,8 +418,8 @@ pub async fn run(root: &Path, devices: usize, results: &mut Results) -> Result<(
              at most 16 an hour, the watermark, the shard metadata and every run's reads of \
              the 16 late-mark partitions) is shown apart and added at 100,000 devices as \
              measured. The two-metric reading is items 2 and 8's; the ~500-byte one has the \
-             demo publisher's metrics (temp_c, humidity, battery_v) and site tag and nine \
-             more metrics of two decimals. The full fleet's hour is 36 million readings, \
+             demo publisher's metrics (temp_c, humidity, battery_v) and site tag, 16 more \
+             metrics of two decimals, and two more tags (firmware, model). The full fleet's hour is 36 million readings, \
              more than this machine holds.",
     );
     Ok(())
