@@ -294,8 +294,10 @@ fn report(results: &mut Results, raw: &Raw, month: &Month) {
         "9",
         "a month of hourly stats of one device writing every second, from its hour summaries (one Query over 31 days, eventually consistent): Queries; items evaluated",
         format!(
-            "{} Queries; {} items evaluated ({} summaries, {} bytes, {:.1} RCU, {:.0} ms)",
-            month.queries, month.evaluated, month.items, month.bytes, month.rcu, month.ms
+            "{} {}; {} items evaluated ({} summaries, {} bytes, {:.1} RCU, {:.0} ms)",
+            month.queries,
+            if month.queries == 1 { "Query" } else { "Queries" },
+            month.evaluated, month.items, month.bytes, month.rcu, month.ms
         ),
         "at most 5 Queries and 1,000 items",
         if month.queries <= 5 && month.evaluated <= 1_000 {
@@ -318,7 +320,7 @@ fn report(results: &mut Results, raw: &Raw, month: &Month) {
         "9",
         "the same month by today's raw route (GET /devices/{id}/stats?interval=1h, default budgets), extrapolated from 2 days read: pages; Queries; items evaluated; RCU",
         format!(
-            "{budget_pages} pages by the readings budget alone ({budget_hours} hours a page), {month_pages} by this run's pages (at most {} hours a page: the largest of the 2 days' {} pages, read in {:.0} ms, the 3-s budget ending the others); {:.0} Queries ({} for 2 days); {:.0} items ({}); {:.0} RCU ({:.1}); the summaries read {:.0}x fewer items",
+            "{budget_pages} pages by the readings budget alone ({budget_hours} hours a page); {month_pages} at this run's largest page ({} hours, of the 2 days' {} pages read in {:.0} ms: a page the 3-s budget ends early holds fewer hours); {:.0} Queries ({} for 2 days); {:.0} items ({}); {:.0} RCU ({:.1}); the summaries read {:.0}x fewer items",
             raw.largest_page_buckets,
             raw.pages,
             raw.ms,

@@ -212,7 +212,7 @@ fn ratio_rows(results: &mut Results, bill: &Bill, b: &Breakdown) {
             "9",
             &format!(
                 "{label}: with the hour's fixed part, measured at {} devices; at 100,000 devices (per device-hour x 100,000 + the fixed part)",
-                f.devices
+                super::fleet::thousands(f.devices)
             ),
             format!(
                 "{:.2}% ({} / {}); {:.2}% ({} / {} an hour)",
@@ -248,10 +248,10 @@ fn breakdown_rows(results: &mut Results, bill: &Bill, b: &Breakdown) {
             "{label}: the sealer's bill {}: readings read ({} strongly consistent Queries{}); device-hour writes; summary writes; directory (GetItem + PutItem); fleet parts' reads of their device-hours",
             if f.devices == 1 { "for the device-hour" } else { "per device-hour" },
             seal.calls(&t.readings, "Query"),
-            if f.devices == 1 { String::new() } else { format!(" for {} devices", f.devices) },
+            if f.devices == 1 { String::new() } else { format!(" for {} devices", super::fleet::thousands(f.devices)) },
         ),
         format!(
-            "{}; {} (one item of ~{dh_kb:.1} KB: minute cells); {}; {}; {}",
+            "{}; {} (one item of ~{dh_kb:.0} KB: minute cells); {}; {}; {}",
             per(b.readings),
             per(b.device_hours),
             per(b.summaries),
@@ -268,8 +268,9 @@ fn breakdown_rows(results: &mut Results, bill: &Bill, b: &Breakdown) {
             if b.other.rcu.abs() + b.other.wcu.abs() > 0.0 { "; charges no part names" } else { "" },
         ),
         format!(
-            "{} ({parts} parts); {}; {}; {}; {} ({} each: {} calls){}",
+            "{} ({parts} {}); {}; {}; {}; {} ({} each: {} calls){}",
             b.part_writes.words(),
+            if parts == 1 { "part" } else { "parts" },
             b.watermark.words(),
             b.metadata.words(),
             b.marks.words(),

@@ -255,6 +255,19 @@ impl Fleet {
     }
 }
 
+/// `1000` as `1,000`.
+pub(super) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -276,7 +289,8 @@ pub(super) fn fleets(devices: usize) -> Vec<Fleet> {
         });
         out.push(Fleet {
             label: format!(
-                "(b) {devices} devices, 1 reading a message, one every 10 s, {}",
+                "(b) {} devices, 1 reading a message, one every 10 s, {}",
+                thousands(devices),
                 kind.words()
             ),
             devices,
