@@ -30,6 +30,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use query::exec::{ExecError, ReadBudget, ReadOptions, merge_each};
 use query::service::specs;
 use serde::{Deserialize, Serialize};
+use sharding::epoch::TableHistory;
 use sharding::read_plan::{PlanError, ReadPlan, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
 use store::directory::{CachedDirectory, ShardReader};
@@ -271,20 +272,19 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(true)
     }
 
-    /// Seals one device's hour again (a late mark).
+    /// Reads one device's hour again and writes its device-hour, summary and directory
+    /// entry (a late mark; its fleet part is the caller's to recompute).
     async fn seal_device_hour(
         &self,
         device: &str,
         hour: i64,
+        table: &TableHistory,
         now: Timestamp,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
         let range = hour_range(hour)?;
-        let Some(table) = self.directory.stored_layout(now).await? else {
-            return Ok(());
-        };
         let fanout = self.directory.fanout(device, now).await?;
-        let plan = plan_entity(device, range, &table, &fanout)?;
+        let plan = plan_entity(device, range, table, &fanout)?;
         let Some(hours) = self
             .read_hour(&plan, hour, Some(device), None, report)
             .await?
@@ -292,8 +292,6 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             return Ok(());
         };
         self.write_device_hours(hours.into_values().collect(), report)
-            .await?;
-        self.write_parts(hour, BTreeSet::from([part_of(device)]), report)
             .await
     }
 
@@ -477,31 +475,64 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         deadline: Option<Instant>,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
+        let Some(table) = self.directory.stored_layout(now).await? else {
+            return Ok(());
+        };
         for part in 0..store::rollup::PARTS {
-            let marks = query_all(
-                &self.rollups,
-                RollupQuery::partition(keys::late_part(part), true),
-            )
-            .await?;
-            for mark in marks {
-                if past(deadline) {
-                    return Ok(());
+            // Page by page, so a partition of many marks holds one page at a time.
+            let mut q = RollupQuery::partition(keys::late_part(part), true);
+            loop {
+                let page = self.rollups.query(&q).await?;
+                let mut by_hour: BTreeMap<i64, Vec<(&RollupItem, &str)>> = BTreeMap::new();
+                for mark in &page.items {
+                    let Some((hour, device)) = parse_mark(&mark.sk) else {
+                        tracing::warn!(mark = %mark, "a late mark whose key is not {{hour}}#{{device}}: left alone");
+                        continue;
+                    };
+                    if hour < sealed_end {
+                        by_hour.entry(hour).or_default().push((mark, device));
+                    }
                 }
-                let Some((hour, device)) = parse_mark(&mark.sk) else {
-                    tracing::warn!(mark = %mark, "a late mark whose key is not {{hour}}#{{device}}: left alone");
-                    continue;
-                };
-                if hour >= sealed_end {
-                    continue;
+                for (hour, marks) in by_hour {
+                    if past(deadline) {
+                        return Ok(());
+                    }
+                    self.seal_marked_hour(hour, &marks, &table, now, report)
+                        .await?;
                 }
-                self.seal_device_hour(device, hour, now, report).await?;
-                if self
-                    .rollups
-                    .delete_if(&mark.pk, &mark.sk, mark.version)
-                    .await?
-                {
-                    report.marks_sealed += 1;
+                match page.last_sk {
+                    Some(last) => q.after = Some(last),
+                    None => break,
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals again the device-hours `marks` name in one hour, then each fleet part they
+    /// touch once, and last deletes each mark no newer mark replaced: a crash before
+    /// the deletes leaves the marks for the next run, which writes the same items.
+    async fn seal_marked_hour(
+        &self,
+        hour: i64,
+        marks: &[(&RollupItem, &str)],
+        table: &TableHistory,
+        now: Timestamp,
+        report: &mut RunReport,
+    ) -> Result<(), SealError> {
+        for (_, device) in marks {
+            self.seal_device_hour(device, hour, table, now, report)
+                .await?;
+        }
+        let parts = marks.iter().map(|(_, device)| part_of(device)).collect();
+        self.write_parts(hour, parts, report).await?;
+        for (mark, _) in marks {
+            if self
+                .rollups
+                .delete_if(&mark.pk, &mark.sk, mark.version)
+                .await?
+            {
+                report.marks_sealed += 1;
             }
         }
         Ok(())
