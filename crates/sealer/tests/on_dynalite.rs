@@ -495,32 +495,22 @@ fn body<T: for<'de> serde::Deserialize<'de>>(items: &Items, (pk, sk): (String, S
 
 /// The fleet's hour and minute cells: the merge of its stored parts.
 fn fleet(items: &Items) -> (Cells, BTreeMap<u8, Cells>) {
-    let mut total = Cells::default();
-    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    let mut fleet = FleetPart::default();
     for ((pk, _), item) in items {
         if *pk == keys::fleet_hour(HOUR) {
-            let part: FleetPart = item.body().expect("a fleet part");
-            total.merge(&part.hour);
-            for (m, cells) in &part.minutes {
-                minutes.entry(*m).or_default().merge(cells);
-            }
+            fleet.merge(&item.body().expect("a fleet part"));
         }
     }
-    (total, minutes)
+    (fleet.hour, fleet.minutes)
 }
 
 /// The fleet cells `device_hours` make.
 fn expected_fleet(device_hours: &BTreeMap<String, DeviceHour>) -> (Cells, BTreeMap<u8, Cells>) {
-    let mut total = Cells::default();
-    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    let mut fleet = FleetPart::default();
     for dh in device_hours.values() {
-        let part = FleetPart::of(HOUR, part_of(&dh.device), [dh]);
-        total.merge(&part.hour);
-        for (m, cells) in &part.minutes {
-            minutes.entry(*m).or_default().merge(cells);
-        }
+        fleet.merge(&FleetPart::of(HOUR, part_of(&dh.device), [dh]));
     }
-    (total, minutes)
+    (fleet.hour, fleet.minutes)
 }
 
 /// The items of `items` that are not late marks.

@@ -139,32 +139,22 @@ fn body<T: for<'de> serde::Deserialize<'de>>(
 
 /// The fleet's hour and minute cells: the merge of its parts.
 fn fleet(rollups: &MemoryRollups, hour: i64) -> (Cells, BTreeMap<u8, Cells>) {
-    let mut total = Cells::default();
-    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    let mut fleet = FleetPart::default();
     for ((pk, _), item) in rollups.items() {
         if pk == keys::fleet_hour(hour) {
-            let part: FleetPart = item.body().unwrap();
-            total.merge(&part.hour);
-            for (m, cells) in &part.minutes {
-                minutes.entry(*m).or_default().merge(cells);
-            }
+            fleet.merge(&item.body().unwrap());
         }
     }
-    (total, minutes)
+    (fleet.hour, fleet.minutes)
 }
 
 /// The fleet cells `device_hours` make.
 fn expected_fleet(device_hours: &BTreeMap<String, DeviceHour>) -> (Cells, BTreeMap<u8, Cells>) {
-    let mut total = Cells::default();
-    let mut minutes: BTreeMap<u8, Cells> = BTreeMap::new();
+    let mut fleet = FleetPart::default();
     for dh in device_hours.values() {
-        let part = FleetPart::of(HOUR, part_of(&dh.device), [dh]);
-        total.merge(&part.hour);
-        for (m, cells) in &part.minutes {
-            minutes.entry(*m).or_default().merge(cells);
-        }
+        fleet.merge(&FleetPart::of(HOUR, part_of(&dh.device), [dh]));
     }
-    (total, minutes)
+    (fleet.hour, fleet.minutes)
 }
 
 #[tokio::test]

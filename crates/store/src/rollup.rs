@@ -413,6 +413,15 @@ impl FleetPart {
     pub fn version(&self) -> u64 {
         self.hour.readings
     }
+
+    /// Adds the cells of another part of the same hour: the fleet's cells of an hour
+    /// are its parts merged (a device is in one part, so `devices` adds up exactly).
+    pub fn merge(&mut self, other: &FleetPart) {
+        self.hour.merge(&other.hour);
+        for (minute, cells) in &other.minutes {
+            self.minutes.entry(*minute).or_default().merge(cells);
+        }
+    }
 }
 
 /// One device in the directory: when it was first and last seen, its newest reading's
