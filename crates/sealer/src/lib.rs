@@ -497,7 +497,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     if past(deadline) {
                         return Ok(());
                     }
-                    self.seal_marked_hour(hour, &marks, &table, now, report)
+                    self.seal_marked_hour(hour, &marks, &table, now, deadline, report)
                         .await?;
                 }
                 match page.last_sk {
@@ -509,21 +509,29 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(())
     }
 
-    /// Seals again the device-hours `marks` name in one hour, then each fleet part they
-    /// touch once, and last deletes each mark no newer mark replaced: a crash before
-    /// the deletes leaves the marks for the next run, which writes the same items.
+    /// Seals again the device-hours `marks` name in one hour, as many as `deadline`
+    /// allows, then each fleet part they touch once, and last deletes each of their
+    /// marks no newer mark replaced: a crash before the deletes, or a mark the deadline
+    /// left, stays for the next run, which writes the same items.
     async fn seal_marked_hour(
         &self,
         hour: i64,
         marks: &[(&RollupItem, &str)],
         table: &TableHistory,
         now: Timestamp,
+        deadline: Option<Instant>,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
+        let mut sealed = 0;
         for (_, device) in marks {
+            if past(deadline) {
+                break;
+            }
             self.seal_device_hour(device, hour, table, now, report)
                 .await?;
+            sealed += 1;
         }
+        let marks = &marks[..sealed];
         let parts = marks.iter().map(|(_, device)| part_of(device)).collect();
         self.write_parts(hour, parts, report).await?;
         for (mark, _) in marks {
