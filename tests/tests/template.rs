@@ -1372,8 +1372,8 @@ fn check_queue_senders(t: &Template) -> Result<()> {
 
 /// The thing policy lets a thing connect only as its own thing name, attached to its
 /// certificate, and publish only on its own topic, the one the rule reads the thing
-/// name from; the rule puts the published bytes, base64-encoded, beside that name and
-/// the client id.
+/// name from; the rule puts the published bytes, base64-encoded, beside that name, the
+/// client id and the connection's principal.
 fn check_thing_policy(t: &Template) -> Result<()> {
     let t = with_front_door(t, &[])?;
     let thing = "${!iot:Connection.Thing.ThingName}";
@@ -1429,11 +1429,47 @@ fn check_thing_policy(t: &Template) -> Result<()> {
     ensure!(
         words.join(" ")
             == format!(
-                "SELECT encode(*, 'base64') AS payload, topic(3) AS thing, clientid() AS client \
-                 FROM {filter}"
+                "SELECT encode(*, 'base64') AS payload, topic(3) AS thing, clientid() AS client, \
+                 principal() AS principal FROM {filter}"
             ),
         "the rule must put the published bytes, base64-encoded, beside topic(3) (the thing \
-         of {filter}) and the client id: {sql}"
+         of {filter}), the client id and the principal: {sql}"
+    );
+    Ok(())
+}
+
+/// The ingest takes only a certificate's publishes unless told otherwise: the
+/// parameter defaults to `certificate`, offers only `any` besides, and reaches the
+/// ingest as `IOT_PRINCIPALS`, whose own default is `certificate` too.
+fn check_principals(t: &Template) -> Result<()> {
+    let parameter =
+        path(&t.doc, &["Parameters", "IotPrincipals"]).context("no parameter IotPrincipals")?;
+    ensure!(
+        parameter.get("Default").and_then(scalar).as_deref() == Some("certificate"),
+        "IotPrincipals must default to certificate, the one principal bound to its thing"
+    );
+    ensure!(
+        strings(parameter.get("AllowedValues")) == ["certificate", "any"],
+        "IotPrincipals takes certificate or any: {:?}",
+        parameter.get("AllowedValues")
+    );
+    for value in ["certificate", "any"] {
+        let t = with_front_door(t, &[("IotPrincipals", value)])?;
+        let env = path(&t.props("IngestFunction")?, &["Environment", "Variables"])
+            .and_then(|v| v.get("IOT_PRINCIPALS"))
+            .and_then(scalar);
+        ensure!(
+            env.as_deref() == Some(value),
+            "IOT_PRINCIPALS must be IotPrincipals ({value}), is {env:?}"
+        );
+        ensure!(
+            value.parse::<ingest::Principals>().is_ok(),
+            "the ingest does not take IOT_PRINCIPALS={value}"
+        );
+    }
+    ensure!(
+        ingest::Principals::default() == ingest::Principals::Certificate,
+        "the ingest's own default must be certificate"
     );
     Ok(())
 }
@@ -1715,7 +1751,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 21] = [
+static CHECKS: [(&str, Check); 22] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1733,6 +1769,7 @@ static CHECKS: [(&str, Check); 21] = [
     ("queue senders", check_queue_senders),
     ("thing policy", check_thing_policy),
     ("rule role", check_rule_role),
+    ("principals", check_principals),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -1890,6 +1927,11 @@ fn the_rule_role_sends_only_to_the_ingest_queue_and_its_dlq() -> Result<()> {
 }
 
 #[test]
+fn the_ingest_takes_only_a_certificates_publishes_unless_told_any() -> Result<()> {
+    run("principals")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -1909,7 +1951,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 54] = [
+    let mutations: [(&str, &str, &str); 58] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2026,6 +2068,26 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "SELECT encode(*, 'base64') AS payload,",
             "SELECT * AS payload,",
+        ),
+        (
+            "thing policy",
+            "clientid() AS client,\n          principal() AS principal FROM",
+            "clientid() AS client\n          FROM",
+        ),
+        (
+            "principals",
+            "  IotPrincipals:\n    Type: String\n    Default: certificate\n",
+            "  IotPrincipals:\n    Type: String\n    Default: any\n",
+        ),
+        (
+            "principals",
+            "    AllowedValues: [certificate, any]\n",
+            "    AllowedValues: [any, certificate]\n",
+        ),
+        (
+            "principals",
+            "          IOT_PRINCIPALS: !Ref IotPrincipals\n",
+            "          IOT_PRINCIPALS: any\n",
         ),
         (
             "rule role",
