@@ -1281,6 +1281,208 @@ fn queue_statements(t: &Template) -> Result<Vec<Value>> {
         .clone())
 }
 
+/// A request to a queue as its policy's conditions see it: the caller's ARN and
+/// whether it is an AWS service principal (each absent from a request that carries
+/// none), the action, the queue's ARN, and whether it came over TLS.
+#[derive(Debug, Clone, Copy)]
+struct Request<'a> {
+    principal_arn: Option<&'a str>,
+    is_aws_service: Option<bool>,
+    action: &'a str,
+    resource: &'a str,
+    secure: bool,
+}
+
+impl<'a> Request<'a> {
+    /// `sqs:SendMessage` over TLS by the IAM principal `arn`.
+    fn send_by(arn: &'a str, queue: &'a str) -> Self {
+        Self {
+            principal_arn: Some(arn),
+            is_aws_service: Some(false),
+            action: "sqs:SendMessage",
+            resource: queue,
+            secure: true,
+        }
+    }
+
+    /// The value of a condition key, as text; `None` when the request has none.
+    fn key(&self, key: &str) -> Result<Option<String>> {
+        Ok(match key {
+            "aws:PrincipalArn" => self.principal_arn.map(str::to_owned),
+            "aws:PrincipalIsAWSService" => self.is_aws_service.map(|b| b.to_string()),
+            "aws:SecureTransport" => Some(self.secure.to_string()),
+            other => bail!("condition key {other} is not understood here; extend Request::key"),
+        })
+    }
+}
+
+/// `pattern` with `*` matching any run of characters (IAM's ARN and action matching).
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            text.starts_with(head)
+                && (0..=text.len() - head.len())
+                    .filter(|&i| text.is_char_boundary(head.len() + i))
+                    .any(|i| glob(rest, &text[head.len() + i..]))
+        }
+    }
+}
+
+/// Whether one condition operator holds for `request`: a value list matches when any
+/// value does; a negated operator holds when the key is absent, a positive one not.
+fn condition_holds(
+    operator: &str,
+    key: &str,
+    values: &[String],
+    request: &Request,
+) -> Result<bool> {
+    let actual = request.key(key)?;
+    let any = |matches: &dyn Fn(&str, &str) -> bool| {
+        actual
+            .as_deref()
+            .is_some_and(|a| values.iter().any(|v| matches(v, a)))
+    };
+    Ok(match operator {
+        "ArnEquals" | "ArnLike" => any(&glob),
+        "ArnNotEquals" | "ArnNotLike" => actual.is_none() || !any(&glob),
+        "StringEquals" => any(&|v, a| v == a),
+        "StringNotEquals" => actual.is_none() || !any(&|v, a| v == a),
+        "Bool" => any(&|v, a| v.eq_ignore_ascii_case(a)),
+        other => bail!("condition operator {other} is not understood here; extend condition_holds"),
+    })
+}
+
+/// Whether an explicit Deny of `statements` (a resource policy, evaluated) applies to
+/// `request`: its principal, action and resource match, and every condition holds.
+fn denied(statements: &[Value], request: &Request) -> Result<bool> {
+    for statement in statements {
+        if statement.get("Effect").and_then(scalar).as_deref() != Some("Deny") {
+            continue;
+        }
+        ensure!(
+            statement.get("Principal").and_then(scalar).as_deref() == Some("*"),
+            "a Deny for some principals only is not understood here: {statement:?}"
+        );
+        ensure!(
+            statement.get("NotAction").is_none() && statement.get("NotResource").is_none(),
+            "NotAction/NotResource are not understood here"
+        );
+        let matches = |field: &str, what: &str| {
+            strings(statement.get(field))
+                .iter()
+                .any(|pattern| glob(pattern, what))
+        };
+        if !matches("Action", request.action) || !matches("Resource", request.resource) {
+            continue;
+        }
+        let mut holds = true;
+        if let Some(conditions) = statement.get("Condition") {
+            let conditions = conditions
+                .as_mapping()
+                .context("a Condition that is no map")?;
+            for (operator, keys) in conditions {
+                let operator = operator.as_str().context("condition operator")?;
+                for (key, values) in keys.as_mapping().context("condition keys")? {
+                    let key = key.as_str().context("condition key")?;
+                    holds &= condition_holds(operator, key, &strings(Some(values)), request)?;
+                }
+            }
+        }
+        if holds {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// With the front door on, the DLQ takes `sqs:SendMessage` from the ingest's role (its
+/// dead letters) and the rule's (its error action) alone: a publisher named in
+/// QueuePublisherArns, or any other IAM principal, is denied, over TLS or not. SQS's
+/// own dead-lettering, a move with no principal's request or, were it one, a request
+/// of SQS's service principal, is not denied, and the queue's redrive still names the
+/// DLQ. Without the front door the DLQ is as before (TLS only).
+fn check_dlq_senders(t: &Template) -> Result<()> {
+    let dlq = "getatt:IngestDLQ.Arn";
+    let publisher = "arn:aws:iam::123456789012:role/gateway";
+    let on = with_front_door(t, &[("QueuePublisherArns", publisher)])?;
+    let statements = queue_statements(&on)?;
+    let stranger = "arn:aws:iam::123456789012:role/anyone";
+    for (who, request, expected) in [
+        (
+            "the ingest's role",
+            Request::send_by("getatt:IngestRole.Arn", dlq),
+            false,
+        ),
+        (
+            "the rule's role",
+            Request::send_by("getatt:IotRuleRole.Arn", dlq),
+            false,
+        ),
+        ("a named publisher", Request::send_by(publisher, dlq), true),
+        (
+            "another IAM principal",
+            Request::send_by(stranger, dlq),
+            true,
+        ),
+        (
+            "the ingest's role without TLS",
+            Request {
+                secure: false,
+                ..Request::send_by("getatt:IngestRole.Arn", dlq)
+            },
+            true,
+        ),
+        (
+            "SQS's dead-lettering, no principal's request",
+            Request {
+                principal_arn: None,
+                is_aws_service: None,
+                ..Request::send_by("", dlq)
+            },
+            false,
+        ),
+        (
+            "SQS's dead-lettering, as its service principal",
+            Request {
+                principal_arn: None,
+                is_aws_service: Some(true),
+                ..Request::send_by("", dlq)
+            },
+            false,
+        ),
+    ] {
+        ensure!(
+            denied(&statements, &request)? == expected,
+            "with the front door on, SendMessage to the DLQ by {who} must {}be denied",
+            if expected { "" } else { "not " }
+        );
+    }
+    // The named publisher still sends to the ingest queue: the DLQ's door is its own.
+    ensure!(
+        !denied(
+            &statements,
+            &Request::send_by(publisher, "getatt:IngestQueue.Arn")
+        )?,
+        "the DLQ's statement must not close the ingest queue to its named publishers"
+    );
+    let redrive = path(
+        &on.props("IngestQueue")?,
+        &["RedrivePolicy", "deadLetterTargetArn"],
+    )
+    .and_then(scalar);
+    ensure!(
+        redrive.as_deref() == Some(dlq),
+        "the ingest queue's redrive must still move messages to the DLQ: {redrive:?}"
+    );
+    let off = queue_statements(t)?;
+    ensure!(
+        !denied(&off, &Request::send_by(stranger, dlq))?,
+        "without the front door the DLQ's senders are IAM's to say, as before"
+    );
+    Ok(())
+}
+
 /// The IoT front door is off unless asked for: no IoT resource, no envelope trusted
 /// (an empty IOT_SENDER_ID), and the queue's policy as before it (TLS only).
 fn check_front_door_off_by_default(t: &Template) -> Result<()> {
@@ -1337,8 +1539,9 @@ fn check_queue_senders(t: &Template) -> Result<()> {
             .find(|s| {
                 s.get("Effect").and_then(scalar).as_deref() == Some("Deny")
                     && strings(s.get("Action")) == ["sqs:SendMessage"]
+                    && strings(s.get("Resource")) == ["getatt:IngestQueue.Arn"]
             })
-            .context("no Deny of sqs:SendMessage with the front door on")?;
+            .context("no Deny of sqs:SendMessage on the ingest queue with the front door on")?;
         ensure!(
             deny.get("Principal").and_then(scalar).as_deref() == Some("*")
                 && strings(deny.get("Resource")) == ["getatt:IngestQueue.Arn"],
@@ -1751,7 +1954,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 22] = [
+static CHECKS: [(&str, Check); 23] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1770,6 +1973,7 @@ static CHECKS: [(&str, Check); 22] = [
     ("thing policy", check_thing_policy),
     ("rule role", check_rule_role),
     ("principals", check_principals),
+    ("dlq senders", check_dlq_senders),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -1932,6 +2136,12 @@ fn the_ingest_takes_only_a_certificates_publishes_unless_told_any() -> Result<()
 }
 
 #[test]
+fn with_the_front_door_the_dlq_takes_messages_from_the_ingest_the_rule_and_sqs_alone() -> Result<()>
+{
+    run("dlq senders")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -1951,7 +2161,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 58] = [
+    let mutations: [(&str, &str, &str); 62] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2073,6 +2283,26 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "clientid() AS client,\n          principal() AS principal FROM",
             "clientid() AS client\n          FROM",
+        ),
+        (
+            "dlq senders",
+            "                ArnNotEquals:\n                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]\n",
+            "",
+        ),
+        (
+            "dlq senders",
+            "                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]\n",
+            "                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, \"*\"]\n",
+        ),
+        (
+            "dlq senders",
+            "                Bool:\n                  aws:PrincipalIsAWSService: \"false\"\n",
+            "",
+        ),
+        (
+            "dlq senders",
+            "              Action: sqs:SendMessage\n              Resource: !GetAtt IngestDLQ.Arn\n",
+            "              Action: sqs:SendMessage\n              Resource: !GetAtt IngestQueue.Arn\n",
         ),
         (
             "principals",
