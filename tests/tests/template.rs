@@ -20,6 +20,8 @@ use crate::harness::template_path;
 pub(crate) struct Template {
     doc: Value,
     params: BTreeMap<String, String>,
+    /// Pseudo parameters given a value (`AWS::StackName`); the others stay symbolic.
+    pseudo: BTreeMap<String, String>,
 }
 
 impl Template {
@@ -41,7 +43,19 @@ impl Template {
             );
             params.insert((*name).to_owned(), (*value).to_owned());
         }
-        Ok(Self { doc, params })
+        Ok(Self {
+            doc,
+            params,
+            pseudo: BTreeMap::new(),
+        })
+    }
+
+    /// This template deployed as the stack `name`: `!Ref AWS::StackName` and
+    /// `${AWS::StackName}` in `!Sub` evaluate to it.
+    fn with_stack_name(mut self, name: &str) -> Self {
+        self.pseudo
+            .insert("AWS::StackName".to_owned(), name.to_owned());
+        self
     }
 
     pub(crate) fn load(overrides: &[(&str, &str)]) -> Result<Self> {
@@ -144,6 +158,8 @@ impl Template {
                 let name = text(arg)?;
                 if name == "AWS::NoValue" {
                     Value::String(NO_VALUE.to_owned())
+                } else if let Some(value) = self.pseudo.get(&name) {
+                    Value::String(value.clone())
                 } else if let Some(value) = self.params.get(&name) {
                     Value::String(value.clone())
                 } else {
@@ -162,11 +178,25 @@ impl Template {
                 Value::String(format!("getatt:{key}"))
             }
             "Fn::Sub" => {
-                let body = match arg {
-                    Value::Sequence(parts) => parts.first().context("!Sub text")?,
-                    other => other,
+                // The variables of `!Sub [text, {name: value}]` and the pseudo parameters
+                // given a value are substituted; every other `${...}` stays as written.
+                let (body, variables) = match arg {
+                    Value::Sequence(parts) => (
+                        parts.first().context("!Sub text")?,
+                        parts.get(1).and_then(Value::as_mapping),
+                    ),
+                    other => (other, None),
                 };
-                Value::String(format!("sub:{}", text(body)?))
+                let mut out = text(body)?;
+                for (name, value) in variables.into_iter().flatten() {
+                    let name = text(name)?;
+                    let value = text(&self.eval(value)?)?;
+                    out = out.replace(&format!("${{{name}}}"), &value);
+                }
+                for (name, value) in &self.pseudo {
+                    out = out.replace(&format!("${{{name}}}"), value);
+                }
+                Value::String(format!("sub:{out}"))
             }
             "Condition" => Value::Bool(self.condition(&text(arg)?)?),
             "Fn::Join" | "Fn::Split" => self.join_or_split(function, arg)?,
@@ -1281,13 +1311,16 @@ fn queue_statements(t: &Template) -> Result<Vec<Value>> {
         .clone())
 }
 
-/// A request to a queue as its policy's conditions see it: the caller's ARN and
-/// whether it is an AWS service principal (each absent from a request that carries
-/// none), the action, the queue's ARN, and whether it came over TLS.
+/// A request as a policy's conditions see it: the caller's ARN and whether it is an
+/// AWS service principal, the resource a service acts for and its account (each absent
+/// from a request that carries none), the action, the resource's ARN, and whether it
+/// came over TLS.
 #[derive(Debug, Clone, Copy)]
 struct Request<'a> {
     principal_arn: Option<&'a str>,
     is_aws_service: Option<bool>,
+    source_arn: Option<&'a str>,
+    source_account: Option<&'a str>,
     action: &'a str,
     resource: &'a str,
     secure: bool,
@@ -1299,6 +1332,8 @@ impl<'a> Request<'a> {
         Self {
             principal_arn: Some(arn),
             is_aws_service: Some(false),
+            source_arn: None,
+            source_account: None,
             action: "sqs:SendMessage",
             resource: queue,
             secure: true,
@@ -1311,6 +1346,8 @@ impl<'a> Request<'a> {
             "aws:PrincipalArn" => self.principal_arn.map(str::to_owned),
             "aws:PrincipalIsAWSService" => self.is_aws_service.map(|b| b.to_string()),
             "aws:SecureTransport" => Some(self.secure.to_string()),
+            "aws:SourceArn" => self.source_arn.map(str::to_owned),
+            "aws:SourceAccount" => self.source_account.map(str::to_owned),
             other => bail!("condition key {other} is not understood here; extend Request::key"),
         })
     }
@@ -1376,24 +1413,29 @@ fn denied(statements: &[Value], request: &Request) -> Result<bool> {
         if !matches("Action", request.action) || !matches("Resource", request.resource) {
             continue;
         }
-        let mut holds = true;
-        if let Some(conditions) = statement.get("Condition") {
-            let conditions = conditions
-                .as_mapping()
-                .context("a Condition that is no map")?;
-            for (operator, keys) in conditions {
-                let operator = operator.as_str().context("condition operator")?;
-                for (key, values) in keys.as_mapping().context("condition keys")? {
-                    let key = key.as_str().context("condition key")?;
-                    holds &= condition_holds(operator, key, &strings(Some(values)), request)?;
-                }
-            }
-        }
-        if holds {
+        if conditions_hold(statement, request)? {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// Whether every condition of `statement` holds for `request` (none: true).
+fn conditions_hold(statement: &Value, request: &Request) -> Result<bool> {
+    let mut holds = true;
+    if let Some(conditions) = statement.get("Condition") {
+        let conditions = conditions
+            .as_mapping()
+            .context("a Condition that is no map")?;
+        for (operator, keys) in conditions {
+            let operator = operator.as_str().context("condition operator")?;
+            for (key, values) in keys.as_mapping().context("condition keys")? {
+                let key = key.as_str().context("condition key")?;
+                holds &= condition_holds(operator, key, &strings(Some(values)), request)?;
+            }
+        }
+    }
+    Ok(holds)
 }
 
 /// With the front door on, the DLQ takes `sqs:SendMessage` from the ingest's role (its
@@ -1718,6 +1760,126 @@ fn check_rule_role(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The names a raw (unevaluated) template value refers to: `!Ref X`, `!GetAtt X.Attr`
+/// and `${X}` or `${X.Attr}` in text (as `!Sub` reads it), `DependsOn` included.
+fn references(value: &Value, out: &mut BTreeSet<String>) {
+    let name = |s: &str| s.split('.').next().unwrap_or(s).to_owned();
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" || tagged.tag == "GetAtt" => {
+            match &tagged.value {
+                Value::Sequence(parts) => {
+                    out.extend(parts.first().and_then(Value::as_str).map(name));
+                }
+                other => out.extend(other.as_str().map(name)),
+            }
+        }
+        Value::Tagged(tagged) => references(&tagged.value, out),
+        Value::String(text) => {
+            for piece in text.split("${").skip(1) {
+                out.insert(name(piece.split('}').next().unwrap_or_default()));
+            }
+        }
+        Value::Sequence(items) => items.iter().for_each(|v| references(v, out)),
+        Value::Mapping(map) => {
+            for (key, v) in map {
+                if matches!(key.as_str(), Some("Ref" | "Fn::GetAtt" | "DependsOn")) {
+                    strings(Some(v)).iter().for_each(|s| {
+                        out.insert(name(s));
+                    });
+                }
+                references(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The rule's role may be assumed by AWS IoT of this account for this stack's rule
+/// alone: its trust names the rule's ARN (`aws:SourceArn`), built from the rule's fixed
+/// name, a name a rule may have (letters, digits, underscores, at most 128) for any
+/// stack name of at most 119 characters; another rule of the account cannot assume it.
+/// The role does not name the rule (which names the role): no dependency cycle.
+fn check_rule_trust(t: &Template) -> Result<()> {
+    let longest = format!("s{}b", "-a1".repeat(39));
+    ensure!(longest.len() == 119, "{}", longest.len());
+    for stack in ["shardline", "shard-line-prod", "Demo-2", &longest] {
+        let t = with_front_door(t, &[])?.with_stack_name(stack);
+        let rule = t
+            .props("IotReadingsRule")?
+            .get("RuleName")
+            .and_then(scalar)
+            .context("IotReadingsRule has no fixed RuleName")?;
+        ensure!(
+            !rule.is_empty()
+                && rule.len() <= 128
+                && rule.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "stack {stack}: {rule:?} is no rule name ([a-zA-Z0-9_], 1 to 128)"
+        );
+        let role = t.resource("IotRuleRole")?;
+        let mut named = BTreeSet::new();
+        references(
+            path(&t.doc, &["Resources", "IotRuleRole"]).context("no IotRuleRole")?,
+            &mut named,
+        );
+        ensure!(
+            !named.contains("IotReadingsRule"),
+            "IotRuleRole names IotReadingsRule, which names it: a dependency cycle"
+        );
+        let trust = path(
+            &role,
+            &["Properties", "AssumeRolePolicyDocument", "Statement"],
+        )
+        .and_then(Value::as_sequence)
+        .context("IotRuleRole has no trust policy")?;
+        let [statement] = trust.as_slice() else {
+            bail!("IotRuleRole's trust has one statement, not {}", trust.len());
+        };
+        let arn = |name: &str| {
+            format!(
+                "sub:arn:${{AWS::Partition}}:iot:${{AWS::Region}}:${{AWS::AccountId}}:rule/{name}"
+            )
+        };
+        let ours = arn(&rule);
+        let assume = |source_arn: &str, account: &str| -> Result<bool> {
+            let request = Request {
+                principal_arn: None,
+                is_aws_service: Some(true),
+                source_arn: Some(source_arn),
+                source_account: Some(account),
+                action: "sts:AssumeRole",
+                resource: "getatt:IotRuleRole.Arn",
+                secure: true,
+            };
+            Ok(
+                statement.get("Effect").and_then(scalar).as_deref() == Some("Allow")
+                    && strings(path(statement, &["Principal", "Service"])) == ["iot.amazonaws.com"]
+                    && strings(statement.get("Action")) == ["sts:AssumeRole"]
+                    && conditions_hold(statement, &request)?,
+            )
+        };
+        let account = "ref:AWS::AccountId";
+        ensure!(
+            assume(&ours, account)?,
+            "stack {stack}: AWS IoT must be able to assume IotRuleRole for the rule {rule}"
+        );
+        for other in [
+            format!("{rule}_2"),
+            "other_rule".to_owned(),
+            format!("x{rule}"),
+        ] {
+            ensure!(
+                !assume(&arn(&other), account)?,
+                "stack {stack}: the rule {other} of the account may assume IotRuleRole"
+            );
+        }
+        ensure!(
+            !assume(&ours, "111122223333")?,
+            "stack {stack}: another account's rule of that name may assume IotRuleRole"
+        );
+    }
+    Ok(())
+}
+
 /// A raw property of a resource, before evaluation, is `!Ref parameter`.
 fn is_ref_to(t: &Template, keys: &[&str], parameter: &str) -> bool {
     matches!(
@@ -1954,7 +2116,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 23] = [
+static CHECKS: [(&str, Check); 24] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1974,6 +2136,7 @@ static CHECKS: [(&str, Check); 23] = [
     ("rule role", check_rule_role),
     ("principals", check_principals),
     ("dlq senders", check_dlq_senders),
+    ("rule trust", check_rule_trust),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -2142,6 +2305,11 @@ fn with_the_front_door_the_dlq_takes_messages_from_the_ingest_the_rule_and_sqs_a
 }
 
 #[test]
+fn only_the_stacks_rule_may_assume_the_rule_role() -> Result<()> {
+    run("rule trust")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -2161,7 +2329,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 62] = [
+    let mutations: [(&str, &str, &str); 66] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2283,6 +2451,26 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "clientid() AS client,\n          principal() AS principal FROM",
             "clientid() AS client\n          FROM",
+        ),
+        (
+            "rule trust",
+            "              ArnEquals:\n                aws:SourceArn: !Sub\n",
+            "              ArnNotEquals:\n                aws:SourceArn: !Sub\n",
+        ),
+        (
+            "rule trust",
+            ":${AWS::AccountId}:rule/${RuleName}\"",
+            ":${AWS::AccountId}:rule/${RuleName}*\"",
+        ),
+        (
+            "rule trust",
+            "      RuleName: !Join [\"\", [!Join [\"_\", !Split [\"-\", !Ref AWS::StackName]], \"_readings\"]]\n",
+            "      RuleName: !Sub \"${AWS::StackName}-readings\"\n",
+        ),
+        (
+            "rule trust",
+            "                  - RuleName: !Join [\"\", [!Join [\"_\", !Split [\"-\", !Ref AWS::StackName]], \"_readings\"]]\n",
+            "                  - RuleName: !Ref IotReadingsRule\n",
         ),
         (
             "dlq senders",
