@@ -1615,6 +1615,66 @@ fn check_queue_senders(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// `QueuePublisherArns` takes role and user ARNs separated by commas alone, as the
+/// queue policy compares them, and refuses at deploy what would silently match no one:
+/// a space after a comma (CloudFormation trims nothing), any other whitespace, an
+/// assumed-role session's ARN, a wildcard. Its `AllowedPattern` is matched against each
+/// item of the list, whole, as CloudFormation does for a CommaDelimitedList, and its
+/// `ConstraintDescription` says why.
+fn check_publisher_arns(t: &Template) -> Result<()> {
+    let parameter = path(&t.doc, &["Parameters", "QueuePublisherArns"])
+        .context("no parameter QueuePublisherArns")?;
+    ensure!(
+        parameter.get("Type").and_then(scalar).as_deref() == Some("CommaDelimitedList"),
+        "QueuePublisherArns is a CommaDelimitedList"
+    );
+    let pattern = parameter
+        .get("AllowedPattern")
+        .and_then(scalar)
+        .context("QueuePublisherArns has no AllowedPattern: a space after a comma would deny")?;
+    let whole = regex_lite::Regex::new(&format!("^(?:{pattern})$"))
+        .with_context(|| format!("AllowedPattern {pattern:?} is no regular expression"))?;
+    let accepted = |value: &str| value.split(',').all(|item| whole.is_match(item));
+    let role = "arn:aws:iam::123456789012:role/gateway";
+    let user = "arn:aws:iam::123456789012:user/bridge";
+    for value in [
+        String::new(),
+        role.to_owned(),
+        format!("{role},{user}"),
+        "arn:aws:iam::123456789012:role/service-role/ops/gateway-2".to_owned(),
+        "arn:aws-us-gov:iam::123456789012:role/gateway".to_owned(),
+        "arn:aws-cn:iam::123456789012:user/a+b=c.d@e_f-g".to_owned(),
+    ] {
+        ensure!(accepted(&value), "QueuePublisherArns must take {value:?}");
+    }
+    for value in [
+        format!("{role}, {user}"),
+        format!("{role} ,{user}"),
+        format!(" {role}"),
+        format!("{role}\t"),
+        format!("{role},\n{user}"),
+        "arn:aws:iam::123456789012:role/two words".to_owned(),
+        "arn:aws:sts::123456789012:assumed-role/gateway/session".to_owned(),
+        "arn:aws:iam::123456789012:root".to_owned(),
+        "*".to_owned(),
+        "arn:aws:iam::*:role/gateway".to_owned(),
+    ] {
+        ensure!(
+            !accepted(&value),
+            "QueuePublisherArns must refuse {value:?} at deploy, not deny it silently"
+        );
+    }
+    let why = parameter
+        .get("ConstraintDescription")
+        .and_then(scalar)
+        .unwrap_or_default();
+    ensure!(
+        why.contains("space") && why.contains("commas"),
+        "the ConstraintDescription must say why: no space around the commas ({why:?})"
+    );
+    Ok(())
+}
+
 /// The thing policy lets a thing connect only as its own thing name, attached to its
 /// certificate, and publish only on its own topic, the one the rule reads the thing
 /// name from; the rule puts the published bytes, base64-encoded, beside that name, the
@@ -2116,7 +2176,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 24] = [
+static CHECKS: [(&str, Check); 25] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -2137,6 +2197,7 @@ static CHECKS: [(&str, Check); 24] = [
     ("principals", check_principals),
     ("dlq senders", check_dlq_senders),
     ("rule trust", check_rule_trust),
+    ("publisher arns", check_publisher_arns),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -2310,6 +2371,11 @@ fn only_the_stacks_rule_may_assume_the_rule_role() -> Result<()> {
 }
 
 #[test]
+fn queue_publisher_arns_with_a_space_are_refused_at_deploy() -> Result<()> {
+    run("publisher arns")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -2329,7 +2395,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 66] = [
+    let mutations: [(&str, &str, &str); 68] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2451,6 +2517,16 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "clientid() AS client,\n          principal() AS principal FROM",
             "clientid() AS client\n          FROM",
+        ),
+        (
+            "publisher arns",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[!-~]+)?\"\n",
+            "",
+        ),
+        (
+            "publisher arns",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[!-~]+)?\"\n",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/.+)?\"\n",
         ),
         (
             "rule trust",
