@@ -1,8 +1,10 @@
 //! The promises of `template.yaml` (docs/reliability.md scenario 20), read from the
 //! file itself: partial batch responses, redrive, the visibility-timeout rule, DLQ
 //! retention, queue encryption, each role's exact permissions, API auth and throttling,
-//! the alarms, the sealer's schedule and role. Parameters take their defaults unless a
-//! check overrides them.
+//! the alarms, the sealer's schedule and role, the IoT front door's doors (scenarios 29
+//! and 49 to 51: the queues' senders evaluated through their policy, the rule role's
+//! trust, the principals taken) and who may invoke each function (52). Parameters take
+//! their defaults unless a check overrides them.
 //!
 //! Every check is a function returning an error that names the broken promise;
 //! `each_broken_promise_is_caught` edits the template text and proves the checks fail.
@@ -1438,12 +1440,13 @@ fn conditions_hold(statement: &Value, request: &Request) -> Result<bool> {
     Ok(holds)
 }
 
-/// With the front door on, the DLQ takes `sqs:SendMessage` from the ingest's role (its
-/// dead letters) and the rule's (its error action) alone: a publisher named in
-/// QueuePublisherArns, or any other IAM principal, is denied, over TLS or not. SQS's
-/// own dead-lettering, a move with no principal's request or, were it one, a request
-/// of SQS's service principal, is not denied, and the queue's redrive still names the
-/// DLQ. Without the front door the DLQ is as before (TLS only).
+/// With the front door on (docs/reliability.md scenario 49), the DLQ takes
+/// `sqs:SendMessage` from the ingest's role (its dead letters) and the rule's (its error
+/// action) alone: a publisher named in QueuePublisherArns, or any other IAM principal,
+/// is denied, over TLS or not. SQS's own dead-lettering, a move with no principal's
+/// request or, were it one, a request of SQS's service principal, is not denied, and
+/// the queue's redrive still names the DLQ. Without the front door the DLQ is as before
+/// (TLS only).
 fn check_dlq_senders(t: &Template) -> Result<()> {
     let dlq = "getatt:IngestDLQ.Arn";
     let publisher = "arn:aws:iam::123456789012:role/gateway";
@@ -1615,7 +1618,8 @@ fn check_queue_senders(t: &Template) -> Result<()> {
     Ok(())
 }
 
-/// `QueuePublisherArns` takes role and user ARNs separated by commas alone, as the
+/// `QueuePublisherArns` (docs/reliability.md scenario 51) takes role and user ARNs
+/// separated by commas alone, as the
 /// queue policy compares them, and refuses at deploy what would silently match no one:
 /// a space after a comma (CloudFormation trims nothing), any other whitespace, an
 /// assumed-role session's ARN, a wildcard. Its `AllowedPattern` is matched against each
@@ -1743,7 +1747,8 @@ fn check_thing_policy(t: &Template) -> Result<()> {
     Ok(())
 }
 
-/// The ingest takes only a certificate's publishes unless told otherwise: the
+/// The ingest takes only a certificate's publishes unless told otherwise
+/// (docs/reliability.md scenario 29): the
 /// parameter defaults to `certificate`, offers only `any` besides, and reaches the
 /// ingest as `IOT_PRINCIPALS`, whose own default is `certificate` too.
 fn check_principals(t: &Template) -> Result<()> {
@@ -1854,8 +1859,8 @@ fn references(value: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
-/// The rule's role may be assumed by AWS IoT of this account for this stack's rule
-/// alone: its trust names the rule's ARN (`aws:SourceArn`), built from the rule's fixed
+/// The rule's role (docs/reliability.md scenario 50) may be assumed by AWS IoT of this
+/// account for this stack's rule alone: its trust names the rule's ARN (`aws:SourceArn`), built from the rule's fixed
 /// name, a name a rule may have (letters, digits, underscores, at most 128) for any
 /// stack name of at most 119 characters; another rule of the account cannot assume it.
 /// The role does not name the rule (which names the role): no dependency cycle.
@@ -1936,6 +1941,77 @@ fn check_rule_trust(t: &Template) -> Result<()> {
             !assume(&ours, "111122223333")?,
             "stack {stack}: another account's rule of that name may assume IotRuleRole"
         );
+    }
+    Ok(())
+}
+
+/// Who may invoke each function (docs/reliability.md scenario 52): a direct
+/// `lambda:InvokeFunction` hands a function an event of the caller's making, past the
+/// queue's policy, the front door's SenderId and the API's authorization. So the ingest
+/// is invoked only by its queue's event source mapping (which needs no permission on
+/// the function), the query only by API Gateway for its own API's GET routes, the
+/// sealer only by its schedule; no function has a URL, and no role of the stack may
+/// invoke a function.
+fn check_invokers(t: &Template) -> Result<()> {
+    let t = with_front_door(t, &[])?;
+    let mut functions = t.ids_of("AWS::Serverless::Function")?;
+    functions.sort();
+    ensure!(
+        functions == ["IngestFunction", "QueryFunction", "SealerFunction"],
+        "the functions are the ingest, the query and the sealer: {functions:?}"
+    );
+    for (id, sources) in [
+        ("IngestFunction", &["SQS"][..]),
+        ("QueryFunction", &[][..]),
+        ("SealerFunction", &["Schedule"][..]),
+    ] {
+        let props = t.props(id)?;
+        let events: Vec<String> = props
+            .get("Events")
+            .and_then(Value::as_mapping)
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, event)| event.get("Type").and_then(scalar))
+            .collect();
+        ensure!(
+            events == sources,
+            "{id} is invoked by {sources:?} alone, not {events:?}"
+        );
+        ensure!(
+            props.get("FunctionUrlConfig").is_none(),
+            "{id} has a function URL: anyone it allows invokes it"
+        );
+    }
+    ensure!(
+        t.ids_of("AWS::Lambda::Url")?.is_empty(),
+        "a function URL exists: anyone it allows invokes a function"
+    );
+    let permissions = t.ids_of("AWS::Lambda::Permission")?;
+    ensure!(
+        permissions == ["QueryInvokePermission"],
+        "the one permission on a function is API Gateway's on the query: {permissions:?}"
+    );
+    let permission = t.props("QueryInvokePermission")?;
+    let field = |name: &str| permission.get(name).and_then(scalar).unwrap_or_default();
+    let source = field("SourceArn");
+    ensure!(
+        field("Action") == "lambda:InvokeFunction"
+            && field("FunctionName") == "ref:QueryFunction"
+            && field("Principal") == "apigateway.amazonaws.com"
+            && source
+                == "sub:arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/GET/*",
+        "API Gateway may invoke the query for the GET routes of this stack's API alone: \
+         {permission:?}"
+    );
+    for role in t.ids_of("AWS::IAM::Role")? {
+        for statement in role_statements(&t, &role)? {
+            for action in strings(statement.get("Action")) {
+                ensure!(
+                    !glob(&action.to_ascii_lowercase(), "lambda:invokefunction"),
+                    "{role} may call lambda:InvokeFunction ({action})"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -2176,7 +2252,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 25] = [
+static CHECKS: [(&str, Check); 26] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -2198,6 +2274,7 @@ static CHECKS: [(&str, Check); 25] = [
     ("dlq senders", check_dlq_senders),
     ("rule trust", check_rule_trust),
     ("publisher arns", check_publisher_arns),
+    ("invokers", check_invokers),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -2376,6 +2453,11 @@ fn queue_publisher_arns_with_a_space_are_refused_at_deploy() -> Result<()> {
 }
 
 #[test]
+fn only_their_event_sources_may_invoke_the_functions() -> Result<()> {
+    run("invokers")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -2395,7 +2477,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 68] = [
+    let mutations: [(&str, &str, &str); 71] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2517,6 +2599,21 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "clientid() AS client,\n          principal() AS principal FROM",
             "clientid() AS client\n          FROM",
+        ),
+        (
+            "invokers",
+            "${AWS::AccountId}:${HttpApi}/*/GET/*\n",
+            "${AWS::AccountId}:*\n",
+        ),
+        (
+            "invokers",
+            "      Description: HTTP API over the readings table",
+            "      FunctionUrlConfig:\n        AuthType: NONE\n      Description: HTTP API over the readings table",
+        ),
+        (
+            "invokers",
+            "              - Sid: DeadLetter\n                Effect: Allow\n                Action: sqs:SendMessage\n",
+            "              - Sid: DeadLetter\n                Effect: Allow\n                Action: [sqs:SendMessage, \"lambda:Invoke*\"]\n",
         ),
         (
             "publisher arns",
