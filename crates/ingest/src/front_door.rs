@@ -80,16 +80,16 @@ impl std::str::FromStr for Principals {
 /// certificate's.
 ///
 /// AWS IoT documents what `principal()` returns by how the publish authenticated:
-/// - an X.509 certificate (MQTT over TLS, or HTTPS, with a client certificate): the
-///   certificate's thumbprint, which is its certificate id (the end of its
-///   `arn:...:cert/<id>`), 64 lowercase hex digits, such as
-///   `ba67293af50bf2506f5f93469686da660c7c844e7b3950bfb16813e0d31e9373`;
-/// - an IAM role (MQTT over WebSocket, HTTPS, the console's MQTT client): its role id
-///   and session name, `AROA...:my-session-name`;
-/// - an IAM user: its user id, `AIDA...` (21 upper-case letters and digits);
-/// - an Amazon Cognito identity connects over WebSocket with the IAM credentials of its
-///   pool's role, so it is a role's id and session as above, or its identity id
-///   (`<region>:<uuid>`).
+/// - an X.509 certificate (MQTT, a device SDK): the certificate's thumbprint, which is
+///   its certificate id (the end of its `arn:...:cert/<id>`), 64 lowercase hex digits,
+///   such as `ba67293af50bf2506f5f93469686da660c7c844e7b3950bfb16813e0d31e9373`;
+/// - an IAM role (the console's MQTT client; MQTT over WebSocket or HTTP, signed with
+///   its credentials): its role id and session name, `AROA...:my-session-name`;
+/// - an IAM user (MQTT over WebSocket, HTTP): its user id, `AIDA...` (21 upper-case
+///   letters and digits);
+/// - an Amazon Cognito identity (not in that list) connects over WebSocket with the IAM
+///   credentials of its pool's role: a role session's id as above; its identity id
+///   (`<region>:<uuid>`) would not be a certificate's shape either.
 ///
 /// Only the first is 64 characters of `[0-9a-f]`: an IAM id is upper-case and shorter,
 /// and a session or Cognito id holds a colon. A custom authorizer (the template creates
