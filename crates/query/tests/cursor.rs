@@ -350,7 +350,7 @@ fn opened(cursor: &str) -> (serde_json::Value, String) {
     (serde_json::from_slice(&json).expect("JSON"), tag.to_owned())
 }
 
-/// Scenario 47: a cursor stores its version, key id, issue time and position, nothing
+/// Scenario 53: a cursor stores its version, key id, issue time and position, nothing
 /// derived from its request's parameters or the caller's grants, so a leaked cursor
 /// confirms no guess of them offline: the same position reached under other grants or
 /// another range gives the same body, and only the seal differs. Each of these cursors
@@ -419,7 +419,7 @@ async fn a_cursor_stores_its_position_and_nothing_of_its_request_or_grants() {
     }
 }
 
-/// Scenario 47: cursors of the earlier versions, as those versions issued them for
+/// Scenario 53: cursors of the earlier versions, as those versions issued them for
 /// [`PAGE`] at [`at`] (version 2 carried the fingerprint `fp`, version 1 no key id or
 /// issue time either), are refused with 400 `bad_cursor` naming the version, before any
 /// read; a function holding the key they name is not sent to read the keys again.
