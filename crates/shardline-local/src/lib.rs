@@ -3,6 +3,7 @@
 //! loopback (moto, dynalite, the capacity-proxy); the operator's commands for a deployed
 //! table are the `shardline` crate, whose stack flags and env file this crate shares.
 //!
+//! - [`accounting`]: what became of each message the publisher had accepted;
 //! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
 //! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
 //! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
@@ -11,6 +12,7 @@
 //! - [`query_api`]: the client of the query HTTP API that the demo, the soak and the tests read through;
 //! - [`soak`]: the pipeline under injected faults and SIGKILLs, checked against the manifest.
 
+pub mod accounting;
 pub mod demo;
 pub mod heatmap;
 pub mod provision;

@@ -1,8 +1,9 @@
 //! `shardline-local provision`: creates `template.yaml`'s tables and queues on a local
 //! stand-in and writes the env file the other commands read. `cargo xtask local up`
 //! starts moto and runs this, so that xtask itself builds without the AWS SDK.
+//! [`queues_on_moto_tables_on_dynalite`] is the stack the demo and the soaks run on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -51,6 +52,27 @@ pub async fn run(args: &ProvisionArgs) -> Result<()> {
         env_file.display()
     );
     Ok(())
+}
+
+/// The template's queues on moto and its tables, under the same names, on dynalite:
+/// the stack the demo and the soaks run on. dynalite keeps each partition's items in key
+/// order, so a Query reads one key's range as DynamoDB does, where moto scans the whole
+/// table for every Query; moto's SQS stays. The stack's endpoint is moto's (moto holds
+/// copies of the tables too, unused): DynamoDB clients are pointed at dynalite, or at a
+/// capacity-proxy in front of it.
+pub async fn queues_on_moto_tables_on_dynalite(
+    template: &Path,
+    prefix: &str,
+    moto_url: &str,
+    dynalite_url: &str,
+) -> Result<stand_in::Stack> {
+    let stack = stand_in::provision(moto_url, template, prefix)
+        .await
+        .with_context(|| format!("provisioning the queues on {moto_url}"))?;
+    stand_in::provision_tables(dynalite_url, template, prefix, stand_in::Backend::Dynalite)
+        .await
+        .with_context(|| format!("provisioning the tables on {dynalite_url}"))?;
+    Ok(stack)
 }
 
 fn parse_pair(text: &str) -> Result<(String, String)> {

@@ -76,6 +76,7 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
         "the planned fan-out takes the load the naive key cannot:\n{text}"
     );
     assert_eq!(adaptive.sent.send_failures, 0, "{text}");
+    every_message_is_accounted_for(&report, &text);
     assert_eq!(
         adaptive.written, adaptive.sent.sent.readings,
         "every valid reading of the adaptive run is written:\n{text}\nthe runner's counters: {:?}",
@@ -135,6 +136,36 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
     }
     println!("{text}");
     Ok(())
+}
+
+/// Each message the publisher had accepted is named: run 2 received every one and
+/// stored or dead-lettered it; run 1's messages not settled are still in its queue
+/// (its throttled backlog). A message SQS accepted and never handed out is the
+/// stand-in's loss, which the report tells from ours (scenario 45).
+fn every_message_is_accounted_for(report: &demo::DemoReport, text: &str) {
+    let (naive, adaptive) = (&report.naive, &report.adaptive);
+    let accounting = &adaptive.accounting;
+    assert!(
+        accounting.losses().is_empty(),
+        "{:#?}\n{text}",
+        accounting.losses()
+    );
+    assert_eq!(accounting.accepted, adaptive.sent.sent.messages, "{text}");
+    assert_eq!(
+        accounting.stored + accounting.dead_lettered,
+        accounting.accepted,
+        "{text}"
+    );
+    let naive_open =
+        (naive.accounting.unsettled.len() + naive.accounting.never_received.len()) as u64;
+    assert!(
+        naive_open <= naive.queued_visible + naive.queued_invisible,
+        "run 1's unsettled messages are in its queue: {naive_open}\n{text}"
+    );
+    assert!(naive.accounting.unlogged.is_empty(), "{text}");
+    for needle in ["received and stored", "never received (stand-in)"] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
 }
 
 /// Run 2's dashboard: its hours resealed from every reading the table holds, the device
@@ -223,6 +254,7 @@ async fn the_demo_report_shows_the_reactive_fanout_with_the_production_defaults(
         adaptive.throttled() < naive.throttled(),
         "the raised fan-out takes the load the naive key cannot:\n{text}"
     );
+    every_message_is_accounted_for(&report, &text);
     assert_eq!(
         adaptive.written, adaptive.sent.sent.readings,
         "every valid reading of the adaptive run is written:\n{text}"

@@ -175,7 +175,8 @@ async fn publish_run_local_query() -> Result<()> {
 }
 
 /// The binaries as the demo drives them: `publish` with a manifest, then `run-local`
-/// until idle; both read the stack from an env file.
+/// until idle, recording each message it received; both read the stack from an env
+/// file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
     let _alone = crate::ONE_RUN.lock().await;
@@ -219,6 +220,7 @@ async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
     let manifest = Manifest::read(&manifest_path)?;
     assert_eq!(manifest.readings.len() as u64, readings);
 
+    let received_log = dir.path().join("received.txt");
     let child = Command::new(bin)
         .args([
             "run-local",
@@ -232,6 +234,8 @@ async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
             "--env-file",
         ])
         .arg(&env_file)
+        .arg("--received-log")
+        .arg(&received_log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -264,5 +268,15 @@ async fn binaries_publish_and_run_local_until_idle() -> Result<()> {
     let (stored, items) = table_readings(&stack).await?;
     assert_eq!(items, manifest.readings.len(), "no duplicates");
     assert_eq!(stored, manifest.readings);
+    // Every message SQS accepted was received, and is named in the received log.
+    let received = run_local::read_received(&received_log)?;
+    let accepted: BTreeSet<String> = manifest
+        .valid
+        .keys()
+        .chain(manifest.malformed.keys())
+        .cloned()
+        .collect();
+    assert_eq!(accepted.len() as u64, messages);
+    assert_eq!(received, accepted, "{}", received_log.display());
     Ok(())
 }

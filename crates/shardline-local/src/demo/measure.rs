@@ -2,7 +2,7 @@
 //! epochs through the query API, the readings table's items, and the heat CSV drawn as
 //! a heatmap with the throttles before and after the hot fan-out first grew.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use anyhow::Context as _;
 
 use super::{Scenario, Variant};
 use crate::heatmap;
+use crate::publish::ReadingId;
 use crate::query_api::{FanoutEpoch, QueryApi, RangeRead};
 
 /// The fleet's busiest device (Zipf rank 1), whose range the demo reads besides the hot
@@ -139,23 +140,27 @@ async fn read_range(
 }
 
 /// Readings `table` holds (a block's members each, so a reading held by two items
-/// counts twice), and distinct readings among them (by device, time and event id).
+/// counts twice), and the distinct readings among them (by device, event id and time).
 pub(super) async fn stored(
     dynamo: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<(u64, BTreeSet<ReadingId>)> {
     let items = store::scan::scan_items(dynamo.scan().table_name(table))
         .await
         .with_context(|| format!("cannot scan {table}"))?;
     let mut held = 0;
-    let mut readings: HashSet<(String, i64, String)> = HashSet::new();
+    let mut readings = BTreeSet::new();
     for item in items {
         for r in store::block::expand(item).with_context(|| format!("an item of {table}"))? {
             held += 1;
-            readings.insert((r.device_id, r.ts_ms, r.event_id));
+            readings.insert(ReadingId {
+                device_id: r.device_id,
+                event_id: r.event_id,
+                ts_ms: r.ts_ms,
+            });
         }
     }
-    Ok((held, readings.len() as u64))
+    Ok((held, readings))
 }
 
 /// A run's heat, drawn: the heatmap's path, and the throttles on `table` around the

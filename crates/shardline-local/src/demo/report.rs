@@ -10,6 +10,7 @@ use store::rollup::HOUR_MS;
 
 use super::dashboard::MAX_POINTS;
 use super::{Dashboard, FLEET_DEVICE, QueryResult, Scenario, Variant};
+use crate::accounting::Accounting;
 use crate::publish::Summary;
 use crate::query_api::FanoutEpoch;
 use crate::run_local::{Stats, ms};
@@ -28,6 +29,9 @@ pub struct RunReport {
     /// Items beyond one per reading: readings stored under two keys (a redelivery re-keyed
     /// after a raise), which every read answers once.
     pub stored_twice: u64,
+    /// What became of each message the publisher had accepted: received and stored,
+    /// received and dead-lettered, received and neither, never received.
+    pub accounting: Accounting,
     /// Write units the proxy charged on the readings table (DynamoDB's rule: every
     /// write of an item, retried or not, pays its started KBs).
     pub write_units: f64,
@@ -266,6 +270,19 @@ fn writer_and_queue(rows: &mut Rows<'_>) {
     });
     rows.row("still queued (visible / in flight)", |r| {
         format!("{} / {}", r.queued_visible, r.queued_invisible)
+    });
+    rows.row("messages SQS accepted", |r| {
+        r.accounting.accepted.to_string()
+    });
+    rows.row("  received and stored", |r| r.accounting.stored.to_string());
+    rows.row("  received and dead-lettered", |r| {
+        r.accounting.dead_lettered.to_string()
+    });
+    rows.row("  received, neither (queued)", |r| {
+        r.accounting.unsettled.len().to_string()
+    });
+    rows.row("  never received (stand-in)", |r| {
+        r.accounting.never_received.len().to_string()
     });
     rows.row("drain after publishing", |r| {
         if r.drained {

@@ -21,8 +21,9 @@ use super::measure::{self, ReadBack};
 use super::servers::{ServerGuard, Tools};
 use super::watch::Watch;
 use super::{RunReport, Scenario};
-use crate::publish::Summary;
-use crate::run_local::{self, Settings, Stats};
+use crate::accounting::Accounting;
+use crate::publish::{Manifest, Summary};
+use crate::run_local::{self, DeadLetterCopy, Settings, Stats};
 
 /// The two layouts compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +80,7 @@ pub(super) async fn run_variant(
         sent: traffic.sent,
         written: settled.written,
         stored_twice: settled.items - settled.written,
+        accounting: settled.accounting,
         write_units: settled
             .proxy
             .wcu_by_table
@@ -124,6 +126,9 @@ struct Rig {
     heat_csv: PathBuf,
     proxy_origin_ms: i64,
     stack: stand_in::Stack,
+    /// The publisher's manifest and the runner's received log, in the output directory.
+    manifest: PathBuf,
+    received_log: PathBuf,
     moto_url: String,
     dynalite_url: String,
     dynalite: ServerGuard,
@@ -155,6 +160,8 @@ struct Settled {
     /// Items in the readings table, and distinct readings among them.
     items: u64,
     written: u64,
+    /// What became of each message the publisher had accepted.
+    accounting: Accounting,
     table: String,
     heat_csv: PathBuf,
     proxy_origin_ms: i64,
@@ -178,10 +185,26 @@ impl Rig {
         let (proxy, proxy_origin_ms) = start_proxy(scenario, &dynalite_url, &heat_csv).await?;
         let mut env = ingest_env(scenario, plan, &stack, variant);
         env.set("AWS_ENDPOINT_URL_SQS", &moto_url);
+        let (manifest, received_log) = (
+            scenario
+                .out_dir
+                .join(format!("manifest-{}.jsonl", variant.name())),
+            scenario
+                .out_dir
+                .join(format!("received-{}.txt", variant.name())),
+        );
+        // The runner appends to its received log: start from an empty one.
+        match std::fs::remove_file(&received_log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot remove {}", received_log.display()));
+            }
+            _ => {}
+        }
         let mut settings = Settings::new(&stack.queue_url);
         settings.batching_window = scenario.batching_window;
         settings.batch_size = scenario.batch_size;
         settings.max_concurrency = scenario.max_concurrency;
+        settings.received_log = Some(received_log.clone());
         let running = run_local::start(settings, &env, Some(&proxy.url())).await?;
         let query_addr = running.query_addr().context("the query API is not up")?;
         Ok(Self {
@@ -192,6 +215,8 @@ impl Rig {
             heat_csv,
             proxy_origin_ms,
             stack,
+            manifest,
+            received_log,
             moto_url,
             dynalite_url,
             dynalite,
@@ -211,7 +236,9 @@ impl Rig {
             t0: Instant::now(),
         };
         let start = store::clock::wall_clock()?;
-        let sent = watch.publish(&sqs, &self.stack.queue_url, start).await?;
+        let sent = watch
+            .publish(&sqs, &self.stack.queue_url, start, &self.manifest)
+            .await?;
         let (drain, drained) = watch.drain(&sqs, &self.stack.queue_url).await?;
         let read = measure::read_back(scenario, self.query_addr, start).await?;
         Ok(Traffic {
@@ -253,6 +280,8 @@ impl Rig {
             dynalite,
             dynalite_url,
             stack,
+            manifest,
+            received_log,
             heat_csv,
             proxy_origin_ms,
             proxy,
@@ -268,10 +297,17 @@ impl Rig {
             .map_err(|e| anyhow!("stopping capacity-proxy: {e}"))?;
         let (queued_visible, queued_invisible) =
             run_local::queue_counts(sqs, &stack.queue_url).await?;
-        let (dlq, dlq_copies) = dead_letters(sqs, &stack.dlq_url).await?;
+        let letters = run_local::drain_dlq(sqs, &stack.dlq_url).await?;
+        let (dlq, dlq_copies) = dead_letters(&letters);
         let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite_url).await);
-        let (items, written) = measure::stored(&dynamo, &stack.table_name).await?;
+        let (items, stored) = measure::stored(&dynamo, &stack.table_name).await?;
         drop((moto, dynalite));
+        let accounting = Accounting::of(
+            &Manifest::read(&manifest)?,
+            &run_local::read_received(&received_log)?,
+            &stored,
+            &letters.iter().filter_map(|l| l.source.clone()).collect(),
+        );
         Ok(Settled {
             runner,
             proxy: proxy_stats,
@@ -280,7 +316,8 @@ impl Rig {
             dlq,
             dlq_copies,
             items,
-            written,
+            written: stored.len() as u64,
+            accounting,
             table: stack.table_name,
             heat_csv,
             proxy_origin_ms,
@@ -297,15 +334,8 @@ async fn provision(
 ) -> anyhow::Result<stand_in::Stack> {
     let prefix = format!("demo-{}-{}", std::process::id(), variant.name());
     let template = scenario.root.join("template.yaml");
-    let stack = stand_in::provision(moto_url, &template, &prefix).await?;
-    stand_in::provision_tables(
-        dynalite_url,
-        &template,
-        &prefix,
-        stand_in::Backend::Dynalite,
-    )
-    .await?;
-    Ok(stack)
+    crate::provision::queues_on_moto_tables_on_dynalite(&template, &prefix, moto_url, dynalite_url)
+        .await
 }
 
 /// capacity-proxy in front of dynalite, with the scenario's per-key limit, writing its
@@ -325,18 +355,17 @@ async fn start_proxy(
     Ok((proxy, proxy_origin_ms))
 }
 
-/// Distinct messages in the DLQ at `url` (by their `source_message_id`, and each one
-/// without), and the messages read back, copies included.
-async fn dead_letters(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<(u64, u64)> {
+/// Distinct messages among a DLQ's `letters` (by their `source_message_id`, and each
+/// one without), and the letters, copies included.
+fn dead_letters(letters: &[DeadLetterCopy]) -> (u64, u64) {
     // Read back, not counted: a message can be dead-lettered twice (SQS delivers at
-    // least once, and moto can hand one message to two concurrent receives), and the
-    // promise is about which messages reach the DLQ, each with its reason.
-    let letters = run_local::drain_dlq(sqs, url).await?;
+    // least once: a runner stopped between the handler's DLQ send and its delete), and
+    // the promise is about which messages reach the DLQ, each with its reason.
     // A message without a source id (moved by the redrive, not sent by the handler)
     // counts on its own.
     let sources: BTreeSet<&str> = letters.iter().filter_map(|l| l.source.as_deref()).collect();
     let unsourced = letters.iter().filter(|l| l.source.is_none()).count();
-    Ok(((sources.len() + unsourced) as u64, letters.len() as u64))
+    ((sources.len() + unsourced) as u64, letters.len() as u64)
 }
 
 /// The ingest's variables for `variant`: the stack's, the scenario's tuning, and the

@@ -1,8 +1,10 @@
 //! A run's traffic as it happens: publishing the scenario's stream, then draining the
 //! queue, with a progress line every 5 s.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use capacity_proxy::StatsSnapshot;
 use indicatif::ProgressBar;
 
@@ -56,32 +58,42 @@ impl Watch<'_> {
         ));
     }
 
-    /// Publishes the scenario's plan to `queue_url` from `start` on.
+    /// Publishes the scenario's plan to `queue_url` from `start` on, the manifest of
+    /// what SQS accepted written to `manifest`.
     pub(super) async fn publish(
         &self,
         sqs: &aws_sdk_sqs::Client,
         queue_url: &str,
         start: sharding::time::Timestamp,
+        manifest: &Path,
     ) -> anyhow::Result<Summary> {
         let hidden = ProgressBar::hidden();
-        let publishing = publish::publish(
-            sqs,
-            queue_url,
-            self.scenario.plan(0),
-            start,
-            SendOptions::default(),
-            &hidden,
-            None,
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(manifest)
+                .with_context(|| format!("cannot create {}", manifest.display()))?,
         );
-        tokio::pin!(publishing);
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        tick.tick().await;
-        let sent = loop {
-            tokio::select! {
-                sent = &mut publishing => break sent?,
-                _ = tick.tick() => self.say_progress(&self.running.stats()),
+        let sent = {
+            let publishing = publish::publish(
+                sqs,
+                queue_url,
+                self.scenario.plan(0),
+                start,
+                SendOptions::default(),
+                &hidden,
+                Some(&mut file),
+            );
+            tokio::pin!(publishing);
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    sent = &mut publishing => break sent?,
+                    _ = tick.tick() => self.say_progress(&self.running.stats()),
+                }
             }
         };
+        std::io::Write::flush(&mut file)
+            .with_context(|| format!("cannot write {}", manifest.display()))?;
         self.scenario.say(format!(
             "  [{}] published: {}",
             self.variant.name(),

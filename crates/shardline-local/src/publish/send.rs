@@ -149,6 +149,8 @@ pub enum ManifestLine {
 pub struct Manifest {
     /// Every valid reading accepted.
     pub readings: BTreeSet<ReadingId>,
+    /// SQS message id of every valid message accepted -> the readings it holds.
+    pub valid: BTreeMap<String, BTreeSet<ReadingId>>,
     /// SQS message id of every malformed message accepted -> malformation.
     pub malformed: BTreeMap<String, String>,
     /// Stream positions SQS did not accept.
@@ -170,16 +172,22 @@ impl Manifest {
                 .with_context(|| format!("{}:{}: not a manifest line", path.display(), n + 1))?;
             match line {
                 ManifestLine::Reading {
+                    message_id,
                     device_id,
                     event_id,
                     ts_ms,
                     ..
                 } => {
-                    out.readings.insert(ReadingId {
+                    let reading = ReadingId {
                         device_id,
                         event_id,
                         ts_ms,
-                    });
+                    };
+                    out.valid
+                        .entry(message_id)
+                        .or_default()
+                        .insert(reading.clone());
+                    out.readings.insert(reading);
                 }
                 ManifestLine::Malformed {
                     message_id,

@@ -19,11 +19,13 @@
 //! - `query_server`: the query API on loopback;
 //! - `worker`: the pollers that gather batches, and the idle watch;
 //! - `invoke`: one invocation of the handler, and the deletes after it;
+//! - `received`: the log of every message id received (`--received-log`);
 //! - `stats`: the counters; `running`: the handle [`start`] returns.
 
 mod invoke;
 mod query_server;
 mod queues;
+mod received;
 mod running;
 mod seal;
 mod settings;
@@ -44,6 +46,7 @@ use tokio::time::Instant;
 
 pub use invoke::sqs_event;
 pub use queues::{DeadLetterCopy, drain_dlq, queue_counts};
+pub use received::read_received;
 pub use running::Running;
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
@@ -127,8 +130,14 @@ pub async fn start(
         seal::spawn(env, &dynamo, every, stop_rx.clone())?;
     }
 
+    let received = settings
+        .received_log
+        .as_deref()
+        .map(received::ReceivedLog::open)
+        .transpose()?;
     let stats = Arc::new(Mutex::new(Stats::default()));
     let shared = Arc::new(Shared {
+        received,
         settings,
         sqs,
         ingest,

@@ -2,6 +2,7 @@
 //! event source mapping and function settings as defaults.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
@@ -63,6 +64,10 @@ pub struct RunLocalArgs {
     /// stack has a rollups table (`ROLLUP_TABLE`).
     #[arg(long, default_value_t = DEFAULT_SEAL_EVERY_SECS)]
     pub seal_every: f64,
+    /// Append the id of every message received to this file, a line each (a restart
+    /// appends to it), so each message the publisher had accepted can be accounted for.
+    #[arg(long)]
+    pub received_log: Option<PathBuf>,
 }
 
 /// Seconds between two runs of the sealer by default: the template's schedule.
@@ -89,6 +94,8 @@ pub struct Settings {
     pub exit_when_idle: Option<Duration>,
     /// Time between two runs of the sealer, or none.
     pub seal_every: Option<Duration>,
+    /// The file each received message's id is appended to, or none.
+    pub received_log: Option<PathBuf>,
 }
 
 impl Settings {
@@ -104,6 +111,7 @@ impl Settings {
             query_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             exit_when_idle: None,
             seal_every: Some(Duration::from_secs_f64(DEFAULT_SEAL_EVERY_SECS)),
+            received_log: None,
         }
     }
 
@@ -137,6 +145,7 @@ impl Settings {
                 .map(|s| secs("exit-when-idle", s))
                 .transpose()?,
             seal_every: Some(secs("seal-every", args.seal_every)?).filter(|d| !d.is_zero()),
+            received_log: args.received_log.clone(),
         })
     }
 }

@@ -40,6 +40,9 @@ pub struct Stats {
     pub delete_failures: u64,
     /// ReceiveMessage calls that failed.
     pub receive_errors: u64,
+    /// Receives whose ids could not be appended to the received log.
+    #[serde(default)]
+    pub received_log_errors: u64,
     /// `BatchWriteItem` calls, retries, unprocessed items.
     pub write_calls: u64,
     /// Retried write calls.

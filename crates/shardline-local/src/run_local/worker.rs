@@ -13,6 +13,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::invoke::invoke;
+use super::received::ReceivedLog;
 use super::{Service, Settings, Stats, lock};
 
 /// Most messages one `ReceiveMessage` returns.
@@ -28,6 +29,8 @@ pub(super) struct Shared {
     pub(super) stats: Arc<Mutex<Stats>>,
     pub(super) last_activity: Mutex<Instant>,
     pub(super) in_flight: AtomicUsize,
+    /// Where each received message's id is appended, if anywhere.
+    pub(super) received: Option<ReceivedLog>,
 }
 
 impl Shared {
@@ -141,6 +144,14 @@ async fn gather(shared: &Shared, stop: &watch::Receiver<bool>) -> Vec<Message> {
                     shared.touch();
                     window_end.get_or_insert_with(|| Instant::now() + settings.batching_window);
                     lock(&shared.stats).messages += got.len() as u64;
+                    if let Some(log) = &shared.received
+                        && let Err(e) = log.record(&got)
+                    {
+                        // The messages are still processed; the accounting will name
+                        // them as never received, and this count says why.
+                        lock(&shared.stats).received_log_errors += 1;
+                        tracing::error!(error = %format!("{e:#}"), "the received log");
+                    }
                 }
                 held.extend(got);
             }

@@ -14,6 +14,7 @@ use super::child::ChildSpec;
 use super::reader::read_all;
 use super::services::Services;
 use super::{HOT_DEVICE, Report, truncate};
+use crate::accounting::Accounting;
 use crate::publish::{Manifest, ReadingId};
 use crate::run_local::{self, DeadLetterCopy};
 
@@ -47,7 +48,9 @@ pub(super) async fn verify(
         .map(|r| (r.ts_ms, r.event_id.clone()))
         .collect();
     report.hot_device_table = hot_in_table.len() as u64;
+    let read_start = std::time::Instant::now();
     check_hot_device_read(report, spec.query, &expected_hot, &hot_in_table, drained).await;
+    report.final_read_secs = read_start.elapsed().as_secs_f64();
 
     // Stop the last run-local gracefully to get its counters.
     report.last_run_local = spec.stop(child, report.starts - 1).await;
@@ -57,6 +60,13 @@ pub(super) async fn verify(
 
     let dlq = run_local::drain_dlq(&services.sqs, &services.stack.dlq_url).await?;
     check_dlq(report, &manifest, &dlq);
+    account(
+        report,
+        &manifest,
+        (&spec.received_log, drained),
+        &table,
+        &dlq,
+    )?;
 
     let (raises, entities) =
         fanout_raises(&services.dynamo, &services.stack.shard_table_name).await?;
@@ -227,6 +237,34 @@ fn check_dlq(report: &mut Report, manifest: &Manifest, dlq: &[DeadLetterCopy]) {
                 .push(format!("malformed message {id} is not in the DLQ"));
         }
     }
+}
+
+/// Each message the publisher had accepted, by what became of it: a message the table
+/// or the DLQ is missing is either ours (run-local received it) or the stand-in's
+/// (it never did), and the report says which, unless the queue had not `drained`.
+fn account(
+    report: &mut Report,
+    manifest: &Manifest,
+    (received_log, drained): (&Path, bool),
+    table: &BTreeSet<ReadingId>,
+    dlq: &[DeadLetterCopy],
+) -> anyhow::Result<()> {
+    let received = run_local::read_received(received_log)?;
+    let dead_lettered: BTreeSet<String> = dlq.iter().filter_map(|l| l.source.clone()).collect();
+    let accounting = Accounting::of(manifest, &received, table, &dead_lettered);
+    let caveat = if drained {
+        ""
+    } else {
+        " (the queue had not drained: some may still be in it)"
+    };
+    report.violations.extend(
+        accounting
+            .losses()
+            .into_iter()
+            .map(|l| format!("{l}{caveat}")),
+    );
+    report.accounting = accounting;
+    Ok(())
 }
 
 /// Every reading of the table (blocks expanded), for each (device, event) the sort key

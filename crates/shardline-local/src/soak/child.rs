@@ -23,6 +23,8 @@ pub(super) struct ChildSpec {
     max_concurrency: usize,
     log_dir: PathBuf,
     prefix: String,
+    /// The received log every start of run-local appends to.
+    pub(super) received_log: PathBuf,
 }
 
 impl ChildSpec {
@@ -46,12 +48,14 @@ impl ChildSpec {
             max_concurrency: cfg.max_concurrency,
             log_dir: dir.to_path_buf(),
             prefix: prefix.to_owned(),
+            received_log: dir.join(format!("{prefix}.received.txt")),
         })
     }
 
-    /// Removes the env file and the logs of the `starts` runs.
+    /// Removes the env file, the received log and the logs of the `starts` runs.
     pub(super) fn remove_files(&self, starts: u32) {
         let _ = std::fs::remove_file(&self.env_file);
+        let _ = std::fs::remove_file(&self.received_log);
         for n in 0..starts {
             let _ = std::fs::remove_file(self.log(n));
             let _ = std::fs::remove_file(self.stdout(n));
@@ -80,6 +84,8 @@ impl ChildSpec {
             .args(["--max-concurrency", &self.max_concurrency.to_string()])
             .args(["--function-timeout", &self.function_timeout.to_string()])
             .args(["--query-listen", &self.query.to_string(), "--json"])
+            .arg("--received-log")
+            .arg(&self.received_log)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(out)
@@ -150,8 +156,9 @@ pub(super) async fn kill_and_restart(
     Ok(child)
 }
 
-/// Writes the run-local child's env file: the stack through the proxy, a fixed cursor
-/// key, and the fan-out's and redelivery's time scales shrunk to the soak's minutes.
+/// Writes the run-local child's env file: DynamoDB through the proxy, SQS on moto, a
+/// fixed cursor key, and the fan-out's and redelivery's time scales shrunk to the
+/// soak's minutes.
 fn write_child_env(
     stack: &stand_in::Stack,
     proxy_url: &str,
@@ -164,11 +171,11 @@ fn write_child_env(
         env_file,
         &[
             ("AWS_ENDPOINT_URL".to_owned(), proxy_url.to_owned()),
+            // The stack's endpoint is moto's, which holds the queues.
+            ("AWS_ENDPOINT_URL_SQS".to_owned(), stack.endpoint.clone()),
             // A soak of one reading a message writes no block: its table keeps one item
-            // a reading, so its reads are one Query a key. With blocks on, a raised
-            // device's read is two Queries a key (the blocks' lane too), and moto, which
-            // scans the whole table for every Query, ran one of them past its 9-s budget
-            // on CI's two cores. The block-mode soak (`--batch` above 1) packs blocks.
+            // a reading, and the block-mode soak (`--batch` above 1) packs blocks, so the
+            // two soaks cover both layouts.
             (
                 "BLOCKS".to_owned(),
                 if blocks { "on" } else { "off" }.to_owned(),

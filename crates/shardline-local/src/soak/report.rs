@@ -7,6 +7,7 @@ use capacity_proxy::StatsSnapshot;
 use serde::Serialize;
 
 use super::{HOT_DEVICE, ReaderStats};
+use crate::accounting::Accounting;
 use crate::publish;
 
 /// The outcome of a soak.
@@ -35,6 +36,9 @@ pub struct Report {
     /// DLQ messages repeating a source_message_id already there (crash between the
     /// handler's DLQ send and the delete).
     pub dlq_repeated_copies: u64,
+    /// What became of each message the publisher had accepted, by run-local's received
+    /// log, the table and the DLQ.
+    pub accounting: Accounting,
     /// SIGKILLs delivered and run-local starts.
     pub kills: u32,
     pub starts: u32,
@@ -55,6 +59,8 @@ pub struct Report {
     pub hot_device_read: u64,
     pub publish_secs: f64,
     pub drain_secs: f64,
+    /// The final paged read of the hot device, through the API.
+    pub final_read_secs: f64,
     pub duration_secs: f64,
     /// Every broken promise, described; empty = the soak passed.
     pub violations: Vec<String>,
@@ -90,6 +96,7 @@ impl Report {
             "dlq: {} messages, {} of them malformed messages sent, {} with a reason, {} repeated copies",
             self.dlq_messages, self.dlq_malformed, self.dlq_with_reason, self.dlq_repeated_copies
         ));
+        line(format!("messages: {}", self.accounting.text()));
         line(format!(
             "crashes: {} SIGKILLs, {} starts of run-local",
             self.kills, self.starts
@@ -129,8 +136,8 @@ impl Report {
             self.hot_device_table, self.hot_device_read
         ));
         line(format!(
-            "duration: {:.1} s (publish {:.1} s, drain {:.1} s)",
-            self.duration_secs, self.publish_secs, self.drain_secs
+            "duration: {:.1} s (publish {:.1} s, drain {:.1} s, final read of {HOT_DEVICE} {:.1} s)",
+            self.duration_secs, self.publish_secs, self.drain_secs, self.final_read_secs
         ));
         if self.violations.is_empty() {
             line("result: PASS".to_owned());
