@@ -1,7 +1,9 @@
 //! `cargo xtask soak`: builds the `shardline-local` binary and runs `shardline-local soak` (private
-//! moto, capacity-proxy with 30% unprocessed items, 5% HTTP 500s and 10 ms latency,
-//! run-local SIGKILLed and restarted, publisher, API reader), which prints the counts
-//! and fails when a promise of docs/reliability.md broke. Its flags are `shardline-local soak`'s.
+//! moto for SQS and dynalite for DynamoDB, capacity-proxy in front of dynalite with 30%
+//! unprocessed items, 5% HTTP 500s and 10 ms latency, run-local SIGKILLed and
+//! restarted, publisher, API reader), which prints the counts and what became of each
+//! message, and fails when a promise of docs/reliability.md broke. Its flags are
+//! `shardline-local soak`'s.
 
 use std::path::Path;
 
@@ -20,6 +22,7 @@ pub struct SoakArgs {
 
 pub fn run(root: &Path, args: &SoakArgs) -> Result<()> {
     stand_in::ensure_venv(root)?;
+    stand_in::ensure_dynalite(root)?;
     let bin = build_binary(root, "shardline-local", "shardline-local", Profile::Debug)?;
     let mut soak_args = vec!["soak"];
     soak_args.extend(args.soak_args.iter().map(String::as_str));

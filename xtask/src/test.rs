@@ -38,9 +38,9 @@ pub fn run(root: &Path, _args: &TestArgs) -> Result<()> {
         ],
     )?;
     run_step("test", root, &cargo, &["test", "--workspace"])?;
-    // The soak in block mode reads a raised device's two lanes on moto, which scans the
-    // whole table for each Query: beside the other end-to-end tests on two cores its
-    // hot-device read can outrun its time budget, so it runs here, alone.
+    // The soak in block mode reads a raised device's two lanes (two Queries a key, on
+    // dynalite): beside the other end-to-end tests on two cores its hot-device read can
+    // outrun its time budget, so it runs here, alone.
     run_step(
         "soak in block mode, alone",
         root,

@@ -24,7 +24,8 @@ enum Command {
     Heatmap(heatmap::HeatmapArgs),
     /// The reference scenario twice, naive vs adaptive layout, side by side.
     Demo(demo::DemoArgs),
-    /// Fault and crash soak: private moto, capacity-proxy, run-local SIGKILLed and restarted.
+    /// Fault and crash soak: private moto (SQS) and dynalite (DynamoDB), capacity-proxy,
+    /// run-local SIGKILLed and restarted.
     Soak(soak::SoakArgs),
     /// Create template.yaml's tables and queues on a local stand-in, write its env file.
     Provision(provision::ProvisionArgs),

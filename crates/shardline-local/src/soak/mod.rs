@@ -1,20 +1,25 @@
 //! `shardline-local soak`: the whole pipeline under faults and crashes, checked against the
 //! publisher's manifest (docs/reliability.md scenarios 14 and 16, and the query API under load).
 //!
-//! A private moto, `capacity-proxy` in front of it (unprocessed items, HTTP 500s,
-//! latency, a per-key write cap so hot devices throttle), `shardline-local run-local` as a
-//! child process that is SIGKILLed at seeded moments and restarted, the publisher, and a
-//! reader paging the query API. Afterwards the table must hold exactly the valid
-//! readings (no duplicate, none missing) and the DLQ exactly the malformed messages,
-//! each with its reason. [`run`] returns a [`Report`]; its `violations` list what broke.
+//! As the demo: a private moto for SQS and dynalite for DynamoDB, `capacity-proxy` in
+//! front of dynalite (unprocessed items, HTTP 500s, latency, a per-key write cap so hot
+//! devices throttle), `shardline-local run-local` as a child process that is SIGKILLed
+//! at seeded moments and restarted (each start appending to one received log), the
+//! publisher, and a reader paging the query API. Afterwards the table must hold
+//! exactly the valid readings (no duplicate, none missing), the DLQ exactly the
+//! malformed messages, each with its reason, and each message the publisher had
+//! accepted must have been received and stored or dead-lettered: one never received
+//! is named as the stand-in's loss. [`run`] returns a [`Report`]; its `violations`
+//! list what broke.
 //!
 //! [`run`] reads as the soak's steps; the modules hold them:
 //! - `config`: the flags, the [`SoakConfig`], the publisher's plan;
-//! - `services`: the private moto and the proxy;
+//! - `services`: the private moto, dynalite and the proxy;
 //! - `child`: run-local as a child process, its kills and restarts;
 //! - `traffic`: the publisher, and the drain after it;
 //! - `reader`: the reader of the query API and its page checks;
-//! - `checks`: the table, the final read and the DLQ against the manifest;
+//! - `checks`: the table, the final read, the DLQ and each message against the
+//!   manifest;
 //! - `report`: the [`Report`] and its summary.
 
 use std::time::{Duration, Instant};
@@ -98,7 +103,12 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     let drain_start = Instant::now();
     let drained = traffic::drain(cfg, sqs, queue_url, &mut child, &dir, &mut report).await?;
     report.drain_secs = drain_start.elapsed().as_secs_f64();
+    say!(cfg.verbose, "drained; stopping the reader");
     let seen = reader.finish(&mut report).await?;
+    say!(
+        cfg.verbose,
+        "the reader stopped; checking the table, the final read and the DLQ"
+    );
 
     checks::verify(
         &services,

@@ -90,7 +90,8 @@ async fn reader_loop(
             to,
             limit,
         };
-        if let Some(got) = page_range(&api, &read, (&mut stats, &mut violations)).await {
+        if let Some(got) = page_range(&api, &read, Some(&stop), (&mut stats, &mut violations)).await
+        {
             seen.extend(got.into_iter().map(|(_, e)| (device.to_owned(), e)));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -116,7 +117,7 @@ pub(super) async fn read_all(
         to,
         limit,
     };
-    let got = page_range(&api, &read, (&mut stats, &mut violations)).await;
+    let got = page_range(&api, &read, None, (&mut stats, &mut violations)).await;
     if !violations.is_empty() {
         bail!("{}", violations.join("; "));
     }
@@ -175,10 +176,13 @@ async fn get_page(api: &QueryApi, read: &RangeRead<'_>, cursor: Option<&str>) ->
 
 /// Pages through `read` and checks every page: ascending by (ts, event id), inside
 /// the range, of that device, no reading twice across pages. Retries a page the
-/// server could not answer (restart, injected fault), boundedly.
+/// server could not answer (restart, injected fault), boundedly. Once `stop` is set,
+/// the read is left between two pages (`None`): a small limit over a raised device's
+/// range is hundreds of pages, which would hold the soak long after its queue drained.
 async fn page_range(
     api: &QueryApi,
     read: &RangeRead<'_>,
+    stop: Option<&AtomicBool>,
     (stats, violations): (&mut ReaderStats, &mut Vec<String>),
 ) -> Option<BTreeSet<(i64, String)>> {
     let mut cursor: Option<String> = None;
@@ -186,6 +190,9 @@ async fn page_range(
     let mut last: Option<(i64, String)> = None;
     let mut retries = 0;
     loop {
+        if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return None;
+        }
         match get_page(api, read, cursor.as_deref()).await {
             Answer::Retry(kind) => {
                 match kind {
