@@ -89,7 +89,10 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     let manifest_path = dir.join(format!("{prefix}.manifest.jsonl"));
     let (sqs, queue_url) = (&services.sqs, &services.stack.queue_url);
 
-    let mut report = Report::default();
+    let mut report = Report {
+        dynamodb: services.dynamodb(),
+        ..Report::default()
+    };
     let child = spec.start(report.starts).await?;
     report.starts += 1;
     // The reader pages the API while everything else runs; publishing runs beside the

@@ -32,6 +32,16 @@ pub struct ReaderStats {
     pub server_errors: u64,
     /// 4xx answers to requests the reader built valid (violations).
     pub client_errors: u64,
+    /// Milliseconds the pages answered (200s) took, in all and at most.
+    pub page_ms_total: u64,
+    pub slowest_page_ms: u64,
+}
+
+impl ReaderStats {
+    /// The mean time of a page answered, milliseconds.
+    pub fn mean_page_ms(&self) -> Option<u64> {
+        self.page_ms_total.checked_div(self.pages)
+    }
 }
 
 /// Every (device, event id) the reader was shown.
@@ -193,6 +203,7 @@ async fn page_range(
         if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
             return None;
         }
+        let asked = std::time::Instant::now();
         match get_page(api, read, cursor.as_deref()).await {
             Answer::Retry(kind) => {
                 match kind {
@@ -216,6 +227,9 @@ async fn page_range(
             }
             Answer::Page(items, next) => {
                 stats.pages += 1;
+                let ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX);
+                stats.page_ms_total = stats.page_ms_total.saturating_add(ms);
+                stats.slowest_page_ms = stats.slowest_page_ms.max(ms);
                 stats.items += items.len() as u64;
                 check_page(read, items, (&mut last, &mut seen), violations);
                 match next {
@@ -309,6 +323,27 @@ mod tests {
             super::check_page(&read, page(p), (&mut last, &mut seen), &mut violations);
         }
         violations
+    }
+
+    /// A stopped reader asks nothing more: the soak does not wait for the rest of a
+    /// range of hundreds of pages after its queue drained.
+    #[tokio::test]
+    async fn a_stopped_reader_leaves_its_range_without_asking() {
+        // Nothing listens there: a request would count a connection error and retry.
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+        let api = super::QueryApi::untimed(addr);
+        let read = super::RangeRead {
+            device: "dev-1",
+            from: 100,
+            to: 200,
+            limit: 1,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(true);
+        let (mut stats, mut violations) = (super::ReaderStats::default(), Vec::new());
+        let got = super::page_range(&api, &read, Some(&stop), (&mut stats, &mut violations)).await;
+        assert!(got.is_none());
+        assert_eq!((stats.pages, stats.connection_errors), (0, 0));
+        assert!(violations.is_empty(), "{violations:?}");
     }
 
     #[test]

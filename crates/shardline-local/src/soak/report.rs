@@ -39,6 +39,8 @@ pub struct Report {
     /// What became of each message the publisher had accepted, by run-local's received
     /// log, the table and the DLQ.
     pub accounting: Accounting,
+    /// The DynamoDB the soak ran on (behind the proxy), in words.
+    pub dynamodb: String,
     /// SIGKILLs delivered and run-local starts.
     pub kills: u32,
     pub starts: u32,
@@ -97,6 +99,7 @@ impl Report {
             self.dlq_messages, self.dlq_malformed, self.dlq_with_reason, self.dlq_repeated_copies
         ));
         line(format!("messages: {}", self.accounting.text()));
+        line(format!("DynamoDB: {}; SQS: moto", self.dynamodb));
         line(format!(
             "crashes: {} SIGKILLs, {} starts of run-local",
             self.kills, self.starts
@@ -123,9 +126,11 @@ impl Report {
             self.fanout_raises, self.fanned_out_entities
         ));
         line(format!(
-            "reader: {} ranges, {} pages, {} items; {} connection errors, {} 5xx, {} 4xx",
+            "reader: {} ranges, {} pages (mean {}, slowest {} ms), {} items; {} connection errors, {} 5xx, {} 4xx",
             self.reader.ranges,
             self.reader.pages,
+            crate::run_local::ms(self.reader.mean_page_ms()),
+            self.reader.slowest_page_ms,
             self.reader.items,
             self.reader.connection_errors,
             self.reader.server_errors,

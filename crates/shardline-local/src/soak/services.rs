@@ -83,6 +83,15 @@ impl Services {
         })
     }
 
+    /// The DynamoDB the soak runs on, in words: dynalite, behind the proxy.
+    pub(super) fn dynamodb(&self) -> String {
+        format!(
+            "dynalite {} behind capacity-proxy {}",
+            self.dynalite.endpoint(),
+            self.proxy.url()
+        )
+    }
+
     /// Stops the proxy, then dynalite and moto.
     pub(super) async fn stop(self) -> anyhow::Result<()> {
         self.proxy.shutdown().await?;
