@@ -246,6 +246,42 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(report)
     }
 
+    /// After a rebuild of `[from_ms, to_ms)` (`shardline seal`), makes the watermark
+    /// cover it where that keeps it true: with no watermark (a lost or new rollups
+    /// table), `[from, min(to, sealable end))`; with one whose first hour the rebuilt
+    /// hours reach, its first hour moved back to `from`, so the routes answer those
+    /// hours from their cells. Its end stays: the scheduled runs move it. Returns the
+    /// watermark after.
+    pub async fn extend_watermark(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Watermark>, SealError> {
+        let from = hour_of(from_ms);
+        let to = hour_of(to_ms + HOUR_MS - 1);
+        let current = read_watermark(&self.rollups).await?;
+        let wanted = match current {
+            None => Watermark {
+                from_ms: from,
+                end_ms: to.min(self.sealable_end(now)),
+            },
+            Some(m) if from < m.from_ms && to >= m.from_ms => Watermark { from_ms: from, ..m },
+            Some(m) => return Ok(Some(m)),
+        };
+        if wanted.from_ms >= wanted.end_ms {
+            return Ok(current);
+        }
+        let version =
+            u64::try_from(wanted.end_ms).map_err(|_| SealError::Time(hour_label(wanted.end_ms)))?;
+        let item = RollupItem::with_body(keys::watermark(), version, &wanted, None)?;
+        let expected = current.map(|m| version_of(m.end_ms));
+        // Conditional on what was read: a run that moved the watermark meanwhile wins,
+        // and the next `shardline seal` of these hours takes its first hour back.
+        self.rollups.put_if_version(&item, expected).await?;
+        read_watermark(&self.rollups).await.map_err(Into::into)
+    }
+
     /// Seals one hour of every device. `false` when the deadline came first (nothing
     /// of the hour is lost: it is sealed again, whole, by the next run).
     async fn seal_hour(
@@ -561,6 +597,11 @@ fn parse_mark(sk: &str) -> Option<(i64, &str)> {
 fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
     let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
     TimeRange::new(at(hour)?, at(hour + HOUR_MS)?).map_err(|e| SealError::Time(e.to_string()))
+}
+
+/// A watermark's end as its item's version (ends are epoch ms after 1970).
+fn version_of(end_ms: i64) -> u64 {
+    u64::try_from(end_ms).unwrap_or(0)
 }
 
 fn past(deadline: Option<Instant>) -> bool {

@@ -470,3 +470,39 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
         serde_json::from_value(serde_json::json!({"source": "aws.scheduler"})).unwrap();
     assert!(scheduled.reseal.is_none(), "a scheduled event is a run");
 }
+
+/// After a rebuild (`shardline seal`), the watermark covers the rebuilt hours only where
+/// that keeps it true: a lost table gets one up to the hours due; an existing one's
+/// first hour moves back over rebuilt hours that reach it, and not over a gap.
+#[tokio::test]
+async fn a_rebuild_extends_the_watermark_only_over_hours_it_sealed() {
+    let (_, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards, &rollups);
+    let now = Timestamp::from_millis(HOUR + 3 * HOUR_MS + 11 * MINUTE_MS).unwrap();
+    // No watermark: [from, to) clipped to the hours due at `now` (up to HOUR + 3h).
+    let m = s
+        .extend_watermark(HOUR + 1, HOUR + 5 * HOUR_MS, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((m.from_ms, m.end_ms), (HOUR, HOUR + 3 * HOUR_MS));
+    // Rebuilt hours that end before its first hour leave a gap: nothing moves.
+    let gap = s
+        .extend_watermark(HOUR - 5 * HOUR_MS, HOUR - 2 * HOUR_MS, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((gap.from_ms, gap.end_ms), (HOUR, HOUR + 3 * HOUR_MS));
+    // Rebuilt hours that reach it: its first hour moves back, its end stays.
+    let back = s
+        .extend_watermark(HOUR - 2 * HOUR_MS, HOUR, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (back.from_ms, back.end_ms),
+        (HOUR - 2 * HOUR_MS, HOUR + 3 * HOUR_MS)
+    );
+    assert_eq!(sealer::read_watermark(&rollups).await.unwrap(), Some(back));
+}
