@@ -17,6 +17,9 @@
 //!   walked file by file, the last name an item, a `pub use` or an enum variant of the
 //!   module or of a module below it, a method or variant of the type before it;
 //! - a call (`shard_index(..)`): a fn of crates/*/src or xtask/src;
+//! - a fn of a file (`crates/query/tests/scope.rs::a_token_that_grants_nothing_reads_nothing`,
+//!   then `::another_test` for another fn of the same file): the file, and a fn of that
+//!   name in it;
 //! - a CamelCase name: a Rust item or variant, a name template.yaml declares (a
 //!   parameter, resource, output...), a string literal of the code equal to it (a
 //!   metric's name), or one of the AWS names in [`AWS_VOCABULARY`];
@@ -27,8 +30,8 @@
 //!   subcommand a variant of the binary's, its `-p` a package, its paths files;
 //! - an expression (`[ts, ts + REKEY_HORIZON]`): the constants and types in it.
 //!
-//! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths and
-//! JSON are not references. Inside fenced blocks only the file paths of shell lines are
+//! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths,
+//! stored keys (`3#2026-06-22T01`) and JSON are not references. Inside fenced blocks only the file paths of shell lines are
 //! checked; relative link targets must exist as written.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,8 +41,13 @@ use std::path::Path;
 /// This file: its strings name made-up things on purpose, so it is no evidence.
 const TIDY: &str = "tests/tests/tidy.rs";
 
-/// The documents whose backticked names must resolve.
+/// The documents whose backticked names must resolve, besides every Markdown file under
+/// [`DOCS`].
 const NAMING_DOCUMENTS: &[&str] = &["ARCHITECTURE.md", "README.md"];
+
+/// The directory of the reference pages: each of its Markdown files is held as the
+/// [`NAMING_DOCUMENTS`] are.
+const DOCS: &str = "docs";
 
 /// The longest a source file of crates/*/src may be, its test modules aside.
 const MAX_LINES: usize = 800;
@@ -64,6 +72,8 @@ const AWS_VOCABULARY: &[&str] = &[
     "RoleId",
     // The AWS config file's setting for an external credential program.
     "credential_process",
+    // Secrets Manager: the call that stores a secret's new value.
+    "PutSecretValue",
 ];
 
 /// Calls in the documents' formulas that are mathematics, not our functions.
@@ -1214,19 +1224,69 @@ fn program(s: &str) -> Option<&str> {
 impl Code<'_> {
     /// Every failure of a naming document: `file:line: `span`: what was looked for`.
     pub(crate) fn check_document(&self, file: &str, text: &str) -> Vec<String> {
-        spans(text)
-            .into_iter()
-            .filter_map(|span| {
-                let found = match span.form {
-                    Form::Code => self.check_span(&span.text, span.context.as_deref()),
-                    Form::Fenced => self.check_path(&span.text, None),
-                    Form::Link => self.check_link(parent(file), &span.text),
-                };
-                found
-                    .err()
-                    .map(|why| format!("{file}:{}: `{}`: {why}", span.line, span.text))
-            })
-            .collect()
+        let mut failures = Vec::new();
+        // The file of the last `file.rs::name`, which a `::name` after it continues.
+        let mut last_file: Option<String> = None;
+        for span in spans(text) {
+            let found = match span.form {
+                Form::Code if span.text.contains(".rs::") || span.text.starts_with("::") => {
+                    self.check_fn_of_file(&span.text, span.context.as_deref(), &mut last_file)
+                }
+                Form::Code => self.check_span(&span.text, span.context.as_deref()),
+                Form::Fenced => self.check_path(&span.text, None),
+                Form::Link => self.check_link(parent(file), &span.text),
+            };
+            if let Err(why) = found {
+                failures.push(format!("{file}:{}: `{}`: {why}", span.line, span.text));
+            }
+        }
+        failures
+    }
+
+    /// `path.rs::name` (a fn of that file, a test most often), or `::name`, a fn of the
+    /// file the last such span named.
+    fn check_fn_of_file(
+        &self,
+        s: &str,
+        context: Option<&str>,
+        last_file: &mut Option<String>,
+    ) -> Result<(), String> {
+        // `file.rs::module::name`: the modules are the file's own, the name a fn of it.
+        let (path, rest) = match s.find(".rs::") {
+            Some(at) => (&s[..at + 3], &s[at + 5..]),
+            None => ("", s.trim_start_matches("::")),
+        };
+        let name = rest.rsplit("::").next().unwrap_or(rest);
+        let path = if path.is_empty() {
+            last_file
+                .clone()
+                .ok_or_else(|| "a `::name` with no `file.rs::name` before it".to_owned())?
+        } else {
+            self.check_path(path, context)?;
+            let scope = context
+                .filter(|_| !path.starts_with("crates/"))
+                .unwrap_or("");
+            let found = self.repo.files.keys().find(|p| {
+                p.as_str() == path || (under(p, scope) && p.ends_with(&format!("/{path}")))
+            });
+            let found = found.ok_or_else(|| format!("looked for the file `{path}`"))?;
+            *last_file = Some(found.clone());
+            found.clone()
+        };
+        if is_placeholder(name) {
+            return Ok(());
+        }
+        let defined = self.repo.text(&path).is_some_and(|text| {
+            items(text)
+                .defs
+                .iter()
+                .any(|d| d.kind == "fn" && d.name == name)
+        });
+        if defined {
+            Ok(())
+        } else {
+            Err(format!("looked for a fn `{name}` in {path}"))
+        }
     }
 
     /// Ok if the span resolves; otherwise what was looked for.
@@ -1239,6 +1299,7 @@ impl Code<'_> {
             || s.starts_with("arn:")
             || s.contains("://")
             || s.contains('"')
+            || s.contains('#')
             || s.starts_with('\\')
             || ["GET ", "PUT ", "POST ", "DELETE ", "HEAD "]
                 .iter()
@@ -1869,6 +1930,17 @@ pub(crate) fn check_one_home(repo: &Repo) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 // The checks on this repository.
 
+/// The documents held to what they name: [`NAMING_DOCUMENTS`], then every Markdown file
+/// under [`DOCS`], found by walking it (a new page is held without being listed).
+fn naming_documents(repo: &Repo) -> Vec<&str> {
+    let pages = repo
+        .files
+        .keys()
+        .map(String::as_str)
+        .filter(|path| under(path, DOCS) && path.ends_with(".md"));
+    NAMING_DOCUMENTS.iter().copied().chain(pages).collect()
+}
+
 fn workspace() -> Repo {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     Repo::load(manifest.parent().unwrap_or(manifest))
@@ -1888,13 +1960,13 @@ fn documents_name_what_exists() {
     let repo = workspace();
     let code = Code::new(&repo);
     let mut failures = Vec::new();
-    for doc in NAMING_DOCUMENTS {
+    for doc in naming_documents(&repo) {
         let text = repo.text(doc).unwrap_or_default();
         assert!(!text.is_empty(), "{doc} is missing or empty");
         failures.extend(code.check_document(doc, text));
     }
     report(
-        "paths and symbols of ARCHITECTURE.md and README.md",
+        "paths and symbols of ARCHITECTURE.md, README.md and docs/",
         &failures,
     );
 }
@@ -1972,6 +2044,10 @@ fn fixture() -> Repo {
         ),
         ("docs/reliability.md", "# Reliability\n"),
         ("bench/REPORT.md", "# Report\n"),
+        (
+            "crates/store/tests/batch.rs",
+            "#[test]\nfn writes_once() {}\nmod exact {\n    #[test]\n    fn sums_stay_exact() {}\n}\n",
+        ),
     ])
 }
 
@@ -2059,6 +2135,48 @@ fn real_names_pass() {
                ```sh\ncargo run -- --file crates/store/src/batch.rs\n```\n";
     let failures = failures_of(doc);
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn a_fn_of_a_file_resolves_and_a_made_up_one_fails() {
+    let doc = "Proved by `crates/store/tests/batch.rs::writes_once`, `::exact::sums_stay_exact`\n\
+               and `::..._elsewhere`; not by `::writes_twice` or\n\
+               `crates/store/tests/ledger.rs::counts`.\n\n\
+               A `::stray` test.\n";
+    let failures = failures_of(doc);
+    let spans: Vec<&str> = failures
+        .iter()
+        .filter_map(|f| f.split('`').nth(1))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            "::writes_twice",
+            "crates/store/tests/ledger.rs::counts",
+            "::stray"
+        ],
+        "{failures:#?}"
+    );
+    assert!(
+        failures[0].ends_with("looked for a fn `writes_twice` in crates/store/tests/batch.rs"),
+        "{failures:#?}"
+    );
+}
+
+#[test]
+fn every_page_under_docs_is_a_naming_document() {
+    let mut repo = fixture();
+    repo.add("docs/deep/formats.md", Some("# Formats\n".to_owned()));
+    repo.add("docs/notes.txt", Some("not a page".to_owned()));
+    assert_eq!(
+        naming_documents(&repo),
+        [
+            "ARCHITECTURE.md",
+            "README.md",
+            "docs/deep/formats.md",
+            "docs/reliability.md",
+        ]
+    );
 }
 
 #[test]
