@@ -16,7 +16,9 @@
 //!    counts once. Then, in this order: each device-hour and its summary, each device's
 //!    directory entry, each fleet part the hour touched, and last the watermark.
 //!
-//! Every read is strongly consistent and every write conditional (see `store::rollup`,
+//! Every read of readings and derived items is strongly consistent (the late marks'
+//! partitions are read eventually consistent: a mark stays until it is sealed) and
+//! every write conditional (see `store::rollup`,
 //! "Why a count is a version"), so a run killed at any point and run again, or two
 //! runs at once, leave the items one clean run leaves.
 
@@ -516,7 +518,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         };
         for part in 0..store::rollup::PARTS {
             // Page by page, so a partition of many marks holds one page at a time.
-            let mut q = RollupQuery::partition(keys::late_part(part), true);
+            // Eventually consistent, at half the price: a mark is deleted only once
+            // sealed, so one this read does not show yet is found by the next run, and
+            // one already deleted is sealed again to the same items and not deleted
+            // twice (its version is gone).
+            let mut q = RollupQuery::partition(keys::late_part(part), false);
             loop {
                 let page = self.rollups.query(&q).await?;
                 let mut by_hour: BTreeMap<i64, Vec<(&RollupItem, &str)>> = BTreeMap::new();
