@@ -507,7 +507,7 @@ async fn a_rebuild_extends_the_watermark_only_over_hours_it_sealed() {
     assert_eq!(sealer::read_watermark(&rollups).await.unwrap(), Some(back));
 }
 
-/// Scenario 42, freshness at steady state, on a simulated clock: two devices report
+/// Scenario 47, freshness at steady state, on a simulated clock: two devices report
 /// every minute, on time, and the sealer runs every minute (the template's
 /// `SealerSchedule`) with the default horizon. After every run of six hours, the
 /// watermark trails now by at least the horizon and at most 1 h + the horizon + one
