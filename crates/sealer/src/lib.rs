@@ -11,10 +11,14 @@
 //! 2. **Hours.** Each hour that ended at least the lateness horizon ago and is not yet
 //!    sealed, oldest first, at most [`Settings::max_hours_per_run`]: every reading of
 //!    the hour is read once, through the read plan over every device
-//!    (`sharding::read_plan::plan_all`) and the merge (`query::exec::merge_each`), so a
-//!    reading held by two items (a redelivery, a block formed twice, a re-keyed copy)
-//!    counts once. Then, in this order: each device-hour and its summary, each device's
-//!    directory entry, each fleet part the hour touched, and last the watermark.
+//!    (`sharding::read_plan::plan_all`), device by device ([`by_device`]: the keys
+//!    list their items in device order, so a run holds one device's readings and a
+//!    page or two per key, however many devices the hour has), and a reading held by
+//!    two items (a redelivery, a block formed twice, a re-keyed copy) counts once.
+//!    Device-hours, their summaries and directory entries are written a batch at a
+//!    time; then each fleet part the hour touched, and last the watermark. A run its
+//!    deadline stops mid-hour records the last device it wrote (`seal`/`progress`), and
+//!    the next run goes on after it.
 //!
 //! Every read of readings and derived items is strongly consistent (the late marks'
 //! partitions are read eventually consistent: a mark stays until it is sealed) and
@@ -22,6 +26,7 @@
 //! "Why a count is a version"), so a run killed at any point and run again, or two
 //! runs at once, leave the items one clean run leaves.
 
+pub mod by_device;
 pub mod config;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,8 +51,20 @@ use store::rollup::{
 
 pub use config::{Config, Settings};
 
-/// Readings held at a time by the merge of one hour (plus one round's pages).
+use crate::by_device::{ByDevice, Next};
+
+/// How far a run its deadline stopped got into an hour: every device up to `after`,
+/// in id order, is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    hour_ms: i64,
+    after: String,
+}
+
+/// Readings held at a time by the merge of one device's hour (plus one round's pages).
 const MERGE_WINDOW: usize = 10_000;
+/// Device-hours written at a time while an hour is read.
+const WRITE_BATCH: usize = 256;
 /// Attempts at a directory entry's conditional write before the run gives up on it.
 const DIRECTORY_ATTEMPTS: u32 = 8;
 
@@ -205,7 +222,10 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 report.behind = true;
                 break;
             }
-            if !self.seal_hour(next, now, deadline, &mut report).await? {
+            if !self
+                .seal_hour(next, now, deadline, true, &mut report)
+                .await?
+            {
                 report.behind = true;
                 break;
             }
@@ -237,7 +257,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let mut report = RunReport::default();
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
-            if past(deadline) || !self.seal_hour(hour, now, deadline, &mut report).await? {
+            if past(deadline)
+                || !self
+                    .seal_hour(hour, now, deadline, false, &mut report)
+                    .await?
+            {
                 report.resume_ms = Some(hour);
                 break;
             }
@@ -284,13 +308,16 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         read_watermark(&self.rollups).await.map_err(Into::into)
     }
 
-    /// Seals one hour of every device. `false` when the deadline came first (nothing
-    /// of the hour is lost: it is sealed again, whole, by the next run).
+    /// Seals one hour of every device, device by device ([`by_device`]), writing
+    /// device-hours a batch at a time. `false` when the deadline came first: with
+    /// `resume`, the devices written so far are recorded (`seal`/`progress`) and the
+    /// next run goes on after them; nothing of the hour is lost either way.
     async fn seal_hour(
         &self,
         hour: i64,
         now: Timestamp,
         deadline: Option<Instant>,
+        resume: bool,
         report: &mut RunReport,
     ) -> Result<bool, SealError> {
         let range = hour_range(hour)?;
@@ -300,14 +327,83 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let hot = self.directory.hot(range, now).await?;
         let refs: Vec<(&str, &_)> = hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
         let plan = plan_all(range, &table, &refs)?;
-        let Some(hours) = self.read_hour(&plan, hour, None, deadline, report).await? else {
-            return Ok(false);
+        let after = match resume {
+            true => self.progress(hour).await?,
+            false => None,
         };
-        let parts: BTreeSet<u32> = hours.keys().map(|d| part_of(d)).collect();
-        self.write_device_hours(hours.into_values().collect(), report)
-            .await?;
+        let mut read = ByDevice::new(
+            &self.source,
+            specs(&plan),
+            hour,
+            after.as_deref(),
+            self.settings.concurrency,
+            self.settings.max_buffered,
+        );
+        // A run that goes on after another's devices recomputes every part; one that
+        // read the whole hour, those of its devices.
+        let mut parts: BTreeSet<u32> = match after {
+            Some(_) => (0..store::rollup::PARTS).collect(),
+            None => BTreeSet::new(),
+        };
+        let mut batch = Vec::new();
+        loop {
+            let next = read.next().await?;
+            let end = next.is_none();
+            match next {
+                Some(Next::Sealed(dh)) if dh.version() > 0 => {
+                    parts.insert(part_of(&dh.device));
+                    batch.push(dh);
+                }
+                Some(Next::Sealed(_)) | None => {}
+                // More readings in the hour than one read holds: sealed alone, by its
+                // own keys in time order, before the progress can name a later device.
+                Some(Next::TooMany(device)) => {
+                    parts.insert(part_of(&device));
+                    self.seal_device_hour(&device, hour, &table, now, report)
+                        .await?;
+                }
+            }
+            if batch.len() >= WRITE_BATCH || (end && !batch.is_empty()) {
+                let last = batch.last().map(|dh: &DeviceHour| dh.device.clone());
+                self.write_device_hours(std::mem::take(&mut batch), report)
+                    .await?;
+                if past(deadline) && !end {
+                    report.readings += read.readings;
+                    if let (true, Some(last)) = (resume, last) {
+                        self.save_progress(hour, &last).await?;
+                    }
+                    return Ok(false);
+                }
+            }
+            if end {
+                break;
+            }
+        }
+        report.readings += read.readings;
         self.write_parts(hour, parts, report).await?;
         Ok(true)
+    }
+
+    /// The last device written of `hour` by a run its deadline stopped, if the record
+    /// is of that hour.
+    async fn progress(&self, hour: i64) -> Result<Option<String>, SealError> {
+        let (pk, sk) = keys::seal_progress();
+        let Some(item) = self.rollups.get(&pk, &sk, true).await? else {
+            return Ok(None);
+        };
+        let progress: Progress = item.body()?;
+        Ok((progress.hour_ms == hour).then_some(progress.after))
+    }
+
+    /// Records that every device of `hour` up to `after`, in id order, is written.
+    async fn save_progress(&self, hour: i64, after: &str) -> Result<(), SealError> {
+        let progress = Progress {
+            hour_ms: hour,
+            after: after.to_owned(),
+        };
+        let item = RollupItem::with_body(keys::seal_progress(), 0, &progress, None)?;
+        self.rollups.put(&item).await?;
+        Ok(())
     }
 
     /// Reads one device's hour again and writes its device-hour, summary and directory
@@ -323,27 +419,23 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let range = hour_range(hour)?;
         let fanout = self.directory.fanout(device, now).await?;
         let plan = plan_entity(device, range, table, &fanout)?;
-        let Some(hours) = self
-            .read_hour(&plan, hour, Some(device), None, report)
-            .await?
-        else {
+        let dh = self.read_device_hour(&plan, hour, device, report).await?;
+        if dh.version() == 0 {
             return Ok(());
-        };
-        self.write_device_hours(hours.into_values().collect(), report)
-            .await
+        }
+        self.write_device_hours(vec![dh], report).await
     }
 
-    /// Every reading of `plan` in the hour, each once, as device-hours (of `device`
-    /// alone when given). `None` when the deadline came first.
-    async fn read_hour(
+    /// Every reading of `device` in the hour, each once, through its own plan and the
+    /// merge in time order (which holds a window of readings, however many).
+    async fn read_device_hour(
         &self,
         plan: &ReadPlan,
         hour: i64,
-        device: Option<&str>,
-        deadline: Option<Instant>,
+        device: &str,
         report: &mut RunReport,
-    ) -> Result<Option<BTreeMap<String, DeviceHour>>, SealError> {
-        let mut hours: BTreeMap<String, DeviceHour> = BTreeMap::new();
+    ) -> Result<DeviceHour, SealError> {
+        let mut dh = DeviceHour::new(device, hour);
         let opts = ReadOptions {
             descending: false,
             consistent: true,
@@ -352,33 +444,24 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             budget: ReadBudget {
                 queries: u64::MAX,
                 evaluated: u64::MAX,
-                deadline,
+                deadline: None,
             },
         };
-        let mut readings = 0;
-        let outcome = merge_each(
+        merge_each(
             &self.source,
             specs(plan),
             opts,
             MERGE_WINDOW,
             |item: ReadingItem| {
-                let in_hour = (hour..hour + HOUR_MS).contains(&item.ts_ms);
-                if in_hour && device.is_none_or(|d| d == item.device_id) {
-                    readings += 1;
-                    hours
-                        .entry(item.device_id.clone())
-                        .or_insert_with(|| DeviceHour::new(item.device_id.clone(), hour))
-                        .add(item.ts_ms, &item.event_id, &item.metrics, &item.tags);
+                if (hour..hour + HOUR_MS).contains(&item.ts_ms) && item.device_id == device {
+                    dh.add(item.ts_ms, &item.event_id, &item.metrics, &item.tags);
                 }
                 ControlFlow::Continue(())
             },
         )
         .await?;
-        if outcome.stopped.is_some() {
-            return Ok(None);
-        }
-        report.readings += readings;
-        Ok(Some(hours))
+        report.readings += dh.version();
+        Ok(dh)
     }
 
     /// Writes each device-hour, its summary and its directory entry.
