@@ -1,4 +1,4 @@
-//! Scenario 49: an hour of many devices is sealed holding one device's readings at a
+//! Scenario 54: an hour of many devices is sealed holding one device's readings at a
 //! time, a device with more readings than that is sealed alone, and a run its deadline
 //! stops mid-hour is taken up after the last device it wrote, to the items one run
 //! writes.
