@@ -6,24 +6,23 @@
 //! over each device's items together, wherever they are stored: its own key, a
 //! sub-shard of a raise, the keys of two table epochs, the bucket before (a block read
 //! back). Once every key has moved past a device, its hour is complete: its copies are
-//! dropped (a reading is its time and event id), and it is handed over as a
-//! [`DeviceHour`]. The read holds a page or two per key and one device's readings,
+//! dropped (a reading is its time and event id), and its readings are handed over.
+//! The read holds a page or two per key and one device's readings,
 //! however many devices the hour has, where a merge in time order would hold the whole
 //! hour.
 //!
-//! A device with more readings in the hour than the read may hold is named instead,
-//! for its caller to seal alone (by its own keys, in time order).
+//! A device with more readings than the read may hold is named instead, for its
+//! caller to read again in smaller ranges. One device's plan is read the same way.
 
 use std::collections::VecDeque;
 use std::future::Future;
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
-use query::exec::StreamSpec;
+use sharding::read_plan::{KeyQuery, ReadPlan};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{LastKey, Page, PageRequest, ReadingSource};
-use store::rollup::{DeviceHour, HOUR_MS};
 
 /// Above every sort key: a sort key starts with a device id, of characters below `~`.
 const SK_TOP: &str = "~";
@@ -31,7 +30,14 @@ const SK_TOP: &str = "~";
 /// One key's stream: its request, the readings of its pages not handed over yet, and
 /// where its next page starts.
 struct Stream {
-    spec: StreamSpec,
+    pk: String,
+    sk_between: Option<(String, String)>,
+    /// `[from, to)` ms: the readings this key answers for; others are dropped.
+    span: (i64, i64),
+    /// `[from, to)` ms: the sort times of the items that can hold them (a block read
+    /// back), sent as a filter where the sort key does not bound the time.
+    starts: (i64, i64),
+    filter_time: bool,
     buffered: VecDeque<ReadingItem>,
     next: Option<LastKey>,
     /// A page is asked for and not back yet.
@@ -40,6 +46,21 @@ struct Stream {
 }
 
 impl Stream {
+    fn of(q: &KeyQuery) -> Self {
+        let ms = |r: sharding::time::TimeRange| (r.from().as_millis(), r.to().as_millis());
+        Self {
+            pk: q.pk.clone(),
+            sk_between: q.sk_between.clone(),
+            span: ms(q.time_filter.unwrap_or(q.covers)),
+            starts: ms(q.starts()),
+            filter_time: q.time_filter.is_some(),
+            buffered: VecDeque::new(),
+            next: None,
+            asked: false,
+            done: false,
+        }
+    }
+
     /// Whether the merge must wait for this stream's next page to know its next device.
     fn waiting(&self) -> bool {
         self.buffered.is_empty() && !self.done
@@ -47,12 +68,15 @@ impl Stream {
 }
 
 /// What [`ByDevice::next`] hands over.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Next {
-    /// A device's hour, its readings each once.
-    Sealed(DeviceHour),
-    /// A device with more readings in the hour than the read may hold: the caller's to
-    /// seal alone.
+    /// A device's readings in the range, each once, in time order (ties by event id).
+    Readings {
+        device: String,
+        readings: Vec<ReadingItem>,
+    },
+    /// A device with more readings in the range than the read may hold: the caller's
+    /// to read in smaller ranges.
     TooMany(String),
 }
 
@@ -64,7 +88,8 @@ pub struct ByDevice<'a, S> {
     source: &'a S,
     streams: Vec<Stream>,
     pages: FuturesUnordered<PageFuture<'a>>,
-    hour: i64,
+    /// `[from, to)` ms: the readings handed over.
+    range: (i64, i64),
     after: Option<String>,
     concurrency: usize,
     max_readings: usize,
@@ -75,7 +100,7 @@ pub struct ByDevice<'a, S> {
 impl<S> std::fmt::Debug for ByDevice<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ByDevice")
-            .field("hour", &self.hour)
+            .field("range", &self.range)
             .field("keys", &self.streams.len())
             .field("pages_asked", &self.pages.len())
             .field("after", &self.after)
@@ -85,33 +110,23 @@ impl<S> std::fmt::Debug for ByDevice<'_, S> {
 }
 
 impl<'a, S: ReadingSource> ByDevice<'a, S> {
-    /// The read of `hour` over `specs` (an hour's plan over every device: time-bucket
-    /// keys), from the device after `after` when given. At most `concurrency` pages are
-    /// asked for at once (each key's first at least), and at most `max_readings` of
-    /// one device held.
+    /// The read of `range` (`[from, to)` ms) over `plan`'s keys (a plan over every
+    /// device, of time-bucket keys, or one device's), from the device after `after`
+    /// when given. At most `concurrency` pages are asked for at once (each key's first
+    /// at least), and at most `max_readings` of one device held.
     pub fn new(
         source: &'a S,
-        specs: Vec<StreamSpec>,
-        hour: i64,
+        plan: &ReadPlan,
+        range: (i64, i64),
         after: Option<&str>,
         concurrency: usize,
         max_readings: usize,
     ) -> Self {
-        let streams = specs
-            .into_iter()
-            .map(|spec| Stream {
-                spec,
-                buffered: VecDeque::new(),
-                next: None,
-                asked: false,
-                done: false,
-            })
-            .collect();
         Self {
             source,
-            streams,
+            streams: plan.queries.iter().map(Stream::of).collect(),
             pages: FuturesUnordered::new(),
-            hour,
+            range,
             after: after.map(str::to_owned),
             concurrency: concurrency.max(1),
             max_readings,
@@ -139,9 +154,9 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
                     let Some(r) = s.buffered.pop_front() else {
                         break;
                     };
-                    let (from, to) = s.spec.span;
-                    let hour = self.hour..self.hour + HOUR_MS;
-                    if (from..to).contains(&r.ts_ms) && hour.contains(&r.ts_ms) {
+                    let (from, to) = s.span;
+                    let wanted = self.range.0..self.range.1;
+                    if (from..to).contains(&r.ts_ms) && wanted.contains(&r.ts_ms) {
                         over |= readings.len() >= self.max_readings;
                         if !over {
                             readings.push(r);
@@ -160,12 +175,8 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
         // A reading stored twice (a redelivery, two blocks, a re-keyed copy) is one.
         readings.sort_unstable_by(|a, b| (a.ts_ms, &a.event_id).cmp(&(b.ts_ms, &b.event_id)));
         readings.dedup_by(|a, b| (a.ts_ms, &a.event_id) == (b.ts_ms, &b.event_id));
-        let mut dh = DeviceHour::new(device, self.hour);
-        for r in &readings {
-            dh.add(r.ts_ms, &r.event_id, &r.metrics, &r.tags);
-        }
         self.readings += readings.len() as u64;
-        Ok(Some(Next::Sealed(dh)))
+        Ok(Some(Next::Readings { device, readings }))
     }
 
     /// Asks for a page of each stream with nothing buffered, and one page ahead of the
@@ -198,14 +209,14 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
     fn ask(&mut self, i: usize) {
         let s = &mut self.streams[i];
         s.asked = true;
-        let (from, to) = s.spec.starts;
+        let (from, to) = s.starts;
         let request = PageRequest {
-            pk: s.spec.pk.clone(),
+            pk: s.pk.clone(),
             sk_between: match &self.after {
                 Some(d) => Some((format!("{d}#{SK_TOP}"), SK_TOP.to_owned())),
-                None => s.spec.sk_between.clone(),
+                None => s.sk_between.clone(),
             },
-            ts_ms_between: s.spec.filter_time.then_some((from, to - 1)),
+            ts_ms_between: s.filter_time.then_some((from, to - 1)),
             time_index: None,
             limit: None,
             ascending: true,

@@ -30,23 +30,20 @@ pub mod by_device;
 pub mod config;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use query::exec::{ExecError, ReadBudget, ReadOptions, merge_each};
-use query::service::specs;
 use serde::{Deserialize, Serialize};
 use sharding::epoch::TableHistory;
-use sharding::read_plan::{PlanError, ReadPlan, plan_all, plan_entity};
+use sharding::read_plan::{PlanError, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
 use store::directory::{CachedDirectory, ShardReader};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupQuery, RollupTable,
-    hour_label, hour_of, keys, part_of, query_all,
+    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupQuery,
+    RollupTable, hour_label, hour_of, keys, part_of, query_all,
 };
 
 pub use config::{Config, Settings};
@@ -61,8 +58,6 @@ struct Progress {
     after: String,
 }
 
-/// Readings held at a time by the merge of one device's hour (plus one round's pages).
-const MERGE_WINDOW: usize = 10_000;
 /// Device-hours written at a time while an hour is read.
 const WRITE_BATCH: usize = 256;
 /// Attempts at a directory entry's conditional write before the run gives up on it.
@@ -73,14 +68,20 @@ const DIRECTORY_ATTEMPTS: u32 = 8;
 pub enum SealError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("reading the readings: {0}")]
-    Read(#[from] ExecError),
     #[error("planning the read: {0}")]
     Plan(#[from] PlanError),
     #[error("an hour's time is out of range: {0}")]
     Time(String),
     #[error("the directory entry of {0:?} changed under {DIRECTORY_ATTEMPTS} writes in a row")]
     DirectoryContended(String),
+    #[error(
+        "device {device:?} has more than SEAL_MAX_BUFFERED ({max}) readings in a minute of {hour}: raise it"
+    )]
+    TooBusy {
+        device: String,
+        hour: String,
+        max: usize,
+    },
 }
 
 /// What a run did.
@@ -333,8 +334,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         };
         let mut read = ByDevice::new(
             &self.source,
-            specs(&plan),
-            hour,
+            &plan,
+            (hour, hour + HOUR_MS),
             after.as_deref(),
             self.settings.concurrency,
             self.settings.max_buffered,
@@ -350,11 +351,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             let next = read.next().await?;
             let end = next.is_none();
             match next {
-                Some(Next::Sealed(dh)) if dh.version() > 0 => {
-                    parts.insert(part_of(&dh.device));
-                    batch.push(dh);
+                Some(Next::Readings { device, readings }) if !readings.is_empty() => {
+                    parts.insert(part_of(&device));
+                    batch.push(device_hour(device, hour, &readings));
                 }
-                Some(Next::Sealed(_)) | None => {}
+                Some(Next::Readings { .. }) | None => {}
                 // More readings in the hour than one read holds: sealed alone, by its
                 // own keys in time order, before the progress can name a later device.
                 Some(Next::TooMany(device)) => {
@@ -407,7 +408,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     }
 
     /// Reads one device's hour again and writes its device-hour, summary and directory
-    /// entry (a late mark; its fleet part is the caller's to recompute).
+    /// entry (a late mark, or a device with more readings than the hour's read holds;
+    /// its fleet part is the caller's to recompute).
     async fn seal_device_hour(
         &self,
         device: &str,
@@ -416,52 +418,57 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         now: Timestamp,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
-        let range = hour_range(hour)?;
         let fanout = self.directory.fanout(device, now).await?;
-        let plan = plan_entity(device, range, table, &fanout)?;
-        let dh = self.read_device_hour(&plan, hour, device, report).await?;
-        if dh.version() == 0 {
-            return Ok(());
-        }
-        self.write_device_hours(vec![dh], report).await
-    }
-
-    /// Every reading of `device` in the hour, each once, through its own plan and the
-    /// merge in time order (which holds a window of readings, however many).
-    async fn read_device_hour(
-        &self,
-        plan: &ReadPlan,
-        hour: i64,
-        device: &str,
-        report: &mut RunReport,
-    ) -> Result<DeviceHour, SealError> {
-        let mut dh = DeviceHour::new(device, hour);
-        let opts = ReadOptions {
-            descending: false,
-            consistent: true,
-            concurrency: self.settings.concurrency,
-            max_buffered: self.settings.max_buffered,
-            budget: ReadBudget {
-                queries: u64::MAX,
-                evaluated: u64::MAX,
-                deadline: None,
-            },
-        };
-        merge_each(
-            &self.source,
-            specs(plan),
-            opts,
-            MERGE_WINDOW,
-            |item: ReadingItem| {
-                if (hour..hour + HOUR_MS).contains(&item.ts_ms) && item.device_id == device {
-                    dh.add(item.ts_ms, &item.event_id, &item.metrics, &item.tags);
+        // The whole hour by the device's own keys; where that holds more readings than
+        // a read may, minute by minute (a reading lies in one minute, so none twice).
+        let whole = [(hour, hour + HOUR_MS)];
+        let minutes: Vec<(i64, i64)> = (0..60)
+            .map(|m| (hour + m * MINUTE_MS, hour + (m + 1) * MINUTE_MS))
+            .collect();
+        for slices in [&whole[..], &minutes[..]] {
+            let mut dh = DeviceHour::new(device, hour);
+            let mut complete = true;
+            for &(from, to) in slices {
+                let plan = plan_entity(device, time_range(from, to)?, table, &fanout)?;
+                let mut read = ByDevice::new(
+                    &self.source,
+                    &plan,
+                    (from, to),
+                    None,
+                    self.settings.concurrency,
+                    self.settings.max_buffered,
+                );
+                while let Some(next) = read.next().await? {
+                    match next {
+                        Next::Readings {
+                            device: d,
+                            readings,
+                        } if d == device => {
+                            for r in &readings {
+                                dh.add(r.ts_ms, &r.event_id, &r.metrics, &r.tags);
+                            }
+                        }
+                        Next::TooMany(d) if d == device => complete = false,
+                        Next::Readings { .. } | Next::TooMany(_) => {}
+                    }
                 }
-                ControlFlow::Continue(())
-            },
-        )
-        .await?;
-        report.readings += dh.version();
-        Ok(dh)
+                if !complete {
+                    break;
+                }
+            }
+            if complete {
+                report.readings += dh.version();
+                if dh.version() == 0 {
+                    return Ok(());
+                }
+                return self.write_device_hours(vec![dh], report).await;
+            }
+        }
+        Err(SealError::TooBusy {
+            device: device.to_owned(),
+            hour: hour_label(hour),
+            max: self.settings.max_buffered,
+        })
     }
 
     /// Writes each device-hour, its summary and its directory entry.
@@ -684,8 +691,21 @@ fn parse_mark(sk: &str) -> Option<(i64, &str)> {
 }
 
 fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
+    time_range(hour, hour + HOUR_MS)
+}
+
+fn time_range(from: i64, to: i64) -> Result<TimeRange, SealError> {
     let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
-    TimeRange::new(at(hour)?, at(hour + HOUR_MS)?).map_err(|e| SealError::Time(e.to_string()))
+    TimeRange::new(at(from)?, at(to)?).map_err(|e| SealError::Time(e.to_string()))
+}
+
+/// The device-hour of one device's readings of `hour`, each given once.
+fn device_hour(device: String, hour: i64, readings: &[ReadingItem]) -> DeviceHour {
+    let mut dh = DeviceHour::new(device, hour);
+    for r in readings {
+        dh.add(r.ts_ms, &r.event_id, &r.metrics, &r.tags);
+    }
+    dh
 }
 
 /// A watermark's end as its item's version (ends are epoch ms after 1970).
