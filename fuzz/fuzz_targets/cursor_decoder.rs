@@ -4,27 +4,12 @@
 
 #![no_main]
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
 use libfuzzer_sys::fuzz_target;
-use query::cursor::CursorKeys;
-use query::{CursorKey, Fingerprint, decode_cursor};
+use query::cursor::{CURSOR_VERSION, CursorKeys, seal_body};
+use query::{Binding, CursorKey, decode_cursor};
 use sharding::time::Timestamp;
-use sha2::Sha256;
 
 const KEY: &[u8] = b"fuzzing-cursor-key-0123456789abcdef";
-
-fn seal(json: &[u8]) -> Option<String> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(KEY).ok()?;
-    mac.update(json);
-    let tag = mac.finalize().into_bytes();
-    Some(format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(json),
-        URL_SAFE_NO_PAD.encode(tag)
-    ))
-}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(key) = CursorKey::new(KEY.to_vec()) else {
@@ -34,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(now) = Timestamp::from_millis(1_782_050_000_000) else {
         return;
     };
-    let fp = Fingerprint {
+    let binding = Binding {
         route: "device_readings",
         device: Some("dev-1".to_owned()),
         from_ms: 1_782_000_000_000,
@@ -42,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         descending: false,
         limit: 100,
         detail: String::new(),
+        scope: None,
     };
     let Some((&mode, rest)) = data.split_first() else {
         return;
@@ -49,33 +35,32 @@ fuzz_target!(|data: &[u8]| {
     let cursor = match mode % 3 {
         // A cursor as a client could send it.
         0 => String::from_utf8_lossy(rest).into_owned(),
-        // Any body, correctly sealed.
-        1 => match seal(rest) {
-            Some(c) => c,
-            None => return,
-        },
+        // Any body, correctly sealed for this request.
+        1 => seal_body(rest, &binding, &key),
         // A well-formed body for this request with a fuzzed position, sealed.
         _ => {
             let text = String::from_utf8_lossy(rest);
             let mut parts = text.splitn(3, '\n');
-            let ts: i64 = parts.next().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            let ts: i64 = parts
+                .next()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
             let device = parts.next().unwrap_or("");
             let event = parts.next().unwrap_or("");
             let body = serde_json::json!({
-                "v": 2,
+                "v": CURSOR_VERSION,
                 "k": key.id(),
                 "t": now.as_millis(),
-                "fp": fp.digest(),
                 "pos": {"ts_ms": ts, "device_id": device, "event_id": event},
             });
-            match serde_json::to_vec(&body).ok().and_then(|b| seal(&b)) {
-                Some(c) => c,
-                None => return,
+            match serde_json::to_vec(&body) {
+                Ok(json) => seal_body(&json, &binding, &key),
+                Err(_) => return,
             }
         }
     };
-    if let Ok(pos) = decode_cursor(&cursor, &fp, &keys, now) {
-        assert!(pos.ts_ms >= fp.from_ms && pos.ts_ms < fp.to_ms);
+    if let Ok(pos) = decode_cursor(&cursor, &binding, &keys, now) {
+        assert!(pos.ts_ms >= binding.from_ms && pos.ts_ms < binding.to_ms);
         assert_eq!(pos.device_id, "dev-1");
     }
 });

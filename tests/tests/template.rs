@@ -1,8 +1,10 @@
 //! The promises of `template.yaml` (docs/reliability.md scenario 20), read from the
 //! file itself: partial batch responses, redrive, the visibility-timeout rule, DLQ
 //! retention, queue encryption, each role's exact permissions, API auth and throttling,
-//! the alarms, the sealer's schedule and role. Parameters take their defaults unless a
-//! check overrides them.
+//! the alarms, the sealer's schedule and role, the IoT front door's doors (scenarios 29
+//! and 49 to 51: the queues' senders evaluated through their policy, the rule role's
+//! trust, the principals taken) and who may invoke each function (52). Parameters take
+//! their defaults unless a check overrides them.
 //!
 //! Every check is a function returning an error that names the broken promise;
 //! `each_broken_promise_is_caught` edits the template text and proves the checks fail.
@@ -20,6 +22,8 @@ use crate::harness::template_path;
 pub(crate) struct Template {
     doc: Value,
     params: BTreeMap<String, String>,
+    /// Pseudo parameters given a value (`AWS::StackName`); the others stay symbolic.
+    pseudo: BTreeMap<String, String>,
 }
 
 impl Template {
@@ -41,7 +45,19 @@ impl Template {
             );
             params.insert((*name).to_owned(), (*value).to_owned());
         }
-        Ok(Self { doc, params })
+        Ok(Self {
+            doc,
+            params,
+            pseudo: BTreeMap::new(),
+        })
+    }
+
+    /// This template deployed as the stack `name`: `!Ref AWS::StackName` and
+    /// `${AWS::StackName}` in `!Sub` evaluate to it.
+    fn with_stack_name(mut self, name: &str) -> Self {
+        self.pseudo
+            .insert("AWS::StackName".to_owned(), name.to_owned());
+        self
     }
 
     pub(crate) fn load(overrides: &[(&str, &str)]) -> Result<Self> {
@@ -144,6 +160,8 @@ impl Template {
                 let name = text(arg)?;
                 if name == "AWS::NoValue" {
                     Value::String(NO_VALUE.to_owned())
+                } else if let Some(value) = self.pseudo.get(&name) {
+                    Value::String(value.clone())
                 } else if let Some(value) = self.params.get(&name) {
                     Value::String(value.clone())
                 } else {
@@ -162,11 +180,25 @@ impl Template {
                 Value::String(format!("getatt:{key}"))
             }
             "Fn::Sub" => {
-                let body = match arg {
-                    Value::Sequence(parts) => parts.first().context("!Sub text")?,
-                    other => other,
+                // The variables of `!Sub [text, {name: value}]` and the pseudo parameters
+                // given a value are substituted; every other `${...}` stays as written.
+                let (body, variables) = match arg {
+                    Value::Sequence(parts) => (
+                        parts.first().context("!Sub text")?,
+                        parts.get(1).and_then(Value::as_mapping),
+                    ),
+                    other => (other, None),
                 };
-                Value::String(format!("sub:{}", text(body)?))
+                let mut out = text(body)?;
+                for (name, value) in variables.into_iter().flatten() {
+                    let name = text(name)?;
+                    let value = text(&self.eval(value)?)?;
+                    out = out.replace(&format!("${{{name}}}"), &value);
+                }
+                for (name, value) in &self.pseudo {
+                    out = out.replace(&format!("${{{name}}}"), value);
+                }
+                Value::String(format!("sub:{out}"))
             }
             "Condition" => Value::Bool(self.condition(&text(arg)?)?),
             "Fn::Join" | "Fn::Split" => self.join_or_split(function, arg)?,
@@ -1281,6 +1313,221 @@ fn queue_statements(t: &Template) -> Result<Vec<Value>> {
         .clone())
 }
 
+/// A request as a policy's conditions see it: the caller's ARN and whether it is an
+/// AWS service principal, the resource a service acts for and its account (each absent
+/// from a request that carries none), the action, the resource's ARN, and whether it
+/// came over TLS.
+#[derive(Debug, Clone, Copy)]
+struct Request<'a> {
+    principal_arn: Option<&'a str>,
+    is_aws_service: Option<bool>,
+    source_arn: Option<&'a str>,
+    source_account: Option<&'a str>,
+    action: &'a str,
+    resource: &'a str,
+    secure: bool,
+}
+
+impl<'a> Request<'a> {
+    /// `sqs:SendMessage` over TLS by the IAM principal `arn`.
+    fn send_by(arn: &'a str, queue: &'a str) -> Self {
+        Self {
+            principal_arn: Some(arn),
+            is_aws_service: Some(false),
+            source_arn: None,
+            source_account: None,
+            action: "sqs:SendMessage",
+            resource: queue,
+            secure: true,
+        }
+    }
+
+    /// The value of a condition key, as text; `None` when the request has none.
+    fn key(&self, key: &str) -> Result<Option<String>> {
+        Ok(match key {
+            "aws:PrincipalArn" => self.principal_arn.map(str::to_owned),
+            "aws:PrincipalIsAWSService" => self.is_aws_service.map(|b| b.to_string()),
+            "aws:SecureTransport" => Some(self.secure.to_string()),
+            "aws:SourceArn" => self.source_arn.map(str::to_owned),
+            "aws:SourceAccount" => self.source_account.map(str::to_owned),
+            other => bail!("condition key {other} is not understood here; extend Request::key"),
+        })
+    }
+}
+
+/// `pattern` with `*` matching any run of characters (IAM's ARN and action matching).
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            text.starts_with(head)
+                && (0..=text.len() - head.len())
+                    .filter(|&i| text.is_char_boundary(head.len() + i))
+                    .any(|i| glob(rest, &text[head.len() + i..]))
+        }
+    }
+}
+
+/// Whether one condition operator holds for `request`: a value list matches when any
+/// value does; a negated operator holds when the key is absent, a positive one not.
+fn condition_holds(
+    operator: &str,
+    key: &str,
+    values: &[String],
+    request: &Request,
+) -> Result<bool> {
+    let actual = request.key(key)?;
+    let any = |matches: &dyn Fn(&str, &str) -> bool| {
+        actual
+            .as_deref()
+            .is_some_and(|a| values.iter().any(|v| matches(v, a)))
+    };
+    Ok(match operator {
+        "ArnEquals" | "ArnLike" => any(&glob),
+        "ArnNotEquals" | "ArnNotLike" => actual.is_none() || !any(&glob),
+        "StringEquals" => any(&|v, a| v == a),
+        "StringNotEquals" => actual.is_none() || !any(&|v, a| v == a),
+        "Bool" => any(&|v, a| v.eq_ignore_ascii_case(a)),
+        other => bail!("condition operator {other} is not understood here; extend condition_holds"),
+    })
+}
+
+/// Whether an explicit Deny of `statements` (a resource policy, evaluated) applies to
+/// `request`: its principal, action and resource match, and every condition holds.
+fn denied(statements: &[Value], request: &Request) -> Result<bool> {
+    for statement in statements {
+        if statement.get("Effect").and_then(scalar).as_deref() != Some("Deny") {
+            continue;
+        }
+        ensure!(
+            statement.get("Principal").and_then(scalar).as_deref() == Some("*"),
+            "a Deny for some principals only is not understood here: {statement:?}"
+        );
+        ensure!(
+            statement.get("NotAction").is_none() && statement.get("NotResource").is_none(),
+            "NotAction/NotResource are not understood here"
+        );
+        let matches = |field: &str, what: &str| {
+            strings(statement.get(field))
+                .iter()
+                .any(|pattern| glob(pattern, what))
+        };
+        if !matches("Action", request.action) || !matches("Resource", request.resource) {
+            continue;
+        }
+        if conditions_hold(statement, request)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether every condition of `statement` holds for `request` (none: true).
+fn conditions_hold(statement: &Value, request: &Request) -> Result<bool> {
+    let mut holds = true;
+    if let Some(conditions) = statement.get("Condition") {
+        let conditions = conditions
+            .as_mapping()
+            .context("a Condition that is no map")?;
+        for (operator, keys) in conditions {
+            let operator = operator.as_str().context("condition operator")?;
+            for (key, values) in keys.as_mapping().context("condition keys")? {
+                let key = key.as_str().context("condition key")?;
+                holds &= condition_holds(operator, key, &strings(Some(values)), request)?;
+            }
+        }
+    }
+    Ok(holds)
+}
+
+/// With the front door on (docs/reliability.md scenario 49), the DLQ takes
+/// `sqs:SendMessage` from the ingest's role (its dead letters) and the rule's (its error
+/// action) alone: a publisher named in QueuePublisherArns, or any other IAM principal,
+/// is denied, over TLS or not. SQS's own dead-lettering, a move with no principal's
+/// request or, were it one, a request of SQS's service principal, is not denied, and
+/// the queue's redrive still names the DLQ. Without the front door the DLQ is as before
+/// (TLS only).
+fn check_dlq_senders(t: &Template) -> Result<()> {
+    let dlq = "getatt:IngestDLQ.Arn";
+    let publisher = "arn:aws:iam::123456789012:role/gateway";
+    let on = with_front_door(t, &[("QueuePublisherArns", publisher)])?;
+    let statements = queue_statements(&on)?;
+    let stranger = "arn:aws:iam::123456789012:role/anyone";
+    for (who, request, expected) in [
+        (
+            "the ingest's role",
+            Request::send_by("getatt:IngestRole.Arn", dlq),
+            false,
+        ),
+        (
+            "the rule's role",
+            Request::send_by("getatt:IotRuleRole.Arn", dlq),
+            false,
+        ),
+        ("a named publisher", Request::send_by(publisher, dlq), true),
+        (
+            "another IAM principal",
+            Request::send_by(stranger, dlq),
+            true,
+        ),
+        (
+            "the ingest's role without TLS",
+            Request {
+                secure: false,
+                ..Request::send_by("getatt:IngestRole.Arn", dlq)
+            },
+            true,
+        ),
+        (
+            "SQS's dead-lettering, no principal's request",
+            Request {
+                principal_arn: None,
+                is_aws_service: None,
+                ..Request::send_by("", dlq)
+            },
+            false,
+        ),
+        (
+            "SQS's dead-lettering, as its service principal",
+            Request {
+                principal_arn: None,
+                is_aws_service: Some(true),
+                ..Request::send_by("", dlq)
+            },
+            false,
+        ),
+    ] {
+        ensure!(
+            denied(&statements, &request)? == expected,
+            "with the front door on, SendMessage to the DLQ by {who} must {}be denied",
+            if expected { "" } else { "not " }
+        );
+    }
+    // The named publisher still sends to the ingest queue: the DLQ's door is its own.
+    ensure!(
+        !denied(
+            &statements,
+            &Request::send_by(publisher, "getatt:IngestQueue.Arn")
+        )?,
+        "the DLQ's statement must not close the ingest queue to its named publishers"
+    );
+    let redrive = path(
+        &on.props("IngestQueue")?,
+        &["RedrivePolicy", "deadLetterTargetArn"],
+    )
+    .and_then(scalar);
+    ensure!(
+        redrive.as_deref() == Some(dlq),
+        "the ingest queue's redrive must still move messages to the DLQ: {redrive:?}"
+    );
+    let off = queue_statements(t)?;
+    ensure!(
+        !denied(&off, &Request::send_by(stranger, dlq))?,
+        "without the front door the DLQ's senders are IAM's to say, as before"
+    );
+    Ok(())
+}
+
 /// The IoT front door is off unless asked for: no IoT resource, no envelope trusted
 /// (an empty IOT_SENDER_ID), and the queue's policy as before it (TLS only).
 fn check_front_door_off_by_default(t: &Template) -> Result<()> {
@@ -1337,8 +1584,9 @@ fn check_queue_senders(t: &Template) -> Result<()> {
             .find(|s| {
                 s.get("Effect").and_then(scalar).as_deref() == Some("Deny")
                     && strings(s.get("Action")) == ["sqs:SendMessage"]
+                    && strings(s.get("Resource")) == ["getatt:IngestQueue.Arn"]
             })
-            .context("no Deny of sqs:SendMessage with the front door on")?;
+            .context("no Deny of sqs:SendMessage on the ingest queue with the front door on")?;
         ensure!(
             deny.get("Principal").and_then(scalar).as_deref() == Some("*")
                 && strings(deny.get("Resource")) == ["getatt:IngestQueue.Arn"],
@@ -1370,10 +1618,71 @@ fn check_queue_senders(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// `QueuePublisherArns` (docs/reliability.md scenario 51) takes role and user ARNs
+/// separated by commas alone, as the
+/// queue policy compares them, and refuses at deploy what would silently match no one:
+/// a space after a comma (CloudFormation trims nothing), any other whitespace, an
+/// assumed-role session's ARN, a wildcard. Its `AllowedPattern` is matched against each
+/// item of the list, whole, as CloudFormation does for a CommaDelimitedList, and its
+/// `ConstraintDescription` says why.
+fn check_publisher_arns(t: &Template) -> Result<()> {
+    let parameter = path(&t.doc, &["Parameters", "QueuePublisherArns"])
+        .context("no parameter QueuePublisherArns")?;
+    ensure!(
+        parameter.get("Type").and_then(scalar).as_deref() == Some("CommaDelimitedList"),
+        "QueuePublisherArns is a CommaDelimitedList"
+    );
+    let pattern = parameter
+        .get("AllowedPattern")
+        .and_then(scalar)
+        .context("QueuePublisherArns has no AllowedPattern: a space after a comma would deny")?;
+    let whole = regex_lite::Regex::new(&format!("^(?:{pattern})$"))
+        .with_context(|| format!("AllowedPattern {pattern:?} is no regular expression"))?;
+    let accepted = |value: &str| value.split(',').all(|item| whole.is_match(item));
+    let role = "arn:aws:iam::123456789012:role/gateway";
+    let user = "arn:aws:iam::123456789012:user/bridge";
+    for value in [
+        String::new(),
+        role.to_owned(),
+        format!("{role},{user}"),
+        "arn:aws:iam::123456789012:role/service-role/ops/gateway-2".to_owned(),
+        "arn:aws-us-gov:iam::123456789012:role/gateway".to_owned(),
+        "arn:aws-cn:iam::123456789012:user/a+b=c.d@e_f-g".to_owned(),
+    ] {
+        ensure!(accepted(&value), "QueuePublisherArns must take {value:?}");
+    }
+    for value in [
+        format!("{role}, {user}"),
+        format!("{role} ,{user}"),
+        format!(" {role}"),
+        format!("{role}\t"),
+        format!("{role},\n{user}"),
+        "arn:aws:iam::123456789012:role/two words".to_owned(),
+        "arn:aws:sts::123456789012:assumed-role/gateway/session".to_owned(),
+        "arn:aws:iam::123456789012:root".to_owned(),
+        "*".to_owned(),
+        "arn:aws:iam::*:role/gateway".to_owned(),
+    ] {
+        ensure!(
+            !accepted(&value),
+            "QueuePublisherArns must refuse {value:?} at deploy, not deny it silently"
+        );
+    }
+    let why = parameter
+        .get("ConstraintDescription")
+        .and_then(scalar)
+        .unwrap_or_default();
+    ensure!(
+        why.contains("space") && why.contains("commas"),
+        "the ConstraintDescription must say why: no space around the commas ({why:?})"
+    );
+    Ok(())
+}
+
 /// The thing policy lets a thing connect only as its own thing name, attached to its
 /// certificate, and publish only on its own topic, the one the rule reads the thing
-/// name from; the rule puts the published bytes, base64-encoded, beside that name and
-/// the client id.
+/// name from; the rule puts the published bytes, base64-encoded, beside that name, the
+/// client id and the connection's principal.
 fn check_thing_policy(t: &Template) -> Result<()> {
     let t = with_front_door(t, &[])?;
     let thing = "${!iot:Connection.Thing.ThingName}";
@@ -1429,11 +1738,48 @@ fn check_thing_policy(t: &Template) -> Result<()> {
     ensure!(
         words.join(" ")
             == format!(
-                "SELECT encode(*, 'base64') AS payload, topic(3) AS thing, clientid() AS client \
-                 FROM {filter}"
+                "SELECT encode(*, 'base64') AS payload, topic(3) AS thing, clientid() AS client, \
+                 principal() AS principal FROM {filter}"
             ),
         "the rule must put the published bytes, base64-encoded, beside topic(3) (the thing \
-         of {filter}) and the client id: {sql}"
+         of {filter}), the client id and the principal: {sql}"
+    );
+    Ok(())
+}
+
+/// The ingest takes only a certificate's publishes unless told otherwise
+/// (docs/reliability.md scenario 29): the
+/// parameter defaults to `certificate`, offers only `any` besides, and reaches the
+/// ingest as `IOT_PRINCIPALS`, whose own default is `certificate` too.
+fn check_principals(t: &Template) -> Result<()> {
+    let parameter =
+        path(&t.doc, &["Parameters", "IotPrincipals"]).context("no parameter IotPrincipals")?;
+    ensure!(
+        parameter.get("Default").and_then(scalar).as_deref() == Some("certificate"),
+        "IotPrincipals must default to certificate, the one principal bound to its thing"
+    );
+    ensure!(
+        strings(parameter.get("AllowedValues")) == ["certificate", "any"],
+        "IotPrincipals takes certificate or any: {:?}",
+        parameter.get("AllowedValues")
+    );
+    for value in ["certificate", "any"] {
+        let t = with_front_door(t, &[("IotPrincipals", value)])?;
+        let env = path(&t.props("IngestFunction")?, &["Environment", "Variables"])
+            .and_then(|v| v.get("IOT_PRINCIPALS"))
+            .and_then(scalar);
+        ensure!(
+            env.as_deref() == Some(value),
+            "IOT_PRINCIPALS must be IotPrincipals ({value}), is {env:?}"
+        );
+        ensure!(
+            value.parse::<ingest::Principals>().is_ok(),
+            "the ingest does not take IOT_PRINCIPALS={value}"
+        );
+    }
+    ensure!(
+        ingest::Principals::default() == ingest::Principals::Certificate,
+        "the ingest's own default must be certificate"
     );
     Ok(())
 }
@@ -1475,6 +1821,197 @@ fn check_rule_role(t: &Template) -> Result<()> {
                 && sqs.get("UseBase64").and_then(scalar).as_deref() == Some("false"),
             "the rule's action must send JSON to {queue} with IotRuleRole: {sqs:?}"
         );
+    }
+    Ok(())
+}
+
+/// The names a raw (unevaluated) template value refers to: `!Ref X`, `!GetAtt X.Attr`
+/// and `${X}` or `${X.Attr}` in text (as `!Sub` reads it), `DependsOn` included.
+fn references(value: &Value, out: &mut BTreeSet<String>) {
+    let name = |s: &str| s.split('.').next().unwrap_or(s).to_owned();
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" || tagged.tag == "GetAtt" => {
+            match &tagged.value {
+                Value::Sequence(parts) => {
+                    out.extend(parts.first().and_then(Value::as_str).map(name));
+                }
+                other => out.extend(other.as_str().map(name)),
+            }
+        }
+        Value::Tagged(tagged) => references(&tagged.value, out),
+        Value::String(text) => {
+            for piece in text.split("${").skip(1) {
+                out.insert(name(piece.split('}').next().unwrap_or_default()));
+            }
+        }
+        Value::Sequence(items) => items.iter().for_each(|v| references(v, out)),
+        Value::Mapping(map) => {
+            for (key, v) in map {
+                if matches!(key.as_str(), Some("Ref" | "Fn::GetAtt" | "DependsOn")) {
+                    strings(Some(v)).iter().for_each(|s| {
+                        out.insert(name(s));
+                    });
+                }
+                references(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The rule's role (docs/reliability.md scenario 50) may be assumed by AWS IoT of this
+/// account for this stack's rule alone: its trust names the rule's ARN (`aws:SourceArn`), built from the rule's fixed
+/// name, a name a rule may have (letters, digits, underscores, at most 128) for any
+/// stack name of at most 119 characters; another rule of the account cannot assume it.
+/// The role does not name the rule (which names the role): no dependency cycle.
+fn check_rule_trust(t: &Template) -> Result<()> {
+    let longest = format!("s{}b", "-a1".repeat(39));
+    ensure!(longest.len() == 119, "{}", longest.len());
+    for stack in ["shardline", "shard-line-prod", "Demo-2", &longest] {
+        let t = with_front_door(t, &[])?.with_stack_name(stack);
+        let rule = t
+            .props("IotReadingsRule")?
+            .get("RuleName")
+            .and_then(scalar)
+            .context("IotReadingsRule has no fixed RuleName")?;
+        ensure!(
+            !rule.is_empty()
+                && rule.len() <= 128
+                && rule.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "stack {stack}: {rule:?} is no rule name ([a-zA-Z0-9_], 1 to 128)"
+        );
+        let role = t.resource("IotRuleRole")?;
+        let mut named = BTreeSet::new();
+        references(
+            path(&t.doc, &["Resources", "IotRuleRole"]).context("no IotRuleRole")?,
+            &mut named,
+        );
+        ensure!(
+            !named.contains("IotReadingsRule"),
+            "IotRuleRole names IotReadingsRule, which names it: a dependency cycle"
+        );
+        let trust = path(
+            &role,
+            &["Properties", "AssumeRolePolicyDocument", "Statement"],
+        )
+        .and_then(Value::as_sequence)
+        .context("IotRuleRole has no trust policy")?;
+        let [statement] = trust.as_slice() else {
+            bail!("IotRuleRole's trust has one statement, not {}", trust.len());
+        };
+        let arn = |name: &str| {
+            format!(
+                "sub:arn:${{AWS::Partition}}:iot:${{AWS::Region}}:${{AWS::AccountId}}:rule/{name}"
+            )
+        };
+        let ours = arn(&rule);
+        let assume = |source_arn: &str, account: &str| -> Result<bool> {
+            let request = Request {
+                principal_arn: None,
+                is_aws_service: Some(true),
+                source_arn: Some(source_arn),
+                source_account: Some(account),
+                action: "sts:AssumeRole",
+                resource: "getatt:IotRuleRole.Arn",
+                secure: true,
+            };
+            Ok(
+                statement.get("Effect").and_then(scalar).as_deref() == Some("Allow")
+                    && strings(path(statement, &["Principal", "Service"])) == ["iot.amazonaws.com"]
+                    && strings(statement.get("Action")) == ["sts:AssumeRole"]
+                    && conditions_hold(statement, &request)?,
+            )
+        };
+        let account = "ref:AWS::AccountId";
+        ensure!(
+            assume(&ours, account)?,
+            "stack {stack}: AWS IoT must be able to assume IotRuleRole for the rule {rule}"
+        );
+        for other in [
+            format!("{rule}_2"),
+            "other_rule".to_owned(),
+            format!("x{rule}"),
+        ] {
+            ensure!(
+                !assume(&arn(&other), account)?,
+                "stack {stack}: the rule {other} of the account may assume IotRuleRole"
+            );
+        }
+        ensure!(
+            !assume(&ours, "111122223333")?,
+            "stack {stack}: another account's rule of that name may assume IotRuleRole"
+        );
+    }
+    Ok(())
+}
+
+/// Who may invoke each function (docs/reliability.md scenario 52): a direct
+/// `lambda:InvokeFunction` hands a function an event of the caller's making, past the
+/// queue's policy, the front door's SenderId and the API's authorization. So the ingest
+/// is invoked only by its queue's event source mapping (which needs no permission on
+/// the function), the query only by API Gateway for its own API's GET routes, the
+/// sealer only by its schedule; no function has a URL, and no role of the stack may
+/// invoke a function.
+fn check_invokers(t: &Template) -> Result<()> {
+    let t = with_front_door(t, &[])?;
+    let mut functions = t.ids_of("AWS::Serverless::Function")?;
+    functions.sort();
+    ensure!(
+        functions == ["IngestFunction", "QueryFunction", "SealerFunction"],
+        "the functions are the ingest, the query and the sealer: {functions:?}"
+    );
+    for (id, sources) in [
+        ("IngestFunction", &["SQS"][..]),
+        ("QueryFunction", &[][..]),
+        ("SealerFunction", &["Schedule"][..]),
+    ] {
+        let props = t.props(id)?;
+        let events: Vec<String> = props
+            .get("Events")
+            .and_then(Value::as_mapping)
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, event)| event.get("Type").and_then(scalar))
+            .collect();
+        ensure!(
+            events == sources,
+            "{id} is invoked by {sources:?} alone, not {events:?}"
+        );
+        ensure!(
+            props.get("FunctionUrlConfig").is_none(),
+            "{id} has a function URL: anyone it allows invokes it"
+        );
+    }
+    ensure!(
+        t.ids_of("AWS::Lambda::Url")?.is_empty(),
+        "a function URL exists: anyone it allows invokes a function"
+    );
+    let permissions = t.ids_of("AWS::Lambda::Permission")?;
+    ensure!(
+        permissions == ["QueryInvokePermission"],
+        "the one permission on a function is API Gateway's on the query: {permissions:?}"
+    );
+    let permission = t.props("QueryInvokePermission")?;
+    let field = |name: &str| permission.get(name).and_then(scalar).unwrap_or_default();
+    let source = field("SourceArn");
+    ensure!(
+        field("Action") == "lambda:InvokeFunction"
+            && field("FunctionName") == "ref:QueryFunction"
+            && field("Principal") == "apigateway.amazonaws.com"
+            && source
+                == "sub:arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/GET/*",
+        "API Gateway may invoke the query for the GET routes of this stack's API alone: \
+         {permission:?}"
+    );
+    for role in t.ids_of("AWS::IAM::Role")? {
+        for statement in role_statements(&t, &role)? {
+            for action in strings(statement.get("Action")) {
+                ensure!(
+                    !glob(&action.to_ascii_lowercase(), "lambda:invokefunction"),
+                    "{role} may call lambda:InvokeFunction ({action})"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -1715,7 +2252,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 21] = [
+static CHECKS: [(&str, Check); 26] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -1733,6 +2270,11 @@ static CHECKS: [(&str, Check); 21] = [
     ("queue senders", check_queue_senders),
     ("thing policy", check_thing_policy),
     ("rule role", check_rule_role),
+    ("principals", check_principals),
+    ("dlq senders", check_dlq_senders),
+    ("rule trust", check_rule_trust),
+    ("publisher arns", check_publisher_arns),
+    ("invokers", check_invokers),
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
@@ -1890,6 +2432,32 @@ fn the_rule_role_sends_only_to_the_ingest_queue_and_its_dlq() -> Result<()> {
 }
 
 #[test]
+fn the_ingest_takes_only_a_certificates_publishes_unless_told_any() -> Result<()> {
+    run("principals")
+}
+
+#[test]
+fn with_the_front_door_the_dlq_takes_messages_from_the_ingest_the_rule_and_sqs_alone() -> Result<()>
+{
+    run("dlq senders")
+}
+
+#[test]
+fn only_the_stacks_rule_may_assume_the_rule_role() -> Result<()> {
+    run("rule trust")
+}
+
+#[test]
+fn queue_publisher_arns_with_a_space_are_refused_at_deploy() -> Result<()> {
+    run("publisher arns")
+}
+
+#[test]
+fn only_their_event_sources_may_invoke_the_functions() -> Result<()> {
+    run("invokers")
+}
+
+#[test]
 fn the_sealer_runs_on_its_schedule_over_the_stacks_tables() -> Result<()> {
     run("sealer")
 }
@@ -1909,7 +2477,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 54] = [
+    let mutations: [(&str, &str, &str); 71] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2026,6 +2594,91 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "thing policy",
             "SELECT encode(*, 'base64') AS payload,",
             "SELECT * AS payload,",
+        ),
+        (
+            "thing policy",
+            "clientid() AS client,\n          principal() AS principal FROM",
+            "clientid() AS client\n          FROM",
+        ),
+        (
+            "invokers",
+            "${AWS::AccountId}:${HttpApi}/*/GET/*\n",
+            "${AWS::AccountId}:*\n",
+        ),
+        (
+            "invokers",
+            "      Description: HTTP API over the readings table",
+            "      FunctionUrlConfig:\n        AuthType: NONE\n      Description: HTTP API over the readings table",
+        ),
+        (
+            "invokers",
+            "              - Sid: DeadLetter\n                Effect: Allow\n                Action: sqs:SendMessage\n",
+            "              - Sid: DeadLetter\n                Effect: Allow\n                Action: [sqs:SendMessage, \"lambda:Invoke*\"]\n",
+        ),
+        (
+            "publisher arns",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[!-~]+)?\"\n",
+            "",
+        ),
+        (
+            "publisher arns",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[!-~]+)?\"\n",
+            "    AllowedPattern: \"(arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/.+)?\"\n",
+        ),
+        (
+            "rule trust",
+            "              ArnEquals:\n                aws:SourceArn: !Sub\n",
+            "              ArnNotEquals:\n                aws:SourceArn: !Sub\n",
+        ),
+        (
+            "rule trust",
+            ":${AWS::AccountId}:rule/${RuleName}\"",
+            ":${AWS::AccountId}:rule/${RuleName}*\"",
+        ),
+        (
+            "rule trust",
+            "      RuleName: !Join [\"\", [!Join [\"_\", !Split [\"-\", !Ref AWS::StackName]], \"_readings\"]]\n",
+            "      RuleName: !Sub \"${AWS::StackName}-readings\"\n",
+        ),
+        (
+            "rule trust",
+            "                  - RuleName: !Join [\"\", [!Join [\"_\", !Split [\"-\", !Ref AWS::StackName]], \"_readings\"]]\n",
+            "                  - RuleName: !Ref IotReadingsRule\n",
+        ),
+        (
+            "dlq senders",
+            "                ArnNotEquals:\n                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]\n",
+            "",
+        ),
+        (
+            "dlq senders",
+            "                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]\n",
+            "                  aws:PrincipalArn: [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, \"*\"]\n",
+        ),
+        (
+            "dlq senders",
+            "                Bool:\n                  aws:PrincipalIsAWSService: \"false\"\n",
+            "",
+        ),
+        (
+            "dlq senders",
+            "              Action: sqs:SendMessage\n              Resource: !GetAtt IngestDLQ.Arn\n",
+            "              Action: sqs:SendMessage\n              Resource: !GetAtt IngestQueue.Arn\n",
+        ),
+        (
+            "principals",
+            "  IotPrincipals:\n    Type: String\n    Default: certificate\n",
+            "  IotPrincipals:\n    Type: String\n    Default: any\n",
+        ),
+        (
+            "principals",
+            "    AllowedValues: [certificate, any]\n",
+            "    AllowedValues: [any, certificate]\n",
+        ),
+        (
+            "principals",
+            "          IOT_PRINCIPALS: !Ref IotPrincipals\n",
+            "          IOT_PRINCIPALS: any\n",
         ),
         (
             "rule role",

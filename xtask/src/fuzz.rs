@@ -119,7 +119,9 @@ fn seed_corpus(root: &Path, fuzz_dir: &Path) -> Result<()> {
     // Cursor inputs: mode byte, then a raw cursor, a body to seal, or "ts\ndevice\nevent".
     let cursors = vec![
         "\u{0}eyJ2IjoxfQ.AAAA".to_owned(),
-        "\u{1}{\"v\":1,\"fp\":\"x\",\"pos\":{\"ts_ms\":1782000000001,\"device_id\":\"dev-1\",\"event_id\":\"e\"}}".to_owned(),
+        // Bodies the target seals: one of today's version naming its key, one of version 2.
+        "\u{1}{\"v\":3,\"k\":\"e9a736c1373e2292\",\"t\":1782050000000,\"pos\":{\"ts_ms\":1782000000001,\"device_id\":\"dev-1\",\"event_id\":\"e\"}}".to_owned(),
+        "\u{1}{\"v\":2,\"k\":\"e9a736c1373e2292\",\"t\":1782050000000,\"fp\":\"x\",\"pos\":{\"ts_ms\":1782000000001,\"device_id\":\"dev-1\",\"event_id\":\"e\"}}".to_owned(),
         "\u{2}1782000000001\ndev-1\nevt-1".to_owned(),
         "\u{2}1782100000000\ndev-2\nevt-1".to_owned(),
     ];

@@ -69,8 +69,8 @@ pub(crate) enum Readings<'a> {
 
 /// A whole body: an object (one reading, or a batch when `readings` is present, with
 /// `other` its first other key in key order), or not an object at all. The members of
-/// the IoT front door's envelope (`payload`, `thing`, `client`) are kept apart in
-/// `envelope`: no reading has them, and only a message the IoT rule sent may.
+/// the IoT front door's envelope (`payload`, `thing`, `client`, `principal`) are kept
+/// apart in `envelope`: no reading has them, and only a message the IoT rule sent may.
 #[derive(Debug, Clone, PartialEq)]
 #[expect(
     clippy::large_enum_variant,
@@ -88,18 +88,23 @@ pub(crate) enum RawBody<'a> {
 
 /// The IoT front door's members of a body: what the rule's SELECT wrote (the published
 /// bytes, base64-encoded, the thing its topic names, the MQTT client id of the
-/// connection). The payload is kept as the value it is; `front_door` decodes it.
+/// connection, and the principal it authenticated with). The payload is kept as the
+/// value it is; `front_door` decodes it.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Envelope<'a> {
     pub payload: Option<Scalar<'a>>,
     pub thing: Option<Scalar<'a>>,
     pub client: Option<Scalar<'a>>,
+    pub principal: Option<Scalar<'a>>,
 }
 
 impl Envelope<'_> {
     /// Whether the body has any member of an envelope.
     pub(crate) fn is_present(&self) -> bool {
-        self.payload.is_some() || self.thing.is_some() || self.client.is_some()
+        self.payload.is_some()
+            || self.thing.is_some()
+            || self.client.is_some()
+            || self.principal.is_some()
     }
 }
 
@@ -369,6 +374,10 @@ fn read_reading<'de, A: MapAccess<'de>>(
             }
             ("client", Some(top)) => {
                 top.envelope.client = Some(map.next_value()?);
+                continue;
+            }
+            ("principal", Some(top)) => {
+                top.envelope.principal = Some(map.next_value()?);
                 continue;
             }
             _ => {

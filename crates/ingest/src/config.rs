@@ -10,6 +10,8 @@ use store::config::Vars;
 pub use store::config::{ConfigError, WriterSettings};
 use store::directory::DirectoryConfig;
 
+use crate::front_door::Principals;
+
 /// `MAX_INFLIGHT` when unset: concurrent `BatchWriteItem` calls of one invocation (the
 /// template's `MaxInflight` default, held equal by the template test).
 pub const DEFAULT_MAX_INFLIGHT: usize = 16;
@@ -65,6 +67,11 @@ pub struct Config {
     /// the rule's envelope, the thing its connection proved beside the readings
     /// (`crate::front_door`); without it, no record may.
     pub iot_sender_id: Option<String>,
+    /// `IOT_PRINCIPALS` (default `certificate`, the template's `IotPrincipals`): which
+    /// connections' envelopes the ingest takes, by the principal the rule wrote beside
+    /// the thing ([`Principals`]): `certificate`, only a connection authenticated with
+    /// an X.509 certificate (the one the thing policy binds to its thing), or `any`.
+    pub iot_principals: Principals,
     /// `BATCH_SIZE` (default 100, the template's `IngestBatchSize`) and
     /// `BATCHING_WINDOW_SECS` (default 1, `BatchingWindow`): how the event source mapping
     /// gathers a batch, from which each entity's arrival rate is measured
@@ -158,6 +165,11 @@ impl Config {
             source_queue_url: env.optional("SOURCE_QUEUE_URL"),
             sender_id: env.optional("INGEST_SENDER_ID"),
             iot_sender_id: env.optional("IOT_SENDER_ID"),
+            iot_principals: env.parse_or(
+                "IOT_PRINCIPALS",
+                Principals::Certificate,
+                "certificate or any",
+            )?,
             rollup_table: env.optional("ROLLUP_TABLE"),
             lateness_horizon: Duration::from_secs(env.parse_or(
                 "LATENESS_HORIZON_SECS",
@@ -238,6 +250,7 @@ mod tests {
         assert_eq!((config.max_receives, config.max_requeues), (5, 3));
         assert_eq!(config.sender_id, None);
         assert_eq!(config.iot_sender_id, None);
+        assert_eq!(config.iot_principals, Principals::Certificate);
         assert_eq!(config.rollup_table, None);
         assert_eq!(config.lateness_horizon, Duration::from_secs(600));
         assert_eq!(config.redelivery.ceiling(5), Duration::from_secs(480));
@@ -298,6 +311,16 @@ mod tests {
         check(("RAISE_AHEAD_WCU", "-5"), "RAISE_AHEAD_WCU");
         check(("RAISE_AHEAD_WCU", "inf"), "RAISE_AHEAD_WCU");
         check(("LATENESS_HORIZON_SECS", "-1"), "LATENESS_HORIZON_SECS");
+        // Neither of the two: never a silently wider door.
+        check(("IOT_PRINCIPALS", "all"), "IOT_PRINCIPALS");
+        check(("IOT_PRINCIPALS", "Certificate"), "IOT_PRINCIPALS");
+    }
+
+    #[test]
+    fn the_front_door_may_be_told_to_take_any_principal() {
+        let mut vars = REQUIRED.to_vec();
+        vars.push(("IOT_PRINCIPALS", "any"));
+        assert_eq!(parse(&vars).expect("valid").iot_principals, Principals::Any);
     }
 
     #[test]

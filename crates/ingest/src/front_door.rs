@@ -4,15 +4,22 @@
 //! The rule's SELECT writes one envelope per publish: the published bytes under
 //! `payload`, base64-encoded (`encode(*, 'base64')`), and beside it what the connection
 //! proved, the thing its topic names (`thing`, `topic(3)`; the thing policy lets a
-//! thing publish only under its own name) and the connection's MQTT client id
-//! (`client`; the policy lets a thing connect only as itself). The payload is one
-//! opaque string, so nothing a thing publishes can stand in for `thing` or `client`;
-//! decoded, it is a publisher's body. An envelope is read only from a message the
-//! rule's role sent (or the ingest's copy of one), by its SenderId; every reading of it
-//! must be of the thing that published it. As everywhere in the ingest, a message is
-//! refused as a whole: one reading of another device sends the whole message to the
-//! DLQ with a reason naming both ids, and the other messages of the batch go on.
-
+//! thing publish only under its own name), the connection's MQTT client id (`client`;
+//! the policy lets a thing connect only as itself) and the principal it authenticated
+//! with (`principal`, `principal()`). The payload is one opaque string, so nothing a
+//! thing publishes can stand in for the others; decoded, it is a publisher's body. An
+//! envelope is read only from a message the rule's role sent (or the ingest's copy of
+//! one), by its SenderId; every reading of it must be of the thing that published it.
+//! As everywhere in the ingest, a message is refused as a whole: one reading of another
+//! device sends the whole message to the DLQ with a reason naming both ids, and the
+//! other messages of the batch go on.
+//!
+//! The thing policy binds a connection to its thing only for a certificate: an IAM
+//! identity (MQTT over WebSocket or HTTPS, signed with SigV4) publishes wherever its
+//! IAM policy lets it, `iot:*` included, whatever thing its topic names. So by default
+//! ([`Principals::Certificate`]) an envelope is taken only when `principal()` has the
+//! shape AWS IoT gives a certificate; see [`is_certificate_id`] for the shapes told
+//! apart.
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sharding::key::validate_id;
@@ -37,26 +44,93 @@ pub enum Sender {
 pub const THING_FIELD: &str = "thing";
 /// The envelope's member holding the connection's MQTT client id.
 pub const CLIENT_FIELD: &str = "client";
+/// The envelope's member holding the principal the connection authenticated with.
+pub const PRINCIPAL_FIELD: &str = "principal";
+/// Length of a certificate's id: the hex digits of a SHA-256 digest.
+pub const CERTIFICATE_ID_LEN: usize = 64;
+
+/// Which connections' publishes the ingest takes (`IOT_PRINCIPALS`, the template's
+/// `IotPrincipals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Principals {
+    /// `certificate` (the default): only a connection authenticated with an X.509
+    /// certificate, which the thing policy binds to its thing. Any other principal,
+    /// and an envelope without one, is refused.
+    #[default]
+    Certificate,
+    /// `any`: every principal the account's IoT and IAM policies let publish on a
+    /// thing's topic, as before the rule wrote the principal (an envelope without one
+    /// is taken too).
+    Any,
+}
+
+impl std::str::FromStr for Principals {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "certificate" => Ok(Self::Certificate),
+            "any" => Ok(Self::Any),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Whether `principal`, as the rule's `principal()` wrote it, is an X.509
+/// certificate's.
+///
+/// AWS IoT documents what `principal()` returns by how the publish authenticated:
+/// - an X.509 certificate (MQTT, a device SDK): the certificate's thumbprint, which is
+///   its certificate id (the end of its `arn:...:cert/<id>`), 64 lowercase hex digits,
+///   such as `ba67293af50bf2506f5f93469686da660c7c844e7b3950bfb16813e0d31e9373`;
+/// - an IAM role (the console's MQTT client; MQTT over WebSocket or HTTP, signed with
+///   its credentials): its role id and session name, `AROA...:my-session-name`;
+/// - an IAM user (MQTT over WebSocket, HTTP): its user id, `AIDA...` (21 upper-case
+///   letters and digits);
+/// - an Amazon Cognito identity (not in that list) connects over WebSocket with the IAM
+///   credentials of its pool's role: a role session's id as above; its identity id
+///   (`<region>:<uuid>`) would not be a certificate's shape either.
+///
+/// Only the first is 64 characters of `[0-9a-f]`: an IAM id is upper-case and shorter,
+/// and a session or Cognito id holds a colon. A custom authorizer (the template creates
+/// none) names its principal as it likes; an account that adds one must keep its ids
+/// off this shape, or its connections off the readings topics.
+pub fn is_certificate_id(principal: &str) -> bool {
+    principal.len() == CERTIFICATE_ID_LEN
+        && principal
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
 /// Most bytes a decoded payload may hold: the largest body the ingest sends, more than
 /// one publish holds. Checked on the base64's length before decoding too, so the work
 /// is bounded whatever message size the queue takes.
 pub const MAX_PAYLOAD_BYTES: usize = MAX_MESSAGE_BYTES;
 
-/// Parses and validates one message body from `sender` into its readings.
-pub fn parse_message(body: &str, sender: Sender, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
+/// Parses and validates one message body from `sender` into its readings; an envelope
+/// only from a connection `principals` takes.
+pub fn parse_message(
+    body: &str,
+    sender: Sender,
+    limits: &Limits,
+    principals: Principals,
+) -> Result<Vec<Reading>, Refusal> {
     let raw = read(body)?;
     match sender {
         Sender::Publisher => parse_raw(raw, limits),
-        Sender::IotRule => parse_envelope(raw, limits),
+        Sender::IotRule => parse_envelope(raw, limits, principals),
     }
 }
 
-fn parse_envelope(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Refusal> {
+fn parse_envelope(
+    raw: RawBody<'_>,
+    limits: &Limits,
+    principals: Principals,
+) -> Result<Vec<Reading>, Refusal> {
     let not_envelope = || {
         Refusal::new(
             "body",
-            "a message from the IoT rule's role must be its envelope \
-             ({\"payload\": \"<base64>\", \"thing\": ..., \"client\": ...})",
+            "a message from the IoT rule's role must be its envelope ({\"payload\": \
+             \"<base64>\", \"thing\": ..., \"client\": ..., \"principal\": ...})",
         )
     };
     let RawBody::Object {
@@ -74,14 +148,18 @@ fn parse_envelope(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading>, Ref
     if let Some(key) = other.or(readings.map(|_| "readings".into())) {
         return Err(Refusal::new(
             key,
-            "unknown field (an envelope holds only payload, thing and client)",
+            "unknown field (an envelope holds only payload, thing, client and principal)",
         ));
     }
     let Envelope {
         payload,
         thing,
         client,
+        principal,
     } = envelope;
+    if principals == Principals::Certificate {
+        certificate(principal)?;
+    }
     let thing = identity(thing, THING_FIELD)?;
     let client = identity(client, CLIENT_FIELD)?;
     if client != thing {
@@ -169,6 +247,27 @@ fn identity(value: Option<Scalar<'_>>, field: &str) -> Result<String, Refusal> {
     }
 }
 
+/// The principal of a connection the default takes: a certificate's id.
+fn certificate(principal: Option<Scalar<'_>>) -> Result<(), Refusal> {
+    const WHY: &str = "the thing policy binds only a certificate to its thing, and an \
+                       IAM or Cognito identity publishes wherever its IAM policy lets it \
+                       (IOT_PRINCIPALS=certificate)";
+    let refuse = |rule: String| Refusal::new(PRINCIPAL_FIELD, rule);
+    match principal {
+        Some(Scalar::Str(id)) if is_certificate_id(&id) => Ok(()),
+        Some(Scalar::Str(id)) => Err(refuse(format!(
+            "is {:?}, not an X.509 certificate's id (64 hex digits): {WHY}",
+            id.chars().take(2 * CERTIFICATE_ID_LEN).collect::<String>()
+        ))),
+        None | Some(Scalar::Null) => Err(refuse(format!(
+            "is required, the certificate the thing connected with: {WHY}"
+        ))),
+        Some(_) => Err(refuse(format!(
+            "must be a string, an X.509 certificate's id: {WHY}"
+        ))),
+    }
+}
+
 /// A refusal of the payload, with the payload's path.
 fn in_payload(refusal: Refusal) -> Refusal {
     let field = if refusal.field == "body" {
@@ -203,7 +302,10 @@ mod tests {
         )
     }
 
-    /// The rule's envelope of a publish of `published`.
+    /// A certificate's id, as `principal()` gives it.
+    const CERT: &str = "ba67293af50bf2506f5f93469686da660c7c844e7b3950bfb16813e0d31e9373";
+
+    /// The rule's envelope of a publish of `published` over a certificate's connection.
     fn envelope(published: &str, thing: &str, client: &str) -> String {
         let encoded = STANDARD.encode(published);
         raw_envelope(&format!("\"{encoded}\""), thing, client)
@@ -211,12 +313,23 @@ mod tests {
 
     /// An envelope whose `payload` is the JSON value `payload`.
     fn raw_envelope(payload: &str, thing: &str, client: &str) -> String {
-        format!(r#"{{"payload":{payload},"thing":"{thing}","client":"{client}"}}"#)
+        format!(
+            r#"{{"payload":{payload},"thing":"{thing}","client":"{client}","principal":"{CERT}"}}"#
+        )
     }
 
     /// `expected`: `Ok(n)` readings, or `Err((field, fragment of the rule))`.
     fn check(body: &str, sender: Sender, expected: Result<usize, (&str, &str)>) {
-        match (parse_message(body, sender, &limits()), expected) {
+        check_taking(Principals::Certificate, body, sender, expected);
+    }
+
+    fn check_taking(
+        principals: Principals,
+        body: &str,
+        sender: Sender,
+        expected: Result<usize, (&str, &str)>,
+    ) {
+        match (parse_message(body, sender, &limits(), principals), expected) {
             (Ok(readings), Ok(n)) => assert_eq!(readings.len(), n, "{body}"),
             (Err(refusal), Err((field, rule))) => {
                 assert_eq!(refusal.field, field, "{body}: {refusal}");
@@ -276,8 +389,8 @@ mod tests {
         check(&r, Sender::IotRule, Err(("body", "must be its envelope")));
         let extra = r#"{"payload":{},"thing":"a","client":"a","device_id":"a"}"#;
         check(extra, Sender::IotRule, Err(("device_id", "unknown field")));
-        let unnamed = r#"{"payload":{},"client":"a"}"#;
-        check(unnamed, Sender::IotRule, Err(("thing", "is required")));
+        let unnamed = format!(r#"{{"payload":{{}},"client":"a","principal":"{CERT}"}}"#);
+        check(&unnamed, Sender::IotRule, Err(("thing", "is required")));
         let bad = envelope(r#"{"readings":7}"#, "dev-1", "dev-1");
         check(&bad, Sender::IotRule, Err(("payload.readings", "array")));
         let not_json = envelope("t=21.5", "dev-1", "dev-1");
@@ -302,8 +415,8 @@ mod tests {
                 Err(("payload", "must be a string")),
             );
         }
-        let missing = r#"{"thing":"dev-1","client":"dev-1"}"#;
-        check(missing, Sender::IotRule, Err(("payload", "is required")));
+        let missing = format!(r#"{{"thing":"dev-1","client":"dev-1","principal":"{CERT}"}}"#);
+        check(&missing, Sender::IotRule, Err(("payload", "is required")));
         let encoded = STANDARD.encode(format!("{r} "));
         let unpadded = encoded.trim_end_matches('=');
         assert_ne!(unpadded, encoded, "the base64 is padded");
@@ -340,5 +453,64 @@ mod tests {
         let one = envelope(&reading("dev-1", "e-1"), "dev-1", "dev-1");
         check(&one, Sender::Publisher, Err(("payload", "IOT_SENDER_ID")));
         check(&reading("dev-1", "e-1"), Sender::Publisher, Ok(1));
+    }
+
+    /// By default only a certificate's connection publishes: an IAM user's, an IAM
+    /// role session's (the console's MQTT client, a WebSocket client), a Cognito
+    /// identity's, or none at all is refused naming `principal`; with `any`, each is
+    /// taken.
+    #[test]
+    fn by_default_only_a_certificates_connection_publishes() {
+        let published = STANDARD.encode(reading("dev-1", "e-1"));
+        let from = |principal: &str| {
+            format!(r#"{{"payload":"{published}","thing":"dev-1","client":"dev-1"{principal}}}"#)
+        };
+        let with = |id: &str| from(&format!(r#","principal":"{id}""#));
+        check(&with(CERT), Sender::IotRule, Ok(1));
+        let not_a_certificate = Err(("principal", "not an X.509 certificate's id"));
+        for id in [
+            "AIDAEXAMPLEUSER000001",
+            "AROAEXAMPLEROLE000001:my-session-name",
+            "us-east-1:0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d",
+            // The shape's neighbours: upper-case, one digit short or long, not hex.
+            &CERT.to_uppercase(),
+            &CERT[1..],
+            &format!("{CERT}0"),
+            &CERT.replace('a', "g"),
+            "",
+        ] {
+            check(&with(id), Sender::IotRule, not_a_certificate);
+            check_taking(Principals::Any, &with(id), Sender::IotRule, Ok(1));
+        }
+        check(
+            &from(""),
+            Sender::IotRule,
+            Err(("principal", "is required")),
+        );
+        check_taking(Principals::Any, &from(""), Sender::IotRule, Ok(1));
+        let number = from(r#","principal":7"#);
+        check(
+            &number,
+            Sender::IotRule,
+            Err(("principal", "must be a string")),
+        );
+        // The reason says why, and shows what the rule wrote.
+        let Err(refusal) = parse_message(
+            &with("AROAEXAMPLEROLE000001:console"),
+            Sender::IotRule,
+            &limits(),
+            Principals::Certificate,
+        ) else {
+            panic!("a role session's publish was taken");
+        };
+        assert!(
+            refusal.rule.contains("AROAEXAMPLEROLE000001:console")
+                && refusal.rule.contains("IOT_PRINCIPALS"),
+            "{refusal}"
+        );
+        assert_eq!("certificate".parse(), Ok(Principals::Certificate));
+        assert_eq!("any".parse(), Ok(Principals::Any));
+        assert_eq!("".parse::<Principals>(), Err(()));
+        assert_eq!(Principals::default(), Principals::Certificate);
     }
 }

@@ -29,7 +29,7 @@ pub mod message;
 
 pub use config::{Config, ConfigError};
 pub use fate::{Fate, Retry};
-pub use front_door::{Sender, parse_message};
+pub use front_door::{Principals, Sender, parse_message};
 pub use handler::{Ingest, IngestError, MessageReport, Report};
 pub use invocation::Invocation;
 pub use message::{Limits, Refusal, parse_body, to_body};

@@ -94,8 +94,8 @@ pub(crate) fn parse_raw(raw: RawBody<'_>, limits: &Limits) -> Result<Vec<Reading
     if envelope.is_present() {
         return Err(Refusal::new(
             ENVELOPE_FIELD,
-            "an IoT front-door envelope (payload, thing, client) is taken only from the \
-             IoT rule's role (IOT_SENDER_ID), and never inside another",
+            "an IoT front-door envelope (payload, thing, client, principal) is taken only \
+             from the IoT rule's role (IOT_SENDER_ID), and never inside another",
         ));
     }
     let Some(readings) = readings else {

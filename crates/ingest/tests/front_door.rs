@@ -1,11 +1,12 @@
 //! Scenario 29: the AWS IoT Core front door. `events/sqs-iot-front-door.json` holds
 //! what the template's IoT rule sends: each body the rule's SELECT output (the
-//! published bytes base64-encoded under `payload`, the thing its topic names and the
-//! connection's client id beside it), each SenderId a session of the rule's role. A
-//! thing's own readings are written; a message holding a reading of another device
-//! goes to the DLQ with a reason naming both ids (the message as a whole, as every
-//! refusal), and the other messages go on; the same envelope from any other sender is
-//! refused.
+//! published bytes base64-encoded under `payload`, the thing its topic names, the
+//! connection's client id and the certificate it authenticated with beside it), each
+//! SenderId a session of the rule's role. A thing's own readings are written; a message
+//! holding a reading of another device goes to the DLQ with a reason naming both ids
+//! (the message as a whole, as every refusal), and the other messages go on; the same
+//! envelope from any other sender is refused, and so is one published by an IAM or
+//! Cognito identity rather than a certificate, unless `IOT_PRINCIPALS` is `any`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -253,4 +254,65 @@ async fn s29_the_ingests_whole_copy_of_a_rules_message_keeps_its_envelope() {
         matches!(report.messages[0].fate, Fate::DeadLettered { .. }),
         "{report:?}"
     );
+}
+
+/// The event with every envelope's `principal` replaced by `principal` (none when
+/// `None`).
+fn published_by(principal: Option<&str>) -> SqsEvent {
+    let mut ev = event(EVENT);
+    for record in &mut ev.records {
+        let body = record.body.as_deref().expect("a body");
+        let mut envelope: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        let members = envelope.as_object_mut().expect("an object");
+        match principal {
+            Some(id) => members.insert("principal".to_owned(), id.into()),
+            None => members.remove("principal"),
+        };
+        record.body = Some(envelope.to_string());
+    }
+    ev
+}
+
+/// A publish by anything but a certificate (an IAM user's or role's connection over
+/// WebSocket, the console's MQTT client, a Cognito identity), which the thing policy
+/// does not bind to the thing its topic names, goes to the DLQ with the reason naming
+/// `principal`, whatever its readings; with `IOT_PRINCIPALS=any` it is read as before.
+#[tokio::test(start_paused = true)]
+async fn s29_an_envelope_published_by_an_iam_or_cognito_identity_is_dead_lettered_with_the_reason()
+{
+    for principal in [
+        Some("AIDAEXAMPLEUSER000001"),
+        Some("AROAEXAMPLEROLE000001:iot-console"),
+        Some("us-east-1:0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"),
+        None,
+    ] {
+        let ev = published_by(principal);
+        let fx = Fixture::new();
+        let report = fx
+            .service(&[IOT_ROLE])
+            .process(&ev, now(), deadline(), &mut rng())
+            .await;
+        assert!(fx.table.items().is_empty(), "{principal:?}");
+        assert_eq!(report.dead_lettered, 5, "{principal:?}");
+        for letter in fx.dlq.letters() {
+            assert_eq!(letter.field, "principal", "{principal:?}");
+            assert!(
+                letter.rule.contains("certificate") && letter.rule.contains("IOT_PRINCIPALS"),
+                "{}",
+                letter.rule
+            );
+            if let Some(id) = principal {
+                assert!(letter.rule.contains(id), "{}", letter.rule);
+            }
+        }
+
+        // Told to take any principal, the same messages are read as the thing's.
+        let fx = Fixture::new();
+        let report = fx
+            .service(&[IOT_ROLE, ("IOT_PRINCIPALS", "any")])
+            .process(&ev, now(), deadline(), &mut rng())
+            .await;
+        assert_eq!(report.dead_lettered, 2, "{principal:?}: {report:?}");
+        assert_eq!(stored(&fx).len(), 5, "{principal:?}");
+    }
 }

@@ -1,13 +1,18 @@
 //! Page cursors: the last emitted merge key, bound to the request that produced it and
 //! sealed with HMAC-SHA256.
 //!
-//! Format: `base64url(json) "." base64url(hmac(json))`, no padding. The JSON holds a
-//! version, the id of the key that sealed it, when it was issued, the position and a
-//! fingerprint of the request's parameters. A cursor whose MAC does not verify, that
-//! does not parse, or whose fingerprint differs from the current request's is refused,
-//! so a cursor can never widen what a request may read: the range, device, order and
-//! limit always come from the request itself, and the position is checked to lie
-//! inside that range.
+//! Format: `base64url(json) "." base64url(hmac(json, binding))`, no padding. The JSON
+//! holds a version, the id of the key that sealed it, when it was issued and the
+//! position, nothing else. The request's [`Binding`] (route, parameters and the
+//! caller's device grants) is not stored: it is sealed by the MAC alongside the JSON,
+//! and the request that presents the cursor supplies it again. So a cursor opens only
+//! for the request it was issued for, and holds no digest of its parameters or grants
+//! that would let anyone holding a leaked cursor confirm a guess of them offline (the
+//! MAC confirms nothing without the key). A cursor whose MAC does not verify (altered,
+//! or presented with other parameters or grants) or that does not parse is refused, so
+//! a cursor can never widen what a request may read: the range, device, order and limit
+//! always come from the request itself, and the position is checked to lie inside that
+//! range.
 //!
 //! Keys rotate ([`CursorKeys`]): a deployment seals with its current key and opens
 //! cursors sealed with the current or the previous one, named by the key id each
@@ -31,8 +36,10 @@ use crate::model::ReadingKey;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Current cursor format version: 2 carries the key id and the issue time.
-pub const CURSOR_VERSION: u8 = 2;
+/// Current cursor format version: 2 carried the key id and the issue time; 3 stores no
+/// fingerprint and seals the request's binding with the MAC instead. A cursor of
+/// another version is refused (400 `bad_cursor`) before its seal is checked.
+pub const CURSOR_VERSION: u8 = 3;
 
 /// How long a cursor is accepted after it was issued, by default.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -148,47 +155,62 @@ impl CursorKeyRing {
     }
 }
 
-/// The parameters a cursor is bound to. Two requests with equal fingerprints read the
-/// same set of readings in the same order and page size.
+/// What a cursor is bound to: the request's route and parameters, and the caller's
+/// device grants where they shape the answer. Two requests with equal bindings read the
+/// same set of readings in the same order and page size. It is sealed by the cursor's
+/// MAC and never stored in the cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint {
+pub struct Binding {
     pub route: &'static str,
     pub device: Option<String>,
     pub from_ms: i64,
     pub to_ms: i64,
     pub descending: bool,
     pub limit: u32,
-    /// Further parameters that shape what the route reads (stats: interval and metric);
-    /// empty for the reading routes.
+    /// Further parameters that shape what the route reads (stats: interval and metric;
+    /// the device list: prefix and `seen_since`); empty for the reading routes.
     pub detail: String,
+    /// The caller's device grants in their canonical form, on the routes whose pages
+    /// they shape (a read over every device, the device list); `None` for a caller who
+    /// may read every device, and on a route of one device, whose grant is checked on
+    /// each request.
+    pub scope: Option<String>,
 }
 
-impl Fingerprint {
-    /// A short digest of the canonical form; collisions would need SHA-256 collisions.
-    pub fn digest(&self) -> String {
-        let mut h = Sha256::new();
-        // Length-prefixed fields: no two parameter sets share an encoding.
-        for field in [
-            self.route.to_string(),
-            self.device.clone().unwrap_or_default(),
+impl Binding {
+    /// Feeds the binding to `mac`, each field length-prefixed (an absent one as a
+    /// marker byte), so no two bindings feed the same bytes.
+    fn seal_into(&self, mac: &mut HmacSha256) {
+        let order = if self.descending { "desc" } else { "asc" };
+        let (from, to, limit) = (
             self.from_ms.to_string(),
             self.to_ms.to_string(),
-            if self.descending { "desc" } else { "asc" }.to_string(),
             self.limit.to_string(),
-        ]
-        .iter()
-        // An empty detail adds nothing, so cursors of the reading routes keep the
-        // digest they had before the field existed.
-        .chain((!self.detail.is_empty()).then_some(&self.detail))
-        {
-            h.update((field.len() as u64).to_be_bytes());
-            h.update(field.as_bytes());
+        );
+        let fields = [
+            Some(self.route),
+            self.device.as_deref(),
+            Some(from.as_str()),
+            Some(to.as_str()),
+            Some(order),
+            Some(limit.as_str()),
+            Some(self.detail.as_str()),
+            self.scope.as_deref(),
+        ];
+        for field in fields {
+            match field {
+                None => mac.update(&[0]),
+                Some(text) => {
+                    mac.update(&[1]);
+                    mac.update(&(text.len() as u64).to_be_bytes());
+                    mac.update(text.as_bytes());
+                }
+            }
         }
-        let out = h.finalize();
-        hex::encode(&out[..16])
     }
 }
 
+/// What a cursor stores: nothing of its request but the position it resumes at.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Body {
@@ -197,15 +219,24 @@ struct Body {
     k: String,
     /// When it was issued, in epoch milliseconds.
     t: i64,
-    fp: String,
     pos: ReadingKey,
 }
 
-/// What a cursor says of its key before its seal is checked: only to choose the key.
+/// What a cursor says of itself before its seal is checked: only to refuse another
+/// version and to choose the key.
 #[derive(Deserialize)]
-struct Sealer {
+struct Header {
+    #[serde(default)]
+    v: Option<u8>,
     #[serde(default)]
     k: Option<String>,
+}
+
+impl Header {
+    /// The header of a cursor's JSON body; empty when it does not parse.
+    fn of(json: &[u8]) -> Self {
+        serde_json::from_slice(json).unwrap_or(Self { v: None, k: None })
+    }
 }
 
 /// Why a cursor was refused. All map to 400 `bad_cursor`.
@@ -215,7 +246,10 @@ pub enum CursorError {
     TooLong,
     #[error("cursor is not in the expected format")]
     Malformed,
-    #[error("cursor signature does not match; it was altered or issued by another deployment")]
+    #[error(
+        "cursor signature does not match this request: the cursor was altered, or issued \
+         for a different request (other parameters or device grants) or by another deployment"
+    )]
     BadSignature,
     #[error("cursor version {0} is not supported; start the read again without a cursor")]
     Version(u8),
@@ -237,11 +271,32 @@ pub enum CursorError {
     OutOfRange,
 }
 
-/// Seals `position` for the request described by `fp` with the current key, issued
-/// `now`.
+/// The MAC of a cursor's JSON body for the request `binding` describes.
+fn tag(key: &CursorKey, json: &[u8], binding: &Binding) -> HmacSha256 {
+    let mut mac = key.mac();
+    mac.update(&(json.len() as u64).to_be_bytes());
+    mac.update(json);
+    binding.seal_into(&mut mac);
+    mac
+}
+
+/// Seals `json` as a cursor for `binding` with `key`, as [`encode_cursor`] seals its
+/// body: for fuzzing what [`decode_cursor`] checks after the seal with bodies of any
+/// content. Not for minting cursors.
+#[doc(hidden)]
+pub fn seal_body(json: &[u8], binding: &Binding, key: &CursorKey) -> String {
+    format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(json),
+        URL_SAFE_NO_PAD.encode(tag(key, json, binding).finalize().into_bytes())
+    )
+}
+
+/// Seals `position` for the request described by `binding` with the current key,
+/// issued `now`.
 pub fn encode_cursor(
     position: &ReadingKey,
-    fp: &Fingerprint,
+    binding: &Binding,
     keys: &CursorKeys,
     now: Timestamp,
 ) -> String {
@@ -250,38 +305,34 @@ pub fn encode_cursor(
         v: CURSOR_VERSION,
         k: key.id.clone(),
         t: now.as_millis(),
-        fp: fp.digest(),
         pos: position.clone(),
     };
     // Serializing plain strings and integers cannot fail.
     let json = serde_json::to_vec(&body).expect("cursor body serializes");
-    let mut mac = key.mac();
-    mac.update(&json);
-    let tag = mac.finalize().into_bytes();
-    format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(&json),
-        URL_SAFE_NO_PAD.encode(tag)
-    )
+    seal_body(&json, binding, key)
 }
 
-/// The id of the key a cursor names, unverified: to learn whether this deployment
-/// holds it before opening the cursor (see [`CursorKeyRing`]).
+/// The id of the key a cursor of the current version names, unverified: to learn
+/// whether this deployment holds it before opening the cursor (see [`CursorKeyRing`]).
+/// A cursor of another version names none: it is refused whatever key sealed it.
 pub fn sealer_id(raw: &str) -> Option<String> {
     if raw.len() > MAX_CURSOR_LEN {
         return None;
     }
     let body_b64 = raw.split_once('.')?.0;
     let json = URL_SAFE_NO_PAD.decode(body_b64).ok()?;
-    serde_json::from_slice::<Sealer>(&json).ok()?.k
+    let header = Header::of(&json);
+    header.v.filter(|v| *v == CURSOR_VERSION)?;
+    header.k
 }
 
-/// Opens a cursor at `now`: verifies the seal with the key it names (the current or
-/// the previous one), the version, its age and the binding to `fp`, and that the
-/// position lies in `fp`'s half-open range. Pure; never panics on any input.
+/// Opens a cursor at `now` for the request described by `binding`: refuses another
+/// version, verifies the seal of the body and `binding` with the key it names (the
+/// current or the previous one), then its age, and that the position lies in
+/// `binding`'s half-open range. Pure; never panics on any input.
 pub fn decode_cursor(
     raw: &str,
-    fp: &Fingerprint,
+    binding: &Binding,
     keys: &CursorKeys,
     now: Timestamp,
 ) -> Result<ReadingKey, CursorError> {
@@ -292,27 +343,28 @@ pub fn decode_cursor(
     let json = URL_SAFE_NO_PAD
         .decode(body_b64)
         .map_err(|_| CursorError::Malformed)?;
-    let tag = URL_SAFE_NO_PAD
+    let sealed = URL_SAFE_NO_PAD
         .decode(tag_b64)
         .map_err(|_| CursorError::Malformed)?;
-    let sealer = serde_json::from_slice::<Sealer>(&json)
-        .ok()
-        .and_then(|s| s.k);
-    let key = match sealer {
+    let header = Header::of(&json);
+    // Another version is refused before its seal is checked: an older cursor's seal
+    // covers another message, and its refusal should say why.
+    if let Some(v) = header.v
+        && v != CURSOR_VERSION
+    {
+        return Err(CursorError::Version(v));
+    }
+    let key = match header.k {
         Some(id) => keys.by_id(&id).ok_or(CursorError::UnknownKey)?,
-        // A body naming no key (altered, or from before key ids): its seal is checked
-        // with the current key, and whatever passes that, the version then refuses.
+        // A body naming no key (altered, or not a cursor): its seal is checked with the
+        // current key, and whatever passes that, the parse then refuses.
         None => &keys.current,
     };
-    let mut mac = key.mac();
-    mac.update(&json);
     // Constant-time comparison.
-    mac.verify_slice(&tag)
+    tag(key, &json, binding)
+        .verify_slice(&sealed)
         .map_err(|_| CursorError::BadSignature)?;
     let body: Body = serde_json::from_slice(&json).map_err(|_| CursorError::Malformed)?;
-    if body.v != CURSOR_VERSION {
-        return Err(CursorError::Version(body.v));
-    }
     let age_ms = now.as_millis().saturating_sub(body.t);
     let max_age_ms = i64::try_from(keys.max_age.as_millis()).unwrap_or(i64::MAX);
     let skew_ms = i64::try_from(ISSUE_SKEW.as_millis()).unwrap_or(i64::MAX);
@@ -322,13 +374,12 @@ pub fn decode_cursor(
     if age_ms < -skew_ms {
         return Err(CursorError::IssuedAhead);
     }
-    if body.fp != fp.digest() {
-        return Err(CursorError::OtherRequest);
-    }
-    if body.pos.ts_ms < fp.from_ms || body.pos.ts_ms >= fp.to_ms {
+    // Only a holder of the key could seal a position outside the request; the checks
+    // still bound the read.
+    if body.pos.ts_ms < binding.from_ms || body.pos.ts_ms >= binding.to_ms {
         return Err(CursorError::OutOfRange);
     }
-    if let Some(device) = &fp.device
+    if let Some(device) = &binding.device
         && &body.pos.device_id != device
     {
         return Err(CursorError::OtherRequest);

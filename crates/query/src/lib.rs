@@ -42,7 +42,7 @@ pub mod service;
 pub mod stats;
 
 pub use config::Config;
-pub use cursor::{CursorKey, Fingerprint, decode_cursor, encode_cursor};
+pub use cursor::{Binding, CursorKey, decode_cursor, encode_cursor};
 pub use error::ApiError;
 pub use params::{Endpoint, Limits, parse_params, parse_request};
 pub use scope::ReadScope;

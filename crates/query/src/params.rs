@@ -83,7 +83,7 @@ pub enum Route {
 }
 
 impl Route {
-    /// Stable name, part of cursor fingerprints and logs.
+    /// Stable name, part of what cursors are bound to, and of logs.
     pub fn name(&self) -> &'static str {
         match self {
             Route::DeviceReadings { .. } => "device_readings",
@@ -131,7 +131,7 @@ pub struct ReadParams {
     pub range: Range,
     pub limit: u32,
     pub descending: bool,
-    /// Still sealed: opened against the request's fingerprint by the handler.
+    /// Still sealed: opened against the request's binding by the handler.
     pub cursor: Option<String>,
     pub consistent: bool,
 }

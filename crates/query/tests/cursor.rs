@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use query::cursor::{CursorError, Fingerprint, decode_cursor, encode_cursor};
+use query::cursor::{Binding, CursorError, decode_cursor, encode_cursor};
 use query::model::ReadingKey;
 
 use crate::common::{
@@ -40,8 +40,8 @@ async fn first_cursor(svc: &crate::common::Service<'_>) -> String {
         .to_string()
 }
 
-fn fp() -> Fingerprint {
-    Fingerprint {
+fn binding() -> Binding {
+    Binding {
         route: "device_readings",
         device: Some("dev-1".into()),
         from_ms: 0,
@@ -49,6 +49,7 @@ fn fp() -> Fingerprint {
         descending: false,
         limit: 5,
         detail: String::new(),
+        scope: None,
     }
 }
 
@@ -62,38 +63,58 @@ fn pos(ts_ms: i64) -> ReadingKey {
 
 #[test]
 fn round_trip_and_refusals() {
-    let c = encode_cursor(&pos(42), &fp(), &keys(), now());
-    assert_eq!(decode_cursor(&c, &fp(), &keys(), now()), Ok(pos(42)));
+    let c = encode_cursor(&pos(42), &binding(), &keys(), now());
+    assert_eq!(decode_cursor(&c, &binding(), &keys(), now()), Ok(pos(42)));
     let other_key = query::CursorKey::new(b"another-key-of-enough-length".to_vec()).unwrap();
     assert_eq!(
-        decode_cursor(&c, &fp(), &other_key.into(), now()),
+        decode_cursor(&c, &binding(), &other_key.into(), now()),
         Err(CursorError::UnknownKey),
         "a deployment holding another key"
     );
     let (body, tag) = c.split_once('.').expect("sealed");
     let forged = format!("{body}.{}", "A".repeat(tag.len()));
     assert_eq!(
-        decode_cursor(&forged, &fp(), &keys(), now()),
+        decode_cursor(&forged, &binding(), &keys(), now()),
         Err(CursorError::BadSignature)
     );
-    let mut other = fp();
-    other.limit = 6;
+    // Another request or caller: the seal covers the binding, which the cursor does
+    // not store.
+    let others = [
+        Binding {
+            limit: 6,
+            ..binding()
+        },
+        Binding {
+            descending: true,
+            ..binding()
+        },
+        Binding {
+            detail: "interval=60000 metric=t".into(),
+            ..binding()
+        },
+        Binding {
+            scope: Some("dev-1".into()),
+            ..binding()
+        },
+        Binding {
+            route: "all_readings",
+            device: None,
+            ..binding()
+        },
+    ];
+    for other in others {
+        assert_eq!(
+            decode_cursor(&c, &other, &keys(), now()),
+            Err(CursorError::BadSignature),
+            "{other:?}"
+        );
+    }
     assert_eq!(
-        decode_cursor(&c, &other, &keys(), now()),
-        Err(CursorError::OtherRequest)
-    );
-    let mut other = fp();
-    other.descending = true;
-    assert_eq!(
-        decode_cursor(&c, &other, &keys(), now()),
-        Err(CursorError::OtherRequest)
-    );
-    assert_eq!(
-        decode_cursor("", &fp(), &keys(), now()),
+        decode_cursor("", &binding(), &keys(), now()),
         Err(CursorError::Malformed)
     );
     assert_eq!(
-        decode_cursor(&"a".repeat(5000), &fp(), &keys(), now()),
+        decode_cursor(&"a".repeat(5000), &binding(), &keys(), now()),
         Err(CursorError::TooLong)
     );
 }
@@ -101,16 +122,16 @@ fn round_trip_and_refusals() {
 #[test]
 fn a_sealed_position_outside_the_range_is_refused() {
     // Only a holder of the key could mint this; the check still bounds the read.
-    let c = encode_cursor(&pos(20_000), &fp(), &keys(), now());
+    let c = encode_cursor(&pos(20_000), &binding(), &keys(), now());
     assert_eq!(
-        decode_cursor(&c, &fp(), &keys(), now()),
+        decode_cursor(&c, &binding(), &keys(), now()),
         Err(CursorError::OutOfRange)
     );
 }
 
 #[test]
 fn every_single_byte_change_is_refused() {
-    let c = encode_cursor(&pos(42), &fp(), &keys(), now());
+    let c = encode_cursor(&pos(42), &binding(), &keys(), now());
     let bytes = c.as_bytes();
     for i in 0..bytes.len() {
         for replacement in [b'A', b'b', b'-', b'_', b'.'] {
@@ -121,7 +142,7 @@ fn every_single_byte_change_is_refused() {
             t[i] = replacement;
             let t = String::from_utf8(t).unwrap();
             assert!(
-                decode_cursor(&t, &fp(), &keys(), now()).is_err(),
+                decode_cursor(&t, &binding(), &keys(), now()).is_err(),
                 "changed byte {i} to {replacement} and it still opened"
             );
         }
@@ -232,18 +253,21 @@ fn a_cursor_is_read_until_its_age_and_refused_after() {
         max_age: std::time::Duration::from_secs(3600),
     };
     let issued = sharding::time::Timestamp::from_millis(1_782_000_000_000).expect("in range");
-    let c = encode_cursor(&pos(42), &fp(), &keys, issued);
+    let c = encode_cursor(&pos(42), &binding(), &keys, issued);
     let at = |ms: i64| issued.saturating_add(std::time::Duration::from_millis(ms as u64));
-    assert_eq!(decode_cursor(&c, &fp(), &keys, at(3_600_000)), Ok(pos(42)));
     assert_eq!(
-        decode_cursor(&c, &fp(), &keys, at(3_600_001)),
+        decode_cursor(&c, &binding(), &keys, at(3_600_000)),
+        Ok(pos(42))
+    );
+    assert_eq!(
+        decode_cursor(&c, &binding(), &keys, at(3_600_001)),
         Err(CursorError::Expired(3600))
     );
     let earlier = issued
         .checked_sub(std::time::Duration::from_secs(301))
         .expect("in range");
     assert_eq!(
-        decode_cursor(&c, &fp(), &keys, earlier),
+        decode_cursor(&c, &binding(), &keys, earlier),
         Err(CursorError::IssuedAhead),
         "a cursor issued more than the clock skew after now"
     );
@@ -256,7 +280,7 @@ async fn an_unknown_key_reads_the_keys_again_at_most_once_a_minute() {
     let (table, shards) = fixture();
     let svc = service(&table, shards.clone());
     let rotated = key_of("the-key-after-one-rotation-000000");
-    let sealed = encode_cursor(&pos(42), &fp(), &rotated.clone().into(), now());
+    let sealed = encode_cursor(&pos(42), &binding(), &rotated.clone().into(), now());
     let request = |cursor: &str| {
         http::Request::builder()
             .uri(format!(
@@ -281,10 +305,163 @@ async fn an_unknown_key_reads_the_keys_again_at_most_once_a_minute() {
     // A cursor of a key nobody holds: within the minute, no second read.
     let stranger = encode_cursor(
         &pos(42),
-        &fp(),
+        &binding(),
         &key_of("a-key-of-no-deployment-000000").into(),
         now(),
     );
     query::lambda::refresh_cursor_keys(&svc, &request(&stranger), &last, read).await;
     assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// When the tests below issue and present cursors: the day after the fixture's readings.
+const AT_MS: i64 = 1_782_172_800_000;
+
+fn at() -> sharding::time::Timestamp {
+    sharding::time::Timestamp::from_millis(AT_MS).expect("in range")
+}
+
+/// `GET /readings?query` at [`at`] by a caller granted `grants` (`None`: every device).
+async fn read_as(
+    svc: &crate::common::Service<'_>,
+    grants: Option<&str>,
+    query: &str,
+) -> (u16, serde_json::Value) {
+    let scope = match grants {
+        Some(claim) => query::ReadScope::from_claim("shardline_devices", claim).unwrap(),
+        None => query::ReadScope::Every,
+    };
+    let request = query::service::Request {
+        method: "GET",
+        path: "/readings",
+        query: Some(query),
+    };
+    let resp = svc.handle_as(Ok(&scope), request, at(), None).await;
+    let body = serde_json::from_str(resp.body()).expect("JSON body");
+    (resp.status().as_u16(), body)
+}
+
+/// A cursor's JSON body, which is readable (only sealed), and its seal.
+fn opened(cursor: &str) -> (serde_json::Value, String) {
+    use base64::Engine as _;
+    let (body, tag) = cursor.split_once('.').expect("sealed");
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(body)
+        .expect("base64url");
+    (serde_json::from_slice(&json).expect("JSON"), tag.to_owned())
+}
+
+/// Scenario 53: a cursor stores its version, key id, issue time and position, nothing
+/// derived from its request's parameters or the caller's grants, so a leaked cursor
+/// confirms no guess of them offline: the same position reached under other grants or
+/// another range gives the same body, and only the seal differs. Each of these cursors
+/// opens for its own request alone: 400 `bad_cursor` under any of the others.
+#[tokio::test]
+async fn a_cursor_stores_its_position_and_nothing_of_its_request_or_grants() {
+    let (table, shards) = fixture();
+    let svc = service(&table, shards.clone());
+    // Each reads both devices, so each first page ends at the same reading.
+    let one_hour = "from=2026-06-22T00:00:00Z&to=2026-06-22T01:00:00Z&limit=5";
+    let two_hours = "from=2026-06-22T00:00:00Z&to=2026-06-22T02:00:00Z&limit=5";
+    let requests = [
+        (None, one_hour),
+        (Some("dev-1 dev-2"), one_hour),
+        (Some("dev-*"), one_hour),
+        (Some("dev-1 dev-2 dev-3"), one_hour),
+        (None, two_hours),
+        (Some("dev-1 dev-2"), two_hours),
+    ];
+    let mut cursors = Vec::new();
+    for (grants, query) in requests {
+        let (status, body) = read_as(&svc, grants, query).await;
+        assert_eq!(status, 200, "{grants:?} {query}: {body}");
+        let cursor = body["next_cursor"].as_str().expect("a next page");
+        cursors.push(cursor.to_owned());
+    }
+    let (first, _) = opened(&cursors[0]);
+    let fields: std::collections::BTreeSet<&str> = first
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(fields, ["k", "pos", "t", "v"].into(), "{first}");
+    assert_eq!(first["pos"]["device_id"], "dev-1");
+    let tags: std::collections::BTreeSet<String> = cursors
+        .iter()
+        .map(|cursor| {
+            let (body, tag) = opened(cursor);
+            assert_eq!(body, first, "a body that depends on the request or grants");
+            tag
+        })
+        .collect();
+    assert_eq!(
+        tags.len(),
+        requests.len(),
+        "each request seals its own binding"
+    );
+    let (t0, s0) = (table.calls(), shards.reads());
+    for (i, cursor) in cursors.iter().enumerate() {
+        for (j, (grants, query)) in requests.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let (status, body) = read_as(&svc, *grants, &format!("{query}&cursor={cursor}")).await;
+            assert_eq!(status, 400, "cursor {i} under request {j}: {body}");
+            assert_eq!(body["error"]["code"], "bad_cursor", "{i} under {j}");
+        }
+    }
+    assert_eq!((table.calls(), shards.reads()), (t0, s0), "nothing read");
+    for (cursor, (grants, query)) in cursors.iter().zip(requests) {
+        let (status, body) = read_as(&svc, grants, &format!("{query}&cursor={cursor}")).await;
+        assert_eq!(status, 200, "{grants:?} {query}: {body}");
+        assert_eq!(body["items"][0]["device_id"], "dev-2", "{grants:?} {query}");
+        assert_eq!(body["items"][0]["event_id"], "e02", "{grants:?} {query}");
+    }
+}
+
+/// Scenario 53: cursors of the earlier versions, as those versions issued them for
+/// [`PAGE`] at [`at`] (version 2 carried the fingerprint `fp`, version 1 no key id or
+/// issue time either), are refused with 400 `bad_cursor` naming the version, before any
+/// read; a function holding the key they name is not sent to read the keys again.
+#[tokio::test]
+async fn a_cursor_of_an_earlier_version_is_400_bad_cursor_with_nothing_read() {
+    const VERSION_2: &str = "eyJ2IjoyLCJrIjoiNzUyYmQ0NWU5Njg3Y2NmOSIsInQiOjE3ODIxNzI4MDAwMDAsImZwIjoiNGMyNzc2MjExOTU0MDYzNjNkMmU2YWQyZjIzZTFlYmYiLCJwb3MiOnsidHNfbXMiOjE3ODIwODY2NDAwMDAsImRldmljZV9pZCI6ImRldi0xIiwiZXZlbnRfaWQiOiJlMDQifX0.2YBJC6nhQLJHDrDlWJyHdo65d059fbYjLhoDRo07gZs";
+    const VERSION_1: &str = "eyJ2IjoxLCJmcCI6IjRjMjc3NjIxMTk1NDA2MzYzZDJlNmFkMmYyM2UxZWJmIiwicG9zIjp7InRzX21zIjoxNzgyMDg2NjQwMDAwLCJkZXZpY2VfaWQiOiJkZXYtMSIsImV2ZW50X2lkIjoiZTA0In19.5fQhGtOGDgEagyGlpg2thXgyViC0CiUdgUufDl36Rpo";
+    let (table, shards) = fixture();
+    let svc = service(&table, shards.clone());
+    let (path, query) = PAGE.split_once('?').expect("a query");
+    // Today's cursor for the same page continues.
+    let resp = svc.handle_parts("GET", path, Some(query), at()).await;
+    let body: serde_json::Value = serde_json::from_str(resp.body()).expect("JSON");
+    let current = body["next_cursor"].as_str().expect("a next page");
+    let resp = svc
+        .handle_parts(
+            "GET",
+            path,
+            Some(&format!("{query}&cursor={current}")),
+            at(),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200, "{}", resp.body());
+    let (t0, s0) = (table.calls(), shards.reads());
+    for (version, cursor) in [(2, VERSION_2), (1, VERSION_1)] {
+        let resp = svc
+            .handle_parts("GET", path, Some(&format!("{query}&cursor={cursor}")), at())
+            .await;
+        assert_eq!(
+            resp.status().as_u16(),
+            400,
+            "version {version}: {}",
+            resp.body()
+        );
+        let body: serde_json::Value = serde_json::from_str(resp.body()).expect("JSON");
+        assert_eq!(body["error"]["code"], "bad_cursor");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("version {version} is not supported")),
+            "{message}"
+        );
+        assert_eq!(query::cursor::sealer_id(cursor), None, "version {version}");
+    }
+    assert_eq!((table.calls(), shards.reads()), (t0, s0), "nothing read");
 }

@@ -2,14 +2,14 @@
 //! they are given.
 
 use proptest::prelude::*;
-use query::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use query::cursor::{Binding, decode_cursor, encode_cursor};
 use query::model::ReadingKey;
 use query::params::{Limits, parse_request};
 
 use crate::common::{keys, now};
 
-fn fp() -> Fingerprint {
-    Fingerprint {
+fn binding() -> Binding {
+    Binding {
         route: "all_readings",
         device: None,
         from_ms: 0,
@@ -17,6 +17,7 @@ fn fp() -> Fingerprint {
         descending: true,
         limit: 1000,
         detail: String::new(),
+        scope: None,
     }
 }
 
@@ -53,7 +54,7 @@ proptest! {
         any::<String>(),
         "[A-Za-z0-9_\\-]{0,200}\\.[A-Za-z0-9_\\-]{0,60}",
     ]) {
-        let _ = decode_cursor(&raw, &fp(), &keys(), now());
+        let _ = decode_cursor(&raw, &binding(), &keys(), now());
     }
 
     #[test]
@@ -64,8 +65,8 @@ proptest! {
         byte in any::<u8>(),
     ) {
         let pos = ReadingKey { ts_ms: ts, device_id: "d".into(), event_id: event };
-        let c = encode_cursor(&pos, &fp(), &keys(), now());
-        prop_assert_eq!(decode_cursor(&c, &fp(), &keys(), now()), Ok(pos));
+        let c = encode_cursor(&pos, &binding(), &keys(), now());
+        prop_assert_eq!(decode_cursor(&c, &binding(), &keys(), now()), Ok(pos));
         let mut bytes = c.into_bytes();
         let i = at.index(bytes.len());
         prop_assume!(bytes[i] != byte);
@@ -73,7 +74,7 @@ proptest! {
         if let Ok(s) = String::from_utf8(bytes) {
             // Padding-free base64 with non-canonical trailing bits is refused too, so
             // no change at all opens.
-            prop_assert!(decode_cursor(&s, &fp(), &keys(), now()).is_err());
+            prop_assert!(decode_cursor(&s, &binding(), &keys(), now()).is_err());
         }
     }
 }

@@ -45,7 +45,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 self.config.sender_id.as_deref(),
                 self.config.iot_sender_id.as_deref(),
             );
-            match parse_message(body, from, limits) {
+            match parse_message(body, from, limits, self.config.iot_principals) {
                 Ok(readings) => Stage::Parsed(readings),
                 Err(refusal) => Stage::Refused(refusal),
             }

@@ -33,12 +33,12 @@ use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
 use super::rollups::{Fetch, Spend, instant, not_configured};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
-use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::ApiError;
 use crate::exec::Exhausted;
 use crate::model::ReadingKey;
 use crate::params::MAX_TS_MS;
-use crate::scope::ReadScope;
+use crate::scope::{DeviceGrants, ReadScope};
 
 /// A validated device-list request.
 #[derive(Debug, Clone, Copy)]
@@ -51,11 +51,8 @@ pub(super) struct DevicesRequest<'a> {
 
 impl DevicesRequest<'_> {
     /// What its cursors are bound to: the parameters, and the caller's grants.
-    fn fingerprint(&self, scope: &ReadScope) -> Fingerprint {
-        let scope = scope
-            .grants()
-            .map_or_else(|| "*".to_owned(), |g| g.canonical());
-        Fingerprint {
+    fn binding(&self, scope: &ReadScope) -> Binding {
+        Binding {
             route: "devices",
             device: None,
             from_ms: 0,
@@ -63,11 +60,12 @@ impl DevicesRequest<'_> {
             descending: false,
             limit: self.limit,
             detail: format!(
-                "prefix={} seen_since={} scope {scope}",
+                "prefix={} seen_since={}",
                 self.prefix.unwrap_or(""),
                 self.seen_since_ms
                     .map_or_else(String::new, |s| s.to_string())
             ),
+            scope: scope.grants().map(DeviceGrants::canonical),
         }
     }
 }
@@ -215,10 +213,10 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         now: Timestamp,
         deadline: Option<Instant>,
     ) -> Answer {
-        let fp = request.fingerprint(scope);
+        let binding = request.binding(scope);
         let after = match request.cursor {
             Some(raw) => Some(
-                decode_cursor(raw, &fp, &self.config.cursor_keys.get(), now)
+                decode_cursor(raw, &binding, &self.config.cursor_keys.get(), now)
                     .map_err(|e| ApiError::bad_cursor(e.to_string()))?
                     .device_id,
             ),
@@ -286,7 +284,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 device_id,
                 event_id: String::new(),
             };
-            encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now)
+            encode_cursor(&position, &binding, &self.config.cursor_keys.get(), now)
         });
         let stats = ReadStats {
             items_read: spend.evaluated(),

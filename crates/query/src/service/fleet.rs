@@ -32,7 +32,7 @@ use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
 use super::rollups::{Fetch, Spend, instant, not_configured};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
-use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
 use crate::model::ReadingKey;
 use crate::params::Range;
@@ -51,8 +51,8 @@ pub(super) struct FleetRequest<'a> {
 }
 
 impl FleetRequest<'_> {
-    fn fingerprint(&self) -> Fingerprint {
-        Fingerprint {
+    fn binding(&self) -> Binding {
+        Binding {
             route: "fleet_stats",
             device: None,
             from_ms: self.range.from_ms,
@@ -64,6 +64,8 @@ impl FleetRequest<'_> {
                 self.interval_ms,
                 self.metric.unwrap_or("*")
             ),
+            // The route answers only a caller who may read every device.
+            scope: None,
         }
     }
 
@@ -217,10 +219,10 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                  does not grant every device ('*')",
             ));
         }
-        let fp = request.fingerprint();
+        let binding = request.binding();
         let start = match request.cursor {
             Some(raw) => {
-                decode_cursor(raw, &fp, &self.config.cursor_keys.get(), now)
+                decode_cursor(raw, &binding, &self.config.cursor_keys.get(), now)
                     .map_err(|e| ApiError::bad_cursor(e.to_string()))?
                     .ts_ms
             }
@@ -277,7 +279,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 device_id: String::new(),
                 event_id: String::new(),
             };
-            encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now)
+            encode_cursor(&position, &binding, &self.config.cursor_keys.get(), now)
         });
         let stats = ReadStats {
             items_read: spend.evaluated(),

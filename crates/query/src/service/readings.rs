@@ -19,7 +19,7 @@ use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, reading_out, sto
 use super::plan::{plan_error, specs_with_index, to_time_range};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
-use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
 use crate::exec::{ExecError, MergedPage, ReadOptions, ReadOutcome, key_of, read_merged};
 use crate::model::{ReadingKey, ReadingOut, ReadingsPage};
@@ -84,23 +84,21 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         deadline: Option<Instant>,
     ) -> Answer {
         let device = devices.one();
-        let fp = Fingerprint {
+        let binding = Binding {
             route,
             device: device.map(str::to_owned),
             from_ms: read.range.from_ms,
             to_ms: read.range.to_ms,
             descending: read.descending,
             limit: read.limit,
+            detail: String::new(),
             // A scoped read's cursor resumes only under the same scope.
-            detail: devices
-                .grants()
-                .map(|g| format!("scope {}", g.canonical()))
-                .unwrap_or_default(),
+            scope: devices.grants().map(DeviceGrants::canonical),
         };
         // The cursor is opened before any read: a bad one costs nothing.
         let after = match &read.cursor {
             Some(raw) => Some(
-                decode_cursor(raw, &fp, &self.config.cursor_keys.get(), now)
+                decode_cursor(raw, &binding, &self.config.cursor_keys.get(), now)
                     .map_err(|e| ApiError::bad_cursor(e.to_string()))?,
             ),
             None => None,
@@ -149,7 +147,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         }
         let next_cursor = self
             .next_position(&read, device, after.as_ref(), &outcome)?
-            .map(|position| encode_cursor(&position, &fp, &self.config.cursor_keys.get(), now));
+            .map(|position| {
+                encode_cursor(&position, &binding, &self.config.cursor_keys.get(), now)
+            });
         let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
         let items = outcome
             .items

@@ -27,7 +27,7 @@ use super::rollups::{Fetch, Spend};
 use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
-use crate::cursor::{Fingerprint, decode_cursor, encode_cursor};
+use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::ApiError;
 use crate::exec::{Exhausted, ReadBudget, ReadCost, ReadOptions, merge_each};
 use crate::model::ReadingKey;
@@ -51,8 +51,8 @@ pub(super) struct StatsRequest<'a> {
 
 impl StatsRequest<'_> {
     /// What its cursors are bound to: everything that shapes the buckets.
-    fn fingerprint(&self) -> Fingerprint {
-        Fingerprint {
+    fn binding(&self) -> Binding {
+        Binding {
             route: "stats",
             device: Some(self.device.to_owned()),
             from_ms: self.range.from_ms,
@@ -60,6 +60,7 @@ impl StatsRequest<'_> {
             descending: false,
             limit: 0,
             detail: format!("interval={} metric={}", self.interval_ms, self.metric),
+            scope: None,
         }
     }
 }
@@ -129,10 +130,10 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         deadline: Option<Instant>,
     ) -> Answer {
         let started = Instant::now();
-        let fp = request.fingerprint();
+        let binding = request.binding();
         let read = CellsRead {
             device: request.device,
-            from_ms: self.page_start(request, &fp, now)?,
+            from_ms: self.page_start(request, &binding, now)?,
             to_ms: request.range.to_ms,
             interval_ms: request.interval_ms,
             metric: request.metric,
@@ -159,7 +160,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 event_id: String::new(),
             };
             let keys = self.config.cursor_keys.get();
-            page.next_cursor = Some(encode_cursor(&position, &fp, &keys, now));
+            page.next_cursor = Some(encode_cursor(&position, &binding, &keys, now));
         }
         let body = json_body(&page)?;
         Ok((body, out.stats))
@@ -321,13 +322,15 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     fn page_start(
         &self,
         request: &StatsRequest<'_>,
-        fp: &Fingerprint,
+        binding: &Binding,
         now: Timestamp,
     ) -> Result<i64, ApiError> {
         match request.cursor {
-            Some(raw) => Ok(decode_cursor(raw, fp, &self.config.cursor_keys.get(), now)
-                .map_err(|e| ApiError::bad_cursor(e.to_string()))?
-                .ts_ms),
+            Some(raw) => Ok(
+                decode_cursor(raw, binding, &self.config.cursor_keys.get(), now)
+                    .map_err(|e| ApiError::bad_cursor(e.to_string()))?
+                    .ts_ms,
+            ),
             None => Ok(request.range.from_ms),
         }
     }
