@@ -450,7 +450,10 @@ async fn dashboard_answers(
     let (status, body) = ask("apigw-latest.json").await?;
     assert_eq!(status, 404, "{body}");
     assert_eq!(field(&body["error"], "code"), "not_found");
-    assert!(field(&body["error"], "message").contains("sensor-alpha-001"), "{body}");
+    assert!(
+        field(&body["error"], "message").contains("sensor-alpha-001"),
+        "{body}"
+    );
 
     let (status, body) = ask("apigw-devices.json").await?;
     assert_eq!(status, 200, "{body}");
