@@ -2612,6 +2612,42 @@ fn no_document_outside_the_repository_is_cited() {
     );
 }
 
+/// The workspace's locks are `parking_lot`'s, which do not poison, so no crate keeps
+/// a helper of its own to take a lock past a poisoned one (there were six, each with its
+/// reason in a comment): a `PoisonError` or a `fn lock` in a crate's source fails.
+fn check_no_poison_helpers(repo: &Repo) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (path, text) in repo.texts() {
+        if !is_crate_src(path) || extension(path) != "rs" {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("PoisonError") || code.contains("fn lock") {
+                failures.push(format!(
+                    "{path}:{}: a lock helper past a poisoned mutex; use parking_lot::Mutex",
+                    n + 1
+                ));
+            }
+        }
+    }
+    failures
+}
+
+#[test]
+fn mutexes_need_no_poison_helper() {
+    report("lock helpers", &check_no_poison_helpers(&workspace()));
+}
+
+#[test]
+fn a_poison_helper_fails() {
+    let repo = Repo::from_files(&[(
+        "crates/x/src/lib.rs",
+        "fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {\n    m.lock().unwrap_or_else(PoisonError::into_inner)\n}\n",
+    )]);
+    assert_eq!(check_no_poison_helpers(&repo).len(), 2);
+}
+
 #[test]
 fn source_files_stay_short() {
     report(
