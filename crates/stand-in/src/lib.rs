@@ -36,7 +36,7 @@ pub use provision::{
     provision_tables_with, provision_with, sdk_config, time_index,
 };
 pub use root::{repo_root, repo_root_from};
-pub use server::{Dynalite, Moto, Service, free_loopback_port};
+pub use server::{Dynalite, MOTO_LAUNCHER, Moto, Service, free_loopback_port};
 pub use stack::{
     Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables,
     read_env_file, write_env_file,

@@ -187,8 +187,13 @@ fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// moto's server (`moto_server` from the project venv) on a free loopback port.
-/// Stopped when dropped; [`Moto::detach`] keeps it running for `cargo xtask local`.
+/// The launcher of moto's server, relative to the repository root: moto_server with
+/// its SQS queues' message lists locked (see the file).
+pub const MOTO_LAUNCHER: &str = "infra/local/moto_launch.py";
+
+/// moto's server (the project venv's moto, started by [`MOTO_LAUNCHER`]) on a free
+/// loopback port. Stopped when dropped; [`Moto::detach`] keeps it running for
+/// `cargo xtask local`.
 #[derive(Debug)]
 pub struct Moto {
     root: PathBuf,
@@ -198,9 +203,17 @@ pub struct Moto {
 impl Moto {
     /// Starts moto on 127.0.0.1 and waits until it answers (bounded; the error then
     /// carries the tail of its log).
+    ///
+    /// Not `moto_server` itself: moto's SQS drops a message sent while another is
+    /// deleted, and the launcher closes that race before it runs moto's server.
     pub fn start(venv: &Venv) -> Result<Self> {
-        let server = ServerProcess::start(venv.root(), "moto", &venv.bin("moto_server"), |port| {
+        let launcher = venv.root().join(MOTO_LAUNCHER);
+        if !launcher.is_file() {
+            bail!("{} not found", launcher.display());
+        }
+        let server = ServerProcess::start(venv.root(), "moto", &venv.bin("python"), |port| {
             vec![
+                launcher.display().to_string(),
                 "-H".into(),
                 "127.0.0.1".into(),
                 "-p".into(),
@@ -231,7 +244,11 @@ impl Moto {
     /// so `cargo xtask local down` can stop it.
     pub fn detach(self, name: &str) -> Result<PidRecord> {
         let Self { root, server } = self;
-        server.detach(&root, name)
+        let mut record = server.detach(&root, name)?;
+        // The pid's program is the venv's python; recognise it by the launcher instead.
+        record.program = root.join(MOTO_LAUNCHER).display().to_string();
+        record.write(&root)?;
+        Ok(record)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use stand_in::{Dynalite, Moto, ensure_dynalite, ensure_venv, pids, repo_root};
+use stand_in::{Dynalite, MOTO_LAUNCHER, Moto, ensure_dynalite, ensure_venv, pids, repo_root};
 
 fn http_status(endpoint: &str, request: &str) -> Option<String> {
     let addr = endpoint.trim_start_matches("http://");
@@ -23,6 +23,9 @@ fn moto_starts_answers_and_stops_on_drop() {
     assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
     let status = http_status(&endpoint, "GET /moto-api/ HTTP/1.0\r\n\r\n").unwrap();
     assert!(status.contains(" 200"), "{status}");
+    // The launcher's moto, whose queues are safe under concurrent requests.
+    let log = std::fs::read_to_string(moto.log()).unwrap();
+    assert!(log.contains("moto_launch: SQS queues locked"), "{log}");
     drop(moto);
     assert!(http_status(&endpoint, "GET / HTTP/1.0\r\n\r\n").is_none());
 }
@@ -61,4 +64,36 @@ fn dynalite_starts_and_answers_dynamodb_requests() {
     )
     .unwrap();
     assert!(status.starts_with("HTTP/1.1 400"), "{status}");
+}
+
+/// moto's SQS drops a message sent while two deletes overlap, and puts a deleted one
+/// back; the launcher the stand-in starts moto with closes that race
+/// (docs/reliability.md scenario 45). The check plays the interleaving step by step on
+/// moto's models: it fails unless moto as installed shows the race and the launcher's
+/// does not.
+#[test]
+fn the_moto_launcher_keeps_a_message_sent_between_two_deletes() {
+    let root = repo_root().unwrap();
+    let venv = ensure_venv(&root).unwrap();
+    let check = root
+        .join(MOTO_LAUNCHER)
+        .with_file_name("moto_launch_check.py");
+    let out = std::process::Command::new(venv.bin("python"))
+        .arg(&check)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}: {text}", check.display());
+    assert!(
+        text.contains("moto as installed: 1 sent message lost, 1 deleted message back"),
+        "{text}"
+    );
+    assert!(
+        text.contains("moto_launch.py: 0 sent message lost, 0 deleted message back"),
+        "{text}"
+    );
 }
