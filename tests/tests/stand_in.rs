@@ -263,6 +263,50 @@ const RACE_MESSAGES: usize = 200;
 const DELETERS: usize = 4;
 const SENDERS: usize = 4;
 
+/// Sends ten messages of `body` in one batch; the number SQS accepted.
+async fn send_ten(sqs: aws_sdk_sqs::Client, url: String, body: &'static str) -> Result<u64> {
+    let entries = (0..10)
+        .map(|i| {
+            aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(body)
+                .build()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = sqs
+        .send_message_batch()
+        .queue_url(url)
+        .set_entries(Some(entries))
+        .send()
+        .await?;
+    anyhow::ensure!(out.failed().is_empty(), "{:?}", out.failed());
+    Ok(out.successful().len() as u64)
+}
+
+/// Deletes the messages of `handles`, ten a batch; sends none (0).
+async fn delete_all(sqs: aws_sdk_sqs::Client, url: String, handles: Vec<String>) -> Result<u64> {
+    for chunk in handles.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = sqs
+            .delete_message_batch()
+            .queue_url(&url)
+            .set_entries(Some(entries))
+            .send()
+            .await?;
+        anyhow::ensure!(out.failed().is_empty(), "{:?}", out.failed());
+    }
+    Ok(0)
+}
+
 /// Sends [`RACE_MESSAGES`] to a new queue on `endpoint` and receives them (in flight for
 /// ten minutes), then deletes them all while as many new messages are sent, and
 /// counts what the queue holds: every new message visible, nothing in flight.
@@ -280,24 +324,6 @@ async fn race_deletes_and_sends(endpoint: &str) -> Result<Race> {
         .await?
         .queue_url
         .context("CreateQueue without a URL")?;
-    let send_ten = |sqs: aws_sdk_sqs::Client, url: String, body: &'static str| async move {
-        let entries = (0..10)
-            .map(|i| {
-                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(body)
-                    .build()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out = sqs
-            .send_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await?;
-        anyhow::ensure!(out.failed().is_empty(), "{:?}", out.failed());
-        Ok::<u64, anyhow::Error>(out.successful().len() as u64)
-    };
     for _ in 0..RACE_MESSAGES / 10 {
         send_ten(sqs.clone(), url.clone(), "old").await?;
     }
@@ -321,28 +347,7 @@ async fn race_deletes_and_sends(endpoint: &str) -> Result<Race> {
     for k in 0..DELETERS {
         let (sqs, url) = (sqs.clone(), url.clone());
         let mine: Vec<String> = handles.iter().skip(k).step_by(DELETERS).cloned().collect();
-        tasks.spawn(async move {
-            for chunk in mine.chunks(10) {
-                let entries = chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, h)| {
-                        aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .receipt_handle(h)
-                            .build()
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let out = sqs
-                    .delete_message_batch()
-                    .queue_url(&url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await?;
-                anyhow::ensure!(out.failed().is_empty(), "{:?}", out.failed());
-            }
-            Ok(0)
-        });
+        tasks.spawn(delete_all(sqs, url, mine));
     }
     for _ in 0..SENDERS {
         let (sqs, url) = (sqs.clone(), url.clone());
