@@ -4,7 +4,7 @@ Readings go in the documented message format, ``{"readings": [...]}`` with up to
 readings per message, ten messages per SendMessageBatch call. Entries SQS refuses are
 sent again (with back-off) and reported if they keep failing. With ``--print-keys`` the
 script also prints, for each reading, the DynamoDB key Shardline stores it under: the
-stable shard hash of the README (``shardline-hash-v1``) over the time-bucket layout.
+stable shard hash of docs/formats.md (``shardline-hash-v1``) over the time-bucket layout.
 
     python publish.py --queue-url "$QUEUE_URL" --device sensor-alpha-001 --count 100
 

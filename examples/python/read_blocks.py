@@ -1,6 +1,6 @@
 """Read Shardline's readings table with boto3, blocks expanded into readings.
 
-A block (``shardline-block-v1``, README "The block format") holds one device's readings
+A block (``shardline-block-v1``, docs/formats.md "The block format") holds one device's readings
 in one item, in DynamoDB's own types, columnar: ``dt`` (each member's ``ts_ms`` less the
 first's), ``idp`` and ``ids`` (each member's event id after a shared prefix), ``m`` and
 ``tg`` (per metric and per tag, one value per member, ``None`` where a member has none).

@@ -218,6 +218,10 @@ async fn dynalite_blocks_written_by_the_ingest_are_read_back_once_by_every_route
 /// packs them into another block. Ten readings are then held by two blocks on dynalite:
 /// every route answers each once, through every cursor, the stats count it once, and
 /// `shardline audit` counts the ten and their extra copies.
+/// A message sent again in a later batch (a publisher's retry after its first send was
+/// stored, or SQS's redelivery after a lost response) is packed there with another
+/// message of its device, into another block: its readings are stored twice, the audit
+/// counts the copies, and every route answers each reading once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynalite_a_reading_re_formed_into_two_blocks_is_answered_once_and_audited() -> Result<()> {
     let rig = Rig::start(Backend::Dynalite, |_, _| {}).await?;

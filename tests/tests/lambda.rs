@@ -1,8 +1,9 @@
 //! The built Lambda binaries under `cargo lambda watch` against a private moto, fed the
 //! shared events with `cargo lambda invoke --data-file`: `ingest` with events/sqs-*.json
 //! (then the table and the DLQ are checked), `query` with events/apigw-*.json over
-//! readings written beforehand (then each answer is checked). cargo-lambda comes from
-//! the project's deploy venv (`infra/deploy/requirements.txt`).
+//! readings written beforehand and sealed by `sealer` with events/sealer-*.json (then
+//! each answer is checked). cargo-lambda comes from the project's deploy venv
+//! (`infra/deploy/requirements.txt`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -280,6 +281,7 @@ async fn cargo_lambda_watch_answers_the_api_events() -> Result<()> {
         ],
     )?;
     write_readings(&env_file, &stack).await?;
+    seal_the_readings(&venv, &root, &env_file, &scratch).await?;
 
     let port = stand_in::free_loopback_port()?;
     let mut watch = LambdaWatch::start(
@@ -357,6 +359,8 @@ async fn cargo_lambda_watch_answers_the_api_events() -> Result<()> {
     let (status, body) = ask("apigw-shards.json").await?;
     assert_eq!(status, 200, "{body}");
 
+    dashboard_answers(&mut ask).await?;
+
     // A reversed range and a misspelt parameter: 400 naming the problem, no 500.
     let (status, body) = ask("apigw-bad-request.json").await?;
     assert_eq!(status, 400, "{body}");
@@ -364,5 +368,172 @@ async fn cargo_lambda_watch_answers_the_api_events() -> Result<()> {
     assert!(body["error"]["message"].is_string(), "{body}");
     drop(watch);
     let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// The readings' hours sealed by the sealer binary: events/sealer-reseal.json rebuilds
+/// [00:00, 06:00) of 2026-06-22 and gives the empty rollups table its watermark, then
+/// events/sealer-schedule.json (an EventBridge scheduled event as AWS sends it) runs
+/// the schedule's run, which goes on from the watermark, six hours at most.
+async fn seal_the_readings(
+    venv: &Venv,
+    root: &Path,
+    env_file: &Path,
+    scratch: &Path,
+) -> Result<()> {
+    let port = stand_in::free_loopback_port()?;
+    let mut watch = LambdaWatch::start(
+        venv,
+        root,
+        &target_dir()?,
+        WatchSpec {
+            package: "sealer",
+            bin: "sealer",
+            port,
+            env_file,
+            log: scratch.join("sealer-watch.log"),
+            release: false,
+        },
+    )?;
+    watch.wait_listening(LISTEN, LISTEN_POLL).await?;
+    let events = root.join("events");
+    let rebuilt = invoke(
+        venv,
+        port,
+        "sealer",
+        &events.join("sealer-reseal.json"),
+        FIRST_INVOKE,
+    )
+    .await
+    .with_context(|| format!("log:\n{}", watch.log_text()))?;
+    let readings = SENSOR_READINGS + OTHER_READINGS;
+    assert_eq!(rebuilt["hours_sealed"], 6, "{rebuilt}");
+    assert_eq!(
+        rebuilt["readings"], readings,
+        "each reading once: {rebuilt}"
+    );
+    assert_eq!(rebuilt["watermark_ms"], DAY_MS + 6 * HOUR_MS, "{rebuilt}");
+    let run = invoke(
+        venv,
+        port,
+        "sealer",
+        &events.join("sealer-schedule.json"),
+        INVOKE,
+    )
+    .await?;
+    assert_eq!(run["hours_sealed"], 6, "{run}");
+    assert_eq!(run["watermark_ms"], DAY_MS + 12 * HOUR_MS, "{run}");
+    assert_eq!(run["behind"], true, "{run}");
+    drop(watch);
+    Ok(())
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// The temperature the test's reading `n` carries.
+fn temperature(n: i64) -> f64 {
+    20.0 + (n % 10) as f64
+}
+
+/// The answers a dashboard asks first, from events/apigw-{latest,devices,fleet-stats,
+/// fleet-series,device-series}.json, over the sealed hours.
+async fn dashboard_answers(
+    ask: &mut impl AsyncFnMut(&str) -> Result<(u64, serde_json::Value)>,
+) -> Result<()> {
+    let sensor_at = |i: i64| DAY_MS + 53 * 60_000 + 10_500 + i * 10_000;
+    let other_at = |j: i64| DAY_MS + HOUR_MS + 5_000 + j * 30_000;
+
+    // The latest reading is looked for back from the request's clock, the wall clock
+    // here, over MAX_DEVICE_RANGE (31 days): the readings of 2026-06-22 are older, so
+    // the answer is the JSON 404 naming the device (crates/query/tests/latest.rs reads
+    // it at a clock of that day).
+    let (status, body) = ask("apigw-latest.json").await?;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(field(&body["error"], "code"), "not_found");
+    assert!(
+        field(&body["error"], "message").contains("sensor-alpha-001"),
+        "{body}"
+    );
+
+    let (status, body) = ask("apigw-devices.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let devices: Vec<&str> = body["devices"]
+        .as_array()
+        .with_context(|| format!("no devices in {body}"))?
+        .iter()
+        .map(|d| field(d, "device_id"))
+        .collect();
+    assert_eq!(devices, ["sensor-alpha-001"], "prefix=sensor-: {body}");
+    assert_eq!(field(&body["devices"][0], "last_event_id"), "evt-000599");
+
+    // Each hour's readings, devices and temperature sum, from the readings themselves.
+    let mut hours: std::collections::BTreeMap<i64, (u64, BTreeSet<&str>, f64)> =
+        std::collections::BTreeMap::new();
+    let sensor = (0..SENSOR_READINGS).map(|i| (sensor_at(i), "sensor-alpha-001", temperature(i)));
+    let other = (0..OTHER_READINGS).map(|j| (other_at(j), "dev-002", temperature(j)));
+    for (ts, device, t) in sensor.chain(other) {
+        let hour = hours.entry(ts - ts.rem_euclid(HOUR_MS)).or_default();
+        hour.0 += 1;
+        hour.1.insert(device);
+        hour.2 += t;
+    }
+    let (status, body) = ask("apigw-fleet-stats.json").await?;
+    assert_eq!(status, 200, "{body}");
+    // Sealed to 12:00: the reseal's six hours and the scheduled run's six after them.
+    assert_eq!(field(&body, "watermark"), "2026-06-22T12:00:00.000Z");
+    let buckets = body["buckets"]
+        .as_array()
+        .with_context(|| format!("no buckets in {body}"))?;
+    let answered: Vec<(u64, u64, f64)> = buckets
+        .iter()
+        .filter(|b| b["readings"].as_u64().unwrap_or(0) > 0)
+        .map(|b| {
+            (
+                b["readings"].as_u64().unwrap_or(0),
+                b["devices"].as_u64().unwrap_or(0),
+                b["metrics"]["temperature"]["sum"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64, f64)> = hours
+        .values()
+        .map(|(n, devices, sum)| (*n, devices.len() as u64, *sum))
+        .collect();
+    assert_eq!(answered, want, "{body}");
+
+    let (status, body) = ask("apigw-fleet-series.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let points: Vec<(i64, f64)> = body["points"]
+        .as_array()
+        .with_context(|| format!("no points in {body}"))?
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_i64().unwrap_or(0),
+                p[1].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let want: Vec<(i64, f64)> = hours.iter().map(|(h, (_, _, sum))| (*h, *sum)).collect();
+    assert_eq!(points, want, "{body}");
+
+    // One point a minute the sensor reported in, each its readings' mean.
+    let (status, body) = ask("apigw-device-series.json").await?;
+    assert_eq!(status, 200, "{body}");
+    let points = body["points"]
+        .as_array()
+        .with_context(|| format!("no points in {body}"))?;
+    let minutes: BTreeSet<i64> = (0..SENSOR_READINGS)
+        .map(|i| sensor_at(i) - sensor_at(i).rem_euclid(60_000))
+        .collect();
+    assert_eq!(points.len(), minutes.len(), "{body}");
+    // 00:53 holds readings 0 to 4 (00:53:10.5 to 00:53:50.5): 20 to 24, mean 22.
+    assert_eq!(
+        points[0],
+        serde_json::json!([DAY_MS + 53 * 60_000, 22.0]),
+        "{body}"
+    );
     Ok(())
 }

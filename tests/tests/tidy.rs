@@ -1,5 +1,6 @@
-//! Tidy: every path and symbol that ARCHITECTURE.md and README.md name in backticks
-//! exists, no text of the repository cites a document kept outside it, and two rules of
+//! Tidy: every path and symbol that ARCHITECTURE.md, README.md and the pages under
+//! docs/ name in backticks exists, the claims they make that the code can answer are
+//! true, no text of the repository cites a document kept outside it, and two rules of
 //! the code base hold (the length of a source file; one home for each shared rule).
 //!
 //! The checks are pure functions over text and a [`Repo`] (every file's path, and the
@@ -17,6 +18,9 @@
 //!   walked file by file, the last name an item, a `pub use` or an enum variant of the
 //!   module or of a module below it, a method or variant of the type before it;
 //! - a call (`shard_index(..)`): a fn of crates/*/src or xtask/src;
+//! - a fn of a file (`crates/query/tests/scope.rs::a_token_that_grants_nothing_reads_nothing`,
+//!   then `::another_test` for another fn of the same file): the file, and a fn of that
+//!   name in it;
 //! - a CamelCase name: a Rust item or variant, a name template.yaml declares (a
 //!   parameter, resource, output...), a string literal of the code equal to it (a
 //!   metric's name), or one of the AWS names in [`AWS_VOCABULARY`];
@@ -27,9 +31,24 @@
 //!   subcommand a variant of the binary's, its `-p` a package, its paths files;
 //! - an expression (`[ts, ts + REKEY_HORIZON]`): the constants and types in it.
 //!
-//! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths and
-//! JSON are not references. Inside fenced blocks only the file paths of shell lines are
-//! checked; relative link targets must exist as written.
+//! The claims checked against the code, in each paragraph, list item or table row:
+//! - a list item or table row about a binary's crate that names two or more of its
+//!   commands names them all (the variants of its main.rs's `Command` enum);
+//! - a passage about the fuzz targets that names one names them all, and a count of
+//!   them ("four fuzz targets") is theirs;
+//! - an event file said of a test is named by that test, and a test said to run every
+//!   event reads events/ or names each of its files;
+//! - a number stated beside a variable or a template parameter (`NAME` (32),
+//!   `NAME` = 30, (`NAME`, 5 s)), or in a table's default column, is the default the
+//!   code reads the variable with (or the constant's value), or the template's
+//!   `Default`, units of time converted; a default the code does not write down as a
+//!   number is not checked;
+//! - README.md has at most [`README_MAX_LINES`] lines.
+//!
+//! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths,
+//! stored keys (`3#2026-06-22T01`) and JSON are not references. Inside fenced blocks
+//! only the file paths of shell lines are checked; relative link targets must exist as
+//! written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -38,8 +57,13 @@ use std::path::Path;
 /// This file: its strings name made-up things on purpose, so it is no evidence.
 const TIDY: &str = "tests/tests/tidy.rs";
 
-/// The documents whose backticked names must resolve.
+/// The documents whose backticked names must resolve, besides every Markdown file under
+/// [`DOCS`].
 const NAMING_DOCUMENTS: &[&str] = &["ARCHITECTURE.md", "README.md"];
+
+/// The directory of the reference pages: each of its Markdown files is held as the
+/// [`NAMING_DOCUMENTS`] are.
+const DOCS: &str = "docs";
 
 /// The longest a source file of crates/*/src may be, its test modules aside.
 const MAX_LINES: usize = 800;
@@ -64,6 +88,8 @@ const AWS_VOCABULARY: &[&str] = &[
     "RoleId",
     // The AWS config file's setting for an external credential program.
     "credential_process",
+    // Secrets Manager: the call that stores a secret's new value.
+    "PutSecretValue",
 ];
 
 /// Calls in the documents' formulas that are mathematics, not our functions.
@@ -1214,19 +1240,69 @@ fn program(s: &str) -> Option<&str> {
 impl Code<'_> {
     /// Every failure of a naming document: `file:line: `span`: what was looked for`.
     pub(crate) fn check_document(&self, file: &str, text: &str) -> Vec<String> {
-        spans(text)
-            .into_iter()
-            .filter_map(|span| {
-                let found = match span.form {
-                    Form::Code => self.check_span(&span.text, span.context.as_deref()),
-                    Form::Fenced => self.check_path(&span.text, None),
-                    Form::Link => self.check_link(parent(file), &span.text),
-                };
-                found
-                    .err()
-                    .map(|why| format!("{file}:{}: `{}`: {why}", span.line, span.text))
-            })
-            .collect()
+        let mut failures = Vec::new();
+        // The file of the last `file.rs::name`, which a `::name` after it continues.
+        let mut last_file: Option<String> = None;
+        for span in spans(text) {
+            let found = match span.form {
+                Form::Code if span.text.contains(".rs::") || span.text.starts_with("::") => {
+                    self.check_fn_of_file(&span.text, span.context.as_deref(), &mut last_file)
+                }
+                Form::Code => self.check_span(&span.text, span.context.as_deref()),
+                Form::Fenced => self.check_path(&span.text, None),
+                Form::Link => self.check_link(parent(file), &span.text),
+            };
+            if let Err(why) = found {
+                failures.push(format!("{file}:{}: `{}`: {why}", span.line, span.text));
+            }
+        }
+        failures
+    }
+
+    /// `path.rs::name` (a fn of that file, a test most often), or `::name`, a fn of the
+    /// file the last such span named.
+    fn check_fn_of_file(
+        &self,
+        s: &str,
+        context: Option<&str>,
+        last_file: &mut Option<String>,
+    ) -> Result<(), String> {
+        // `file.rs::module::name`: the modules are the file's own, the name a fn of it.
+        let (path, rest) = match s.find(".rs::") {
+            Some(at) => (&s[..at + 3], &s[at + 5..]),
+            None => ("", s.trim_start_matches("::")),
+        };
+        let name = rest.rsplit("::").next().unwrap_or(rest);
+        let path = if path.is_empty() {
+            last_file
+                .clone()
+                .ok_or_else(|| "a `::name` with no `file.rs::name` before it".to_owned())?
+        } else {
+            self.check_path(path, context)?;
+            let scope = context
+                .filter(|_| !path.starts_with("crates/"))
+                .unwrap_or("");
+            let found = self.repo.files.keys().find(|p| {
+                p.as_str() == path || (under(p, scope) && p.ends_with(&format!("/{path}")))
+            });
+            let found = found.ok_or_else(|| format!("looked for the file `{path}`"))?;
+            *last_file = Some(found.clone());
+            found.clone()
+        };
+        if is_placeholder(name) {
+            return Ok(());
+        }
+        let defined = self.repo.text(&path).is_some_and(|text| {
+            items(text)
+                .defs
+                .iter()
+                .any(|d| d.kind == "fn" && d.name == name)
+        });
+        if defined {
+            Ok(())
+        } else {
+            Err(format!("looked for a fn `{name}` in {path}"))
+        }
     }
 
     /// Ok if the span resolves; otherwise what was looked for.
@@ -1239,6 +1315,7 @@ impl Code<'_> {
             || s.starts_with("arn:")
             || s.contains("://")
             || s.contains('"')
+            || s.contains('#')
             || s.starts_with('\\')
             || ["GET ", "PUT ", "POST ", "DELETE ", "HEAD "]
                 .iter()
@@ -1867,7 +1944,627 @@ pub(crate) fn check_one_home(repo: &Repo) -> Vec<String> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Claims the documents make about the code, checked against it.
+
+/// The most lines README.md may have: what Shardline is, the two commands, the API and
+/// deploy in brief, and links; the reference lives under [`DOCS`].
+const README_MAX_LINES: usize = 250;
+
+/// Where the fuzz targets are, one file each.
+const FUZZ_TARGETS: &str = "fuzz/fuzz_targets";
+
+/// Where the events the handlers' tests and `cargo lambda invoke` share are.
+const EVENTS: &str = "events";
+
+/// Words a document says "every event" with, about the test named before them.
+const EVERY_EVENT: &[&str] = &["every event", "each event", "all events", "all the events"];
+
+/// Number words a count of fuzz targets may be written in.
+const NUMBER_WORDS: &[&str] = &[
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve",
+];
+
+/// The paragraphs, list items and table rows of a Markdown document outside fenced
+/// blocks: the line each starts on, and its lines joined by spaces.
+fn blocks(doc: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    let mut fence: Option<&str> = None;
+    for (i, line) in doc.lines().enumerate() {
+        let t = line.trim_start();
+        if let Some(marker) = fence {
+            if t.starts_with(marker) {
+                fence = None;
+            }
+            continue;
+        }
+        let fenced = t.starts_with("```") || t.starts_with("~~~");
+        let starts_item = t.is_empty()
+            || fenced
+            || t.starts_with("- ")
+            || t.starts_with("* ")
+            || t.starts_with('|')
+            || t.starts_with('#')
+            || t.split_once(". ")
+                .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_digit()));
+        if starts_item {
+            out.extend(current.take());
+        }
+        if fenced {
+            fence = Some(&t[..3]);
+        } else if !t.is_empty() {
+            match &mut current {
+                Some((_, text)) => {
+                    text.push(' ');
+                    text.push_str(t);
+                }
+                None => current = Some((i + 1, t.to_owned())),
+            }
+        }
+    }
+    out.extend(current);
+    out
+}
+
+/// A block cut at its backticks: (code, text) in order, code spans trimmed.
+fn segments(block: &str) -> Vec<(bool, &str)> {
+    block
+        .split('`')
+        .enumerate()
+        .map(|(i, s)| (i % 2 == 1, if i % 2 == 1 { s.trim() } else { s }))
+        .collect()
+}
+
+/// A number as documents write it (`7,800`, `0.5`), and the unit after it, if any.
+fn stated_number(text: &str) -> Option<(f64, &str)> {
+    let text = text.trim_start();
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == ',' || c == '.' || c == '_'))
+        .unwrap_or(text.len());
+    let digits = text[..end].trim_end_matches([',', '.']);
+    if !digits.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let value: f64 = digits.replace([',', '_'], "").parse().ok()?;
+    let rest = text[digits.len()..].trim_start_matches([' ', '-']);
+    let unit = rest
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
+    Some((value, unit))
+}
+
+/// Seconds in one `unit` as documents write units of time.
+fn unit_seconds(unit: &str) -> Option<f64> {
+    match unit {
+        "ms" => Some(0.001),
+        "s" | "sec" | "secs" | "second" | "seconds" => Some(1.0),
+        "min" | "minute" | "minutes" => Some(60.0),
+        "h" | "hour" | "hours" => Some(3600.0),
+        "d" | "day" | "days" => Some(86_400.0),
+        _ => None,
+    }
+}
+
+/// The value a document states for a variable named `name`, in the variable's own unit
+/// (its `_SECS`, `_MS` or `_DAYS` suffix); `None` when the units do not convert.
+fn in_own_unit(name: &str, value: f64, unit: &str) -> Option<f64> {
+    let own = if name.ends_with("_MS") {
+        "ms"
+    } else if name.ends_with("_SECS") {
+        "s"
+    } else if name.ends_with("_DAYS") {
+        "d"
+    } else {
+        return (unit_seconds(unit).is_none()).then_some(value);
+    };
+    match unit_seconds(unit) {
+        Some(per) => Some(value * per / unit_seconds(own)?),
+        None => Some(value),
+    }
+}
+
+/// The default of each environment variable the code reads with a number written where
+/// it is read (`parse_or("FANOUT_MAX", 32, ..)`, `number("QUERY_CONCURRENCY", 32)`),
+/// and of each constant whose value is a number: name to the values found.
+fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
+    let mut found: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (_, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
+        // `"NAME", 123`: a variable read with its default beside it.
+        for (at, _) in text.match_indices('"') {
+            let rest = &text[at + 1..];
+            let Some(close) = rest.find('"') else {
+                continue;
+            };
+            let name = &rest[..close];
+            if !is_screaming(name) {
+                continue;
+            }
+            let after = rest[close + 1..].trim_start();
+            let Some(after) = after.strip_prefix(',') else {
+                continue;
+            };
+            let after = after.trim_start();
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                .unwrap_or(after.len());
+            let literal = after[..end].trim_end_matches('.');
+            if literal.starts_with(|c: char| c.is_ascii_digit())
+                && let Ok(value) = literal.replace('_', "").parse::<f64>()
+            {
+                found.entry(name.to_owned()).or_default().push(value);
+            }
+        }
+        // `const NAME: T = 123;`
+        for line in text.lines() {
+            let line = line.trim_start().trim_start_matches("pub ");
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .unwrap_or(line)
+                .trim_start();
+            let Some(rest) = line.strip_prefix("const ") else {
+                continue;
+            };
+            let Some((name, rest)) = rest.split_once(':') else {
+                continue;
+            };
+            let Some((_, value)) = rest.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().trim_end_matches(';').replace('_', "");
+            if is_screaming(name.trim())
+                && let Ok(value) = value.parse::<f64>()
+            {
+                found.entry(name.trim().to_owned()).or_default().push(value);
+            }
+        }
+    }
+    found
+}
+
+/// Each parameter of template.yaml with its `Default`, as written (quotes removed).
+fn template_defaults(template: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut section = "";
+    let mut parameter: Option<String> = None;
+    for line in template.lines().map(without_hash_comment) {
+        if !line.starts_with(' ') && line.contains(':') {
+            section = line.split(':').next().unwrap_or("");
+            continue;
+        }
+        if section != "Parameters" {
+            continue;
+        }
+        if line.starts_with("  ") && !line.starts_with("   ") {
+            parameter = line.trim().strip_suffix(':').map(str::to_owned);
+        } else if let (Some(name), Some(value)) = (
+            &parameter,
+            line.trim().strip_prefix("Default:").map(str::trim),
+        ) {
+            out.insert(name.clone(), value.trim_matches(['"', '\'']).to_owned());
+        }
+    }
+    out
+}
+
+/// The commands of a binary: the variants of the `Command` enum of its main.rs, as clap
+/// names them.
+fn binary_commands(main: &str) -> BTreeSet<String> {
+    items(main)
+        .variants
+        .into_iter()
+        .filter(|(e, _)| e == "Command")
+        .map(|(_, v)| kebab(&v))
+        .collect()
+}
+
+/// What the claims are checked against.
+#[derive(Debug)]
+pub(crate) struct Facts<'r> {
+    repo: &'r Repo,
+    code_defaults: BTreeMap<String, Vec<f64>>,
+    template_defaults: BTreeMap<String, String>,
+    fuzz_targets: BTreeSet<String>,
+    events: BTreeSet<String>,
+}
+
+impl<'r> Facts<'r> {
+    pub(crate) fn new(repo: &'r Repo) -> Self {
+        let stems = |dir: &str, ext: &str| -> BTreeSet<String> {
+            repo.files
+                .keys()
+                .filter(|p| parent(p) == dir)
+                .filter_map(|p| p.rsplit('/').next()?.strip_suffix(ext).map(str::to_owned))
+                .collect()
+        };
+        Self {
+            repo,
+            code_defaults: code_defaults(repo),
+            template_defaults: repo
+                .text("template.yaml")
+                .map(template_defaults)
+                .unwrap_or_default(),
+            fuzz_targets: stems(FUZZ_TARGETS, ".rs"),
+            events: stems(EVENTS, ".json")
+                .into_iter()
+                .map(|stem| format!("{stem}.json"))
+                .collect(),
+        }
+    }
+
+    /// Every claim of `text` (the document `file`) the code contradicts:
+    /// `file:line: what`.
+    pub(crate) fn check_document(&self, file: &str, text: &str) -> Vec<String> {
+        let mut failures = Vec::new();
+        for (line, block) in blocks(text) {
+            let found = [
+                self.check_commands(&block),
+                self.check_fuzz_targets(&block),
+                self.check_events(&block),
+                self.check_defaults(&block),
+                self.check_default_column(&block, text, line),
+            ];
+            for why in found.into_iter().flatten() {
+                failures.push(format!("{file}:{line}: {why}"));
+            }
+        }
+        failures
+    }
+
+    /// A list item or table row about a binary's crate (its first code span) that names
+    /// two or more of its commands names them all: a listing that leaves one out reads
+    /// as the whole of it.
+    fn check_commands(&self, block: &str) -> Vec<String> {
+        let codes: Vec<&str> = segments(block)
+            .into_iter()
+            .filter_map(|(code, s)| code.then_some(s))
+            .collect();
+        let item = block.starts_with("- ") || block.starts_with('|');
+        let Some(krate) = codes.first().filter(|_| item) else {
+            return Vec::new();
+        };
+        let Some(main) = self.repo.text(&format!("{krate}/src/main.rs")) else {
+            return Vec::new();
+        };
+        let commands = binary_commands(main);
+        let binary = krate.rsplit('/').next().unwrap_or(krate);
+        let named: BTreeSet<String> = codes[1..]
+            .iter()
+            .filter_map(|s| {
+                let s = s
+                    .strip_prefix("cargo xtask ")
+                    .or_else(|| s.strip_prefix(&format!("{binary} ")))
+                    .unwrap_or(s);
+                s.split_whitespace().next()
+            })
+            .flat_map(|word| word.split('|'))
+            .filter(|word| commands.contains(*word))
+            .map(str::to_owned)
+            .collect();
+        let left_out: Vec<&str> = commands
+            .iter()
+            .filter(|c| !named.contains(*c))
+            .map(String::as_str)
+            .collect();
+        if named.len() >= 2 && !left_out.is_empty() {
+            vec![format!(
+                "`{krate}`: names {} of the {} commands of {krate}/src/main.rs (its `Command` \
+                 enum) and leaves out `{}`; a list of them names them all",
+                named.len(),
+                commands.len(),
+                left_out.join("`, `")
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A passage about the fuzz targets that names one names them all, and a count of
+    /// them is theirs.
+    fn check_fuzz_targets(&self, block: &str) -> Vec<String> {
+        let lower = block.to_ascii_lowercase();
+        if !lower.contains("fuzz target") {
+            return Vec::new();
+        }
+        let mut failures = Vec::new();
+        let all = &self.fuzz_targets;
+        let named: BTreeSet<&str> = segments(block)
+            .into_iter()
+            .filter_map(|(code, s)| code.then_some(s))
+            .map(|s| {
+                let name = s.rsplit('/').next().unwrap_or(s);
+                name.strip_suffix(".rs").unwrap_or(name)
+            })
+            .filter(|s| all.contains(*s))
+            .collect();
+        let left_out: Vec<&str> = all
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !named.contains(t))
+            .collect();
+        if !named.is_empty() && !left_out.is_empty() {
+            failures.push(format!(
+                "names {} of the {} fuzz targets of {FUZZ_TARGETS}/ and leaves out `{}`",
+                named.len(),
+                all.len(),
+                left_out.join("`, `")
+            ));
+        }
+        for (at, _) in lower.match_indices(" fuzz targets") {
+            let Some(word) = lower[..at].split_whitespace().next_back() else {
+                continue;
+            };
+            let count = word
+                .parse::<usize>()
+                .ok()
+                .or_else(|| NUMBER_WORDS.iter().position(|w| *w == word));
+            if count.is_some_and(|c| c != all.len()) {
+                failures.push(format!(
+                    "\"{word} fuzz targets\": {FUZZ_TARGETS}/ holds {}",
+                    all.len()
+                ));
+            }
+        }
+        failures
+    }
+
+    /// Events a test is said to run are events it names: each event file named after a
+    /// test file (or, with none before it, before one) is in that test's text, and a
+    /// test said to run every event names every file of events/ or reads the directory.
+    fn check_events(&self, block: &str) -> Vec<String> {
+        let segs = segments(block);
+        let is_test = |s: &str| {
+            s.ends_with(".rs")
+                && (under(s, "tests") || s.split('/').nth(2) == Some("tests"))
+                && self.repo.is_file(s)
+        };
+        let tests: Vec<usize> = (0..segs.len())
+            .filter(|&i| segs[i].0 && is_test(segs[i].1))
+            .collect();
+        // The sentence of each segment: a prose segment holding ". " ends one.
+        let mut sentence = Vec::with_capacity(segs.len());
+        let mut n = 0;
+        for (code, s) in &segs {
+            sentence.push(n);
+            if !code && s.contains(". ") {
+                n += 1;
+            }
+        }
+        // The test a segment is said of: the one before it in its sentence, else the
+        // one after it there, else the same in the whole block.
+        let test_for = |i: usize| {
+            let before = |same: bool| {
+                tests
+                    .iter()
+                    .rev()
+                    .find(|&&t| t < i && (!same || sentence[t] == sentence[i]))
+            };
+            let after = |same: bool| {
+                tests
+                    .iter()
+                    .find(|&&t| t > i && (!same || sentence[t] == sentence[i]))
+            };
+            before(true)
+                .or_else(|| after(true))
+                .or_else(|| before(false))
+                .or_else(|| after(false))
+                .map(|&t| segs[t].1)
+        };
+        let reads_dir = |text: &str| text.contains("read_dir") && text.contains("\"events");
+        let mut failures = Vec::new();
+        for (i, (code, s)) in segs.iter().enumerate() {
+            let Some(test) = test_for(i) else {
+                continue;
+            };
+            let text = self.repo.text(test).unwrap_or_default();
+            if *code {
+                let name = s.strip_prefix("events/").unwrap_or(s);
+                if !name.ends_with(".json") || name.contains('/') {
+                    continue;
+                }
+                if name.contains('*') {
+                    let pattern = name.replace('*', "{}");
+                    let matching: Vec<&String> = self
+                        .events
+                        .iter()
+                        .filter(|e| matches_holes(&pattern, e))
+                        .collect();
+                    let missing: Vec<&str> = matching
+                        .iter()
+                        .filter(|e| !text.contains(e.as_str()))
+                        .map(|e| e.as_str())
+                        .collect();
+                    if !matching.is_empty() && !missing.is_empty() && !reads_dir(text) {
+                        failures.push(format!(
+                            "`{s}`: {test} neither reads {EVENTS}/ nor names `{}`",
+                            missing.join("`, `")
+                        ));
+                    }
+                } else if self.events.contains(name) && !text.contains(name) && !reads_dir(text) {
+                    failures.push(format!("`{s}`: said of {test}, which does not name it"));
+                }
+            } else {
+                let lower = s.to_ascii_lowercase();
+                let claimed = EVERY_EVENT.iter().find(|p| lower.contains(*p));
+                let missing: Vec<&str> = self
+                    .events
+                    .iter()
+                    .filter(|e| !text.contains(e.as_str()))
+                    .map(String::as_str)
+                    .collect();
+                if let Some(phrase) = claimed
+                    && !missing.is_empty()
+                    && !reads_dir(text)
+                {
+                    failures.push(format!(
+                        "\"{phrase}\" of {test}: it neither reads {EVENTS}/ nor names `{}`",
+                        missing.join("`, `")
+                    ));
+                }
+            }
+        }
+        failures
+    }
+
+    /// A default stated beside a name in prose (`` `FANOUT_MAX` (32) ``,
+    /// `` `REDELIVERY_BASE_SECS` = 30 ``, `` (`SHARD_CACHE_TTL_SECS`, 5 s) ``,
+    /// `` `SealLagThreshold` (7,800 s) ``) is the code's: the number written where the
+    /// variable is read or the constant defined, or the template parameter's `Default`.
+    fn check_defaults(&self, block: &str) -> Vec<String> {
+        let segs = segments(block);
+        let mut failures = Vec::new();
+        for i in (1..segs.len().saturating_sub(1)).filter(|&i| segs[i].0) {
+            let name = segs[i].1;
+            let before = segs[i - 1].1.trim_end();
+            let after = segs[i + 1].1;
+            // A term of a sum (`A` + `B` = 365 s) states no default of its own.
+            if before.ends_with(['+', '-', '*', '/']) || after.trim_start().starts_with('+') {
+                continue;
+            }
+            let stated = after
+                .strip_prefix(" (")
+                .or_else(|| after.strip_prefix(" = "))
+                .or_else(|| after.strip_prefix(", ").filter(|_| before.ends_with('(')));
+            let Some((value, unit)) = stated.and_then(stated_number) else {
+                continue;
+            };
+            if let Some(why) = self.default_differs(name, value, unit) {
+                failures.push(format!("`{name}`: {why}"));
+            }
+        }
+        failures
+    }
+
+    /// Why `value` (in `unit`) is not the default of `name`, if the code says.
+    fn default_differs(&self, name: &str, value: f64, unit: &str) -> Option<String> {
+        if is_screaming(name) {
+            let defaults = self.code_defaults.get(name)?;
+            let stated = in_own_unit(name, value, unit)?;
+            let equal = |d: &f64| (d - stated).abs() <= 1e-9 * d.abs().max(1.0);
+            return (!defaults.iter().any(equal)).then(|| {
+                format!(
+                    "the text states {value}{}, and the default the code reads it with is {}",
+                    if unit.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {unit}")
+                    },
+                    defaults
+                        .iter()
+                        .map(f64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                )
+            });
+        }
+        let default = self.template_defaults.get(name)?;
+        let number: f64 = default.parse().ok()?;
+        ((number - value).abs() > 1e-9)
+            .then(|| format!("the text states {value}, and template.yaml's `Default` is {default}"))
+    }
+
+    /// A table row under a `default` column: each name of its first cell has the default
+    /// its default cell gives in the same place (`` `A`, `B` | `1`, empty ``).
+    fn check_default_column(&self, block: &str, doc: &str, line: usize) -> Vec<String> {
+        if !block.starts_with('|') {
+            return Vec::new();
+        }
+        // The header: the nearest line above this row that is not a row of the body.
+        let lines: Vec<&str> = doc.lines().collect();
+        let mut header = None;
+        for k in (0..line.saturating_sub(1)).rev() {
+            let l = lines[k].trim();
+            if !l.starts_with('|') {
+                break;
+            }
+            if !l.starts_with("|-") && !l.starts_with("|:") && !l.starts_with("| -") {
+                header = Some(l);
+            }
+        }
+        let cells = |row: &str| -> Vec<String> {
+            row.trim()
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        };
+        let Some(header) = header.map(cells) else {
+            return Vec::new();
+        };
+        let Some(column) = header.iter().position(|h| h == "default") else {
+            return Vec::new();
+        };
+        let row = cells(block);
+        let (Some(names), Some(defaults)) = (row.first(), row.get(column)) else {
+            return Vec::new();
+        };
+        let names: Vec<&str> = segments(names)
+            .into_iter()
+            .filter_map(|(code, s)| code.then_some(s))
+            .collect();
+        let defaults: Vec<String> = defaults
+            .split(", ")
+            .map(|d| match segments(d).into_iter().find(|(code, _)| *code) {
+                Some((_, s)) => s.to_owned(),
+                None if d.trim() == "empty" => String::new(),
+                None => d.trim().to_owned(),
+            })
+            .collect();
+        if names.len() != defaults.len() {
+            return Vec::new();
+        }
+        let mut failures = Vec::new();
+        for (name, stated) in names.iter().zip(&defaults) {
+            if let Some(default) = self.template_defaults.get(*name) {
+                if default != stated && default.replace(',', "") != stated.replace(',', "") {
+                    failures.push(format!(
+                        "`{name}`: the default column says `{stated}`, and template.yaml's \
+                         `Default` is `{default}`"
+                    ));
+                }
+            } else if let Some((value, unit)) = stated_number(stated)
+                && let Some(why) = self.default_differs(name, value, unit)
+            {
+                failures.push(format!("`{name}`: {why}"));
+            }
+        }
+        failures
+    }
+}
+
+/// Every claim of the naming documents the code contradicts, and README.md longer than
+/// [`README_MAX_LINES`].
+pub(crate) fn check_claims(repo: &Repo) -> Vec<String> {
+    let facts = Facts::new(repo);
+    let mut failures = Vec::new();
+    for doc in naming_documents(repo) {
+        failures.extend(facts.check_document(doc, repo.text(doc).unwrap_or_default()));
+    }
+    let readme = repo.text("README.md").unwrap_or_default().lines().count();
+    if readme > README_MAX_LINES {
+        failures.push(format!(
+            "README.md:{}: {readme} lines, over the {README_MAX_LINES} it may have: move \
+             reference text to a page under {DOCS}/",
+            README_MAX_LINES + 1
+        ));
+    }
+    failures
+}
+
+// ---------------------------------------------------------------------------------------
 // The checks on this repository.
+
+/// The documents held to what they name: [`NAMING_DOCUMENTS`], then every Markdown file
+/// under [`DOCS`], found by walking it (a new page is held without being listed).
+fn naming_documents(repo: &Repo) -> Vec<&str> {
+    let pages = repo
+        .files
+        .keys()
+        .map(String::as_str)
+        .filter(|path| under(path, DOCS) && path.ends_with(".md"));
+    NAMING_DOCUMENTS.iter().copied().chain(pages).collect()
+}
 
 fn workspace() -> Repo {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1888,14 +2585,22 @@ fn documents_name_what_exists() {
     let repo = workspace();
     let code = Code::new(&repo);
     let mut failures = Vec::new();
-    for doc in NAMING_DOCUMENTS {
+    for doc in naming_documents(&repo) {
         let text = repo.text(doc).unwrap_or_default();
         assert!(!text.is_empty(), "{doc} is missing or empty");
         failures.extend(code.check_document(doc, text));
     }
     report(
-        "paths and symbols of ARCHITECTURE.md and README.md",
+        "paths and symbols of ARCHITECTURE.md, README.md and docs/",
         &failures,
+    );
+}
+
+#[test]
+fn documents_claim_what_the_code_holds() {
+    report(
+        "claims of ARCHITECTURE.md, README.md and docs/",
+        &check_claims(&workspace()),
     );
 }
 
@@ -1905,6 +2610,42 @@ fn no_document_outside_the_repository_is_cited() {
         "citations of documents outside the repository",
         &check_outside_documents(&workspace()),
     );
+}
+
+/// The workspace's locks are `parking_lot`'s, which do not poison, so no crate keeps
+/// a helper of its own to take a lock past a poisoned one (there were six, each with its
+/// reason in a comment): a `PoisonError` or a `fn lock` in a crate's source fails.
+fn check_no_poison_helpers(repo: &Repo) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (path, text) in repo.texts() {
+        if !is_crate_src(path) || extension(path) != "rs" {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("PoisonError") || code.contains("fn lock") {
+                failures.push(format!(
+                    "{path}:{}: a lock helper past a poisoned mutex; use parking_lot::Mutex",
+                    n + 1
+                ));
+            }
+        }
+    }
+    failures
+}
+
+#[test]
+fn mutexes_need_no_poison_helper() {
+    report("lock helpers", &check_no_poison_helpers(&workspace()));
+}
+
+#[test]
+fn a_poison_helper_fails() {
+    let repo = Repo::from_files(&[(
+        "crates/x/src/lib.rs",
+        "fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {\n    m.lock().unwrap_or_else(PoisonError::into_inner)\n}\n",
+    )]);
+    assert_eq!(check_no_poison_helpers(&repo).len(), 2);
 }
 
 #[test]
@@ -1972,6 +2713,10 @@ fn fixture() -> Repo {
         ),
         ("docs/reliability.md", "# Reliability\n"),
         ("bench/REPORT.md", "# Report\n"),
+        (
+            "crates/store/tests/batch.rs",
+            "#[test]\nfn writes_once() {}\nmod exact {\n    #[test]\n    fn sums_stay_exact() {}\n}\n",
+        ),
     ])
 }
 
@@ -2059,6 +2804,201 @@ fn real_names_pass() {
                ```sh\ncargo run -- --file crates/store/src/batch.rs\n```\n";
     let failures = failures_of(doc);
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn a_fn_of_a_file_resolves_and_a_made_up_one_fails() {
+    let doc = "Proved by `crates/store/tests/batch.rs::writes_once`, `::exact::sums_stay_exact`\n\
+               and `::..._elsewhere`; not by `::writes_twice` or\n\
+               `crates/store/tests/ledger.rs::counts`.\n\n\
+               A `::stray` test.\n";
+    let failures = failures_of(doc);
+    let spans: Vec<&str> = failures
+        .iter()
+        .filter_map(|f| f.split('`').nth(1))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            "::writes_twice",
+            "crates/store/tests/ledger.rs::counts",
+            "::stray"
+        ],
+        "{failures:#?}"
+    );
+    assert!(
+        failures[0].ends_with("looked for a fn `writes_twice` in crates/store/tests/batch.rs"),
+        "{failures:#?}"
+    );
+}
+
+#[test]
+fn every_page_under_docs_is_a_naming_document() {
+    let mut repo = fixture();
+    repo.add("docs/deep/formats.md", Some("# Formats\n".to_owned()));
+    repo.add("docs/notes.txt", Some("not a page".to_owned()));
+    assert_eq!(
+        naming_documents(&repo),
+        [
+            "ARCHITECTURE.md",
+            "README.md",
+            "docs/deep/formats.md",
+            "docs/reliability.md",
+        ]
+    );
+}
+
+/// A made-up repository for the claims: a binary with commands, fuzz targets, events,
+/// a test that runs some of them, defaults in the code and in the template.
+fn claims_fixture() -> Repo {
+    Repo::from_files(&[
+        (
+            "crates/shardline/src/main.rs",
+            "#[derive(Subcommand)]\nenum Command {\n    Plan(A),\n    Fanout(B),\n    Audit(C),\n    Blocks(D),\n}\nenum Other { Quiet }\n",
+        ),
+        ("fuzz/fuzz_targets/message_parser.rs", "fn f() {}\n"),
+        ("fuzz/fuzz_targets/block_decoder.rs", "fn f() {}\n"),
+        ("events/sqs-single.json", "{}"),
+        ("events/sqs-iot.json", "{}"),
+        ("events/apigw-stats.json", "{}"),
+        (
+            "tests/tests/lambda.rs",
+            "const RUN: [&str; 2] = [\"sqs-single.json\", \"apigw-stats.json\"];\n",
+        ),
+        (
+            "crates/ingest/tests/front_door.rs",
+            "const EVENT: &str = \"sqs-iot.json\";\n",
+        ),
+        (
+            "crates/query/tests/openapi.rs",
+            "fn all() { for e in std::fs::read_dir(\"events\") {} }\n",
+        ),
+        (
+            "crates/store/src/config.rs",
+            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+        ),
+        (
+            "template.yaml",
+            "Parameters:\n  SealLagThreshold:\n    Type: Number\n    Default: 7800\n  ApiAuth:\n    Type: String\n    Default: IAM\n  AlarmTopicArn:\n    Type: String\n    Default: ''\nResources:\n  Queue:\n    Type: AWS::SQS::Queue\n",
+        ),
+    ])
+}
+
+fn claims_of(doc: &str) -> Vec<String> {
+    let repo = claims_fixture();
+    Facts::new(&repo).check_document("docs/page.md", doc)
+}
+
+#[test]
+fn a_list_of_commands_that_leaves_one_out_fails() {
+    let partial = claims_of("| `crates/shardline` | the operator's: `plan`, `fanout`, `audit` |\n");
+    assert_eq!(partial.len(), 1, "{partial:#?}");
+    assert!(
+        partial[0].starts_with("docs/page.md:1: `crates/shardline`: names 3 of the 4")
+            && partial[0].contains("leaves out `blocks`"),
+        "{partial:#?}"
+    );
+    let item = claims_of("- `crates/shardline` — `shardline plan` and `shardline audit|fanout`.\n");
+    assert_eq!(item.len(), 1, "{item:#?}");
+    // Every command named, or one alone, or a paragraph that is no list: no claim of all.
+    for doc in [
+        "| `crates/shardline` | `plan`, `fanout`, `audit`, `blocks` |\n",
+        "- `crates/shardline` — `shardline plan` sizes a table.\n",
+        "The `crates/shardline` commands `plan` and `audit` read the table.\n",
+    ] {
+        assert_eq!(claims_of(doc), Vec::<String>::new(), "{doc}");
+    }
+}
+
+#[test]
+fn a_fuzz_target_left_out_or_miscounted_fails() {
+    let failures = claims_of("- `fuzz/` — the three fuzz targets: `message_parser`, and more.\n");
+    assert_eq!(
+        failures,
+        [
+            "docs/page.md:1: names 1 of the 2 fuzz targets of fuzz/fuzz_targets/ and leaves out `block_decoder`",
+            "docs/page.md:1: \"three fuzz targets\": fuzz/fuzz_targets/ holds 2",
+        ]
+    );
+    let whole = "- `fuzz/` — the two fuzz targets: `message_parser`, `block_decoder.rs`.\n\n\
+                 Each fuzz target runs 10 s; 2 fuzz targets in all.\n";
+    assert_eq!(claims_of(whole), Vec::<String>::new());
+}
+
+#[test]
+fn an_event_a_test_does_not_run_fails() {
+    let failures = claims_of(
+        "`tests/tests/lambda.rs` runs this for every event in `events/`: `sqs-single.json`,\n\
+         `sqs-iot.json` and `apigw-stats.json`.\n",
+    );
+    assert_eq!(failures.len(), 2, "{failures:#?}");
+    assert!(
+        failures[0].starts_with("docs/page.md:1: \"every event\" of tests/tests/lambda.rs")
+            && failures[0].ends_with("nor names `sqs-iot.json`"),
+        "{failures:#?}"
+    );
+    assert_eq!(
+        failures[1],
+        "docs/page.md:1: `sqs-iot.json`: said of tests/tests/lambda.rs, which does not name it"
+    );
+    // Named events it runs, a test after the events it runs, a test that reads events/.
+    for doc in [
+        "`tests/tests/lambda.rs` runs `sqs-single.json` and `apigw-stats.json`.\n",
+        "- the others (`sqs-iot.json`): `crates/ingest/tests/front_door.rs`.\n",
+        "`crates/query/tests/openapi.rs` checks each `events/apigw-*.json`, every event.\n",
+        "`tests/tests/lambda.rs` runs the events it names. The front door's, `sqs-iot.json`,\n\
+         goes through `crates/ingest/tests/front_door.rs`.\n",
+    ] {
+        assert_eq!(claims_of(doc), Vec::<String>::new(), "{doc}");
+    }
+}
+
+#[test]
+fn a_default_the_code_does_not_have_fails() {
+    let doc = "Raised up to `FANOUT_MAX` (16), cached for `CACHE_TTL_SECS` (2 min), requeued\n\
+               `MAX_REQUEUES` = 3 times, lagging `SealLagThreshold` (7,200 s) at most.\n\n\
+               | parameter | default | what |\n|---|---|---|\n\
+               | `ApiAuth`, `AlarmTopicArn` | `JWT`, empty | auth |\n\
+               | `SealLagThreshold` | `7800` | lag |\n\n\
+               | variable | default | bounds |\n|---|---|---|\n| `FANOUT_MAX` | 32 | keys |\n";
+    let failures = claims_of(doc);
+    let spans: Vec<&str> = failures
+        .iter()
+        .filter_map(|f| f.split('`').nth(1))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            "FANOUT_MAX",
+            "CACHE_TTL_SECS",
+            "SealLagThreshold",
+            "ApiAuth"
+        ],
+        "{failures:#?}"
+    );
+    assert!(failures[1].contains("states 2 min"), "{failures:#?}");
+    assert!(failures[3].ends_with("`Default` is `IAM`"), "{failures:#?}");
+    // A term of a sum, a value the code does not write down, a unit that converts.
+    let fine = "A margin (`CACHE_TTL_SECS` + `MAX_FUTURE_SECS` = 365 s); `QUERY_MAX_QUERIES`\n\
+                (2,000); `CACHE_TTL_SECS` (1 min); `FANOUT_MAX` = 32.\n";
+    assert_eq!(claims_of(fine), Vec::<String>::new());
+}
+
+#[test]
+fn a_readme_over_its_limit_fails() {
+    let mut repo = claims_fixture();
+    repo.add("README.md", Some("# Shardline\n".repeat(README_MAX_LINES)));
+    assert_eq!(check_claims(&repo), Vec::<String>::new());
+    repo.add(
+        "README.md",
+        Some("# Shardline\n".repeat(README_MAX_LINES + 1)),
+    );
+    assert_eq!(
+        check_claims(&repo),
+        [
+            "README.md:251: 251 lines, over the 250 it may have: move reference text to a page under docs/"
+        ]
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use store::memory::MemoryShards;
 pub const TEMPLATE_BATCH_SIZE: usize = 100;
 
 /// 2026-06-22T00:00:00Z, the day the generated readings start (the day of the
-/// README's examples).
+/// examples of README and docs/api.md).
 pub const T0_MS: i64 = 1_782_086_400_000;
 
 /// The service under test: the real handler and batch writer over the DynamoDB adapter,

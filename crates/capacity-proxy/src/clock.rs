@@ -3,8 +3,8 @@
 //! Logic never reads the wall clock itself: it receives `now` from a [`Clock`], so tests can
 //! drive seconds by hand with [`ManualClock`] and assert exact budgets without sleeping.
 
+use parking_lot::Mutex;
 use std::fmt::Debug;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Monotonic time since the proxy started.
@@ -54,13 +54,13 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = self.now.lock();
         *now += by;
     }
 
     /// Sets the clock to `to` (never backwards: a smaller value is ignored).
     pub fn set(&self, to: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = self.now.lock();
         if to > *now {
             *now = to;
         }
@@ -69,6 +69,6 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+        *self.now.lock()
     }
 }

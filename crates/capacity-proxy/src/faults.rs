@@ -1,6 +1,6 @@
 //! Fault decisions, drawn from a seeded RNG so runs are reproducible.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -95,7 +95,7 @@ impl FaultInjector {
 
     /// Plan for the next call.
     pub fn plan_call(&self) -> CallPlan {
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = self.rng.lock();
         plan_call(&self.faults, &mut *rng)
     }
 
@@ -104,7 +104,7 @@ impl FaultInjector {
         if self.faults.unprocessed_rate <= 0.0 {
             return vec![false; n];
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = self.rng.lock();
         (0..n)
             .map(|_| rng.random_bool(self.faults.unprocessed_rate.min(1.0)))
             .collect()

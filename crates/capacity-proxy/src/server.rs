@@ -21,7 +21,9 @@ mod upstream;
 mod writes;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,16 +63,11 @@ struct Inner {
     key_schemas: Mutex<HashMap<String, keys::KeySchema>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a counter lock leaves counters usable; keep serving.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Inner {
     fn snapshot(&self, top: Option<usize>) -> StatsSnapshot {
-        let sink_items = lock(&self.sink).len() as u64;
+        let sink_items = self.sink.lock().len() as u64;
         let now = self.config.clock.now();
-        lock(&self.stats).snapshot(now, top, sink_items)
+        self.stats.lock().snapshot(now, top, sink_items)
     }
 
     /// Answers one request; a data-plane call's time in the proxy is recorded
@@ -81,7 +78,7 @@ impl Inner {
         let inner = Arc::clone(&self);
         let response = inner.answer(req, started, &mut asleep).await;
         if let Some(asleep) = asleep {
-            lock(&self.stats).served(started.elapsed(), asleep);
+            self.stats.lock().served(started.elapsed(), asleep);
         }
         response
     }
@@ -106,7 +103,7 @@ impl Inner {
             // Not a DynamoDB call: forwarded as it is, uncounted.
             return Ok(self.passthrough(&call).await);
         };
-        lock(&self.stats).request(op);
+        self.stats.lock().request(op);
         let json: Option<Value> = serde_json::from_slice(&call.body).ok();
 
         if request::is_data_plane(op) {

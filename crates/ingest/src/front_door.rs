@@ -242,7 +242,10 @@ fn identity(value: Option<Scalar<'_>>, field: &str) -> Result<String, Refusal> {
         None | Some(Scalar::Null) => Err(Refusal::new(field, "is required")),
         Some(_) => Err(Refusal::new(
             field,
-            "must be a thing name: a string of [A-Za-z0-9._:-], 1 to 128 characters",
+            format!(
+                "must be a thing name: a string of [A-Za-z0-9._:-], 1 to {} characters",
+                sharding::key::MAX_ID_LEN
+            ),
         )),
     }
 }

@@ -112,7 +112,7 @@ impl ServiceSettings {
 /// The current and the previous cursor key from their configured source. A secret's
 /// `AWSCURRENT` version is the current key and its `AWSPREVIOUS` version, when the
 /// secret was rotated, the previous one; each version's `SecretString` (or
-/// `SecretBinary`) is the key itself. Rotating is one `PutSecretValue` (README).
+/// `SecretBinary`) is the key itself. Rotating is one `PutSecretValue` (docs/operations.md, "Rotating the cursor key").
 pub async fn resolve_cursor_keys(
     source: &CursorKeySource,
     secrets: &aws_sdk_secretsmanager::Client,

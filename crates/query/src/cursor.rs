@@ -21,8 +21,10 @@
 //! leaked cursor stops working within it, and rotations at least that far apart leave
 //! every live cursor under a key the deployment still holds.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -143,15 +145,12 @@ impl CursorKeyRing {
 
     /// The keys now.
     pub fn get(&self) -> Arc<CursorKeys> {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.read().clone()
     }
 
     /// Replaces the keys.
     pub fn replace(&self, keys: CursorKeys) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(keys);
+        *self.0.write() = Arc::new(keys);
     }
 }
 

@@ -1,8 +1,8 @@
 //! The API Gateway (HTTP API, payload 2.0) edge of the service.
 
+use parking_lot::Mutex;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lambda_http::request::RequestContext;
@@ -112,7 +112,7 @@ pub async fn refresh_cursor_keys<S: ReadingSource, D: ShardReader, F, Fut, E>(
         return;
     }
     {
-        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = last.lock();
         if last.is_some_and(|at| at.elapsed() < KEY_REFRESH_EVERY) {
             return;
         }

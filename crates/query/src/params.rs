@@ -469,7 +469,11 @@ fn parse_range(params: &BTreeMap<String, String>, max_range_ms: i64) -> Result<R
     Ok(Range { from_ms, to_ms })
 }
 
-/// Parses RFC 3339 (any offset, at most millisecond precision) or epoch milliseconds.
+/// Parses RFC 3339 (any offset) or epoch milliseconds by the one rule the ingest reads
+/// a reading's `ts` with (`sharding::time::Timestamp::parse`: sub-millisecond digits
+/// are truncated, as a stored reading's are, so a bound falls on the millisecond of
+/// the readings it compares with), within an input's budget (at most 15 digits, or 64
+/// characters) and the stored range (1970 to 9999).
 pub fn parse_ts(name: &str, raw: &str) -> Result<i64, ApiError> {
     let bad = |why: &str| {
         ApiError::bad_range(format!(
@@ -483,11 +487,12 @@ pub fn parse_ts(name: &str, raw: &str) -> Result<i64, ApiError> {
         if raw.len() > 64 {
             return Err(bad("too long"));
         }
-        let t = chrono::DateTime::parse_from_rfc3339(raw).map_err(|_| bad("unparsable"))?;
-        if t.timestamp_subsec_nanos() % 1_000_000 != 0 {
-            return Err(bad("finer than milliseconds"));
+        if raw.starts_with('-') || raw.trim() != raw {
+            return Err(bad("unparsable"));
         }
-        t.timestamp_millis()
+        sharding::time::Timestamp::parse(raw)
+            .map_err(|_| bad("unparsable"))?
+            .as_millis()
     };
     if !(0..=MAX_TS_MS).contains(&ms) {
         return Err(bad("before 1970 or after 9999"));

@@ -290,7 +290,7 @@ async fn an_unknown_key_reads_the_keys_again_at_most_once_a_minute() {
             .expect("request")
     };
     let reads = std::sync::atomic::AtomicUsize::new(0);
-    let last = std::sync::Mutex::new(None);
+    let last = parking_lot::Mutex::new(None);
     let read = || async {
         reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok::<_, String>(query::cursor::CursorKeys {

@@ -83,10 +83,10 @@ async fn bad_and_reversed_ranges() {
     .await;
     refused(&q("from=-5&to=1782086400000"), 400, "bad_range", "from").await;
     refused(
-        &q("from=2026-06-22T00:00:00.0001Z&to=2026-06-22T01:00:00Z"),
+        &q("from=2026-06-22T00:00:00.0001Z&to=2026-06-22T00:00:00.0009Z"),
         400,
         "bad_range",
-        "milliseconds",
+        "before",
     )
     .await;
 }
@@ -427,4 +427,40 @@ async fn good_requests_answer() {
     assert_eq!(body["layout"][0]["strategy"], "time_bucket(hour)");
     assert_eq!(body["layout"][0]["shards"], 4);
     assert_eq!(body["fanout"], serde_json::json!([]));
+}
+
+/// A time a request names is read by the one rule a reading's `ts` is read with
+/// (`sharding::time::Timestamp::parse`): any offset, sub-millisecond digits truncated,
+/// so a bound falls on the millisecond its readings are stored at; the request's own
+/// limits (digits, length, 1970 to 9999) on top.
+#[test]
+fn a_request_reads_a_time_by_the_rule_a_reading_is_read_with() {
+    use sharding::time::Timestamp;
+    for raw in [
+        "2026-06-22T01:00:00Z",
+        "2026-06-22T01:00:00.123Z",
+        "2026-06-22T01:00:00.123456Z",
+        "2026-06-22T01:00:00.123999999Z",
+        "2026-06-22T03:00:00.5+02:00",
+        "1782090000123",
+        "0",
+    ] {
+        assert_eq!(
+            query::params::parse_ts("from", raw).ok(),
+            Timestamp::parse(raw).ok().map(Timestamp::as_millis),
+            "{raw}"
+        );
+    }
+    assert_eq!(
+        query::params::parse_ts("from", "2026-06-22T01:00:00.123456Z").ok(),
+        Some(BASE_MS + 3_600_000 + 123)
+    );
+    for raw in [
+        "-1",
+        " 2026-06-22T01:00:00Z",
+        "yesterday",
+        "10000-01-01T00:00:00Z",
+    ] {
+        assert!(query::params::parse_ts("from", raw).is_err(), "{raw}");
+    }
 }

@@ -367,18 +367,18 @@ fn iam_matches(pattern: &str, arn: &str) -> bool {
     go(pattern.as_bytes(), arn.as_bytes())
 }
 
-/// The README's one-device IAM grant (`ApiAuth=IAM`) reaches exactly that device's
+/// The one-device IAM grant of docs/access.md (`ApiAuth=IAM`) reaches exactly that device's
 /// routes: every device route of `openapi.yaml` for it, none for another device (one
 /// whose id extends it included), not the read over every device. Its other spelling
 /// (percent-encoded) is refused by the router (scenario 34).
 #[test]
-fn the_readme_one_device_grant_reaches_that_device_routes_alone() {
+fn the_documented_one_device_grant_reaches_that_device_routes_alone() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let grant = readme
+    let access = std::fs::read_to_string(root.join("docs/access.md")).unwrap();
+    let grant = access
         .split('"')
         .find(|s| s.starts_with("arn:aws:execute-api:") && s.contains("/GET/devices/"))
-        .expect("the README shows a one-device grant");
+        .expect("docs/access.md shows a one-device grant");
     let device = grant
         .split("/GET/devices/")
         .nth(1)

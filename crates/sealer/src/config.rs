@@ -26,7 +26,8 @@ pub struct Settings {
     pub retention: Duration,
     /// Most Queries (and conditional writes) in flight at once.
     pub concurrency: usize,
-    /// Most readings one hour's read over every device may sort in memory.
+    /// Most readings of one device's hour a run holds in memory; a device with more is
+    /// sealed alone, by its own keys in time order.
     pub max_buffered: usize,
     /// Most hours one run seals, so a sealer that fell behind catches up over runs.
     pub max_hours_per_run: u32,
@@ -59,7 +60,7 @@ impl Config {
     /// | `LATENESS_HORIZON_SECS` | `600` | an hour is sealed this long after it ends |
     /// | `RETENTION_DAYS` | `30` | derived items expire this long after their hour, as readings do |
     /// | `SEAL_CONCURRENCY` | `16` | Queries and writes in flight at once |
-    /// | `SEAL_MAX_BUFFERED` | `2000000` | readings of one hour sorted in memory at most |
+    /// | `SEAL_MAX_BUFFERED` | `2000000` | readings of one device's hour held in memory at most (more: the device is sealed alone) |
     /// | `SEAL_MAX_HOURS_PER_RUN` | `6` | hours one run seals at most |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Vars(get);

@@ -11,41 +11,55 @@
 //! 2. **Hours.** Each hour that ended at least the lateness horizon ago and is not yet
 //!    sealed, oldest first, at most [`Settings::max_hours_per_run`]: every reading of
 //!    the hour is read once, through the read plan over every device
-//!    (`sharding::read_plan::plan_all`) and the merge (`query::exec::merge_each`), so a
-//!    reading held by two items (a redelivery, a block formed twice, a re-keyed copy)
-//!    counts once. Then, in this order: each device-hour and its summary, each device's
-//!    directory entry, each fleet part the hour touched, and last the watermark.
+//!    (`sharding::read_plan::plan_all`), device by device ([`by_device`]: the keys
+//!    list their items in device order, so a run holds one device's readings and a
+//!    page or two per key, however many devices the hour has), and a reading held by
+//!    two items (a redelivery, a block formed twice, a re-keyed copy) counts once.
+//!    Device-hours, their summaries and directory entries are written a batch at a
+//!    time; then each fleet part the hour touched, and last the watermark. A run its
+//!    deadline stops mid-hour records the last device it wrote (`seal`/`progress`), and
+//!    the next run goes on after it.
 //!
-//! Every read is strongly consistent and every write conditional (see `store::rollup`,
+//! Every read of readings and derived items is strongly consistent (the late marks'
+//! partitions are read eventually consistent: a mark stays until it is sealed) and
+//! every write conditional (see `store::rollup`,
 //! "Why a count is a version"), so a run killed at any point and run again, or two
 //! runs at once, leave the items one clean run leaves.
 
+pub mod by_device;
 pub mod config;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use query::exec::{ExecError, ReadBudget, ReadOptions, merge_each};
-use query::service::specs;
 use serde::{Deserialize, Serialize};
 use sharding::epoch::TableHistory;
-use sharding::read_plan::{PlanError, ReadPlan, plan_all, plan_entity};
+use sharding::read_plan::{PlanError, plan_all, plan_entity};
 use sharding::time::{TimeRange, Timestamp};
 use store::directory::{CachedDirectory, ShardReader};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupQuery, RollupTable,
-    hour_label, hour_of, keys, part_of, query_all,
+    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupQuery,
+    RollupTable, hour_label, hour_of, keys, part_of, query_all,
 };
 
 pub use config::{Config, Settings};
 
-/// Readings held at a time by the merge of one hour (plus one round's pages).
-const MERGE_WINDOW: usize = 10_000;
+use crate::by_device::{ByDevice, Next};
+
+/// How far a run its deadline stopped got into an hour: every device up to `after`,
+/// in id order, is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    hour_ms: i64,
+    after: String,
+}
+
+/// Device-hours written at a time while an hour is read.
+const WRITE_BATCH: usize = 256;
 /// Attempts at a directory entry's conditional write before the run gives up on it.
 const DIRECTORY_ATTEMPTS: u32 = 8;
 
@@ -54,14 +68,20 @@ const DIRECTORY_ATTEMPTS: u32 = 8;
 pub enum SealError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("reading the readings: {0}")]
-    Read(#[from] ExecError),
     #[error("planning the read: {0}")]
     Plan(#[from] PlanError),
     #[error("an hour's time is out of range: {0}")]
     Time(String),
     #[error("the directory entry of {0:?} changed under {DIRECTORY_ATTEMPTS} writes in a row")]
     DirectoryContended(String),
+    #[error(
+        "device {device:?} has more than SEAL_MAX_BUFFERED ({max}) readings in a minute of {hour}: raise it"
+    )]
+    TooBusy {
+        device: String,
+        hour: String,
+        max: usize,
+    },
 }
 
 /// What a run did.
@@ -203,7 +223,10 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 report.behind = true;
                 break;
             }
-            if !self.seal_hour(next, now, deadline, &mut report).await? {
+            if !self
+                .seal_hour(next, now, deadline, true, &mut report)
+                .await?
+            {
                 report.behind = true;
                 break;
             }
@@ -235,7 +258,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let mut report = RunReport::default();
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
-            if past(deadline) || !self.seal_hour(hour, now, deadline, &mut report).await? {
+            if past(deadline)
+                || !self
+                    .seal_hour(hour, now, deadline, false, &mut report)
+                    .await?
+            {
                 report.resume_ms = Some(hour);
                 break;
             }
@@ -246,13 +273,52 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(report)
     }
 
-    /// Seals one hour of every device. `false` when the deadline came first (nothing
-    /// of the hour is lost: it is sealed again, whole, by the next run).
+    /// After a rebuild of `[from_ms, to_ms)` (`shardline seal`), makes the watermark
+    /// cover it where that keeps it true: with no watermark (a lost or new rollups
+    /// table), `[from, min(to, sealable end))`; with one whose first hour the rebuilt
+    /// hours reach, its first hour moved back to `from`, so the routes answer those
+    /// hours from their cells. Its end stays: the scheduled runs move it. Returns the
+    /// watermark after.
+    pub async fn extend_watermark(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Watermark>, SealError> {
+        let from = hour_of(from_ms);
+        let to = hour_of(to_ms + HOUR_MS - 1);
+        let current = read_watermark(&self.rollups).await?;
+        let wanted = match current {
+            None => Watermark {
+                from_ms: from,
+                end_ms: to.min(self.sealable_end(now)),
+            },
+            Some(m) if from < m.from_ms && to >= m.from_ms => Watermark { from_ms: from, ..m },
+            Some(m) => return Ok(Some(m)),
+        };
+        if wanted.from_ms >= wanted.end_ms {
+            return Ok(current);
+        }
+        let version =
+            u64::try_from(wanted.end_ms).map_err(|_| SealError::Time(hour_label(wanted.end_ms)))?;
+        let item = RollupItem::with_body(keys::watermark(), version, &wanted, None)?;
+        let expected = current.map(|m| version_of(m.end_ms));
+        // Conditional on what was read: a run that moved the watermark meanwhile wins,
+        // and the next `shardline seal` of these hours takes its first hour back.
+        self.rollups.put_if_version(&item, expected).await?;
+        read_watermark(&self.rollups).await.map_err(Into::into)
+    }
+
+    /// Seals one hour of every device, device by device ([`by_device`]), writing
+    /// device-hours a batch at a time. `false` when the deadline came first: with
+    /// `resume`, the devices written so far are recorded (`seal`/`progress`) and the
+    /// next run goes on after them; nothing of the hour is lost either way.
     async fn seal_hour(
         &self,
         hour: i64,
         now: Timestamp,
         deadline: Option<Instant>,
+        resume: bool,
         report: &mut RunReport,
     ) -> Result<bool, SealError> {
         let range = hour_range(hour)?;
@@ -262,18 +328,88 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let hot = self.directory.hot(range, now).await?;
         let refs: Vec<(&str, &_)> = hot.iter().map(|(n, h)| (n.as_str(), h)).collect();
         let plan = plan_all(range, &table, &refs)?;
-        let Some(hours) = self.read_hour(&plan, hour, None, deadline, report).await? else {
-            return Ok(false);
+        let after = match resume {
+            true => self.progress(hour).await?,
+            false => None,
         };
-        let parts: BTreeSet<u32> = hours.keys().map(|d| part_of(d)).collect();
-        self.write_device_hours(hours.into_values().collect(), report)
-            .await?;
+        let mut read = ByDevice::new(
+            &self.source,
+            &plan,
+            (hour, hour + HOUR_MS),
+            after.as_deref(),
+            self.settings.concurrency,
+            self.settings.max_buffered,
+        );
+        // A run that goes on after another's devices recomputes every part; one that
+        // read the whole hour, those of its devices.
+        let mut parts: BTreeSet<u32> = match after {
+            Some(_) => (0..store::rollup::PARTS).collect(),
+            None => BTreeSet::new(),
+        };
+        let mut batch = Vec::new();
+        loop {
+            let next = read.next().await?;
+            let end = next.is_none();
+            match next {
+                Some(Next::Readings { device, readings }) if !readings.is_empty() => {
+                    parts.insert(part_of(&device));
+                    batch.push(device_hour(device, hour, &readings));
+                }
+                Some(Next::Readings { .. }) | None => {}
+                // More readings in the hour than one read holds: sealed alone, by its
+                // own keys in time order, before the progress can name a later device.
+                Some(Next::TooMany(device)) => {
+                    parts.insert(part_of(&device));
+                    self.seal_device_hour(&device, hour, &table, now, report)
+                        .await?;
+                }
+            }
+            if batch.len() >= WRITE_BATCH || (end && !batch.is_empty()) {
+                let last = batch.last().map(|dh: &DeviceHour| dh.device.clone());
+                self.write_device_hours(std::mem::take(&mut batch), report)
+                    .await?;
+                if past(deadline) && !end {
+                    report.readings += read.readings;
+                    if let (true, Some(last)) = (resume, last) {
+                        self.save_progress(hour, &last).await?;
+                    }
+                    return Ok(false);
+                }
+            }
+            if end {
+                break;
+            }
+        }
+        report.readings += read.readings;
         self.write_parts(hour, parts, report).await?;
         Ok(true)
     }
 
+    /// The last device written of `hour` by a run its deadline stopped, if the record
+    /// is of that hour.
+    async fn progress(&self, hour: i64) -> Result<Option<String>, SealError> {
+        let (pk, sk) = keys::seal_progress();
+        let Some(item) = self.rollups.get(&pk, &sk, true).await? else {
+            return Ok(None);
+        };
+        let progress: Progress = item.body()?;
+        Ok((progress.hour_ms == hour).then_some(progress.after))
+    }
+
+    /// Records that every device of `hour` up to `after`, in id order, is written.
+    async fn save_progress(&self, hour: i64, after: &str) -> Result<(), SealError> {
+        let progress = Progress {
+            hour_ms: hour,
+            after: after.to_owned(),
+        };
+        let item = RollupItem::with_body(keys::seal_progress(), 0, &progress, None)?;
+        self.rollups.put(&item).await?;
+        Ok(())
+    }
+
     /// Reads one device's hour again and writes its device-hour, summary and directory
-    /// entry (a late mark; its fleet part is the caller's to recompute).
+    /// entry (a late mark, or a device with more readings than the hour's read holds;
+    /// its fleet part is the caller's to recompute).
     async fn seal_device_hour(
         &self,
         device: &str,
@@ -282,65 +418,57 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         now: Timestamp,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
-        let range = hour_range(hour)?;
         let fanout = self.directory.fanout(device, now).await?;
-        let plan = plan_entity(device, range, table, &fanout)?;
-        let Some(hours) = self
-            .read_hour(&plan, hour, Some(device), None, report)
-            .await?
-        else {
-            return Ok(());
-        };
-        self.write_device_hours(hours.into_values().collect(), report)
-            .await
-    }
-
-    /// Every reading of `plan` in the hour, each once, as device-hours (of `device`
-    /// alone when given). `None` when the deadline came first.
-    async fn read_hour(
-        &self,
-        plan: &ReadPlan,
-        hour: i64,
-        device: Option<&str>,
-        deadline: Option<Instant>,
-        report: &mut RunReport,
-    ) -> Result<Option<BTreeMap<String, DeviceHour>>, SealError> {
-        let mut hours: BTreeMap<String, DeviceHour> = BTreeMap::new();
-        let opts = ReadOptions {
-            descending: false,
-            consistent: true,
-            concurrency: self.settings.concurrency,
-            max_buffered: self.settings.max_buffered,
-            budget: ReadBudget {
-                queries: u64::MAX,
-                evaluated: u64::MAX,
-                deadline,
-            },
-        };
-        let mut readings = 0;
-        let outcome = merge_each(
-            &self.source,
-            specs(plan),
-            opts,
-            MERGE_WINDOW,
-            |item: ReadingItem| {
-                let in_hour = (hour..hour + HOUR_MS).contains(&item.ts_ms);
-                if in_hour && device.is_none_or(|d| d == item.device_id) {
-                    readings += 1;
-                    hours
-                        .entry(item.device_id.clone())
-                        .or_insert_with(|| DeviceHour::new(item.device_id.clone(), hour))
-                        .add(item.ts_ms, &item.event_id, &item.metrics, &item.tags);
+        // The whole hour by the device's own keys; where that holds more readings than
+        // a read may, minute by minute (a reading lies in one minute, so none twice).
+        let whole = [(hour, hour + HOUR_MS)];
+        let minutes: Vec<(i64, i64)> = (0..60)
+            .map(|m| (hour + m * MINUTE_MS, hour + (m + 1) * MINUTE_MS))
+            .collect();
+        for slices in [&whole[..], &minutes[..]] {
+            let mut dh = DeviceHour::new(device, hour);
+            let mut complete = true;
+            for &(from, to) in slices {
+                let plan = plan_entity(device, time_range(from, to)?, table, &fanout)?;
+                let mut read = ByDevice::new(
+                    &self.source,
+                    &plan,
+                    (from, to),
+                    None,
+                    self.settings.concurrency,
+                    self.settings.max_buffered,
+                );
+                while let Some(next) = read.next().await? {
+                    match next {
+                        Next::Readings {
+                            device: d,
+                            readings,
+                        } if d == device => {
+                            for r in &readings {
+                                dh.add(r.ts_ms, &r.event_id, &r.metrics, &r.tags);
+                            }
+                        }
+                        Next::TooMany(d) if d == device => complete = false,
+                        Next::Readings { .. } | Next::TooMany(_) => {}
+                    }
                 }
-                ControlFlow::Continue(())
-            },
-        )
-        .await?;
-        if outcome.stopped.is_some() {
-            return Ok(None);
+                if !complete {
+                    break;
+                }
+            }
+            if complete {
+                report.readings += dh.version();
+                if dh.version() == 0 {
+                    return Ok(());
+                }
+                return self.write_device_hours(vec![dh], report).await;
+            }
         }
-        report.readings += readings;
-        Ok(Some(hours))
+        Err(SealError::TooBusy {
+            device: device.to_owned(),
+            hour: hour_label(hour),
+            max: self.settings.max_buffered,
+        })
     }
 
     /// Writes each device-hour, its summary and its directory entry.
@@ -480,7 +608,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         };
         for part in 0..store::rollup::PARTS {
             // Page by page, so a partition of many marks holds one page at a time.
-            let mut q = RollupQuery::partition(keys::late_part(part), true);
+            // Eventually consistent, at half the price: a mark is deleted only once
+            // sealed, so one this read does not show yet is found by the next run, and
+            // one already deleted is sealed again to the same items and not deleted
+            // twice (its version is gone).
+            let mut q = RollupQuery::partition(keys::late_part(part), false);
             loop {
                 let page = self.rollups.query(&q).await?;
                 let mut by_hour: BTreeMap<i64, Vec<(&RollupItem, &str)>> = BTreeMap::new();
@@ -559,8 +691,26 @@ fn parse_mark(sk: &str) -> Option<(i64, &str)> {
 }
 
 fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
+    time_range(hour, hour + HOUR_MS)
+}
+
+fn time_range(from: i64, to: i64) -> Result<TimeRange, SealError> {
     let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
-    TimeRange::new(at(hour)?, at(hour + HOUR_MS)?).map_err(|e| SealError::Time(e.to_string()))
+    TimeRange::new(at(from)?, at(to)?).map_err(|e| SealError::Time(e.to_string()))
+}
+
+/// The device-hour of one device's readings of `hour`, each given once.
+fn device_hour(device: String, hour: i64, readings: &[ReadingItem]) -> DeviceHour {
+    let mut dh = DeviceHour::new(device, hour);
+    for r in readings {
+        dh.add(r.ts_ms, &r.event_id, &r.metrics, &r.tags);
+    }
+    dh
+}
+
+/// A watermark's end as its item's version (ends are epoch ms after 1970).
+fn version_of(end_ms: i64) -> u64 {
+    u64::try_from(end_ms).unwrap_or(0)
 }
 
 fn past(deadline: Option<Instant>) -> bool {

@@ -470,3 +470,117 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
         serde_json::from_value(serde_json::json!({"source": "aws.scheduler"})).unwrap();
     assert!(scheduled.reseal.is_none(), "a scheduled event is a run");
 }
+
+/// After a rebuild (`shardline seal`), the watermark covers the rebuilt hours only where
+/// that keeps it true: a lost table gets one up to the hours due; an existing one's
+/// first hour moves back over rebuilt hours that reach it, and not over a gap.
+#[tokio::test]
+async fn a_rebuild_extends_the_watermark_only_over_hours_it_sealed() {
+    let (_, table, shards) = fixture();
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards, &rollups);
+    let now = Timestamp::from_millis(HOUR + 3 * HOUR_MS + 11 * MINUTE_MS).unwrap();
+    // No watermark: [from, to) clipped to the hours due at `now` (up to HOUR + 3h).
+    let m = s
+        .extend_watermark(HOUR + 1, HOUR + 5 * HOUR_MS, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((m.from_ms, m.end_ms), (HOUR, HOUR + 3 * HOUR_MS));
+    // Rebuilt hours that end before its first hour leave a gap: nothing moves.
+    let gap = s
+        .extend_watermark(HOUR - 5 * HOUR_MS, HOUR - 2 * HOUR_MS, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((gap.from_ms, gap.end_ms), (HOUR, HOUR + 3 * HOUR_MS));
+    // Rebuilt hours that reach it: its first hour moves back, its end stays.
+    let back = s
+        .extend_watermark(HOUR - 2 * HOUR_MS, HOUR, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (back.from_ms, back.end_ms),
+        (HOUR - 2 * HOUR_MS, HOUR + 3 * HOUR_MS)
+    );
+    assert_eq!(sealer::read_watermark(&rollups).await.unwrap(), Some(back));
+}
+
+/// Scenario 47, freshness at steady state, on a simulated clock: two devices report
+/// every minute, on time, and the sealer runs every minute (the template's
+/// `SealerSchedule`) with the default horizon. After every run of six hours, the
+/// watermark trails now by at least the horizon and at most 1 h + the horizon + one
+/// run interval, and each device's directory `last_seen` by at most that plus one
+/// reading interval: the bounds the README's freshness table states. The figures are
+/// printed (`cargo test -p sealer freshness -- --nocapture`).
+#[tokio::test]
+async fn freshness_at_steady_state_stays_within_the_stated_bounds() {
+    const INTERVAL: i64 = MINUTE_MS;
+    let shards = Arc::new(shard_table(table_history(vec![(0, hourly(4))]), []));
+    let table = MemoryReadings::new(None);
+    let rollups = MemoryRollups::new();
+    let s = sealer(&table, shards.clone(), &rollups);
+    let horizon = i64::try_from(Settings::default().horizon.as_millis()).unwrap();
+    let start = BASE_MS;
+    let (mut lag_min, mut lag_max, mut seen_max) = (i64::MAX, i64::MIN, i64::MIN);
+    let mut steady = false;
+    for tick in 0..6 * 60 {
+        let now = start + tick * INTERVAL;
+        // Each device's reading of this minute, written as it is taken.
+        let written: Vec<R> = ["d-0", "d-1"]
+            .iter()
+            .map(|d| R {
+                device: (*d).to_owned(),
+                event: format!("e{tick:05}"),
+                ts_ms: now - 1_000,
+                value: store::Decimal::parse("1.5").unwrap(),
+            })
+            .collect();
+        load(&table, &shards, &written);
+        let report = s
+            .run(Timestamp::from_millis(now).unwrap(), None)
+            .await
+            .unwrap();
+        assert!(
+            !report.behind,
+            "a run at steady state catches up: {report:?}"
+        );
+        let Some(end) = report.watermark_ms else {
+            continue;
+        };
+        // Steady state: once the first run sealed an hour with readings in it.
+        steady |= report.hours_sealed > 0 && end > start + HOUR_MS;
+        if !steady {
+            continue;
+        }
+        let lag = now - end;
+        lag_min = lag_min.min(lag);
+        lag_max = lag_max.max(lag);
+        for d in ["d-0", "d-1"] {
+            let entry: DirEntry = body(
+                &rollups,
+                (store::rollup::DIRECTORY_PK.to_owned(), d.to_owned()),
+            );
+            seen_max = seen_max.max(now - entry.last_seen_ms);
+        }
+    }
+    println!(
+        "watermark lag {} s to {} s; directory last_seen lag at most {} s",
+        lag_min / 1000,
+        lag_max / 1000,
+        seen_max / 1000
+    );
+    assert!(
+        lag_min >= horizon,
+        "the watermark never passes now less the horizon"
+    );
+    assert!(
+        lag_max <= HOUR_MS + horizon + INTERVAL,
+        "watermark lag {lag_max} ms over 1 h + horizon + one run interval"
+    );
+    assert!(
+        seen_max <= HOUR_MS + horizon + 2 * INTERVAL,
+        "last_seen lag {seen_max} ms over 1 h + horizon + a run and a reading interval"
+    );
+}

@@ -10,4 +10,5 @@
 mod common;
 
 mod on_dynalite;
+mod scale;
 mod sealer;

@@ -12,7 +12,8 @@
 //!
 //! `{ts}` is the reading's timestamp in fixed-width RFC 3339 UTC with milliseconds
 //! (`2026-06-22T01:00:00.000Z`), so string order is time order. Ids (entity, event id) are
-//! 1..=256 bytes of `[A-Za-z0-9._:-]`; `#` separates components and never occurs in one.
+//! 1 to [`key::MAX_ID_LEN`] (128) bytes of `[A-Za-z0-9._:-]` ([`key::validate_id`]); `#`
+//! separates components and never occurs in one.
 //! `k` is the entity's fan-out at the reading's keying time (default: N for `Random`/`Calculated`,
 //! 1 for `TimeBucket`), N the table-level shard count in force at `ts`.
 //!

@@ -16,6 +16,8 @@ use crate::common::{crate_path, nz};
 
 const VECTORS: &str = "testdata/vectors.json";
 const SHARD_COUNTS: [u32; 5] = [2, 10, 16, 200, 1000];
+/// The page that documents the hash, from the repository's root, and its section.
+const FORMATS: &str = "docs/formats.md";
 const SECTION_HEADING: &str = "## The stable shard hash";
 
 fn vector_inputs() -> Vec<String> {
@@ -145,16 +147,16 @@ fn every_vector_matches_the_rust_hash() {
     }
 }
 
-/// The README's section on the hash, up to the next heading.
+/// The section on the hash in docs/formats.md, up to the next heading.
 fn hash_section() -> (String, String) {
-    let readme = crate_path("../..").join("README.md");
-    let text = std::fs::read_to_string(&readme).expect("README.md is readable");
+    let formats = crate_path("../..").join(FORMATS);
+    let text = std::fs::read_to_string(&formats).expect("docs/formats.md is readable");
     let start = text
         .find(SECTION_HEADING)
-        .unwrap_or_else(|| panic!("{} lacks {SECTION_HEADING:?}", readme.display()));
+        .unwrap_or_else(|| panic!("{} lacks {SECTION_HEADING:?}", formats.display()));
     let rest = &text[start + SECTION_HEADING.len()..];
     let end = rest.find("\n## ").unwrap_or(rest.len());
-    (readme.display().to_string(), rest[..end].to_owned())
+    (formats.display().to_string(), rest[..end].to_owned())
 }
 
 fn python_block(section: &str) -> String {
@@ -164,7 +166,7 @@ fn python_block(section: &str) -> String {
 }
 
 #[test]
-fn readme_python_reproduces_every_vector() {
+fn documented_python_reproduces_every_vector() {
     let (source, section) = hash_section();
     assert_eq!(
         section.matches("```python").count(),

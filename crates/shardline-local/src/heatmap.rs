@@ -322,8 +322,8 @@ pub struct HeatmapArgs {
     /// Keys (rows) to draw, by total WCU.
     #[arg(long, default_value_t = 40)]
     pub top: usize,
-    /// Partition write limit, WCU/s.
-    #[arg(long, default_value_t = 1000.0)]
+    /// Partition write limit, WCU/s (DynamoDB's, `sharding::capacity::PARTITION_WCU`).
+    #[arg(long, default_value_t = sharding::capacity::PARTITION_WCU)]
     pub partition_wcu: f64,
 }
 

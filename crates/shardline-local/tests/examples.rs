@@ -1,6 +1,6 @@
 //! The publisher examples under `examples/`: the Python one sends readings to a private
 //! moto's queue, the real ingest (run-local) writes them, and every reading is in the
-//! table under the key the example computed with the README's hash function. The
+//! table under the key the example computed with the hash function of docs/formats.md. The
 //! TypeScript one is type-checked, and its test fails where Node or npm is missing.
 
 use std::collections::BTreeSet;

@@ -5,6 +5,7 @@
 //!
 //! - [`fanout`]: a known-hot device's fan-out, scheduled ahead of its load;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
+//! - [`seal`]: the derived items of a range of hours rebuilt from the readings;
 //! - [`env`]: the stack's variables (environment over an env file) and SDK configuration,
 //!   shared with the local harness.
 //!
@@ -18,3 +19,4 @@ pub mod audit;
 pub mod blocks;
 pub mod env;
 pub mod fanout;
+pub mod seal;

@@ -5,3 +5,4 @@ mod audit;
 mod blocks;
 mod fanout;
 mod plan;
+mod seal;

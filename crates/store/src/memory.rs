@@ -6,7 +6,9 @@
 //! nothing else is in it, conditional writes are atomic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -45,11 +47,6 @@ fn item_key(item: &Item) -> Result<ItemKey, StoreError> {
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking test thread must not hide the state from the assertions after it.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[derive(Debug, Default)]
 struct TableState {
     items: BTreeMap<ItemKey, Item>,
@@ -78,42 +75,42 @@ impl MemoryTable {
     /// Leaves `fraction` (0..=1, rounded down) of every call's items unprocessed, the
     /// last ones of the call, like a partition over its limit.
     pub fn set_unprocessed_fraction(&self, fraction: f64) {
-        lock(&self.state).unprocessed_fraction = fraction.clamp(0.0, 1.0);
+        self.state.lock().unprocessed_fraction = fraction.clamp(0.0, 1.0);
     }
 
     /// Throttles partition key `pk` for good: its items stay unprocessed, and a call
     /// holding nothing else fails with `TableWriteKeyRangeThroughputExceeded`.
     pub fn throttle_pk(&self, pk: impl Into<String>) {
-        lock(&self.state).hot_pks.insert(pk.into());
+        self.state.lock().hot_pks.insert(pk.into());
     }
 
     /// The next calls fail with these errors, in order, before touching any item.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
-        lock(&self.state).scripted.extend(errors);
+        self.state.lock().scripted.extend(errors);
     }
 
     /// Every call waits this long before answering.
     pub fn set_latency(&self, latency: Duration) {
-        lock(&self.state).latency = latency;
+        self.state.lock().latency = latency;
     }
 
     /// The stored items, by key.
     pub fn items(&self) -> BTreeMap<ItemKey, Item> {
-        lock(&self.state).items.clone()
+        self.state.lock().items.clone()
     }
 
     /// The most calls that were in progress at once.
     pub fn most_in_flight(&self) -> usize {
-        lock(&self.state).most_in_flight
+        self.state.lock().most_in_flight
     }
 
     /// The keys of every call so far, in call order.
     pub fn calls(&self) -> Vec<Vec<ItemKey>> {
-        lock(&self.state).calls.clone()
+        self.state.lock().calls.clone()
     }
 
     fn apply(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let mut keys = Vec::with_capacity(items.len());
         for item in &items {
             keys.push(item_key(item)?);
@@ -166,7 +163,7 @@ impl MemoryTable {
 impl BatchTable for MemoryTable {
     async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
         let latency = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             state.in_flight += 1;
             state.most_in_flight = state.most_in_flight.max(state.in_flight);
             state.latency
@@ -175,7 +172,7 @@ impl BatchTable for MemoryTable {
             tokio::time::sleep(latency).await;
         }
         let answer = self.apply(items);
-        lock(&self.state).in_flight -= 1;
+        self.state.lock().in_flight -= 1;
         answer
     }
 }
@@ -229,7 +226,7 @@ impl MemoryShards {
     /// writers keying its readings up to [`SETUP_LISTING_WINDOW`] around its latest
     /// change leave it.
     pub fn put_entity(&self, entity: &str, meta: ShardMeta) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let history = &meta.shard_history;
         let hot_through = history
             .latest()
@@ -266,7 +263,7 @@ impl MemoryShards {
     /// Stores an entity as a table from before the hot index holds it (test setup): no
     /// listing, and named in the legacy one-item hot set when it ever fanned out.
     pub fn put_legacy_entity(&self, entity: &str, meta: ShardMeta) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if meta.shard_history.ever_fanned_out() {
             state.legacy.insert(entity.to_owned());
         }
@@ -277,17 +274,18 @@ impl MemoryShards {
 
     /// The stored layout history.
     pub fn layout(&self) -> Option<TableHistory> {
-        lock(&self.state).layout.clone()
+        self.state.lock().layout.clone()
     }
 
     /// Stores the table's layout history as it is (test setup).
     pub fn put_layout(&self, history: TableHistory) {
-        lock(&self.state).layout = Some(history);
+        self.state.lock().layout = Some(history);
     }
 
     /// An entity's stored metadata.
     pub fn entity(&self, entity: &str) -> Option<ShardMeta> {
-        lock(&self.state)
+        self.state
+            .lock()
             .entities
             .get(entity)
             .map(|r| r.meta.clone())
@@ -295,12 +293,13 @@ impl MemoryShards {
 
     /// An entity's stored record.
     pub fn record(&self, entity: &str) -> Option<EntityRecord> {
-        lock(&self.state).entities.get(entity).cloned()
+        self.state.lock().entities.get(entity).cloned()
     }
 
     /// The entities the hot index lists in hour `label`, and the item's expiry.
     pub fn hot_hour(&self, label: &str) -> Option<(BTreeSet<String>, Option<Timestamp>)> {
-        lock(&self.state)
+        self.state
+            .lock()
             .hot
             .get(label)
             .map(|item| (item.entities.clone(), item.expires_at))
@@ -308,7 +307,7 @@ impl MemoryShards {
 
     /// Every entity the hot index lists in any hour (test assertions).
     pub async fn hot_entities(&self) -> Result<BTreeSet<String>, StoreError> {
-        let state = lock(&self.state);
+        let state = self.state.lock();
         Ok(state
             .hot
             .values()
@@ -318,23 +317,23 @@ impl MemoryShards {
 
     /// The conditional updates that won, in order: the entity and the item written.
     pub fn changes(&self) -> Vec<(String, ShardMeta)> {
-        lock(&self.state).changes.clone()
+        self.state.lock().changes.clone()
     }
 
     /// How many entity reads reached the table (the cache's misses), batched or not.
     pub fn entity_reads(&self) -> u64 {
-        lock(&self.state).entity_reads
+        self.state.lock().entity_reads
     }
 
     /// How many read calls of any kind (entity, layout, batched reads) reached the table.
     pub fn reads(&self) -> u64 {
-        lock(&self.state).reads
+        self.state.lock().reads
     }
 }
 
 impl ShardReader for MemoryShards {
     async fn get_record(&self, entity: &str) -> Result<Option<EntityRecord>, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.entity_reads += 1;
         state.reads += 1;
         Ok(state.entities.get(entity).cloned())
@@ -344,7 +343,7 @@ impl ShardReader for MemoryShards {
         &self,
         entities: &[String],
     ) -> Result<Vec<(String, EntityRecord)>, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let mut out = Vec::new();
         for chunk in entities.chunks(MAX_BATCH_GET_KEYS) {
             state.reads += 1;
@@ -359,13 +358,13 @@ impl ShardReader for MemoryShards {
     }
 
     async fn get_layout(&self) -> Result<Option<TableHistory>, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.reads += 1;
         Ok(state.layout.clone())
     }
 
     async fn hot_listing(&self, hours: &[String], legacy: bool) -> Result<HotListing, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let keys = hours.len() + usize::from(legacy);
         state.reads += keys.div_ceil(MAX_BATCH_GET_KEYS) as u64;
         let listed = hours
@@ -386,7 +385,7 @@ impl ShardReader for MemoryShards {
 
 impl ShardStore for MemoryShards {
     async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if state.entities.contains_key(entity) {
             return Ok(false);
         }
@@ -403,7 +402,7 @@ impl ShardStore for MemoryShards {
         meta: &ShardMeta,
         hot_through: Option<Timestamp>,
     ) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let Some(stored) = state.entities.get_mut(entity) else {
             return Ok(false);
         };
@@ -431,7 +430,7 @@ impl ShardStore for MemoryShards {
         hours: &[String],
         expires_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         for hour in hours {
             let item = state.hot.entry(hour.clone()).or_default();
             if !item.entities.contains(entity) {
@@ -458,7 +457,7 @@ impl ShardStore for MemoryShards {
         last_updated: Timestamp,
         through: Timestamp,
     ) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         match state.entities.get_mut(entity) {
             Some(stored)
                 if stored.meta.last_updated == last_updated
@@ -472,7 +471,7 @@ impl ShardStore for MemoryShards {
     }
 
     async fn mark_hot(&self, entity: &str, at: Timestamp) -> Result<(), StoreError> {
-        if let Some(stored) = lock(&self.state).entities.get_mut(entity)
+        if let Some(stored) = self.state.lock().entities.get_mut(entity)
             && stored.meta.last_hot.is_none_or(|hot| hot < at)
         {
             stored.meta.last_hot = Some(at);
@@ -481,7 +480,7 @@ impl ShardStore for MemoryShards {
     }
 
     async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if state.layout.is_some() {
             return Ok(false);
         }
@@ -494,7 +493,7 @@ impl ShardStore for MemoryShards {
         expected_epochs: usize,
         history: &TableHistory,
     ) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         match &state.layout {
             Some(stored) if stored.epochs().len() == expected_epochs => {
                 state.layout = Some(history.clone());

@@ -133,6 +133,11 @@ pub mod keys {
     pub fn watermark() -> (String, String) {
         ("seal".to_owned(), "state".to_owned())
     }
+
+    /// How far a sealing run its deadline stopped got into its hour.
+    pub fn seal_progress() -> (String, String) {
+        ("seal".to_owned(), "progress".to_owned())
+    }
 }
 
 /// Count, exact sum, min and max of one metric over some readings. The sum is the

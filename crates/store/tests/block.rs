@@ -141,15 +141,18 @@ fn the_ingest_encoder_refuses_what_is_no_block() {
     ));
 }
 
-/// The README's vector of `shardline-block-v1`: three readings of one device, as
-/// `serde_json` maps the item (each number as the JSON number DynamoDB stores).
-fn readme_vector() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let start = readme
+/// The vector of `shardline-block-v1` in docs/formats.md: three readings of one device,
+/// as `serde_json` maps the item (each number as the JSON number DynamoDB stores).
+fn documented_vector() -> String {
+    let formats = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/formats.md"
+    ))
+    .expect("docs/formats.md");
+    let start = formats
         .find("<!-- block-vector -->")
-        .expect("the README's block vector");
-    let body = &readme[start..];
+        .expect("the block vector of docs/formats.md");
+    let body = &formats[start..];
     let open = body.find("```json\n").expect("a json fence") + "```json\n".len();
     let close = body[open..].find("```").expect("a closing fence");
     body[open..open + close].to_owned()
@@ -173,7 +176,7 @@ fn attribute(value: &serde_json::Value) -> AttributeValue {
 }
 
 #[test]
-fn the_readme_vector_is_the_block_of_its_readings() {
+fn the_documented_block_vector_is_the_block_of_its_readings() {
     let t = 1_782_090_000_000; // 2026-06-22T01:00:00Z
     let reading = |dt: i64, id: &str, metrics: &[(&str, f64)], tags: &[(&str, &str)]| Reading {
         device_id: "sensor-7".into(),
@@ -210,11 +213,11 @@ fn the_readme_vector_is_the_block_of_its_readings() {
     let block = BlockItem::new(&members, &first_key, Duration::from_secs(30 * 86_400))
         .expect("one device's sorted members");
     let item = block.to_item().expect("encodes");
-    let vector: serde_json::Value = serde_json::from_str(&readme_vector()).expect("json");
+    let vector: serde_json::Value = serde_json::from_str(&documented_vector()).expect("json");
     assert_eq!(
         attribute(&vector),
         AttributeValue::M(item.clone()),
-        "the README's vector is not the block's item"
+        "the vector of docs/formats.md is not the block's item"
     );
     assert_eq!(BlockItem::from_item(item).expect("decodes"), block);
     let vector = block;

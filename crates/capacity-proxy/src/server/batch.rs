@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::request::Call;
 use super::upstream::Reply;
-use super::{Body, Inner, UNKNOWN_PK, lock};
+use super::{Body, Inner, UNKNOWN_PK};
 use crate::capacity::{ThrottleReason, write_cost};
 use crate::config::Mode;
 use crate::ddb;
@@ -133,8 +133,8 @@ impl Inner {
         let forced = self.faults.unprocessed(reqs.len());
         let now = self.config.clock.now();
         let mut charged = Charged::default();
-        let mut cap = lock(&self.capacity);
-        let mut stats = lock(&self.stats);
+        let mut cap = self.capacity.lock();
+        let mut stats = self.stats.lock();
         let sink = self.config.mode == Mode::Sink;
         for (req, forced) in reqs.iter().zip(forced) {
             let push = |m: &mut Map<String, Value>| {

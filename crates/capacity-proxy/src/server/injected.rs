@@ -7,7 +7,7 @@ use http::Response;
 use serde_json::Value;
 
 use super::request::{self, Call};
-use super::{Body, Inner, lock};
+use super::{Body, Inner};
 use crate::capacity::ThrottleReason;
 use crate::ddb;
 use crate::error::ProxyError;
@@ -19,7 +19,7 @@ impl Inner {
     pub(super) async fn wait_latency(&self, latency: Duration, arrived: Instant) -> Duration {
         let mut slept = Duration::ZERO;
         if !latency.is_zero() {
-            lock(&self.stats).faults_mut().latency += 1;
+            self.stats.lock().faults_mut().latency += 1;
             slept = crate::faults::wait_latency(latency.saturating_sub(arrived.elapsed())).await;
         }
         slept
@@ -35,18 +35,18 @@ impl Inner {
         match fault {
             CallFault::None => None,
             CallFault::Drop => {
-                lock(&self.stats).faults_mut().drop += 1;
+                self.stats.lock().faults_mut().drop += 1;
                 // An error from the service makes hyper close the connection unanswered.
                 Some(Err(ProxyError::Dropped))
             }
             CallFault::Error => {
-                lock(&self.stats).faults_mut().error += 1;
+                self.stats.lock().faults_mut().error += 1;
                 Some(Ok(ddb::internal_error(
                     "Internal server error (capacity-proxy injected fault)",
                 )))
             }
             CallFault::Throttle => {
-                lock(&self.stats).faults_mut().throttle += 1;
+                self.stats.lock().faults_mut().throttle += 1;
                 let table = json.and_then(request::table_of).unwrap_or_default();
                 let reason = if request::is_read(call.op()) {
                     ThrottleReason::TableReadKeyRangeThroughputExceeded

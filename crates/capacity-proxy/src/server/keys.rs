@@ -8,7 +8,7 @@ use http::Response;
 use serde_json::{Map, Value, json};
 
 use super::request::{Call, table_of};
-use super::{Body, Inner, lock};
+use super::{Body, Inner};
 use crate::config::Mode;
 use crate::item::key_string;
 
@@ -61,7 +61,7 @@ impl Inner {
     /// The key schema of `table`: cached, or learned from DescribeTable upstream (with
     /// the caller's own auth headers) and cached; `None` when it cannot be learned.
     pub(super) async fn key_schema(&self, call: &Call, table: &str) -> Option<KeySchema> {
-        if let Some(schema) = lock(&self.key_schemas).get(table) {
+        if let Some(schema) = self.key_schemas.lock().get(table) {
             return Some(schema.clone());
         }
         if self.config.mode == Mode::Sink {
@@ -74,7 +74,9 @@ impl Inner {
                     .json()
                     .and_then(|v| KeySchema::of(v.get("Table")?.get("KeySchema")?));
                 if let Some(schema) = &schema {
-                    lock(&self.key_schemas).insert(table.to_owned(), schema.clone());
+                    self.key_schemas
+                        .lock()
+                        .insert(table.to_owned(), schema.clone());
                 }
                 schema
             }
@@ -135,7 +137,7 @@ impl Inner {
                 json.get("KeySchema").and_then(KeySchema::of),
             )
         {
-            lock(&self.key_schemas).insert(t, schema);
+            self.key_schemas.lock().insert(t, schema);
         }
         reply.into_response()
     }
@@ -143,7 +145,7 @@ impl Inner {
     /// Forgets the table's learned key schema and forwards the `DeleteTable`.
     pub(super) async fn delete_table(&self, call: &Call, json: &Value) -> Response<Body> {
         if let Some(t) = table_of(json) {
-            lock(&self.key_schemas).remove(&t);
+            self.key_schemas.lock().remove(&t);
         }
         self.passthrough(call).await
     }

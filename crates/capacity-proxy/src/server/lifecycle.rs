@@ -5,7 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -18,8 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::Inner;
 use super::sink::SinkKey;
-use super::{Inner, lock};
 use crate::capacity::CapacityModel;
 use crate::config::ProxyConfig;
 use crate::error::ProxyError;
@@ -112,7 +114,7 @@ impl ProxyHandle {
 
     /// The keys the sink holds, sorted.
     pub fn sink_keys(&self) -> Vec<SinkKey> {
-        let mut keys: Vec<_> = lock(&self.inner.sink).iter().cloned().collect();
+        let mut keys: Vec<_> = self.inner.sink.lock().iter().cloned().collect();
         keys.sort();
         keys
     }
@@ -191,14 +193,17 @@ async fn maintenance_loop(
         };
         let now = inner.config.clock.now();
         {
-            let mut cap = lock(&inner.capacity);
+            let mut cap = inner.capacity.lock();
             // Idle keys hold full buckets and carry no state worth keeping.
             if cap.tracked_keys() > 10_000 {
                 cap.prune(now);
             }
         }
         if let Some(file) = &mut heat_file {
-            let rows = lock(&inner.stats).drain_heat(if stop { None } else { Some(now.as_secs()) });
+            let rows = inner
+                .stats
+                .lock()
+                .drain_heat(if stop { None } else { Some(now.as_secs()) });
             if !rows.is_empty() {
                 let text: String = rows.iter().map(|r| r.to_csv_line()).collect();
                 file.write_all(text.as_bytes())?;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::request::{Call, table_of};
 use super::upstream::Reply;
-use super::{Body, Inner, UNKNOWN_PK, lock};
+use super::{Body, Inner, UNKNOWN_PK};
 use crate::capacity::{ThrottleReason, read_cost};
 use crate::config::Mode;
 use crate::item::{item_size, query_partition_key};
@@ -41,17 +41,22 @@ impl Inner {
         consistent: bool,
     ) -> Result<(), ThrottleReason> {
         let now = self.config.clock.now();
-        let result = lock(&self.capacity).check_read(table, pk, read_cost(0, consistent), now);
+        let result = self
+            .capacity
+            .lock()
+            .check_read(table, pk, read_cost(0, consistent), now);
         result.inspect_err(|&reason| {
-            lock(&self.stats).throttled(table, pk, reason, 1, now);
+            self.stats.lock().throttled(table, pk, reason, 1, now);
         })
     }
 
     /// Charges a completed read of `cost` RCU.
     pub(super) fn charge_read(&self, table: &str, pk: Option<&str>, cost: f64) {
         let now = self.config.clock.now();
-        lock(&self.capacity).charge_read(table, pk, cost, now);
-        lock(&self.stats).read(table, pk.unwrap_or(UNKNOWN_PK), cost, now);
+        self.capacity.lock().charge_read(table, pk, cost, now);
+        self.stats
+            .lock()
+            .read(table, pk.unwrap_or(UNKNOWN_PK), cost, now);
     }
 
     /// Checks a read of `pk` in `table` and forwards it; `Err` is the answer when it is

@@ -5,7 +5,7 @@ use http::Response;
 use serde::Serialize;
 
 use super::batch::WriteReq;
-use super::{Body, Inner, UNKNOWN_PK, lock};
+use super::{Body, Inner, UNKNOWN_PK};
 use crate::ddb;
 
 /// One key held by the sink.
@@ -28,7 +28,7 @@ impl Inner {
 
     /// Applies accepted writes to the sink's key set.
     pub(super) fn store_in_sink(&self, accepted: &[&WriteReq<'_>]) {
-        let mut sink = lock(&self.sink);
+        let mut sink = self.sink.lock();
         for req in accepted {
             let key = SinkKey {
                 table: req.table.to_owned(),

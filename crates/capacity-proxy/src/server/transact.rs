@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 
 use super::request::Call;
 use super::upstream::Reply;
-use super::{Body, Inner, lock};
+use super::{Body, Inner};
 use crate::capacity::{ThrottleReason, read_cost, write_cost};
 use crate::config::Mode;
 use crate::ddb;
@@ -101,9 +101,9 @@ impl Inner {
             .map(|(a, &cost)| (a.table.as_str(), a.pk.as_deref(), cost))
             .collect();
         let now = self.config.clock.now();
-        let admitted = lock(&self.capacity).try_write_all(&writes, now);
+        let admitted = self.capacity.lock().try_write_all(&writes, now);
         if let Err(refused) = admitted {
-            let mut stats = lock(&self.stats);
+            let mut stats = self.stats.lock();
             for (action, reason) in actions.iter().zip(&refused) {
                 if let Some(reason) = reason {
                     stats.throttled(&action.table, action.pk.as_deref(), *reason, 1, now);
@@ -190,7 +190,7 @@ impl Inner {
         };
         let now = self.config.clock.now();
         let refused: Vec<Option<ThrottleReason>> = {
-            let mut capacity = lock(&self.capacity);
+            let mut capacity = self.capacity.lock();
             gets.iter()
                 .map(|g| {
                     let pk = g.pk.as_deref();
@@ -201,7 +201,7 @@ impl Inner {
                 .collect()
         };
         if refused.iter().any(Option::is_some) {
-            let mut stats = lock(&self.stats);
+            let mut stats = self.stats.lock();
             for (get, reason) in gets.iter().zip(&refused) {
                 if let Some(reason) = reason {
                     stats.throttled(&get.table, get.pk.as_deref(), *reason, 1, now);

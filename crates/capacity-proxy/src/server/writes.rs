@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use super::request::{Call, table_of};
 use super::sink::SinkKey;
 use super::upstream::Reply;
-use super::{Body, Inner, UNKNOWN_PK, lock};
+use super::{Body, Inner, UNKNOWN_PK};
 use crate::capacity::{ThrottleReason, write_cost};
 use crate::config::Mode;
 use crate::ddb;
@@ -68,9 +68,9 @@ impl Inner {
         reserved: f64,
     ) -> Result<(), ThrottleReason> {
         let now = self.config.clock.now();
-        let result = lock(&self.capacity).try_write(table, pk, reserved, now);
+        let result = self.capacity.lock().try_write(table, pk, reserved, now);
         result.inspect_err(|&reason| {
-            lock(&self.stats).throttled(table, pk, reason, 1, now);
+            self.stats.lock().throttled(table, pk, reason, 1, now);
         })
     }
 
@@ -85,8 +85,10 @@ impl Inner {
         written: bool,
     ) {
         let now = self.config.clock.now();
-        lock(&self.capacity).settle_write(table, pk, reserved, actual, now);
-        let mut stats = lock(&self.stats);
+        self.capacity
+            .lock()
+            .settle_write(table, pk, reserved, actual, now);
+        let mut stats = self.stats.lock();
         let pk = pk.unwrap_or(UNKNOWN_PK);
         if written {
             stats.write(table, pk, actual, now);
@@ -138,7 +140,7 @@ impl Inner {
             }
             self.settle_write(&table, pk.as_deref(), cost, cost, true);
             let sk = item.get(self.config.sk_attr(&table)).and_then(key_string);
-            lock(&self.sink).insert(SinkKey {
+            self.sink.lock().insert(SinkKey {
                 table,
                 pk: pk.unwrap_or_else(|| UNKNOWN_PK.to_owned()),
                 sk,

@@ -12,7 +12,11 @@
 //! are joined to it (`Stage::Joined`); each message's fate then follows the writes that
 //! hold its readings (`crate::fate::settle_batch`). A message that shares a reading
 //! with another (a copy sent twice) is packed alone, so a write never holds two
-//! messages' copies of one reading, and a publisher's retry overwrites its blocks.
+//! messages' copies of one reading, and a publisher's retry in the same batch rebuilds
+//! and overwrites its blocks. A retry or a redelivery that lands in a later batch may
+//! meet other messages of its device there and be packed into other blocks: its
+//! readings are then stored twice (reads answer each once; `shardline audit` counts
+//! the copy), as docs/design-blocks.md says.
 
 use std::collections::HashMap;
 

@@ -3,7 +3,9 @@
 //! raised meanwhile, whose items the writer then gives back stale for re-keying.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::OnceLock;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng;
@@ -60,30 +62,25 @@ impl<'a> RoundWatch<'a> {
 
     /// The fan-out now in force of each entity raised during the round.
     pub(super) fn raised(&self) -> MutexGuard<'_, HashMap<String, u32>> {
-        lock(&self.raised)
+        self.raised.lock()
     }
 
     /// Ends the round: the listener's channel closes.
     pub(super) fn close(&self) {
-        lock(&self.throttled).take();
+        self.throttled.lock().take();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain maps: a panic cannot leave them half-updated.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl WriteObserver for RoundWatch<'_> {
     fn throttled(&self, pk: &str) {
-        if let Some(tx) = lock(&self.throttled).as_ref() {
+        if let Some(tx) = self.throttled.lock().as_ref() {
             // The receiver lives until the round ends: a send cannot fail before.
             let _ = tx.send(pk.to_owned());
         }
     }
 
     fn stale(&self, pk: &str) -> bool {
-        let raised = lock(&self.raised);
+        let raised = self.raised.lock();
         !raised.is_empty() && self.owners().is_stale(pk, &raised)
     }
 }

@@ -1,8 +1,8 @@
 //! The query Lambda: builds configuration, tracing and clients, then serves.
 
 use lambda_http::{Error, run, service_fn};
+use parking_lot::Mutex;
 use query::QueryService;
-use std::sync::Mutex;
 
 use query::config::{Config, resolve_cursor_keys};
 use store::dynamo::DynamoShards;

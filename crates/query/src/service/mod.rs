@@ -32,7 +32,7 @@
 //! and `plan` turns a validated range into the read plan's merge streams; `rollups`
 //! reads the sealer's table (`ROLLUP_TABLE`), within the budgets.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use http::Response;

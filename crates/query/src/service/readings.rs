@@ -5,7 +5,6 @@
 //! A read over every device plans its first round by the density the last such read
 //! saw ([`DensityHint`]), while it is recent.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sharding::epoch::{FanoutHistory, TableHistory};
@@ -280,13 +279,13 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
 
     /// The density the last read over every device saw, while it is recent.
     fn density_hint(&self, now: Timestamp) -> Option<f64> {
-        let hint = (*lock(&self.every_device_density))?;
+        let hint = (*self.every_device_density.lock())?;
         let fresh = hint.seen_at <= now && now < hint.seen_at.saturating_add(DENSITY_HINT_TTL);
         fresh.then_some(hint.density)
     }
 
     fn remember_density(&self, density: f64, now: Timestamp) {
-        *lock(&self.every_device_density) = Some(DensityHint {
+        *self.every_device_density.lock() = Some(DensityHint {
             density,
             seen_at: now,
         });
@@ -331,9 +330,4 @@ impl AnswerRoom {
 
 fn page_json(items: Vec<ReadingOut>, next_cursor: Option<String>) -> Result<String, ApiError> {
     json_body(&ReadingsPage { items, next_cursor })
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A hint is plain data; a panic elsewhere cannot leave it inconsistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -37,7 +37,15 @@ async fn main() -> Result<(), Error> {
             let report = match asked.reseal {
                 Some(reseal) => {
                     let (from, to) = reseal.range()?;
-                    sealer.reseal(from, to, now, deadline).await?
+                    let mut report = sealer.reseal(from, to, now, deadline).await?;
+                    // The hours rebuilt, as `shardline seal` leaves them: a lost table
+                    // gets its watermark, an existing one's first hour moves back.
+                    let rebuilt_to = report.resume_ms.unwrap_or(to);
+                    if rebuilt_to > from {
+                        let mark = sealer.extend_watermark(from, rebuilt_to, now).await?;
+                        report.watermark_ms = mark.map(|m| m.end_ms);
+                    }
+                    report
                 }
                 None => sealer.run(now, deadline).await?,
             };

@@ -105,7 +105,7 @@ fn dollars(usd: f64) -> String {
     format!("${out}")
 }
 
-/// The reference rate the demo prices its write bill at (the README's scenario).
+/// The reference rate the demo prices its write bill at (the reference scenario of docs/local.md's demo).
 pub const REFERENCE_READINGS_PER_SEC: f64 = 50_000.0;
 
 /// The whole demo.

@@ -55,10 +55,8 @@ impl Plan {
         if self.hot_rate > 0.0 && self.hot_device.is_none() {
             return Err("--hot-rate needs --hot-device".into());
         }
-        if let Some(id) = &self.hot_device
-            && !is_id(id)
-        {
-            return Err("--hot-device must be 1 to 128 characters of [A-Za-z0-9._:-]".into());
+        if let Some(id) = &self.hot_device {
+            sharding::key::validate_id("--hot-device", id).map_err(|e| e.to_string())?;
         }
         if self.batch == 0 || self.batch > 500 {
             return Err("--batch must be 1 to 500 readings per message".into());
@@ -102,12 +100,6 @@ fn readings_at(rate: f64, duration: Duration) -> u64 {
     } else {
         0
     }
-}
-
-fn is_id(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
 }
 
 /// The kinds of malformed message, each refused by the ingest parser for a

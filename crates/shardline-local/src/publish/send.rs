@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::generate::{Content, Malformation, Message, ReadingId, Tally};
 
-/// Entries per `SendMessageBatch`, the SQS maximum.
+/// Entries per `SendMessageBatch`, and messages per `ReceiveMessage`: the SQS maximum.
 pub const MAX_BATCH_ENTRIES: usize = 10;
 /// Keep one request under SQS's 256 KiB payload limit.
 const MAX_BATCH_BYTES: usize = 200 * 1024;

@@ -10,7 +10,6 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use ingest::{Fate, Invocation, Report};
 
-use super::lock;
 use super::worker::Shared;
 
 /// Most entries of one `DeleteMessageBatch`.
@@ -66,7 +65,10 @@ pub(super) async fn invoke(shared: &Arc<Shared>, messages: Vec<Message>) {
         return;
     };
     let failed = reported_failures(&report);
-    lock(&shared.stats).record_invocation(&report, failed.is_none());
+    shared
+        .stats
+        .lock()
+        .record_invocation(&report, failed.is_none());
     if let Some(failed) = failed {
         delete_settled(shared, &messages, &report, &failed).await;
     }
@@ -81,7 +83,7 @@ async fn run_handler(shared: &Arc<Shared>, messages: &[Message]) -> Option<Repor
         Ok(invocation) => invocation,
         Err(e) => {
             tracing::error!(error = %e, "no clock; the batch is left to come back");
-            lock(&shared.stats).failed_invocations += 1;
+            shared.stats.lock().failed_invocations += 1;
             return None;
         }
     };
@@ -101,7 +103,7 @@ async fn run_handler(shared: &Arc<Shared>, messages: &[Message]) -> Option<Repor
         Ok(Ok(report)) => Some(report),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "the handler panicked; the batch is left to come back");
-            let mut stats = lock(&shared.stats);
+            let mut stats = shared.stats.lock();
             stats.batches += 1;
             stats.failed_invocations += 1;
             None
@@ -110,7 +112,7 @@ async fn run_handler(shared: &Arc<Shared>, messages: &[Message]) -> Option<Repor
             // The handler keeps its own deadline and ends soon after; its result is
             // ignored, as Lambda ignores a timed-out invocation.
             tracing::warn!("the handler overran its timeout; the batch is left to come back");
-            let mut stats = lock(&shared.stats);
+            let mut stats = shared.stats.lock();
             stats.batches += 1;
             stats.failed_invocations += 1;
             stats.timeouts += 1;
@@ -163,7 +165,7 @@ async fn delete_settled(
     // A clock that cannot be read counts the lags as 0.
     let now_ms =
         store::clock::wall_clock().map_or(0, |now| u64::try_from(now.as_millis()).unwrap_or(0));
-    let mut stats = lock(&shared.stats);
+    let mut stats = shared.stats.lock();
     for m in deleted {
         stats.deleted += 1;
         let sent = m
@@ -229,6 +231,6 @@ async fn delete<'a>(shared: &Shared, messages: &[&'a Message]) -> Vec<&'a Messag
         }
         failures += pending.len();
     }
-    lock(&shared.stats).delete_failures += failures as u64;
+    shared.stats.lock().delete_failures += failures as u64;
     deleted
 }

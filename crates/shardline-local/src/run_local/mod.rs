@@ -32,8 +32,10 @@ mod settings;
 mod stats;
 mod worker;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 
 use anyhow::Context as _;
 use ingest::{Ingest, SqsQueue};
@@ -185,9 +187,4 @@ fn sqs_client(env: &EnvLookup, sdk: &aws_config::SdkConfig) -> aws_sdk_sqs::Clie
         ),
         None => aws_sdk_sqs::Client::new(sdk),
     }
-}
-
-/// The lock of a counter or a clock; a poisoned one still holds usable values.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -6,11 +6,11 @@
 //! Appended, never rewritten: a soak's run-local is SIGKILLed and restarted onto the
 //! same file, and what a killed run wrote stays (each receive's lines are one write).
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use anyhow::Context as _;
 use aws_sdk_sqs::types::Message;
@@ -47,7 +47,8 @@ impl ReceivedLog {
             lines.push_str(id);
             lines.push('\n');
         }
-        super::lock(&self.file)
+        self.file
+            .lock()
             .write_all(lines.as_bytes())
             .with_context(|| format!("cannot append to {}", self.path.display()))
     }

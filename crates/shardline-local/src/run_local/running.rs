@@ -1,12 +1,14 @@
 //! The handle of a started runner: its query address, its counters, and the stop.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
 
-use super::{Stats, lock};
+use super::Stats;
 
 /// A running runner.
 #[derive(Debug)]
@@ -25,7 +27,7 @@ impl Running {
 
     /// The counters so far.
     pub fn stats(&self) -> Stats {
-        let mut stats = lock(&self.stats).clone();
+        let mut stats = self.stats.lock().clone();
         stats.finish();
         stats
     }
@@ -43,7 +45,7 @@ impl Running {
     /// Waits until the runner ended (after [`Running::stop`] or when idle).
     pub async fn wait(self) -> anyhow::Result<Stats> {
         self.task.await.context("the runner task failed")??;
-        let mut stats = lock(&self.stats).clone();
+        let mut stats = self.stats.lock().clone();
         stats.finish();
         Ok(stats)
     }

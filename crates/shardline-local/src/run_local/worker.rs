@@ -2,8 +2,10 @@
 //! queue and hand each to an invocation, the watch that stops an idle runner, and the
 //! task that waits for them all.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
@@ -14,7 +16,7 @@ use tokio::time::Instant;
 
 use super::invoke::invoke;
 use super::received::ReceivedLog;
-use super::{Service, Settings, Stats, lock};
+use super::{Service, Settings, Stats};
 
 /// Most messages one `ReceiveMessage` returns.
 const MAX_RECEIVE: usize = 10;
@@ -35,7 +37,7 @@ pub(super) struct Shared {
 
 impl Shared {
     pub(super) fn touch(&self) {
-        *lock(&self.last_activity) = Instant::now();
+        *self.last_activity.lock() = Instant::now();
     }
 }
 
@@ -79,7 +81,7 @@ async fn idle_watch(shared: Arc<Shared>, idle: Duration, stop: watch::Sender<boo
         if *stop.borrow() {
             return;
         }
-        let quiet = lock(&shared.last_activity).elapsed() >= idle;
+        let quiet = shared.last_activity.lock().elapsed() >= idle;
         if quiet && shared.in_flight.load(Ordering::SeqCst) == 0 {
             tracing::info!(idle_secs = idle.as_secs_f64(), "idle: stopping");
             stop.send_replace(true);
@@ -143,20 +145,20 @@ async fn gather(shared: &Shared, stop: &watch::Receiver<bool>) -> Vec<Message> {
                 if !got.is_empty() {
                     shared.touch();
                     window_end.get_or_insert_with(|| Instant::now() + settings.batching_window);
-                    lock(&shared.stats).messages += got.len() as u64;
+                    shared.stats.lock().messages += got.len() as u64;
                     if let Some(log) = &shared.received
                         && let Err(e) = log.record(&got)
                     {
                         // The messages are still processed; the accounting will name
                         // them as never received, and this count says why.
-                        lock(&shared.stats).received_log_errors += 1;
+                        shared.stats.lock().received_log_errors += 1;
                         tracing::error!(error = %format!("{e:#}"), "the received log");
                     }
                 }
                 held.extend(got);
             }
             Err(e) => {
-                lock(&shared.stats).receive_errors += 1;
+                shared.stats.lock().receive_errors += 1;
                 tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "ReceiveMessage failed");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }

@@ -8,8 +8,8 @@
 //! every epoch in force at any stored reading's timestamp. Fan-out keys nest, so a
 //! cache that misses a raise keys or reads with a k whose keys are still read.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sharding::epoch::{FanoutHistory, TableHistory};
@@ -64,11 +64,6 @@ impl<R> CachedDirectory<R> {
         &self.store
     }
 
-    fn lock(&self) -> MutexGuard<'_, Cache> {
-        // The cache holds plain data; a panic elsewhere cannot leave it inconsistent.
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Whether a read at `fetched_at` is still trusted at `now`. A read stamped after
     /// `now` (a clock stepped back) is not.
     fn fresh<T>(&self, cached: &Cached<T>, now: Timestamp) -> bool {
@@ -77,12 +72,12 @@ impl<R> CachedDirectory<R> {
 
     /// Forgets the cached metadata of `entity`.
     pub fn invalidate(&self, entity: &str) {
-        self.lock().entities.remove(entity);
+        self.cache.lock().entities.remove(entity);
     }
 
     /// Caches `value` as `entity`'s record read at `now`.
     pub(crate) fn remember(&self, entity: &str, now: Timestamp, value: Option<EntityRecord>) {
-        let mut cache = self.lock();
+        let mut cache = self.cache.lock();
         if cache.entities.len() >= MAX_CACHED_ENTITIES {
             cache.entities.clear();
         }
@@ -97,7 +92,7 @@ impl<R> CachedDirectory<R> {
 
     /// Caches `history` as the layout read at `now`.
     pub(crate) fn remember_layout(&self, now: Timestamp, history: TableHistory) {
-        self.lock().layout = Some(Cached {
+        self.cache.lock().layout = Some(Cached {
             fetched_at: now,
             value: history,
         });
@@ -105,7 +100,7 @@ impl<R> CachedDirectory<R> {
 
     /// Records in the cached copy of `entity` that it was marked busy at `at`.
     pub(crate) fn remember_hot_mark(&self, entity: &str, at: Timestamp) {
-        if let Some(cached) = self.lock().entities.get_mut(entity)
+        if let Some(cached) = self.cache.lock().entities.get_mut(entity)
             && let Some(record) = cached.value.as_mut()
         {
             record.meta.last_hot = Some(at);
@@ -120,7 +115,7 @@ impl<R> CachedDirectory<R> {
         last_updated: Timestamp,
         through: Timestamp,
     ) {
-        if let Some(cached) = self.lock().entities.get_mut(entity)
+        if let Some(cached) = self.cache.lock().entities.get_mut(entity)
             && let Some(record) = cached.value.as_mut()
             && record.meta.last_updated == last_updated
         {
@@ -133,7 +128,7 @@ impl<R> CachedDirectory<R> {
     /// `read` of the cached layout, if one was read within the TTL of `now`; never
     /// reads the store.
     fn peek_layout<T>(&self, now: Timestamp, read: impl FnOnce(&TableHistory) -> T) -> Option<T> {
-        let cache = self.lock();
+        let cache = self.cache.lock();
         let cached = cache.layout.as_ref().filter(|c| self.fresh(c, now))?;
         Some(read(&cached.value))
     }
@@ -146,7 +141,7 @@ impl<R> CachedDirectory<R> {
         now: Timestamp,
         read: impl FnOnce(Option<&EntityRecord>) -> T,
     ) -> Option<T> {
-        let cache = self.lock();
+        let cache = self.cache.lock();
         let cached = cache.entities.get(entity).filter(|c| self.fresh(c, now))?;
         Some(read(cached.value.as_ref()))
     }
@@ -253,7 +248,7 @@ impl<R: ShardReader> CachedDirectory<R> {
         let mut names = BTreeSet::new();
         let mut missing = Vec::new();
         let legacy_cached = {
-            let cache = self.lock();
+            let cache = self.cache.lock();
             for hour in hot::hours_of(range) {
                 match cache.hours.get(&hour).filter(|c| self.fresh(c, now)) {
                     Some(cached) => names.extend(cached.value.iter().cloned()),
@@ -270,7 +265,7 @@ impl<R: ShardReader> CachedDirectory<R> {
         };
         if !missing.is_empty() || !legacy_cached {
             let listing = self.store.hot_listing(&missing, !legacy_cached).await?;
-            let mut cache = self.lock();
+            let mut cache = self.cache.lock();
             if cache.hours.len() + missing.len() > MAX_CACHED_HOURS {
                 cache.hours.clear();
             }

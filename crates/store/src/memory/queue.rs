@@ -4,7 +4,9 @@
 //! character outside SQS's set, more than 10 attributes, or more than a queue's
 //! maximum message size (256 KiB unless set otherwise), each message on its own.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::queue::{
     DeadLetter, Delay, MAX_MESSAGE_BYTES, Queue, QueueError, Requeue, check_message,
@@ -52,10 +54,8 @@ impl MemoryQueue {
         self.state().refused.clone()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn state(&self) -> parking_lot::MutexGuard<'_, MemoryState> {
+        self.state.lock()
     }
 
     /// Makes every call fail (`true`) or succeed again.

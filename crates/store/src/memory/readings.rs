@@ -1,15 +1,14 @@
 //! [`MemoryReadings`]: the readings table behind the [`ReadingSource`] port, with
 //! DynamoDB's Query semantics where the query service depends on them.
 
+use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sharding::key::ItemKey;
 
-use super::lock;
 use crate::block::BlockItem;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
@@ -52,12 +51,16 @@ impl MemoryReadings {
 
     /// Stores an item, replacing one with the same key.
     pub fn put(&self, item: ReadingItem) {
-        lock(&self.items).insert((item.pk.clone(), item.sk.clone()), Stored::Reading(item));
+        self.items
+            .lock()
+            .insert((item.pk.clone(), item.sk.clone()), Stored::Reading(item));
     }
 
     /// Stores a block item, replacing one with the same key.
     pub fn put_block(&self, block: BlockItem) {
-        lock(&self.items).insert((block.pk.clone(), block.sk.clone()), Stored::Block(block));
+        self.items
+            .lock()
+            .insert((block.pk.clone(), block.sk.clone()), Stored::Block(block));
     }
 
     /// Calls made (Query pages and item reads).
@@ -72,17 +75,17 @@ impl MemoryReadings {
 
     /// Every call waits this long before answering (a slow table).
     pub fn set_latency(&self, latency: Duration) {
-        *lock(&self.latency) = latency;
+        *self.latency.lock() = latency;
     }
 
     /// Every call on partition key `pk` waits `latency` more (one slow key).
     pub fn set_key_latency(&self, pk: &str, latency: Duration) {
-        lock(&self.key_latency).insert(pk.to_owned(), latency);
+        self.key_latency.lock().insert(pk.to_owned(), latency);
     }
 
     async fn wait(&self, pk: &str) {
-        let own = lock(&self.key_latency).get(pk).copied();
-        let latency = *lock(&self.latency) + own.unwrap_or_default();
+        let own = self.key_latency.lock().get(pk).copied();
+        let latency = *self.latency.lock() + own.unwrap_or_default();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
@@ -97,7 +100,7 @@ impl MemoryReadings {
     /// request reads them, after its `ExclusiveStartKey`, at most `cap` of them. Only
     /// those are copied, so a page of a large partition costs what it returns.
     fn evaluate(&self, r: &PageRequest, cap: Option<u32>) -> Result<Vec<Stored>, StoreError> {
-        let items = lock(&self.items);
+        let items = self.items.lock();
         let partition = items
             .range((r.pk.clone(), String::new())..)
             .take_while(|((pk, _), _)| pk == &r.pk)
@@ -255,7 +258,7 @@ impl ReadingSource for MemoryReadings {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.wait(&key.pk).await;
         // A block's key is never a reading's own: GetItem of it reads no reading.
-        match lock(&self.items).get(&(key.pk.clone(), key.sk.clone())) {
+        match self.items.lock().get(&(key.pk.clone(), key.sk.clone())) {
             Some(Stored::Reading(item)) => Ok(Some(item.clone())),
             Some(Stored::Block(_)) | None => Ok(None),
         }

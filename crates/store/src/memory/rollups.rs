@@ -3,9 +3,10 @@
 //! injectable failures.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::lock;
+use parking_lot::Mutex;
+
 use crate::error::StoreError;
 use crate::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable};
 
@@ -33,29 +34,29 @@ impl MemoryRollups {
 
     /// Every stored item, by key.
     pub fn items(&self) -> BTreeMap<(String, String), RollupItem> {
-        lock(&self.state).items.clone()
+        self.state.lock().items.clone()
     }
 
     /// The next calls fail with these errors, one each, in order.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
-        lock(&self.state).scripted.extend(errors);
+        self.state.lock().scripted.extend(errors);
     }
 
     /// Writes (puts and deletes, attempted) so far.
     pub fn writes(&self) -> u64 {
-        lock(&self.state).writes
+        self.state.lock().writes
     }
 
     /// Reads (gets and Query pages) so far.
     pub fn reads(&self) -> u64 {
-        lock(&self.state).reads
+        self.state.lock().reads
     }
 
     fn write(
         &self,
         f: impl FnOnce(&mut BTreeMap<(String, String), RollupItem>) -> bool,
     ) -> Result<bool, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.writes += 1;
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);
@@ -121,7 +122,7 @@ impl RollupTable for MemoryRollups {
         sk: &str,
         _consistent: bool,
     ) -> Result<Option<RollupItem>, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.reads += 1;
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);
@@ -130,7 +131,7 @@ impl RollupTable for MemoryRollups {
     }
 
     async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.reads += 1;
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);

@@ -2,11 +2,12 @@
 //! Scan, with injectable throttles and errors.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::lock;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
 use crate::scan::{ScanKey, ScanPage, ScanRequest, StartKey, TableScan, scanned};
@@ -43,13 +44,13 @@ impl MemoryScan {
     /// A table holding `items`, in this order (e.g. a [`super::MemoryTable`]'s).
     pub fn with_items(items: impl IntoIterator<Item = HashMap<String, AttributeValue>>) -> Self {
         let scan = Self::new();
-        lock(&scan.state).items.extend(items);
+        scan.state.lock().items.extend(items);
         scan
     }
 
     /// Adds an item after the others.
     pub fn put(&self, item: HashMap<String, AttributeValue>) {
-        lock(&self.state).items.push(item);
+        self.state.lock().items.push(item);
     }
 
     /// Adds a readings-table item after the others, as the writer stores it.
@@ -60,28 +61,28 @@ impl MemoryScan {
 
     /// Pages hold at most `items` items (at least one).
     pub fn set_page_items(&self, items: usize) {
-        lock(&self.state).page_items = Some(items.max(1));
+        self.state.lock().page_items = Some(items.max(1));
     }
 
     /// The next calls fail with these errors, in order, before reading any item.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
-        lock(&self.state).scripted.extend(errors);
+        self.state.lock().scripted.extend(errors);
     }
 
     /// While on, every call fails with a read key-range throttle.
     pub fn set_throttled(&self, on: bool) {
-        lock(&self.state).throttled = on;
+        self.state.lock().throttled = on;
     }
 
     /// Calls made so far, failed ones included.
     pub fn calls(&self) -> u64 {
-        lock(&self.state).calls
+        self.state.lock().calls
     }
 }
 
 impl TableScan for MemoryScan {
     async fn scan_page(&self, request: &ScanRequest) -> Result<ScanPage, StoreError> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.calls += 1;
         if let Some(err) = state.scripted.pop_front() {
             return Err(err);

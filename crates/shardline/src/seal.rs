@@ -1,0 +1,142 @@
+//! `shardline seal`: rebuild the derived items (device-hours, summaries, fleet parts,
+//! directory entries) of a range of hours from the readings.
+//!
+//! The same code as the sealer's `reseal` event (`sealer::Sealer::reseal`), run from
+//! the operator's machine without a deadline: each hour is read once through the read
+//! plan over every device and the merge, and written with the sealer's conditional
+//! writes, so a rebuild run twice, run beside the scheduled sealer, or stopped and run
+//! again leaves the items one clean run leaves. Afterwards the watermark covers the
+//! rebuilt hours where that keeps it true (`sealer::Sealer::extend_watermark`): a lost
+//! rollups table gets one; an existing one's first hour moves back over rebuilt hours
+//! that reach it.
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use clap::Args;
+use sealer::{Config, RunReport, Sealer, Watermark};
+use sharding::time::Timestamp;
+use store::clock::wall_clock;
+use store::dynamo::DynamoShards;
+use store::read::DynamoReadingSource;
+use store::rollup::HOUR_MS;
+use store::rollup::dynamo::DynamoRollups;
+
+use crate::env::StackArgs;
+
+/// Flags of `shardline seal`.
+#[derive(Debug, Args)]
+pub struct SealArgs {
+    /// The first hour to rebuild: RFC 3339 or epoch milliseconds (its hour is taken).
+    #[arg(long, value_parser = at)]
+    pub from: i64,
+    /// The end of the range, exclusive: RFC 3339 or epoch milliseconds.
+    #[arg(long, value_parser = at)]
+    pub to: i64,
+    /// The stack: TABLE_NAME, SHARD_TABLE_NAME and ROLLUP_TABLE (and the sealer's own
+    /// settings, LATENESS_HORIZON_SECS and RETENTION_DAYS) from the environment or the
+    /// env file.
+    #[command(flatten)]
+    pub stack: StackArgs,
+}
+
+/// A time flag: RFC 3339 or epoch milliseconds.
+fn at(text: &str) -> Result<i64, String> {
+    match text.parse::<i64>() {
+        Ok(ms) => Timestamp::from_millis(ms)
+            .map(Timestamp::as_millis)
+            .map_err(|e| e.to_string()),
+        Err(_) => Timestamp::parse(text)
+            .map(Timestamp::as_millis)
+            .map_err(|e| format!("{text:?} is neither RFC 3339 nor epoch ms: {e}")),
+    }
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The sum of each hour's report.
+    pub report: RunReport,
+    /// The watermark after.
+    pub watermark: Option<Watermark>,
+}
+
+/// Rebuilds `[from, to)`'s hours, one line per hour on `progress`.
+pub async fn rebuild<S, D, R>(
+    sealer: &Sealer<S, D, R>,
+    from: i64,
+    to: i64,
+    now: Timestamp,
+    progress: &mut impl std::io::Write,
+) -> anyhow::Result<Rebuilt>
+where
+    S: store::read::ReadingSource,
+    D: store::directory::ShardReader,
+    R: store::rollup::RollupTable,
+{
+    anyhow::ensure!(
+        from < to,
+        "--from ({from}) is not before --to ({to}): nothing to rebuild"
+    );
+    let mut total = RunReport::default();
+    let mut hour = store::rollup::hour_of(from);
+    while hour < to {
+        let report = sealer
+            .reseal(hour, hour + HOUR_MS, now, None)
+            .await
+            .with_context(|| format!("sealing {}", store::rollup::hour_label(hour)))?;
+        writeln!(
+            progress,
+            "{}: {} readings, {} device-hours written, {} already so, {} fleet parts written",
+            store::rollup::hour_label(hour),
+            report.readings,
+            report.device_hours_written,
+            report.device_hours_unchanged,
+            report.parts_written,
+        )?;
+        total.hours_sealed += report.hours_sealed;
+        total.readings += report.readings;
+        total.device_hours_written += report.device_hours_written;
+        total.device_hours_unchanged += report.device_hours_unchanged;
+        total.parts_written += report.parts_written;
+        total.directory_written += report.directory_written;
+        hour += HOUR_MS;
+    }
+    let watermark = sealer.extend_watermark(from, to, now).await?;
+    total.watermark_ms = watermark.map(|m| m.end_ms);
+    Ok(Rebuilt {
+        report: total,
+        watermark,
+    })
+}
+
+/// Runs the command against the stack's tables and prints a line per hour, then the
+/// watermark.
+pub async fn run(args: &SealArgs) -> anyhow::Result<()> {
+    let env = args.stack.env()?;
+    let config = Config::from_lookup(|name| env.get(name)).context("the sealer's settings")?;
+    let dynamo = aws_sdk_dynamodb::Client::new(&args.stack.sdk_config(&env).await);
+    let sealer = Sealer::new(
+        DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        DynamoShards::new(&dynamo, &config.shard_table_name),
+        DynamoRollups::new(dynamo, &config.rollup_table),
+        config.settings,
+    );
+    let mut out = std::io::stdout().lock();
+    let rebuilt = rebuild(&sealer, args.from, args.to, wall_clock()?, &mut out).await?;
+    let said = match rebuilt.watermark {
+        Some(m) => format!(
+            "sealed {} hours ({} readings); the watermark covers {} to {}",
+            rebuilt.report.hours_sealed,
+            rebuilt.report.readings,
+            store::rollup::hour_label(m.from_ms),
+            store::rollup::hour_label(m.end_ms),
+        ),
+        None => format!(
+            "sealed {} hours ({} readings); no watermark (nothing due yet)",
+            rebuilt.report.hours_sealed, rebuilt.report.readings,
+        ),
+    };
+    writeln!(out, "{said}").context("cannot write to stdout")?;
+    Ok(())
+}
