@@ -110,6 +110,20 @@ pub struct RunReport {
     pub resume_ms: Option<i64>,
 }
 
+impl RunReport {
+    /// Adds another run's counts to these (the hours of a rebuild, one at a time); the
+    /// watermark, `behind` and `resume_ms` stay this report's.
+    pub fn add(&mut self, other: &RunReport) {
+        self.hours_sealed += other.hours_sealed;
+        self.device_hours_written += other.device_hours_written;
+        self.device_hours_unchanged += other.device_hours_unchanged;
+        self.parts_written += other.parts_written;
+        self.directory_written += other.directory_written;
+        self.marks_sealed += other.marks_sealed;
+        self.readings += other.readings;
+    }
+}
+
 /// What one invocation is asked: the scheduled run (any event EventBridge sends), or a
 /// rebuild of a range of hours from the readings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

@@ -94,12 +94,7 @@ where
             report.device_hours_unchanged,
             report.parts_written,
         )?;
-        total.hours_sealed += report.hours_sealed;
-        total.readings += report.readings;
-        total.device_hours_written += report.device_hours_written;
-        total.device_hours_unchanged += report.device_hours_unchanged;
-        total.parts_written += report.parts_written;
-        total.directory_written += report.directory_written;
+        total.add(&report);
         hour += HOUR_MS;
     }
     let watermark = sealer.extend_watermark(from, to, now).await?;
