@@ -230,7 +230,7 @@ pub async fn read_merged<S: ReadingSource>(
         opts,
         devices: page.devices,
     };
-    let driven = drive(source, read, &mut merge, |batch| {
+    let end = drive(source, read, &mut merge, |batch| {
         for item in batch {
             if !fits(&item) {
                 return ControlFlow::Break(());
@@ -243,13 +243,13 @@ pub async fn read_merged<S: ReadingSource>(
         ControlFlow::Continue(())
     })
     .await?
-    .or_cut(cut);
+    .stopped_at_cut(cut);
     Ok(ReadOutcome {
         items,
-        more: driven.more,
-        cost: driven.cost,
+        more: end.more,
+        cost: end.cost,
         density: merge.observed_density(),
-        stopped: driven.stopped,
+        stopped: end.stopped,
     })
 }
 
@@ -281,24 +281,28 @@ pub async fn merge_each<S: ReadingSource, F: FnMut(ReadingItem) -> ControlFlow<(
         opts,
         devices: None,
     };
-    let driven = drive(source, read, &mut merge, emit).await?.or_cut(cut);
+    let end = drive(source, read, &mut merge, emit)
+        .await?
+        .stopped_at_cut(cut);
     Ok(EachOutcome {
-        cost: driven.cost,
-        stopped: driven.stopped,
+        cost: end.cost,
+        stopped: end.stopped,
     })
 }
 
-/// How a driven merge ended.
-struct Driven {
+/// How [`drive`] ended a merge: whether more readings follow, what it cost, and where
+/// a budget stopped it.
+struct MergeEnd {
     more: bool,
     cost: ReadCost,
     stopped: Option<Stopped>,
 }
 
-impl Driven {
-    /// A read of streams cut at `cut` ([`cut_to_reach`]) that read them all is a read
-    /// the Query budget stopped there.
-    fn or_cut(self, cut: Option<i64>) -> Self {
+impl MergeEnd {
+    /// This end, counted as the Query budget's stop at `cut` when the plan was cut
+    /// there ([`cut_to_reach`]): a read of the cut streams that read them all is a read
+    /// the Query budget stopped at the cut.
+    fn stopped_at_cut(self, cut: Option<i64>) -> Self {
         match cut {
             Some(settled_before) if !self.more && self.stopped.is_none() => Self {
                 more: true,
@@ -384,7 +388,7 @@ async fn drive<S: ReadingSource>(
     read: Read<'_>,
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
-) -> Result<Driven, ExecError> {
+) -> Result<MergeEnd, ExecError> {
     let Read { specs, opts, .. } = read;
     // Where each stream's next page starts, and how many readings an item of it held.
     let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
@@ -396,7 +400,7 @@ async fn drive<S: ReadingSource>(
             Step::Done { items, more } => {
                 let cut = emit(items).is_break();
                 cost.duplicates = merge.duplicates();
-                return Ok(Driven {
+                return Ok(MergeEnd {
                     more: more || cut,
                     cost,
                     stopped: None,
@@ -405,7 +409,7 @@ async fn drive<S: ReadingSource>(
         };
         cost.duplicates = merge.duplicates();
         if emit(merge.take_emitted()).is_break() {
-            return Ok(Driven {
+            return Ok(MergeEnd {
                 more: true,
                 cost,
                 stopped: None,
@@ -437,7 +441,7 @@ fn answer_what_arrived(
     opts: ReadOptions,
     mut cost: ReadCost,
     emit: &mut impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
-) -> Driven {
+) -> MergeEnd {
     let step = merge.step(opts.concurrency);
     cost.duplicates = merge.duplicates();
     let (items, done_more) = match step {
@@ -446,12 +450,12 @@ fn answer_what_arrived(
     };
     let cut = emit(items).is_break();
     match done_more {
-        Some(more) => Driven {
+        Some(more) => MergeEnd {
             more: more || cut,
             cost,
             stopped: None,
         },
-        None if cut => Driven {
+        None if cut => MergeEnd {
             more: true,
             cost,
             stopped: None,
@@ -465,12 +469,12 @@ fn stopped_by(
     budget: Exhausted,
     merge: &BoundedMerge<ReadingKey, ReadingItem>,
     cost: ReadCost,
-) -> Driven {
+) -> MergeEnd {
     let stopped = merge.settled_before().map(|settled_before| Stopped {
         budget,
         settled_before,
     });
-    Driven {
+    MergeEnd {
         more: stopped.is_some(),
         cost,
         stopped,

@@ -30,9 +30,10 @@ use crate::item::{BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, PK, Reading, ReadingI
 /// The longest a block's offset `dt` takes: under an hour in milliseconds, 7 digits.
 const OFFSET_BOUND: usize = 5;
 
-/// Which readings may share a block: one device, one table epoch, one bucket.
+/// The scope a block is cut within: readings may share a block only when they share
+/// their device, table epoch and bucket.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Shelf<'a> {
+struct BlockScope<'a> {
     device: &'a str,
     epoch: usize,
     bucket_start: i64,
@@ -41,17 +42,17 @@ struct Shelf<'a> {
 /// `readings` packed into writes: each entry is the indices, into `readings`, of the
 /// members of one item, in order of `(ts, event id)`. Readings whose layout packs no
 /// blocks are each an entry of one, in their input order, first; then the blocks, by
-/// device, epoch and bucket. Within a shelf a repeated identity `(ts, event id)` is
+/// device, epoch and bucket. Within a scope a repeated identity `(ts, event id)` is
 /// kept once, the first sent (the batch writer keeps the first of two puts with one
 /// key, too): its repeats are in no entry.
 #[must_use]
 pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
     let mut units: Vec<Vec<usize>> = Vec::new();
-    let mut shelves: BTreeMap<Shelf<'_>, (BlockLayout, Vec<usize>)> = BTreeMap::new();
+    let mut scopes: BTreeMap<BlockScope<'_>, (BlockLayout, Vec<usize>)> = BTreeMap::new();
     for (i, reading) in readings.iter().enumerate() {
-        match shelf(reading, table) {
-            Some((shelf, layout)) => shelves
-                .entry(shelf)
+        match block_scope(reading, table) {
+            Some((scope, layout)) => scopes
+                .entry(scope)
                 .or_insert_with(|| (layout, Vec::new()))
                 .1
                 .push(i),
@@ -62,11 +63,11 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
         let r = &readings[*i];
         (r.ts.as_millis(), r.event_id.as_str())
     };
-    for (layout, mut shelf) in shelves.into_values() {
+    for (layout, mut scope) in scopes.into_values() {
         // Stable: of two readings with one identity, the first sent stays first.
-        shelf.sort_by(|a, b| identity(a).cmp(&identity(b)));
-        shelf.dedup_by(|a, b| identity(a) == identity(b));
-        let members: Vec<&Reading> = shelf.iter().map(|&i| &readings[i]).collect();
+        scope.sort_by(|a, b| identity(a).cmp(&identity(b)));
+        scope.dedup_by(|a, b| identity(a) == identity(b));
+        let members: Vec<&Reading> = scope.iter().map(|&i| &readings[i]).collect();
         let bound = BlockBound::of(&members);
         for cut in group(
             &members,
@@ -75,7 +76,7 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
             |r| r.ts.as_millis(),
             |r| bound.member(r),
         ) {
-            units.push(shelf[cut].to_vec());
+            units.push(scope[cut].to_vec());
         }
     }
     units
@@ -155,8 +156,11 @@ pub fn take(readings: Vec<Reading>, units: &[Vec<usize>]) -> Vec<Vec<Reading>> {
         .collect()
 }
 
-/// The shelf of `reading`, and how its layout packs it, where it does.
-fn shelf<'a>(reading: &'a Reading, table: &TableHistory) -> Option<(Shelf<'a>, BlockLayout)> {
+/// The block scope of `reading`, and how its layout packs it, where it does.
+fn block_scope<'a>(
+    reading: &'a Reading,
+    table: &TableHistory,
+) -> Option<(BlockScope<'a>, BlockLayout)> {
     let layout = table.at(reading.ts);
     let blocks = layout.blocks?;
     let epoch = table
@@ -169,7 +173,7 @@ fn shelf<'a>(reading: &'a Reading, table: &TableHistory) -> Option<(Shelf<'a>, B
         _ => i64::MIN,
     };
     Some((
-        Shelf {
+        BlockScope {
             device: &reading.device_id,
             epoch,
             bucket_start,
@@ -178,10 +182,10 @@ fn shelf<'a>(reading: &'a Reading, table: &TableHistory) -> Option<(Shelf<'a>, B
     ))
 }
 
-/// An upper bound of a block's size over one shelf: what the block costs with no
-/// member, and what each member adds, with every metric and tag name of the shelf a
+/// An upper bound of a block's size over one block scope: what the block costs with no
+/// member, and what each member adds, with every metric and tag name of the scope a
 /// column (a member lacking one adds a `NULL`, 1 byte). A block of some of the
-/// shelf's members is never larger than the bound says.
+/// scope's members is never larger than the bound says.
 struct BlockBound {
     overhead: usize,
     metric_names: usize,
@@ -189,16 +193,16 @@ struct BlockBound {
 }
 
 impl BlockBound {
-    fn of(shelf: &[&Reading]) -> Self {
-        let metrics: BTreeSet<&str> = shelf
+    fn of(scope: &[&Reading]) -> Self {
+        let metrics: BTreeSet<&str> = scope
             .iter()
             .flat_map(|r| r.metrics.keys().map(String::as_str))
             .collect();
-        let tags: BTreeSet<&str> = shelf
+        let tags: BTreeSet<&str> = scope
             .iter()
             .flat_map(|r| r.tags.keys().map(String::as_str))
             .collect();
-        let device = shelf.first().map_or(0, |r| r.device_id.len());
+        let device = scope.first().map_or(0, |r| r.device_id.len());
         let first_sk = device + 1 + RFC3339_LEN + 1 + MAX_ID_LEN + BLOCK_SK_EXTRA;
         let columns = |names: &BTreeSet<&str>| {
             rule::MAP_OVERHEAD

@@ -20,7 +20,7 @@ use store::{Encoded, Reading, StoreError, pack};
 use tokio::time::Instant;
 use tracing::Span;
 
-use super::{Ingest, Run, guarded};
+use super::{BatchContext, Ingest, guarded};
 use crate::fate::{Keyed, Packed, Retry, Stage};
 use crate::message::Refusal;
 
@@ -109,17 +109,17 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         &self,
         stages: &mut [Stage],
         layout: Option<TableHistory>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
     ) -> Option<Keying> {
         if !stages.iter().any(Stage::is_unkeyed) {
             return None;
         }
-        let now = run.now;
+        let now = cx.now;
         let table = match layout {
             Some(table) => Ok(table),
             // Metadata reads are bounded by the deadline like the writes: a slow
             // metadata table must not keep the handler past it.
-            None => tokio::time::timeout_at(run.work_deadline, self.directory.layout(now))
+            None => tokio::time::timeout_at(cx.work_deadline, self.directory.layout(now))
                 .await
                 .unwrap_or(Err(StoreError::Deadline)),
         };
@@ -141,7 +141,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             .flat_map(Stage::unkeyed_readings)
             .map(|r| r.device_id.as_str())
             .collect();
-        let fanouts = self.fanouts(entities, now, run.work_deadline).await;
+        let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
         Some(Keying {
             table,
             fanouts,

@@ -25,7 +25,7 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 use store::rollup::{HOUR_MS, RollupTable, hour_of, late_mark};
 
-use super::{Ingest, Run};
+use super::{BatchContext, Ingest};
 use crate::fate::{Fate, Settled, Stage};
 
 /// How much earlier than the sealer's own moment (its hour's end plus the horizon) a
@@ -86,13 +86,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     /// The late hours of the readings whose writes were acknowledged, each reading
     /// counted for the message it came from (a write shared by one device's messages
     /// names each member's). Nothing without a rollups table.
-    pub(super) fn late_written(&self, stages: &[Stage], run: &Run<'_>) -> LateHours {
+    pub(super) fn late_written(&self, stages: &[Stage], cx: &BatchContext<'_>) -> LateHours {
         let mut late = LateHours::new();
         if self.rollups.is_none() {
             return late;
         }
         let horizon = self.config.lateness_horizon;
-        let margin = margin_for(run.deadline.saturating_duration_since(run.started));
+        let margin = margin_for(cx.deadline.saturating_duration_since(cx.started));
         for (own, stage) in stages.iter().enumerate() {
             let Stage::Keyed(keyed) = stage else {
                 continue;
@@ -102,7 +102,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
                 .filter(|k| matches!(k.outcome, Some(Outcome::Written)));
             for write in written {
                 for (n, reading) in write.readings.iter().enumerate() {
-                    if !may_be_sealed(reading.ts, run.now, horizon, margin) {
+                    if !may_be_sealed(reading.ts, cx.now, horizon, margin) {
                         continue;
                     }
                     let origin = write.origins.get(n).map_or(own, |&o| o as usize);
@@ -122,7 +122,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         &self,
         late: LateHours,
         settled: &mut [Settled],
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut G,
     ) -> Marks {
         let Some(rollups) = &self.rollups else {
@@ -132,7 +132,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             .into_iter()
             .map(|((device, hour), messages)| (late_mark(&device, hour, rng.random()), messages))
             .collect();
-        let deadline = run.work_deadline;
+        let deadline = cx.work_deadline;
         let results: Vec<Result<(), String>> = futures::stream::iter(marks.iter())
             .map(|(mark, _)| async move {
                 match tokio::time::timeout_at(deadline, rollups.put(mark)).await {

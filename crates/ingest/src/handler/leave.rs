@@ -14,7 +14,7 @@ use super::record::{
     copy_of, message_budget, receive_count, requeue_count, sender, sender_attributes, source_id,
 };
 use super::report::MessageReport;
-use super::{Ingest, Run};
+use super::{BatchContext, Ingest};
 use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, leave};
 use crate::front_door::Sender;
 use crate::message::{Refusal, to_body};
@@ -36,7 +36,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     pub(super) async fn leave_stage<R: Rng + ?Sized>(
         &self,
         settled: Vec<Settled>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> Leaving {
         let policy = LeavePolicy {
@@ -51,7 +51,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         // Per copy: its message, the fate once sent, and the copy.
         let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
         for (m, settled) in settled.into_iter().enumerate() {
-            let record = &run.records[m];
+            let record = &cx.records[m];
             let receipt = Receipt {
                 receives: receive_count(record),
                 requeues: requeue_count(record, own),
@@ -75,15 +75,15 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                     };
                     let wait = self.config.redelivery.visibility(receipt.receives, rng);
                     let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
-                    let copy = copy_of(record, own, &run.ids[m], body, requeues, delay, front_door);
+                    let copy = copy_of(record, own, &cx.ids[m], body, requeues, delay, front_door);
                     copies.push((m, sent, copy));
                     Fate::Reported { reason }
                 }
             };
             fates.push(Some(fate));
         }
-        let (dead_lettered, dlq_failures) = self.dead_letter(&mut fates, run).await;
-        let (requeued, split) = self.send_copies(&mut fates, copies, run).await;
+        let (dead_lettered, dlq_failures) = self.dead_letter(&mut fates, cx).await;
+        let (requeued, split) = self.send_copies(&mut fates, copies, cx).await;
         Leaving {
             fates,
             dead_lettered,
@@ -98,7 +98,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// whatever the refusal echoes (`DeadLetter::new`): its reason in attributes cut to
     /// SQS's character set and 256 characters, the sender's attributes as far as SQS's
     /// 10 allow, and a body too large to take them wrapped with its digest.
-    async fn dead_letter(&self, fates: &mut [Option<Fate>], run: &Run<'_>) -> (u64, u64) {
+    async fn dead_letter(&self, fates: &mut [Option<Fate>], cx: &BatchContext<'_>) -> (u64, u64) {
         let own = self.config.sender_id.as_deref();
         let letters: Vec<(usize, DeadLetter)> = fates
             .iter()
@@ -106,11 +106,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             .filter_map(|(m, fate)| match fate {
                 Some(Fate::DeadLettered { reason }) => {
                     let Refusal { field, rule } = reason;
-                    let record = &run.records[m];
+                    let record = &cx.records[m];
                     Some((
                         m,
                         DeadLetter::new(
-                            &source_id(record, own, &run.ids[m]),
+                            &source_id(record, own, &cx.ids[m]),
                             record.body.as_deref().unwrap_or_default(),
                             field,
                             rule,
@@ -126,7 +126,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             return (0, 0);
         }
         let batch: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
-        let results = tokio::time::timeout_at(run.deadline, self.queue.dead_letter(&batch))
+        let results = tokio::time::timeout_at(cx.deadline, self.queue.dead_letter(&batch))
             .await
             .unwrap_or_else(|_| {
                 vec![
@@ -160,13 +160,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         &self,
         fates: &mut [Option<Fate>],
         copies: Vec<(usize, Fate, Requeue)>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
     ) -> (u64, u64) {
         if copies.is_empty() {
             return (0, 0);
         }
         let batch: Vec<Requeue> = copies.iter().map(|(_, _, c)| c.clone()).collect();
-        let results = tokio::time::timeout_at(run.deadline, self.queue.requeue(&batch))
+        let results = tokio::time::timeout_at(cx.deadline, self.queue.requeue(&batch))
             .await
             .unwrap_or_else(|_| {
                 vec![
@@ -188,7 +188,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                     fates[m] = Some(sent);
                 }
                 Err(why) => {
-                    tracing::warn!(message_id = %run.ids[m], error = %why, "requeue failed; the message stays reported");
+                    tracing::warn!(message_id = %cx.ids[m], error = %why, "requeue failed; the message stays reported");
                 }
             }
         }
@@ -196,11 +196,15 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     }
 
     /// Stage 8's log line per message, and the reports.
-    pub(super) fn log_fates(&self, fates: Vec<Option<Fate>>, run: &Run<'_>) -> Vec<MessageReport> {
+    pub(super) fn log_fates(
+        &self,
+        fates: Vec<Option<Fate>>,
+        cx: &BatchContext<'_>,
+    ) -> Vec<MessageReport> {
         fates
             .into_iter()
-            .zip(&run.ids)
-            .zip(&run.spans)
+            .zip(&cx.ids)
+            .zip(&cx.spans)
             .map(|((fate, message_id), span)| {
                 let fate = fate.unwrap_or(Fate::Reported {
                     reason: "no outcome recorded".to_owned(),

@@ -159,8 +159,8 @@ fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
     })
 }
 
-/// What every stage of one invocation shares.
-struct Run<'a> {
+/// The batch's cx: what every stage of one invocation shares.
+struct BatchContext<'a> {
     records: &'a [SqsMessage],
     ids: Vec<String>,
     spans: Vec<Span>,
@@ -172,7 +172,7 @@ struct Run<'a> {
     work_deadline: Instant,
 }
 
-impl<'a> Run<'a> {
+impl<'a> BatchContext<'a> {
     fn new(records: &'a [SqsMessage], now: Timestamp, deadline: Instant, margin: Duration) -> Self {
         let ids: Vec<String> = records
             .iter()
@@ -303,11 +303,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     /// The table layout the messages are packed, their rates measured and their readings
     /// keyed under (whether the writes pack blocks). Without it, the rates count one
     /// item a reading, and the keying reads it again, or reports the batch.
-    async fn rate_layout(&self, stages: &[Stage], run: &Run<'_>) -> Option<TableHistory> {
+    async fn rate_layout(&self, stages: &[Stage], cx: &BatchContext<'_>) -> Option<TableHistory> {
         if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
             return None;
         }
-        tokio::time::timeout_at(run.work_deadline, self.directory.layout(run.now))
+        tokio::time::timeout_at(cx.work_deadline, self.directory.layout(cx.now))
             .await
             .ok()?
             .ok()
@@ -322,18 +322,18 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         deadline: Instant,
         rng: &mut R,
     ) -> Report {
-        let run = Run::new(&event.records, now, deadline, self.config.deadline_margin);
+        let cx = BatchContext::new(&event.records, now, deadline, self.config.deadline_margin);
         let mut changes = Changes::default();
-        let mut stages = self.parse_stage(&run);
-        let layout = self.rate_layout(&stages, &run).await;
+        let mut stages = self.parse_stage(&cx);
+        let layout = self.rate_layout(&stages, &cx).await;
         if let Some(table) = &layout {
-            self.pack_stage(&mut stages, &run.spans, table);
+            self.pack_stage(&mut stages, &cx.spans, table);
         }
-        let rates = entity_rates(&stages, run.records, &self.config.intake);
-        self.observe_stage(&rates, &run, &mut changes, rng).await;
-        let keying = self.load_keying(&mut stages, layout, &run).await;
+        let rates = entity_rates(&stages, cx.records, &self.config.intake);
+        self.observe_stage(&rates, &cx, &mut changes, rng).await;
+        let keying = self.load_keying(&mut stages, layout, &cx).await;
         let written = self
-            .write_stage(&mut stages, keying.as_ref(), &rates, &run, rng)
+            .write_stage(&mut stages, keying.as_ref(), &rates, &cx, rng)
             .await;
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
@@ -341,14 +341,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             .iter()
             .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
             .count() as u64;
-        let late = self.late_written(&stages, &run);
+        let late = self.late_written(&stages, &cx);
         let mut settled: Vec<Settled> = settle_batch(stages, MAX_REKEY_ROUNDS);
-        let marks = self.mark_stage(late, &mut settled, &run, rng).await;
-        let leaving = self.leave_stage(settled, &run, rng).await;
+        let marks = self.mark_stage(late, &mut settled, &cx, rng).await;
+        let leaving = self.leave_stage(settled, &cx, rng).await;
         let (delayed, delay_failures) = self
-            .delay_reported(run.records, &leaving.fates, run.deadline, rng)
+            .delay_reported(cx.records, &leaving.fates, cx.deadline, rng)
             .await;
-        let messages = self.log_fates(leaving.fates, &run);
+        let messages = self.log_fates(leaving.fates, &cx);
         Report {
             messages,
             writes,

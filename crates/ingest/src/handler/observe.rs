@@ -17,7 +17,7 @@ use store::queue::Queue;
 use store::{Reading, StoreError};
 
 use super::record::sent_at;
-use super::{Ingest, Run, seeded};
+use super::{BatchContext, Ingest, seeded};
 use crate::config::Intake;
 use crate::fate::Stage;
 
@@ -194,7 +194,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     pub(super) async fn observe_stage<R: Rng + ?Sized>(
         &self,
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         changes: &mut Changes,
         rng: &mut R,
     ) {
@@ -208,7 +208,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             // Every entity draws its stream, answered from the cache or not, so a seeded
             // run draws the same streams whatever the cache holds.
             let stream = seeded(rng);
-            match self.directory.on_signal_cached(entity, &signal, run.now) {
+            match self.directory.on_signal_cached(entity, &signal, cx.now) {
                 Some(change) => changes.record(entity, &Ok(change)),
                 None => signals.push((entity.as_str(), signal, stream)),
             }
@@ -216,8 +216,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         let results: Vec<(&str, Result<FanoutChange, StoreError>)> = futures::stream::iter(signals)
             .map(|(entity, signal, mut rng)| async move {
                 let change = tokio::time::timeout_at(
-                    run.work_deadline,
-                    self.directory.on_signal(entity, signal, run.now, &mut rng),
+                    cx.work_deadline,
+                    self.directory.on_signal(entity, signal, cx.now, &mut rng),
                 )
                 .await
                 .unwrap_or(Err(StoreError::Deadline));

@@ -7,24 +7,24 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 
 use super::record::sender;
-use super::{Ingest, Run, guarded};
+use super::{BatchContext, Ingest, guarded};
 use crate::fate::Stage;
 use crate::front_door::parse_message;
 use crate::message::{Limits, Refusal};
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 1: parses and validates each message, guarded against panics.
-    pub(super) fn parse_stage(&self, run: &Run<'_>) -> Vec<Stage> {
+    pub(super) fn parse_stage(&self, cx: &BatchContext<'_>) -> Vec<Stage> {
         let limits = Limits {
-            now: run.now,
+            now: cx.now,
             max_future: self.config.shards.max_future,
             retention: self.config.retention,
             max_readings: self.config.max_readings_per_message,
         };
-        run.records
+        cx.records
             .iter()
-            .zip(&run.spans)
-            .zip(&run.ids)
+            .zip(&cx.spans)
+            .zip(&cx.ids)
             .map(|((record, span), id)| span.in_scope(|| self.parse(record, id, &limits)))
             .collect()
     }

@@ -18,7 +18,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
 use super::observe::Changes;
-use super::{Ingest, Run};
+use super::{BatchContext, Ingest};
 use crate::attribution::Owners;
 
 /// Who writes to each partition key of one round, and what the writer hears.
@@ -96,7 +96,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         mut throttled: UnboundedReceiver<String>,
         watch: &RoundWatch<'_>,
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> Changes {
         let mut changes = Changes::default();
@@ -116,17 +116,17 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             let Some((entity, keyed)) = due else {
                 continue;
             };
-            if run.out_of_time() {
+            if cx.out_of_time() {
                 continue;
             }
-            let at = run.clock();
+            let at = cx.clock();
             let signal = Signal {
                 throttle: Throttle::KeyRange,
                 keyed,
                 rate: rates.get(&entity).copied().flatten(),
             };
             let change = tokio::time::timeout_at(
-                run.work_deadline,
+                cx.work_deadline,
                 self.directory.on_signal(&entity, signal, at, rng),
             )
             .await
@@ -141,7 +141,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             };
             // The directory re-read the entity: whoever raised it, this is its k now.
             if let Ok(Ok(history)) =
-                tokio::time::timeout_at(run.work_deadline, self.directory.fanout(&entity, at)).await
+                tokio::time::timeout_at(cx.work_deadline, self.directory.fanout(&entity, at)).await
                 && let Some(k) = history.for_write(at, at)
                 && k > keyed
             {

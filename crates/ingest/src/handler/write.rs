@@ -19,7 +19,7 @@ use store::{Reading, ThrottleKind, pack};
 use super::keying::{KeyedItem, Keying, keyed, keyed_mut};
 use super::observe::Changes;
 use super::watch::RoundWatch;
-use super::{Ingest, MAX_REKEY_ROUNDS, Run, seeded};
+use super::{BatchContext, Ingest, MAX_REKEY_ROUNDS, seeded};
 use crate::fate::{Keyed, Stage};
 
 /// What one round's writes (or one wave's of the first round, or all rounds) did.
@@ -104,16 +104,16 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         stages: &mut [Stage],
         keying: Option<&Keying>,
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> Written {
         let mut total = Written::default();
         for round in 0..MAX_REKEY_ROUNDS {
             let written = if round == 0 {
-                self.first_round(stages, keying, rates, run, rng).await
+                self.first_round(stages, keying, rates, cx, rng).await
             } else {
-                self.rekey(stages, run).await;
-                self.write_keyed(stages, rates, run, rng, &self.writer.slots())
+                self.rekey(stages, cx).await;
+                self.write_keyed(stages, rates, cx, rng, &self.writer.slots())
                     .await
             };
             let Some(written) = written else {
@@ -138,28 +138,28 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         stages: &mut [Stage],
         keying: Option<&Keying>,
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> Option<Written> {
         let slots = self.writer.slots();
         let Some(keying) = keying else {
-            return self.write_keyed(stages, rates, run, rng, &slots).await;
+            return self.write_keyed(stages, rates, cx, rng, &slots).await;
         };
         let split = first_wave(stages, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS);
         let (front, back) = stages.split_at_mut(split);
-        let (front_spans, back_spans) = run.spans.split_at(split.min(run.spans.len()));
+        let (front_spans, back_spans) = cx.spans.split_at(split.min(cx.spans.len()));
         self.key_messages(front, front_spans, keying);
         if !back.iter().any(Stage::is_unkeyed) {
-            return self.write_keyed(front, rates, run, rng, &slots).await;
+            return self.write_keyed(front, rates, cx, rng, &slots).await;
         }
         let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
         let mut front_write =
-            std::pin::pin!(self.write_keyed(front, rates, run, &mut front_rng, &slots));
+            std::pin::pin!(self.write_keyed(front, rates, cx, &mut front_rng, &slots));
         // Polled once, the first wave's calls are built and sent; its answers wait
         // until the rest is keyed, which takes less than a round trip.
         let front_done = futures::poll!(front_write.as_mut());
         self.key_messages(back, back_spans, keying);
-        let back_write = self.write_keyed(back, rates, run, &mut back_rng, &slots);
+        let back_write = self.write_keyed(back, rates, cx, &mut back_rng, &slots);
         let (front, back) = match front_done {
             std::task::Poll::Ready(front) => (front, back_write.await),
             std::task::Poll::Pending => tokio::join!(front_write, back_write),
@@ -180,14 +180,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         &self,
         stages: &mut [Stage],
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
         slots: &Slots,
     ) -> Option<Written> {
         let mut to_write: Vec<&mut Keyed> = keyed_mut(stages)
             .filter(|k| k.outcome.is_none() && k.item.is_some())
             .collect();
-        if to_write.is_empty() || run.out_of_time() {
+        if to_write.is_empty() || cx.out_of_time() {
             return None;
         }
         let items: Vec<SizedItem> = to_write.iter_mut().filter_map(|k| k.item.take()).collect();
@@ -198,7 +198,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 .zip(items)
                 .map(|(k, item)| Put::new(&k.key, item))
                 .collect();
-            self.write_round(puts, &round, rates, run, rng, slots).await
+            self.write_round(puts, &round, rates, cx, rng, slots).await
         };
         let (mut stale, mut readings) = (0, 0);
         // The writer writes a key put twice once: its readings count once.
@@ -228,7 +228,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         puts: Vec<Put<'_>>,
         round: &Round<'_>,
         rates: &BTreeMap<String, Option<f64>>,
-        run: &Run<'_>,
+        cx: &BatchContext<'_>,
         rng: &mut R,
         slots: &Slots,
     ) -> (BatchReport, Changes) {
@@ -238,12 +238,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         let writes = async {
             let report = self
                 .writer
-                .write_in(puts, run.work_deadline, rng, &watch, slots, round)
+                .write_in(puts, cx.work_deadline, rng, &watch, slots, round)
                 .await;
             watch.close();
             report
         };
-        let listener = self.follow_throttles(rx, &watch, rates, run, &mut listener_rng);
+        let listener = self.follow_throttles(rx, &watch, rates, cx, &mut listener_rng);
         let (mut report, changes) = tokio::join!(writes, listener);
         // A raise the listener won after the writer's retries ran out still re-keys
         // what the throttle kept out of the raised entities: nothing of it was written.
@@ -266,10 +266,10 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
 
     /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
     /// force now; one whose metadata cannot be read stays unwritten (reported).
-    async fn rekey(&self, stages: &mut [Stage], run: &Run<'_>) {
-        let now = run.clock();
+    async fn rekey(&self, stages: &mut [Stage], cx: &BatchContext<'_>) {
+        let now = cx.clock();
         let Ok(Ok(table)) =
-            tokio::time::timeout_at(run.work_deadline, self.directory.layout(now)).await
+            tokio::time::timeout_at(cx.work_deadline, self.directory.layout(now)).await
         else {
             return;
         };
@@ -280,7 +280,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         if entities.is_empty() {
             return;
         }
-        let fanouts = self.fanouts(entities, now, run.work_deadline).await;
+        let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
         for k in keyed_mut(stages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
             let Some(Ok(history)) = fanouts.get(&k.readings[0].device_id) else {
                 continue;
