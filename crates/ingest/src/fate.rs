@@ -1,15 +1,13 @@
-//! The pure core of the handler's last stages: where a message stands between stages,
-//! its fate from its readings' outcomes ([`settle`]), and what its receive history makes
-//! of that fate ([`leave`]). No I/O, no clock, no randomness: the handler applies what
-//! these decide, and the reasons are typed, so nothing downstream parses a string.
+//! The pure core of the handler's last stages: why a message stops before its writes
+//! ([`Stopped`]), its fate from its readings' outcomes ([`settle`]), and what its receive
+//! history makes of that fate ([`leave`]). The stage types a message passes through
+//! are the handler's (`crate::handler::stages`); this policy knows none of them. No
+//! I/O, no clock, no randomness: the handler applies what these decide, and the reasons are typed, so nothing downstream parses a string.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-use sharding::key::ItemKey;
 use store::Reading;
-use store::batch::{Outcome, SizedItem};
-use store::item::Encoded;
+use store::batch::Outcome;
 
 use crate::message::Refusal;
 
@@ -67,77 +65,41 @@ impl fmt::Display for Retry {
     }
 }
 
-/// Where a message stands between stages.
-#[derive(Debug)]
-pub(crate) enum Stage {
-    Parsed(Vec<Reading>),
-    /// Parsed, and packed into writes whose items are encoded before they are keyed
-    /// (where the layout packs blocks: the rate is measured by those items' sizes).
-    Packed(Vec<Packed>),
-    Keyed(Vec<Keyed>),
-    /// Its readings travel in the writes of the message at this index, with that
-    /// message's and others' of one device (grouped across the batch by the pack
-    /// stage): its fate follows the writes that hold them ([`settle_batch`]).
-    Joined(usize),
+/// Why a message leaves the pipeline before its writes: refused for good, or to be
+/// tried again as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// Refused for good: dead-lettered with this reason.
     Refused(Refusal),
+    /// Tried again as a whole: reported.
     Retry(Retry),
 }
 
-impl Stage {
-    /// Whether the message is parsed and not keyed yet.
-    pub(crate) fn is_unkeyed(&self) -> bool {
-        matches!(self, Self::Parsed(_) | Self::Packed(_))
+impl Stopped {
+    /// The fate of a message stopped so.
+    pub(crate) fn fate(self) -> Fate {
+        match self {
+            Self::Refused(reason) => Fate::DeadLettered { reason },
+            Self::Retry(retry) => Fate::Reported {
+                reason: retry.to_string(),
+            },
+        }
     }
 
-    /// The readings of a message parsed and not keyed yet (none of any other).
-    pub(crate) fn unkeyed_readings(&self) -> impl Iterator<Item = &Reading> {
-        let (parsed, packed): (&[Reading], &[Packed]) = match self {
-            Self::Parsed(readings) => (readings, &[]),
-            Self::Packed(writes) => (&[], writes),
-            _ => (&[], &[]),
-        };
-        parsed
-            .iter()
-            .chain(packed.iter().flat_map(|w| w.readings.iter()))
+    /// Whether it stopped on a panic.
+    pub(crate) fn is_panic(&self) -> bool {
+        matches!(self, Self::Retry(Retry::Panic(_)))
     }
 }
 
-/// One write of a message before it is keyed (`store::pack`): its members, where a
-/// refusal finds it in the message, and its item encoded under a placeholder key
-/// (`store::pack::encode_unkeyed`) when the pack stage encoded it.
+/// One write's part in a message: the readings of the message it holds, and the
+/// write's outcome, once final (none: its key went stale more often than allowed).
 #[derive(Debug)]
-pub(crate) struct Packed {
-    /// The readings its item holds, in order of `(ts, event id)`.
+pub(crate) struct Held {
+    /// The message's readings in the write, in order of `(ts, event id)`.
     pub(crate) readings: Vec<Reading>,
-    /// Its first member's place among the message's readings, when it has several
-    /// (a refusal names `readings[i]`).
-    pub(crate) index: Option<usize>,
-    /// Its item under a placeholder key as long as any key it can get.
-    pub(crate) item: Option<Encoded>,
-    /// The message each member came from, by index in the batch, where the write is
-    /// shared by several messages; empty when all are the carrying message's own.
-    pub(crate) origins: Vec<u32>,
-}
-
-/// One write on its way to the table: a reading's own item, or a block of readings
-/// (`store::pack`), keyed by its first member.
-#[derive(Debug)]
-pub(crate) struct Keyed {
-    /// The readings its item holds, in order of `(ts, event id)`: one, or a block's
-    /// members.
-    pub(crate) readings: Vec<Reading>,
-    /// Its item's key: its first member's write key, made with `fanout` (a block's
-    /// sort key with the digest of its members).
-    pub(crate) key: ItemKey,
-    /// The item to write next under `key` (taken while a round writes it).
-    pub(crate) item: Option<SizedItem>,
-    /// The fan-out its key was made with.
-    pub(crate) fanout: u32,
-    /// Its outcome, once final (a stale item has none until it is written again).
+    /// The write's outcome.
     pub(crate) outcome: Option<Outcome>,
-    /// The message each member came from ([`Packed::origins`]); empty when all are the
-    /// carrying message's own.
-    pub(crate) origins: Vec<u32>,
 }
 
 /// What became of a message once its readings have outcomes.
@@ -152,26 +114,17 @@ pub(crate) enum Settled {
     },
 }
 
-/// A message's fate from its writes' outcomes. Any write refused for good
-/// dead-letters the message; otherwise any stored write splits off the readings of the
-/// unwritten rest, and none stored reports the message for redelivery. A write with no
-/// outcome went stale more often than `rekey_rounds` allowed.
-pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
-    let keyed = match stage {
-        Stage::Refused(reason) => return Settled::Final(Fate::DeadLettered { reason }),
-        Stage::Retry(retry) => {
-            return Settled::Final(Fate::Reported {
-                reason: retry.to_string(),
-            });
-        }
-        Stage::Parsed(_) | Stage::Packed(_) | Stage::Joined(_) => {
-            return Settled::Final(Fate::Reported {
-                reason: "not keyed".to_owned(),
-            });
-        }
-        Stage::Keyed(keyed) => keyed,
+/// A message's fate from the writes that hold its readings, or from why it stopped
+/// before them. Any write refused for good dead-letters the message; otherwise any
+/// stored write splits off the readings of the unwritten rest, and none stored reports
+/// the message for redelivery. A write with no outcome went stale more often than
+/// `rekey_rounds` allowed.
+pub(crate) fn settle(message: Result<Vec<Held>, Stopped>, rekey_rounds: usize) -> Settled {
+    let held = match message {
+        Ok(held) => held,
+        Err(stopped) => return Settled::Final(stopped.fate()),
     };
-    let permanent = keyed.iter().find_map(|k| match &k.outcome {
+    let permanent = held.iter().find_map(|k| match &k.outcome {
         Some(Outcome::FailedPermanent { reason }) => Some(reason.clone()),
         _ => None,
     });
@@ -183,7 +136,7 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
             },
         });
     }
-    let retry = keyed.iter().find_map(|k| match &k.outcome {
+    let retry = held.iter().find_map(|k| match &k.outcome {
         Some(Outcome::Written) => None,
         Some(Outcome::FailedRetryable { reason, .. }) => Some(reason.clone()),
         _ => Some(format!(
@@ -191,8 +144,8 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
              {rekey_rounds} rounds or the deadline allowed"
         )),
     });
-    let readings = keyed.iter().map(|k| k.readings.len()).sum();
-    let (written, unwritten): (Vec<Keyed>, Vec<Keyed>) = keyed
+    let readings = held.iter().map(|k| k.readings.len()).sum();
+    let (written, unwritten): (Vec<Held>, Vec<Held>) = held
         .into_iter()
         .partition(|k| matches!(k.outcome, Some(Outcome::Written)));
     match retry {
@@ -204,84 +157,6 @@ pub(crate) fn settle(stage: Stage, rekey_rounds: usize) -> Settled {
             reason,
         },
     }
-}
-
-/// Every message's fate, in the batch's order, from the writes that hold its readings
-/// ([`settle`] over them): a write shared by several messages (one device's readings
-/// grouped across the batch) counts for each of them with its members from it, so a
-/// message is written when every write holding one of its readings is, and splits off
-/// only its own unwritten readings. A message joined to another that was refused or is
-/// retried as a whole (the group's packing or keying failed) shares that fate.
-pub(crate) fn settle_batch(stages: Vec<Stage>, rekey_rounds: usize) -> Vec<Settled> {
-    let mut joined: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (i, stage) in stages.iter().enumerate() {
-        if let Stage::Joined(carrier) = stage {
-            joined.entry(*carrier).or_default().push(i);
-        }
-    }
-    let mut settled: Vec<Option<Settled>> =
-        std::iter::repeat_with(|| None).take(stages.len()).collect();
-    for (i, stage) in stages.into_iter().enumerate() {
-        match stage {
-            Stage::Joined(_) => {}
-            Stage::Keyed(keyed) => {
-                for (origin, writes) in by_origin(i, keyed) {
-                    if let Some(slot) = settled.get_mut(origin) {
-                        *slot = Some(settle(Stage::Keyed(writes), rekey_rounds));
-                    }
-                }
-            }
-            stage => {
-                let fate = settle(stage, rekey_rounds);
-                if let Settled::Final(shared) = &fate {
-                    for &j in joined.get(&i).into_iter().flatten() {
-                        settled[j] = Some(Settled::Final(shared.clone()));
-                    }
-                }
-                settled[i] = Some(fate);
-            }
-        }
-    }
-    settled
-        .into_iter()
-        .map(|s| {
-            // A joined message always has a reading in some write; were it not so, it
-            // is redelivered, never taken as stored.
-            s.unwrap_or_else(|| {
-                Settled::Final(Fate::Reported {
-                    reason: "its readings were in no write".to_owned(),
-                })
-            })
-        })
-        .collect()
-}
-
-/// The writes of the message at `own`, split by the message each member came from:
-/// each message's view holds its own members of each write, with the write's key and
-/// outcome.
-fn by_origin(own: usize, keyed: Vec<Keyed>) -> BTreeMap<usize, Vec<Keyed>> {
-    let mut views: BTreeMap<usize, Vec<Keyed>> = BTreeMap::new();
-    for write in keyed {
-        if write.origins.is_empty() {
-            views.entry(own).or_default().push(write);
-            continue;
-        }
-        let mut members: BTreeMap<usize, Vec<Reading>> = BTreeMap::new();
-        for (reading, origin) in write.readings.into_iter().zip(&write.origins) {
-            members.entry(*origin as usize).or_default().push(reading);
-        }
-        for (origin, readings) in members {
-            views.entry(origin).or_default().push(Keyed {
-                readings,
-                key: write.key.clone(),
-                item: None,
-                fanout: write.fanout,
-                outcome: write.outcome.clone(),
-                origins: Vec::new(),
-            });
-        }
-    }
-    views
 }
 
 /// A message's delivery history, from its SQS attributes.
@@ -412,17 +287,10 @@ mod tests {
         }
     }
 
-    fn keyed(event: &str, outcome: Option<Outcome>) -> Keyed {
-        Keyed {
+    fn keyed(event: &str, outcome: Option<Outcome>) -> Held {
+        Held {
             readings: vec![reading(event)],
-            key: ItemKey {
-                pk: "p".to_owned(),
-                sk: event.to_owned(),
-            },
-            item: None,
-            fanout: 1,
             outcome,
-            origins: Vec::new(),
         }
     }
 
@@ -441,12 +309,12 @@ mod tests {
 
     #[test]
     fn a_message_settles_by_its_readings_outcomes() {
-        let all = settle(Stage::Keyed(vec![keyed("a", Some(Outcome::Written))]), 4);
+        let all = settle(Ok(vec![keyed("a", Some(Outcome::Written))]), 4);
         assert_eq!(all, Settled::Final(Fate::Written { readings: 1 }));
-        let none = settle(Stage::Keyed(vec![keyed("a", Some(throttled()))]), 4);
+        let none = settle(Ok(vec![keyed("a", Some(throttled()))]), 4);
         assert_eq!(none, reported("throttled"));
         let part = settle(
-            Stage::Keyed(vec![
+            Ok(vec![
                 keyed("a", Some(Outcome::Written)),
                 keyed("b", Some(throttled())),
             ]),
@@ -460,7 +328,7 @@ mod tests {
                 reason: "throttled".to_owned(),
             }
         );
-        let stale = settle(Stage::Keyed(vec![keyed("a", None)]), 4);
+        let stale = settle(Ok(vec![keyed("a", None)]), 4);
         assert!(
             matches!(stale, Settled::Final(Fate::Reported { reason }) if reason.contains("4 rounds"))
         );
@@ -468,12 +336,12 @@ mod tests {
 
     #[test]
     fn a_message_of_blocks_splits_off_the_readings_of_its_unwritten_blocks_only() {
-        let block = |events: &[&str], outcome| Keyed {
+        let block = |events: &[&str], outcome| Held {
             readings: events.iter().map(|e| reading(e)).collect(),
             ..keyed(events[0], outcome)
         };
         let part = settle(
-            Stage::Keyed(vec![
+            Ok(vec![
                 block(&["a", "b", "c"], Some(Outcome::Written)),
                 block(&["d", "e"], Some(throttled())),
                 block(&["f"], Some(Outcome::Written)),
@@ -488,17 +356,14 @@ mod tests {
                 reason: "throttled".to_owned(),
             }
         );
-        let all = settle(
-            Stage::Keyed(vec![block(&["a", "b"], Some(Outcome::Written))]),
-            4,
-        );
+        let all = settle(Ok(vec![block(&["a", "b"], Some(Outcome::Written))]), 4);
         assert_eq!(all, Settled::Final(Fate::Written { readings: 2 }));
     }
 
     #[test]
     fn one_reading_refused_for_good_dead_letters_the_message_with_its_rule() {
         let settled = settle(
-            Stage::Keyed(vec![
+            Ok(vec![
                 keyed("a", Some(Outcome::Written)),
                 keyed(
                     "b",
@@ -521,87 +386,14 @@ mod tests {
             rule: "is not RFC 3339".to_owned(),
         };
         assert_eq!(
-            settle(Stage::Refused(refused.clone()), 4),
+            settle(Err(Stopped::Refused(refused.clone())), 4),
             Settled::Final(Fate::DeadLettered { reason: refused })
         );
     }
 
-    /// A block holding `events`, each from the message of the same place in `from`.
-    fn shared(events: &[&str], from: &[u32], outcome: Option<Outcome>) -> Keyed {
-        Keyed {
-            readings: events.iter().map(|e| reading(e)).collect(),
-            origins: from.to_vec(),
-            ..keyed(events[0], outcome)
-        }
-    }
-
-    #[test]
-    fn a_message_sharing_writes_follows_each_write_that_holds_its_readings() {
-        // Messages 0, 1 and 2 of one device, grouped into the writes message 0 carries:
-        // message 0's readings are all in the written block, message 1's in both
-        // blocks, message 2's only in the throttled one.
-        let stages = vec![
-            Stage::Keyed(vec![
-                shared(&["a", "b", "c"], &[0, 1, 0], Some(Outcome::Written)),
-                shared(&["d", "e"], &[1, 2], Some(throttled())),
-            ]),
-            Stage::Joined(0),
-            Stage::Joined(0),
-        ];
-        let settled = settle_batch(stages, 4);
-        assert_eq!(
-            settled,
-            vec![
-                Settled::Final(Fate::Written { readings: 2 }),
-                Settled::Split {
-                    unwritten: vec![reading("d")],
-                    written: 1,
-                    reason: "throttled".to_owned(),
-                },
-                reported("throttled"),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_message_joined_to_a_refused_or_retried_carrier_shares_its_fate() {
-        let refused = Refusal {
-            field: "body".to_owned(),
-            rule: "over 400 KB".to_owned(),
-        };
-        let settled = settle_batch(
-            vec![
-                Stage::Refused(refused.clone()),
-                Stage::Retry(Retry::Failed("metadata unavailable".to_owned())),
-                Stage::Joined(1),
-                Stage::Joined(0),
-                Stage::Keyed(vec![keyed("z", Some(Outcome::Written))]),
-            ],
-            4,
-        );
-        let dead = || {
-            Settled::Final(Fate::DeadLettered {
-                reason: refused.clone(),
-            })
-        };
-        assert_eq!(
-            settled,
-            vec![
-                dead(),
-                reported("metadata unavailable"),
-                reported("metadata unavailable"),
-                dead(),
-                Settled::Final(Fate::Written { readings: 1 }),
-            ]
-        );
-        // A joined message that no write holds is redelivered, never taken as stored.
-        let lost = settle_batch(vec![Stage::Keyed(Vec::new()), Stage::Joined(0)], 4);
-        assert_eq!(lost[1], reported("its readings were in no write"));
-    }
-
     #[test]
     fn a_panic_is_reported_as_a_panic() {
-        let settled = settle(Stage::Retry(Retry::Panic("boom".to_owned())), 4);
+        let settled = settle(Err(Stopped::Retry(Retry::Panic("boom".to_owned()))), 4);
         assert_eq!(settled, reported("panic while processing: boom"));
     }
 

@@ -1,8 +1,9 @@
 //! Stage 4: every parsed reading keyed. The layout and each entity's fan-out in force
-//! now are read once ([`Ingest::load_keying`]); a message's readings are packed into
-//! writes (`store::pack`: blocks of one device's readings where the layout packs them,
-//! else one item a reading), by the pack stage where it ran, with each item encoded
-//! before its key, which is set here; each write's key is its first member's, from
+//! now are read once ([`Ingest::load_keying`]); then each message's writes are keyed
+//! ([`Ingest::key_stage`]): those the pack stage packed, with each item encoded before
+//! its key, which is set here, or, where it did not pack them, its readings packed
+//! alone now (`super::pack::alone`: blocks of one device's readings where the layout
+//! packs them, else one item a reading). Each write's key is its first member's, from
 //! `sharding::key::write_key` with the fan-out it was made under, and travels typed with
 //! its item to the writer, which never reads a key out of an item.
 
@@ -10,8 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use futures::StreamExt;
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::key::{KeyError, ReadingRef, WriteKey, validate_id, write_key};
-use sharding::layout::Strategy;
+use sharding::key::{KeyError, ReadingRef, WriteKey, write_key};
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, ItemTooLarge, SizedItem};
 use store::directory::ShardStore;
@@ -20,8 +20,10 @@ use store::{Encoded, Reading, StoreError, pack};
 use tokio::time::Instant;
 use tracing::Span;
 
+use super::pack::{alone, check_keyable, key_refusal};
+use super::stages::{Group, KeyedMessage, KeyedWrite, PackedMessage, Shared, UnkeyedWrite};
 use super::{BatchContext, Ingest, guarded};
-use crate::fate::{Keyed, Packed, Retry, Stage};
+use crate::fate::{Retry, Stopped};
 use crate::message::Refusal;
 
 /// Each entity's fan-out history, or why it could not be read.
@@ -57,61 +59,19 @@ pub(super) enum ItemError {
     Empty,
 }
 
-/// The keyed readings of every message.
-pub(super) fn keyed(stages: &[Stage]) -> impl Iterator<Item = &Keyed> {
-    stages
-        .iter()
-        .filter_map(|s| match s {
-            Stage::Keyed(keyed) => Some(keyed.iter()),
-            _ => None,
-        })
-        .flatten()
-}
-
-/// The keyed readings of every message, to change.
-pub(super) fn keyed_mut(stages: &mut [Stage]) -> impl Iterator<Item = &mut Keyed> {
-    stages
-        .iter_mut()
-        .filter_map(|s| match s {
-            Stage::Keyed(keyed) => Some(keyed.iter_mut()),
-            _ => None,
-        })
-        .flatten()
-}
-
-fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
-    let prefix = index.map(|i| format!("readings[{i}].")).unwrap_or_default();
-    let field = match err {
-        KeyError::Empty { field }
-        | KeyError::Separator { field }
-        | KeyError::InvalidChar { field, .. }
-        | KeyError::TooLong { field, .. } => {
-            if *field == "entity" {
-                "device_id".to_owned()
-            } else {
-                (*field).to_owned()
-            }
-        }
-        KeyError::MissingAttribute { attribute } => format!("tags.{attribute}"),
-    };
-    Refusal {
-        field: format!("{prefix}{field}"),
-        rule: err.to_string(),
-    }
-}
-
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
-    /// Reads the layout and each entity's fan-out in force now, with which the write
-    /// stage keys every parsed message ([`Self::key_messages`]); without a layout, every
-    /// parsed message is reported. `layout` is the one the rates were measured and the
-    /// messages packed under, when it was read: the keys are made under the same one.
+    /// Reads the layout and each entity's fan-out in force now, with which
+    /// [`Self::key_stage`] keys every message it has to key: `None` when there is none,
+    /// and why every one of them is to be retried when the layout cannot be read.
+    /// `layout` is the one the rates were measured and the messages packed under, when
+    /// it was read: the keys are made under the same one.
     pub(super) async fn load_keying(
         &self,
-        stages: &mut [Stage],
+        packed: &[PackedMessage],
         layout: Option<TableHistory>,
         cx: &BatchContext<'_>,
-    ) -> Option<Keying> {
-        if !stages.iter().any(Stage::is_unkeyed) {
+    ) -> Option<Result<Keying, Retry>> {
+        if !packed.iter().any(PackedMessage::to_key) {
             return None;
         }
         let now = cx.now;
@@ -127,51 +87,77 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             Ok(table) => table,
             Err(err) => {
                 tracing::warn!(error = %err, "shard layout unavailable");
-                for stage in stages.iter_mut() {
-                    if stage.is_unkeyed() {
-                        *stage =
-                            Stage::Retry(Retry::Failed(format!("shard layout unavailable: {err}")));
-                    }
-                }
-                return None;
+                return Some(Err(Retry::Failed(format!(
+                    "shard layout unavailable: {err}"
+                ))));
             }
         };
-        let entities: BTreeSet<&str> = stages
+        let entities: BTreeSet<&str> = packed
             .iter()
-            .flat_map(Stage::unkeyed_readings)
+            .flat_map(PackedMessage::readings)
             .map(|r| r.device_id.as_str())
             .collect();
         let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
-        Some(Keying {
+        Some(Ok(Keying {
             table,
             fanouts,
             now,
-        })
+        }))
     }
 
-    /// Keys every parsed message of `stages` (whose spans are `spans`).
-    pub(super) fn key_messages(&self, stages: &mut [Stage], spans: &[Span], keying: &Keying) {
-        for (stage, span) in stages.iter_mut().zip(spans) {
-            let keyed = match stage {
-                Stage::Parsed(readings) => {
-                    let readings = std::mem::take(readings);
-                    span.in_scope(|| {
-                        guarded(|| {
-                            self.key_message(readings, &keying.table, &keying.fanouts, keying.now)
+    /// Stage 4: keys every message of `packed` that has writes or readings to key
+    /// (whose spans are `spans`), with `keying` ([`Self::load_keying`]); when the
+    /// layout could not be read, each of them is to be retried.
+    pub(super) fn key_stage(
+        &self,
+        packed: Vec<PackedMessage>,
+        keying: Option<&Result<Keying, Retry>>,
+        spans: &[Span],
+    ) -> Vec<KeyedMessage> {
+        packed
+            .into_iter()
+            .zip(spans)
+            .map(|(message, span)| match keying {
+                Some(Ok(keying)) => span.in_scope(|| self.key_message(message, keying)),
+                Some(Err(retry)) => unkeyed(message, retry.clone()),
+                None => unkeyed(message, Retry::Failed("not keyed".to_owned())),
+            })
+            .collect()
+    }
+
+    /// Keys one message's writes: its own, or its group's, which the group's members
+    /// share.
+    fn key_message(&self, message: PackedMessage, keying: &Keying) -> KeyedMessage {
+        let own = |writes: Result<Vec<KeyedWrite>, Stopped>| match writes {
+            Ok(writes) => KeyedMessage::Alone(writes),
+            Err(stopped) => KeyedMessage::Stopped(stopped),
+        };
+        match message {
+            PackedMessage::Unpacked(readings) => own(guarded(|| {
+                check_keyable(&readings, &keying.table).map_err(Stopped::Refused)?;
+                self.key_writes(alone(readings, &keying.table), keying)
+            })),
+            PackedMessage::Alone(writes) => own(guarded(|| self.key_writes(writes, keying))),
+            PackedMessage::Carries(Group { members, writes }) => {
+                let writes = writes.and_then(|shared| {
+                    let (writes, member_messages): (Vec<UnkeyedWrite>, Vec<Vec<u32>>) = shared
+                        .into_iter()
+                        .map(|s| (s.write, s.member_messages))
+                        .unzip();
+                    let keyed = guarded(|| self.key_writes(writes, keying))?;
+                    Ok(keyed
+                        .into_iter()
+                        .zip(member_messages)
+                        .map(|(write, member_messages)| Shared {
+                            write,
+                            member_messages,
                         })
-                    })
-                }
-                Stage::Packed(writes) => {
-                    let writes = std::mem::take(writes);
-                    span.in_scope(|| {
-                        guarded(|| {
-                            self.key_writes(writes, &keying.table, &keying.fanouts, keying.now)
-                        })
-                    })
-                }
-                _ => continue,
-            };
-            *stage = keyed;
+                        .collect())
+                });
+                KeyedMessage::Carries(Group { members, writes })
+            }
+            PackedMessage::PackedWith { carrier } => KeyedMessage::PackedWith { carrier },
+            PackedMessage::Stopped(stopped) => KeyedMessage::Stopped(stopped),
         }
     }
 
@@ -237,128 +223,73 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         Ok(KeyedItem { key, item })
     }
 
-    /// Keys one message's readings, packed into writes where the layout packs blocks
-    /// (`store::pack`); a reading that cannot be keyed refuses the message.
-    fn key_message(
-        &self,
-        readings: Vec<Reading>,
-        table: &TableHistory,
-        fanouts: &Fanouts,
-        now: Timestamp,
-    ) -> Stage {
-        match check_keyable(&readings, table) {
-            Ok(()) => self.key_writes(pack_readings(readings, &[], table), table, fanouts, now),
-            Err(refusal) => Stage::Refused(refusal),
-        }
-    }
-
     /// Keys one message's writes (`store::pack`'s entries, packed by the pack stage or
-    /// by [`Self::key_message`]).
+    /// by [`Self::key_message`]), or refuses the message, or retries it when a fan-out
+    /// it needs could not be read.
     fn key_writes(
         &self,
-        writes: Vec<Packed>,
-        table: &TableHistory,
-        fanouts: &Fanouts,
-        now: Timestamp,
-    ) -> Stage {
+        writes: Vec<UnkeyedWrite>,
+        keying: &Keying,
+    ) -> Result<Vec<KeyedWrite>, Stopped> {
         let mut keyed = Vec::with_capacity(writes.len());
-        for Packed {
+        for UnkeyedWrite {
             readings: members,
             index,
             item,
-            origins,
         } in writes
         {
             let device = &members[0].device_id;
-            let fanout = match fanouts.get(device) {
+            let fanout = match keying.fanouts.get(device) {
                 Some(Ok(history)) => history,
                 Some(Err(err)) => {
-                    return Stage::Retry(Retry::Failed(format!(
+                    return Err(Stopped::Retry(Retry::Failed(format!(
                         "shard metadata of {device} unavailable: {err}"
-                    )));
+                    ))));
                 }
                 None => {
-                    return Stage::Retry(Retry::Failed(format!(
+                    return Err(Stopped::Retry(Retry::Failed(format!(
                         "shard metadata of {device} not loaded"
-                    )));
+                    ))));
                 }
             };
-            match self.keyed_item(&members, item, table, fanout, now) {
-                Ok(KeyedItem { key, item }) => keyed.push(Keyed {
+            match self.keyed_item(&members, item, &keying.table, fanout, keying.now) {
+                Ok(KeyedItem { key, item }) => keyed.push(KeyedWrite {
                     readings: members,
                     key: key.key,
                     fanout: key.fanout,
                     item: Some(item),
                     outcome: None,
-                    origins,
                 }),
-                Err(ItemError::Key(err)) => return Stage::Refused(key_refusal(index, &err)),
+                Err(ItemError::Key(err)) => {
+                    return Err(Stopped::Refused(key_refusal(index, &err)));
+                }
                 Err(err) => {
-                    return Stage::Refused(Refusal {
+                    return Err(Stopped::Refused(Refusal {
                         field: index
                             .map(|i| format!("readings[{i}]"))
                             .unwrap_or_else(|| "body".to_owned()),
                         rule: err.to_string(),
-                    });
+                    }));
                 }
             }
         }
-        Stage::Keyed(keyed)
+        Ok(keyed)
     }
 }
 
-/// Whether every reading of a message can be keyed, or the refusal of the first that
-/// cannot: every reading is checked as its own key would check it, member of a block
-/// or not, so packing changes no refusal.
-pub(super) fn check_keyable(readings: &[Reading], table: &TableHistory) -> Result<(), Refusal> {
-    let batch = readings.len() > 1;
-    for (i, reading) in readings.iter().enumerate() {
-        if let Err(err) = keyable(reading, table) {
-            return Err(key_refusal(batch.then_some(i), &err));
+/// A message not keyed, for `retry`: one with writes or readings to key is to be
+/// retried, a group it carries as a whole (which its members share), unless it
+/// stopped before.
+fn unkeyed(message: PackedMessage, retry: Retry) -> KeyedMessage {
+    match message {
+        PackedMessage::Unpacked(_) | PackedMessage::Alone(_) => {
+            KeyedMessage::Stopped(Stopped::Retry(retry))
         }
+        PackedMessage::Carries(Group { members, writes }) => KeyedMessage::Carries(Group {
+            members,
+            writes: writes.and(Err(Stopped::Retry(retry))),
+        }),
+        PackedMessage::PackedWith { carrier } => KeyedMessage::PackedWith { carrier },
+        PackedMessage::Stopped(stopped) => KeyedMessage::Stopped(stopped),
     }
-    Ok(())
-}
-
-/// Readings packed into writes (`store::pack`), not encoded yet: one message's
-/// (`origins` empty: each write names its first member's place in the message, for a
-/// refusal), or a group's of one device's messages (`origins`: the message of each
-/// reading, kept for each member of each write).
-pub(super) fn pack_readings(
-    readings: Vec<Reading>,
-    origins: &[u32],
-    table: &TableHistory,
-) -> Vec<Packed> {
-    let places = origins.is_empty() && readings.len() > 1;
-    let units = pack::pack(&readings, table);
-    pack::take(readings, &units)
-        .into_iter()
-        .zip(&units)
-        .map(|(members, unit)| Packed {
-            readings: members,
-            index: places.then_some(unit[0]),
-            item: None,
-            origins: unit
-                .iter()
-                .filter_map(|&i| origins.get(i).copied())
-                .collect(),
-        })
-        .collect()
-}
-
-/// Whether `reading` can be keyed under the layout in force at its timestamp: its ids,
-/// and the attribute a `Calculated` layout hashes.
-fn keyable(reading: &Reading, table: &TableHistory) -> Result<(), KeyError> {
-    validate_id("entity", &reading.device_id)?;
-    validate_id("event_id", &reading.event_id)?;
-    if let Strategy::Calculated { attribute } = &table.at(reading.ts).strategy {
-        let reading_ref = ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts)
-            .with_tags(&reading.tags);
-        if reading_ref.hashed(attribute).is_none() {
-            return Err(KeyError::MissingAttribute {
-                attribute: attribute.clone(),
-            });
-        }
-    }
-    Ok(())
 }

@@ -20,13 +20,14 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use rand::Rng;
 use sharding::time::Timestamp;
-use store::batch::{BatchTable, Outcome};
+use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
 use store::rollup::{HOUR_MS, RollupTable, hour_of, late_mark};
 
+use super::stages::KeyedMessage;
 use super::{BatchContext, Ingest};
-use crate::fate::{Fate, Settled, Stage};
+use crate::fate::{Fate, Settled};
 
 /// How much earlier than the sealer's own moment (its hour's end plus the horizon) a
 /// written reading counts as late: the time between the decision, made on the
@@ -86,30 +87,25 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     /// The late hours of the readings whose writes were acknowledged, each reading
     /// counted for the message it came from (a write shared by one device's messages
     /// names each member's). Nothing without a rollups table.
-    pub(super) fn late_written(&self, stages: &[Stage], cx: &BatchContext<'_>) -> LateHours {
+    pub(super) fn late_written(
+        &self,
+        messages: &[KeyedMessage],
+        cx: &BatchContext<'_>,
+    ) -> LateHours {
         let mut late = LateHours::new();
         if self.rollups.is_none() {
             return late;
         }
         let horizon = self.config.lateness_horizon;
         let margin = margin_for(cx.deadline.saturating_duration_since(cx.started));
-        for (own, stage) in stages.iter().enumerate() {
-            let Stage::Keyed(keyed) = stage else {
-                continue;
-            };
-            let written = keyed
-                .iter()
-                .filter(|k| matches!(k.outcome, Some(Outcome::Written)));
-            for write in written {
-                for (n, reading) in write.readings.iter().enumerate() {
-                    if !may_be_sealed(reading.ts, cx.now, horizon, margin) {
-                        continue;
-                    }
-                    let origin = write.origins.get(n).map_or(own, |&o| o as usize);
-                    late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
-                        .or_default()
-                        .insert(origin);
+        for (own, message) in messages.iter().enumerate() {
+            for (origin, reading) in message.written_readings(own) {
+                if !may_be_sealed(reading.ts, cx.now, horizon, margin) {
+                    continue;
                 }
+                late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
+                    .or_default()
+                    .insert(origin);
             }
         }
         late

@@ -1,23 +1,27 @@
 //! The handler: one SQS batch in, one partial-batch response out.
 //!
-//! [`Ingest::process`] is a pipeline of named stages, each in a module of its own:
-//! 1. **parse** each message, guarded against panics ([`parse`]);
+//! [`Ingest::process`] is a pipeline of named stages, each in a module of its own, each
+//! taking and giving a type of its own, one per message of the batch ([`stages`]):
+//! 1. **parse** each message, guarded against panics ([`parse`]): a
+//!    [`ParsedMessage`], its readings or why it stopped;
 //! 2. **pack** each message's readings into writes and encode each write's item once,
 //!    before it is keyed, where the layout packs blocks, one device's messages of the
-//!    batch together ([`pack`]);
+//!    batch together in a group ([`pack`]): a [`PackedMessage`];
 //! 3. **observe** each entity's rate in the batch, and raise its fan-out before its
 //!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
 //!    shrink a quiet one) ([`observe`]);
-//! 4. **key** every reading with the fan-out in force now ([`keying`]);
-//! 5. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle brings the entity to the directory at once, and
-//!    when that raises its fan-out, the items not yet written are given back by the
-//!    writer and re-keyed with the new k for the next round. A batch larger than one
-//!    call per writer slot is keyed and written in two waves: the first wave's calls
-//!    are out while the rest is keyed, so a batch of thousands of readings does not
-//!    hold its first call back for the CPU time of keying them all;
+//! 4. **key** every write with the fan-out in force now ([`keying`]): a
+//!    [`KeyedMessage`](stages::KeyedMessage). A batch larger than one call per writer
+//!    slot is keyed in two waves: the first before the writes, the rest while the
+//!    first wave's calls are out, so a batch of thousands of readings does not hold
+//!    its first call back for the CPU time of keying them all;
+//! 5. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle
+//!    brings the entity to the directory at once, and when that raises its fan-out,
+//!    the items not yet written are given back by the writer and re-keyed with the new
+//!    k for the next round; each write gets its outcome ([`WrittenBatch`]);
 //! 6. **settle** each message's fate from the outcomes of the writes that hold its
-//!    readings, its own or shared with other messages of its device
-//!    ([`crate::fate::settle_batch`]), then **mark** each device-hour of a written
+//!    readings, its own or its group's ([`stages::settle_batch`], by the policy of
+//!    [`crate::fate`]), then **mark** each device-hour of a written
 //!    reading whose hour may already be sealed, after the write, with a late mark in
 //!    the rollups table (a message whose mark failed is reported) ([`late`]);
 //! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
@@ -53,7 +57,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
-use store::batch::{BatchTable, BatchWriter, WriterConfig};
+use store::batch::{BatchTable, BatchWriter, MAX_BATCH_ITEMS, WriterConfig};
 use store::directory::{ShardDirectory, ShardStore};
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::queue::Queue;
@@ -64,9 +68,12 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::config::Config;
-use crate::fate::{Retry, Settled, Stage, settle_batch};
+use crate::fate::{Retry, Settled, Stopped};
 
+use keying::Keying;
 use observe::{Changes, entity_rates};
+use stages::{PackedMessage, ParsedMessage, settle_batch, waves};
+use write::WrittenBatch;
 
 mod keying;
 mod late;
@@ -76,6 +83,7 @@ mod pack;
 mod parse;
 mod record;
 mod report;
+mod stages;
 mod watch;
 mod write;
 
@@ -148,14 +156,16 @@ impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
     }
 }
 
-fn guarded<F: FnOnce() -> Stage>(f: F) -> Stage {
+/// What `f` gives, or, when it panics, a message stopped to be retried with the panic's
+/// message.
+fn guarded<T, F: FnOnce() -> Result<T, Stopped>>(f: F) -> Result<T, Stopped> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic".to_owned());
-        Stage::Retry(Retry::Panic(what))
+        Err(Stopped::Retry(Retry::Panic(what)))
     })
 }
 
@@ -303,14 +313,32 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     /// The table layout the messages are packed, their rates measured and their readings
     /// keyed under (whether the writes pack blocks). Without it, the rates count one
     /// item a reading, and the keying reads it again, or reports the batch.
-    async fn rate_layout(&self, stages: &[Stage], cx: &BatchContext<'_>) -> Option<TableHistory> {
-        if !stages.iter().any(|s| matches!(s, Stage::Parsed(_))) {
+    async fn rate_layout(
+        &self,
+        parsed: &[ParsedMessage],
+        cx: &BatchContext<'_>,
+    ) -> Option<TableHistory> {
+        if !parsed.iter().any(Result::is_ok) {
             return None;
         }
         tokio::time::timeout_at(cx.work_deadline, self.directory.layout(cx.now))
             .await
             .ok()?
             .ok()
+    }
+
+    /// The batch's messages in the first round's two waves ([`stages::waves`]): the
+    /// first fills every slot of the writer once. One wave when nothing is keyed (the
+    /// layout could not be read, or no message has readings to key).
+    fn waves(
+        &self,
+        packed: Vec<PackedMessage>,
+        keying: Option<&Result<Keying, Retry>>,
+    ) -> (Vec<PackedMessage>, Option<Vec<PackedMessage>>) {
+        match keying {
+            Some(Ok(_)) => waves(packed, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS),
+            _ => (packed, None),
+        }
     }
 
     /// Processes one SQS batch and reports every message's fate (no output): the
@@ -324,25 +352,24 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     ) -> Report {
         let cx = BatchContext::new(&event.records, now, deadline, self.config.deadline_margin);
         let mut changes = Changes::default();
-        let mut stages = self.parse_stage(&cx);
-        let layout = self.rate_layout(&stages, &cx).await;
-        if let Some(table) = &layout {
-            self.pack_stage(&mut stages, &cx.spans, table);
-        }
-        let rates = entity_rates(&stages, cx.records, &self.config.intake);
+        let parsed = self.parse_stage(&cx);
+        let layout = self.rate_layout(&parsed, &cx).await;
+        let packed = self.pack_stage(parsed, layout.as_ref(), &cx.spans);
+        let rates = entity_rates(&packed, cx.records, &self.config.intake);
         self.observe_stage(&rates, &cx, &mut changes, rng).await;
-        let keying = self.load_keying(&mut stages, layout, &cx).await;
-        let written = self
-            .write_stage(&mut stages, keying.as_ref(), &rates, &cx, rng)
-            .await;
+        let keying = self.load_keying(&packed, layout, &cx).await;
+        let keying = keying.as_ref();
+        let (first, rest) = self.waves(packed, keying);
+        let first = self.key_stage(first, keying, &cx.spans);
+        let rest_spans = cx.spans.get(first.len()..).unwrap_or_default();
+        let key_rest = rest.map(|rest| move || self.key_stage(rest, keying, rest_spans));
+        let WrittenBatch { messages, written } =
+            self.write_stage(first, key_rest, &rates, &cx, rng).await;
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
-        let panics = stages
-            .iter()
-            .filter(|s| matches!(s, Stage::Retry(Retry::Panic(_))))
-            .count() as u64;
-        let late = self.late_written(&stages, &cx);
-        let mut settled: Vec<Settled> = settle_batch(stages, MAX_REKEY_ROUNDS);
+        let panics = messages.iter().filter(|m| m.panicked()).count() as u64;
+        let late = self.late_written(&messages, &cx);
+        let mut settled: Vec<Settled> = settle_batch(messages, MAX_REKEY_ROUNDS);
         let marks = self.mark_stage(late, &mut settled, &cx, rng).await;
         let leaving = self.leave_stage(settled, &cx, rng).await;
         let (delayed, delay_failures) = self

@@ -17,9 +17,9 @@ use store::queue::Queue;
 use store::{Reading, StoreError};
 
 use super::record::sent_at;
+use super::stages::{Group, PackedMessage, Shared, UnkeyedWrite};
 use super::{BatchContext, Ingest, seeded};
 use crate::config::Intake;
-use crate::fate::Stage;
 
 /// Fan-out changes this invocation won.
 #[derive(Debug, Default)]
@@ -85,7 +85,7 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
 pub(super) fn entity_rates<'a>(
-    stages: &'a [Stage],
+    packed: &'a [PackedMessage],
     records: &[SqsMessage],
     intake: &Intake,
 ) -> BTreeMap<String, Option<f64>> {
@@ -109,8 +109,8 @@ pub(super) fn entity_rates<'a>(
     // One lookup per reading, borrowed ids: one allocation per entity, at the end.
     let mut seen: HashMap<&'a str, Seen> = HashMap::new();
     // A reading of `entity` from the message at `message`, with the write units it adds
-    // (its write's when it is a write's first member; none for a message joined to
-    // another's writes, whose readings that message's writes count).
+    // (its write's when it is a write's first member; none for a member packed with
+    // a group's carrier, whose readings the group's writes count).
     let mut see = |entity: &'a str, readings: u64, units: u64, message: usize| {
         let entity = seen.entry(entity).or_insert(Seen {
             readings: 0,
@@ -127,33 +127,41 @@ pub(super) fn entity_rates<'a>(
             entity.sent_in(records.get(message).and_then(sent_at));
         }
     };
-    for (message, stage) in stages.iter().enumerate() {
-        match stage {
-            // Packed and encoded by the pack stage: each write counts its item's units.
-            Stage::Packed(writes) => {
-                for write in writes {
-                    let units = write.item.as_ref().map_or_else(
-                        || write.readings.iter().map(item_units).sum(),
-                        |item| store::size::write_units(item.size) as u64,
-                    );
-                    for (i, r) in write.readings.iter().enumerate() {
-                        see(&r.device_id, 1, if i == 0 { units } else { 0 }, message);
-                    }
-                }
+    for (message, packed_message) in packed.iter().enumerate() {
+        let (alone, shared): (&[UnkeyedWrite], &[Shared<UnkeyedWrite>]) = match packed_message {
+            PackedMessage::Unpacked(readings) => {
+                readings
+                    .iter()
+                    .for_each(|r| see(&r.device_id, 1, item_units(r), message));
+                continue;
             }
-            Stage::Parsed(readings) => readings
-                .iter()
-                .for_each(|r| see(&r.device_id, 1, item_units(r), message)),
-            // Its readings are counted with the writes that carry them; its arrival
-            // counts as its own message's.
-            Stage::Joined(carrier) => {
-                if let Some(Stage::Packed(writes)) = stages.get(*carrier)
-                    && let Some(first) = writes.first().and_then(|w| w.readings.first())
+            // Its readings are counted with the writes of the group that carries them;
+            // its arrival counts as its own message's.
+            PackedMessage::PackedWith { carrier } => {
+                if let Some(PackedMessage::Carries(Group {
+                    writes: Ok(shared), ..
+                })) = packed.get(*carrier)
+                    && let Some(first) = shared.first().and_then(|s| s.write.readings.first())
                 {
                     see(&first.device_id, 0, 0, message);
                 }
+                continue;
             }
-            _ => {}
+            PackedMessage::Alone(writes) => (writes, &[]),
+            PackedMessage::Carries(Group {
+                writes: Ok(shared), ..
+            }) => (&[], shared),
+            _ => continue,
+        };
+        // Packed and encoded by the pack stage: each write counts its item's units.
+        for write in alone.iter().chain(shared.iter().map(|s| &s.write)) {
+            let units = write.item.as_ref().map_or_else(
+                || write.readings.iter().map(item_units).sum(),
+                |item| store::size::write_units(item.size) as u64,
+            );
+            for (i, r) in write.readings.iter().enumerate() {
+                see(&r.device_id, 1, if i == 0 { units } else { 0 }, message);
+            }
         }
     }
     let mut rates: Vec<(&str, Option<f64>)> = seen
@@ -239,7 +247,7 @@ mod tests {
     use sharding::time::Timestamp;
     use store::Reading;
 
-    use crate::fate::{Packed, Retry};
+    use crate::fate::{Retry, Stopped};
     use proptest::prelude::*;
 
     use super::*;
@@ -283,8 +291,8 @@ mod tests {
             .collect()
     }
 
-    fn stage(message: &[(u8, i64)]) -> Stage {
-        Stage::Parsed(
+    fn stage(message: &[(u8, i64)]) -> PackedMessage {
+        PackedMessage::Unpacked(
             message
                 .iter()
                 .map(|(e, t)| Reading {
@@ -341,12 +349,12 @@ mod tests {
                 .filter(|(_, r)| !**r)
                 .map(|(m, _)| m.clone())
                 .collect();
-            let stages: Vec<Stage> = messages
+            let stages: Vec<PackedMessage> = messages
                 .iter()
                 .zip(&refused)
                 .map(|((_, m), r)| {
                     if *r {
-                        Stage::Retry(Retry::Failed("refused".to_owned()))
+                        PackedMessage::Stopped(Stopped::Retry(Retry::Failed("refused".to_owned())))
                     } else {
                         stage(m)
                     }
@@ -362,7 +370,8 @@ mod tests {
     #[test]
     fn messages_packed_together_count_as_the_messages_they_arrived_in() {
         // 25 messages of one reading of dev-0 over 2 s, a full batch: packed together,
-        // the first carrying one write of all 25 and the others joined to it, they show
+        // the first carrying their group of one write of all 25 and the others packed
+        // with it, they show
         // the rate they show parsed one by one.
         let intake = Intake {
             batch_size: 25,
@@ -370,18 +379,23 @@ mod tests {
         };
         let sent0 = 1_782_090_000_000i64;
         let records: Vec<SqsMessage> = (0..25).map(|i| record(sent0 + i * 80)).collect();
-        let parsed: Vec<Stage> = (0..25).map(|i| stage(&[(0, sent0 + i)])).collect();
+        let parsed: Vec<PackedMessage> = (0..25).map(|i| stage(&[(0, sent0 + i)])).collect();
         let readings: Vec<Reading> = parsed
             .iter()
-            .flat_map(|s| s.unkeyed_readings().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.readings().cloned().collect::<Vec<_>>())
             .collect();
-        let mut grouped = vec![Stage::Packed(vec![Packed {
-            readings,
-            index: None,
-            item: None,
-            origins: (0..25).collect(),
-        }])];
-        grouped.extend((1..25).map(|_| Stage::Joined(0)));
+        let mut grouped = vec![PackedMessage::Carries(Group {
+            members: (0..25).collect(),
+            writes: Ok(vec![Shared {
+                write: UnkeyedWrite {
+                    readings,
+                    index: None,
+                    item: None,
+                },
+                member_messages: (0..25).collect(),
+            }]),
+        })];
+        grouped.extend((1..25).map(|_| PackedMessage::PackedWith { carrier: 0 }));
         let rates = entity_rates(&grouped, &records, &intake);
         assert_eq!(rates, entity_rates(&parsed, &records, &intake));
         assert!(rates["dev-0"].is_some_and(|r| r > 10.0), "{rates:?}");

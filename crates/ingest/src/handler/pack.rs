@@ -7,10 +7,11 @@
 //! keying would.
 //!
 //! The messages of one device in a batch are packed together ([`groups`]), so a device
-//! sending a reading a message writes blocks too: the first of them carries the
-//! group's writes, each member marked with the message it came from, and the others
-//! are joined to it (`Stage::Joined`); each message's fate then follows the writes that
-//! hold its readings (`crate::fate::settle_batch`). A message that shares a reading
+//! sending a reading a message writes blocks too: a [`Group`] owns its members and its
+//! writes, each write naming the member message of each of its readings; the first
+//! member carries the group (`PackedMessage::Carries`) and the others name it
+//! (`PackedMessage::PackedWith`); each message's fate then follows the writes that
+//! hold its readings (`super::stages::settle_batch`). A message that shares a reading
 //! with another (a copy sent twice) is packed alone, so a write never holds two
 //! messages' copies of one reading, and a publisher's retry in the same batch rebuilds
 //! and overwrites its blocks. A retry or a redelivery that lands in a later batch may
@@ -21,6 +22,8 @@
 use std::collections::HashMap;
 
 use sharding::epoch::TableHistory;
+use sharding::key::{KeyError, ReadingRef, validate_id};
+use sharding::layout::Strategy;
 use store::Reading;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
@@ -28,65 +31,189 @@ use store::pack;
 use store::queue::Queue;
 use tracing::Span;
 
-use super::keying::{check_keyable, pack_readings};
+use super::stages::{Group, PackedMessage, ParsedMessage, Shared, UnkeyedWrite};
 use super::{Ingest, guarded};
-use crate::fate::Stage;
+use crate::fate::Stopped;
+use crate::message::Refusal;
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
-    /// Packs and encodes every parsed message of `stages` (whose spans are `spans`),
-    /// where `table` packs blocks, each device's messages together; elsewhere a reading
-    /// is its own item, sized by its bound, and nothing is encoded before the keying.
-    pub(super) fn pack_stage(&self, stages: &mut [Stage], spans: &[Span], table: &TableHistory) {
-        if !pack::packs_blocks(table) {
-            return;
-        }
+    /// Packs and encodes every parsed message (whose spans are `spans`) where `layout`
+    /// was read and packs blocks, each device's messages together; elsewhere each
+    /// parsed message is left unpacked, for the keying to pack alone, each reading its
+    /// own item, sized by its bound, and nothing is encoded before the keying.
+    pub(super) fn pack_stage(
+        &self,
+        parsed: Vec<ParsedMessage>,
+        layout: Option<&TableHistory>,
+        spans: &[Span],
+    ) -> Vec<PackedMessage> {
+        let Some(table) = layout.filter(|table| pack::packs_blocks(table)) else {
+            return parsed
+                .into_iter()
+                .map(|message| match message {
+                    Ok(readings) => PackedMessage::Unpacked(readings),
+                    Err(stopped) => PackedMessage::Stopped(stopped),
+                })
+                .collect();
+        };
         // A reading that cannot be keyed refuses its own message, before any group.
-        for (stage, span) in stages.iter_mut().zip(spans) {
-            if let Stage::Parsed(readings) = stage {
-                let readings = std::mem::take(readings);
-                *stage = span.in_scope(|| {
-                    guarded(|| match check_keyable(&readings, table) {
-                        Ok(()) => Stage::Parsed(readings),
-                        Err(refusal) => Stage::Refused(refusal),
+        let mut checked: Vec<ParsedMessage> = parsed
+            .into_iter()
+            .zip(spans)
+            .map(|(message, span)| {
+                let readings = message?;
+                span.in_scope(|| {
+                    guarded(|| {
+                        check_keyable(&readings, table).map_err(Stopped::Refused)?;
+                        Ok(readings)
                     })
-                });
-            }
-        }
-        for group in groups(stages) {
-            let carrier = group[0];
-            let packed = spans[carrier].in_scope(|| {
+                })
+            })
+            .collect();
+        let mut packed: Vec<Option<PackedMessage>> = std::iter::repeat_with(|| None)
+            .take(checked.len())
+            .collect();
+        for members in groups(&checked) {
+            let carrier = members[0];
+            let writes = spans[carrier].in_scope(|| {
                 let mut readings = Vec::new();
-                let mut origins = Vec::new();
-                for &message in &group {
-                    if let Stage::Parsed(own) = &mut stages[message] {
-                        origins.extend(std::iter::repeat_n(message as u32, own.len()));
+                let mut from = Vec::new();
+                for &member in &members {
+                    if let Ok(own) = &mut checked[member] {
+                        from.extend(std::iter::repeat_n(member as u32, own.len()));
                         readings.append(own);
                     }
                 }
-                guarded(|| self.pack_writes(readings, &origins, table))
+                guarded(|| Ok(self.pack_group(readings, &from, table)))
             });
-            stages[carrier] = packed;
-            for &message in &group[1..] {
-                stages[message] = Stage::Joined(carrier);
+            for &member in &members[1..] {
+                packed[member] = Some(PackedMessage::PackedWith { carrier });
             }
+            packed[carrier] = Some(PackedMessage::Carries(Group { members, writes }));
         }
-        for (stage, span) in stages.iter_mut().zip(spans) {
-            if let Stage::Parsed(readings) = stage {
-                let readings = std::mem::take(readings);
-                *stage = span.in_scope(|| guarded(|| self.pack_writes(readings, &[], table)));
-            }
-        }
+        checked
+            .into_iter()
+            .zip(packed)
+            .zip(spans)
+            .map(|((message, packed), span)| {
+                packed.unwrap_or_else(|| {
+                    let packed = message.and_then(|readings| {
+                        span.in_scope(|| guarded(|| Ok(self.pack_alone(readings, table))))
+                    });
+                    match packed {
+                        Ok(writes) => PackedMessage::Alone(writes),
+                        Err(stopped) => PackedMessage::Stopped(stopped),
+                    }
+                })
+            })
+            .collect()
     }
 
-    /// Readings packed into writes (one message's, or a group's with `origins`, the
-    /// message of each: `pack_readings`), each encoded before it is keyed; a write
-    /// whose item cannot be made is left to the keying to refuse, with its reason.
-    fn pack_writes(&self, readings: Vec<Reading>, origins: &[u32], table: &TableHistory) -> Stage {
-        let mut writes = pack_readings(readings, origins, table);
+    /// One message's readings packed into writes (`store::pack`, [`alone`]), each
+    /// encoded before it is keyed; a write whose item cannot be made is left to the
+    /// keying to refuse, with its reason.
+    fn pack_alone(&self, readings: Vec<Reading>, table: &TableHistory) -> Vec<UnkeyedWrite> {
+        let mut writes = alone(readings, table);
         for write in &mut writes {
             write.item = pack::encode_unkeyed(&write.readings, self.config.retention).ok();
         }
-        Stage::Packed(writes)
+        writes
+    }
+
+    /// A group's readings packed into writes, `from` naming the member message of
+    /// each reading, each write encoded before it is keyed, as [`Self::pack_alone`].
+    fn pack_group(
+        &self,
+        readings: Vec<Reading>,
+        from: &[u32],
+        table: &TableHistory,
+    ) -> Vec<Shared<UnkeyedWrite>> {
+        let units = pack::pack(&readings, table);
+        pack::take(readings, &units)
+            .into_iter()
+            .zip(&units)
+            .map(|(members, unit)| {
+                let item = pack::encode_unkeyed(&members, self.config.retention).ok();
+                Shared {
+                    write: UnkeyedWrite {
+                        readings: members,
+                        index: None,
+                        item,
+                    },
+                    member_messages: unit.iter().filter_map(|&i| from.get(i).copied()).collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One message's readings packed into writes (`store::pack`), not encoded yet: each
+/// write names its first member's place in the message, for a refusal, when the
+/// message has several readings.
+pub(super) fn alone(readings: Vec<Reading>, table: &TableHistory) -> Vec<UnkeyedWrite> {
+    let places = readings.len() > 1;
+    let units = pack::pack(&readings, table);
+    pack::take(readings, &units)
+        .into_iter()
+        .zip(&units)
+        .map(|(members, unit)| UnkeyedWrite {
+            readings: members,
+            index: places.then_some(unit[0]),
+            item: None,
+        })
+        .collect()
+}
+
+/// Whether every reading of a message can be keyed, or the refusal of the first that
+/// cannot: every reading is checked as its own key would check it, member of a block
+/// or not, so packing changes no refusal.
+pub(super) fn check_keyable(readings: &[Reading], table: &TableHistory) -> Result<(), Refusal> {
+    let batch = readings.len() > 1;
+    for (i, reading) in readings.iter().enumerate() {
+        if let Err(err) = keyable(reading, table) {
+            return Err(key_refusal(batch.then_some(i), &err));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `reading` can be keyed under the layout in force at its timestamp: its ids,
+/// and the attribute a `Calculated` layout hashes.
+fn keyable(reading: &Reading, table: &TableHistory) -> Result<(), KeyError> {
+    validate_id("entity", &reading.device_id)?;
+    validate_id("event_id", &reading.event_id)?;
+    if let Strategy::Calculated { attribute } = &table.at(reading.ts).strategy {
+        let reading_ref = ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts)
+            .with_tags(&reading.tags);
+        if reading_ref.hashed(attribute).is_none() {
+            return Err(KeyError::MissingAttribute {
+                attribute: attribute.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of a reading whose key cannot be made (at `index` in its message, when
+/// it has several).
+pub(super) fn key_refusal(index: Option<usize>, err: &KeyError) -> Refusal {
+    let prefix = index.map(|i| format!("readings[{i}].")).unwrap_or_default();
+    let field = match err {
+        KeyError::Empty { field }
+        | KeyError::Separator { field }
+        | KeyError::InvalidChar { field, .. }
+        | KeyError::TooLong { field, .. } => {
+            if *field == "entity" {
+                "device_id".to_owned()
+            } else {
+                (*field).to_owned()
+            }
+        }
+        KeyError::MissingAttribute { attribute } => format!("tags.{attribute}"),
+    };
+    Refusal {
+        field: format!("{prefix}{field}"),
+        rule: err.to_string(),
     }
 }
 
@@ -98,14 +225,14 @@ struct Candidate<'a> {
     last_ms: i64,
 }
 
-/// The messages of `stages` packed together, by index, in order: for each device with
+/// The messages of `parsed` packed together, by index, in order: for each device with
 /// more than one parsed message holding its readings alone, those of them that share no
 /// reading (its `(ts, event id)`) with another. A message sent twice (a publisher's
 /// retry) is packed alone, as is its copy, into the same blocks under the same keys.
-fn groups(stages: &[Stage]) -> Vec<Vec<usize>> {
+fn groups(parsed: &[ParsedMessage]) -> Vec<Vec<usize>> {
     let mut by_device: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
-    for (index, stage) in stages.iter().enumerate() {
-        let Stage::Parsed(readings) = stage else {
+    for (index, message) in parsed.iter().enumerate() {
+        let Ok(readings) = message else {
             continue;
         };
         let Some(first) = readings.first() else {

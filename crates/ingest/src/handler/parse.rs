@@ -7,14 +7,15 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 
 use super::record::sender;
+use super::stages::ParsedMessage;
 use super::{BatchContext, Ingest, guarded};
-use crate::fate::Stage;
+use crate::fate::Stopped;
 use crate::front_door::parse_message;
 use crate::message::{Limits, Refusal};
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 1: parses and validates each message, guarded against panics.
-    pub(super) fn parse_stage(&self, cx: &BatchContext<'_>) -> Vec<Stage> {
+    pub(super) fn parse_stage(&self, cx: &BatchContext<'_>) -> Vec<ParsedMessage> {
         let limits = Limits {
             now: cx.now,
             max_future: self.config.shards.max_future,
@@ -29,26 +30,23 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             .collect()
     }
 
-    fn parse(&self, record: &SqsMessage, id: &str, limits: &Limits) -> Stage {
+    fn parse(&self, record: &SqsMessage, id: &str, limits: &Limits) -> ParsedMessage {
         guarded(|| {
             if let Some(hook) = &self.hook {
                 hook(id);
             }
             let Some(body) = record.body.as_deref() else {
-                return Stage::Refused(Refusal {
+                return Err(Stopped::Refused(Refusal {
                     field: "body".to_owned(),
                     rule: "is missing".to_owned(),
-                });
+                }));
             };
             let from = sender(
                 record,
                 self.config.sender_id.as_deref(),
                 self.config.iot_sender_id.as_deref(),
             );
-            match parse_message(body, from, limits, self.config.iot_principals) {
-                Ok(readings) => Stage::Parsed(readings),
-                Err(refusal) => Stage::Refused(refusal),
-            }
+            parse_message(body, from, limits, self.config.iot_principals).map_err(Stopped::Refused)
         })
     }
 }

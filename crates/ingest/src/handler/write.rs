@@ -1,7 +1,8 @@
 //! Stage 5: the writes, in rounds. A throttle brings its entity to the directory at
 //! once ([`super::watch`]); when that raises its fan-out, the writer gives back the
 //! entity's items not yet written, and the next round re-keys them with the new k.
-//! A batch larger than one call per writer slot is keyed and written in two waves.
+//! A batch larger than one call per writer slot is written in two waves: the second
+//! is keyed while the first wave's calls are out.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -9,18 +10,17 @@ use std::time::Duration;
 use rand::Rng;
 use sharding::key::ItemKey;
 use store::batch::{
-    BatchReport, BatchTable, Item, MAX_BATCH_ITEMS, Outcome, Put, Remake, SizedItem, Slots,
-    WriteStats,
+    BatchReport, BatchTable, Item, Outcome, Put, Remake, SizedItem, Slots, WriteStats,
 };
 use store::directory::ShardStore;
 use store::queue::Queue;
 use store::{Reading, ThrottleKind, pack};
 
-use super::keying::{KeyedItem, Keying, keyed, keyed_mut};
+use super::keying::KeyedItem;
 use super::observe::Changes;
+use super::stages::{KeyedMessage, KeyedWrite, writes, writes_mut};
 use super::watch::RoundWatch;
 use super::{BatchContext, Ingest, MAX_REKEY_ROUNDS, seeded};
-use crate::fate::{Keyed, Stage};
 
 /// What one round's writes (or one wave's of the first round, or all rounds) did.
 #[derive(Default)]
@@ -31,6 +31,13 @@ pub(super) struct Written {
     /// Items given back stale, to re-key.
     pub(super) stale: u64,
     pub(super) changes: Changes,
+}
+
+/// What the write stage gives `settle`: every message, each write with its outcome,
+/// and what the writes did.
+pub(super) struct WrittenBatch {
+    pub(super) messages: Vec<KeyedMessage>,
+    pub(super) written: Written,
 }
 
 impl Written {
@@ -55,7 +62,7 @@ struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    fn new(keyed: &'a [&'a mut Keyed], retention: Duration) -> Self {
+    fn new(keyed: &'a [&'a mut KeyedWrite], retention: Duration) -> Self {
         Self {
             pks: keyed.iter().map(|k| k.key.pk.as_str()).collect(),
             owners: keyed
@@ -77,114 +84,105 @@ impl Remake for Round<'_> {
     }
 }
 
-/// How many of `stages` the first wave of a batch takes: messages up to the first whose
-/// parsed readings bring the count to `readings` (all of them if they hold fewer).
-fn first_wave(stages: &[Stage], readings: usize) -> usize {
-    let mut count = 0;
-    for (i, stage) in stages.iter().enumerate() {
-        if stage.is_unkeyed() {
-            count += stage.unkeyed_readings().count();
-            if count >= readings {
-                return i + 1;
-            }
-        }
-    }
-    stages.len()
-}
-
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
-    /// Stage 5: keys every parsed message ([`Self::key_messages`]) and writes every keyed
-    /// reading, in rounds. In a round, a throttled key's entity goes to the directory at
-    /// once; when its fan-out is raised, the writer gives back that entity's items not
-    /// yet written, and the next round re-keys them with the new k. Nothing written is
-    /// ever written again. Returns what every round did: the writer's counters, how many
-    /// items went stale (given back for re-keying) and the fan-out changes won.
+    /// Stage 5: writes every keyed write of `first` and of the second wave `rest` keys
+    /// ([`Self::first_round`]), in rounds. In a round, a throttled key's entity goes to
+    /// the directory at once; when its fan-out is raised, the writer gives back that
+    /// entity's items not yet written, and the next round re-keys them with the new k.
+    /// Nothing written is ever written again. Returns every message, each write with
+    /// its outcome, and what every round did: the writer's counters, how many items
+    /// went stale (given back for re-keying) and the fan-out changes won.
     pub(super) async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
-        stages: &mut [Stage],
-        keying: Option<&Keying>,
+        first: Vec<KeyedMessage>,
+        rest: Option<impl FnOnce() -> Vec<KeyedMessage>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
-    ) -> Written {
+    ) -> WrittenBatch {
         let mut total = Written::default();
-        for round in 0..MAX_REKEY_ROUNDS {
-            let written = if round == 0 {
-                self.first_round(stages, keying, rates, cx, rng).await
-            } else {
-                self.rekey(stages, cx).await;
-                self.write_keyed(stages, rates, cx, rng, &self.writer.slots())
-                    .await
-            };
-            let Some(written) = written else {
-                break;
-            };
+        let (mut messages, written) = self.first_round(first, rest, rates, cx, rng).await;
+        if let Some(written) = written {
             total.absorb(written);
+            for _ in 1..MAX_REKEY_ROUNDS {
+                self.rekey(&mut messages, cx).await;
+                let slots = self.writer.slots();
+                let Some(written) = self
+                    .write_keyed(&mut messages, rates, cx, rng, &slots)
+                    .await
+                else {
+                    break;
+                };
+                total.absorb(written);
+            }
         }
-        total
+        WrittenBatch {
+            messages,
+            written: total,
+        }
     }
 
     /// The first round of [`Self::write_stage`], in two waves when the batch holds more
-    /// than one call per slot of the writer: the messages that fill every slot once are
-    /// keyed and their calls sent, and the rest is keyed while those calls are out, then
-    /// written in the slots they free. Keying thousands of readings takes milliseconds of
-    /// CPU that would otherwise pass before the first call leaves. The two waves share
-    /// one set of the writer's `MAX_INFLIGHT` slots. The writer deduplicates within a wave: a
-    /// reading sent twice in one batch, once in each wave, is written by each (the same
-    /// item under the same key, stored once, at the cost of a second write). `None`
-    /// when there was nothing to write or no time left.
+    /// than one call per slot of the writer: the messages that fill every slot once
+    /// (`first`) have their calls sent, and the rest is keyed (`rest`) while those calls
+    /// are out, then written in the slots they free. Keying thousands of readings takes
+    /// milliseconds of CPU that would otherwise pass before the first call leaves. The
+    /// two waves share one set of the writer's `MAX_INFLIGHT` slots. The writer
+    /// deduplicates within a wave: a reading sent twice in one batch, once in each wave,
+    /// is written by each (the same item under the same key, stored once, at the cost
+    /// of a second write). Returns every message, and what the round did: `None` when
+    /// there was nothing to write or no time left.
     async fn first_round<R: Rng + Send + ?Sized>(
         &self,
-        stages: &mut [Stage],
-        keying: Option<&Keying>,
+        mut first: Vec<KeyedMessage>,
+        rest: Option<impl FnOnce() -> Vec<KeyedMessage>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
-    ) -> Option<Written> {
+    ) -> (Vec<KeyedMessage>, Option<Written>) {
         let slots = self.writer.slots();
-        let Some(keying) = keying else {
-            return self.write_keyed(stages, rates, cx, rng, &slots).await;
+        let Some(key_rest) = rest else {
+            let written = self.write_keyed(&mut first, rates, cx, rng, &slots).await;
+            return (first, written);
         };
-        let split = first_wave(stages, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS);
-        let (front, back) = stages.split_at_mut(split);
-        let (front_spans, back_spans) = cx.spans.split_at(split.min(cx.spans.len()));
-        self.key_messages(front, front_spans, keying);
-        if !back.iter().any(Stage::is_unkeyed) {
-            return self.write_keyed(front, rates, cx, rng, &slots).await;
-        }
         let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
-        let mut front_write =
-            std::pin::pin!(self.write_keyed(front, rates, cx, &mut front_rng, &slots));
-        // Polled once, the first wave's calls are built and sent; its answers wait
-        // until the rest is keyed, which takes less than a round trip.
-        let front_done = futures::poll!(front_write.as_mut());
-        self.key_messages(back, back_spans, keying);
-        let back_write = self.write_keyed(back, rates, cx, &mut back_rng, &slots);
-        let (front, back) = match front_done {
-            std::task::Poll::Ready(front) => (front, back_write.await),
-            std::task::Poll::Pending => tokio::join!(front_write, back_write),
-        };
-        match (front, back) {
-            (Some(mut front), Some(back)) => {
-                front.absorb(back);
-                Some(front)
+        let mut rest;
+        let written = {
+            let mut front_write =
+                std::pin::pin!(self.write_keyed(&mut first, rates, cx, &mut front_rng, &slots));
+            // Polled once, the first wave's calls are built and sent; its answers wait
+            // until the rest is keyed, which takes less than a round trip.
+            let front_done = futures::poll!(front_write.as_mut());
+            rest = key_rest();
+            let back_write = self.write_keyed(&mut rest, rates, cx, &mut back_rng, &slots);
+            let (front, back) = match front_done {
+                std::task::Poll::Ready(front) => (front, back_write.await),
+                std::task::Poll::Pending => tokio::join!(front_write, back_write),
+            };
+            match (front, back) {
+                (Some(mut front), Some(back)) => {
+                    front.absorb(back);
+                    Some(front)
+                }
+                (front, back) => front.or(back),
             }
-            (front, back) => front.or(back),
-        }
+        };
+        first.append(&mut rest);
+        (first, written)
     }
 
-    /// Writes the keyed readings of `stages` that have an item and no outcome, within
+    /// Writes the keyed writes of `messages` that have an item and no outcome, within
     /// `slots`: one round's writes ([`Self::write_round`]), each outcome recorded on its
-    /// reading. `None` when there was nothing to write or no time left.
+    /// write. `None` when there was nothing to write or no time left.
     async fn write_keyed<R: Rng + Send + ?Sized>(
         &self,
-        stages: &mut [Stage],
+        messages: &mut [KeyedMessage],
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
         slots: &Slots,
     ) -> Option<Written> {
-        let mut to_write: Vec<&mut Keyed> = keyed_mut(stages)
+        let mut to_write: Vec<&mut KeyedWrite> = writes_mut(messages)
             .filter(|k| k.outcome.is_none() && k.item.is_some())
             .collect();
         if to_write.is_empty() || cx.out_of_time() {
@@ -266,14 +264,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
 
     /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
     /// force now; one whose metadata cannot be read stays unwritten (reported).
-    async fn rekey(&self, stages: &mut [Stage], cx: &BatchContext<'_>) {
+    async fn rekey(&self, messages: &mut [KeyedMessage], cx: &BatchContext<'_>) {
         let now = cx.clock();
         let Ok(Ok(table)) =
             tokio::time::timeout_at(cx.work_deadline, self.directory.layout(now)).await
         else {
             return;
         };
-        let entities: BTreeSet<&str> = keyed(stages)
+        let entities: BTreeSet<&str> = writes(messages)
             .filter(|k| k.outcome.is_none() && k.item.is_none())
             .map(|k| k.readings[0].device_id.as_str())
             .collect();
@@ -281,7 +279,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             return;
         }
         let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
-        for k in keyed_mut(stages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
+        for k in writes_mut(messages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
             let Some(Ok(history)) = fanouts.get(&k.readings[0].device_id) else {
                 continue;
             };
