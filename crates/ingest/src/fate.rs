@@ -2,7 +2,8 @@
 //! ([`Stopped`]), its fate from its readings' outcomes ([`settle`]), and what its receive
 //! history makes of that fate ([`leave`]). The stage types a message passes through
 //! are the handler's (`crate::handler::stages`); this policy knows none of them. No
-//! I/O, no clock, no randomness: the handler applies what these decide, and the reasons are typed, so nothing downstream parses a string.
+//! I/O, no clock, no randomness: the handler applies what these decide, and the
+//! reasons are typed, so nothing downstream parses a string.
 
 use std::fmt;
 
