@@ -1528,6 +1528,130 @@ fn check_dlq_senders(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The documented redrive (docs/operations.md, scenario 55) passes the queue policy: a
+/// principal that assumes `DlqRedriveRole` (trusted by the account alone, so the
+/// account's IAM says who) may run a message move task from the DLQ and send to the
+/// ingest queue, and nothing else: it may not plant a message in the DLQ, and the role
+/// exists only with the front door (without it the queue's senders are IAM's to say).
+fn check_dlq_redrive(t: &Template) -> Result<()> {
+    let on = with_front_door(t, &[])?;
+    let role = "getatt:DlqRedriveRole.Arn";
+    let statements = queue_statements(&on)?;
+    ensure!(
+        !denied(
+            &statements,
+            &Request::send_by(role, "getatt:IngestQueue.Arn")
+        )?,
+        "the queue policy must let DlqRedriveRole's move task send to the ingest queue"
+    );
+    ensure!(
+        denied(&statements, &Request::send_by(role, "getatt:IngestDLQ.Arn"))?,
+        "DlqRedriveRole must not send to the DLQ"
+    );
+    let props = on.props("DlqRedriveRole")?;
+    let trust = path(&props, &["AssumeRolePolicyDocument", "Statement"])
+        .and_then(Value::as_sequence)
+        .context("DlqRedriveRole has no trust policy")?;
+    let principal = strings(trust.first().and_then(|s| path(s, &["Principal", "AWS"])));
+    ensure!(
+        trust.len() == 1
+            && principal.len() == 1
+            && principal[0].ends_with(":iam::${AWS::AccountId}:root")
+            && path(&trust[0], &["Principal", "Service"]).is_none(),
+        "DlqRedriveRole is assumed by the account's principals alone: {trust:?}"
+    );
+    let mut grants = BTreeSet::new();
+    for statement in role_statements(&on, "DlqRedriveRole")? {
+        for action in strings(statement.get("Action")) {
+            for resource in strings(statement.get("Resource")) {
+                grants.insert((action.clone(), resource));
+            }
+        }
+    }
+    let dlq = "getatt:IngestDLQ.Arn";
+    let queue = "getatt:IngestQueue.Arn";
+    let expected: BTreeSet<(String, String)> = [
+        ("sqs:StartMessageMoveTask", dlq),
+        ("sqs:ListMessageMoveTasks", dlq),
+        ("sqs:CancelMessageMoveTask", dlq),
+        ("sqs:ReceiveMessage", dlq),
+        ("sqs:DeleteMessage", dlq),
+        ("sqs:GetQueueAttributes", dlq),
+        ("sqs:SendMessage", queue),
+        ("sqs:GetQueueAttributes", queue),
+    ]
+    .into_iter()
+    .map(|(a, r)| (a.to_owned(), r.to_owned()))
+    .collect();
+    ensure!(
+        grants == expected,
+        "DlqRedriveRole may move the DLQ's messages to the ingest queue and no more: {grants:?}"
+    );
+    let output = path(&on.doc, &["Outputs", "DlqRedriveRoleArn", "Value"])
+        .and_then(|v| scalar(&on.eval(v).ok()?));
+    ensure!(
+        output.as_deref() == Some(role),
+        "the stack must output DlqRedriveRoleArn: {output:?}"
+    );
+    ensure!(
+        !t.ids_of("AWS::IAM::Role")?
+            .iter()
+            .any(|r| r == "DlqRedriveRole"),
+        "DlqRedriveRole exists with the front door off"
+    );
+    Ok(())
+}
+
+/// The key that seals the ingest's dead letters of the rule's messages (scenario 55)
+/// is a secret of the stack with the front door, passed to the ingest as
+/// `FRONT_DOOR_SECRET_ARN` and readable by the ingest's role alone.
+fn check_front_door_key(t: &Template) -> Result<()> {
+    let on = with_front_door(t, &[])?;
+    let secret = "ref:FrontDoorSecret";
+    ensure!(
+        on.ids_of("AWS::SecretsManager::Secret")?
+            .iter()
+            .any(|s| s == "FrontDoorSecret"),
+        "no FrontDoorSecret with the front door on"
+    );
+    let env_of = |t: &Template| -> Result<Option<String>> {
+        Ok(
+            path(&t.props("IngestFunction")?, &["Environment", "Variables"])
+                .and_then(|v| v.get("FRONT_DOOR_SECRET_ARN"))
+                .and_then(scalar),
+        )
+    };
+    let env = env_of(&on)?;
+    ensure!(
+        env.as_deref() == Some(secret),
+        "FRONT_DOOR_SECRET_ARN must name FrontDoorSecret, is {env:?}"
+    );
+    let readers: Vec<String> = on
+        .ids_of("AWS::IAM::Role")?
+        .into_iter()
+        .filter(|role| {
+            role_statements(&on, role).is_ok_and(|statements| {
+                statements.iter().any(|s| {
+                    strings(s.get("Action"))
+                        .iter()
+                        .any(|a| a == "secretsmanager:GetSecretValue")
+                        && strings(s.get("Resource")).iter().any(|r| r == secret)
+                })
+            })
+        })
+        .collect();
+    ensure!(
+        readers == ["IngestRole"],
+        "only IngestRole may read FrontDoorSecret: {readers:?}"
+    );
+    let off = env_of(t)?;
+    ensure!(
+        off.as_deref() == Some(""),
+        "without the front door FRONT_DOOR_SECRET_ARN must be empty, is {off:?}"
+    );
+    Ok(())
+}
+
 /// The IoT front door is off unless asked for: no IoT resource, no envelope trusted
 /// (an empty IOT_SENDER_ID), and the queue's policy as before it (TLS only).
 fn check_front_door_off_by_default(t: &Template) -> Result<()> {
@@ -1566,7 +1690,8 @@ fn check_front_door_off_by_default(t: &Template) -> Result<()> {
 }
 
 /// With the front door on, SendMessage on the ingest queue is denied to every principal
-/// but the rule's role, the ingest's (its copies) and QueuePublisherArns; TLS is still
+/// but the rule's role, the ingest's (its copies), the redrive role's and
+/// QueuePublisherArns; TLS is still
 /// required; the ingest is told the rule's SenderId.
 fn check_queue_senders(t: &Template) -> Result<()> {
     let publishers = "arn:aws:iam::123456789012:role/gateway,arn:aws:iam::123456789012:user/bridge";
@@ -1598,10 +1723,14 @@ fn check_queue_senders(t: &Template) -> Result<()> {
         ))
         .into_iter()
         .collect();
-        let mut expected: BTreeSet<String> = ["getatt:IotRuleRole.Arn", "getatt:IngestRole.Arn"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
+        let mut expected: BTreeSet<String> = [
+            "getatt:IotRuleRole.Arn",
+            "getatt:IngestRole.Arn",
+            "getatt:DlqRedriveRole.Arn",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
         expected.extend(publishers.split(',').take(named).map(str::to_owned));
         ensure!(
             allowed == expected,
@@ -2252,7 +2381,7 @@ fn check_seal_lag(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 26] = [
+static CHECKS: [(&str, Check); 28] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -2272,6 +2401,8 @@ static CHECKS: [(&str, Check); 26] = [
     ("rule role", check_rule_role),
     ("principals", check_principals),
     ("dlq senders", check_dlq_senders),
+    ("dlq redrive", check_dlq_redrive),
+    ("front door key", check_front_door_key),
     ("rule trust", check_rule_trust),
     ("publisher arns", check_publisher_arns),
     ("invokers", check_invokers),
@@ -2443,6 +2574,16 @@ fn with_the_front_door_the_dlq_takes_messages_from_the_ingest_the_rule_and_sqs_a
 }
 
 #[test]
+fn the_documented_redrive_passes_the_queue_policy_and_nothing_more() -> Result<()> {
+    run("dlq redrive")
+}
+
+#[test]
+fn the_front_door_key_is_the_stacks_secret_and_the_ingests_alone() -> Result<()> {
+    run("front door key")
+}
+
+#[test]
 fn only_the_stacks_rule_may_assume_the_rule_role() -> Result<()> {
     run("rule trust")
 }
@@ -2477,7 +2618,7 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 71] = [
+    let mutations: [(&str, &str, &str); 75] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2572,8 +2713,8 @@ fn each_broken_promise_is_caught() -> Result<()> {
         ),
         (
             "queue senders",
-            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]",
-            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, \"*\"]",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, !GetAtt DlqRedriveRole.Arn]",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, !GetAtt DlqRedriveRole.Arn, \"*\"]",
         ),
         (
             "queue senders",
@@ -2644,6 +2785,26 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "rule trust",
             "                  - RuleName: !Join [\"\", [!Join [\"_\", !Split [\"-\", !Ref AWS::StackName]], \"_readings\"]]\n",
             "                  - RuleName: !Ref IotReadingsRule\n",
+        ),
+        (
+            "dlq redrive",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn, !GetAtt DlqRedriveRole.Arn]",
+            "                    - [!GetAtt IotRuleRole.Arn, !GetAtt IngestRole.Arn]",
+        ),
+        (
+            "dlq redrive",
+            "                Action: [sqs:SendMessage, sqs:GetQueueAttributes]\n                Resource: !GetAtt IngestQueue.Arn\n",
+            "                Action: [sqs:SendMessage, sqs:GetQueueAttributes]\n                Resource: [!GetAtt IngestQueue.Arn, !GetAtt IngestDLQ.Arn]\n",
+        ),
+        (
+            "front door key",
+            "          FRONT_DOOR_SECRET_ARN: !If [HasIotFrontDoor, !Ref FrontDoorSecret, \"\"]\n",
+            "",
+        ),
+        (
+            "front door key",
+            "              - Sid: CursorKey\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource: !Ref CursorSecret\n",
+            "              - Sid: CursorKey\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource: [!Ref CursorSecret, !Ref FrontDoorSecret]\n",
         ),
         (
             "dlq senders",

@@ -11,6 +11,7 @@ pub use store::config::{ConfigError, WriterSettings};
 use store::directory::DirectoryConfig;
 
 use crate::front_door::Principals;
+use crate::seal::{SealKey, SealKeys};
 
 /// `MAX_INFLIGHT` when unset: concurrent `BatchWriteItem` calls of one invocation (the
 /// template's `MaxInflight` default, held equal by the template test).
@@ -72,6 +73,10 @@ pub struct Config {
     /// the thing ([`Principals`]): `certificate`, only a connection authenticated with
     /// an X.509 certificate (the one the thing policy binds to its thing), or `any`.
     pub iot_principals: Principals,
+    /// `FRONT_DOOR_KEY` or `FRONT_DOOR_SECRET_ARN` (both optional, at most one): the key
+    /// that seals a dead letter of the IoT rule's message so that, redriven, it is read
+    /// as the rule's again ([`crate::seal`]).
+    pub front_door_key: FrontDoorKey,
     /// `BATCH_SIZE` (default 100, the template's `IngestBatchSize`) and
     /// `BATCHING_WINDOW_SECS` (default 1, `BatchingWindow`): how the event source mapping
     /// gathers a batch, from which each entity's arrival rate is measured
@@ -87,6 +92,59 @@ pub struct Config {
     pub lateness_horizon: Duration,
 }
 
+/// Where the front door's sealing keys come from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum FrontDoorKey {
+    /// Neither variable set: letters are not sealed, and a sealed message is refused.
+    #[default]
+    None,
+    /// `FRONT_DOOR_KEY`, or a secret's versions once read ([`Config::resolve_key`]).
+    Keys(SealKeys),
+    /// `FRONT_DOOR_SECRET_ARN`: a Secrets Manager secret, read at init (`AWSCURRENT`
+    /// seals; `AWSPREVIOUS`, after a rotation, still opens).
+    SecretArn(String),
+}
+
+impl FrontDoorKey {
+    /// `FRONT_DOOR_KEY` (at least 16 bytes; an error shows its length, never the key)
+    /// or `FRONT_DOOR_SECRET_ARN`, at most one of them.
+    fn parse<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Self, ConfigError> {
+        Ok(
+            match (
+                env.optional("FRONT_DOOR_KEY"),
+                env.optional("FRONT_DOOR_SECRET_ARN"),
+            ) {
+                (None, None) => Self::None,
+                (Some(key), None) => {
+                    let bytes = key.len();
+                    let key =
+                        SealKey::new(key.into_bytes()).map_err(|reason| ConfigError::Invalid {
+                            name: "FRONT_DOOR_KEY",
+                            value: format!("<{bytes} bytes, not shown>"),
+                            reason,
+                        })?;
+                    Self::Keys(key.into())
+                }
+                (None, Some(arn)) => Self::SecretArn(arn),
+                (Some(_), Some(_)) => {
+                    return Err(env.invalid(
+                        "FRONT_DOOR_SECRET_ARN",
+                        "set it or FRONT_DOOR_KEY, not both",
+                    ));
+                }
+            },
+        )
+    }
+
+    /// The keys, once known.
+    pub fn keys(&self) -> Option<&SealKeys> {
+        match self {
+            Self::Keys(keys) => Some(keys),
+            Self::None | Self::SecretArn(_) => None,
+        }
+    }
+}
+
 /// How the event source mapping gathers a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Intake {
@@ -100,6 +158,36 @@ impl Config {
     /// The shard directory's settings: cache TTL, fan-out policy, initial layout.
     pub fn directory_config(&self) -> DirectoryConfig {
         self.shards.directory.clone()
+    }
+
+    /// Reads the front door's keys from their secret, when `FRONT_DOOR_SECRET_ARN` names
+    /// one: its `AWSCURRENT` version seals, its `AWSPREVIOUS` (absent until the first
+    /// rotation) still opens. An error names the variable, as any configuration error.
+    pub async fn resolve_key(
+        &mut self,
+        secrets: &aws_sdk_secretsmanager::Client,
+    ) -> Result<(), ConfigError> {
+        let FrontDoorKey::SecretArn(arn) = &self.front_door_key else {
+            return Ok(());
+        };
+        let invalid = |reason: String| ConfigError::Invalid {
+            name: "FRONT_DOOR_SECRET_ARN",
+            value: arn.clone(),
+            reason,
+        };
+        let key = |bytes: Vec<u8>| SealKey::new(bytes).map_err(&invalid);
+        let current = store::secrets::secret_stage_bytes(secrets, arn, "AWSCURRENT")
+            .await
+            .map_err(&invalid)?
+            .ok_or_else(|| invalid("the secret has no AWSCURRENT version".to_owned()))?;
+        let previous = store::secrets::secret_stage_bytes(secrets, arn, "AWSPREVIOUS")
+            .await
+            .map_err(&invalid)?;
+        self.front_door_key = FrontDoorKey::Keys(SealKeys {
+            current: key(current)?,
+            previous: previous.map(key).transpose()?,
+        });
+        Ok(())
     }
 
     /// Parses the process environment.
@@ -170,6 +258,7 @@ impl Config {
                 Principals::Certificate,
                 "certificate or any",
             )?,
+            front_door_key: FrontDoorKey::parse(&env)?,
             rollup_table: env.optional("ROLLUP_TABLE"),
             lateness_horizon: Duration::from_secs(env.parse_or(
                 "LATENESS_HORIZON_SECS",
@@ -335,5 +424,38 @@ mod tests {
             config.shards.directory.initial_layout,
             Layout::calculated("site", NonZeroU32::new(4).expect("4 > 0"))
         );
+    }
+
+    #[test]
+    fn the_front_door_key_is_one_source_and_never_shown() {
+        assert_eq!(
+            parse(&REQUIRED).expect("valid").front_door_key,
+            FrontDoorKey::None
+        );
+        let mut vars = REQUIRED.to_vec();
+        vars.push(("FRONT_DOOR_KEY", "a-front-door-key-of-32-bytes-000"));
+        let config = parse(&vars).expect("valid");
+        assert!(config.front_door_key.keys().is_some());
+        assert!(!format!("{config:?}").contains("a-front-door-key"));
+        let mut short = REQUIRED.to_vec();
+        short.push(("FRONT_DOOR_KEY", "hunter2"));
+        let error = parse(&short).expect_err("too short").to_string();
+        assert!(
+            error.contains("FRONT_DOOR_KEY") && error.contains("16 bytes"),
+            "{error}"
+        );
+        assert!(!error.contains("hunter2"), "{error}");
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:front-door";
+        let mut secret = REQUIRED.to_vec();
+        secret.push(("FRONT_DOOR_SECRET_ARN", arn));
+        let config = parse(&secret).expect("valid");
+        assert_eq!(
+            config.front_door_key,
+            FrontDoorKey::SecretArn(arn.to_owned())
+        );
+        assert_eq!(config.front_door_key.keys(), None);
+        vars.push(("FRONT_DOOR_SECRET_ARN", arn));
+        let error = parse(&vars).expect_err("both").to_string();
+        assert!(error.contains("not both"), "{error}");
     }
 }

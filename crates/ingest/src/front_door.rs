@@ -14,6 +14,13 @@
 //! device sends the whole message to the DLQ with a reason naming both ids, and the
 //! other messages of the batch go on.
 //!
+//! The rule's error action writes AWS IoT's error-action message to the DLQ when its
+//! send to the queue fails: the published bytes (`base64OriginalPayload`), the topic
+//! and the client id, but no principal. Redriven, such a message is read as the
+//! envelope it stands for ([`ErrorAction`]), with the same checks; a dead letter of
+//! either carries the ingest's seal, which makes it the rule's again whoever redrives
+//! it (`crate::seal`).
+//!
 //! The thing policy binds a connection to its thing only for a certificate: an IAM
 //! identity (MQTT over WebSocket or HTTPS, signed with SigV4) publishes wherever its
 //! IAM policy lets it, `iot:*` included, whatever thing its topic names. So by default
@@ -26,19 +33,30 @@ use sharding::key::validate_id;
 use store::Reading;
 use store::queue::MAX_MESSAGE_BYTES;
 
+use std::borrow::Cow;
+
 use crate::body::{Envelope, RawBody, Scalar};
 use crate::message::{ENVELOPE_FIELD, Limits, Refusal, parse_raw, read};
+use crate::seal::{Broken, SEAL_ATTRIBUTE};
 
-/// Who sent a message, as its SenderId proves it.
+/// Who sent a message, as its SenderId (or the ingest's seal) proves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
     /// A publisher on the queue (or the ingest's copy of a message): its body is
     /// readings, and an envelope in it is refused.
     Publisher,
-    /// The IoT rule's role (or the ingest's whole copy of such a message): its body
-    /// must be the rule's envelope.
+    /// The IoT rule's role (or the ingest's whole copy of such a message, or a dead
+    /// letter of one whose seal holds): its body must be the rule's envelope, or AWS
+    /// IoT's error-action message of one.
     IotRule,
+    /// A message carrying the ingest's seal that does not hold: refused with why, never
+    /// read as a publisher's.
+    BrokenSeal(Broken),
 }
+
+/// The topic filter of the rule: a thing publishes its readings on
+/// `shardline/devices/<thing>/readings`.
+pub const TOPIC_FILTER: &str = "shardline/devices/+/readings";
 
 /// The envelope's member holding the thing its topic names.
 pub const THING_FIELD: &str = "thing";
@@ -114,14 +132,77 @@ pub fn parse_message(
     limits: &Limits,
     principals: Principals,
 ) -> Result<Vec<Reading>, Refusal> {
+    if let Sender::BrokenSeal(broken) = sender {
+        return Err(Refusal::new(SEAL_ATTRIBUTE, broken.rule()));
+    }
     let raw = read(body)?;
     match sender {
-        Sender::Publisher => parse_raw(raw, limits),
-        Sender::IotRule => parse_envelope(raw, limits, principals),
+        Sender::IotRule => parse_envelope(body, raw, limits, principals),
+        Sender::Publisher | Sender::BrokenSeal(_) => parse_raw(raw, limits),
     }
 }
 
+/// AWS IoT's error-action message, as the rule's error action writes it to the DLQ
+/// when its send to the queue fails (`failures` and `cloudwatchTraceId` are not read).
+/// It names the publish by its topic and client id and holds its bytes; it holds no
+/// principal.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorAction<'a> {
+    /// The rule whose action failed.
+    #[serde(borrow)]
+    pub rule_name: Cow<'a, str>,
+    /// The topic the thing published on.
+    #[serde(borrow)]
+    pub topic: Cow<'a, str>,
+    /// The MQTT client id of the connection.
+    #[serde(borrow)]
+    pub client_id: Cow<'a, str>,
+    /// The published bytes, base64-encoded.
+    #[serde(borrow)]
+    pub base64_original_payload: Cow<'a, str>,
+}
+
+impl<'a> ErrorAction<'a> {
+    /// The envelope the rule would have sent: the payload, the thing the topic names
+    /// (a topic outside the rule's filter names none, and is refused), the client id,
+    /// and no principal.
+    fn envelope(self) -> Result<Envelope<'a>, Refusal> {
+        let (before, after) = TOPIC_FILTER.split_once('+').expect("the filter has a +");
+        let thing = self
+            .topic
+            .strip_prefix(before)
+            .and_then(|rest| rest.strip_suffix(after))
+            .filter(|thing| !thing.contains('/'))
+            .ok_or_else(|| {
+                Refusal::new(
+                    "topic",
+                    format!(
+                        "is {:?}, not a topic of the rule ({TOPIC_FILTER})",
+                        self.topic.chars().take(300).collect::<String>()
+                    ),
+                )
+            })?;
+        Ok(Envelope {
+            payload: Some(Scalar::Str(self.base64_original_payload)),
+            thing: Some(Scalar::Str(Cow::Owned(thing.to_owned()))),
+            client: Some(Scalar::Str(self.client_id)),
+            principal: None,
+        })
+    }
+}
+
+/// Where an envelope came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The rule's SELECT.
+    Rule,
+    /// AWS IoT's error-action message of a publish.
+    ErrorAction,
+}
+
 fn parse_envelope(
+    body: &str,
     raw: RawBody<'_>,
     limits: &Limits,
     principals: Principals,
@@ -130,7 +211,9 @@ fn parse_envelope(
         Refusal::new(
             "body",
             "a message from the IoT rule's role must be its envelope ({\"payload\": \
-             \"<base64>\", \"thing\": ..., \"client\": ..., \"principal\": ...})",
+             \"<base64>\", \"thing\": ..., \"client\": ..., \"principal\": ...}) or \
+             AWS IoT's error-action message of one (ruleName, topic, clientId, \
+             base64OriginalPayload)",
         )
     };
     let RawBody::Object {
@@ -142,15 +225,18 @@ fn parse_envelope(
     else {
         return Err(not_envelope());
     };
-    if !envelope.is_present() {
-        return Err(not_envelope());
-    }
-    if let Some(key) = other.or(readings.map(|_| "readings".into())) {
-        return Err(Refusal::new(
-            key,
-            "unknown field (an envelope holds only payload, thing, client and principal)",
-        ));
-    }
+    let (envelope, origin) = if envelope.is_present() {
+        if let Some(key) = other.or(readings.map(|_| "readings".into())) {
+            return Err(Refusal::new(
+                key,
+                "unknown field (an envelope holds only payload, thing, client and principal)",
+            ));
+        }
+        (envelope, Origin::Rule)
+    } else {
+        let action: ErrorAction<'_> = serde_json::from_str(body).map_err(|_| not_envelope())?;
+        (action.envelope()?, Origin::ErrorAction)
+    };
     let Envelope {
         payload,
         thing,
@@ -158,7 +244,7 @@ fn parse_envelope(
         principal,
     } = envelope;
     if principals == Principals::Certificate {
-        certificate(principal)?;
+        certificate(principal, origin)?;
     }
     let thing = identity(thing, THING_FIELD)?;
     let client = identity(client, CLIENT_FIELD)?;
@@ -251,11 +337,19 @@ fn identity(value: Option<Scalar<'_>>, field: &str) -> Result<String, Refusal> {
 }
 
 /// The principal of a connection the default takes: a certificate's id.
-fn certificate(principal: Option<Scalar<'_>>) -> Result<(), Refusal> {
+fn certificate(principal: Option<Scalar<'_>>, origin: Origin) -> Result<(), Refusal> {
     const WHY: &str = "the thing policy binds only a certificate to its thing, and an \
                        IAM or Cognito identity publishes wherever its IAM policy lets it \
                        (IOT_PRINCIPALS=certificate)";
     let refuse = |rule: String| Refusal::new(PRINCIPAL_FIELD, rule);
+    if origin == Origin::ErrorAction {
+        return Err(refuse(format!(
+            "is unknown: AWS IoT's error-action message names no principal, so the \
+             publish it holds cannot be shown to come from a certificate's connection, \
+             and is not written under IOT_PRINCIPALS=certificate ({WHY}); the thing \
+             publishes it again"
+        )));
+    }
     match principal {
         Some(Scalar::Str(id)) if is_certificate_id(&id) => Ok(()),
         Some(Scalar::Str(id)) => Err(refuse(format!(

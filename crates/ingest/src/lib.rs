@@ -5,6 +5,8 @@
 //!   field and the rule);
 //! - [`front_door`]: the AWS IoT Core front door's envelope, read only from the IoT
 //!   rule's role, whose readings must be of the thing that published them;
+//! - [`seal`]: the HMAC a dead letter of the rule's message carries, so that redriven
+//!   it is read as the rule's again;
 //! - [`handler::Ingest`]: the service, callable in-process (`Ingest::handle`), over the
 //!   ports of `store`, the queue port (`store::queue::Queue`: dead letters,
 //!   redelivery delays and requeues) among them;
@@ -26,6 +28,7 @@ pub mod front_door;
 pub mod handler;
 pub mod invocation;
 pub mod message;
+pub mod seal;
 
 pub use config::{Config, ConfigError};
 pub use fate::{Fate, Retry};

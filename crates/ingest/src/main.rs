@@ -14,8 +14,12 @@ static GLOBAL: ingest::Allocator = ingest::Allocator;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     store::sdk::init_logs();
-    let config = Config::from_env()?;
+    let mut config = Config::from_env()?;
     let sdk = store::sdk::lambda_config().await;
+    // The front door's sealing keys, when they are a secret's: read once, at init.
+    config
+        .resolve_key(&aws_sdk_secretsmanager::Client::new(&sdk))
+        .await?;
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let service = Ingest::from_clients(config, &dynamo, &sqs);

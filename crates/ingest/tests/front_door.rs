@@ -316,3 +316,341 @@ async fn s29_an_envelope_published_by_an_iam_or_cognito_identity_is_dead_lettere
         assert_eq!(stored(&fx).len(), 5, "{principal:?}");
     }
 }
+
+/// The ingest's own role, as the template passes it (`INGEST_SENDER_ID`).
+const INGEST_ROLE: (&str, &str) = ("INGEST_SENDER_ID", "AROAINGESTROLE0000001");
+/// The front door's sealing key (`FRONT_DOOR_KEY`; the template's secret).
+const KEY: (&str, &str) = ("FRONT_DOOR_KEY", "a-front-door-key-of-32-bytes-000");
+
+/// `letter` as the queue delivers it again after a redrive: its body and attributes,
+/// the SenderId `sender`, a first receive.
+fn redriven(template: &SqsEvent, letter: &ingest::DeadLetter, sender: &str) -> SqsEvent {
+    let mut ev = template.clone();
+    ev.records.truncate(1);
+    let record = &mut ev.records[0];
+    record.body = Some(letter.body.clone());
+    record.message_id = Some("moved-0001".to_owned());
+    record
+        .attributes
+        .insert("SenderId".to_owned(), sender.to_owned());
+    record
+        .attributes
+        .insert("ApproximateReceiveCount".to_owned(), "1".to_owned());
+    record.message_attributes = letter
+        .attributes
+        .iter()
+        .map(|(name, (data_type, value))| {
+            let mut a = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+            a.data_type = Some(data_type.clone());
+            a.string_value = Some(value.clone());
+            (name.clone(), a)
+        })
+        .collect();
+    ev
+}
+
+/// The SenderIds a redriven letter may carry: SQS documents a redrive as a new message
+/// sent with the redriving principal's sqs:SendMessage and does not say which SenderId
+/// it keeps, and a redrive by hand carries the operator's. The ingest's role's (the
+/// letter's sender), a session of a redrive role, an IAM user's, the rule role's.
+fn redrive_senders() -> [String; 4] {
+    [
+        format!("{}:ingest", INGEST_ROLE.1),
+        "AROAREDRIVEROLE000001:redrive".to_owned(),
+        "AIDAOPERATOR00000001".to_owned(),
+        format!("{}:iot-rule", IOT_ROLE.1),
+    ]
+}
+
+/// The one envelope of the front door's event, failing at its last receive with no
+/// requeue left (the table refusing every write), and its dead letter.
+async fn sealed_letter() -> (SqsEvent, ingest::DeadLetter) {
+    let mut ev = event(EVENT);
+    ev.records.truncate(1);
+    ev.records[0]
+        .attributes
+        .insert("ApproximateReceiveCount".to_owned(), "5".to_owned());
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    let report = fx
+        .service(&[IOT_ROLE, INGEST_ROLE, KEY, ("MAX_REQUEUES", "0")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    let letter = fx.dlq.letters().remove(0);
+    assert_eq!(Some(&letter.body), ev.records[0].body.as_ref());
+    let seal = &letter.attributes[ingest::seal::SEAL_ATTRIBUTE].1;
+    assert!(seal.starts_with("v1."), "{seal}");
+
+    (ev, letter)
+}
+
+/// Scenario 55: a dead-lettered message of the rule, redriven, is still its thing's.
+/// An envelope failing at its last receive (the table refusing every write, no requeue
+/// left) is dead-lettered with the ingest's seal; sent back by whoever redrives it, it
+/// is read as the rule's envelope again, with every check, and written. Changed on the
+/// way, or its seal put on another body, it is refused with the reason naming the seal,
+/// never read as a publisher's message; without the key, it is refused too.
+#[tokio::test(start_paused = true)]
+async fn s55_a_dead_letter_of_the_rules_message_redriven_is_still_its_things() {
+    let (ev, letter) = sealed_letter().await;
+    for sender in redrive_senders() {
+        let fx = Fixture::new();
+        let report = fx
+            .service(&[IOT_ROLE, INGEST_ROLE, KEY])
+            .process(
+                &redriven(&ev, &letter, &sender),
+                now(),
+                deadline(),
+                &mut rng(),
+            )
+            .await;
+        assert!(
+            matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
+            "{sender}: {report:?}"
+        );
+        assert_eq!(
+            stored(&fx),
+            pairs(&[("thermo-007", "iot-0001")]),
+            "{sender}"
+        );
+    }
+
+    // Changed on the way: another thing's name, or the seal on a publisher's body.
+    let mut changed = letter.clone();
+    changed.body = letter.body.replace("thermo-007", "thermo-008");
+    assert_ne!(changed.body, letter.body);
+    let mut moved = letter.clone();
+    moved.body = event("sqs-single.json").records[0]
+        .body
+        .clone()
+        .expect("a body");
+    for (what, forged) in [("changed", &changed), ("moved", &moved)] {
+        for sender in redrive_senders().into_iter().take(3) {
+            let fx = Fixture::new();
+            let report = fx
+                .service(&[IOT_ROLE, INGEST_ROLE, KEY])
+                .process(
+                    &redriven(&ev, forged, &sender),
+                    now(),
+                    deadline(),
+                    &mut rng(),
+                )
+                .await;
+            assert!(fx.table.items().is_empty(), "{what} {sender}");
+            let Fate::DeadLettered { reason } = &report.messages[0].fate else {
+                panic!("{what} {sender}: {report:?}");
+            };
+            assert_eq!(reason.field, ingest::seal::SEAL_ATTRIBUTE, "{what}");
+            assert!(reason.rule.contains("does not match"), "{what}: {reason}");
+        }
+    }
+}
+
+/// Scenario 55: a sealed letter needs the key that sealed it, and only the rule's
+/// message is sealed.
+#[tokio::test(start_paused = true)]
+async fn s55_a_seal_is_opened_only_with_the_key_and_only_the_rules_message_has_one() {
+    let (ev, letter) = sealed_letter().await;
+    // An ingest that holds no key cannot tell, and refuses; so does one whose key is
+    // not the one that sealed.
+    for keys in [
+        vec![],
+        vec![("FRONT_DOOR_KEY", "another-key-of-the-front-door-9")],
+    ] {
+        let fx = Fixture::new();
+        let mut vars = vec![IOT_ROLE, INGEST_ROLE];
+        vars.extend(keys.iter().copied());
+        let sender = "AIDAOPERATOR00000001";
+        let report = fx
+            .service(&vars)
+            .process(
+                &redriven(&ev, &letter, sender),
+                now(),
+                deadline(),
+                &mut rng(),
+            )
+            .await;
+        assert!(fx.table.items().is_empty(), "{keys:?}");
+        let Fate::DeadLettered { reason } = &report.messages[0].fate else {
+            panic!("{keys:?}: {report:?}");
+        };
+        assert_eq!(reason.field, ingest::seal::SEAL_ATTRIBUTE);
+    }
+
+    // A publisher's refused message is dead-lettered without a seal: redriven, it is a
+    // publisher's again.
+    let fx = Fixture::new();
+    let mut plain = event(EVENT);
+    plain.records.truncate(1);
+    plain.records[0]
+        .attributes
+        .insert("SenderId".to_owned(), DEVICE.to_owned());
+    fx.service(&[IOT_ROLE, INGEST_ROLE, KEY])
+        .process(&plain, now(), deadline(), &mut rng())
+        .await;
+    let refused = fx.dlq.letters().remove(0);
+    assert!(
+        !refused
+            .attributes
+            .contains_key(ingest::seal::SEAL_ATTRIBUTE),
+        "{refused:?}"
+    );
+}
+
+/// AWS IoT's error-action message of a publish on `topic` by client `client`, as the
+/// rule's error action writes it to the DLQ when its send to the queue fails.
+fn error_action(published: &str, topic: &str, client: &str) -> String {
+    serde_json::json!({
+        "ruleName": "shardline_readings",
+        "topic": topic,
+        "cloudwatchTraceId": "7e146a2c-95b5-6caf-98b9-50e3969734c7",
+        "clientId": client,
+        "base64OriginalPayload": STANDARD.encode(published),
+        "failures": [{
+            "failedAction": "SqsAction",
+            "failedResource": "https://sqs.eu-west-1.amazonaws.com/123456789012/ingest",
+            "errorMessage": "Failed to send message to SQS queue."
+        }]
+    })
+    .to_string()
+}
+
+/// A reading of `device`, as a thing publishes it.
+fn body(device: &str, event_id: &str) -> String {
+    format!(
+        r#"{{"device_id":"{device}","event_id":"{event_id}","ts":"{}","metrics":{{"t":21.5}}}}"#,
+        now().to_rfc3339()
+    )
+}
+
+/// The one-record event of `body` sent by `sender`.
+fn one(body: String, sender: &str) -> SqsEvent {
+    let mut ev = event(EVENT);
+    ev.records.truncate(1);
+    ev.records[0].body = Some(body);
+    ev.records[0]
+        .attributes
+        .insert("SenderId".to_owned(), sender.to_owned());
+    ev
+}
+
+/// Scenario 55, the rule's error action: its message, from the rule's role, is read as
+/// the envelope it stands for. It names no principal, so by default it is refused with
+/// that reason (and sealed, so an operator can still redrive it once the ingest takes
+/// any principal); with `IOT_PRINCIPALS=any` its readings are written, and a reading of
+/// another thing, or a topic outside the rule's, is refused as in an envelope. From any
+/// other sender it is not the rule's.
+#[tokio::test(start_paused = true)]
+async fn s55_the_rules_error_action_message_is_read_as_the_envelope_it_stands_for() {
+    let rule = format!("{}:iot-rule", IOT_ROLE.1);
+    let own = error_action(
+        &body("thermo-007", "e-1"),
+        "shardline/devices/thermo-007/readings",
+        "thermo-007",
+    );
+
+    let fx = Fixture::new();
+    let any = [IOT_ROLE, INGEST_ROLE, KEY, ("IOT_PRINCIPALS", "any")];
+    let report = fx
+        .service(&any)
+        .process(&one(own.clone(), &rule), now(), deadline(), &mut rng())
+        .await;
+    assert!(
+        matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
+        "{report:?}"
+    );
+    assert_eq!(stored(&fx), pairs(&[("thermo-007", "e-1")]));
+
+    // By default: refused, naming the principal it lacks, and sealed.
+    let fx = Fixture::new();
+    let report = fx
+        .service(&[IOT_ROLE, INGEST_ROLE, KEY])
+        .process(&one(own.clone(), &rule), now(), deadline(), &mut rng())
+        .await;
+    let Fate::DeadLettered { reason } = &report.messages[0].fate else {
+        panic!("{report:?}");
+    };
+    assert_eq!(reason.field, "principal");
+    assert!(reason.rule.contains("error-action message"), "{reason}");
+    let letter = fx.dlq.letters().remove(0);
+    // Redriven by an operator to an ingest that takes any principal: written.
+    let fx = Fixture::new();
+    let report = fx
+        .service(&any)
+        .process(
+            &redriven(&one(own.clone(), &rule), &letter, "AIDAOPERATOR00000001"),
+            now(),
+            deadline(),
+            &mut rng(),
+        )
+        .await;
+    assert!(
+        matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
+        "{report:?}"
+    );
+
+    // From a publisher, the same message is not the rule's: not written.
+    let fx = Fixture::new();
+    let report = fx
+        .service(&any)
+        .process(&one(own, DEVICE), now(), deadline(), &mut rng())
+        .await;
+    assert!(fx.table.items().is_empty());
+    assert!(
+        matches!(report.messages[0].fate, Fate::DeadLettered { .. }),
+        "{report:?}"
+    );
+}
+
+/// Scenario 55: what an envelope may not do, its error-action message may not either.
+#[tokio::test(start_paused = true)]
+async fn s55_an_error_action_message_is_held_to_the_envelopes_checks() {
+    let rule = format!("{}:iot-rule", IOT_ROLE.1);
+    let any = [IOT_ROLE, INGEST_ROLE, KEY, ("IOT_PRINCIPALS", "any")];
+    for (message, field) in [
+        (
+            error_action(
+                &body("thermo-008", "e-2"),
+                "shardline/devices/thermo-007/readings",
+                "thermo-007",
+            ),
+            "payload.device_id",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-3"),
+                "shardline/devices/thermo-007/readings",
+                "thermo-008",
+            ),
+            "client",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-4"),
+                "shardline/devices/thermo-007/other",
+                "thermo-007",
+            ),
+            "topic",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-5"),
+                "shardline/devices/a/b/readings",
+                "thermo-007",
+            ),
+            "topic",
+        ),
+    ] {
+        let fx = Fixture::new();
+        let report = fx
+            .service(&any)
+            .process(&one(message, &rule), now(), deadline(), &mut rng())
+            .await;
+        assert!(fx.table.items().is_empty(), "{field}");
+        let Fate::DeadLettered { reason } = &report.messages[0].fate else {
+            panic!("{field}: {report:?}");
+        };
+        assert_eq!(reason.field, field, "{reason}");
+    }
+}

@@ -270,9 +270,32 @@ impl DeadLetter {
         theirs: &Attributes,
         max_bytes: usize,
     ) -> Self {
+        Self::with_body_attributes(
+            message_id,
+            body,
+            field,
+            rule,
+            Attributes::new(),
+            theirs,
+            max_bytes,
+        )
+    }
+
+    /// [`DeadLetter::new`], with attributes `of_body` that speak of the body as it is
+    /// (a seal of it): sent before the sender's, and only with the body unchanged; a
+    /// letter whose body must be wrapped carries none of them.
+    pub fn with_body_attributes(
+        message_id: &str,
+        body: &str,
+        field: &str,
+        rule: &str,
+        of_body: Attributes,
+        theirs: &Attributes,
+        max_bytes: usize,
+    ) -> Self {
         let text = |s: &str| ("String".to_owned(), sqs_text(s, MAX_TEXT_CHARS));
         let reason = format!("{}: {rule}", sqs_text(field, REASON_FIELD_CHARS));
-        let ours: Attributes = [
+        let mut ours: Attributes = [
             ("reason", text(&reason)),
             ("field", text(field)),
             ("rule", text(rule)),
@@ -281,12 +304,18 @@ impl DeadLetter {
         .into_iter()
         .map(|(name, value)| (name.to_owned(), value))
         .collect();
-        let room = max_bytes.saturating_sub(message_bytes("", &ours));
-        let fits = !body.is_empty() && body.len() <= room && body.chars().all(is_sqs_char);
-        let body = if fits {
+        let sendable = !body.is_empty() && body.chars().all(is_sqs_char);
+        let room =
+            |attributes: &Attributes| max_bytes.saturating_sub(message_bytes("", attributes));
+        let mut with_body = ours.clone();
+        with_body.extend(of_body);
+        let body = if sendable && body.len() <= room(&with_body) {
+            ours = with_body;
+            body.to_owned()
+        } else if sendable && body.len() <= room(&ours) {
             body.to_owned()
         } else {
-            wrapper(body, &ours["reason"].1, room)
+            wrapper(body, &ours["reason"].1, room(&ours))
         };
         let (attributes, _) = with_attributes(ours, theirs, body.len(), max_bytes);
         let get = |name: &str| {

@@ -11,7 +11,8 @@ use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue
 use tokio::time::Instant;
 
 use super::record::{
-    copy_of, message_budget, receive_count, requeue_count, sender, sender_attributes, source_id,
+    copy_of, message_budget, receive_count, requeue_count, seal_of, sender, sender_attributes,
+    source_id,
 };
 use super::report::MessageReport;
 use super::{BatchContext, Ingest};
@@ -70,7 +71,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                         CopyBody::Unwritten(readings) => (to_body(&readings), false),
                         CopyBody::Whole => (
                             record.body.clone().unwrap_or_default(),
-                            sender(record, own, iot) == Sender::IotRule,
+                            sender(record, own, iot, self.config.front_door_key.keys())
+                                == Sender::IotRule,
                         ),
                     };
                     let wait = self.config.redelivery.visibility(receipt.receives, rng);
@@ -96,10 +98,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Sends the dead-lettered messages to the DLQ at once; a failed send is reported
     /// instead. Returns the sends accepted and failed. Each letter is one SQS accepts
     /// whatever the refusal echoes (`DeadLetter::new`): its reason in attributes cut to
-    /// SQS's character set and 256 characters, the sender's attributes as far as SQS's
-    /// 10 allow, and a body too large to take them wrapped with its digest.
+    /// SQS's character set and 256 characters, the seal of a message read as the IoT
+    /// rule's, the sender's attributes as far as SQS's 10 allow, and a body too large to
+    /// take them wrapped with its digest.
     async fn dead_letter(&self, fates: &mut [Option<Fate>], cx: &BatchContext<'_>) -> (u64, u64) {
         let own = self.config.sender_id.as_deref();
+        let iot = self.config.iot_sender_id.as_deref();
+        let keys = self.config.front_door_key.keys();
         let letters: Vec<(usize, DeadLetter)> = fates
             .iter()
             .enumerate()
@@ -107,13 +112,18 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 Some(Fate::DeadLettered { reason }) => {
                     let Refusal { field, rule } = reason;
                     let record = &cx.records[m];
+                    let body = record.body.as_deref().unwrap_or_default();
+                    // A letter of the rule's message carries the seal that makes it the
+                    // rule's again when redriven (`crate::seal`).
+                    let from = sender(record, own, iot, keys);
                     Some((
                         m,
-                        DeadLetter::new(
+                        DeadLetter::with_body_attributes(
                             &source_id(record, own, &cx.ids[m]),
-                            record.body.as_deref().unwrap_or_default(),
+                            body,
                             field,
                             rule,
+                            seal_of(body, from, keys),
                             &sender_attributes(record),
                             message_budget(record),
                         ),

@@ -45,6 +45,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 record,
                 self.config.sender_id.as_deref(),
                 self.config.iot_sender_id.as_deref(),
+                self.config.front_door_key.keys(),
             );
             parse_message(body, from, limits, self.config.iot_principals).map_err(Stopped::Refused)
         })

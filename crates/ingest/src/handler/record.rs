@@ -6,6 +6,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use store::queue::{Attributes, MAX_DELAY_SECS, MAX_MESSAGE_BYTES, Requeue, with_attributes};
 
 use crate::front_door::Sender;
+use crate::seal::{SEAL_ATTRIBUTE, SealKeys, open};
 
 /// The message attribute counting how often a message was requeued.
 pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
@@ -47,14 +48,41 @@ fn sent_by_ingest(record: &SqsMessage, own: Option<&str>) -> bool {
     sent_by(record, own)
 }
 
-/// Who sent `record`: the IoT rule's role (`iot`), or the ingest's whole copy of a
-/// message it sent; anyone else is a publisher, whatever its body or attributes say.
-pub(super) fn sender(record: &SqsMessage, own: Option<&str>, iot: Option<&str>) -> Sender {
+/// Who sent `record`: the IoT rule's role (`iot`), the ingest's whole copy of a
+/// message it sent, or a dead letter of one whose seal holds under `keys`, whoever
+/// redrove it; a seal that does not hold is [`Sender::BrokenSeal`]; anyone else is a
+/// publisher, whatever its body or attributes say.
+pub(super) fn sender(
+    record: &SqsMessage,
+    own: Option<&str>,
+    iot: Option<&str>,
+    keys: Option<&SealKeys>,
+) -> Sender {
     let copy_of_rules = own_attribute(record, own, FRONT_DOOR_ATTRIBUTE) == Some(FRONT_DOOR);
     if sent_by(record, iot) || copy_of_rules {
-        Sender::IotRule
-    } else {
-        Sender::Publisher
+        return Sender::IotRule;
+    }
+    let Some(seal) = record.message_attributes.get(SEAL_ATTRIBUTE) else {
+        return Sender::Publisher;
+    };
+    let body = record.body.as_deref().unwrap_or_default();
+    match open(keys, body, seal.string_value.as_deref().unwrap_or_default()) {
+        Ok(()) => Sender::IotRule,
+        Err(broken) => Sender::BrokenSeal(broken),
+    }
+}
+
+/// The seal attribute of a dead letter of `body`, which `sender` read as `from`: only a
+/// message read as the rule's is sealed, and only when the ingest holds a key.
+pub(super) fn seal_of(body: &str, from: Sender, keys: Option<&SealKeys>) -> Attributes {
+    match (from, keys) {
+        (Sender::IotRule, Some(keys)) => [(
+            SEAL_ATTRIBUTE.to_owned(),
+            ("String".to_owned(), keys.seal(body)),
+        )]
+        .into_iter()
+        .collect(),
+        _ => Attributes::new(),
     }
 }
 

@@ -68,7 +68,23 @@ pub struct Report {
     pub violations: Vec<String>,
 }
 
+/// `count` per 10,000 of `of`, to two decimals (`-` of nothing).
+fn per_10k(count: u64, of: u64) -> String {
+    if of == 0 {
+        return "-".to_owned();
+    }
+    #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+    let rate = count as f64 * 10_000.0 / of as f64;
+    format!("{rate:.2}")
+}
+
 impl Report {
+    /// Extra copies of readings in the table per 10,000 valid messages sent: how often
+    /// a message's readings were stored again.
+    pub fn copies_per_10k_messages(&self) -> String {
+        per_10k(self.extra_copies, self.valid_messages)
+    }
+
     /// The human summary.
     pub fn text(&self) -> String {
         let mut s = String::new();
@@ -93,6 +109,11 @@ impl Report {
             self.extra_copies,
             self.missing,
             self.unexpected
+        ));
+        line(format!(
+            "stored copies: {} per 10,000 messages, {} per 10,000 readings (a retry or redelivery packed into another block, a re-key after a crash; reads answer each reading once)",
+            self.copies_per_10k_messages(),
+            per_10k(self.extra_copies, self.readings_sent)
         ));
         line(format!(
             "dlq: {} messages, {} of them malformed messages sent, {} with a reason, {} repeated copies",
@@ -179,5 +200,29 @@ impl Report {
         self.proxy_unprocessed_items = stats.faults.unprocessed_items;
         self.proxy_errors = stats.faults.error;
         self.proxy_throttled = stats.throttled_by_reason.clone();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_copies_are_counted_per_10000_messages_and_readings() {
+        let report = Report {
+            valid_messages: 200,
+            readings_sent: 2_000,
+            extra_copies: 3,
+            ..Report::default()
+        };
+        assert_eq!(report.copies_per_10k_messages(), "150.00");
+        assert!(
+            report
+                .text()
+                .contains("stored copies: 150.00 per 10,000 messages, 15.00 per 10,000 readings"),
+            "{}",
+            report.text()
+        );
+        assert_eq!(Report::default().copies_per_10k_messages(), "-");
     }
 }
