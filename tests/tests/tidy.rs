@@ -42,7 +42,10 @@
 //!   `NAME` = 30, (`NAME`, 5 s)), or in a table's default column, is the default the
 //!   code reads the variable with (or the constant's value), or the template's
 //!   `Default`, units of time converted; a default the code does not write down as a
-//!   number is not checked;
+//!   number is not checked; a variable read with a different default by each function
+//!   (`SHARD_CACHE_TTL_SECS`: the ingest's 60 s, the query's 5 s) is held to the default
+//!   of the function the passage names nearest it (see [`FUNCTIONS`]), and a default
+//!   stated for it in a passage that names no function fails;
 //! - README.md has at most [`README_MAX_LINES`] lines.
 //!
 //! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths,
@@ -2065,12 +2068,86 @@ fn in_own_unit(name: &str, value: f64, unit: &str) -> Option<f64> {
     }
 }
 
+/// A Lambda function, as documents name it, and the sources that read its variables.
+#[derive(Debug)]
+struct Function {
+    name: &'static str,
+    /// The words of prose that name it.
+    words: &'static [&'static str],
+    /// The files or directories whose reads of a variable are its.
+    sources: &'static [&'static str],
+}
+
+/// The functions a variable may have a default of its own in. The writers' settings
+/// (crates/store/src/config.rs) are the ingest's.
+const FUNCTIONS: &[Function] = &[
+    Function {
+        name: "ingest",
+        words: &["ingest", "writer", "writers"],
+        sources: &["crates/ingest/src", "crates/store/src/config.rs"],
+    },
+    Function {
+        name: "query",
+        words: &["query", "reader", "readers"],
+        sources: &["crates/query/src"],
+    },
+    Function {
+        name: "sealer",
+        words: &["sealer"],
+        sources: &["crates/sealer/src"],
+    },
+];
+
+/// The function whose sources hold `path`, if any.
+fn function_of(path: &str) -> Option<&'static str> {
+    FUNCTIONS
+        .iter()
+        .find(|f| f.sources.iter().any(|s| under(path, s)))
+        .map(|f| f.name)
+}
+
+/// The function the prose of `segs` names nearest the code span `i`: the last one named
+/// before it, else the first after it.
+fn function_near(segs: &[(bool, &str)], i: usize) -> Option<&'static str> {
+    let named = |text: &str| -> Vec<&'static str> {
+        text.split(|c: char| !c.is_ascii_alphanumeric())
+            .filter_map(|word| {
+                let word = word.to_ascii_lowercase();
+                FUNCTIONS
+                    .iter()
+                    .find(|f| f.words.contains(&word.as_str()))
+                    .map(|f| f.name)
+            })
+            .collect()
+    };
+    let prose = |k: &usize| !segs[*k].0;
+    (0..i)
+        .rev()
+        .filter(prose)
+        .find_map(|k| named(segs[k].1).last().copied())
+        .or_else(|| {
+            (i + 1..segs.len())
+                .filter(prose)
+                .find_map(|k| named(segs[k].1).first().copied())
+        })
+}
+
+/// A default the code reads a variable with (or a constant's value), and the function
+/// whose source reads it.
+#[derive(Debug, Clone, Copy)]
+struct CodeDefault {
+    value: f64,
+    function: Option<&'static str>,
+}
+
 /// The default of each environment variable the code reads with a number written where
 /// it is read (`parse_or("FANOUT_MAX", 32, ..)`, `number("QUERY_CONCURRENCY", 32)`),
-/// and of each constant whose value is a number: name to the values found.
-fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
-    let mut found: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for (_, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
+/// and of each constant whose value is a number: name to the values found, each with
+/// the function that reads it.
+fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<CodeDefault>> {
+    let mut found: BTreeMap<String, Vec<CodeDefault>> = BTreeMap::new();
+    for (path, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
+        let function = function_of(path);
         // `"NAME", 123`: a variable read with its default beside it.
         for (at, _) in text.match_indices('"') {
             let rest = &text[at + 1..];
@@ -2093,7 +2170,10 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
             if literal.starts_with(|c: char| c.is_ascii_digit())
                 && let Ok(value) = literal.replace('_', "").parse::<f64>()
             {
-                found.entry(name.to_owned()).or_default().push(value);
+                found
+                    .entry(name.to_owned())
+                    .or_default()
+                    .push(CodeDefault { value, function });
             }
         }
         // `const NAME: T = 123;`
@@ -2116,7 +2196,10 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
             if is_screaming(name.trim())
                 && let Ok(value) = value.parse::<f64>()
             {
-                found.entry(name.trim().to_owned()).or_default().push(value);
+                found
+                    .entry(name.trim().to_owned())
+                    .or_default()
+                    .push(CodeDefault { value, function });
             }
         }
     }
@@ -2163,7 +2246,7 @@ fn binary_commands(main: &str) -> BTreeSet<String> {
 #[derive(Debug)]
 pub(crate) struct Facts<'r> {
     repo: &'r Repo,
-    code_defaults: BTreeMap<String, Vec<f64>>,
+    code_defaults: BTreeMap<String, Vec<CodeDefault>>,
     template_defaults: BTreeMap<String, String>,
     fuzz_targets: BTreeSet<String>,
     events: BTreeSet<String>,
@@ -2429,33 +2512,72 @@ impl<'r> Facts<'r> {
             let Some((value, unit)) = stated.and_then(stated_number) else {
                 continue;
             };
-            if let Some(why) = self.default_differs(name, value, unit) {
+            let function = function_near(&segs, i);
+            if let Some(why) = self.default_differs(name, value, unit, function) {
                 failures.push(format!("`{name}`: {why}"));
             }
         }
         failures
     }
 
-    /// Why `value` (in `unit`) is not the default of `name`, if the code says.
-    fn default_differs(&self, name: &str, value: f64, unit: &str) -> Option<String> {
+    /// Why `value` (in `unit`) is not the default of `name`, if the code says: the
+    /// default of `function` (the function the passage names) when each function reads
+    /// the variable with a default of its own.
+    fn default_differs(
+        &self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        function: Option<&str>,
+    ) -> Option<String> {
         if is_screaming(name) {
             let defaults = self.code_defaults.get(name)?;
             let stated = in_own_unit(name, value, unit)?;
-            let equal = |d: &f64| (d - stated).abs() <= 1e-9 * d.abs().max(1.0);
-            return (!defaults.iter().any(equal)).then(|| {
-                format!(
-                    "the text states {value}{}, and the default the code reads it with is {}",
-                    if unit.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {unit}")
-                    },
-                    defaults
-                        .iter()
-                        .map(f64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                )
+            let equal = |d: f64| (d - stated).abs() <= 1e-9 * d.abs().max(1.0);
+            let states = format!(
+                "the text states {value}{}",
+                if unit.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {unit}")
+                }
+            );
+            let first = defaults.first()?.value;
+            let per_function = defaults.iter().any(|d| d.value != first);
+            if !per_function {
+                return (!equal(first)).then(|| {
+                    format!("{states}, and the default the code reads it with is {first}")
+                });
+            }
+            let each = defaults
+                .iter()
+                .map(|d| format!("{} ({})", d.value, d.function.unwrap_or("elsewhere")))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let Some(function) = function else {
+                return Some(format!(
+                    "{states} and names no function, and each function reads it with a \
+                     default of its own: {each}"
+                ));
+            };
+            let its: Vec<f64> = defaults
+                .iter()
+                .filter(|d| d.function == Some(function))
+                .map(|d| d.value)
+                .collect();
+            return (!its.iter().any(|d| equal(*d))).then(|| {
+                if its.is_empty() {
+                    format!("{states} for the {function}, which does not read it: {each}")
+                } else {
+                    format!(
+                        "{states} for the {function}, and the default the {function} reads it \
+                         with is {}",
+                        its.iter()
+                            .map(f64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    )
+                }
             });
         }
         let default = self.template_defaults.get(name)?;
@@ -2503,6 +2625,9 @@ impl<'r> Facts<'r> {
             .into_iter()
             .filter_map(|(code, s)| code.then_some(s))
             .collect();
+        // The function the row names (in a cell of its own, or its description).
+        let row_segments = segments(block);
+        let function = function_near(&row_segments, 0);
         let defaults: Vec<String> = defaults
             .split(", ")
             .map(|d| match segments(d).into_iter().find(|(code, _)| *code) {
@@ -2524,7 +2649,7 @@ impl<'r> Facts<'r> {
                     ));
                 }
             } else if let Some((value, unit)) = stated_number(stated)
-                && let Some(why) = self.default_differs(name, value, unit)
+                && let Some(why) = self.default_differs(name, value, unit, function)
             {
                 failures.push(format!("`{name}`: {why}"));
             }
@@ -2875,7 +3000,11 @@ fn claims_fixture() -> Repo {
         ),
         (
             "crates/store/src/config.rs",
-            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n    let t = env.parse_or(\"SHARD_CACHE_TTL_SECS\", 60, \"s\")?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+        ),
+        (
+            "crates/query/src/config.rs",
+            "fn read() {\n    let ttl = number(\"SHARD_CACHE_TTL_SECS\", 5)?;\n}\n",
         ),
         (
             "template.yaml",
@@ -2981,6 +3110,35 @@ fn a_default_the_code_does_not_have_fails() {
     // A term of a sum, a value the code does not write down, a unit that converts.
     let fine = "A margin (`CACHE_TTL_SECS` + `MAX_FUTURE_SECS` = 365 s); `QUERY_MAX_QUERIES`\n\
                 (2,000); `CACHE_TTL_SECS` (1 min); `FANOUT_MAX` = 32.\n";
+    assert_eq!(claims_of(fine), Vec::<String>::new());
+}
+
+#[test]
+fn a_default_of_another_function_fails() {
+    let doc = "The query caches shard metadata (`SHARD_CACHE_TTL_SECS`, 60 s).\n\n\
+               The ingest trusts its cache (`SHARD_CACHE_TTL_SECS`, 5 s).\n\n\
+               A cache (`SHARD_CACHE_TTL_SECS`, 5 s) somewhere.\n\n\
+               | variable | function | default |\n|---|---|---|\n\
+               | `SHARD_CACHE_TTL_SECS` | query | 60 s |\n\
+               | `SHARD_CACHE_TTL_SECS` | sealer | 5 s |\n";
+    let failures = claims_of(doc);
+    assert_eq!(
+        failures,
+        [
+            "docs/page.md:1: `SHARD_CACHE_TTL_SECS`: the text states 60 s for the query, and the default the query reads it with is 5",
+            "docs/page.md:3: `SHARD_CACHE_TTL_SECS`: the text states 5 s for the ingest, and the default the ingest reads it with is 60",
+            "docs/page.md:5: `SHARD_CACHE_TTL_SECS`: the text states 5 s and names no function, and each function reads it with a default of its own: 5 (query), 60 (ingest)",
+            "docs/page.md:9: `SHARD_CACHE_TTL_SECS`: the text states 60 s for the query, and the default the query reads it with is 5",
+            "docs/page.md:10: `SHARD_CACHE_TTL_SECS`: the text states 5 s for the sealer, which does not read it: 5 (query), 60 (ingest)",
+        ],
+        "{failures:#?}"
+    );
+    // Each function's own default, in a sentence, a row or beside a writer.
+    let fine = "The query caches shard metadata (`SHARD_CACHE_TTL_SECS`, 5 s); a writer's\n\
+                cache (`SHARD_CACHE_TTL_SECS`, 1 min).\n\n\
+                | variable | function | default |\n|---|---|---|\n\
+                | `SHARD_CACHE_TTL_SECS` | ingest | 60 s |\n\
+                | `SHARD_CACHE_TTL_SECS` | query | `5` |\n";
     assert_eq!(claims_of(fine), Vec::<String>::new());
 }
 
