@@ -1,7 +1,8 @@
 //! Tidy: every path and symbol that ARCHITECTURE.md, README.md and the pages under
 //! docs/ name in backticks exists, the claims they make that the code can answer are
-//! true, no text of the repository cites a document kept outside it, and two rules of
-//! the code base hold (the length of a source file; one home for each shared rule).
+//! true, no text of the repository cites a document kept outside it, and three rules of
+//! the code base hold (the length of a source file; one home for each shared rule; no
+//! copy by value of a rule's constant, [`BY_VALUE`]).
 //!
 //! The checks are pure functions over text and a [`Repo`] (every file's path, and the
 //! text of the files they read), so the unit tests at the end run the same checks on
@@ -42,7 +43,10 @@
 //!   `NAME` = 30, (`NAME`, 5 s)), or in a table's default column, is the default the
 //!   code reads the variable with (or the constant's value), or the template's
 //!   `Default`, units of time converted; a default the code does not write down as a
-//!   number is not checked;
+//!   number is not checked; a variable read with a different default by each function
+//!   (`SHARD_CACHE_TTL_SECS`: the ingest's 60 s, the query's 5 s) is held to the default
+//!   of the function the passage names nearest it (see [`FUNCTIONS`]), and a default
+//!   stated for it in a passage that names no function fails;
 //! - README.md has at most [`README_MAX_LINES`] lines.
 //!
 //! Placeholders (`{s}#{bucket}`, `<id>`, `...`), numbers, flags, URLs, HTTP paths,
@@ -1893,6 +1897,17 @@ const ONE_HOME: &[OneHome] = &[
         kinds: CONST,
         optional: true,
     },
+    // SQS's most entries of a batch call, and its message size.
+    OneHome {
+        names: &["MAX_BATCH_ENTRIES"],
+        kinds: CONST,
+        optional: false,
+    },
+    OneHome {
+        names: &["MAX_MESSAGE_BYTES"],
+        kinds: CONST,
+        optional: false,
+    },
     // Finding the repository's root.
     OneHome {
         names: &["repo_root", "find_root"],
@@ -1937,6 +1952,247 @@ pub(crate) fn check_one_home(repo: &Repo) -> Vec<String> {
                     "{home}: one of {} definitions of `{names}` (a {kinds}); the rule has one home",
                     homes.len()
                 ));
+            }
+        }
+    }
+    failures
+}
+
+// ---------------------------------------------------------------------------------------
+// Rules copied by value: a constant's number written again where the constant is meant.
+
+/// A rule defined once as a constant: the numbers (and expressions) that write its value,
+/// and the words that make one of them a copy of the rule rather than another number of
+/// the same value (`1000.0` turning seconds into milliseconds is no partition's limit).
+#[derive(Debug)]
+struct ByValue {
+    /// The constant, as code names it.
+    constant: &'static str,
+    /// The file that defines it.
+    home: &'static str,
+    /// Its value, as any number literal writes it (`1_000`, `1000.0`, `1000u32`).
+    value: f64,
+    /// Expressions of its value (spaces removed).
+    expressions: &'static [&'static str],
+    /// Words or phrases of its line, the line above it (and the comments and attributes
+    /// above that), or the line after an attribute, one of which makes the number a copy.
+    context: &'static [&'static str],
+}
+
+/// The rules no source of crates/*/src or xtask/src writes by value, tests aside.
+const BY_VALUE: &[ByValue] = &[
+    ByValue {
+        constant: "sharding::key::MAX_ID_LEN",
+        home: "crates/sharding/src/key.rs",
+        value: 128.0,
+        expressions: &[],
+        context: &["id", "ids", "thing", "characters", "chars"],
+    },
+    ByValue {
+        constant: "sharding::capacity::PARTITION_WCU",
+        home: "crates/sharding/src/capacity.rs",
+        value: 1000.0,
+        expressions: &[],
+        context: &[
+            "wcu",
+            "partition",
+            "write unit",
+            "write units",
+            "write capacity",
+        ],
+    },
+    ByValue {
+        constant: "store::queue::MAX_BATCH_ENTRIES",
+        home: "crates/store/src/queue.rs",
+        value: 10.0,
+        expressions: &[],
+        context: &[
+            "entries",
+            "sendmessagebatch",
+            "deletemessagebatch",
+            "changemessagevisibilitybatch",
+            "receivemessage",
+            "max number of messages",
+        ],
+    },
+    ByValue {
+        constant: "store::queue::MAX_MESSAGE_BYTES",
+        home: "crates/store/src/queue.rs",
+        value: 262_144.0,
+        expressions: &["256*1024"],
+        context: &["message", "messages", "sqs", "payload"],
+    },
+];
+
+/// The places that write a rule's value on purpose: (file, constant, why).
+const BY_VALUE_ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "crates/capacity-proxy/src/main.rs",
+        "sharding::capacity::PARTITION_WCU",
+        "the stand-in for DynamoDB states DynamoDB's own per-key limit as its default; it \
+         depends on no crate of the workspace, so it models the service, not our code",
+    ),
+    (
+        "crates/capacity-proxy/src/capacity.rs",
+        "sharding::capacity::PARTITION_WCU",
+        "the stand-in's `Limits::default`, DynamoDB's per-key limit (as above)",
+    ),
+    (
+        "xtask/src/local.rs",
+        "sharding::capacity::PARTITION_WCU",
+        "xtask depends on no crate of the workspace; its `--key-wcu` default is the \
+         stand-in's, passed on to it",
+    ),
+];
+
+/// The number literals of `text` (a line of code, or a string's contents): each one's
+/// byte offset, as written, and its value. Hex, octal, binary and exponents are no
+/// rule's value and are skipped.
+fn number_literals(text: &str) -> Vec<(usize, &str, f64)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = b[i].is_ascii_digit()
+            && (i == 0
+                || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
+            i += 1;
+        }
+        let mut digits_end = i;
+        if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+            i += 1;
+            while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'_') {
+                i += 1;
+            }
+            digits_end = i;
+        }
+        let suffix_start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        let suffix = &text[suffix_start..i];
+        let plain = suffix.is_empty()
+            || [
+                "u8", "u16", "u32", "u64", "u128", "usize", "i32", "i64", "isize", "f32", "f64",
+            ]
+            .contains(&suffix);
+        if plain && let Ok(value) = text[start..digits_end].replace('_', "").parse::<f64>() {
+            out.push((start, &text[start..i], value));
+        }
+    }
+    out
+}
+
+/// `context`'s words (lower case, runs of letters and digits) hold `term`'s.
+fn says(context: &str, term: &str) -> bool {
+    let words = |s: &str| -> String {
+        let joined: Vec<String> = s
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        format!(" {} ", joined.join(" "))
+    };
+    words(context).contains(&words(term))
+}
+
+/// The text a number on line `n` (1-based) of `lines` is read in: the line, the line
+/// above it with the comments and attributes right above that, and the line after it
+/// when it is an attribute.
+fn context_of(lines: &[&str], n: usize) -> String {
+    let mut out = vec![lines[n - 1]];
+    if n >= 2 {
+        out.push(lines[n - 2]);
+    }
+    let mut k = n.saturating_sub(2);
+    while k > 0 {
+        let above = lines[k - 1].trim_start();
+        if !(above.starts_with("//") || above.starts_with("#[")) {
+            break;
+        }
+        out.push(above);
+        k -= 1;
+    }
+    if lines[n - 1].trim_start().starts_with("#[")
+        && let Some(next) = lines.get(n)
+    {
+        out.push(next);
+    }
+    out.join("\n")
+}
+
+/// Each number or expression in the code or strings of a non-test source of crates/*/src
+/// or xtask/src that writes a rule of [`BY_VALUE`] by value, outside the rule's
+/// definition and the places [`BY_VALUE_ALLOWED`] lists.
+pub(crate) fn check_by_value(repo: &Repo) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (path, text) in repo.texts() {
+        if !is_crate_src(path) || extension(path) != "rs" {
+            continue;
+        }
+        let counted: BTreeSet<usize> = counted_lines(text).into_iter().collect();
+        let lines: Vec<&str> = text.lines().collect();
+        let lexed = lex(text);
+        // (line, literal as written, its value or None for an expression)
+        let mut found: Vec<(usize, String, Option<f64>)> = Vec::new();
+        for (i, line) in lexed.code.lines().enumerate() {
+            for (_, written, value) in number_literals(line) {
+                found.push((i + 1, written.to_owned(), Some(value)));
+            }
+            let squeezed: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+            for rule in BY_VALUE {
+                for e in rule.expressions {
+                    let copies = squeezed.match_indices(e).any(|(at, _)| {
+                        let before = squeezed[..at].chars().next_back();
+                        let after = squeezed[at + e.len()..].chars().next();
+                        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                            && !matches!(after, Some('*' | '/') | Some('0'..='9'))
+                    });
+                    if copies {
+                        found.push((i + 1, (*e).to_owned(), None));
+                    }
+                }
+            }
+        }
+        for (first, contents) in &lexed.strings {
+            for (at, written, value) in number_literals(contents) {
+                let line = first + contents[..at].matches('\n').count();
+                found.push((line, written.to_owned(), Some(value)));
+            }
+        }
+        found.sort_by_key(|(line, ..)| *line);
+        for (line, written, value) in found {
+            if !counted.contains(&line) || line > lines.len() {
+                continue;
+            }
+            let context = context_of(&lines, line);
+            for rule in BY_VALUE {
+                let name = rule.constant.rsplit("::").next().unwrap_or(rule.constant);
+                let same = match value {
+                    Some(v) => (v - rule.value).abs() < 1e-9,
+                    None => rule.expressions.contains(&written.as_str()),
+                };
+                let Some(word) = rule.context.iter().find(|w| says(&context, w)) else {
+                    continue;
+                };
+                let home = path == rule.home && lines[line - 1].contains(&format!("const {name}:"));
+                let allowed = BY_VALUE_ALLOWED
+                    .iter()
+                    .any(|(p, c, _)| *p == path && *c == rule.constant);
+                if same && !home && !allowed {
+                    failures.push(format!(
+                        "{path}:{line}: `{written}` is `{}` ({}) written by value (its line \
+                         says \"{word}\"); name the constant, or list the place in \
+                         BY_VALUE_ALLOWED with why",
+                        rule.constant, rule.value
+                    ));
+                }
             }
         }
     }
@@ -2065,12 +2321,86 @@ fn in_own_unit(name: &str, value: f64, unit: &str) -> Option<f64> {
     }
 }
 
+/// A Lambda function, as documents name it, and the sources that read its variables.
+#[derive(Debug)]
+struct Function {
+    name: &'static str,
+    /// The words of prose that name it.
+    words: &'static [&'static str],
+    /// The files or directories whose reads of a variable are its.
+    sources: &'static [&'static str],
+}
+
+/// The functions a variable may have a default of its own in. The writers' settings
+/// (crates/store/src/config.rs) are the ingest's.
+const FUNCTIONS: &[Function] = &[
+    Function {
+        name: "ingest",
+        words: &["ingest", "writer", "writers"],
+        sources: &["crates/ingest/src", "crates/store/src/config.rs"],
+    },
+    Function {
+        name: "query",
+        words: &["query", "reader", "readers"],
+        sources: &["crates/query/src"],
+    },
+    Function {
+        name: "sealer",
+        words: &["sealer"],
+        sources: &["crates/sealer/src"],
+    },
+];
+
+/// The function whose sources hold `path`, if any.
+fn function_of(path: &str) -> Option<&'static str> {
+    FUNCTIONS
+        .iter()
+        .find(|f| f.sources.iter().any(|s| under(path, s)))
+        .map(|f| f.name)
+}
+
+/// The function the prose of `segs` names nearest the code span `i`: the last one named
+/// before it, else the first after it.
+fn function_near(segs: &[(bool, &str)], i: usize) -> Option<&'static str> {
+    let named = |text: &str| -> Vec<&'static str> {
+        text.split(|c: char| !c.is_ascii_alphanumeric())
+            .filter_map(|word| {
+                let word = word.to_ascii_lowercase();
+                FUNCTIONS
+                    .iter()
+                    .find(|f| f.words.contains(&word.as_str()))
+                    .map(|f| f.name)
+            })
+            .collect()
+    };
+    let prose = |k: &usize| !segs[*k].0;
+    (0..i)
+        .rev()
+        .filter(prose)
+        .find_map(|k| named(segs[k].1).last().copied())
+        .or_else(|| {
+            (i + 1..segs.len())
+                .filter(prose)
+                .find_map(|k| named(segs[k].1).first().copied())
+        })
+}
+
+/// A default the code reads a variable with (or a constant's value), and the function
+/// whose source reads it.
+#[derive(Debug, Clone, Copy)]
+struct CodeDefault {
+    value: f64,
+    function: Option<&'static str>,
+}
+
 /// The default of each environment variable the code reads with a number written where
 /// it is read (`parse_or("FANOUT_MAX", 32, ..)`, `number("QUERY_CONCURRENCY", 32)`),
-/// and of each constant whose value is a number: name to the values found.
-fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
-    let mut found: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for (_, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
+/// and of each constant whose value is a number: name to the values found, each with
+/// the function that reads it.
+fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<CodeDefault>> {
+    let mut found: BTreeMap<String, Vec<CodeDefault>> = BTreeMap::new();
+    for (path, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
+        let function = function_of(path);
         // `"NAME", 123`: a variable read with its default beside it.
         for (at, _) in text.match_indices('"') {
             let rest = &text[at + 1..];
@@ -2093,7 +2423,10 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
             if literal.starts_with(|c: char| c.is_ascii_digit())
                 && let Ok(value) = literal.replace('_', "").parse::<f64>()
             {
-                found.entry(name.to_owned()).or_default().push(value);
+                found
+                    .entry(name.to_owned())
+                    .or_default()
+                    .push(CodeDefault { value, function });
             }
         }
         // `const NAME: T = 123;`
@@ -2116,7 +2449,10 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<f64>> {
             if is_screaming(name.trim())
                 && let Ok(value) = value.parse::<f64>()
             {
-                found.entry(name.trim().to_owned()).or_default().push(value);
+                found
+                    .entry(name.trim().to_owned())
+                    .or_default()
+                    .push(CodeDefault { value, function });
             }
         }
     }
@@ -2163,7 +2499,7 @@ fn binary_commands(main: &str) -> BTreeSet<String> {
 #[derive(Debug)]
 pub(crate) struct Facts<'r> {
     repo: &'r Repo,
-    code_defaults: BTreeMap<String, Vec<f64>>,
+    code_defaults: BTreeMap<String, Vec<CodeDefault>>,
     template_defaults: BTreeMap<String, String>,
     fuzz_targets: BTreeSet<String>,
     events: BTreeSet<String>,
@@ -2429,33 +2765,72 @@ impl<'r> Facts<'r> {
             let Some((value, unit)) = stated.and_then(stated_number) else {
                 continue;
             };
-            if let Some(why) = self.default_differs(name, value, unit) {
+            let function = function_near(&segs, i);
+            if let Some(why) = self.default_differs(name, value, unit, function) {
                 failures.push(format!("`{name}`: {why}"));
             }
         }
         failures
     }
 
-    /// Why `value` (in `unit`) is not the default of `name`, if the code says.
-    fn default_differs(&self, name: &str, value: f64, unit: &str) -> Option<String> {
+    /// Why `value` (in `unit`) is not the default of `name`, if the code says: the
+    /// default of `function` (the function the passage names) when each function reads
+    /// the variable with a default of its own.
+    fn default_differs(
+        &self,
+        name: &str,
+        value: f64,
+        unit: &str,
+        function: Option<&str>,
+    ) -> Option<String> {
         if is_screaming(name) {
             let defaults = self.code_defaults.get(name)?;
             let stated = in_own_unit(name, value, unit)?;
-            let equal = |d: &f64| (d - stated).abs() <= 1e-9 * d.abs().max(1.0);
-            return (!defaults.iter().any(equal)).then(|| {
-                format!(
-                    "the text states {value}{}, and the default the code reads it with is {}",
-                    if unit.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {unit}")
-                    },
-                    defaults
-                        .iter()
-                        .map(f64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                )
+            let equal = |d: f64| (d - stated).abs() <= 1e-9 * d.abs().max(1.0);
+            let states = format!(
+                "the text states {value}{}",
+                if unit.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {unit}")
+                }
+            );
+            let first = defaults.first()?.value;
+            let per_function = defaults.iter().any(|d| d.value != first);
+            if !per_function {
+                return (!equal(first)).then(|| {
+                    format!("{states}, and the default the code reads it with is {first}")
+                });
+            }
+            let each = defaults
+                .iter()
+                .map(|d| format!("{} ({})", d.value, d.function.unwrap_or("elsewhere")))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let Some(function) = function else {
+                return Some(format!(
+                    "{states} and names no function, and each function reads it with a \
+                     default of its own: {each}"
+                ));
+            };
+            let its: Vec<f64> = defaults
+                .iter()
+                .filter(|d| d.function == Some(function))
+                .map(|d| d.value)
+                .collect();
+            return (!its.iter().any(|d| equal(*d))).then(|| {
+                if its.is_empty() {
+                    format!("{states} for the {function}, which does not read it: {each}")
+                } else {
+                    format!(
+                        "{states} for the {function}, and the default the {function} reads it \
+                         with is {}",
+                        its.iter()
+                            .map(f64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    )
+                }
             });
         }
         let default = self.template_defaults.get(name)?;
@@ -2503,6 +2878,9 @@ impl<'r> Facts<'r> {
             .into_iter()
             .filter_map(|(code, s)| code.then_some(s))
             .collect();
+        // The function the row names (in a cell of its own, or its description).
+        let row_segments = segments(block);
+        let function = function_near(&row_segments, 0);
         let defaults: Vec<String> = defaults
             .split(", ")
             .map(|d| match segments(d).into_iter().find(|(code, _)| *code) {
@@ -2524,7 +2902,7 @@ impl<'r> Facts<'r> {
                     ));
                 }
             } else if let Some((value, unit)) = stated_number(stated)
-                && let Some(why) = self.default_differs(name, value, unit)
+                && let Some(why) = self.default_differs(name, value, unit, function)
             {
                 failures.push(format!("`{name}`: {why}"));
             }
@@ -2659,6 +3037,11 @@ fn source_files_stay_short() {
 #[test]
 fn each_shared_rule_has_one_home() {
     report("rules defined once", &check_one_home(&workspace()));
+}
+
+#[test]
+fn no_rule_is_copied_by_value() {
+    report("rules copied by value", &check_by_value(&workspace()));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2875,7 +3258,11 @@ fn claims_fixture() -> Repo {
         ),
         (
             "crates/store/src/config.rs",
-            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n    let t = env.parse_or(\"SHARD_CACHE_TTL_SECS\", 60, \"s\")?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+        ),
+        (
+            "crates/query/src/config.rs",
+            "fn read() {\n    let ttl = number(\"SHARD_CACHE_TTL_SECS\", 5)?;\n}\n",
         ),
         (
             "template.yaml",
@@ -2985,6 +3372,35 @@ fn a_default_the_code_does_not_have_fails() {
 }
 
 #[test]
+fn a_default_of_another_function_fails() {
+    let doc = "The query caches shard metadata (`SHARD_CACHE_TTL_SECS`, 60 s).\n\n\
+               The ingest trusts its cache (`SHARD_CACHE_TTL_SECS`, 5 s).\n\n\
+               A cache (`SHARD_CACHE_TTL_SECS`, 5 s) somewhere.\n\n\
+               | variable | function | default |\n|---|---|---|\n\
+               | `SHARD_CACHE_TTL_SECS` | query | 60 s |\n\
+               | `SHARD_CACHE_TTL_SECS` | sealer | 5 s |\n";
+    let failures = claims_of(doc);
+    assert_eq!(
+        failures,
+        [
+            "docs/page.md:1: `SHARD_CACHE_TTL_SECS`: the text states 60 s for the query, and the default the query reads it with is 5",
+            "docs/page.md:3: `SHARD_CACHE_TTL_SECS`: the text states 5 s for the ingest, and the default the ingest reads it with is 60",
+            "docs/page.md:5: `SHARD_CACHE_TTL_SECS`: the text states 5 s and names no function, and each function reads it with a default of its own: 5 (query), 60 (ingest)",
+            "docs/page.md:9: `SHARD_CACHE_TTL_SECS`: the text states 60 s for the query, and the default the query reads it with is 5",
+            "docs/page.md:10: `SHARD_CACHE_TTL_SECS`: the text states 5 s for the sealer, which does not read it: 5 (query), 60 (ingest)",
+        ],
+        "{failures:#?}"
+    );
+    // Each function's own default, in a sentence, a row or beside a writer.
+    let fine = "The query caches shard metadata (`SHARD_CACHE_TTL_SECS`, 5 s); a writer's\n\
+                cache (`SHARD_CACHE_TTL_SECS`, 1 min).\n\n\
+                | variable | function | default |\n|---|---|---|\n\
+                | `SHARD_CACHE_TTL_SECS` | ingest | 60 s |\n\
+                | `SHARD_CACHE_TTL_SECS` | query | `5` |\n";
+    assert_eq!(claims_of(fine), Vec::<String>::new());
+}
+
+#[test]
 fn a_readme_over_its_limit_fails() {
     let mut repo = claims_fixture();
     repo.add("README.md", Some("# Shardline\n".repeat(README_MAX_LINES)));
@@ -3079,6 +3495,10 @@ fn a_second_home_of_a_rule_fails() {
             "crates/stand-in/src/root.rs",
             "pub fn repo_root() {}\nfn uses() { let PK = 1; }\n",
         ),
+        (
+            "crates/store/src/queue.rs",
+            "pub const MAX_BATCH_ENTRIES: usize = 10;\npub const MAX_MESSAGE_BYTES: usize = 262_144;\n",
+        ),
     ]);
     let failures = check_one_home(&repo);
     assert_eq!(
@@ -3088,6 +3508,63 @@ fn a_second_home_of_a_rule_fails() {
             "crates/shardline/src/audit.rs:1: `PARTITION_WCU`: one of 2 definitions of `PARTITION_WCU` (a const or static); the rule has one home",
         ]
     );
+}
+
+#[test]
+fn a_rule_copied_by_value_fails() {
+    let repo = Repo::from_files(&[
+        (
+            "crates/sharding/src/key.rs",
+            "/// The longest id.\npub const MAX_ID_LEN: usize = 128;\n",
+        ),
+        (
+            "crates/store/src/queue.rs",
+            "pub const MAX_MESSAGE_BYTES: usize = 262_144;\npub const MAX_BATCH_ENTRIES: usize = 10;\n",
+        ),
+        (
+            "crates/shardline/src/gen.rs",
+            "fn is_id(s: &str) -> bool {\n    (1..=128).contains(&s.len())\n}\n\
+             /// Most entries of one `DeleteMessageBatch`.\nconst MAX_DELETE: usize = 10;\n\
+             fn why() -> &'static str { \"a thing name of 1 to 128 characters\" }\n\
+             /// Lambda's payload less one message.\nconst FULL: usize = 6 * 1024 * 1024 - 256 * 1024;\n\
+             fn limit() {\n    let key_wcu = 1_000.0;\n}\n",
+        ),
+        (
+            "crates/shardline/src/fine.rs",
+            "/// The largest block, well under an item.\npub const MAX_BLOCK_BYTES: u32 = 256 * 1024;\n\
+             fn ms(s: f64) -> f64 { s * 1000.0 }\nconst RETRIES: u32 = 10;\n\
+             fn wcu() -> f64 { sharding::capacity::PARTITION_WCU }\n\
+             #[cfg(test)]\nmod tests {\n    const ID: usize = 128;\n    fn id() -> String { \"a\".repeat(128) }\n}\n",
+        ),
+        (
+            "crates/capacity-proxy/src/main.rs",
+            "/// WCU per second per partition key value.\n#[arg(long, default_value_t = 1000.0)]\nkey_wcu: f64,\n",
+        ),
+    ]);
+    let failures = check_by_value(&repo);
+    let places: Vec<&str> = failures
+        .iter()
+        .map(|f| f.split(": ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        places,
+        [
+            "crates/shardline/src/gen.rs:2",
+            "crates/shardline/src/gen.rs:5",
+            "crates/shardline/src/gen.rs:6",
+            "crates/shardline/src/gen.rs:8",
+            "crates/shardline/src/gen.rs:10",
+        ],
+        "{failures:#?}"
+    );
+    assert!(
+        failures[0].ends_with(
+            "`128` is `sharding::key::MAX_ID_LEN` (128) written by value (its line says \"id\"); \
+             name the constant, or list the place in BY_VALUE_ALLOWED with why"
+        ),
+        "{failures:#?}"
+    );
+    assert!(failures[3].contains("`256*1024` is `store::queue::MAX_MESSAGE_BYTES`"));
 }
 
 #[test]

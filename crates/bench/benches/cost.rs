@@ -1,7 +1,9 @@
 //! Item 5: CPU cost per reading of the ingest path without I/O: parse and validate the
 //! message body, compute the key, marshal the item (the typed encoder) and size it; the
-//! same marshal through `serde_dynamo` beside it. Under the allocator the ingest binary
-//! links (`ingest::Allocator`), so these are the figures held to the goal;
+//! same marshal through `serde_dynamo` beside it, and a fixed reference workload in the
+//! same run, which the report gives the path's figures as ratios to. Under the
+//! allocator the ingest binary links (`ingest::Allocator`), so these are the figures
+//! held to the goal;
 //! `cost_system.rs` runs the same under the system allocator and counts allocations.
 //! Run by `cargo xtask bench`; prints figures, asserts nothing.
 

@@ -30,7 +30,7 @@ use crate::report::Results;
 use crate::spread::{DEVICES, GLOBAL_WPS, HOT, HOT_WPS, Zipf};
 
 /// DynamoDB's write limit of one partition key, WCU/s (1 KB readings: one WCU each).
-const KEY_WCU: usize = 1_000;
+const KEY_WCU: usize = sharding::capacity::PARTITION_WCU as usize;
 /// The ingest's share of a throttled key's writes that makes a device one of its owners.
 const OWNER_SHARE: usize = 10;
 /// Seconds at the end over which busiest/mean is taken.

@@ -46,7 +46,7 @@ const BATCH_WINDOW: Duration = Duration::from_secs(1);
 const CONCURRENCY: usize = 20;
 
 /// DynamoDB's write limit of one partition key, WCU/s.
-const KEY_WCU: u32 = 1_000;
+const KEY_WCU: u32 = sharding::capacity::PARTITION_WCU as u32;
 /// The template's RAISE_AHEAD_WCU default, as a share of [`KEY_WCU`].
 const KEY_RATE_SHARE: f64 = 0.1;
 

@@ -23,7 +23,7 @@ pub struct Config {
     /// `TABLE_NAME`: the readings table.
     pub table_name: String,
     /// The shard directory's settings every writer shares: `SHARD_TABLE_NAME`,
-    /// `MAX_FUTURE_SECS`, the layout, `CACHE_TTL_SECS` and the fan-out policy
+    /// `MAX_FUTURE_SECS`, the layout, `SHARD_CACHE_TTL_SECS` and the fan-out policy
     /// ([`WriterSettings::parse`] lists the variables).
     pub shards: WriterSettings,
     /// `DLQ_URL`: where permanently refused messages go.

@@ -167,7 +167,7 @@ impl Config {
     /// | `MAX_STATS_BUCKETS` | `10000` | most buckets in one stats answer |
     /// | `QUERY_CONCURRENCY` | `32` | most Queries in flight per request |
     /// | `MAX_BUFFERED_READINGS` | `200000` | most readings an all-devices read may sort in memory |
-    /// | `SHARD_CACHE_TTL_SECS` | `5` | reuse of shard metadata: a reading written under a raise newer than this cache may be missed for this long |
+    /// | `SHARD_CACHE_TTL_SECS` | `5` | reuse of shard metadata: a reading written under a raise newer than this cache may be missed for this long (the variable the writers read with their own default, 60) |
     /// | `STATS_MAX_READINGS` | `100000` | readings a stats page aggregates before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `STATS_MAX_SECS` | `3` | seconds a stats page reads before it ends at the next bucket boundary (at most twice this inside one bucket) |
     /// | `READ_SCOPE_CLAIM` | empty | the JWT claim that lists the devices a caller may read (`crate::scope`); empty: every caller reads every device (IAM auth) |

@@ -24,7 +24,7 @@ use crate::common::nz;
 /// 2026-06-22T00:00:00Z
 const T0: i64 = 1_782_086_400_000;
 const ENTITY: &str = "sensor-alpha-001";
-/// The template's defaults for CACHE_TTL_SECS and MAX_FUTURE_SECS, and its fan-out
+/// The template's defaults for SHARD_CACHE_TTL_SECS and MAX_FUTURE_SECS, and its fan-out
 /// policy but for the key rate (`RAISE_AHEAD_WCU` 500 here, 100 by default).
 const CACHE_TTL_MS: i64 = 60_000;
 const MAX_FUTURE_MS: i64 = 300_000;

@@ -217,7 +217,7 @@ fn dashboard_holds(report: &demo::DemoReport, text: &str) -> Result<()> {
 }
 
 /// Run 2 leaves the hot device to the ingest's raises, with the production fan-out
-/// settings (CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, PROPAGATION_SLACK_SECS 5,
+/// settings (SHARD_CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, PROPAGATION_SLACK_SECS 5,
 /// FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1), writing an item a reading
 /// (`shardline-local demo --no-blocks`, a table created before blocks): packed into
 /// blocks, this hot device's 200 readings a second in messages of 5 take a few write

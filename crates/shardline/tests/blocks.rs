@@ -64,7 +64,7 @@ async fn switches_blocks_by_an_epoch_after_the_margin_once() -> Result<()> {
         Some(60_000),
         "{history:?}"
     );
-    // In force after the margin (CACHE_TTL_SECS + MAX_FUTURE_SECS + slack: 365 s).
+    // In force after the margin (SHARD_CACHE_TTL_SECS + MAX_FUTURE_SECS + slack: 365 s).
     let now = store::clock::wall_clock()?;
     assert!(epochs[1].effective_from > now.saturating_add(std::time::Duration::from_secs(300)));
 

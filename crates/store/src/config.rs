@@ -22,6 +22,48 @@ use crate::directory::DirectoryConfig;
 /// for a device's newest reading looks no further ahead of its own clock than this.
 pub const DEFAULT_MAX_FUTURE_SECS: u64 = 300;
 
+/// The writers' variables renamed, each `(name, old name)`: the old name is still read
+/// for one release. `SHARD_CACHE_TTL_SECS` is the one name of the shard-metadata cache's
+/// TTL in every function that caches shard metadata, each with its own default (the
+/// writers' 60 s here, the query's 5 s in `query::config`, which always read this
+/// name); the writers read it as `CACHE_TTL_SECS` before.
+pub const RENAMED: &[(&str, &str)] = &[("SHARD_CACHE_TTL_SECS", "CACHE_TTL_SECS")];
+
+/// `name`'s value from `get`, and for a renamed variable set only under its old name,
+/// the old one's with that old name (the new name wins when both are set). Blank counts
+/// as unset.
+pub fn renamed_value(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &str,
+) -> (Option<String>, Option<&'static str>) {
+    let set = |n: &str| get(n).filter(|v| !v.trim().is_empty());
+    if let Some(value) = set(name) {
+        return (Some(value), None);
+    }
+    let old = RENAMED
+        .iter()
+        .find(|(new, _)| *new == name)
+        .and_then(|(_, old)| Some((set(old)?, *old)));
+    match old {
+        Some((value, old)) => (Some(value), Some(old)),
+        None => (get(name), None),
+    }
+}
+
+/// `name`'s value as [`renamed_value`] finds it, with a warning naming the new name
+/// when only the old one is set: [`Vars`] reads every variable through this.
+fn lookup(get: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    let (value, old) = renamed_value(get, name);
+    if let Some(old) = old {
+        tracing::warn!(
+            variable = old,
+            renamed_to = name,
+            "{old} is read for one more release; set {name} instead"
+        );
+    }
+    value
+}
+
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -56,7 +98,7 @@ impl<F> std::fmt::Debug for Vars<F> {
 impl<F: Fn(&str) -> Option<String>> Vars<F> {
     /// The variable's value, if set and not blank.
     pub fn optional(&self, name: &str) -> Option<String> {
-        (self.0)(name).filter(|v| !v.trim().is_empty())
+        lookup(&self.0, name).filter(|v| !v.trim().is_empty())
     }
 
     /// The variable's value, or [`ConfigError::Missing`].
@@ -114,7 +156,8 @@ impl WriterSettings {
     ///   [`sharding::block::BlockLayout`]) and `BLOCK_WINDOW_SECS` (default 60, at most
     ///   3600: a block's span): the layout stored when the metadata table has none yet.
     ///   A stored layout is never changed by these.
-    /// - `CACHE_TTL_SECS` (default 60): how long shard metadata reads are trusted.
+    /// - `SHARD_CACHE_TTL_SECS` (default 60, the writers'; `CACHE_TTL_SECS` still read,
+    ///   [`RENAMED`]): how long shard metadata reads are trusted.
     /// - `RETENTION_DAYS` (default 30, the ingest's): how long the hot index's items are
     ///   kept after their hour.
     /// - `FANOUT_COOLDOWN_SECS` (default 2), `FANOUT_JITTER_SECS` (default 1),
@@ -123,7 +166,7 @@ impl WriterSettings {
     ///   units per second, default 100, 0 turns rate-driven raises off): dynamic fan-out. Raises take
     ///   effect at once (keys nest), so the cooldown only spaces the conditional updates
     ///   of racing writers; shrinks wait for the propagation margin
-    ///   `CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
+    ///   `SHARD_CACHE_TTL_SECS + MAX_FUTURE_SECS + PROPAGATION_SLACK_SECS`.
     pub fn parse<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Self, ConfigError> {
         let layout = parse_layout(env)?;
         let max_future = Duration::from_secs(env.parse_or(
@@ -131,7 +174,7 @@ impl WriterSettings {
             DEFAULT_MAX_FUTURE_SECS,
             "seconds",
         )?);
-        let cache_ttl = Duration::from_secs(env.parse_or("CACHE_TTL_SECS", 60, "seconds")?);
+        let cache_ttl = Duration::from_secs(env.parse_or("SHARD_CACHE_TTL_SECS", 60, "seconds")?);
         let slack = Duration::from_secs(env.parse_or("PROPAGATION_SLACK_SECS", 5, "seconds")?);
         let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 2, "seconds")?);
         let shrink_after =
@@ -139,7 +182,7 @@ impl WriterSettings {
         if shrink_after < cache_ttl {
             return Err(env.invalid(
                 "FANOUT_SHRINK_AFTER_SECS",
-                "must be at least CACHE_TTL_SECS (a quiet period shorter than a cache read \
+                "must be at least SHARD_CACHE_TTL_SECS (a quiet period shorter than a cache read \
                  cannot tell a quiet entity from a writer's stale view)",
             ));
         }
@@ -234,4 +277,59 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
         shards,
         blocks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn check(set: &[(&str, &str)], value: Option<&str>, old: Option<&str>) {
+        let map: HashMap<&str, &str> = set.iter().copied().collect();
+        let get = |name: &str| map.get(name).map(|v| (*v).to_owned());
+        let got = renamed_value(&get, "SHARD_CACHE_TTL_SECS");
+        assert_eq!((got.0.as_deref(), got.1), (value, old), "{set:?}");
+    }
+
+    #[test]
+    fn the_old_cache_ttl_name_is_read_until_the_new_one_is_set() {
+        check(&[], None, None);
+        check(&[("SHARD_CACHE_TTL_SECS", "7")], Some("7"), None);
+        check(
+            &[("CACHE_TTL_SECS", "30")],
+            Some("30"),
+            Some("CACHE_TTL_SECS"),
+        );
+        check(
+            &[("CACHE_TTL_SECS", "30"), ("SHARD_CACHE_TTL_SECS", "7")],
+            Some("7"),
+            None,
+        );
+        check(
+            &[("CACHE_TTL_SECS", "30"), ("SHARD_CACHE_TTL_SECS", " ")],
+            Some("30"),
+            Some("CACHE_TTL_SECS"),
+        );
+    }
+
+    #[test]
+    fn writers_read_either_name_with_their_own_default() {
+        let ttl = |set: &[(&str, &str)]| {
+            let map: HashMap<&str, &str> = set.iter().copied().collect();
+            let env = Vars(|name: &str| map.get(name).map(|v| (*v).to_owned()));
+            WriterSettings::parse(&env).map(|s| s.directory.cache_ttl.as_secs())
+        };
+        let table = ("SHARD_TABLE_NAME", "shards");
+        assert_eq!(ttl(&[table]), Ok(60));
+        assert_eq!(ttl(&[table, ("CACHE_TTL_SECS", "30")]), Ok(30));
+        assert_eq!(
+            ttl(&[
+                table,
+                ("CACHE_TTL_SECS", "30"),
+                ("SHARD_CACHE_TTL_SECS", "20")
+            ]),
+            Ok(20)
+        );
+    }
 }

@@ -254,7 +254,7 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
 /// Tuning of the directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DirectoryConfig {
-    /// How long a read of the metadata table is trusted (`CACHE_TTL_SECS`).
+    /// How long a read of the metadata table is trusted (`SHARD_CACHE_TTL_SECS`).
     pub cache_ttl: Duration,
     /// Cooldown, jitter, maximum, key rate, quiet period and propagation margin.
     pub policy: FanoutPolicy,

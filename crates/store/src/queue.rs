@@ -33,6 +33,9 @@ use sha2::{Digest, Sha256};
 
 /// SQS's most message attributes on one message.
 pub const MAX_ATTRIBUTES: usize = 10;
+/// SQS's most entries of one batch call (`SendMessageBatch`, `DeleteMessageBatch`,
+/// `ChangeMessageVisibilityBatch`) and messages of one `ReceiveMessage`.
+pub const MAX_BATCH_ENTRIES: usize = 10;
 /// The message size the ingest sends within, in bytes: the body plus every
 /// attribute's name, data type and value, as SQS counts them. 256 KiB, the smallest
 /// maximum of a queue created without `MaximumMessageSize` (older queues keep it).

@@ -8,11 +8,10 @@ use aws_sdk_sqs::types::{
 use aws_sdk_sqs::types::BatchResultErrorEntry;
 
 use crate::queue::{
-    Attributes, DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue, message_bytes,
+    Attributes, DeadLetter, Delay, MAX_BATCH_ENTRIES, MAX_DELAY_SECS, Queue, QueueError, Requeue,
+    message_bytes,
 };
 
-/// At most 10 entries per `SendMessageBatch`.
-const MAX_ENTRIES: usize = 10;
 /// Keep each `SendMessageBatch` request under SQS's 256 KiB payload limit.
 const MAX_BATCH_BYTES: usize = 200 * 1024;
 
@@ -111,7 +110,7 @@ fn groups(sizes: impl IntoIterator<Item = usize>) -> Vec<Vec<usize>> {
     let mut bytes = 0;
     for (i, size) in sizes.into_iter().enumerate() {
         match out.last_mut() {
-            Some(group) if group.len() < MAX_ENTRIES && bytes + size <= MAX_BATCH_BYTES => {
+            Some(group) if group.len() < MAX_BATCH_ENTRIES && bytes + size <= MAX_BATCH_BYTES => {
                 group.push(i);
                 bytes += size;
             }
@@ -182,7 +181,7 @@ impl Queue for SqsQueue {
         };
         let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); delays.len()];
         let indices: Vec<usize> = (0..delays.len()).collect();
-        for group in indices.chunks(MAX_ENTRIES) {
+        for group in indices.chunks(MAX_BATCH_ENTRIES) {
             let mut entries = Vec::with_capacity(group.len());
             for &i in group {
                 let entry = ChangeMessageVisibilityBatchRequestEntry::builder()

@@ -32,15 +32,18 @@ type Pass = fn(&Fixture) -> usize;
 
 /// The passes, each over the fixture's 1,000 readings: the whole path, then the same
 /// path by stage, each over what the stage before it produced (so the report can say
-/// where the time goes), and the marshal through `serde_dynamo` for the ratio in the
-/// same run. Each returns a sum of what it made, so nothing is optimised away.
-const PASSES: [(&str, Pass); 6] = [
+/// where the time goes), the marshal through `serde_dynamo` for the ratio in the same
+/// run, and a fixed reference workload that no change to the project changes, which
+/// the report gives the path's figures as ratios to. Each returns a sum of what it
+/// made, so nothing is optimised away.
+const PASSES: [(&str, Pass); 7] = [
     ("parse_validate_key_marshal", Fixture::whole_path),
     ("blocks_of_50", Fixture::blocks_of_50),
     ("parse_validate", Fixture::parse),
     ("key", Fixture::key),
     ("marshal_size", Fixture::marshal),
     ("marshal_size_serde_dynamo", Fixture::marshal_serde_dynamo),
+    ("reference", Fixture::reference),
 ];
 
 /// Times every pass in the criterion group `group`. With `count_allocations` (a pass
@@ -240,6 +243,24 @@ impl Fixture {
             .filter_map(|(r, key)| serde_dynamo_marshal(black_box(r), key, self.retention).ok())
             .map(|item| item_size(&item))
             .sum()
+    }
+
+    /// The reference workload: FNV-1a over the bytes of the 1,000 single-reading bodies,
+    /// four rounds. It calls no code of the project and allocates nothing, so only the
+    /// machine changes its time: measured in the same run as the path, it tells a slow
+    /// machine (both slower, their ratio kept) from a slower path (the ratio grows).
+    fn reference(&self) -> usize {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for round in 0..4u64 {
+            hash ^= round;
+            for body in &self.bodies {
+                for &byte in black_box(body.as_bytes()) {
+                    hash ^= u64::from(byte);
+                    hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+                }
+            }
+        }
+        hash as usize
     }
 }
 

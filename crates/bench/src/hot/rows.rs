@@ -249,7 +249,7 @@ pub(super) fn note(results: &mut Results, seconds: u64) {
              has at least 20 messages in it, and raises before keying; in batches of 10 no device \
              has 20 messages, and only key-range throttles raise. \
              into the capacity-proxy sink (no burst, no injected latency). Every fan-out setting \
-             is the template's default (CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, \
+             is the template's default (SHARD_CACHE_TTL_SECS 60, MAX_FUTURE_SECS 300, \
              PROPAGATION_SLACK_SECS 5, FANOUT_COOLDOWN_SECS 2, FANOUT_JITTER_SECS 1, FANOUT_MAX \
              32, FANOUT_SHRINK_AFTER_SECS 900). 2x runs at DynamoDB's 1,000 WCU/s per key and \
              RAISE_AHEAD_WCU 100 (the defaults); 20x at 20,000 readings/s is beyond what this \

@@ -53,7 +53,7 @@ impl Changes {
 
 /// The largest batch payload Lambda delivers (6 MB), less one message: a batch this
 /// large was cut by its size, not by its window.
-const FULL_PAYLOAD_BYTES: usize = 6 * 1024 * 1024 - 256 * 1024;
+const FULL_PAYLOAD_BYTES: usize = 6 * 1024 * 1024 - store::queue::MAX_MESSAGE_BYTES;
 
 /// How `records` arrived: the batching window, and the batch's span by SQS's clock when
 /// it was cut by its size (as many messages as the mapping's batch size, or a payload

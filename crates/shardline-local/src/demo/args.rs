@@ -67,7 +67,7 @@ pub struct DemoArgs {
     /// MAX_FUTURE_SECS of the ingest (the production default).
     #[arg(long, default_value_t = 300)]
     pub max_future_secs: u64,
-    /// CACHE_TTL_SECS of the ingest (the production default).
+    /// SHARD_CACHE_TTL_SECS of the ingest (the production default).
     #[arg(long, default_value_t = 60)]
     pub cache_ttl_secs: u64,
     /// FANOUT_COOLDOWN_SECS of the ingest (the production default).

@@ -19,7 +19,7 @@ const ITEM_OVERHEAD_BYTES: u64 = 120;
 pub struct IngestTuning {
     /// `MAX_FUTURE_SECS`.
     pub max_future_secs: u64,
-    /// `CACHE_TTL_SECS`.
+    /// `SHARD_CACHE_TTL_SECS`.
     pub cache_ttl_secs: u64,
     /// `FANOUT_COOLDOWN_SECS`.
     pub cooldown_secs: u64,
@@ -180,7 +180,7 @@ pub fn settings_text(s: &Scenario, plan: &CapacityPlan) -> String {
          N = {n} table shards, hot fan-out k = {k} expected (its sub-shards on base shards: each of its keys at \
          ~{mean:.0} of the table + ~{share:.0} of its own WCU/s).\n\
          Ingest settings of the demo (the production fan-out defaults are 300/60/5/2/1 s):\n  \
-         MAX_FUTURE_SECS={mf} CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
+         MAX_FUTURE_SECS={mf} SHARD_CACHE_TTL_SECS={ttl} PROPAGATION_SLACK_SECS={slack} FANOUT_COOLDOWN_SECS={cd} FANOUT_JITTER_SECS={jit} \
          RETRY_MAX_ATTEMPTS={retries} MAX_INFLIGHT={inflight} RAISE_AHEAD_WCU={key_rate}\n  \
          Fan-out keys nest, so a raise is in force the moment it is decided: to the k the measured rate needs at \
          RAISE_AHEAD_WCU write units/s per key (a tenth of the per-key limit, as the default 100 of 1,000 is), or the next \

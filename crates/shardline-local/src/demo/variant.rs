@@ -380,7 +380,7 @@ fn ingest_env(
     let mut env = EnvLookup::from_pairs(stack.env_pairs());
     for (k, v) in [
         ("MAX_FUTURE_SECS", t.max_future_secs.to_string()),
-        ("CACHE_TTL_SECS", t.cache_ttl_secs.to_string()),
+        ("SHARD_CACHE_TTL_SECS", t.cache_ttl_secs.to_string()),
         ("PROPAGATION_SLACK_SECS", t.slack_secs.to_string()),
         ("FANOUT_COOLDOWN_SECS", t.cooldown_secs.to_string()),
         ("FANOUT_JITTER_SECS", t.jitter_secs.to_string()),

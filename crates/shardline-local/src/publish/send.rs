@@ -12,14 +12,13 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
+use store::queue::MAX_BATCH_ENTRIES;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::generate::{Content, Malformation, Message, ReadingId, Tally};
 
-/// Entries per `SendMessageBatch`, and messages per `ReceiveMessage`: the SQS maximum.
-pub const MAX_BATCH_ENTRIES: usize = 10;
 /// Keep one request under SQS's 256 KiB payload limit.
 const MAX_BATCH_BYTES: usize = 200 * 1024;
 

@@ -9,11 +9,9 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use ingest::{Fate, Invocation, Report};
+use store::queue::MAX_BATCH_ENTRIES;
 
 use super::worker::Shared;
-
-/// Most entries of one `DeleteMessageBatch`.
-const MAX_DELETE: usize = 10;
 
 /// The Lambda event for `messages`, as the event source mapping builds it.
 pub fn sqs_event(messages: &[Message], queue_arn: &str, region: &str) -> SqsEvent {
@@ -185,7 +183,7 @@ async fn delete_settled(
 async fn delete<'a>(shared: &Shared, messages: &[&'a Message]) -> Vec<&'a Message> {
     let mut deleted = Vec::with_capacity(messages.len());
     let mut failures = 0;
-    for chunk in messages.chunks(MAX_DELETE) {
+    for chunk in messages.chunks(MAX_BATCH_ENTRIES) {
         let mut pending: Vec<(usize, &'a Message)> = chunk.iter().copied().enumerate().collect();
         for attempt in 0..3u32 {
             if pending.is_empty() {

@@ -85,7 +85,7 @@ pub async fn drain_dlq(
         let got = sqs
             .receive_message()
             .queue_url(url)
-            .max_number_of_messages(crate::publish::send::MAX_BATCH_ENTRIES as i32)
+            .max_number_of_messages(store::queue::MAX_BATCH_ENTRIES as i32)
             .wait_time_seconds(1)
             .visibility_timeout(3600)
             .message_attribute_names("All")

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use store::queue::MAX_BATCH_ENTRIES;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -17,9 +18,6 @@ use tokio::time::Instant;
 use super::invoke::invoke;
 use super::received::ReceivedLog;
 use super::{Service, Settings, Stats};
-
-/// Most messages one `ReceiveMessage` returns.
-const MAX_RECEIVE: usize = 10;
 
 /// Shared by the workers, the idle watch and the runner.
 pub(super) struct Shared {
@@ -119,7 +117,7 @@ async fn gather(shared: &Shared, stop: &watch::Receiver<bool>) -> Vec<Message> {
         if *stop.borrow() {
             return held;
         }
-        let want = (settings.batch_size - held.len()).min(MAX_RECEIVE);
+        let want = (settings.batch_size - held.len()).min(MAX_BATCH_ENTRIES);
         let wait = match window_end {
             None => settings.poll_wait_secs,
             Some(end) => {
@@ -133,7 +131,7 @@ async fn gather(shared: &Shared, stop: &watch::Receiver<bool>) -> Vec<Message> {
             .sqs
             .receive_message()
             .queue_url(&settings.queue_url)
-            .max_number_of_messages(i32::try_from(want).unwrap_or(10))
+            .max_number_of_messages(i32::try_from(want).unwrap_or(MAX_BATCH_ENTRIES as i32))
             .wait_time_seconds(wait)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")

@@ -187,7 +187,7 @@ fn write_child_env(
             // ten minutes (the cooldown must cover the propagation margin, so the
             // caches and the future skew shrink with it).
             ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
-            ("CACHE_TTL_SECS".to_owned(), "2".to_owned()),
+            ("SHARD_CACHE_TTL_SECS".to_owned(), "2".to_owned()),
             ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
             ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
             ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
