@@ -189,6 +189,23 @@ mod tests {
         assert_eq!(twice.open(body, &old), Err(Broken::Mismatch));
     }
 
+    /// The vector of docs/formats.md ("A dead letter"), computed there by another
+    /// implementation of HMAC-SHA256: the body and its seal.
+    #[test]
+    fn the_documented_vector_is_the_seal_of_its_body() {
+        let formats = include_str!("../../../docs/formats.md");
+        let start = formats
+            .find("<!-- seal-vector -->")
+            .expect("the seal vector of docs/formats.md");
+        let text = &formats[start..];
+        let open = text.find("```text\n").expect("a text fence") + "```text\n".len();
+        let mut lines = text[open..].lines();
+        let (body, seal) = (lines.next().expect("a body"), lines.next().expect("a seal"));
+        let k = keys(b"shardline-seal-vector-key-000001", None);
+        assert_eq!(k.seal(body), seal);
+        assert_eq!(k.open(body, seal), Ok(()));
+    }
+
     #[test]
     fn a_short_key_is_refused_and_a_key_is_never_printed() {
         assert!(SealKey::new(b"short".to_vec()).is_err());
