@@ -260,7 +260,7 @@ pub(crate) fn leave(settled: Settled, receipt: Receipt, policy: LeavePolicy) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use sharding::time::Timestamp;
@@ -275,7 +275,8 @@ mod tests {
         max_requeues: 3,
     };
 
-    fn reading(event: &str) -> Reading {
+    /// A reading of `dev-1` with event id `event` (the stage types' tests use it too).
+    pub(crate) fn reading(event: &str) -> Reading {
         Reading {
             device_id: "dev-1".to_owned(),
             event_id: event.to_owned(),

@@ -317,6 +317,17 @@ async fn s29_an_envelope_published_by_an_iam_or_cognito_identity_is_dead_lettere
     }
 }
 
+/// A fresh fixture, and the report of an ingest configured with `vars` that processed
+/// `ev` in it.
+async fn run_once(vars: &[(&str, &str)], ev: &SqsEvent) -> (Fixture, ingest::Report) {
+    let fx = Fixture::new();
+    let report = fx
+        .service(vars)
+        .process(ev, now(), deadline(), &mut rng())
+        .await;
+    (fx, report)
+}
+
 /// The ingest's own role, as the template passes it (`INGEST_SENDER_ID`).
 const INGEST_ROLE: (&str, &str) = ("INGEST_SENDER_ID", "AROAINGESTROLE0000001");
 /// The front door's sealing key (`FRONT_DOOR_KEY`; the template's secret).
@@ -395,16 +406,11 @@ async fn sealed_letter() -> (SqsEvent, ingest::DeadLetter) {
 async fn s55_a_dead_letter_of_the_rules_message_redriven_is_still_its_things() {
     let (ev, letter) = sealed_letter().await;
     for sender in redrive_senders() {
-        let fx = Fixture::new();
-        let report = fx
-            .service(&[IOT_ROLE, INGEST_ROLE, KEY])
-            .process(
-                &redriven(&ev, &letter, &sender),
-                now(),
-                deadline(),
-                &mut rng(),
-            )
-            .await;
+        let (fx, report) = run_once(
+            &[IOT_ROLE, INGEST_ROLE, KEY],
+            &redriven(&ev, &letter, &sender),
+        )
+        .await;
         assert!(
             matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
             "{sender}: {report:?}"
@@ -427,16 +433,11 @@ async fn s55_a_dead_letter_of_the_rules_message_redriven_is_still_its_things() {
         .expect("a body");
     for (what, forged) in [("changed", &changed), ("moved", &moved)] {
         for sender in redrive_senders().into_iter().take(3) {
-            let fx = Fixture::new();
-            let report = fx
-                .service(&[IOT_ROLE, INGEST_ROLE, KEY])
-                .process(
-                    &redriven(&ev, forged, &sender),
-                    now(),
-                    deadline(),
-                    &mut rng(),
-                )
-                .await;
+            let (fx, report) = run_once(
+                &[IOT_ROLE, INGEST_ROLE, KEY],
+                &redriven(&ev, forged, &sender),
+            )
+            .await;
             assert!(fx.table.items().is_empty(), "{what} {sender}");
             let Fate::DeadLettered { reason } = &report.messages[0].fate else {
                 panic!("{what} {sender}: {report:?}");
@@ -563,11 +564,7 @@ async fn s55_the_rules_error_action_message_is_read_as_the_envelope_it_stands_fo
     assert_eq!(stored(&fx), pairs(&[("thermo-007", "e-1")]));
 
     // By default: refused, naming the principal it lacks, and sealed.
-    let fx = Fixture::new();
-    let report = fx
-        .service(&[IOT_ROLE, INGEST_ROLE, KEY])
-        .process(&one(own.clone(), &rule), now(), deadline(), &mut rng())
-        .await;
+    let (fx, report) = run_once(&[IOT_ROLE, INGEST_ROLE, KEY], &one(own.clone(), &rule)).await;
     let Fate::DeadLettered { reason } = &report.messages[0].fate else {
         panic!("{report:?}");
     };
@@ -575,27 +572,18 @@ async fn s55_the_rules_error_action_message_is_read_as_the_envelope_it_stands_fo
     assert!(reason.rule.contains("error-action message"), "{reason}");
     let letter = fx.dlq.letters().remove(0);
     // Redriven by an operator to an ingest that takes any principal: written.
-    let fx = Fixture::new();
-    let report = fx
-        .service(&any)
-        .process(
-            &redriven(&one(own.clone(), &rule), &letter, "AIDAOPERATOR00000001"),
-            now(),
-            deadline(),
-            &mut rng(),
-        )
-        .await;
+    let (_, report) = run_once(
+        &any,
+        &redriven(&one(own.clone(), &rule), &letter, "AIDAOPERATOR00000001"),
+    )
+    .await;
     assert!(
         matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
         "{report:?}"
     );
 
     // From a publisher, the same message is not the rule's: not written.
-    let fx = Fixture::new();
-    let report = fx
-        .service(&any)
-        .process(&one(own, DEVICE), now(), deadline(), &mut rng())
-        .await;
+    let (fx, report) = run_once(&any, &one(own, DEVICE)).await;
     assert!(fx.table.items().is_empty());
     assert!(
         matches!(report.messages[0].fate, Fate::DeadLettered { .. }),
@@ -642,11 +630,7 @@ async fn s55_an_error_action_message_is_held_to_the_envelopes_checks() {
             "topic",
         ),
     ] {
-        let fx = Fixture::new();
-        let report = fx
-            .service(&any)
-            .process(&one(message, &rule), now(), deadline(), &mut rng())
-            .await;
+        let (fx, report) = run_once(&any, &one(message, &rule)).await;
         assert!(fx.table.items().is_empty(), "{field}");
         let Fate::DeadLettered { reason } = &report.messages[0].fate else {
             panic!("{field}: {report:?}");

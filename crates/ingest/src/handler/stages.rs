@@ -338,27 +338,12 @@ pub(crate) fn waves(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use sharding::time::Timestamp;
     use store::ThrottleKind;
 
     use super::*;
     use crate::fate::Retry;
+    use crate::fate::tests::reading;
     use crate::message::Refusal;
-
-    fn reading(event: &str) -> Reading {
-        Reading {
-            device_id: "dev-1".to_owned(),
-            event_id: event.to_owned(),
-            ts: Timestamp::from_millis(1_782_086_400_000).expect("in range"),
-            metrics: BTreeMap::from([(
-                "t".to_owned(),
-                store::Decimal::from_f64(1.0).expect("a number"),
-            )]),
-            tags: BTreeMap::new(),
-        }
-    }
 
     fn keyed(event: &str, outcome: Option<Outcome>) -> KeyedWrite {
         KeyedWrite {
