@@ -66,6 +66,7 @@ async fn put_device(rollups: &MemoryRollups, device: &str, last_seen_ms: i64) {
         last_seen_ms,
         last_event: format!("evt-{last_seen_ms}"),
         metrics: BTreeSet::from(["temperature".to_owned()]),
+        more_metrics: false,
         tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
     };
     let item = RollupItem::with_body(
@@ -489,7 +490,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[Reading], watermark: i64) {
     for ((hour, part), dhs) in parts {
         let fleet = FleetPart::of(hour, part, dhs);
         let item =
-            RollupItem::with_body(keys::fleet_part(hour, part), fleet.version(), &fleet, None)
+            RollupItem::with_body(keys::fleet_part(hour, part), fleet.readings(), &fleet, None)
                 .unwrap();
         assert!(rollups.put_if_newer(&item).await.unwrap());
     }

@@ -144,12 +144,12 @@ async fn sealed_on_dynalite(from_ms: i64, end: i64) -> anyhow::Result<(Dynalite,
         let summary = dh.summary();
         let key = keys::device_summary(DEVICE, hour);
         rollups
-            .put(&RollupItem::with_body(key, dh.version(), &summary, None)?)
+            .put(&RollupItem::with_body(key, dh.readings(), &summary, None)?)
             .await?;
         if hour == end - 31 * DAY {
             let key = keys::device_hour(DEVICE, hour);
             rollups
-                .put(&RollupItem::with_body(key, dh.version(), &dh, None)?)
+                .put(&RollupItem::with_body(key, dh.readings(), &dh, None)?)
                 .await?;
         }
         hour += HOUR_MS;
