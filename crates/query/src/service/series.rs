@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
-use store::rollup::{Cell, PARTS, decimal_text, to_f64};
+use store::rollup::{Cell, PARTS, decimal_text};
 
 use super::answer::json_body;
 use super::fleet::{FleetRequest, bucket_cells, plan_page};
@@ -32,8 +32,8 @@ use crate::params::{Agg, MAX_SERIES_POINTS, SeriesParams};
 use crate::scope::ReadScope;
 use crate::stats::{PageEnd, Pager, StatsBudget};
 
-/// One point's value: a double (avg, min, max), an integer (count) or an exact
-/// decimal's digits (sum).
+/// One point's value: a double (avg), an integer (count) or an exact decimal's digits
+/// (sum, min, max: the stats' own figures, as sent).
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Value {
@@ -44,16 +44,18 @@ enum Value {
 
 impl Value {
     fn of(cell: &Cell, agg: Agg) -> Result<Self, ApiError> {
-        Ok(match agg {
-            Agg::Avg => Value::Number(cell.avg()),
-            Agg::Min => Value::Number(to_f64(&cell.min)),
-            Agg::Max => Value::Number(to_f64(&cell.max)),
-            Agg::Count => Value::Count(cell.count),
-            Agg::Sum => Value::Exact(
-                RawValue::from_string(decimal_text(&cell.sum))
-                    .map_err(|e| ApiError::internal(format!("a sum: {e}")))?,
-            ),
-        })
+        let exact = |v| {
+            RawValue::from_string(decimal_text(v))
+                .map(Value::Exact)
+                .map_err(|e| ApiError::internal(format!("a sealed number: {e}")))
+        };
+        match agg {
+            Agg::Avg => Ok(Value::Number(cell.avg())),
+            Agg::Min => exact(&cell.min),
+            Agg::Max => exact(&cell.max),
+            Agg::Count => Ok(Value::Count(cell.count)),
+            Agg::Sum => exact(&cell.sum),
+        }
     }
 }
 
