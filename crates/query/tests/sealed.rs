@@ -565,3 +565,47 @@ async fn device_stats_answer_min_max_and_sum_exactly_from_readings_and_from_cell
         "the 38-digit value is sent"
     );
 }
+
+/// Scenario 60, a device's side: a device-hour and a summary of one reading left in an
+/// hour before the first sealed one (as a late mark there could leave) are never read:
+/// a device's stats and series over those hours answer its readings.
+#[tokio::test]
+async fn s60_device_routes_answer_hours_before_the_first_sealed_one_from_readings() {
+    use store::rollup::{DeviceHour, RollupItem, RollupTable, keys};
+
+    let (_, table, shards) = fixture();
+    let rollups = sealed(&table, &shards).await;
+    let hour = H0 - HOUR_MS;
+    let mut partial = DeviceHour::new("d-1", hour);
+    let metrics = BTreeMap::from([(
+        "temperature".to_owned(),
+        store::Decimal::parse("1e37").unwrap(),
+    )]);
+    partial.add(hour + 5, "zz-partial", &metrics, &BTreeMap::new());
+    for (key, dh) in [
+        (keys::device_hour("d-1", hour), partial.clone()),
+        (keys::device_summary("d-1", hour), partial.summary()),
+    ] {
+        let item = RollupItem::with_body(key, partial.version(), &dh, None).unwrap();
+        rollups.put(&item).await.unwrap();
+    }
+    let raw = QueryService::new(&table, shards.clone(), config());
+    let from_cells =
+        QueryService::new(&table, shards.clone(), config()).with_rollups(rollups.clone());
+    for (from, to) in [
+        (FIRST, W),
+        (hour, H0),
+        (hour + 7 * MINUTE_MS + 3, H0 + HOUR_MS),
+    ] {
+        for interval in ["1m", "1h", "2h"] {
+            let q = format!("from={from}&to={to}&interval={interval}&metric=temperature");
+            let want = every_bucket(&raw, "/devices/d-1/stats", &q).await;
+            let got = every_bucket(&from_cells, "/devices/d-1/stats", &q).await;
+            same_buckets(&got, &want, &format!("{from}..{to} at {interval}"));
+        }
+        let q = format!("metric=temperature&agg=max&interval_ms=3600000&from={from}&to={to}");
+        let (_, want) = get(&raw, "/devices/d-1/series", &q).await;
+        let (_, got) = get(&from_cells, "/devices/d-1/series", &q).await;
+        assert_eq!(got, want, "{from}..{to}");
+    }
+}
