@@ -586,7 +586,7 @@ async fn s60_device_routes_answer_hours_before_the_first_sealed_one_from_reading
         (keys::device_hour("d-1", hour), partial.clone()),
         (keys::device_summary("d-1", hour), partial.summary()),
     ] {
-        let item = RollupItem::with_body(key, partial.version(), &dh, None).unwrap();
+        let item = RollupItem::with_body(key, partial.readings(), &dh, None).unwrap();
         rollups.put(&item).await.unwrap();
     }
     let raw = QueryService::new(&table, shards.clone(), config());

@@ -142,9 +142,15 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             Put::Deleted => {}
         }
         self.write_summary(dh, put).await?;
-        if dh.readings() > 0 && self.merge_directory(&DirEntry::of(dh)).await? {
-            report.directory_written += 1;
-        }
+        // A first body only widens the entry; a replaced one may narrow it.
+        let changed = match (put, before) {
+            (Put::Written(_), None) | (Put::Unchanged(_), _) if dh.readings() > 0 => {
+                self.merge_directory(&DirEntry::of(dh)).await?
+            }
+            (Put::Written(_) | Put::Deleted, _) => self.rebuild_directory(&dh.device).await?,
+            _ => false,
+        };
+        report.directory_written += u64::from(changed);
         Ok(true)
     }
 

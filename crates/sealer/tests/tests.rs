@@ -11,5 +11,6 @@ mod common;
 
 mod limits;
 mod on_dynalite;
+mod recount;
 mod scale;
 mod sealer;

@@ -348,6 +348,7 @@ mod tests {
             last_seen_ms,
             last_event: "e".to_owned(),
             metrics: BTreeSet::new(),
+            more_metrics: false,
             tags: BTreeMap::new(),
         }
     }
