@@ -91,6 +91,66 @@ fn recount(readings: &BTreeMap<(usize, u8), Reading>) -> BTreeMap<String, Device
     out
 }
 
+/// Applies `ops` to the tables; returns the readings as they stand.
+async fn play(
+    ops: Vec<Op>,
+    table: &MemoryReadings,
+    shards: &Arc<MemoryShards>,
+    rollups: &MemoryRollups,
+) -> BTreeMap<(usize, u8), Reading> {
+    let mut stored: BTreeMap<(usize, u8), Reading> = BTreeMap::new();
+    let mut nonce = 0;
+    for op in ops {
+        match op {
+            Op::Write {
+                device,
+                slot,
+                value,
+            } => {
+                let r = reading(device, slot, value);
+                load_readings(table, shards, std::slice::from_ref(&r));
+                stored.insert((device, slot), r);
+                // The ingest marks a written reading whose hour may be sealed; here
+                // every one, once a run may have sealed the hour.
+                nonce += 1;
+                rollups
+                    .put(&late_mark(DEVICES[device], HOUR, nonce))
+                    .await
+                    .unwrap();
+            }
+            Op::Run { killed_after: None } => {
+                sealer(table, shards.clone(), rollups)
+                    .run(now(), None)
+                    .await
+                    .unwrap();
+            }
+            Op::Run {
+                killed_after: Some(after),
+            } => {
+                let killed = KilledAfter {
+                    inner: rollups.clone(),
+                    after: u64::from(after),
+                    writes: AtomicU64::new(0),
+                };
+                // Killed or not, what it leaves is the next run's to finish.
+                let _ = sealer(table, shards.clone(), &killed)
+                    .run(now(), None)
+                    .await;
+            }
+            Op::TwoAtOnce => {
+                let (one, two) = (
+                    sealer(table, shards.clone(), rollups),
+                    sealer(table, shards.clone(), rollups),
+                );
+                let (a, b) = tokio::join!(one.run(now(), None), two.run(now(), None));
+                a.unwrap();
+                b.unwrap();
+            }
+        }
+    }
+    stored
+}
+
 fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -100,56 +160,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
         let shards = Arc::new(shard_table(table_history(vec![(0, hourly(4))]), []));
         let table = MemoryReadings::new(None);
         let rollups = MemoryRollups::new();
-        let mut stored: BTreeMap<(usize, u8), Reading> = BTreeMap::new();
-        let mut nonce = 0;
-        for op in ops {
-            match op {
-                Op::Write {
-                    device,
-                    slot,
-                    value,
-                } => {
-                    let r = reading(device, slot, value);
-                    load_readings(&table, &shards, std::slice::from_ref(&r));
-                    stored.insert((device, slot), r);
-                    // The ingest marks a written reading whose hour may be sealed; here
-                    // every one, once a run may have sealed the hour.
-                    nonce += 1;
-                    rollups
-                        .put(&late_mark(DEVICES[device], HOUR, nonce))
-                        .await
-                        .unwrap();
-                }
-                Op::Run { killed_after: None } => {
-                    sealer(&table, shards.clone(), &rollups)
-                        .run(now(), None)
-                        .await
-                        .unwrap();
-                }
-                Op::Run {
-                    killed_after: Some(after),
-                } => {
-                    let killed = KilledAfter {
-                        inner: rollups.clone(),
-                        after: u64::from(after),
-                        writes: AtomicU64::new(0),
-                    };
-                    // Killed or not, what it leaves is the next run's to finish.
-                    let _ = sealer(&table, shards.clone(), &killed)
-                        .run(now(), None)
-                        .await;
-                }
-                Op::TwoAtOnce => {
-                    let (one, two) = (
-                        sealer(&table, shards.clone(), &rollups),
-                        sealer(&table, shards.clone(), &rollups),
-                    );
-                    let (a, b) = tokio::join!(one.run(now(), None), two.run(now(), None));
-                    a.unwrap();
-                    b.unwrap();
-                }
-            }
-        }
+        let stored = play(ops, &table, &shards, &rollups).await;
         // The schedule's next two runs: the first seals the hour if none did, and the
         // marks of its readings written meanwhile stand until the second.
         for _ in 0..2 {
