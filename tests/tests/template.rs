@@ -990,6 +990,7 @@ fn check_alarms(t: &Template) -> Result<()> {
         "Shardline Panics ingest",
         "AWS/Lambda Errors ref:SealerFunction",
         "Shardline SealLagSeconds sealer",
+        "Shardline DeviceHoursIsolated sealer",
     ] {
         ensure!(watched.contains(want), "no alarm on {want}");
     }
