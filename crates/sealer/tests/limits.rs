@@ -249,6 +249,21 @@ async fn a_value_re_sent_after_the_seal_is_the_one_every_derived_item_holds() {
     resent.tags = BTreeMap::from([("fw".to_owned(), "2.0".to_owned())]);
     load_readings(&table, &shards, std::slice::from_ref(&resent));
     rollups.put(&late_mark("d-1", HOUR, 77)).await.unwrap();
+    // Before the next run, its device routes answer the marked hour from its readings,
+    // not from the cells sealed before the re-send.
+    let svc = crate::common::service(&table, shards.clone()).with_rollups(rollups.clone());
+    let uri =
+        "/devices/d-1/stats?from=2026-06-22T01:00:00Z&to=2026-06-22T02:00:00Z&interval=1h&metric=t";
+    let answer = svc
+        .handle(
+            &http::Request::get(uri).body(()).unwrap(),
+            crate::common::now(),
+        )
+        .await;
+    assert_eq!(answer.status(), 200, "{}", answer.body());
+    let page: serde_json::Value = serde_json::from_str(answer.body()).unwrap();
+    assert_eq!(page["buckets"][0]["max"].to_string(), "100", "{page}");
+    assert_eq!(page["buckets"][0]["count"], 10, "{page}");
     let report = s.run(later(), None).await.unwrap();
     assert_eq!(
         (report.marks_sealed, report.device_hours_written),

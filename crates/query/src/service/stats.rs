@@ -213,6 +213,18 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 }
             },
         };
+        // A device-hour marked late (or isolated by the sealer) is not what its readings
+        // say until the next run: the range is then answered from the readings.
+        let span = match (&spend, span) {
+            (Some(spend), Some(s))
+                if spend
+                    .marked(read.device, s, read.from_ms, read.to_ms)
+                    .await? =>
+            {
+                None
+            }
+            (_, span) => span,
+        };
         let parts = split(read.from_ms, read.to_ms, read.interval_ms, span);
         let raw = RawRead {
             table: &table,
