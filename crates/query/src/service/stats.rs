@@ -23,7 +23,7 @@ use store::rollup::MINUTE_MS;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
 use super::plan::{plan_error, specs, to_time_range};
-use super::rollups::{Fetch, Spend};
+use super::rollups::{Fetch, SealedSpan, Spend};
 use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
@@ -213,18 +213,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 }
             },
         };
-        // A device-hour marked late (or isolated by the sealer) is not what its readings
-        // say until the next run: the range is then answered from the readings.
-        let span = match (&spend, span) {
-            (Some(spend), Some(s))
-                if spend
-                    .marked(read.device, s, read.from_ms, read.to_ms)
-                    .await? =>
-            {
-                None
-            }
-            (_, span) => span,
-        };
+        let span = unmarked(spend.as_ref(), span, read).await?;
         let parts = split(read.from_ms, read.to_ms, read.interval_ms, span);
         let raw = RawRead {
             table: &table,
@@ -409,6 +398,32 @@ impl Ledger<'_, '_> {
         self.cost.duplicates += cost.duplicates;
         self.plan_queries += planned;
     }
+}
+
+/// The sealed span a device's cells are read over, unless a sealed hour of the range
+/// holds a late mark of the device (a reading written after the seal, or a device-hour
+/// the sealer isolated): its cells are not what its readings say until the next run,
+/// so the range is answered from the readings.
+async fn unmarked(
+    spend: Option<&Spend<'_>>,
+    span: Option<SealedSpan>,
+    read: &CellsRead<'_>,
+) -> Result<Option<SealedSpan>, ApiError> {
+    let (Some(spend), Some(s)) = (spend, span) else {
+        return Ok(span);
+    };
+    if read.from_ms >= s.end_ms || s.from_ms >= read.to_ms {
+        return Ok(span);
+    }
+    Ok(
+        match spend
+            .marked(read.device, s, read.from_ms, read.to_ms)
+            .await?
+        {
+            true => None,
+            false => span,
+        },
+    )
 }
 
 #[cfg(test)]
