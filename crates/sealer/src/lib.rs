@@ -28,6 +28,7 @@
 
 pub mod by_device;
 pub mod config;
+pub mod layout;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -70,6 +71,8 @@ pub enum SealError {
     Store(#[from] StoreError),
     #[error("planning the read: {0}")]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Layout(#[from] layout::UnsealableLayout),
     #[error("an hour's time is out of range: {0}")]
     Time(String),
     #[error("the directory entry of {0:?} changed under {DIRECTORY_ATTEMPTS} writes in a row")]
@@ -231,6 +234,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         // A first run seals the last hour due; older hours are `shardline seal`'s.
         let mut next = mark.map_or(due - HOUR_MS, |m| m.end_ms);
         let from_ms = mark.map_or(next, |m| m.from_ms);
+        // Before any hour: a layout it cannot read, now or scheduled, stops the run.
+        self.check_layouts(next, i64::MAX, now).await?;
         let mut sealed = 0;
         while next < due {
             if sealed >= self.settings.max_hours_per_run || past(deadline) {
@@ -270,6 +275,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         deadline: Option<Instant>,
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
+        self.check_layouts(hour_of(from_ms), to_ms, now).await?;
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
             if past(deadline)
