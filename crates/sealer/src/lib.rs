@@ -35,6 +35,7 @@ pub mod config;
 mod device_hour;
 mod directory;
 mod hours;
+pub mod layout;
 mod marks;
 mod parts;
 mod progress;
@@ -63,6 +64,8 @@ pub enum SealError {
     Store(#[from] StoreError),
     #[error("planning the read: {0}")]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Layout(#[from] layout::UnsealableLayout),
     #[error("an hour's time is out of range: {0}")]
     Time(String),
     #[error("the directory entry of {0:?} changed under every write in a row")]
@@ -215,6 +218,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         // A first run seals the last hour due; older hours are `shardline seal`'s.
         let mut next = mark.map_or(due - HOUR_MS, |m| m.end_ms);
         let from_ms = mark.map_or(next, |m| m.from_ms);
+        // Before any hour: a layout it cannot read, now or scheduled, stops the run.
+        self.check_layouts(next, i64::MAX, now).await?;
         let mut sealed = 0;
         while next < due {
             if sealed >= self.settings.max_hours_per_run || past(deadline) {
@@ -254,6 +259,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         deadline: Option<Instant>,
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
+        self.check_layouts(hour_of(from_ms), to_ms, now).await?;
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
             if past(deadline)
