@@ -324,3 +324,262 @@ async fn without_a_rollups_table_no_mark_is_tried() {
     assert_eq!(report.late_marks, 0);
     assert!(fx.service(&[]).rollups().is_none());
 }
+
+/// The rollups table whose late marks fail while `failing` is set (reads and the
+/// sealer's conditional writes pass).
+#[derive(Clone, Default)]
+struct MarksFail {
+    rollups: MemoryRollups,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl MarksFail {
+    fn set_failing(&self, failing: bool) {
+        self.failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl RollupTable for MarksFail {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+        self.rollups.put_if_newer(item).await
+    }
+    async fn put_if_version(
+        &self,
+        item: &RollupItem,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        self.rollups.put_if_version(item, expected).await
+    }
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+        self.rollups.delete_if(pk, sk, version).await
+    }
+    async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Transient("HTTP 500 on the late mark".into()));
+        }
+        self.rollups.put(item).await
+    }
+    async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<RollupItem>, StoreError> {
+        self.rollups.get(pk, sk, consistent).await
+    }
+    async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
+        self.rollups.query(q).await
+    }
+}
+
+/// The `INGEST_SENDER_ID` of `support::config`: a copy the ingest sends carries it.
+const INGEST_SENDER: &str = "000000000000";
+/// The redrive's `maxReceiveCount` (the config's `MAX_RECEIVES`).
+const MAX_RECEIVES: u32 = 5;
+
+/// One message in the simulated source queue.
+struct Pending {
+    id: String,
+    body: String,
+    sender: &'static str,
+    attributes: store::queue::Attributes,
+    receives: u32,
+    visible_at: i64,
+}
+
+impl Pending {
+    fn record(&self) -> serde_json::Value {
+        let attributes: serde_json::Map<String, serde_json::Value> = self
+            .attributes
+            .iter()
+            .map(|(name, (data_type, value))| {
+                (
+                    name.clone(),
+                    serde_json::json!({"dataType": data_type, "stringValue": value}),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "messageId": self.id,
+            "receiptHandle": format!("{}-{}", self.id, self.receives),
+            "body": self.body,
+            "attributes": {
+                "ApproximateReceiveCount": self.receives.to_string(),
+                "SentTimestamp": now().as_millis().to_string(),
+                "SenderId": self.sender,
+            },
+            "messageAttributes": attributes,
+        })
+    }
+}
+
+/// What became of a message in [`source_queue`].
+#[derive(Debug, Default)]
+struct Run {
+    /// Seconds after the start at which each late mark was first stored.
+    marked_at: Option<i64>,
+    /// Letters the ingest sent to the DLQ.
+    letters: usize,
+    /// Messages SQS's redrive moved to the DLQ (received more than `MAX_RECEIVES` times).
+    redriven: usize,
+    /// Receives, in all.
+    receives: usize,
+    /// Each receive: its seconds, receive count and fate.
+    log: Vec<(i64, u32, Fate)>,
+}
+
+/// Plays SQS for `body` for up to `horizon_secs`: delivers the visible message, applies
+/// the fates (a report comes back after its delay, or is redriven after
+/// `MAX_RECEIVES`; copies join the queue with their delay). `marks_fail(t, receive)`
+/// says whether late marks fail on a receive at `t`; `queue_fails(id, receive)` whether
+/// the queue's calls (copies, letters, delays) do on receive `receive` of message `id`.
+async fn source_queue(
+    body: serde_json::Value,
+    horizon_secs: i64,
+    marks_fail: impl Fn(i64, u32) -> bool,
+    queue_fails: impl Fn(&str, u32) -> bool,
+) -> (Run, MarksFail, Fixture) {
+    let fx = Fixture::new();
+    let rollups = MarksFail::default();
+    let service = Ingest::new(
+        config(&[
+            ("ROLLUP_TABLE", "rollups"),
+            ("SOURCE_QUEUE_URL", "http://127.0.0.1:1/000000000000/ingest"),
+        ]),
+        fx.table.clone(),
+        fx.shards.clone(),
+        fx.dlq.clone(),
+    )
+    .with_rollups(rollups.clone());
+    let mut queue = vec![Pending {
+        id: "m-000".to_owned(),
+        body: body.to_string(),
+        sender: "AIDAEXAMPLEDEVICE",
+        attributes: Default::default(),
+        receives: 1,
+        visible_at: 0,
+    }];
+    let mut run = Run::default();
+    let mut rng = StdRng::seed_from_u64(59);
+    let mut copies = 0;
+    while let Some(next) = queue.iter().map(|p| p.visible_at).min() {
+        if next > horizon_secs {
+            break;
+        }
+        let at = queue
+            .iter()
+            .position(|p| p.visible_at == next)
+            .expect("the earliest");
+        let mut pending = queue.swap_remove(at);
+        rollups.set_failing(marks_fail(next, pending.receives));
+        fx.dlq
+            .set_failing(queue_fails(&pending.id, pending.receives));
+        let ev: SqsEvent =
+            serde_json::from_value(serde_json::json!({ "Records": [pending.record()] }))
+                .expect("an SQS event");
+        let letters_before = fx.dlq.letters().len();
+        let report = service
+            .process(
+                &ev,
+                sharding::time::Timestamp::from_millis(now_ms() + next * 1000).expect("in range"),
+                Instant::now() + Duration::from_secs(30),
+                &mut rng,
+            )
+            .await;
+        run.receives += 1;
+        run.letters += fx.dlq.letters().len() - letters_before;
+        let fate = report.messages[0].fate.clone();
+        run.log.push((next, pending.receives, fate.clone()));
+        if run.marked_at.is_none() && !marked_hours(&rollups).is_empty() {
+            run.marked_at = Some(next);
+        }
+        let (delays, sent) = fx.dlq.take_redeliveries();
+        for copy in sent {
+            copies += 1;
+            queue.push(Pending {
+                id: format!("copy-{copies}"),
+                body: copy.body,
+                sender: INGEST_SENDER,
+                attributes: copy.attributes,
+                receives: 1,
+                visible_at: next + i64::from(copy.delay_secs),
+            });
+        }
+        if matches!(fate, Fate::Reported { .. }) {
+            if pending.receives >= MAX_RECEIVES {
+                run.redriven += 1;
+                continue;
+            }
+            let wait = delays.first().map_or(30, |d| i64::from(d.visibility_secs));
+            pending.receives += 1;
+            pending.visible_at = next + wait;
+            queue.push(pending);
+        }
+    }
+    (run, rollups, fx)
+}
+
+/// The late marks stored, by sort key.
+fn marked_hours(rollups: &MarksFail) -> BTreeSet<String> {
+    rollups
+        .rollups
+        .items()
+        .into_values()
+        .filter(|i| i.pk.starts_with("late#"))
+        .map(|i| i.sk)
+        .collect()
+}
+
+/// Scenario 59: a late mark fails on every receive of its message, the last included,
+/// and on every receive of its copies for a day, beyond any count of receives and
+/// requeues the redrive would allow (`MAX_RECEIVES` 5 and `MAX_REQUEUES` 3 allow 20).
+/// The queue fails too on the first four receives, so the message itself reaches its
+/// last receive. Its reading is stored from the first receive and never dead-lettered,
+/// neither by the ingest nor by the redrive, and its mark is written at the first
+/// receive after the rollups table takes marks again: within 15 minutes (a copy's
+/// longest wait, SQS's `DelaySeconds` limit and `REDELIVERY_CAP_SECS`' default).
+#[tokio::test(start_paused = true)]
+async fn s59_a_late_mark_failing_on_every_receive_is_never_dead_lettered_and_written_once_it_can_be()
+ {
+    const RECOVERY: i64 = 86_400;
+    let late = now_ms() - 2 * HOUR_MS;
+    let (run, rollups, fx) = source_queue(
+        body("dev-a", &[late]),
+        RECOVERY + 3_600,
+        |t, _| t < RECOVERY,
+        |id, receive| id == "m-000" && receive < MAX_RECEIVES,
+    )
+    .await;
+    // The message itself failed its mark on all its receives, the last included.
+    let own: Vec<u32> = run
+        .log
+        .iter()
+        .take_while(|(_, _, fate)| matches!(fate, Fate::Reported { .. }))
+        .map(|(_, receive, _)| *receive)
+        .collect();
+    assert_eq!(own, [1, 2, 3, 4], "{:?}", run.log);
+    assert_eq!(run.log[4].1, MAX_RECEIVES);
+    assert!(
+        run.receives > 20,
+        "more receives than the redrive and requeues allow: {}",
+        run.receives
+    );
+    assert_eq!((run.letters, run.redriven), (0, 0), "{:?}", run.log);
+    assert!(fx.dlq.letters().is_empty());
+    // Stored from the first receive, under one key.
+    assert_eq!(fx.table.items().len(), 1);
+    assert_eq!(
+        marked_hours(&rollups),
+        BTreeSet::from([mark("dev-a", late)])
+    );
+    let marked_at = run.marked_at.expect("marked");
+    assert!(
+        (RECOVERY..=RECOVERY + 900).contains(&marked_at),
+        "marked {} s after the recovery",
+        marked_at - RECOVERY
+    );
+    // Written and marked, its last copy is deleted: nothing keeps coming back.
+    let (_, _, last) = run.log.last().expect("receives");
+    assert!(matches!(last, Fate::Written { .. }), "{last:?}");
+}
