@@ -13,6 +13,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use store::item::ReadingItem;
 use store::memory::{MemoryRollups, MemoryShards, MemoryTable};
+use store::rollup::horizon::{Horizon, SWITCH};
 use store::rollup::{HOUR_MS, RollupItem, RollupPage, RollupQuery, RollupTable, hour_of, keys};
 use store::{StoreError, ThrottleKind};
 use tokio::time::Instant;
@@ -27,6 +28,8 @@ struct AfterReadings {
     table: MemoryTable,
     /// Each mark put: its key, and whether a reading of its device-hour was stored.
     puts: Arc<Mutex<Vec<(String, bool)>>>,
+    /// Marks to fail, the next ones put.
+    fail_puts: Arc<Mutex<u32>>,
 }
 
 impl AfterReadings {
@@ -50,6 +53,13 @@ impl RollupTable for AfterReadings {
         self.rollups.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
+        {
+            let mut fail = self.fail_puts.lock().expect("not poisoned");
+            if *fail > 0 {
+                *fail -= 1;
+                return Err(StoreError::Transient("HTTP 500".into()));
+            }
+        }
         // `{hour}#{device}`
         let (hour, device) = item.sk.split_once('#').expect("a late mark's sort key");
         let hour: i64 = hour.parse().expect("an hour");
@@ -88,13 +98,23 @@ impl Marked {
             rollups: MemoryRollups::new(),
             table: fx.table.clone(),
             puts: Arc::default(),
+            fail_puts: Arc::default(),
         };
         Self { fx, rollups }
     }
 
     fn service(&self) -> Ingest<MemoryTable, MemoryShards, MemoryQueue, AfterReadings> {
+        self.service_with(&[])
+    }
+
+    fn service_with(
+        &self,
+        extra: &[(&str, &str)],
+    ) -> Ingest<MemoryTable, MemoryShards, MemoryQueue, AfterReadings> {
+        let mut vars = vec![("ROLLUP_TABLE", "rollups")];
+        vars.extend_from_slice(extra);
         Ingest::new(
-            config(&[("ROLLUP_TABLE", "rollups")]),
+            config(&vars),
             self.fx.table.clone(),
             self.fx.shards.clone(),
             self.fx.dlq.clone(),
@@ -119,8 +139,19 @@ impl Marked {
             .rollups
             .items()
             .into_values()
+            .filter(|m| m.pk.starts_with("late#"))
             .map(|m| m.sk)
             .collect()
+    }
+
+    /// The sealer's watermark, as it writes it, publishing `horizon`.
+    async fn publish(&self, horizon: Horizon) {
+        let end = hour_of(now_ms()) - HOUR_MS;
+        let body = serde_json::json!({ "from_ms": end - HOUR_MS, "horizon": horizon });
+        let version = u64::try_from(end).expect("after 1970");
+        let item =
+            RollupItem::with_body(keys::watermark(), version, &body, None).expect("a watermark");
+        self.rollups.rollups.put(&item).await.expect("stored");
     }
 }
 
@@ -272,10 +303,7 @@ async fn a_failed_late_mark_reports_its_message_and_its_redelivery_marks_it() {
         body("dev-b", &[late + 1_000]),
         body("dev-c", &[now_ms() - 1_000]),
     ]);
-    marked
-        .rollups
-        .rollups
-        .fail_next([StoreError::Transient("HTTP 500".into())]);
+    *marked.rollups.fail_puts.lock().expect("not poisoned") = 1;
     let report = marked.process(&ev).await;
     assert_eq!((report.late_marks, report.late_mark_failures), (1, 1));
     // All three written; the message whose mark failed is reported, the others not.
@@ -582,4 +610,57 @@ async fn s59_a_late_mark_failing_on_every_receive_is_never_dead_lettered_and_wri
     // Written and marked, its last copy is deleted: nothing keeps coming back.
     let (_, _, last) = run.log.last().expect("receives");
     assert!(matches!(last, Fate::Written { .. }), "{last:?}");
+}
+
+/// Hole 8: the ingest marks with the horizon the sealer publishes in its watermark, not
+/// with its own `LATENESS_HORIZON_SECS`, and while a lowered horizon switches over, with
+/// the lower one. A reading of the 02:00 hour written at 04:00 may be sealed under a
+/// 10-minute horizon (sealed at 03:10), not under a 2-hour one (05:00).
+#[tokio::test(start_paused = true)]
+async fn the_ingest_marks_with_the_horizon_the_sealer_published_not_its_own() {
+    let late = hour_of(now_ms()) - 2 * HOUR_MS + 1_000;
+    let ev = batch(&[body("dev-a", &[late])]);
+    // Its own says 2 h, the sealer's 10 min: marked.
+    let marked = Marked::new();
+    marked.publish(Horizon::steady(600)).await;
+    let report = marked
+        .service_with(&[("LATENESS_HORIZON_SECS", "7200")])
+        .process(
+            &ev,
+            now(),
+            Instant::now() + Duration::from_secs(30),
+            &mut StdRng::seed_from_u64(7),
+        )
+        .await;
+    assert_eq!(report.late_marks, 1, "{report:?}");
+    assert_eq!(marked.marks(), BTreeSet::from([mark("dev-a", late)]));
+    // Its own says 10 min, the sealer's 2 h: not marked (the sealer seals at 05:00).
+    let unmarked = Marked::new();
+    unmarked.publish(Horizon::steady(7_200)).await;
+    let report = unmarked.process(&ev).await;
+    assert_eq!(report.late_marks, 0, "{report:?}");
+    // Lowered from 2 h to 10 min a minute ago: the lower one already.
+    let lowered = Marked::new();
+    let switching = Horizon::next(
+        Some(Horizon::steady(7_200)),
+        Duration::from_secs(600),
+        now_ms() - 60_000,
+    );
+    let switch = i64::try_from(SWITCH.as_millis()).expect("30 min");
+    assert!(switching.switch_ms > now_ms() && switching.switch_ms - now_ms() < switch);
+    lowered.publish(switching).await;
+    let report = lowered.process(&ev).await;
+    assert_eq!(report.late_marks, 1, "{report:?}");
+    // No watermark yet: its own.
+    let fresh = Marked::new();
+    let report = fresh
+        .service_with(&[("LATENESS_HORIZON_SECS", "7200")])
+        .process(
+            &ev,
+            now(),
+            Instant::now() + Duration::from_secs(30),
+            &mut StdRng::seed_from_u64(7),
+        )
+        .await;
+    assert_eq!(report.late_marks, 0, "{report:?}");
 }

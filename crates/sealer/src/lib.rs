@@ -28,6 +28,7 @@
 
 pub mod by_device;
 pub mod config;
+mod horizon;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -41,6 +42,7 @@ use store::directory::{CachedDirectory, ShardReader};
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
+use store::rollup::horizon::Horizon;
 use store::rollup::{
     DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupQuery,
     RollupTable, hour_label, hour_of, keys, part_of, query_all,
@@ -170,6 +172,10 @@ pub struct Watermark {
     /// The end of the last sealed hour.
     #[serde(skip)]
     pub end_ms: i64,
+    /// The lateness horizon the sealer seals with, published for the ingest
+    /// (`store::rollup::horizon`); none from a sealer before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<Horizon>,
 }
 
 /// Reads the watermark.
@@ -223,11 +229,12 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
         let mut mark = read_watermark(&self.rollups).await?;
+        let horizon = self.publish_horizon(mark, now).await?;
         if let Some(m) = mark {
             self.seal_marks(m.end_ms, now, deadline, &mut report)
                 .await?;
         }
-        let due = self.sealable_end(now);
+        let due = horizon::sealable_end(&horizon, now);
         // A first run seals the last hour due; older hours are `shardline seal`'s.
         let mut next = mark.map_or(due - HOUR_MS, |m| m.end_ms);
         let from_ms = mark.map_or(next, |m| m.from_ms);
@@ -245,11 +252,13 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 break;
             }
             let end = next + HOUR_MS;
-            self.advance_watermark(from_ms, end).await?;
-            mark = Some(Watermark {
+            let moved = Watermark {
                 from_ms,
                 end_ms: end,
-            });
+                horizon: Some(horizon),
+            };
+            self.advance_watermark(&moved).await?;
+            mark = Some(moved);
             report.hours_sealed += 1;
             sealed += 1;
             next = end;
@@ -306,6 +315,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             None => Watermark {
                 from_ms: from,
                 end_ms: to.min(self.sealable_end(now)),
+                horizon: None,
             },
             Some(m) if from < m.from_ms && to >= m.from_ms => Watermark { from_ms: from, ..m },
             Some(m) => return Ok(Some(m)),
@@ -599,11 +609,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(())
     }
 
-    /// Moves the watermark to `end_ms` unless it is there already.
-    async fn advance_watermark(&self, from_ms: i64, end_ms: i64) -> Result<(), SealError> {
-        let mark = Watermark { from_ms, end_ms };
+    /// Moves the watermark to `mark` unless it is there already.
+    async fn advance_watermark(&self, mark: &Watermark) -> Result<(), SealError> {
+        let end_ms = mark.end_ms;
         let version = u64::try_from(end_ms).map_err(|_| SealError::Time(hour_label(end_ms)))?;
-        let item = RollupItem::with_body(keys::watermark(), version, &mark, None)?;
+        let item = RollupItem::with_body(keys::watermark(), version, mark, None)?;
         self.rollups.put_if_newer(&item).await?;
         Ok(())
     }

@@ -9,6 +9,7 @@
 #[path = "../../query/tests/common.rs"]
 mod common;
 
+mod horizon;
 mod on_dynalite;
 mod scale;
 mod sealer;

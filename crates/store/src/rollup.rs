@@ -43,6 +43,7 @@ use crate::decimal::Decimal;
 use crate::error::StoreError;
 
 pub mod dynamo;
+pub mod horizon;
 
 /// How many parts the fleet's devices are spread over: one fleet item per part and
 /// hour, so sealing one device's late reading re-reads one part's device-hours, not the

@@ -4,7 +4,8 @@
 //! doc, "Late marks").
 //!
 //! The sealer seals hour H once, when its clock reaches H + 1 h + the lateness horizon
-//! (`LATENESS_HORIZON_SECS`). So each reading this invocation **wrote** (its write
+//! it publishes in its watermark (`store::rollup::horizon`: the ingest reads it there,
+//! [`HorizonCache`], and marks with it, never with a larger one). So each reading this invocation **wrote** (its write
 //! acknowledged) whose hour ends at least that horizon, less [`LATE_MARK_MARGIN`],
 //! before the invocation's clock gets one mark per (device, hour) of the batch, each
 //! with a fresh nonce from the invocation's RNG, and only after the readings' writes
@@ -19,14 +20,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+use serde::Deserialize;
+
 use futures::StreamExt as _;
 use rand::Rng;
 use sharding::time::Timestamp;
 use store::Reading;
+use store::StoreError;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
-use store::rollup::{HOUR_MS, RollupTable, hour_of, late_mark};
+use store::rollup::horizon::{Horizon, INGEST_REFRESH, INGEST_VALID};
+use store::rollup::{HOUR_MS, RollupTable, hour_of, keys, late_mark};
 
 use super::stages::KeyedMessage;
 use super::{BatchContext, Ingest};
@@ -73,6 +79,37 @@ pub(crate) fn may_be_sealed(
     now.as_millis() >= from
 }
 
+/// The horizon last read from the sealer's watermark, per container: read again once
+/// [`INGEST_REFRESH`] old; when that read fails, used while [`INGEST_VALID`] old, then
+/// none (the safe minimum, 0: every reading whose hour may have ended is marked).
+#[derive(Debug, Default)]
+pub(crate) struct HorizonCache(Mutex<Option<ReadHorizon>>);
+
+/// One read of the watermark: when (the invocation's clock, ms), and its horizon (none:
+/// no watermark yet, or one an older sealer wrote).
+#[derive(Debug, Clone, Copy)]
+struct ReadHorizon {
+    at_ms: i64,
+    horizon: Option<Horizon>,
+}
+
+/// What the ingest reads of the watermark's body.
+#[derive(Deserialize)]
+struct Published {
+    #[serde(default)]
+    horizon: Option<Horizon>,
+}
+
+/// The sealer's published horizon, from its watermark (eventually consistent: a read
+/// at most a second behind is covered by the switch's skew).
+async fn read_horizon<L: RollupTable>(rollups: &L) -> Result<Option<Horizon>, StoreError> {
+    let (pk, sk) = keys::watermark();
+    let Some(item) = rollups.get(&pk, &sk, false).await? else {
+        return Ok(None);
+    };
+    Ok(item.body::<Published>()?.horizon)
+}
+
 /// Each (device, hour start in ms) of a written late reading, with the messages (by
 /// index in the batch) holding its readings, and theirs.
 pub(crate) type LateHours = BTreeMap<(String, i64), BTreeMap<usize, Vec<Reading>>>;
@@ -95,13 +132,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     pub(super) fn late_written(
         &self,
         messages: &[KeyedMessage],
+        horizon: Duration,
         cx: &BatchContext<'_>,
     ) -> LateHours {
         let mut late = LateHours::new();
         if self.rollups.is_none() {
             return late;
         }
-        let horizon = self.config.lateness_horizon;
         let margin = margin_for(cx.deadline.saturating_duration_since(cx.started));
         for (own, message) in messages.iter().enumerate() {
             for (origin, reading) in message.written_readings(own) {
@@ -116,6 +153,51 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             }
         }
         late
+    }
+
+    /// The horizon this invocation marks with: the sealer's, as published in its
+    /// watermark ([`HorizonCache`]); the ingest's own `LATENESS_HORIZON_SECS` (the same
+    /// template parameter) until the sealer published one. Nothing is read without a
+    /// rollups table.
+    pub(super) async fn lateness_horizon(&self, cx: &BatchContext<'_>) -> Duration {
+        let Some(rollups) = &self.rollups else {
+            return self.config.lateness_horizon;
+        };
+        let now = cx.now.as_millis();
+        let age = |read: &ReadHorizon| {
+            Duration::from_millis(u64::try_from(now.saturating_sub(read.at_ms)).unwrap_or(0))
+        };
+        let cached = *self.horizon.0.lock();
+        let in_force = |read: ReadHorizon| match read.horizon {
+            Some(h) => h.for_ingest(now),
+            None => self.config.lateness_horizon,
+        };
+        if let Some(read) = cached.filter(|r| age(r) < INGEST_REFRESH) {
+            return in_force(read);
+        }
+        match tokio::time::timeout_at(cx.work_deadline, read_horizon(rollups)).await {
+            Ok(Ok(horizon)) => {
+                let read = ReadHorizon {
+                    at_ms: now,
+                    horizon,
+                };
+                *self.horizon.0.lock() = Some(read);
+                in_force(read)
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the deadline came first".to_owned(),
+                };
+                match cached.filter(|r| age(r) < INGEST_VALID) {
+                    Some(read) => in_force(read),
+                    None => {
+                        tracing::warn!(%error, "the sealer's horizon could not be read: marking with none");
+                        Duration::ZERO
+                    }
+                }
+            }
+        }
     }
 
     /// Writes one late mark per late hour, after the readings' writes. A failed mark

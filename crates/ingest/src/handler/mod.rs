@@ -130,6 +130,8 @@ pub struct Ingest<T, S, Q, L = DynamoRollups> {
     directory: ShardDirectory<S>,
     queue: Q,
     rollups: Option<L>,
+    /// The sealer's horizon, as last read from its watermark.
+    horizon: late::HorizonCache,
     hook: Option<MessageHook>,
 }
 
@@ -246,6 +248,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             directory,
             queue,
             rollups: None,
+            horizon: late::HorizonCache::default(),
             hook: None,
         }
     }
@@ -260,6 +263,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             directory: self.directory,
             queue: self.queue,
             rollups: Some(rollups),
+            horizon: self.horizon,
             hook: self.hook,
         }
     }
@@ -374,7 +378,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
         let panics = messages.iter().filter(|m| m.panicked()).count() as u64;
-        let late = self.late_written(&messages, &cx);
+        let horizon = self.lateness_horizon(&cx).await;
+        let late = self.late_written(&messages, horizon, &cx);
         let settled: Vec<Settled> = settle_batch(messages, MAX_REKEY_ROUNDS);
         let marks = self.mark_stage(late, settled.len(), &cx, rng).await;
         let leaving = self.leave_stage(settled, marks.unmarked, &cx, rng).await;
