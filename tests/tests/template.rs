@@ -632,7 +632,8 @@ fn check_ingest_role(t: &Template) -> Result<()> {
         );
     }
     // Of the derived items, the ingest may only put late marks (`late#{part}`,
-    // store::rollup::keys::late_mark), held to them by the partition keys IAM sees.
+    // store::rollup::keys::late_mark) and read the watermark's partition (`seal`),
+    // held to them by the partition keys IAM sees.
     for statement in role_statements(t, "IngestRole")? {
         if !strings(statement.get("Resource"))
             .iter()
@@ -649,13 +650,17 @@ fn check_ingest_role(t: &Template) -> Result<()> {
                 "dynamodb:LeadingKeys",
             ],
         ));
+        let action = strings(statement.get("Action"));
+        let held = strings(statement.get("Resource")) == ["getatt:RollupTable.Arn"]
+            && condition.is_some_and(|c| c.len() == 1);
+        // Late marks put, and the sealer's horizon read from the `seal` partition
+        // (store::rollup::horizon), nothing else.
         ensure!(
-            strings(statement.get("Action")) == ["dynamodb:PutItem"]
-                && strings(statement.get("Resource")) == ["getatt:RollupTable.Arn"]
-                && condition.is_some_and(|c| c.len() == 1)
-                && leading == ["late#*"],
+            held && ((action == ["dynamodb:PutItem"] && leading == ["late#*"])
+                || (action == ["dynamodb:GetItem"] && leading == ["seal"])),
             "IngestRole may only put late marks on RollupTable (dynamodb:PutItem under \
-             ForAllValues:StringLike dynamodb:LeadingKeys [late#*]): {statement:?}"
+             ForAllValues:StringLike dynamodb:LeadingKeys [late#*]) and read the sealer's \
+             watermark (dynamodb:GetItem under [seal]): {statement:?}"
         );
     }
     Ok(())

@@ -34,6 +34,7 @@ pub mod by_device;
 pub mod config;
 mod device_hour;
 mod directory;
+mod horizon;
 mod hours;
 pub mod layout;
 mod marks;
@@ -211,10 +212,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
         let mut mark = read_watermark(&self.rollups).await?;
+        let horizon = self.publish_horizon(mark, now).await?;
         if let Some(m) = mark {
             self.seal_marks(m, now, deadline, &mut report).await?;
         }
-        let due = self.sealable_end(now);
+        let due = horizon::sealable_end(&horizon, now);
         // A first run seals the last hour due; older hours are `shardline seal`'s.
         let mut next = mark.map_or(due - HOUR_MS, |m| m.end_ms);
         let from_ms = mark.map_or(next, |m| m.from_ms);
@@ -234,11 +236,13 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 break;
             }
             let end = next + HOUR_MS;
-            self.advance_watermark(from_ms, end).await?;
-            mark = Some(Watermark {
+            let moved = Watermark {
                 from_ms,
                 end_ms: end,
-            });
+                horizon: Some(horizon),
+            };
+            self.advance_watermark(&moved).await?;
+            mark = Some(moved);
             report.hours_sealed += 1;
             sealed += 1;
             next = end;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sharding::time::Timestamp;
 use store::error::StoreError;
+use store::rollup::horizon::Horizon;
 use store::rollup::{HOUR_MS, RollupItem, RollupTable, hour_label, hour_of, keys};
 
 use crate::{SealError, Sealer};
@@ -19,6 +20,10 @@ pub struct Watermark {
     /// The end of the last sealed hour.
     #[serde(skip)]
     pub end_ms: i64,
+    /// The lateness horizon the sealer seals with, published for the ingest
+    /// (`store::rollup::horizon`); none from a sealer before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<Horizon>,
 }
 
 impl Watermark {
@@ -40,19 +45,14 @@ pub async fn read_watermark<R: RollupTable>(rollups: &R) -> Result<Option<Waterm
 }
 
 /// A watermark's end as its item's version (ends are epoch ms after 1970).
-fn version_of(end_ms: i64) -> Result<u64, SealError> {
+pub(crate) fn version_of(end_ms: i64) -> Result<u64, SealError> {
     u64::try_from(end_ms).map_err(|_| SealError::Time(hour_label(end_ms)))
 }
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
-    /// Moves the watermark to `end_ms` unless it is there already.
-    pub(crate) async fn advance_watermark(
-        &self,
-        from_ms: i64,
-        end_ms: i64,
-    ) -> Result<(), SealError> {
-        let mark = Watermark { from_ms, end_ms };
-        let item = RollupItem::with_body(keys::watermark(), version_of(end_ms)?, &mark, None)?;
+    /// Moves the watermark to `mark` unless it is there already.
+    pub(crate) async fn advance_watermark(&self, mark: &Watermark) -> Result<(), SealError> {
+        let item = RollupItem::with_body(keys::watermark(), version_of(mark.end_ms)?, mark, None)?;
         self.rollups.put_if_newer(&item).await?;
         Ok(())
     }
@@ -76,6 +76,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             None => Watermark {
                 from_ms: from,
                 end_ms: to.min(self.sealable_end(now)),
+                horizon: None,
             },
             Some(m) if from < m.from_ms && to >= m.from_ms => Watermark { from_ms: from, ..m },
             Some(m) => return Ok(Some(m)),

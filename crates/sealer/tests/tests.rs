@@ -9,6 +9,7 @@
 #[path = "../../query/tests/common.rs"]
 mod common;
 
+mod horizon;
 mod layouts;
 mod limits;
 mod on_dynalite;

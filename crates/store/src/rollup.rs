@@ -18,7 +18,7 @@
 //! | fleet part | `fleet#{hour}` | `{part}` | [`FleetPart`]: minute and hour cells of the part's devices | the bodies it has had |
 //! | directory | `dir` | `{device}` | [`DirEntry`] | a counter, each write one more |
 //! | late mark | `late#{part}` | `{hour}#{device}` | none | the marker's nonce |
-//! | watermark | `seal` | `state` | the first sealed hour (the sealer's `Watermark`) | the end of the last sealed hour (epoch ms) |
+//! | watermark | `seal` | `state` | the first sealed hour and the published lateness horizon (the sealer's `Watermark`, [`horizon`]) | the end of the last sealed hour (epoch ms) |
 //! | progress | `seal` | `progress` | the hour and last device a stopped run wrote | 0 |
 //!
 //! `{hour}` is the hour's start in epoch milliseconds, 13 digits, so keys sort by time;
@@ -57,6 +57,7 @@ pub use cells::{
     Cell, Cells, DeviceHour, DirEntry, FleetPart, MAX_DIR_METRICS, decimal_text, exact, mean,
     to_f64,
 };
+pub mod horizon;
 
 /// How many parts the fleet's devices are spread over: one fleet item per part and
 /// hour, so sealing one device's late reading re-reads one part's device-hours, not the
