@@ -9,6 +9,7 @@
 #[path = "../../query/tests/common.rs"]
 mod common;
 
+mod by_device;
 mod on_dynalite;
 mod scale;
 mod sealer;
