@@ -632,7 +632,8 @@ fn check_ingest_role(t: &Template) -> Result<()> {
         );
     }
     // Of the derived items, the ingest may only put late marks (`late#{part}`,
-    // store::rollup::keys::late_mark), held to them by the partition keys IAM sees.
+    // store::rollup::keys::late_mark) and read the watermark's partition (`seal`),
+    // held to them by the partition keys IAM sees.
     for statement in role_statements(t, "IngestRole")? {
         if !strings(statement.get("Resource"))
             .iter()
@@ -649,13 +650,17 @@ fn check_ingest_role(t: &Template) -> Result<()> {
                 "dynamodb:LeadingKeys",
             ],
         ));
+        let action = strings(statement.get("Action"));
+        let held = strings(statement.get("Resource")) == ["getatt:RollupTable.Arn"]
+            && condition.is_some_and(|c| c.len() == 1);
+        // Late marks put, and the sealer's horizon read from the `seal` partition
+        // (store::rollup::horizon), nothing else.
         ensure!(
-            strings(statement.get("Action")) == ["dynamodb:PutItem"]
-                && strings(statement.get("Resource")) == ["getatt:RollupTable.Arn"]
-                && condition.is_some_and(|c| c.len() == 1)
-                && leading == ["late#*"],
+            held && ((action == ["dynamodb:PutItem"] && leading == ["late#*"])
+                || (action == ["dynamodb:GetItem"] && leading == ["seal"])),
             "IngestRole may only put late marks on RollupTable (dynamodb:PutItem under \
-             ForAllValues:StringLike dynamodb:LeadingKeys [late#*]): {statement:?}"
+             ForAllValues:StringLike dynamodb:LeadingKeys [late#*]) and read the sealer's \
+             watermark (dynamodb:GetItem under [seal]): {statement:?}"
         );
     }
     Ok(())
@@ -927,6 +932,8 @@ fn emitted_metrics() -> Result<BTreeSet<(String, Vec<String>)>> {
     };
     let mut lines = report.emf_lines(now);
     lines.push(sealer::metrics_line(&run, now));
+    // A sealer run refused for the table's layout.
+    lines.push(sealer::layout::metrics_line(now));
     let mut emitted = BTreeSet::new();
     for line in lines {
         let line: serde_json::Value = serde_json::from_str(&line)?;
@@ -990,6 +997,7 @@ fn check_alarms(t: &Template) -> Result<()> {
         "Shardline Panics ingest",
         "AWS/Lambda Errors ref:SealerFunction",
         "Shardline SealLagSeconds sealer",
+        "Shardline DeviceHoursIsolated sealer",
     ] {
         ensure!(watched.contains(want), "no alarm on {want}");
     }
@@ -2378,10 +2386,100 @@ fn check_seal_lag(t: &Template) -> Result<()> {
     Ok(())
 }
 
+/// The descriptions of the template's rules that refuse a deploy with `params` over
+/// the defaults.
+fn refused_by_rules(t: &Template, params: &[(&str, &str)]) -> Result<Vec<String>> {
+    let mut with = Template {
+        doc: t.doc.clone(),
+        params: t.params.clone(),
+        pseudo: t.pseudo.clone(),
+    };
+    for (name, value) in params {
+        with.params.insert((*name).to_owned(), (*value).to_owned());
+    }
+    let mut refused = Vec::new();
+    let Some(Value::Mapping(rules)) = t.doc.get("Rules") else {
+        return Ok(refused);
+    };
+    for (name, rule) in rules {
+        let applies = match rule.get("RuleCondition") {
+            Some(c) => with.eval(c)?.as_bool().context("a RuleCondition")?,
+            None => true,
+        };
+        let assertions = rule.get("Assertions").and_then(Value::as_sequence);
+        for assertion in assertions.into_iter().flatten().filter(|_| applies) {
+            let assert = assertion.get("Assert").context("an assertion")?;
+            if !with.eval(assert)?.as_bool().context("an Assert")? {
+                let said = assertion.get("AssertDescription").and_then(scalar);
+                refused.push(format!(
+                    "{}: {}",
+                    scalar(name).unwrap_or_default(),
+                    said.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Ok(refused)
+}
+
+/// The sealer reads only time-bucket layouts (`sealer::layout`): a deploy with any other
+/// `ShardStrategy` is refused by a rule naming the sealer, and a run refused for its
+/// layout (the `UnsealableLayout` metric) raises an alarm at once.
+fn check_sealer_layout(t: &Template) -> Result<()> {
+    let allowed = t
+        .doc
+        .get("Parameters")
+        .and_then(|p| p.get("ShardStrategy"))
+        .and_then(|p| p.get("AllowedValues"))
+        .and_then(Value::as_sequence)
+        .context("ShardStrategy has no AllowedValues")?;
+    for value in allowed.iter().filter_map(scalar) {
+        let refused = refused_by_rules(t, &[("ShardStrategy", &value)])?;
+        if value == "time-bucket" {
+            ensure!(
+                refused.is_empty(),
+                "ShardStrategy=time-bucket is refused: {refused:?}"
+            );
+        } else {
+            ensure!(
+                refused.iter().any(|r| r.contains("sealer")),
+                "ShardStrategy={value} deploys a sealer that cannot read its layout \
+                 (no rule naming the sealer refuses it: {refused:?})"
+            );
+        }
+    }
+    let metric = sealer::layout::METRIC;
+    let mut found = None;
+    for id in t.ids_of("AWS::CloudWatch::Alarm")? {
+        let alarm = t.props(&id)?;
+        if watched_by(&alarm)
+            .iter()
+            .any(|(_, (namespace, name, dimensions))| {
+                namespace == "Shardline" && name == metric && dimensions == &["sealer"]
+            })
+        {
+            found = Some((id, alarm));
+        }
+    }
+    let (id, alarm) = found.with_context(|| format!("no alarm on the sealer's {metric}"))?;
+    let threshold = t.number(alarm.get("Threshold"), &format!("{id}.Threshold"))?;
+    ensure!(threshold <= 1, "{id} waits for {threshold} refused runs");
+    for (key, want) in [
+        ("Statistic", "Sum"),
+        ("ComparisonOperator", "GreaterThanOrEqualToThreshold"),
+    ] {
+        ensure!(
+            alarm.get(key).and_then(scalar).as_deref() == Some(want),
+            "{id}: {key} must be {want}"
+        );
+    }
+    Ok(())
+}
+
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 28] = [
+static CHECKS: [(&str, Check); 29] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),
@@ -2409,6 +2507,7 @@ static CHECKS: [(&str, Check); 28] = [
     ("sealer", check_sealer),
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
+    ("sealer layout", check_sealer_layout),
     ("dashboard", check_dashboard),
 ];
 
@@ -2613,12 +2712,17 @@ fn the_seal_lag_alarm_is_quiet_at_steady_state_and_fires_without_runs() -> Resul
     run("seal lag")
 }
 
+#[test]
+fn a_layout_the_sealer_cannot_read_is_refused_at_deploy_and_alarmed_at_run() -> Result<()> {
+    run("sealer layout")
+}
+
 /// Each edit breaks one promise; the named check must notice, and only checks that
 /// fail on the edit count (the real template passes them all, see above).
 #[test]
 fn each_broken_promise_is_caught() -> Result<()> {
     let text = std::fs::read_to_string(template_path()?)?;
-    let mutations: [(&str, &str, &str); 75] = [
+    let mutations: [(&str, &str, &str); 78] = [
         (
             "partial batch response",
             "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2912,6 +3016,21 @@ fn each_broken_promise_is_caught() -> Result<()> {
             "          Value: !Ref QueryFunction\n",
         ),
         ("seal lag", "    Default: 7800\n", "    Default: 3600\n"),
+        (
+            "sealer layout",
+            "      - Assert: !Equals [!Ref ShardStrategy, time-bucket]",
+            "      - Assert: !Not [!Equals [!Ref ShardStrategy, unsharded]]",
+        ),
+        (
+            "sealer layout",
+            "      MetricName: UnsealableLayout",
+            "      MetricName: UnsealableLayouts",
+        ),
+        (
+            "sealer layout",
+            "      Threshold: 1\n      ComparisonOperator: GreaterThanOrEqualToThreshold\n      TreatMissingData: notBreaching\n      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]\n      OKActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]\n\n  # The sealer reports",
+            "      Threshold: 3\n      ComparisonOperator: GreaterThanOrEqualToThreshold\n      TreatMissingData: notBreaching\n      AlarmActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]\n      OKActions: !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]\n\n  # The sealer reports",
+        ),
         (
             "seal lag",
             "TreatMissingData: breaching",

@@ -88,7 +88,9 @@ pub struct Config {
     pub rollup_table: Option<String>,
     /// `LATENESS_HORIZON_SECS` (default
     /// [`DEFAULT_LATENESS_HORIZON_SECS`](store::rollup::DEFAULT_LATENESS_HORIZON_SECS),
-    /// the sealer's): how long after an hour ends the sealer seals it.
+    /// the sealer's): how long after an hour ends the sealer seals it. Used only until
+    /// the sealer has published the horizon it seals with in its watermark
+    /// (`store::rollup::horizon`), which the ingest reads and marks with instead.
     pub lateness_horizon: Duration,
 }
 

@@ -46,6 +46,21 @@ pub enum Fate {
         /// Why the rest was not stored.
         reason: String,
     },
+    /// Its readings stored (`written` of them), but a late mark of some failed: the
+    /// readings of those device-hours, and any unwritten rest, sent back to the queue as
+    /// a fresh copy that carries the stored attribute, so they are written again under
+    /// their keys and marked (not reported, so the original is deleted). A copy holding
+    /// stored readings is never dead-lettered for running out of receives ([`leave`]).
+    /// With no queue to send it to, at the last receive the message is deleted with
+    /// `requeued` 0: its readings stay stored and the error is logged.
+    Unmarked {
+        /// Readings stored.
+        written: usize,
+        /// Readings in the copy.
+        requeued: usize,
+        /// Why the marks were not written.
+        reason: String,
+    },
 }
 
 /// Why a message is to be tried again as a whole.
@@ -167,6 +182,19 @@ pub(crate) struct Receipt {
     pub(crate) receives: u32,
     /// How often it was requeued as a fresh copy before.
     pub(crate) requeues: u32,
+    /// Whether it is the ingest's copy of readings already stored once (a copy sent for
+    /// their late marks, or a copy of such a copy).
+    pub(crate) stored: bool,
+}
+
+/// The stored readings of one message whose late marks failed (the mark stage's
+/// answer, beside its settled fate, which it does not change).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Unmarked {
+    /// The message's readings in the device-hours whose marks failed.
+    pub(crate) readings: Vec<Reading>,
+    /// The last real error.
+    pub(crate) reason: String,
 }
 
 /// The queue's rules for messages that leave a batch unwritten.
@@ -190,8 +218,9 @@ pub(crate) struct LeavePolicy {
 /// What a fresh copy holds.
 #[derive(Debug, PartialEq)]
 pub(crate) enum CopyBody {
-    /// Only these readings (the rest of a split message is stored).
-    Unwritten(Vec<Reading>),
+    /// Only these readings (the rest of a split message, the readings whose marks
+    /// failed).
+    Readings(Vec<Reading>),
     /// The original body.
     Whole,
 }
@@ -201,47 +230,89 @@ pub(crate) enum CopyBody {
 pub(crate) enum Leave {
     /// The fate stands.
     Stay(Fate),
-    /// A fresh copy goes back to the queue with `requeues` in its attribute. Once the
-    /// copy is sent, the message's fate is `sent`; until then (and if the send fails)
-    /// it is reported with `reason`.
+    /// A fresh copy goes back to the queue with `requeues` in its attribute, and with
+    /// `stored`, the attribute saying it holds stored readings; it waits as a message
+    /// after receive `wait_after` would. Once the copy is sent, the message's fate is
+    /// `sent`; until then (and if the send fails) it is reported with `reason`.
     Copy {
         body: CopyBody,
         requeues: u32,
+        stored: bool,
+        wait_after: u32,
         sent: Fate,
         reason: String,
     },
 }
 
-/// The last-receive decision: a split message's unwritten rest is requeued (progress
-/// was made, so the copy keeps its requeue count); a message reported at its last
-/// receive is requeued while requeues are left, then dead-lettered with its reason, so
-/// the redrive never moves a message to the DLQ without one.
-pub(crate) fn leave(settled: Settled, receipt: Receipt, policy: LeavePolicy) -> Leave {
-    let Receipt { receives, requeues } = receipt;
-    match settled {
-        Settled::Split {
-            unwritten,
-            written,
-            reason,
-        } if policy.can_requeue => Leave::Copy {
+/// What leaving the batch makes of a settled message, `unmarked` its stored readings
+/// whose late marks failed.
+///
+/// A message with unmarked readings is copied at once, on any receive: the copy holds
+/// those readings (and a split message's unwritten rest), carries the stored attribute,
+/// and waits longer with each copy (its wait is that of receive `receives + requeues`,
+/// capped by the redelivery's cap and SQS's 15 minutes), so a mark failing for hours
+/// costs a receive per cap. A copy holding stored readings is requeued at its last
+/// receive however often it was before, never dead-lettered for running out of
+/// receives: its readings can be written again (they were), so nothing but an outage
+/// keeps it coming back, and its readings must reach their cells.
+///
+/// Otherwise: a split message's unwritten rest is requeued (progress was made, so the
+/// copy keeps its requeue count); a message reported at its last receive is requeued
+/// while requeues are left, then dead-lettered with its reason, so the redrive never
+/// moves a message to the DLQ without one.
+pub(crate) fn leave(
+    settled: Settled,
+    unmarked: Option<Unmarked>,
+    receipt: Receipt,
+    policy: LeavePolicy,
+) -> Leave {
+    let Receipt {
+        receives,
+        requeues,
+        stored,
+    } = receipt;
+    let last = receives >= policy.max_receives;
+    match (settled, unmarked) {
+        (Settled::Final(Fate::Written { readings }), Some(unmarked)) => {
+            again(readings, Vec::new(), unmarked, receipt, policy)
+        }
+        (
+            Settled::Split {
+                unwritten, written, ..
+            },
+            Some(unmarked),
+        ) => again(written, unwritten, unmarked, receipt, policy),
+        (
+            Settled::Split {
+                unwritten,
+                written,
+                reason,
+            },
+            _,
+        ) if policy.can_requeue => Leave::Copy {
             sent: Fate::Split {
                 written,
                 requeued: unwritten.len(),
                 reason: reason.clone(),
             },
-            body: CopyBody::Unwritten(unwritten),
+            body: CopyBody::Readings(unwritten),
             requeues,
+            stored,
+            wait_after: receives,
             reason,
         },
-        Settled::Split { reason, .. } => Leave::Stay(Fate::Reported { reason }),
-        Settled::Final(Fate::Reported { reason }) if receives >= policy.max_receives => {
-            if policy.can_requeue && policy.counts_copies && requeues < policy.max_requeues {
+        (Settled::Split { reason, .. }, _) => Leave::Stay(Fate::Reported { reason }),
+        (Settled::Final(Fate::Reported { reason }), _) if last => {
+            let may_requeue = stored || (policy.counts_copies && requeues < policy.max_requeues);
+            if policy.can_requeue && may_requeue {
                 Leave::Copy {
                     sent: Fate::Requeued {
                         reason: reason.clone(),
                     },
                     body: CopyBody::Whole,
-                    requeues: requeues + 1,
+                    requeues: requeues.saturating_add(1),
+                    stored,
+                    wait_after: receives,
                     reason,
                 }
             } else {
@@ -255,8 +326,47 @@ pub(crate) fn leave(settled: Settled, receipt: Receipt, policy: LeavePolicy) -> 
                 })
             }
         }
-        Settled::Final(fate) => Leave::Stay(fate),
+        // A message refused for good stays refused, even with stored readings whose marks
+        // failed: its letter, redriven once the cause is fixed, writes and marks them.
+        (Settled::Final(fate), _) => Leave::Stay(fate),
     }
+}
+
+/// A message whose stored readings' marks failed: they (and `unwritten`) go back as a
+/// copy holding stored readings. Without a queue it is reported while receives are
+/// left, and deleted at the last one with its readings stored and the error logged: a
+/// letter in the DLQ would say a stored reading was refused.
+fn again(
+    written: usize,
+    mut unwritten: Vec<Reading>,
+    unmarked: Unmarked,
+    receipt: Receipt,
+    policy: LeavePolicy,
+) -> Leave {
+    let reason = format!("late mark not written: {}", unmarked.reason);
+    if policy.can_requeue {
+        unwritten.extend(unmarked.readings);
+        return Leave::Copy {
+            sent: Fate::Unmarked {
+                written,
+                requeued: unwritten.len(),
+                reason: reason.clone(),
+            },
+            body: CopyBody::Readings(unwritten),
+            requeues: receipt.requeues.saturating_add(1),
+            stored: true,
+            wait_after: receipt.receives.saturating_add(receipt.requeues),
+            reason,
+        };
+    }
+    if receipt.receives >= policy.max_receives && unwritten.is_empty() {
+        return Leave::Stay(Fate::Unmarked {
+            written,
+            requeued: 0,
+            reason,
+        });
+    }
+    Leave::Stay(Fate::Reported { reason })
 }
 
 #[cfg(test)]
@@ -405,9 +515,10 @@ pub(crate) mod tests {
         let receipt = Receipt {
             receives: 4,
             requeues: 0,
+            stored: false,
         };
         assert_eq!(
-            leave(reported("throttled"), receipt, POLICY),
+            leave(reported("throttled"), None, receipt, POLICY),
             Leave::Stay(Fate::Reported {
                 reason: "throttled".to_owned()
             })
@@ -419,12 +530,15 @@ pub(crate) mod tests {
         let at = |requeues| Receipt {
             receives: 5,
             requeues,
+            stored: false,
         };
         assert_eq!(
-            leave(reported("throttled"), at(2), POLICY),
+            leave(reported("throttled"), None, at(2), POLICY),
             Leave::Copy {
                 body: CopyBody::Whole,
                 requeues: 3,
+                stored: false,
+                wait_after: 5,
                 sent: Fate::Requeued {
                     reason: "throttled".to_owned()
                 },
@@ -432,7 +546,7 @@ pub(crate) mod tests {
             }
         );
         let Leave::Stay(Fate::DeadLettered { reason }) =
-            leave(reported("throttled"), at(3), POLICY)
+            leave(reported("throttled"), None, at(3), POLICY)
         else {
             panic!("dead-lettered at the last requeue");
         };
@@ -446,7 +560,7 @@ pub(crate) mod tests {
             ..POLICY
         };
         assert!(matches!(
-            leave(reported("throttled"), at(0), without_queue),
+            leave(reported("throttled"), None, at(0), without_queue),
             Leave::Stay(Fate::DeadLettered { .. })
         ));
         let without_identity = LeavePolicy {
@@ -454,7 +568,7 @@ pub(crate) mod tests {
             ..POLICY
         };
         assert!(matches!(
-            leave(reported("throttled"), at(0), without_identity),
+            leave(reported("throttled"), None, at(0), without_identity),
             Leave::Stay(Fate::DeadLettered { .. })
         ));
     }
@@ -469,12 +583,15 @@ pub(crate) mod tests {
         let receipt = Receipt {
             receives: 1,
             requeues: 1,
+            stored: false,
         };
         assert_eq!(
-            leave(split(), receipt, POLICY),
+            leave(split(), None, receipt, POLICY),
             Leave::Copy {
-                body: CopyBody::Unwritten(vec![reading("b")]),
+                body: CopyBody::Readings(vec![reading("b")]),
                 requeues: 1,
+                stored: false,
+                wait_after: 1,
                 sent: Fate::Split {
                     written: 2,
                     requeued: 1,
@@ -488,9 +605,122 @@ pub(crate) mod tests {
             ..POLICY
         };
         assert_eq!(
-            leave(split(), receipt, without_queue),
+            leave(split(), None, receipt, without_queue),
             Leave::Stay(Fate::Reported {
                 reason: "throttled".to_owned()
+            })
+        );
+    }
+
+    fn unmarked(events: &[&str]) -> Option<Unmarked> {
+        Some(Unmarked {
+            readings: events.iter().map(|e| reading(e)).collect(),
+            reason: "HTTP 500".to_owned(),
+        })
+    }
+
+    fn written(readings: usize) -> Settled {
+        Settled::Final(Fate::Written { readings })
+    }
+
+    #[test]
+    fn stored_readings_whose_marks_failed_go_back_at_once_on_any_receive_never_to_the_dlq() {
+        // The first receive, the last, and the last of a copy out of requeues.
+        for (receives, requeues) in [(1, 0), (5, 0), (5, 3), (5, 40)] {
+            let receipt = Receipt {
+                receives,
+                requeues,
+                stored: requeues > 0,
+            };
+            assert_eq!(
+                leave(written(2), unmarked(&["a"]), receipt, POLICY),
+                Leave::Copy {
+                    body: CopyBody::Readings(vec![reading("a")]),
+                    requeues: requeues + 1,
+                    stored: true,
+                    wait_after: receives + requeues,
+                    sent: Fate::Unmarked {
+                        written: 2,
+                        requeued: 1,
+                        reason: "late mark not written: HTTP 500".to_owned(),
+                    },
+                    reason: "late mark not written: HTTP 500".to_owned(),
+                },
+                "receive {receives}, requeues {requeues}"
+            );
+        }
+        // A split message's copy holds its unwritten rest and its unmarked readings.
+        let split = Settled::Split {
+            unwritten: vec![reading("b")],
+            written: 1,
+            reason: "throttled".to_owned(),
+        };
+        let receipt = Receipt {
+            receives: 1,
+            requeues: 0,
+            stored: false,
+        };
+        let Leave::Copy { body, stored, .. } = leave(split, unmarked(&["a"]), receipt, POLICY)
+        else {
+            panic!("copied");
+        };
+        assert_eq!(body, CopyBody::Readings(vec![reading("b"), reading("a")]));
+        assert!(stored);
+    }
+
+    #[test]
+    fn a_copy_holding_stored_readings_is_requeued_when_receives_and_requeues_run_out() {
+        let receipt = Receipt {
+            receives: 5,
+            requeues: 9,
+            stored: true,
+        };
+        let Leave::Copy {
+            body,
+            requeues,
+            stored,
+            sent,
+            ..
+        } = leave(reported("throttled"), None, receipt, POLICY)
+        else {
+            panic!("requeued, not dead-lettered");
+        };
+        assert_eq!((body, requeues, stored), (CopyBody::Whole, 10, true));
+        assert!(matches!(sent, Fate::Requeued { .. }));
+        // Refused for good, it stays refused: its letter, redriven, writes and marks it.
+        let refused = Settled::Final(Fate::DeadLettered {
+            reason: Refusal {
+                field: "item".to_owned(),
+                rule: "over 400 KB".to_owned(),
+            },
+        });
+        assert!(matches!(
+            leave(refused, unmarked(&["a"]), receipt, POLICY),
+            Leave::Stay(Fate::DeadLettered { .. })
+        ));
+    }
+
+    #[test]
+    fn without_a_queue_unmarked_readings_are_reported_then_kept_stored_never_dead_lettered() {
+        let without_queue = LeavePolicy {
+            can_requeue: false,
+            ..POLICY
+        };
+        let at = |receives| Receipt {
+            receives,
+            requeues: 0,
+            stored: false,
+        };
+        assert!(matches!(
+            leave(written(1), unmarked(&["a"]), at(4), without_queue),
+            Leave::Stay(Fate::Reported { .. })
+        ));
+        assert_eq!(
+            leave(written(1), unmarked(&["a"]), at(5), without_queue),
+            Leave::Stay(Fate::Unmarked {
+                written: 1,
+                requeued: 0,
+                reason: "late mark not written: HTTP 500".to_owned(),
             })
         );
     }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use sharding::time::Timestamp;
 
 /// The total order readings come back in: time, then device, then event id. Unique
@@ -58,9 +59,42 @@ pub struct StatsBucket {
     /// RFC 3339, UTC, milliseconds.
     pub start: String,
     pub count: u64,
-    pub min: f64,
-    pub max: f64,
+    /// The exact sum of the values as sent.
+    pub sum: Exact,
+    /// The least and the greatest value, as sent.
+    pub min: Exact,
+    pub max: Exact,
+    /// `sum / count`, rounded once to a double.
     pub avg: f64,
+}
+
+/// An exact decimal as answered: a JSON number with all its digits, never through a
+/// double (which keeps 17 significant digits of a stored number's 38, and a sum may
+/// hold more than 38).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Exact(Box<RawValue>);
+
+impl Exact {
+    /// The number whose decimal text is `text` (`store::rollup::decimal_text`).
+    pub fn of_text(text: String) -> Option<Self> {
+        let raw = RawValue::from_string(text).ok()?;
+        // A JSON value that is not a number (`null`, a string) is no decimal.
+        raw.get()
+            .starts_with(|c: char| c == '-' || c.is_ascii_digit())
+            .then_some(Self(raw))
+    }
+
+    /// Its digits, as written.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Exact {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,10 +23,10 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use store::Decimal;
-use store::rollup::{Cell, exact};
+use store::rollup::{Cell, decimal_text, exact};
 
 use crate::error::{ApiError, codes};
-use crate::model::{StatsBucket, StatsResponse, format_ts};
+use crate::model::{Exact, StatsBucket, StatsResponse, format_ts};
 
 /// How much one stats page may read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,12 +267,17 @@ impl Downsampler {
             .buckets
             .into_iter()
             .map(|(start, cell)| {
+                let exact = |v| {
+                    Exact::of_text(decimal_text(v))
+                        .ok_or_else(|| ApiError::internal("a bucket's number is not a decimal"))
+                };
                 Ok(StatsBucket {
                     start: format_ts(start)
                         .ok_or_else(|| ApiError::internal("bucket start out of range"))?,
                     count: cell.count,
-                    min: store::rollup::to_f64(&cell.min),
-                    max: store::rollup::to_f64(&cell.max),
+                    sum: exact(&cell.sum)?,
+                    min: exact(&cell.min)?,
+                    max: exact(&cell.max)?,
                     avg: cell.avg(),
                 })
             })
@@ -401,7 +406,9 @@ mod tests {
         }
         let (page, _) = pager.finish("1h").unwrap();
         assert_eq!(page.buckets[0].avg, 0.2);
-        assert_eq!((page.buckets[0].min, page.buckets[0].max), (0.1, 0.3));
+        let b = &page.buckets[0];
+        assert_eq!((b.min.as_str(), b.max.as_str()), ("0.1", "0.3"));
+        assert_eq!(b.sum.as_str(), "0.6");
     }
 
     #[test]

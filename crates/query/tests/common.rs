@@ -274,3 +274,22 @@ pub fn answered_decimals(page: &str, name: &str) -> Vec<bigdecimal::BigDecimal> 
         .map(|i| i.metrics[name].get().parse().expect("a decimal"))
         .collect()
 }
+
+/// Writes `readings` (any metrics and tags) as [`load`] writes an [`R`]: each under the
+/// key a writer at its own time gives it.
+#[allow(
+    dead_code,
+    reason = "the sealer's tests write readings of many metrics; the query's do not"
+)]
+pub fn load_readings(table: &MemoryReadings, shards: &MemoryShards, readings: &[Reading]) {
+    let layout = shards.layout().expect("layout set");
+    for reading in readings {
+        let fanout = shards
+            .entity(&reading.device_id)
+            .map(|meta| meta.shard_history)
+            .unwrap_or_default();
+        let at = ReadingRef::new(&reading.device_id, &reading.event_id, reading.ts);
+        let key = write_key(&at, &layout, &fanout, reading.ts).unwrap().key;
+        table.put(ReadingItem::new(reading, key, RETENTION));
+    }
+}

@@ -48,11 +48,11 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64)
     let mut directory: BTreeMap<String, DirEntry> = BTreeMap::new();
     let mut parts: BTreeMap<(i64, u32), Vec<&DeviceHour>> = BTreeMap::new();
     for ((hour, device), dh) in &device_hours {
-        let item = RollupItem::with_body(keys::device_hour(device, *hour), dh.version(), dh, None);
+        let item = RollupItem::with_body(keys::device_hour(device, *hour), dh.readings(), dh, None);
         assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
         let summary = dh.summary();
         let key = keys::device_summary(device, *hour);
-        let item = RollupItem::with_body(key, dh.version(), &summary, None);
+        let item = RollupItem::with_body(key, dh.readings(), &summary, None);
         assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
         let entry = DirEntry::of(dh);
         directory
@@ -69,7 +69,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64)
     for ((hour, part), dhs) in parts {
         let fleet = FleetPart::of(hour, part, dhs);
         let item =
-            RollupItem::with_body(keys::fleet_part(hour, part), fleet.version(), &fleet, None)
+            RollupItem::with_body(keys::fleet_part(hour, part), fleet.readings(), &fleet, None)
                 .unwrap();
         assert!(rollups.put_if_newer(&item).await.unwrap());
     }

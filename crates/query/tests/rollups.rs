@@ -66,6 +66,7 @@ async fn put_device(rollups: &MemoryRollups, device: &str, last_seen_ms: i64) {
         last_seen_ms,
         last_event: format!("evt-{last_seen_ms}"),
         metrics: BTreeSet::from(["temperature".to_owned()]),
+        more_metrics: false,
         tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
     };
     let item = RollupItem::with_body(
@@ -78,15 +79,24 @@ async fn put_device(rollups: &MemoryRollups, device: &str, last_seen_ms: i64) {
     rollups.put(&item).await.unwrap();
 }
 
+/// The watermark `[SEALED_FROM, end_ms)`, as the sealer writes it.
 async fn put_watermark(rollups: &MemoryRollups, end_ms: i64) {
-    let (pk, sk) = keys::watermark();
-    let item = RollupItem {
-        pk,
-        sk,
-        version: u64::try_from(end_ms).unwrap(),
-        body: String::new(),
-        ttl: None,
-    };
+    put_span(rollups, SEALED_FROM, end_ms).await;
+}
+
+/// The first sealed hour of [`put_watermark`]: a month before the fixtures' readings.
+const SEALED_FROM: i64 = BASE_MS - 31 * 24 * HOUR_MS;
+
+/// The watermark `[from_ms, end_ms)`.
+async fn put_span(rollups: &MemoryRollups, from_ms: i64, end_ms: i64) {
+    let body = json!({ "from_ms": from_ms });
+    let item = RollupItem::with_body(
+        keys::watermark(),
+        u64::try_from(end_ms).unwrap(),
+        &body,
+        None,
+    )
+    .unwrap();
     rollups.put(&item).await.unwrap();
 }
 
@@ -489,7 +499,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[Reading], watermark: i64) {
     for ((hour, part), dhs) in parts {
         let fleet = FleetPart::of(hour, part, dhs);
         let item =
-            RollupItem::with_body(keys::fleet_part(hour, part), fleet.version(), &fleet, None)
+            RollupItem::with_body(keys::fleet_part(hour, part), fleet.readings(), &fleet, None)
                 .unwrap();
         assert!(rollups.put_if_newer(&item).await.unwrap());
     }
@@ -669,7 +679,7 @@ async fn buckets_at_or_after_the_watermark_are_not_answered() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body,
-        json!({"buckets": [], "watermark": null, "next_cursor": null})
+        json!({"buckets": [], "sealed_from": null, "watermark": null, "next_cursor": null})
     );
     // The parts of all three hours are there; only the first is sealed.
     seal(&rollups, &readings(), BASE_MS + HOUR_MS).await;
@@ -850,4 +860,86 @@ fn valid(body: &Value, template: &str, status: u16) {
     let validator = jsonschema::validator_for(&schema).unwrap();
     let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{template} {status}: {errors:?}\n{body}");
+}
+
+/// Scenario 60, the query's side: an hour before the first sealed one holds a part of
+/// one device (as a late reading into it leaves), and every other device's readings.
+/// `GET /stats` and `GET /series` answer no bucket that starts before the first sealed
+/// hour (nor one across it), never that part as the hour's fleet; they say where the
+/// sealed hours start (`sealed_from`), and a range wholly before it is an empty answer
+/// after the watermark's read alone.
+#[tokio::test]
+async fn s60_the_fleet_routes_answer_no_bucket_before_the_first_sealed_hour() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let first_sealed = BASE_MS + HOUR_MS;
+    let partial: Vec<Reading> = readings()
+        .into_iter()
+        .filter(|r| r.ts_ms >= first_sealed || r.device == "dev-03")
+        .collect();
+    seal(&rollups, &partial, BASE_MS + 3 * HOUR_MS).await;
+    put_span(&rollups, first_sealed, BASE_MS + 3 * HOUR_MS).await;
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
+    let from_text = query::model::format_ts(first_sealed).unwrap();
+    for (interval, ms, want) in [
+        ("1m", MINUTE_MS, 120),
+        ("5m", 5 * MINUTE_MS, 24),
+        ("1h", HOUR_MS, 2),
+        // [0 h, 2 h) runs across the first sealed hour, [2 h, 4 h) past the watermark.
+        ("2h", 2 * HOUR_MS, 0),
+    ] {
+        let (buckets, _, watermark) =
+            every_stats_page(&svc, &rollups, &format!("{range}&interval={interval}")).await;
+        assert_eq!(watermark.as_deref(), Some("2026-06-22T03:00:00.000Z"));
+        assert_eq!(buckets.len(), want, "{interval}");
+        assert!(
+            buckets.iter().all(|b| b.start >= from_text),
+            "{interval}: a bucket before the first sealed hour"
+        );
+        let sealed = expected(&partial, ms, ms, BASE_MS + 3 * HOUR_MS);
+        for b in &buckets {
+            let start = chrono::DateTime::parse_from_rfc3339(&b.start)
+                .unwrap()
+                .timestamp_millis();
+            assert_eq!(
+                b.readings, sealed[&start].readings,
+                "{interval} {}",
+                b.start
+            );
+        }
+        let (status, body) = get(&svc, "/stats", &format!("{range}&interval={interval}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["sealed_from"], json!(from_text), "{body}");
+    }
+    // A range wholly before it: no bucket, the sealed hours named, one read.
+    let before = rollups.reads();
+    let q = format!("from={BASE_MS}&to={first_sealed}&interval=1m");
+    let (status, body) = get(&svc, "/stats", &q).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "buckets": [],
+            "sealed_from": from_text,
+            "watermark": "2026-06-22T03:00:00.000Z",
+            "next_cursor": null
+        })
+    );
+    assert_eq!(rollups.reads() - before, 1, "the watermark alone");
+    // The fleet's series: the same buckets as points.
+    for (interval_ms, want) in [(MINUTE_MS, 120), (HOUR_MS, 2), (2 * HOUR_MS, 0)] {
+        let q = format!("metric=temperature&agg=count&interval_ms={interval_ms}&{range}");
+        let (status, body) = get(&svc, "/series", &q).await;
+        assert_eq!(status, 200, "{body}");
+        let points = body["points"].as_array().unwrap();
+        assert_eq!(points.len(), want, "{interval_ms}: {body}");
+        assert!(
+            points
+                .iter()
+                .all(|p| p[0].as_i64().unwrap() >= first_sealed),
+            "{interval_ms}: a point before the first sealed hour"
+        );
+        assert_eq!(body["sealed_from"], json!(from_text));
+        crate::series::valid(&body, "/series", 200);
+    }
 }

@@ -72,7 +72,7 @@ async fn seal_fleet(rollups: &MemoryRollups, hours: i64) {
             let part = FleetPart::of(hour, part_of(&dh.device), [dh]);
             let item = RollupItem::with_body(
                 keys::fleet_part(hour, part.part),
-                part.version(),
+                part.readings(),
                 &part,
                 None,
             )

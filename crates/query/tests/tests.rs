@@ -13,6 +13,7 @@ mod engine;
 mod events;
 mod fuzz;
 mod latest;
+mod latest_sealed;
 mod model;
 mod on_dynalite;
 mod on_moto;

@@ -446,24 +446,22 @@ async fn raise_hot_device(
 
 /// A stored derived item read by its attributes' documented types: `PK`, `SK`, `body`
 /// (S), `version`, `ttl` (N).
+/// Each item's body and expiry, by key: what a clean run over the same readings
+/// writes. A version is not among them: it counts the bodies an item has had (a
+/// device-hour sealed, then sealed again with a late reading, is at its second), where
+/// a clean run writes each body once.
+fn bodies(items: &Items) -> BTreeMap<(String, String), (String, Option<i64>)> {
+    items
+        .iter()
+        .map(|(key, item)| (key.clone(), (item.body.clone(), item.ttl)))
+        .collect()
+}
+
+/// A stored head as the adapter reads it (the chunks of a long body are not read here:
+/// no body of these tests is that long).
 fn decode(item: &HashMap<String, AttributeValue>) -> anyhow::Result<RollupItem> {
-    let text = |name: &str| -> anyhow::Result<Option<String>> {
-        let number = matches!(name, "version" | "ttl");
-        match item.get(name) {
-            None => Ok(None),
-            Some(AttributeValue::S(v)) if !number => Ok(Some(v.clone())),
-            Some(AttributeValue::N(v)) if number => Ok(Some(v.clone())),
-            Some(other) => anyhow::bail!("{name}: {other:?}"),
-        }
-    };
-    let required = |name: &str| text(name)?.ok_or_else(|| anyhow::anyhow!("no {name} in {item:?}"));
-    Ok(RollupItem {
-        pk: required("PK")?,
-        sk: required("SK")?,
-        version: required("version")?.parse()?,
-        body: text("body")?.unwrap_or_default(),
-        ttl: text("ttl")?.map(|t| t.parse()).transpose()?,
-    })
+    let row = store::rollup::stored::from_attributes(item.clone())?;
+    Ok(store::rollup::stored::join(row, &[])?)
 }
 
 /// The cells of `readings` (each once) per device and minute, with exact sums.
@@ -739,7 +737,14 @@ async fn four_sealers_at_once_on_dynalite_leave_what_one_clean_run_leaves() -> a
     assert_eq!(without_marks(&raced), clean_all, "the slow sealer's writes");
     assert_cells_of(&clean_all, &stand.readings);
     assert_eq!(raced.len() - clean_all.len(), 3, "three marks");
-    assert_eq!(slow.readings, readings - 3, "read before the late readings");
+    // It read the hour before the late readings; its writes over the versions it had
+    // read were refused, and the three device-hours whose stored body differed (the
+    // late readings') it read again, and found stored as it computed them.
+    assert_eq!(
+        slow.readings,
+        readings - 3 + 3 * (PER_DEVICE as u64 + 1),
+        "read before the late readings, and those three again"
+    );
     assert_eq!(
         (slow.device_hours_written, slow.device_hours_unchanged),
         (0, DEVICES.len() as u64),
@@ -818,7 +823,7 @@ async fn a_late_reading_on_dynalite_adds_exactly_once_and_its_copy_adds_nothing(
     // Exactly what one clean run over every reading writes, and the mark is gone.
     let clean_table = stand.another_rollups_table("sealer-late-b").await?;
     stand.sealer(&clean_table).await.run(later(), None).await?;
-    assert_eq!(after, stand.scan(&clean_table).await?);
+    assert_eq!(bodies(&after), bodies(&stand.scan(&clean_table).await?));
 
     // Its copy, in a block with a copy of the next reading of d-2, and a second mark.
     let next = stand
@@ -888,7 +893,7 @@ async fn a_mark_replaced_while_its_hour_is_sealed_on_dynalite_stays_for_the_next
     assert_eq!(items.get(&(pk, sk)).map(|m| m.version), Some(9));
     let sealed: DeviceHour = body(&items, keys::device_hour("d-3", HOUR));
     assert_eq!(
-        sealed.version(),
+        sealed.readings(),
         PER_DEVICE as u64 + 1,
         "late-2 not read yet"
     );
@@ -902,7 +907,7 @@ async fn a_mark_replaced_while_its_hour_is_sealed_on_dynalite_stays_for_the_next
     let clean = stand.another_rollups_table("sealer-mark-b").await?;
     stand.sealer(&clean).await.run(later(), None).await?;
     let items = stand.scan(&table).await?;
-    assert_eq!(items, stand.scan(&clean).await?);
+    assert_eq!(bodies(&items), bodies(&stand.scan(&clean).await?));
     assert_cells_of(&items, &stand.readings);
     Ok(())
 }

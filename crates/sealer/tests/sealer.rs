@@ -320,10 +320,10 @@ async fn a_mark_of_an_hour_not_yet_sealed_waits_for_its_seal() {
 }
 
 /// A rollups table whose writes fail from the `after`-th on: a run killed there.
-struct KilledAfter {
-    inner: MemoryRollups,
-    after: u64,
-    writes: AtomicU64,
+pub(crate) struct KilledAfter {
+    pub(crate) inner: MemoryRollups,
+    pub(crate) after: u64,
+    pub(crate) writes: AtomicU64,
 }
 
 impl KilledAfter {

@@ -10,6 +10,10 @@
 mod common;
 
 mod by_device;
+mod horizon;
+mod layouts;
+mod limits;
 mod on_dynalite;
+mod recount;
 mod scale;
 mod sealer;

@@ -8,16 +8,23 @@
 //! read. Every writer's cache holds it before it is in force; a reading takes the
 //! layout in force at its own timestamp, and readers read back the block window only
 //! over spans whose layout packs blocks, so a read across the switch is exact.
+//!
+//! A stack with a sealer (`ROLLUP_TABLE` set) refuses to schedule a layout the sealer
+//! cannot read (`sealer::layout`: a strategy other than time buckets keeps what it
+//! was), since from that epoch on no hour would be sealed; `--without-sealing` schedules
+//! it anyway.
 
 use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
 use sharding::block::BlockLayout;
+use sharding::layout::Layout;
+use sharding::time::Timestamp;
 use store::clock::wall_clock;
 use store::config::{Vars, WriterSettings};
-use store::directory::ShardDirectory;
 use store::directory::layout::ScheduledLayout;
+use store::directory::{ShardDirectory, ShardStore};
 use store::dynamo::DynamoShards;
 
 use crate::env::StackArgs;
@@ -32,6 +39,10 @@ pub struct BlocksArgs {
     /// A block's longest span, seconds (1 to 3600): what a range read reads back.
     #[arg(long, default_value_t = 60)]
     pub window_secs: u32,
+    /// Schedule the layout even when the stack's sealer cannot read it: from its epoch
+    /// on, the sealer seals no hour (its runs fail, and `SealerLayoutAlarm` fires).
+    #[arg(long)]
+    pub without_sealing: bool,
     /// The stack; the env file's margin applies, so the switch is in force only once
     /// every writer's cache can hold it.
     #[command(flatten)]
@@ -60,11 +71,10 @@ pub async fn run(args: &BlocksArgs) -> anyhow::Result<()> {
         DynamoShards::new(&dynamo, &settings.shard_table_name),
         settings.directory,
     );
-    let change = |latest: &sharding::layout::Layout| sharding::layout::Layout {
-        blocks,
-        ..latest.clone()
-    };
-    let said = match directory.schedule_layout(change, wall_clock()?).await? {
+    // The stack's sealer reads every layout from its watermark on.
+    let sealed = env.get("ROLLUP_TABLE").is_some_and(|t| !t.is_empty()) && !args.without_sealing;
+    let scheduled = schedule(&directory, blocks, sealed, wall_clock()?).await?;
+    let said = match scheduled {
         ScheduledLayout::Scheduled(epoch) => format!(
             "blocks {} from {} (layout {})",
             args.switch, epoch.effective_from, epoch.value
@@ -78,4 +88,37 @@ pub async fn run(args: &BlocksArgs) -> anyhow::Result<()> {
     };
     writeln!(std::io::stdout().lock(), "{said}").context("cannot write to stdout")?;
     Ok(())
+}
+
+/// Schedules the latest layout with `blocks` as the table's next epoch. With `sealed`
+/// (the stack has a sealer), refuses a layout the sealer cannot read, with
+/// [`sealer::layout::UnsealableLayout`] as the error's source, before writing anything.
+pub async fn schedule<S: ShardStore>(
+    directory: &ShardDirectory<S>,
+    blocks: Option<BlockLayout>,
+    sealed: bool,
+    now: Timestamp,
+) -> anyhow::Result<ScheduledLayout> {
+    let change = |latest: &Layout| Layout {
+        blocks,
+        ..latest.clone()
+    };
+    // Read first: no command changes the strategy, so the layout scheduled below keeps
+    // the one read here, however many switches race.
+    let history = directory.layout(now).await?;
+    let next = change(history.latest());
+    if sealed && &next != history.latest() && !sealer::layout::sealable(&next) {
+        let from = now.saturating_add(directory.config().policy.propagation_margin);
+        let refused = sealer::layout::UnsealableLayout {
+            layout: next,
+            effective_from: Some(from),
+            first_hour_ms: store::rollup::hour_of(from.as_millis()),
+        };
+        return Err(anyhow::Error::new(refused).context(
+            "refused: the stack's sealer cannot read this layout; switch the table to a \
+             time-bucket layout first, or pass --without-sealing to schedule it with no \
+             hour sealed from its epoch on",
+        ));
+    }
+    Ok(directory.schedule_layout(change, now).await?)
 }

@@ -6,3 +6,4 @@ mod blocks;
 mod fanout;
 mod plan;
 mod seal;
+mod unsealable;

@@ -17,6 +17,7 @@ use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::Decimal;
 use store::memory::MemoryRollups;
 use store::rollup::dynamo::DynamoRollups;
+use store::rollup::stored::CHUNK_BYTES;
 use store::rollup::{
     DeviceHour, FleetPart, RollupItem, RollupQuery, RollupTable, decimal_text, late_mark, query_all,
 };
@@ -158,6 +159,35 @@ async fn apply<T: RollupTable>(table: &T, op: &Op) -> anyhow::Result<Option<bool
     })
 }
 
+/// Bodies over a chunk's bytes, stored in chunks: read back whole by get and by Query.
+fn long_items() -> Vec<RollupItem> {
+    [
+        ("site-c-long", CHUNK_BYTES),
+        ("site-c-longer", 3 * CHUNK_BYTES),
+    ]
+    .into_iter()
+    .map(|(sk, n)| item("dir", sk, 5, &format!("{{\"v\":\"{}\"}}", "y".repeat(n))))
+    .collect()
+}
+
+/// The long bodies of the query test, read back whole by get on both, from chunks.
+async fn long_bodies_read_back(db: &OnDynalite, fake: &MemoryRollups) -> anyhow::Result<()> {
+    for sk in ["site-c-long", "site-c-longer"] {
+        let got = db.rollups.get("dir", sk, true).await?;
+        assert!(
+            got.as_ref().is_some_and(|i| i.body.len() > CHUNK_BYTES),
+            "{sk}"
+        );
+        assert_eq!(got, fake.get("dir", sk, true).await?, "{sk}");
+        // Its head and each chunk within DynamoDB's limit: dynalite took them.
+        assert!(
+            !db.raw("dir", sk).await?.contains_key("body"),
+            "{sk}: in chunks"
+        );
+    }
+    Ok(())
+}
+
 /// Every conditional write answers on dynalite as the fake answers, and leaves the same
 /// items: `put_if_newer` writes over no item or a smaller version (compared as numbers:
 /// 10 is newer than 9) and refuses an equal or larger one; `put_if_version` writes over
@@ -286,6 +316,7 @@ async fn rollups_on_dynalite_query_pages_as_the_fake_and_across_dynamodbs_own_pa
     items.push(item("dir", "x", 3, "{}"));
     items.push(item("dir2", "site-a-05", 4, "{}"));
     items.push(item("di", "site-a-05", 4, "{}"));
+    items.extend(long_items());
     for item in &items {
         assert!(db.rollups.put_if_newer(item).await?);
         assert!(fake.put_if_newer(item).await?);
@@ -306,6 +337,10 @@ async fn rollups_on_dynalite_query_pages_as_the_fake_and_across_dynamodbs_own_pa
                 (None, Some("site-"), None),
                 (None, Some("site-b-1"), None),
                 (None, Some("nothing"), None),
+                // A range and a prefix: the adapter sends the range alone, and the
+                // fake answers as it does.
+                (between("site-a-05", "site-b-03"), Some("site-b-"), None),
+                (between("site-c", "site-d"), Some("site-a"), None),
             ] {
                 queries.push(RollupQuery {
                     pk: "dir".to_owned(),
@@ -344,6 +379,7 @@ async fn rollups_on_dynalite_query_pages_as_the_fake_and_across_dynamodbs_own_pa
         assert_eq!(got, want, "{q:?}");
         assert_eq!(query_all(&db.rollups, q.clone()).await?, want, "{q:?}");
     }
+    long_bodies_read_back(&db, &fake).await?;
     // A few answers spelled out, so the fake is held to them too.
     let sks = |items: Vec<RollupItem>| items.into_iter().map(|i| i.sk).collect::<Vec<_>>();
     let mut q = RollupQuery::partition("dir", true);
@@ -447,14 +483,14 @@ async fn rollups_on_dynalite_keep_38_digit_sums_exact() -> anyhow::Result<()> {
     );
     let stored = RollupItem::with_body(
         store::rollup::keys::device_hour("d-38", hour),
-        dh.version(),
+        dh.readings(),
         &dh,
         Some(1_790_000_000),
     )?;
     let fleet = FleetPart::of(hour, store::rollup::part_of("d-38"), [&dh]);
     let part = RollupItem::with_body(
         store::rollup::keys::fleet_part(hour, fleet.part),
-        fleet.version(),
+        fleet.readings(),
         &fleet,
         None,
     )?;

@@ -207,7 +207,8 @@ impl Tally {
             match m.fate {
                 Fate::Written { .. } => {}
                 // Acknowledged; its unwritten rest came back through `requeued`.
-                Fate::Split { .. } => self.split += 1,
+                // Its unwritten rest, or its unmarked readings, came back through `requeued`.
+                Fate::Split { .. } | Fate::Unmarked { .. } => self.split += 1,
                 Fate::DeadLettered { .. } => self.dead_lettered += readings,
                 // Deleted from the queue; its copy came back through `requeued`.
                 Fate::Requeued { .. } => self.requeued += 1,

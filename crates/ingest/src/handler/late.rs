@@ -4,30 +4,39 @@
 //! doc, "Late marks").
 //!
 //! The sealer seals hour H once, when its clock reaches H + 1 h + the lateness horizon
-//! (`LATENESS_HORIZON_SECS`). So each reading this invocation **wrote** (its write
+//! it publishes in its watermark (`store::rollup::horizon`: the ingest reads it there,
+//! [`HorizonCache`], and marks with it, never with a larger one). So each reading this invocation **wrote** (its write
 //! acknowledged) whose hour ends at least that horizon, less [`LATE_MARK_MARGIN`],
 //! before the invocation's clock gets one mark per (device, hour) of the batch, each
 //! with a fresh nonce from the invocation's RNG, and only after the readings' writes
 //! were acknowledged: the sealer reads a mark, then the readings, so a mark must never
-//! be seen before its reading is stored. A mark whose write fails makes the messages
-//! holding its readings reported (their readings' rewrite is idempotent), so SQS
-//! redelivers them and the mark is tried again. Readings that are not late cost no
-//! write to the rollups table.
+//! be seen before its reading is stored. A mark whose write fails leaves each message
+//! holding its readings with those readings [`Unmarked`]: their fate stays what the
+//! writes made it (stored), and the leave stage sends the readings back as a copy that
+//! holds stored readings (their rewrite is idempotent), which comes back until the mark
+//! is written and is never dead-lettered (`crate::fate::leave`). Readings that are not
+//! late cost no write to the rollups table.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Deserialize;
 
 use futures::StreamExt as _;
 use rand::Rng;
 use sharding::time::Timestamp;
+use store::Reading;
+use store::StoreError;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
-use store::rollup::{HOUR_MS, RollupTable, hour_of, late_mark};
+use store::rollup::horizon::{Horizon, INGEST_REFRESH, INGEST_VALID};
+use store::rollup::{HOUR_MS, RollupTable, hour_of, keys, late_mark};
 
 use super::stages::KeyedMessage;
 use super::{BatchContext, Ingest};
-use crate::fate::{Fate, Settled};
+use crate::fate::Unmarked;
 
 /// How much earlier than the sealer's own moment (its hour's end plus the horizon) a
 /// written reading counts as late: the time between the decision, made on the
@@ -70,17 +79,50 @@ pub(crate) fn may_be_sealed(
     now.as_millis() >= from
 }
 
+/// The horizon last read from the sealer's watermark, per container: read again once
+/// [`INGEST_REFRESH`] old; when that read fails, used while [`INGEST_VALID`] old, then
+/// none (the safe minimum, 0: every reading whose hour may have ended is marked).
+#[derive(Debug, Default)]
+pub(crate) struct HorizonCache(Mutex<Option<ReadHorizon>>);
+
+/// One read of the watermark: when (the invocation's clock, ms), and its horizon (none:
+/// no watermark yet, or one an older sealer wrote).
+#[derive(Debug, Clone, Copy)]
+struct ReadHorizon {
+    at_ms: i64,
+    horizon: Option<Horizon>,
+}
+
+/// What the ingest reads of the watermark's body.
+#[derive(Deserialize)]
+struct Published {
+    #[serde(default)]
+    horizon: Option<Horizon>,
+}
+
+/// The sealer's published horizon, from its watermark (eventually consistent: a read
+/// at most a second behind is covered by the switch's skew).
+async fn read_horizon<L: RollupTable>(rollups: &L) -> Result<Option<Horizon>, StoreError> {
+    let (pk, sk) = keys::watermark();
+    let Some(item) = rollups.get(&pk, &sk, false).await? else {
+        return Ok(None);
+    };
+    Ok(item.body::<Published>()?.horizon)
+}
+
 /// Each (device, hour start in ms) of a written late reading, with the messages (by
-/// index in the batch) holding one of its readings.
-pub(crate) type LateHours = BTreeMap<(String, i64), BTreeSet<usize>>;
+/// index in the batch) holding its readings, and theirs.
+pub(crate) type LateHours = BTreeMap<(String, i64), BTreeMap<usize, Vec<Reading>>>;
 
 /// What the mark stage did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Marks {
     /// Marks written.
     pub(crate) written: u64,
-    /// Marks whose write failed (their messages reported).
+    /// Marks whose write failed (their readings sent back, `crate::fate::leave`).
     pub(crate) failed: u64,
+    /// Per message of the batch, its stored readings whose marks failed.
+    pub(crate) unmarked: Vec<Option<Unmarked>>,
 }
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
@@ -90,13 +132,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     pub(super) fn late_written(
         &self,
         messages: &[KeyedMessage],
+        horizon: Duration,
         cx: &BatchContext<'_>,
     ) -> LateHours {
         let mut late = LateHours::new();
         if self.rollups.is_none() {
             return late;
         }
-        let horizon = self.config.lateness_horizon;
         let margin = margin_for(cx.deadline.saturating_duration_since(cx.started));
         for (own, message) in messages.iter().enumerate() {
             for (origin, reading) in message.written_readings(own) {
@@ -105,28 +147,79 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
                 }
                 late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
                     .or_default()
-                    .insert(origin);
+                    .entry(origin)
+                    .or_default()
+                    .push(reading.clone());
             }
         }
         late
     }
 
-    /// Writes one late mark per late hour, after the readings' writes (the settled
-    /// fates follow them): a message written whole or in part whose mark failed is
-    /// reported instead, so it comes back and its mark is written again.
+    /// The horizon this invocation marks with: the sealer's, as published in its
+    /// watermark ([`HorizonCache`]); the ingest's own `LATENESS_HORIZON_SECS` (the same
+    /// template parameter) until the sealer published one. Nothing is read without a
+    /// rollups table.
+    pub(super) async fn lateness_horizon(&self, cx: &BatchContext<'_>) -> Duration {
+        let Some(rollups) = &self.rollups else {
+            return self.config.lateness_horizon;
+        };
+        let now = cx.now.as_millis();
+        let age = |read: &ReadHorizon| {
+            Duration::from_millis(u64::try_from(now.saturating_sub(read.at_ms)).unwrap_or(0))
+        };
+        let cached = *self.horizon.0.lock();
+        let in_force = |read: ReadHorizon| match read.horizon {
+            Some(h) => h.for_ingest(now),
+            None => self.config.lateness_horizon,
+        };
+        if let Some(read) = cached.filter(|r| age(r) < INGEST_REFRESH) {
+            return in_force(read);
+        }
+        match tokio::time::timeout_at(cx.work_deadline, read_horizon(rollups)).await {
+            Ok(Ok(horizon)) => {
+                let read = ReadHorizon {
+                    at_ms: now,
+                    horizon,
+                };
+                *self.horizon.0.lock() = Some(read);
+                in_force(read)
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the deadline came first".to_owned(),
+                };
+                match cached.filter(|r| age(r) < INGEST_VALID) {
+                    Some(read) => in_force(read),
+                    None => {
+                        tracing::warn!(%error, "the sealer's horizon could not be read: marking with none");
+                        Duration::ZERO
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes one late mark per late hour, after the readings' writes. A failed mark
+    /// changes no message's settled fate (its readings are stored): it names, for each
+    /// of the `messages` of the batch, the readings whose mark failed.
     pub(super) async fn mark_stage<G: Rng + ?Sized>(
         &self,
         late: LateHours,
-        settled: &mut [Settled],
+        messages: usize,
         cx: &BatchContext<'_>,
         rng: &mut G,
     ) -> Marks {
+        let mut done = Marks {
+            unmarked: vec![None; messages],
+            ..Marks::default()
+        };
         let Some(rollups) = &self.rollups else {
-            return Marks::default();
+            return done;
         };
         let marks: Vec<_> = late
             .into_iter()
-            .map(|((device, hour), messages)| (late_mark(&device, hour, rng.random()), messages))
+            .map(|((device, hour), holders)| (late_mark(&device, hour, rng.random()), holders))
             .collect();
         let deadline = cx.work_deadline;
         let results: Vec<Result<(), String>> = futures::stream::iter(marks.iter())
@@ -140,25 +233,22 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             .buffered(self.config.max_inflight)
             .collect()
             .await;
-        let mut done = Marks::default();
-        for ((mark, messages), result) in marks.iter().zip(results) {
+        for ((mark, holders), result) in marks.into_iter().zip(results) {
             let Err(error) = result else {
                 done.written += 1;
                 continue;
             };
             done.failed += 1;
-            tracing::warn!(mark = %mark, %error, "late mark not written; its messages are reported");
-            for &m in messages {
-                if let Some(slot) = settled.get_mut(m)
-                    && matches!(
-                        slot,
-                        Settled::Final(Fate::Written { .. }) | Settled::Split { .. }
-                    )
-                {
-                    *slot = Settled::Final(Fate::Reported {
-                        reason: format!("late mark {mark} not written: {error}"),
-                    });
-                }
+            tracing::warn!(mark = %mark, %error, "late mark not written; its readings go back to the queue");
+            for (m, readings) in holders {
+                let Some(slot) = done.unmarked.get_mut(m) else {
+                    continue;
+                };
+                let entry = slot.get_or_insert_with(|| Unmarked {
+                    readings: Vec::new(),
+                    reason: format!("{mark}: {error}"),
+                });
+                entry.readings.extend(readings);
             }
         }
         done

@@ -11,12 +11,12 @@ use store::queue::{DeadLetter, Delay, MAX_DELAY_SECS, Queue, QueueError, Requeue
 use tokio::time::Instant;
 
 use super::record::{
-    copy_of, message_budget, receive_count, requeue_count, seal_of, sender, sender_attributes,
-    source_id,
+    CopyFlags, copy_of, holds_stored, message_budget, receive_count, requeue_count, seal_of,
+    sender, sender_attributes, source_id,
 };
 use super::report::MessageReport;
 use super::{BatchContext, Ingest};
-use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, leave};
+use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, Unmarked, leave};
 use crate::front_door::Sender;
 use crate::message::{Refusal, to_body};
 
@@ -33,10 +33,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// Stage 7: what leaves the batch. A split message's unwritten readings, and a
     /// message still failing at its last receive (while it may be requeued), go back to
     /// the queue as fresh copies; refused messages, and those out of requeues, go to the
-    /// DLQ with their reason. A failed send leaves the message reported.
+    /// DLQ with their reason; the stored readings of a failed late mark (`unmarked`,
+    /// per message) go back as a copy holding stored readings, never to the DLQ. A
+    /// failed send leaves the message reported.
     pub(super) async fn leave_stage<R: Rng + ?Sized>(
         &self,
         settled: Vec<Settled>,
+        unmarked: Vec<Option<Unmarked>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> Leaving {
@@ -51,33 +54,38 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         let mut fates: Vec<Option<Fate>> = Vec::with_capacity(settled.len());
         // Per copy: its message, the fate once sent, and the copy.
         let mut copies: Vec<(usize, Fate, Requeue)> = Vec::new();
+        let mut unmarked = unmarked.into_iter();
         for (m, settled) in settled.into_iter().enumerate() {
             let record = &cx.records[m];
             let receipt = Receipt {
                 receives: receive_count(record),
                 requeues: requeue_count(record, own),
+                stored: holds_stored(record, own),
             };
-            let fate = match leave(settled, receipt, policy) {
+            let fate = match leave(settled, unmarked.next().flatten(), receipt, policy) {
                 Leave::Stay(fate) => fate,
                 Leave::Copy {
                     body,
                     requeues,
+                    stored,
+                    wait_after,
                     sent,
                     reason,
                 } => {
                     // A remainder is plain readings, already held to their thing; a
                     // whole copy keeps the rule's envelope, and its mark.
                     let (body, front_door) = match body {
-                        CopyBody::Unwritten(readings) => (to_body(&readings), false),
+                        CopyBody::Readings(readings) => (to_body(&readings), false),
                         CopyBody::Whole => (
                             record.body.clone().unwrap_or_default(),
                             sender(record, own, iot, self.config.front_door_key.keys())
                                 == Sender::IotRule,
                         ),
                     };
-                    let wait = self.config.redelivery.visibility(receipt.receives, rng);
+                    let wait = self.config.redelivery.visibility(wait_after, rng);
                     let delay = u32::try_from(wait.as_secs()).unwrap_or(MAX_DELAY_SECS);
-                    let copy = copy_of(record, own, &cx.ids[m], body, requeues, delay, front_door);
+                    let flags = CopyFlags { front_door, stored };
+                    let copy = copy_of(record, own, &cx.ids[m], body, requeues, delay, flags);
                     copies.push((m, sent, copy));
                     Fate::Reported { reason }
                 }
@@ -190,10 +198,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         for ((m, sent, _), result) in copies.into_iter().zip(results) {
             match result {
                 Ok(()) => {
-                    if matches!(sent, Fate::Split { .. }) {
-                        split += 1;
-                    } else {
-                        requeued += 1;
+                    // A copy for late marks is counted by the report's mark failures.
+                    match sent {
+                        Fate::Split { .. } => split += 1,
+                        Fate::Requeued { .. } => requeued += 1,
+                        _ => {}
                     }
                     fates[m] = Some(sent);
                 }
@@ -232,6 +241,23 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                         reason,
                     } => {
                         tracing::info!(written, requeued, %reason, "unwritten readings requeued")
+                    }
+                    Fate::Unmarked {
+                        written,
+                        requeued: 0,
+                        reason,
+                    } => tracing::error!(
+                        written,
+                        %reason,
+                        "readings stored but their late mark is not written, and no queue to \
+                         send them back to: `shardline seal` over their hour counts them"
+                    ),
+                    Fate::Unmarked {
+                        written,
+                        requeued,
+                        reason,
+                    } => {
+                        tracing::warn!(written, requeued, %reason, "stored readings requeued for their late marks")
                     }
                 });
                 MessageReport {

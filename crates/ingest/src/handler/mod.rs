@@ -23,7 +23,8 @@
 //!    readings, its own or its group's ([`stages::settle_batch`], by the policy of
 //!    [`crate::fate`]), then **mark** each device-hour of a written
 //!    reading whose hour may already be sealed, after the write, with a late mark in
-//!    the rollups table (a message whose mark failed is reported) ([`late`]);
+//!    the rollups table ([`late`]): a failed mark leaves the message's fate as the
+//!    writes settled it, and names the readings the leave stage sends back;
 //! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
 //!    ([`leave`], with what it reads of each SQS record in [`record`]);
 //! 8. **report** every message's fate and the metrics (EMF lines) ([`report`]).
@@ -36,6 +37,10 @@
 //! - **split**: some readings are stored and the rest failed transiently: the rest is
 //!   sent back to the queue as a fresh copy and the message is acknowledged, so no
 //!   stored reading is ever written again (under another key, after a raise);
+//! - **unmarked**: its readings are stored but a late mark of some failed: those
+//!   readings go back to the queue as a fresh copy marked as holding stored readings,
+//!   written again under their keys and marked when it comes back, and never
+//!   dead-lettered for running out of receives (`crate::fate::leave`);
 //! - **reported** in `batchItemFailures`: something transient kept all of it out (a
 //!   throttle, the deadline, a 5xx, a failed DLQ send, a panic), so SQS redelivers it.
 //!
@@ -90,7 +95,7 @@ mod write;
 pub use late::LATE_MARK_MARGIN;
 pub use record::{
     FRONT_DOOR_ATTRIBUTE, OWN_ATTRIBUTE_PREFIX, REQUEUES_ATTRIBUTE, SENT_ATTRIBUTE,
-    SOURCE_ID_ATTRIBUTE,
+    SOURCE_ID_ATTRIBUTE, STORED_ATTRIBUTE,
 };
 pub use report::{MessageReport, Report};
 
@@ -125,6 +130,8 @@ pub struct Ingest<T, S, Q, L = DynamoRollups> {
     directory: ShardDirectory<S>,
     queue: Q,
     rollups: Option<L>,
+    /// The sealer's horizon, as last read from its watermark.
+    horizon: late::HorizonCache,
     hook: Option<MessageHook>,
 }
 
@@ -241,6 +248,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
             directory,
             queue,
             rollups: None,
+            horizon: late::HorizonCache::default(),
             hook: None,
         }
     }
@@ -255,6 +263,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             directory: self.directory,
             queue: self.queue,
             rollups: Some(rollups),
+            horizon: self.horizon,
             hook: self.hook,
         }
     }
@@ -369,10 +378,11 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
         let panics = messages.iter().filter(|m| m.panicked()).count() as u64;
-        let late = self.late_written(&messages, &cx);
-        let mut settled: Vec<Settled> = settle_batch(messages, MAX_REKEY_ROUNDS);
-        let marks = self.mark_stage(late, &mut settled, &cx, rng).await;
-        let leaving = self.leave_stage(settled, &cx, rng).await;
+        let horizon = self.lateness_horizon(&cx).await;
+        let late = self.late_written(&messages, horizon, &cx);
+        let settled: Vec<Settled> = settle_batch(messages, MAX_REKEY_ROUNDS);
+        let marks = self.mark_stage(late, settled.len(), &cx, rng).await;
+        let leaving = self.leave_stage(settled, marks.unmarked, &cx, rng).await;
         let (delayed, delay_failures) = self
             .delay_reported(cx.records, &leaving.fates, cx.deadline, rng)
             .await;

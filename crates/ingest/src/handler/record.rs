@@ -21,6 +21,12 @@ pub const SENT_ATTRIBUTE: &str = "shardline.sent_timestamp";
 pub const FRONT_DOOR_ATTRIBUTE: &str = "shardline.front_door";
 /// The value of [`FRONT_DOOR_ATTRIBUTE`].
 const FRONT_DOOR: &str = "iot";
+/// The message attribute marking the ingest's copy of readings already stored once
+/// (sent for their late marks): such a copy is never dead-lettered for running out of
+/// receives (`crate::fate::leave`).
+pub const STORED_ATTRIBUTE: &str = "shardline.stored";
+/// The value of [`STORED_ATTRIBUTE`].
+const STORED: &str = "1";
 /// The prefix of the ingest's own message attributes. A sender's attributes under it
 /// are neither read (unless the ingest sent the message) nor carried on a copy.
 pub const OWN_ATTRIBUTE_PREFIX: &str = "shardline.";
@@ -101,6 +107,12 @@ fn own_attribute<'r>(record: &'r SqsMessage, own: Option<&str>, name: &str) -> O
         .and_then(|a| a.string_value.as_deref())
 }
 
+/// Whether this record is the ingest's copy of readings already stored once: never for
+/// a device's message, whatever attributes it carries.
+pub(super) fn holds_stored(record: &SqsMessage, own: Option<&str>) -> bool {
+    own_attribute(record, own, STORED_ATTRIBUTE) == Some(STORED)
+}
+
 /// How often this record's message was requeued before: 0 for a device's message,
 /// whatever attributes it carries.
 pub(super) fn requeue_count(record: &SqsMessage, own: Option<&str>) -> u32 {
@@ -150,12 +162,21 @@ pub(super) fn message_budget(record: &SqsMessage) -> usize {
     MAX_MESSAGE_BYTES.max(body + attributes)
 }
 
+/// What a copy says of its body beyond the requeue count and the first message id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct CopyFlags {
+    /// The body is still the IoT rule's envelope ([`FRONT_DOOR_ATTRIBUTE`]).
+    pub(super) front_door: bool,
+    /// The body holds readings already stored ([`STORED_ATTRIBUTE`]).
+    pub(super) stored: bool,
+}
+
 /// A fresh copy of `record` holding `body`. It carries at most SQS's 10 attributes:
 /// the ingest's first (the requeue count `requeues`, the first message id and its
 /// `SentTimestamp` ([`write_order`]: a copy holds what was sent then, so its readings
 /// keep that order, not the copy's own, which would make an old value newer than a
-/// re-send that reached the queue between them), and with
-/// `front_door` the mark of a body that is still the IoT rule's envelope),
+/// re-send that reached the queue between them), and the `flags`: the mark of a body
+/// that is still the IoT rule's envelope, and of one holding stored readings),
 /// then the sender's own string attributes in name order as far as they fit
 /// (`store::queue::with_attributes`). So of a message that arrived with 9 or 10, the
 /// last in name order are dropped (logged): a copy that SQS refuses would instead
@@ -168,7 +189,7 @@ pub(super) fn copy_of(
     body: String,
     requeues: u32,
     delay_secs: u32,
-    front_door: bool,
+    flags: CopyFlags,
 ) -> Requeue {
     let mut ours: Attributes = [
         (
@@ -190,10 +211,16 @@ pub(super) fn copy_of(
             ("Number".to_owned(), written.0.to_string()),
         );
     }
-    if front_door {
+    if flags.front_door {
         ours.insert(
             FRONT_DOOR_ATTRIBUTE.to_owned(),
             ("String".to_owned(), FRONT_DOOR.to_owned()),
+        );
+    }
+    if flags.stored {
+        ours.insert(
+            STORED_ATTRIBUTE.to_owned(),
+            ("String".to_owned(), STORED.to_owned()),
         );
     }
     let (attributes, dropped) = with_attributes(

@@ -54,8 +54,8 @@ pub struct Report {
     pub split: u64,
     /// Late marks written (one per device-hour of the written late readings).
     pub late_marks: u64,
-    /// Late marks whose write failed (the messages holding their readings are
-    /// reported).
+    /// Late marks whose write failed (the readings of the messages holding them go back
+    /// to the queue as copies holding stored readings, `Fate::Unmarked`).
     pub late_mark_failures: u64,
 }
 

@@ -1,8 +1,13 @@
 //! The fleet's stats, `GET /stats`: every device's readings in buckets of a whole
 //! number of minutes, from the sealer's fleet parts (`store::rollup`: partition
 //! `fleet#{hour}`, one item per part, each with the hour's and each minute's cells of
-//! its devices). Never from the readings: only sealed hours, the ones before the
-//! sealer's watermark, are answered.
+//! its devices). Never from the readings: only sealed hours are answered, the ones
+//! from the first the sealer sealed to its watermark (`super::rollups::SealedSpan`).
+//! An hour before the first sealed one was never sealed (a late reading into it may
+//! even have left a part of one device there), so no bucket that starts before it is
+//! answered, as none that ends after the watermark is: the answer's `sealed_from` and
+//! `watermark` say which buckets it can hold. The fleet's readings are not read instead
+//! (a read over every device of those hours would cost what the parts save).
 //!
 //! A bucket's cells are the merge of its minutes' cells (or, where the interval is a
 //! whole number of hours and the hour lies whole in the range, of its hours'): counts
@@ -29,7 +34,7 @@ use store::read::ReadingSource;
 use store::rollup::{Cell, Cells, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupQuery, keys};
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
-use super::rollups::{Fetch, Spend, instant, not_configured};
+use super::rollups::{Fetch, SealedSpan, Spend, instant, not_configured};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
@@ -147,6 +152,8 @@ struct BucketOut {
 #[derive(Debug, Serialize)]
 struct FleetPage {
     buckets: Vec<BucketOut>,
+    /// The first sealed hour: no bucket starts before it.
+    sealed_from: Option<String>,
     watermark: Option<String>,
     next_cursor: Option<String>,
 }
@@ -168,20 +175,23 @@ impl PagePlan {
     }
 }
 
-/// The page of `request` that starts at `start` under watermark `watermark`: whole
-/// minutes of the range (from rounded up, to rounded down), only buckets that end by
-/// the watermark, at most `most_hours` hours and `most_buckets` buckets, ending at a
-/// bucket boundary (at least one bucket). `None` when nothing is left to answer.
+/// The page of `request` that starts at `start` over the sealed hours `span`: whole
+/// minutes of the range (from rounded up, to rounded down), only buckets that start at
+/// or after the first sealed hour and end by the watermark, at most `most_hours` hours
+/// and `most_buckets` buckets, ending at a bucket boundary (at least one bucket).
+/// `None` when nothing is left to answer.
 pub(super) fn plan_page(
     request: &FleetRequest<'_>,
     start: i64,
-    watermark: i64,
+    span: SealedSpan,
     most_hours: i64,
     most_buckets: i64,
 ) -> Option<PagePlan> {
-    let from = ceil_to(request.range.from_ms, MINUTE_MS).max(start);
+    let from = ceil_to(request.range.from_ms, MINUTE_MS)
+        .max(start)
+        .max(ceil_to(span.from_ms, request.interval_ms));
     let range_end =
-        (request.range.to_ms.div_euclid(MINUTE_MS) * MINUTE_MS).min(request.bucket_of(watermark));
+        (request.range.to_ms.div_euclid(MINUTE_MS) * MINUTE_MS).min(request.bucket_of(span.end_ms));
     if from >= range_end {
         return None;
     }
@@ -234,22 +244,22 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .ok_or_else(|| not_configured("GET /stats"))?;
         let spend = Spend::new(table, self.config.budget.read(deadline));
         let refusal = |budget| budget::refusal(budget, &self.config.budget, Advice::NarrowRange);
-        let watermark = match spend.watermark().await? {
-            Fetch::Got(w) => w,
+        let span = match spend.sealed_span().await? {
+            Fetch::Got(span) => span,
             Fetch::Cut(budget) => return Err(refusal(budget)),
         };
-        let Some(watermark) = watermark else {
+        let Some(span) = span else {
             return empty_page(None, &spend);
         };
         let budget = self.config.budget;
         let Some(mut plan) = plan_page(
             request,
             start,
-            watermark,
+            span,
             most_hours(&budget),
             self.config.limits.max_stats_buckets,
         ) else {
-            return empty_page(Some(watermark), &spend);
+            return empty_page(Some(span), &spend);
         };
         let hours: Vec<i64> = plan.hours().collect();
         let read = self.read_hours(&spend, &hours, request.metric).await;
@@ -291,7 +301,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         let page = FleetPage {
             buckets,
-            watermark: Some(instant(watermark)?),
+            sealed_from: Some(instant(span.from_ms)?),
+            watermark: Some(instant(span.end_ms)?),
             next_cursor,
         };
         Ok((json_body(&page)?, stats))
@@ -326,10 +337,11 @@ fn most_hours(budget: &RequestBudget) -> i64 {
 }
 
 /// The answer with no bucket: nothing sealed yet, or nothing left of the range.
-fn empty_page(watermark: Option<i64>, spend: &Spend<'_>) -> Answer {
+fn empty_page(span: Option<SealedSpan>, spend: &Spend<'_>) -> Answer {
     let page = FleetPage {
         buckets: Vec::new(),
-        watermark: watermark.map(instant).transpose()?,
+        sealed_from: span.map(|s| instant(s.from_ms)).transpose()?,
+        watermark: span.map(|s| instant(s.end_ms)).transpose()?,
         next_cursor: None,
     };
     let stats = ReadStats {
@@ -459,28 +471,53 @@ mod tests {
         }
     }
 
+    /// Sealed from the epoch to `end_ms`.
+    fn span(end_ms: i64) -> SealedSpan {
+        SealedSpan { from_ms: 0, end_ms }
+    }
+
     #[test]
     fn a_page_is_whole_buckets_before_the_watermark_within_its_hours() {
         let r = request(0, 31 * 24 * H, H);
-        let p = plan_page(&r, 0, 10 * 24 * H, 168, 10_000).unwrap();
+        let p = plan_page(&r, 0, span(10 * 24 * H), 168, 10_000).unwrap();
         assert_eq!((p.start, p.end, p.range_end), (0, 168 * H, 240 * H));
         assert_eq!(p.hours().count(), 168);
         // A day's bucket ends by the watermark, or is not answered.
         let r = request(0, 31 * 24 * H, 24 * H);
-        let p = plan_page(&r, 0, 50 * H, 168, 10_000).unwrap();
+        let p = plan_page(&r, 0, span(50 * H), 168, 10_000).unwrap();
         assert_eq!((p.end, p.range_end), (48 * H, 48 * H));
         // A bucket longer than the page's hours is read whole.
-        let p = plan_page(&r, 0, 500 * H, 10, 10_000).unwrap();
+        let p = plan_page(&r, 0, span(500 * H), 10, 10_000).unwrap();
         assert_eq!(p.end, 24 * H);
         // Minutes of the range that are whole: from rounded up, to rounded down.
         let r = request(MINUTE_MS + 1, 5 * MINUTE_MS - 1, MINUTE_MS);
-        let p = plan_page(&r, r.range.from_ms, H, 168, 10_000).unwrap();
+        let p = plan_page(&r, r.range.from_ms, span(H), 168, 10_000).unwrap();
         assert_eq!((p.start, p.end), (2 * MINUTE_MS, 4 * MINUTE_MS));
         // The bucket cap ends a page too.
         let r = request(0, 24 * H, MINUTE_MS);
-        let p = plan_page(&r, 0, 24 * H, 168, 90).unwrap();
+        let p = plan_page(&r, 0, span(24 * H), 168, 90).unwrap();
         assert_eq!(p.end, 90 * MINUTE_MS);
         assert_eq!(p.hours().collect::<Vec<_>>(), vec![0, H]);
-        assert_eq!(plan_page(&r, 24 * H, 24 * H, 168, 90), None);
+        assert_eq!(plan_page(&r, 24 * H, span(24 * H), 168, 90), None);
+    }
+
+    #[test]
+    fn no_bucket_starts_before_the_first_sealed_hour() {
+        let sealed = SealedSpan {
+            from_ms: 5 * H,
+            end_ms: 10 * H,
+        };
+        let r = request(0, 24 * H, H);
+        let p = plan_page(&r, 0, sealed, 168, 10_000).unwrap();
+        assert_eq!((p.start, p.end), (5 * H, 10 * H));
+        assert_eq!(p.hours().next(), Some(5 * H), "no hour before it is read");
+        // A bucket across the first sealed hour is left out, as one across the
+        // watermark is: the first bucket of 2 h starts at 6 h.
+        let r = request(0, 24 * H, 2 * H);
+        let p = plan_page(&r, 0, sealed, 168, 10_000).unwrap();
+        assert_eq!((p.start, p.end), (6 * H, 10 * H));
+        // A range before it: nothing to answer.
+        let r = request(0, 5 * H, MINUTE_MS);
+        assert_eq!(plan_page(&r, 0, sealed, 168, 10_000), None);
     }
 }

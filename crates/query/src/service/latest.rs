@@ -1,16 +1,16 @@
 //! The newest-reading route, `GET /devices/{device_id}/latest`: the device's reading
 //! with the greatest timestamp, read from the readings table itself at the request's
-//! `now` (no derived data), so a reading is answered as soon as its write is
-//! acknowledged: with `consistent=true` (an eventually consistent read can lag the
-//! write by DynamoDB's usual fraction of a second), and, for a reading keyed under a
-//! fan-out raised moments before, once the function's cached fan-out is as new as the
-//! raise (`SHARD_CACHE_TTL_SECS`, 5 s; ARCHITECTURE.md, "What a raise guarantees").
+//! `now`, so a reading is answered as soon as its write is acknowledged: with
+//! `consistent=true` (an eventually consistent read can lag the write by DynamoDB's
+//! usual fraction of a second), and, for a reading keyed under a fan-out raised
+//! moments before, once the function's cached fan-out is as new as the raise
+//! (`SHARD_CACHE_TTL_SECS`, 5 s; ARCHITECTURE.md, "What a raise guarantees").
 //!
-//! It is the range route's read, newest first, with a limit of one: the device's read
-//! plan over the look-back ([`look_back`]; blocks read back included) merged in
-//! descending order (`crate::exec::read_merged`). The merge opens the newest bucket
-//! first and an older one only while nothing newer is found, at most doubling the
-//! buckets it opens a round while they are empty (`sharding::merge`, "Reading
+//! Each read is the range route's read, newest first, with a limit of one: the
+//! device's read plan over a range ([`look_back`] at most; blocks read back included)
+//! merged in descending order (`crate::exec::read_merged`). The merge opens the newest
+//! bucket first and an older one only while nothing newer is found, at most doubling
+//! the buckets it opens a round while they are empty (`sharding::merge`, "Reading
 //! ahead"), each page with a `Limit` of about one item a lane; and the read stops at
 //! the first reading the merge emits (`MergedPage::stop_at_limit`), which is the
 //! greatest by the merge key. So:
@@ -28,28 +28,62 @@
 //! accepts a timestamp (`store::config::DEFAULT_MAX_FUTURE_SECS`). A device with no
 //! reading in it is 404.
 //!
-//! What it costs: one Query a lane of each bucket read (a device at fan-out k reads
-//! k + 1 keys a time bucket, two lanes each where the layout packs blocks), so a device
-//! whose newest reading is recent costs a few Queries, and one whose newest is days
-//! old a Query a lane of every empty bucket since. The request's budgets bound it like
-//! any read: one that runs out before a reading is found is refused with 400
-//! `budget_exceeded`, naming the budget and the instant back to which the device has
-//! no reading; never a timeout.
+//! # Where the sealer's directory tells what is not there
+//!
+//! Without the rollups table (no [`QueryService::with_rollups`]), or before the sealer's
+//! first watermark, the whole look-back is read as one range: a device whose newest
+//! reading is days old costs a Query a lane of every empty bucket since, and one with
+//! none 745 Queries at fan-out 1 in hour buckets (1,490 with blocks' two lanes).
+//!
+//! With it, the sealed hours `[from_ms, end_ms)` of the watermark
+//! (`super::rollups::SealedSpan`) hold no reading of the device newer than its
+//! directory entry's `last_seen_ms` (`store::rollup::DirEntry`, which the sealer
+//! writes before it moves the watermark past the hour), and none at all when it has no
+//! entry. So the route reads, strongly consistent, the watermark, then:
+//! 1. the unsealed tail, `[end_ms, now + 5 min)`: a reading there is newer than any
+//!    sealed one, and is the answer;
+//! 2. otherwise the device's directory entry (one GetItem), and the readings from the
+//!    look-back's start up to and including `last_seen_ms`: the first bucket read holds
+//!    that reading; or, with no entry, only the hours before the first sealed one, which
+//!    the directory does not cover (nothing once the sealer has run for the look-back).
+//!
+//! At fan-out 1 in hour buckets, with the sealer keeping up (the tail is one or two
+//! buckets), that is at most 2 GetItems and 3 Queries, whether the device is recent,
+//! silent for weeks, or unknown (404); 7 Queries where the layout packs blocks (two
+//! lanes a bucket, and the block lane of the bucket before the reading's, where a block
+//! holding it may start); a raised device (fan-out k) reads k + 1 keys a bucket. Where the reading at
+//! `last_seen_ms` is gone (expired by its TTL), the read goes on back through older
+//! buckets, as without the directory.
+//!
+//! What the directory does not know yet is not answered: a reading written late into
+//! an hour already sealed (after the lateness horizon) is in no directory entry until
+//! the sealer's next run seals its late mark (a minute by default). Until then a device
+//! whose only readings in the look-back are such late ones is 404, and one with other
+//! readings answers the newest the directory knows of (or a newer one of the tail).
+//!
+//! Every read, the rollups' GetItems included, is held to the request's budgets: one
+//! that runs out before a reading is found is refused with 400 `budget_exceeded`,
+//! naming the budget and, where known, the instant back to which the device has no
+//! reading; never a timeout.
 
 use std::time::Instant;
 
+use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use store::config::DEFAULT_MAX_FUTURE_SECS;
 use store::directory::ShardReader;
+use store::item::ReadingItem;
 use store::read::ReadingSource;
+use store::rollup::{DIRECTORY_PK, DirEntry};
 
 use super::answer::{exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
+use super::rollups::{Fetch, SealedSpan, Spend};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::error::ApiError;
-use crate::exec::{MergedPage, ReadOptions, Stopped, read_merged};
+use crate::exec::{Exhausted, MergedPage, ReadBudget, ReadCost, ReadOptions, read_merged};
 use crate::model::{LatestOut, format_ts};
 use crate::params::{Limits, MAX_TS_MS, Range};
 
@@ -63,6 +97,71 @@ pub fn look_back(now: Timestamp, limits: &Limits) -> Range {
         from_ms: now_ms.saturating_sub(limits.max_device_range_ms).max(0),
         to_ms: now_ms.saturating_add(ahead_ms).min(MAX_TS_MS),
     }
+}
+
+/// The part of the look-back below the unsealed tail to read, `[look-back start, this)`,
+/// given the sealed hours `span` (the part of them below `upper`, the tail's start) and
+/// the device's directory entry: up to and including its newest sealed reading, or, with
+/// no entry (or one older than the first sealed hour), up to the first sealed hour.
+fn below_tail(span: SealedSpan, upper: i64, entry: Option<&DirEntry>) -> i64 {
+    match entry {
+        Some(e) if e.last_seen_ms >= span.from_ms => e.last_seen_ms.saturating_add(1).min(upper),
+        _ => span.from_ms.min(upper),
+    }
+}
+
+/// What the route's reads of one device need, and what they spent so far.
+struct Look<'a> {
+    device: &'a str,
+    table: &'a TableHistory,
+    fanout: &'a FanoutHistory,
+    consistent: bool,
+    /// The rollups' ledger, charged every read of the readings too; `None` without the
+    /// table.
+    spend: Option<&'a Spend<'a>>,
+    budget: ReadBudget,
+    cost: ReadCost,
+    plan_queries: u64,
+}
+
+impl Look<'_> {
+    /// What is left of the request's budgets.
+    fn remaining(&self) -> ReadBudget {
+        match self.spend {
+            Some(spend) => spend.remaining(),
+            None => ReadBudget {
+                queries: self.budget.queries.saturating_sub(self.cost.pages),
+                evaluated: self.budget.evaluated.saturating_sub(self.cost.items_read),
+                deadline: self.budget.deadline,
+            },
+        }
+    }
+
+    fn stats(&self, returned: u64) -> ReadStats {
+        let rollup_calls = self.spend.map_or(0, |s| s.calls() - self.cost.pages);
+        ReadStats {
+            items_read: self.spend.map_or(self.cost.items_read, Spend::evaluated),
+            items_returned: returned,
+            calls: self.cost.pages + rollup_calls,
+            plan_queries: self.plan_queries + rollup_calls,
+            // The GetItems are sent one after another, between the reads.
+            rounds: self.cost.rounds + rollup_calls,
+            duplicates: self.cost.duplicates,
+        }
+    }
+}
+
+/// How a read of the readings ended.
+enum Found {
+    Reading(Box<ReadingItem>),
+    /// None in the range.
+    Nothing,
+    /// A budget ended the read first; the device has no reading from `none_since` on
+    /// (where the read got to).
+    Cut {
+        budget: Exhausted,
+        none_since: i64,
+    },
 }
 
 impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
@@ -92,14 +191,90 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .fanout(device, now)
             .await
             .map_err(store_error)?;
-        let plan =
-            plan_entity(device, to_time_range(range)?, &table, &fanout).map_err(plan_error)?;
+        let budget = self.config.budget.read(deadline);
+        // Strongly consistent: the directory entries the sealer wrote before it moved
+        // the watermark read are all there.
+        let spend = self.rollups.as_ref().map(|t| Spend::consistent(t, budget));
+        let mut look = Look {
+            device,
+            table: &table,
+            fanout: &fanout,
+            consistent,
+            spend: spend.as_ref(),
+            budget,
+            cost: ReadCost::default(),
+            plan_queries: 0,
+        };
+        let span = match &spend {
+            None => None,
+            Some(spend) => match spend.sealed_span().await? {
+                Fetch::Got(span) => span,
+                Fetch::Cut(budget) => return Err(self.refusal(budget, None)),
+            },
+        };
+        let Some(span) = span else {
+            // Nothing sealed, or no directory: the whole look-back.
+            return match self.newest_in(&mut look, range).await? {
+                Found::Reading(item) => self.answer(*item, &look, now),
+                Found::Nothing => Err(not_found()),
+                Found::Cut { budget, none_since } => Err(self.refusal(budget, Some(none_since))),
+            };
+        };
+        // 1. The unsealed tail: newer than anything sealed.
+        let tail_start = span.end_ms.clamp(range.from_ms, range.to_ms);
+        let tail = Range {
+            from_ms: tail_start,
+            to_ms: range.to_ms,
+        };
+        match self.newest_in(&mut look, tail).await? {
+            Found::Reading(item) => return self.answer(*item, &look, now),
+            Found::Nothing => {}
+            Found::Cut { budget, none_since } => {
+                return Err(self.refusal(budget, Some(none_since)));
+            }
+        }
+        if tail_start <= range.from_ms {
+            // The sealed hours end before the look-back: the tail was all of it.
+            return Err(not_found());
+        }
+        // 2. Below the tail, what the directory leaves unknown.
+        let entry = match &spend {
+            Some(spend) => match spend.get(DIRECTORY_PK, device).await? {
+                Fetch::Got(item) => item
+                    .map(|i| i.body::<DirEntry>())
+                    .transpose()
+                    .map_err(store_error)?,
+                Fetch::Cut(budget) => return Err(self.refusal(budget, Some(tail_start))),
+            },
+            None => None,
+        };
+        let below = Range {
+            from_ms: range.from_ms,
+            to_ms: below_tail(span, tail_start, entry.as_ref()),
+        };
+        if below.from_ms >= below.to_ms {
+            return Err(not_found());
+        }
+        match self.newest_in(&mut look, below).await? {
+            Found::Reading(item) => self.answer(*item, &look, now),
+            Found::Nothing => Err(not_found()),
+            // The hours between the read and the tail hold none either (sealed, and
+            // newer than the directory's reading).
+            Found::Cut { budget, none_since } => Err(self.refusal(budget, Some(none_since))),
+        }
+    }
+
+    /// The newest reading of `look`'s device in `range` (non-empty), within what is
+    /// left of the budgets; what it cost is charged to `look`.
+    async fn newest_in(&self, look: &mut Look<'_>, range: Range) -> Result<Found, ApiError> {
+        let plan = plan_entity(look.device, to_time_range(range)?, look.table, look.fanout)
+            .map_err(plan_error)?;
         let opts = ReadOptions {
             descending: true,
-            consistent,
+            consistent: look.consistent,
             concurrency: self.config.concurrency,
             max_buffered: self.config.max_buffered,
-            budget: self.config.budget.read(deadline),
+            budget: look.remaining(),
         };
         let page = MergedPage {
             limit: 1,
@@ -111,30 +286,42 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let outcome = read_merged(&self.source, specs(&plan), opts, page, |_| true)
             .await
             .map_err(exec_error)?;
-        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
-        let Some(item) = outcome.items.into_iter().next() else {
-            return Err(match outcome.stopped {
-                Some(stopped) => self.refusal(stopped),
-                None => not_found(),
-            });
-        };
+        if let Some(spend) = look.spend {
+            spend.charge(outcome.cost);
+        }
+        look.cost.items_read += outcome.cost.items_read;
+        look.cost.pages += outcome.cost.pages;
+        look.cost.rounds += outcome.cost.rounds;
+        look.cost.duplicates += outcome.cost.duplicates;
+        look.plan_queries += plan.len() as u64;
+        Ok(match (outcome.items.into_iter().next(), outcome.stopped) {
+            (Some(item), _) => Found::Reading(Box::new(item)),
+            (None, None) => Found::Nothing,
+            // Descending: every reading after `settled_before` was looked at.
+            (None, Some(stopped)) => Found::Cut {
+                budget: stopped.budget,
+                none_since: stopped.settled_before.saturating_add(1),
+            },
+        })
+    }
+
+    fn answer(&self, item: ReadingItem, look: &Look<'_>, now: Timestamp) -> Answer {
         let latest = LatestOut {
             reading: reading_out(item)?,
             as_of: now.to_rfc3339(),
         };
-        Ok((json_body(&latest)?, stats))
+        Ok((json_body(&latest)?, look.stats(1)))
     }
 
     /// 400 `budget_exceeded` for a look-back that a budget ended before it found a
-    /// reading: it names the budget, and the instant back to which the device has none.
-    fn refusal(&self, stopped: Stopped) -> ApiError {
-        let mut e = budget::refusal(stopped.budget, &self.config.budget, Advice::OlderRange);
-        // Descending: every reading after `settled_before` was looked at.
-        let none_since = stopped.settled_before.saturating_add(1);
-        e.message.push_str(&format!(
-            " (it has none at or after {})",
-            instant(none_since)
-        ));
+    /// reading: it names the budget, and the instant back to which the device has none
+    /// where the reads got that far.
+    fn refusal(&self, budget: Exhausted, none_since: Option<i64>) -> ApiError {
+        let mut e = budget::refusal(budget, &self.config.budget, Advice::OlderRange);
+        if let Some(since) = none_since {
+            e.message
+                .push_str(&format!(" (it has none at or after {})", instant(since)));
+        }
         e
     }
 }
@@ -142,4 +329,53 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
 /// `ms` as RFC 3339, or as milliseconds outside the years 0000 to 9999.
 fn instant(ms: i64) -> String {
     format_ts(ms).unwrap_or_else(|| format!("{ms} ms"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use store::rollup::HOUR_MS;
+
+    use super::*;
+
+    const H: i64 = HOUR_MS;
+
+    fn entry(last_seen_ms: i64) -> DirEntry {
+        DirEntry {
+            device: "d".to_owned(),
+            first_seen_ms: 0,
+            last_seen_ms,
+            last_event: "e".to_owned(),
+            metrics: BTreeSet::new(),
+            more_metrics: false,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn below_the_tail_only_what_the_directory_does_not_cover_is_read() {
+        let span = SealedSpan {
+            from_ms: 10 * H,
+            end_ms: 100 * H,
+        };
+        // Up to and including the newest sealed reading.
+        assert_eq!(
+            below_tail(span, 100 * H, Some(&entry(50 * H + 7))),
+            50 * H + 8
+        );
+        // No entry, or one from a rebuild of hours before the first sealed one: the
+        // hours before the first sealed one.
+        assert_eq!(below_tail(span, 100 * H, None), 10 * H);
+        assert_eq!(below_tail(span, 100 * H, Some(&entry(3 * H))), 10 * H);
+        // An entry past the tail's start (a run that stopped mid-hour): no hour is known
+        // empty, so all of it.
+        assert_eq!(
+            below_tail(span, 100 * H, Some(&entry(100 * H + 5))),
+            100 * H
+        );
+        // The tail starts earlier (the request's clock is behind the watermark).
+        assert_eq!(below_tail(span, 40 * H, Some(&entry(50 * H))), 40 * H);
+        assert_eq!(below_tail(span, 5 * H, None), 5 * H);
+    }
 }

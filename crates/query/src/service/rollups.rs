@@ -13,7 +13,9 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use store::error::StoreError;
-use store::rollup::{HOUR_MS, RollupItem, RollupPage, RollupQuery, RollupTable, hour_of, keys};
+use store::rollup::{
+    HOUR_MS, RollupItem, RollupPage, RollupQuery, RollupTable, hour_label, hour_of, keys, part_of,
+};
 
 use super::answer::store_error;
 use crate::error::ApiError;
@@ -258,6 +260,40 @@ impl Spend<'_> {
             Fetch::Got(item) => Fetch::Got(item.as_ref().and_then(SealedSpan::of)),
             Fetch::Cut(budget) => Fetch::Cut(budget),
         })
+    }
+}
+
+/// Most late marks of a device's part one check reads: more than this many in the
+/// range's hours and the range is answered from its readings.
+const MOST_MARKS: u64 = 200;
+
+impl Spend<'_> {
+    /// Whether `device` has a late mark in a sealed hour of `[from_ms, to_ms)`: a
+    /// device-hour written after its seal, or isolated by the sealer, whose cells do not
+    /// hold what its readings say until the next run. One Query of the device's part of
+    /// the marks (`late#{part}`), over the range's hours. `true` also when the part holds
+    /// more marks than one check reads, or a budget cut the check short: the readings
+    /// then answer, never a stale cell.
+    pub(super) async fn marked(
+        &self,
+        device: &str,
+        span: SealedSpan,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<bool, ApiError> {
+        let first = hour_of(from_ms.max(span.from_ms));
+        let last = hour_of((to_ms.min(span.end_ms) - 1).max(first));
+        let mut q = RollupQuery::partition(keys::late_part(part_of(device)), false);
+        q.sk_between = Some((
+            format!("{}#", hour_label(first)),
+            format!("{}#~", hour_label(last)),
+        ));
+        let page = match self.query(&q, MOST_MARKS).await? {
+            Fetch::Got(page) => page,
+            Fetch::Cut(_) => return Ok(true),
+        };
+        let suffix = format!("#{device}");
+        Ok(page.last_sk.is_some() || page.items.iter().any(|mark| mark.sk.ends_with(&suffix)))
     }
 }
 

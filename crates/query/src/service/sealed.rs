@@ -13,6 +13,12 @@
 //! and for the hours the range cuts. The sealer writes every device-hour it read, so an
 //! hour without an item is an hour without a reading: nothing is missing.
 //!
+//! A device with a late mark in a sealed hour of the range (a reading written after
+//! its hour was sealed, or a device-hour the sealer isolated) is answered from its
+//! readings over the whole range until the next run seals it again: one Query of its
+//! part of the marks says so (`Spend::marked`), so a sealed cell is never answered
+//! where the readings say otherwise.
+//!
 //! Each unit (a minute or an hour) lies inside one bucket, since buckets are aligned to
 //! multiples of a whole-minute interval (a whole-hour one for summaries) since the
 //! epoch; a bucket's cell is the merge of its units' and its readings' cells

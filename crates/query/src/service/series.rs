@@ -4,8 +4,8 @@
 //!
 //! A device's series is its stats (`super::stats`: the sealed cells of the hours the
 //! sealer sealed, the readings of the rest) read as one page; the fleet's is its stats
-//! (`super::fleet`: the sealed fleet parts, no bucket after the watermark) read as one
-//! page. There is no cursor: a series that one answer cannot hold within the request's
+//! (`super::fleet`: the sealed fleet parts, no bucket before the first sealed hour nor
+//! after the watermark) read as one page. There is no cursor: a series that one answer cannot hold within the request's
 //! budgets is refused with 400 `budget_exceeded`, naming the budget, never cut short
 //! and never left to time out. Where a budget is known to be too small before any
 //! read (the fleet's Queries, one an hour), nothing is read.
@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
-use store::rollup::{Cell, PARTS, decimal_text, to_f64};
+use store::rollup::{Cell, PARTS, decimal_text};
 
 use super::answer::json_body;
 use super::fleet::{FleetRequest, bucket_cells, plan_page};
@@ -32,8 +32,8 @@ use crate::params::{Agg, MAX_SERIES_POINTS, SeriesParams};
 use crate::scope::ReadScope;
 use crate::stats::{PageEnd, Pager, StatsBudget};
 
-/// One point's value: a double (avg, min, max), an integer (count) or an exact
-/// decimal's digits (sum).
+/// One point's value: a double (avg), an integer (count) or an exact decimal's digits
+/// (sum, min, max: the stats' own figures, as sent).
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Value {
@@ -44,16 +44,18 @@ enum Value {
 
 impl Value {
     fn of(cell: &Cell, agg: Agg) -> Result<Self, ApiError> {
-        Ok(match agg {
-            Agg::Avg => Value::Number(cell.avg()),
-            Agg::Min => Value::Number(to_f64(&cell.min)),
-            Agg::Max => Value::Number(to_f64(&cell.max)),
-            Agg::Count => Value::Count(cell.count),
-            Agg::Sum => Value::Exact(
-                RawValue::from_string(decimal_text(&cell.sum))
-                    .map_err(|e| ApiError::internal(format!("a sum: {e}")))?,
-            ),
-        })
+        let exact = |v| {
+            RawValue::from_string(decimal_text(v))
+                .map(Value::Exact)
+                .map_err(|e| ApiError::internal(format!("a sealed number: {e}")))
+        };
+        match agg {
+            Agg::Avg => Ok(Value::Number(cell.avg())),
+            Agg::Min => exact(&cell.min),
+            Agg::Max => exact(&cell.max),
+            Agg::Count => Ok(Value::Count(cell.count)),
+            Agg::Sum => exact(&cell.sum),
+        }
     }
 }
 
@@ -63,6 +65,9 @@ struct SeriesOut<'a> {
     agg: &'static str,
     interval_ms: i64,
     points: Vec<(i64, Value)>,
+    /// The fleet's: the first sealed hour, no point's bucket starts before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sealed_from: Option<Option<String>>,
     /// The fleet's: the end of the sealed hours, no point at or after it.
     #[serde(skip_serializing_if = "Option::is_none")]
     watermark: Option<Option<String>>,
@@ -75,6 +80,7 @@ impl<'a> SeriesOut<'a> {
             agg: series.agg.name(),
             interval_ms: series.interval_ms,
             points: Vec::new(),
+            sealed_from: None,
             watermark: None,
         }
     }
@@ -194,23 +200,24 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let refuse = |budget| refusal(budget, &limits, time, "read a shorter range");
         let spend = Spend::new(table, limits.read(deadline));
         let mut answer = SeriesOut::new(series);
-        let watermark = match spend.watermark().await? {
-            Fetch::Got(w) => w,
+        let span = match spend.sealed_span().await? {
+            Fetch::Got(span) => span,
             Fetch::Cut(budget) => return Err(refuse(budget)),
         };
-        answer.watermark = Some(watermark.map(instant).transpose()?);
+        answer.sealed_from = Some(span.map(|s| instant(s.from_ms)).transpose()?);
+        answer.watermark = Some(span.map(|s| instant(s.end_ms)).transpose()?);
         let request = FleetRequest {
             range: series.range,
             interval_ms: series.interval_ms,
             metric: Some(&series.metric),
             cursor: None,
         };
-        let plan = watermark.and_then(|w| {
+        let plan = span.and_then(|span| {
             let every_hour = i64::from(u32::MAX);
             plan_page(
                 &request,
                 series.range.from_ms,
-                w,
+                span,
                 every_hour,
                 MAX_SERIES_POINTS,
             )

@@ -23,7 +23,7 @@ use store::rollup::MINUTE_MS;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
 use super::plan::{plan_error, specs, to_time_range};
-use super::rollups::{Fetch, Spend};
+use super::rollups::{Fetch, SealedSpan, Spend};
 use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
@@ -34,9 +34,14 @@ use crate::model::ReadingKey;
 use crate::params::Range;
 use crate::stats::{PageEnd, Pager, interval_text};
 
-/// The most bytes one stats bucket takes as JSON (a 24-character start, a 20-digit
-/// count, three numbers of at most 24 characters, and the field names).
-const STATS_BUCKET_MAX_BYTES: usize = 160;
+/// The most bytes one stats bucket takes as JSON, with the comma after it: a
+/// 24-character start, a 20-digit count, a double of at most 24 characters (`avg`), a
+/// `min` and a `max` as sent (`store::rollup::decimal_text` of at most 38 digits: plain
+/// down to 30 trailing zeros or up to 60 decimals, at most 69 characters), a `sum` (of
+/// at most 2^64 values below 10^126 in units of 10^-130: at most 276 digits, written
+/// with an exponent past 60 decimals, at most 284 characters), and the field names.
+/// `the_widest_bucket_fits_its_bound` holds it.
+const STATS_BUCKET_MAX_BYTES: usize = 560;
 
 /// A validated stats request.
 #[derive(Debug, Clone, Copy)]
@@ -208,6 +213,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 }
             },
         };
+        let span = unmarked(spend.as_ref(), span, read).await?;
         let parts = split(read.from_ms, read.to_ms, read.interval_ms, span);
         let raw = RawRead {
             table: &table,
@@ -391,5 +397,73 @@ impl Ledger<'_, '_> {
         self.cost.rounds += cost.rounds;
         self.cost.duplicates += cost.duplicates;
         self.plan_queries += planned;
+    }
+}
+
+/// The sealed span a device's cells are read over, unless a sealed hour of the range
+/// holds a late mark of the device (a reading written after the seal, or a device-hour
+/// the sealer isolated): its cells are not what its readings say until the next run,
+/// so the range is answered from the readings.
+async fn unmarked(
+    spend: Option<&Spend<'_>>,
+    span: Option<SealedSpan>,
+    read: &CellsRead<'_>,
+) -> Result<Option<SealedSpan>, ApiError> {
+    let (Some(spend), Some(s)) = (spend, span) else {
+        return Ok(span);
+    };
+    if read.from_ms >= s.end_ms || s.from_ms >= read.to_ms {
+        return Ok(span);
+    }
+    Ok(
+        match spend
+            .marked(read.device, s, read.from_ms, read.to_ms)
+            .await?
+        {
+            true => None,
+            false => span,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use bigdecimal::BigDecimal;
+    use store::rollup::decimal_text;
+
+    use super::*;
+    use crate::model::{Exact, StatsBucket};
+
+    #[test]
+    fn the_widest_bucket_fits_its_bound() {
+        let d = |t: &str| BigDecimal::from_str(t).unwrap();
+        let nines = "9".repeat(38);
+        // The widest stored values: 38 digits and 30 zeros, plain; 38 digits at 60
+        // decimals, plain; the largest and the smallest exponent.
+        let values = [
+            d(&format!("-{nines}e30")),
+            d(&format!("-{nines}e-60")),
+            d(&format!("-{nines}e88")),
+            d(&format!("-{nines}e-167")),
+        ];
+        let widest_value = values.iter().map(|v| decimal_text(v).len()).max().unwrap();
+        assert_eq!(widest_value, 69);
+        // The widest sum: 2^64 - 1 of the largest, and the smallest value.
+        let sum = d(&format!("-{nines}e88")) * BigDecimal::from(u64::MAX) + d("-1e-130");
+        let sum_text = decimal_text(&sum);
+        assert!(sum_text.len() <= 284, "{} {sum_text}", sum_text.len());
+        let exact = |v: &BigDecimal| Exact::of_text(decimal_text(v)).unwrap();
+        let bucket = StatsBucket {
+            start: "9999-12-31T23:59:59.999Z".to_owned(),
+            count: u64::MAX,
+            sum: exact(&sum),
+            min: exact(&values[0]),
+            max: exact(&values[0]),
+            avg: -f64::MAX,
+        };
+        let len = budget::json_len(&bucket) + 1;
+        assert!(len <= STATS_BUCKET_MAX_BYTES, "{len}");
     }
 }

@@ -47,7 +47,11 @@ async fn main() -> Result<(), Error> {
                     }
                     report
                 }
-                None => sealer.run(now, deadline).await?,
+                None => sealer.run(now, deadline).await.inspect_err(|e| {
+                    if let sealer::SealError::Layout(_) = e {
+                        println!("{}", sealer::layout::metrics_line(now));
+                    }
+                })?,
             };
             println!("{}", sealer::metrics_line(&report, now));
             Ok::<_, Error>(serde_json::to_value(&report)?)

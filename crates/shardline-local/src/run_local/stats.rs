@@ -25,8 +25,8 @@ pub struct Stats {
     /// Messages sent back to the queue as fresh copies at their last receive (the
     /// original is deleted, the copy comes back).
     pub requeued: u64,
-    /// Messages split: their stored readings acknowledged, the unwritten rest sent back
-    /// as a fresh copy.
+    /// Messages split: their stored readings acknowledged, the unwritten rest (or the
+    /// readings whose late marks failed) sent back as a fresh copy.
     #[serde(default)]
     pub split: u64,
     /// Invocations that failed as a whole (every message failed, a panic, a timeout):
@@ -141,7 +141,8 @@ impl Stats {
                 Fate::DeadLettered { .. } => self.dead_lettered += 1,
                 Fate::Reported { .. } => self.failures_reported += 1,
                 Fate::Requeued { .. } => self.requeued += 1,
-                Fate::Split { .. } => self.split += 1,
+                // Stored, and some of its readings sent back for their late marks.
+                Fate::Split { .. } | Fate::Unmarked { .. } => self.split += 1,
             }
         }
         if whole_failure {

@@ -1,5 +1,7 @@
-//! [`MemoryRollups`]: the rollups table behind the [`RollupTable`] port, its
-//! conditions checked atomically (as DynamoDB's are), with a count of calls and
+//! [`MemoryRollups`]: the rollups table behind the [`RollupTable`] port, stored as the
+//! DynamoDB adapter stores it (`store::rollup::stored`: heads and chunks), its
+//! conditions checked atomically (as DynamoDB's are), every row refused over
+//! DynamoDB's 400 KB item limit by DynamoDB's size rule, with a count of calls and
 //! injectable failures.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -8,17 +10,37 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::StoreError;
+use crate::rollup::stored::{Row, chunk_pk, is_chunk_pk, join, row_size, rows};
 use crate::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable};
+use crate::size::MAX_ITEM_BYTES;
 
 /// Most items one Query page returns (DynamoDB's 1 MB, by count here).
 const PAGE_ITEMS: usize = 100;
 
 #[derive(Debug, Default)]
 struct State {
-    items: BTreeMap<(String, String), RollupItem>,
+    rows: BTreeMap<(String, String), Row>,
     scripted: VecDeque<StoreError>,
     writes: u64,
     reads: u64,
+}
+
+impl State {
+    /// The item of a stored head, its chunks joined.
+    fn joined(&self, head: &Row) -> Result<RollupItem, StoreError> {
+        let chunks: Vec<Row> = match &head.chunked {
+            None => Vec::new(),
+            Some((digest, _)) => {
+                let pk = chunk_pk(&head.pk, &head.sk, digest);
+                self.rows
+                    .range((pk.clone(), String::new())..)
+                    .take_while(|((p, _), _)| *p == pk)
+                    .map(|(_, row)| row.clone())
+                    .collect()
+            }
+        };
+        join(head.clone(), &chunks)
+    }
 }
 
 /// The rollups table in memory. Cheap to clone; clones share the table.
@@ -32,9 +54,20 @@ impl MemoryRollups {
         Self::default()
     }
 
-    /// Every stored item, by key.
+    /// Every stored derived item, by key, its chunks joined.
     pub fn items(&self) -> BTreeMap<(String, String), RollupItem> {
-        self.state.lock().items.clone()
+        let state = self.state.lock();
+        state
+            .rows
+            .iter()
+            .filter(|((pk, _), _)| !is_chunk_pk(pk))
+            .filter_map(|(key, row)| Some((key.clone(), state.joined(row).ok()?)))
+            .collect()
+    }
+
+    /// Every stored row (heads and chunks), by key: what DynamoDB would hold.
+    pub fn rows(&self) -> BTreeMap<(String, String), Row> {
+        self.state.lock().rows.clone()
     }
 
     /// The next calls fail with these errors, one each, in order.
@@ -52,35 +85,45 @@ impl MemoryRollups {
         self.state.lock().reads
     }
 
+    /// Writes `item`'s chunks, then its head if `keep` allows given the stored head's
+    /// version, refusing any row over the item limit as DynamoDB does.
     fn write(
         &self,
-        f: impl FnOnce(&mut BTreeMap<(String, String), RollupItem>) -> bool,
+        item: &RollupItem,
+        keep: impl FnOnce(Option<u64>) -> bool,
     ) -> Result<bool, StoreError> {
+        let (head, chunks) = rows(item);
         let mut state = self.state.lock();
         state.writes += 1;
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);
         }
-        Ok(f(&mut state.items))
+        for row in chunks.iter().chain([&head]) {
+            let size = row_size(row);
+            if size > MAX_ITEM_BYTES {
+                return Err(StoreError::Validation(format!(
+                    "Item size has exceeded the maximum allowed size: {}/{} is {size} bytes",
+                    row.pk, row.sk
+                )));
+            }
+        }
+        for chunk in chunks {
+            state
+                .rows
+                .insert((chunk.pk.clone(), chunk.sk.clone()), chunk);
+        }
+        let key = (head.pk.clone(), head.sk.clone());
+        if !keep(state.rows.get(&key).and_then(|stored| stored.version)) {
+            return Ok(false);
+        }
+        state.rows.insert(key, head);
+        Ok(true)
     }
-}
-
-fn key(item: &RollupItem) -> (String, String) {
-    (item.pk.clone(), item.sk.clone())
 }
 
 impl RollupTable for MemoryRollups {
     async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
-        self.write(|items| {
-            if items
-                .get(&key(item))
-                .is_some_and(|stored| stored.version >= item.version)
-            {
-                return false;
-            }
-            items.insert(key(item), item.clone());
-            true
-        })
+        self.write(item, |stored| stored.is_none_or(|v| v < item.version))
     }
 
     async fn put_if_version(
@@ -88,32 +131,25 @@ impl RollupTable for MemoryRollups {
         item: &RollupItem,
         expected: Option<u64>,
     ) -> Result<bool, StoreError> {
-        self.write(|items| {
-            if items.get(&key(item)).map(|stored| stored.version) != expected {
-                return false;
-            }
-            items.insert(key(item), item.clone());
-            true
-        })
+        self.write(item, |stored| stored == expected)
     }
 
     async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
         let k = (pk.to_owned(), sk.to_owned());
-        self.write(|items| {
-            if items.get(&k).map(|stored| stored.version) != Some(version) {
-                return false;
-            }
-            items.remove(&k);
-            true
-        })
+        let mut state = self.state.lock();
+        state.writes += 1;
+        if let Some(e) = state.scripted.pop_front() {
+            return Err(e);
+        }
+        if state.rows.get(&k).and_then(|stored| stored.version) != Some(version) {
+            return Ok(false);
+        }
+        state.rows.remove(&k);
+        Ok(true)
     }
 
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
-        self.write(|items| {
-            items.insert(key(item), item.clone());
-            true
-        })
-        .map(drop)
+        self.write(item, |_| true).map(drop)
     }
 
     async fn get(
@@ -127,7 +163,10 @@ impl RollupTable for MemoryRollups {
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);
         }
-        Ok(state.items.get(&(pk.to_owned(), sk.to_owned())).cloned())
+        match state.rows.get(&(pk.to_owned(), sk.to_owned())) {
+            Some(head) => state.joined(head).map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
@@ -136,25 +175,23 @@ impl RollupTable for MemoryRollups {
         if let Some(e) = state.scripted.pop_front() {
             return Err(e);
         }
-        let in_range = |sk: &str| {
-            q.sk_between
-                .as_ref()
-                .is_none_or(|(lo, hi)| lo.as_str() <= sk && sk <= hi.as_str())
-                && q.sk_prefix
-                    .as_ref()
-                    .is_none_or(|p| sk.starts_with(p.as_str()))
+        // As the adapter asks DynamoDB: a key range, or else a prefix (never both).
+        let in_range = |sk: &str| match (&q.sk_between, &q.sk_prefix) {
+            (Some((lo, hi)), _) => lo.as_str() <= sk && sk <= hi.as_str(),
+            (None, Some(p)) => sk.starts_with(p.as_str()),
+            (None, None) => true,
         };
         let past_start = |sk: &str| match &q.after {
             None => true,
             Some(after) if q.ascending => sk > after.as_str(),
             Some(after) => sk < after.as_str(),
         };
-        let mut matching: Vec<&RollupItem> = state
-            .items
+        let mut matching: Vec<&Row> = state
+            .rows
             .range((q.pk.clone(), String::new())..)
             .take_while(|((pk, _), _)| *pk == q.pk)
-            .map(|(_, item)| item)
-            .filter(|item| in_range(&item.sk) && past_start(&item.sk))
+            .map(|(_, row)| row)
+            .filter(|row| in_range(&row.sk) && past_start(&row.sk))
             .collect();
         if !q.ascending {
             matching.reverse();
@@ -163,11 +200,15 @@ impl RollupTable for MemoryRollups {
         let more = matching.len() > most;
         matching.truncate(most);
         let last_sk = more
-            .then(|| matching.last().map(|i| i.sk.clone()))
+            .then(|| matching.last().map(|row| row.sk.clone()))
             .flatten();
+        let items = matching
+            .iter()
+            .map(|row| state.joined(row))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(RollupPage {
-            evaluated: matching.len() as u64,
-            items: matching.into_iter().cloned().collect(),
+            evaluated: items.len() as u64,
+            items,
             last_sk,
         })
     }

@@ -1,19 +1,16 @@
 //! [`RollupTable`] on DynamoDB: each item `PK`, `SK`, `version` (N), `body` (S, omitted
-//! when empty) and `ttl` (N, when it expires).
-
-use std::collections::HashMap;
+//! when empty) and `ttl` (N, when it expires); a body over
+//! [`CHUNK_BYTES`](super::stored::CHUNK_BYTES) in chunks written before its head
+//! (`store::rollup::stored`).
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::stored::{Row, VERSION, chunk_pk, from_attributes, join, rows, to_attributes};
 use super::{RollupItem, RollupPage, RollupQuery, RollupTable};
 use crate::dynamo::{classify, conditional};
 use crate::error::StoreError;
 use crate::item::{PK, SK};
-
-const VERSION: &str = "version";
-const BODY: &str = "body";
-const TTL: &str = "ttl";
 
 /// The rollups table (`ROLLUP_TABLE`).
 #[derive(Debug, Clone)]
@@ -43,146 +40,49 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-fn to_attributes(item: &RollupItem) -> HashMap<String, AttributeValue> {
-    let mut map = HashMap::from([
-        (PK.to_owned(), s(&item.pk)),
-        (SK.to_owned(), s(&item.sk)),
-        (VERSION.to_owned(), n(item.version)),
-    ]);
-    if !item.body.is_empty() {
-        map.insert(BODY.to_owned(), s(&item.body));
-    }
-    if let Some(ttl) = item.ttl {
-        map.insert(TTL.to_owned(), n(ttl));
-    }
-    map
-}
-
-fn from_attributes(mut map: HashMap<String, AttributeValue>) -> Result<RollupItem, StoreError> {
-    let mut text = |name: &str| match map.remove(name) {
-        Some(AttributeValue::S(v)) => Ok(Some(v)),
-        Some(AttributeValue::N(v)) => Ok(Some(v)),
-        None => Ok(None),
-        Some(other) => Err(StoreError::Malformed(format!(
-            "derived item attribute {name}: {other:?}"
-        ))),
-    };
-    let required = |v: Option<String>, name: &str| {
-        v.ok_or_else(|| StoreError::Malformed(format!("derived item without {name}")))
-    };
-    let pk = required(text(PK)?, PK)?;
-    let sk = required(text(SK)?, SK)?;
-    let number = |v: String, name: &str| {
-        v.parse::<i128>()
-            .map_err(|e| StoreError::Malformed(format!("derived item {name} {v:?}: {e}")))
-    };
-    let version = number(required(text(VERSION)?, VERSION)?, VERSION)?;
-    let version = u64::try_from(version)
-        .map_err(|e| StoreError::Malformed(format!("derived item version: {e}")))?;
-    let body = text(BODY)?.unwrap_or_default();
-    let ttl = match text(TTL)? {
-        Some(v) => Some(number(v, TTL)? as i64),
-        None => None,
-    };
-    Ok(RollupItem {
-        pk,
-        sk,
-        version,
-        body,
-        ttl,
-    })
-}
-
-impl RollupTable for DynamoRollups {
-    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_attributes(item)))
-            .condition_expression("attribute_not_exists(#pk) OR #v < :v")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_values(":v", n(item.version))
-            .send()
-            .await;
-        conditional(result)
-    }
-
-    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
-    async fn put_if_version(
-        &self,
-        item: &RollupItem,
-        expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
-        let request = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_attributes(item)));
-        let request = match expected {
-            None => request
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", PK),
-            Some(v) => request
-                .condition_expression("#v = :expected")
-                .expression_attribute_names("#v", VERSION)
-                .expression_attribute_values(":expected", n(v)),
-        };
-        conditional(request.send().await)
-    }
-
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key(PK, s(pk))
-            .key(SK, s(sk))
-            .condition_expression("#v = :v")
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_values(":v", n(version))
-            .send()
-            .await;
-        conditional(result)
-    }
-
-    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
-    async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_attributes(item)))
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
+impl DynamoRollups {
+    /// Writes the chunks of a body that does not fit in its head, before the head.
+    async fn put_chunks(&self, chunks: &[Row]) -> Result<(), StoreError> {
+        for chunk in chunks {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_attributes(chunk)))
+                .send()
+                .await
+                .map_err(|e| classify(&e))?;
+        }
         Ok(())
     }
 
-    #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn get(
-        &self,
-        pk: &str,
-        sk: &str,
-        consistent: bool,
-    ) -> Result<Option<RollupItem>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(pk))
-            .key(SK, s(sk))
-            .consistent_read(consistent)
-            .send()
-            .await
-            .map_err(|e| classify(&e))?;
-        out.item.map(from_attributes).transpose()
+    /// The item of a head read, its chunks read after it.
+    async fn joined(&self, head: Row, consistent: bool) -> Result<RollupItem, StoreError> {
+        let Some((digest, _)) = &head.chunked else {
+            return join(head, &[]);
+        };
+        let mut q = RollupQuery::partition(chunk_pk(&head.pk, &head.sk, digest), consistent);
+        let mut chunks = Vec::new();
+        loop {
+            let (rows, last) = self.query_rows(&q).await?;
+            chunks.extend(rows);
+            match last {
+                Some(last) => q.after = Some(last),
+                None => break,
+            }
+        }
+        join(head, &chunks)
     }
 
-    #[tracing::instrument(skip_all, fields(table = %self.table, pk = %q.pk))]
-    async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
+    /// One page of one Query, as stored rows, and the last sort key evaluated.
+    async fn query_rows(&self, q: &RollupQuery) -> Result<(Vec<Row>, Option<String>), StoreError> {
+        let (rows, last, _) = self.query_page(q).await?;
+        Ok((rows, last))
+    }
+
+    async fn query_page(
+        &self,
+        q: &RollupQuery,
+    ) -> Result<(Vec<Row>, Option<String>, u64), StoreError> {
         let mut condition = "#pk = :pk".to_owned();
         let mut request = self
             .client
@@ -223,12 +123,120 @@ impl RollupTable for DynamoRollups {
             },
             None => None,
         };
-        let items = out
+        let rows = out
             .items
             .unwrap_or_default()
             .into_iter()
             .map(from_attributes)
             .collect::<Result<_, _>>()?;
+        Ok((rows, last_sk, evaluated))
+    }
+}
+
+impl RollupTable for DynamoRollups {
+    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+        let (head, chunks) = rows(item);
+        self.put_chunks(&chunks).await?;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_attributes(&head)))
+            .condition_expression("attribute_not_exists(#pk) OR #v < :v")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_values(":v", n(item.version))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
+    async fn put_if_version(
+        &self,
+        item: &RollupItem,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let (head, chunks) = rows(item);
+        self.put_chunks(&chunks).await?;
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_attributes(&head)));
+        let request = match expected {
+            None => request
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", PK),
+            Some(v) => request
+                .condition_expression("#v = :expected")
+                .expression_attribute_names("#v", VERSION)
+                .expression_attribute_values(":expected", n(v)),
+        };
+        conditional(request.send().await)
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(sk))
+            .condition_expression("#v = :v")
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
+    async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
+        let (head, chunks) = rows(item);
+        self.put_chunks(&chunks).await?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_attributes(&head)))
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip(self), fields(table = %self.table))]
+    async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<RollupItem>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(sk))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .map_err(|e| classify(&e))?;
+        match out.item {
+            Some(map) => Ok(Some(self.joined(from_attributes(map)?, consistent).await?)),
+            None => Ok(None),
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table, pk = %q.pk))]
+    async fn query(&self, q: &RollupQuery) -> Result<RollupPage, StoreError> {
+        let (rows, last_sk, evaluated) = self.query_page(q).await?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in rows {
+            items.push(self.joined(row, q.consistent).await?);
+        }
         Ok(RollupPage {
             items,
             last_sk,
