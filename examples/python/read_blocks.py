@@ -3,7 +3,8 @@
 A block (``shardline-block-v1``, docs/formats.md "The block format") holds one device's readings
 in one item, in DynamoDB's own types, columnar: ``dt`` (each member's ``ts_ms`` less the
 first's), ``idp`` and ``ids`` (each member's event id after a shared prefix), ``m`` and
-``tg`` (per metric and per tag, one value per member, ``None`` where a member has none).
+``tg`` (per metric and per tag, one value per member, ``None`` where a member has none),
+``w`` and ``dw`` (the first member's write order and each member's less it).
 Any other item of the table is one reading. ``expand`` turns an item, as boto3's
 resource layer returns it, into readings; a block that breaks the format is refused
 with the rule it broke, never half read.
@@ -11,7 +12,9 @@ with the rule it broke, never half read.
     python read_blocks.py --table "$TABLE_NAME" > readings.jsonl
 
 prints one JSON object per reading: ``device_id``, ``event_id``, ``ts_ms``, ``ts``,
-``metrics`` (each the exact decimal stored, never a double), ``tags``. Credentials and region come from the usual boto3 sources;
+``metrics`` (each the exact decimal stored, never a double), ``tags``, ``w`` (when the
+copy was written: of two items holding one identity, Shardline answers the greater ``w``;
+0 for an item stored before write orders). Credentials and region come from the usual boto3 sources;
 ``--endpoint-url`` points at a local stand-in.
 """
 
@@ -91,6 +94,7 @@ def expand(item: dict[str, Any]) -> list[dict[str, Any]]:
                 "ts": rfc3339_ms(ts_ms),
                 "metrics": {k: number(v) for k, v in item.get("metrics", {}).items()},
                 "tags": dict(item.get("tags", {})),
+                "w": int(item.get("w", 0)),
             }
         ]
     if int(item["block"]) != BLOCK_FORMAT:
@@ -104,6 +108,10 @@ def expand(item: dict[str, Any]) -> list[dict[str, Any]]:
     for name, column in columns.items():
         if len(column) != n:
             raise BadBlock(f"{name!r} has not {n} entries")
+    first_w = int(item.get("w", 0))
+    dws = [int(d) for d in item.get("dw", [])] or [0] * n
+    if len(dws) != n:
+        raise BadBlock(f"dw has {len(dws)} entries, not {n}")
     first_ms = int(item["ts_ms"])
     if dts[0] != 0 or ids[0] != item["event_id"]:
         raise BadBlock("its first member is not the one it names")
@@ -133,6 +141,7 @@ def expand(item: dict[str, Any]) -> list[dict[str, Any]]:
                     for name, column in item.get("tg", {}).items()
                     if column[i] is not None
                 },
+                "w": first_w + dws[i],
             }
         )
     return out

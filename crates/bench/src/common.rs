@@ -63,6 +63,8 @@ impl Gen {
                 ("humidity".to_owned(), number(41.5)?),
             ]),
             tags: BTreeMap::new(),
+            // As the ingest stores it: its message's SentTimestamp, about its time.
+            written: store::WriteOrder(self.ts_ms),
         })
     }
 }

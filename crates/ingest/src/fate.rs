@@ -396,6 +396,7 @@ pub(crate) mod tests {
                 store::Decimal::from_f64(1.0).expect("a number"),
             )]),
             tags: BTreeMap::new(),
+            written: store::WriteOrder::OLDEST,
         }
     }
 

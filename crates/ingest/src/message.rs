@@ -201,6 +201,8 @@ fn parse_reading(
         ts,
         metrics,
         tags,
+        // What the body cannot say: the ingest's parse stage sets it from the record.
+        written: store::WriteOrder::OLDEST,
     })
 }
 

@@ -1119,3 +1119,77 @@ async fn max_inflight_bounds_each_invocation_not_invocations_at_once() {
     assert_eq!(fx.table.items().len(), 400);
     assert_eq!(fx.table.most_in_flight(), 8);
 }
+
+/// A reading's write order (`w`, docs/formats.md) is its message's `SentTimestamp`, a
+/// requeued copy's first (the ingest carries it, and a copy it requeues carries it on),
+/// and never what a publisher's own `shardline.` attribute claims.
+#[tokio::test(start_paused = true)]
+async fn each_item_carries_its_messages_sent_timestamp_or_a_copys_first() {
+    let ingest_role = ("INGEST_SENDER_ID", "AROAINGESTROLE0000001");
+    let mut ev = event("sqs-batch.json");
+    ev.records.truncate(3);
+    let claim = |record: &mut aws_lambda_events::event::sqs::SqsMessage, value: &str| {
+        let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+        attribute.string_value = Some(value.to_owned());
+        attribute.data_type = Some("Number".to_owned());
+        record
+            .message_attributes
+            .insert(ingest::handler::SENT_ATTRIBUTE.to_owned(), attribute);
+    };
+    // 0: a device's message; 1: the ingest's requeued copy of one sent earlier; 2: a
+    // publisher claiming an order of its choosing.
+    ev.records[1]
+        .attributes
+        .insert("SenderId".to_owned(), format!("{}:ingest", ingest_role.1));
+    claim(&mut ev.records[1], "1782089000000");
+    claim(&mut ev.records[2], "9999999999999");
+    let sent: Vec<String> = ev
+        .records
+        .iter()
+        .map(|r| r.attributes["SentTimestamp"].clone())
+        .collect();
+    let fx = Fixture::new();
+    let report = fx
+        .service(&[ingest_role, ("BLOCKS", "off")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    let written: BTreeSet<String> = fx
+        .table
+        .items()
+        .values()
+        .filter_map(|item| match item.get("w") {
+            Some(AttributeValue::N(w)) => Some(w.clone()),
+            _ => None,
+        })
+        .collect();
+    let expected: BTreeSet<String> =
+        [sent[0].clone(), "1782089000000".to_owned(), sent[2].clone()].into();
+    assert_eq!(written, expected);
+
+    // A copy of that copy, requeued at its last receive, carries the first order on.
+    at_receive(&mut ev, 5);
+    let fx = Fixture::new();
+    fx.table.set_unprocessed_fraction(1.0);
+    fx.service(&[ingest_role, ("BLOCKS", "off"), SOURCE])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    let carried: Vec<Option<String>> = fx
+        .dlq
+        .copies()
+        .iter()
+        .map(|c| {
+            c.attributes
+                .get(ingest::handler::SENT_ATTRIBUTE)
+                .map(|(_, v)| v.clone())
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        [
+            Some(sent[0].clone()),
+            Some("1782089000000".to_owned()),
+            Some(sent[2].clone())
+        ]
+    );
+}

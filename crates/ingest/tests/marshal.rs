@@ -97,6 +97,7 @@ fn reading() -> impl Strategy<Value = Reading> {
             ts: Timestamp::from_millis(NOW + offset).expect("in range"),
             metrics,
             tags,
+            written: store::WriteOrder::OLDEST,
         })
 }
 
@@ -108,13 +109,18 @@ proptest! {
         sent in prop::collection::vec(reading(), 1..4),
         pk in "[0-9]{1,3}(\\.[0-9]{1,2})?#2026-06-22T1[0-2]",
         retention_days in prop_oneof![Just(30u64), 1..3_650u64],
+        // Its message's SentTimestamp, or none (the oldest, stored as no `w`).
+        written in prop_oneof![Just(0i64), 1..i64::MAX],
     ) {
         // What the parser accepts of what was sent, as it parsed it.
-        let Ok(accepted) = parse_body(&to_body(&sent), &limits()) else {
+        let Ok(mut accepted) = parse_body(&to_body(&sent), &limits()) else {
             // A message the parser refuses holds no reading to store.
             return Ok(());
         };
         let retention = Duration::from_secs(retention_days * 86_400);
+        for r in &mut accepted {
+            r.written = store::WriteOrder(written);
+        }
         for r in &accepted {
             let key = ItemKey { pk: pk.clone(), sk: format!("{}#{}#{}", r.device_id, r.ts, r.event_id) };
             let expected = ReadingItem::new(r, key.clone(), retention)
@@ -220,6 +226,7 @@ fn extreme_numbers_that_the_parser_accepts_are_marshalled_alike() {
         .map(|(name, text)| (name.to_owned(), Decimal::parse(text).expect("a number")))
         .collect(),
         tags: BTreeMap::from([("ünïcode".into(), "välue ✓".into())]),
+        written: store::WriteOrder::OLDEST,
     };
     let accepted = parse_body(&to_body(std::slice::from_ref(&reading)), &limits())
         .expect("every number is in DynamoDB's range");

@@ -199,6 +199,7 @@ pub(crate) fn largest_reading(i: i64, shards: u32) -> ReadingItem {
         ts: ts(BASE_MS + i * 3_000),
         metrics,
         tags,
+        written: store::WriteOrder::OLDEST,
     };
     let layout = table_history(vec![(0, hourly(shards))]);
     let k = sharding::key::write_key(

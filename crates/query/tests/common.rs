@@ -83,6 +83,7 @@ fn keyed(shards: &MemoryShards, layout: &TableHistory, r: &R) -> (sharding::key:
         ts,
         metrics: BTreeMap::from([("temperature".to_string(), r.value.clone())]),
         tags: BTreeMap::from([("site".to_string(), "lab".to_string())]),
+        written: store::WriteOrder::OLDEST,
     };
     (key, reading)
 }

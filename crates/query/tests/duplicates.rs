@@ -118,6 +118,7 @@ fn store(
             store::Decimal::from_f64(value as f64).expect("a number"),
         )]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     let fanouts: &[u32] = match stored {
         Stored::Both => &[1, 4],

@@ -274,6 +274,7 @@ async fn a_reading_stored_under_two_keys_is_answered_once() {
                 ts: ts(ts_ms),
                 metrics: BTreeMap::from([("temperature".to_owned(), r.value.clone())]),
                 tags: BTreeMap::new(),
+                written: store::WriteOrder::OLDEST,
             };
             let fanouts: &[u32] = match stored {
                 Stored::Both => &[1, 4],
@@ -508,6 +509,7 @@ async fn on_dynalite_the_newest_reading_inside_a_block_is_answered() -> anyhow::
             ts: at,
             metrics: BTreeMap::from([("temperature".to_owned(), r.value.clone())]),
             tags: BTreeMap::new(),
+            written: store::WriteOrder::OLDEST,
         };
         (key, reading)
     };

@@ -119,6 +119,7 @@ fn small_reading(device: &str, event: &str, ts_ms: i64, history: &FanoutHistory)
             store::Decimal::from_f64(20.5).expect("a number"),
         )]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     let k = write_key(
         &ReadingRef::new(device, event, reading.ts),

@@ -128,6 +128,7 @@ async fn write_readings(
                     store::Decimal::from_f64(i as f64).expect("a number"),
                 )]),
                 tags: BTreeMap::new(),
+                written: store::WriteOrder::OLDEST,
             };
             let k = write_key(
                 &ReadingRef::new(device, &reading.event_id, reading.ts),

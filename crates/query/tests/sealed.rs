@@ -148,6 +148,7 @@ fn humidity_only(shards: &MemoryShards, r: &R) -> ReadingItem {
         ts: at,
         metrics: BTreeMap::from([("humidity".to_owned(), r.value.clone())]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     ReadingItem::new(&reading, key, Duration::from_secs(86_400 * 3650))
 }

@@ -19,6 +19,7 @@ mod on_dynalite;
 mod on_moto;
 mod openapi;
 mod params;
+mod resent;
 mod rollups;
 mod scope;
 mod sealed;

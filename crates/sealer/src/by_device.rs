@@ -6,7 +6,8 @@
 //! over each device's items together, wherever they are stored: its own key, a
 //! sub-shard of a raise, the keys of two table epochs, the bucket before (a block read
 //! back). Once every key has moved past a device, its hour is complete: its copies are
-//! dropped (a reading is its time and event id), and its readings are handed over.
+//! dropped (a reading is its time and event id; of its copies, the one written last
+//! stays, `sharding::written`), and its readings are handed over.
 //! The read holds a page or two per key and one device's readings,
 //! however many devices the hour has, where a merge in time order would hold the whole
 //! hour.
@@ -20,6 +21,7 @@ use std::future::Future;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use sharding::read_plan::{KeyQuery, ReadPlan};
+use sharding::written::keep_last;
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{LastKey, Page, PageRequest, ReadingSource};
@@ -172,9 +174,16 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
         if over {
             return Ok(Some(Next::TooMany(device)));
         }
-        // A reading stored twice (a redelivery, two blocks, a re-keyed copy) is one.
+        // A reading stored twice (a redelivery, two blocks, a re-keyed copy) is one:
+        // the copy written last, as every raw read answers it (`sharding::written`).
         readings.sort_unstable_by(|a, b| (a.ts_ms, &a.event_id).cmp(&(b.ts_ms, &b.event_id)));
-        readings.dedup_by(|a, b| (a.ts_ms, &a.event_id) == (b.ts_ms, &b.event_id));
+        readings.dedup_by(|copy, kept| {
+            let same = (copy.ts_ms, &copy.event_id) == (kept.ts_ms, &kept.event_id);
+            if same {
+                keep_last(kept, copy);
+            }
+            same
+        });
         self.readings += readings.len() as u64;
         Ok(Some(Next::Readings { device, readings }))
     }

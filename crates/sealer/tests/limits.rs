@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
+use sharding::written::WriteOrder;
 use store::error::StoreError;
 use store::item::Reading;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
@@ -60,6 +61,7 @@ fn reading(device: &str, event: &str, ts_ms: i64, metrics: &[(String, &str)]) ->
             .map(|(name, v)| (name.clone(), store::Decimal::parse(v).unwrap()))
             .collect(),
         tags: BTreeMap::from([("fw".to_owned(), "1.0".to_owned())]),
+        written: WriteOrder(1),
     }
 }
 
@@ -247,6 +249,7 @@ async fn a_value_re_sent_after_the_seal_is_the_one_every_derived_item_holds() {
     let mut resent = readings[9].clone();
     resent.metrics = BTreeMap::from([("t".to_owned(), store::Decimal::parse("100").unwrap())]);
     resent.tags = BTreeMap::from([("fw".to_owned(), "2.0".to_owned())]);
+    resent.written = WriteOrder(2);
     load_readings(&table, &shards, std::slice::from_ref(&resent));
     rollups.put(&late_mark("d-1", HOUR, 77)).await.unwrap();
     // Before the next run, its device routes answer the marked hour from its readings,

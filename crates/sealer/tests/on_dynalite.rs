@@ -90,6 +90,7 @@ fn stored_reading(r: &R) -> Reading {
         ts: Timestamp::from_millis(r.ts_ms).expect("in range"),
         metrics: BTreeMap::from([("temperature".to_owned(), r.value.clone())]),
         tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
+        written: store::WriteOrder::OLDEST,
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicU64;
 use proptest::prelude::*;
 use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
+use sharding::written::WriteOrder;
 use store::item::Reading;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
 use store::rollup::{
@@ -65,6 +66,7 @@ fn reading(device: usize, slot: u8, value: i8) -> Reading {
             ),
         ]),
         tags: BTreeMap::from([("v".to_owned(), value.to_string())]),
+        written: WriteOrder::OLDEST,
     }
 }
 
@@ -107,12 +109,16 @@ async fn play(
                 slot,
                 value,
             } => {
-                let r = reading(device, slot, value);
+                // Each write later than the one before, as its message reached the queue.
+                nonce += 1;
+                let r = Reading {
+                    written: WriteOrder(i64::try_from(nonce).unwrap()),
+                    ..reading(device, slot, value)
+                };
                 load_readings(table, shards, std::slice::from_ref(&r));
                 stored.insert((device, slot), r);
                 // The ingest marks a written reading whose hour may be sealed; here
                 // every one, once a run may have sealed the hour.
-                nonce += 1;
                 rollups
                     .put(&late_mark(DEVICES[device], HOUR, nonce))
                     .await

@@ -9,6 +9,7 @@
 #[path = "../../query/tests/common.rs"]
 mod common;
 
+mod by_device;
 mod horizon;
 mod layouts;
 mod limits;

@@ -73,6 +73,13 @@ impl TimedKey for Ts {
     }
 }
 
+/// Copies of one key are the same item here: any one is kept.
+impl sharding::written::Written for Ts {
+    fn written_cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
 /// Drives a bounded merge over in-memory streams, serving each ask from `streams`.
 fn merge_all(streams: &[Vec<Ts>], span: (i64, i64)) -> usize {
     let shapes = streams

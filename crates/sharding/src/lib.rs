@@ -61,7 +61,8 @@
 //! `{s}#{bucket}` for s in 0..N plus the hot entities' dedicated sub-shard keys, each with a time
 //! filter; such a PK is ordered by entity, then time, so the reader merges after
 //! buffering. A reading stored twice (written, then redelivered after a raise) has one
-//! sort key under both keys: readers de-duplicate by it.
+//! sort key under both keys: readers de-duplicate by it, keeping the copy written last
+//! ([`written`]): a reading sent again with new values replaces the old one.
 //!
 //! # Merging
 //!
@@ -82,6 +83,7 @@ pub mod layout;
 pub mod merge;
 pub mod read_plan;
 pub mod time;
+pub mod written;
 
 pub use backoff::{Backoff, Redelivery};
 pub use capacity::{CapacityPlan, PlanInput, PlannerError, plan_capacity};
@@ -100,3 +102,4 @@ pub use layout::{Layout, Strategy};
 pub use merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape, TimedKey};
 pub use read_plan::{KeyQuery, PlanError, ReadPlan, plan_all, plan_entity};
 pub use time::{Bucket, BucketSpan, TimeError, TimeRange, Timestamp};
+pub use written::{WriteOrder, Written, keep_last};

@@ -22,6 +22,13 @@ impl TimedKey for Key {
     }
 }
 
+/// Copies of one key are the same item here: any one is kept.
+impl sharding::written::Written for Key {
+    fn written_cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
 /// One stored item: its first member's timestamp, a stand-in for the rest of its sort
 /// key, and its members.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@ mod block_plan;
 mod common;
 mod fanout;
 mod formats;
+mod last_written;
 mod lifecycle;
 mod merge;
 mod merge_blocks;

@@ -115,7 +115,7 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
     );
 
     // The Python reader expands the blocks read with boto3 into the readings the
-    // store's own decoder reads: the same ids, times, metrics and tags.
+    // store's own decoder reads: the same ids, times, metrics, tags and write orders.
     let output = Command::new(venv.bin("python"))
         .arg(root.join("examples/python/read_blocks.py"))
         .args(["--table", &s.table_name, "--endpoint-url", &s.endpoint])
@@ -165,6 +165,8 @@ struct Expanded {
     ts: String,
     metrics: std::collections::BTreeMap<String, store::Decimal>,
     tags: std::collections::BTreeMap<String, String>,
+    /// The copy's write order (docs/formats.md).
+    w: i64,
 }
 
 /// Every reading of the readings table as the store expands it.
@@ -181,6 +183,7 @@ async fn readings_as_json(stack: &TestStack) -> Result<BTreeSet<String>> {
                 ts: r.ts,
                 metrics: r.metrics,
                 tags: r.tags,
+                w: r.written.0,
             };
             out.insert(format!("{expanded:?}"));
         }

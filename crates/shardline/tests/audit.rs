@@ -269,6 +269,7 @@ fn stored_reading(pk: &str, event: &str) -> ReadingItem {
             store::Decimal::from_f64(20.5).expect("a number"),
         )]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     let key = ItemKey {
         pk: pk.into(),

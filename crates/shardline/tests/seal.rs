@@ -47,6 +47,7 @@ fn reading(device: &str, hour: i64, i: i64) -> Reading {
             store::Decimal::from_str(&format!("{}.25", 20 + i)).expect("a number"),
         )]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     }
 }
 

@@ -17,6 +17,8 @@
 //! | `m` | M of L of N or NULL | per metric name, one number per member, `NULL` where the member has none |
 //! | `tg` | M of L of S or NULL | per tag name, likewise; omitted when no member has tags |
 //! | `ttl` | N | the last member's `ts` plus the retention, in epoch seconds |
+//! | `w` | N | the first member's write order (`sharding::written`: its message's `SentTimestamp`), as a reading's item has it; omitted when the oldest (a block stored before it) |
+//! | `dw` | L of N | each member's write order less the first's; omitted when every member shares the first's (one message's block) |
 //!
 //! The decoder trusts nothing it reads: every column must have one entry per member,
 //! the members must be in order with distinct identities, each id must be an id, and
@@ -33,12 +35,14 @@ use serde::{Deserialize, Serialize};
 use sharding::block::{MAX_WINDOW_MS, block_sk};
 use sharding::key::{ItemKey, validate_id};
 use sharding::time::Timestamp;
+use sharding::written::WriteOrder;
 
 use crate::batch::Item;
 use crate::decimal::Decimal;
 use crate::error::StoreError;
 use crate::item::{
-    Encoded, ItemBuilder, Reading, ReadingItem, SizedValue, expiry, number, number_of, string,
+    Encoded, ItemBuilder, Reading, ReadingItem, SizedValue, WRITTEN, expiry, number, number_of,
+    oldest, string,
 };
 
 /// The format version a block item carries in `block`.
@@ -65,6 +69,10 @@ pub struct BlockItem {
     /// Empty when no member has tags (the attribute is omitted).
     pub tg: BTreeMap<String, Vec<Option<String>>>,
     pub ttl: i64,
+    /// The first member's write order; 0, the oldest, for a block stored without one.
+    pub w: i64,
+    /// Each member's write order less `w`; empty when every member's is `w`.
+    pub dw: Vec<i64>,
 }
 
 /// A block item's attributes but `m`, as `serde_dynamo` writes and reads them.
@@ -87,6 +95,10 @@ struct Attributes<'a> {
     #[serde(default, skip_serializing_if = "no_tags")]
     tg: Cow<'a, BTreeMap<String, Vec<Option<String>>>>,
     ttl: i64,
+    #[serde(default, skip_serializing_if = "oldest")]
+    w: i64,
+    #[serde(default, skip_serializing_if = "<[i64]>::is_empty")]
+    dw: Cow<'a, [i64]>,
 }
 
 fn no_tags(tg: &impl AsRef<BTreeMap<String, Vec<Option<String>>>>) -> bool {
@@ -170,6 +182,15 @@ impl BlockItem {
             m,
             tg,
             ttl: expiry(last.ts, retention),
+            w: first.written.0,
+            dw: if members.iter().all(|r| r.written == first.written) {
+                Vec::new()
+            } else {
+                members
+                    .iter()
+                    .map(|r| r.written.0.saturating_sub(first.written.0))
+                    .collect()
+            },
         })
     }
 
@@ -194,7 +215,7 @@ impl BlockItem {
         let tag_names: BTreeSet<&str> = members()
             .flat_map(|r| r.tags.keys().map(String::as_str))
             .collect();
-        let mut item = ItemBuilder::under(key, first, 15);
+        let mut item = ItemBuilder::under(key, first, 17);
         item.put(BLOCK_ATTRIBUTE, number(BLOCK_FORMAT.to_string()));
         item.put("n", number(members().count().to_string()));
         item.put(
@@ -230,6 +251,17 @@ impl BlockItem {
             );
         }
         item.put("ttl", number(expiry(last.ts, retention).to_string()));
+        let w = first.written;
+        if !w.is_oldest() {
+            item.put(WRITTEN, number(w.0.to_string()));
+        }
+        // Only a block of several messages' readings pays a column of write orders.
+        if members().any(|r| r.written != w) {
+            item.put(
+                OFFSETS_WRITTEN,
+                list(members().map(|r| number(r.written.0.saturating_sub(w.0).to_string()))),
+            );
+        }
         Ok(item.finish())
     }
 
@@ -250,6 +282,8 @@ impl BlockItem {
             ids: Cow::Borrowed(&self.ids),
             tg: Cow::Borrowed(&self.tg),
             ttl: self.ttl,
+            w: self.w,
+            dw: Cow::Borrowed(&self.dw),
         };
         let mut item: Item =
             serde_dynamo::to_item(attributes).map_err(|e| StoreError::Malformed(e.to_string()))?;
@@ -298,6 +332,8 @@ impl BlockItem {
             m,
             tg: a.tg.into_owned(),
             ttl: a.ttl,
+            w: a.w,
+            dw: a.dw.into_owned(),
         })
     }
 
@@ -329,6 +365,13 @@ impl BlockItem {
                 .iter()
                 .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
                 .collect();
+            let written = match self.dw.get(i) {
+                None => self.w,
+                Some(dw) => self
+                    .w
+                    .checked_add(*dw)
+                    .ok_or_else(|| bad(format!("dw[{i}] overflows")))?,
+            };
             let rfc3339 = ts.to_rfc3339();
             out.push(ReadingItem {
                 pk: self.pk.clone(),
@@ -340,6 +383,7 @@ impl BlockItem {
                 metrics: column(&self.m),
                 tags,
                 ttl: self.ttl,
+                written: WriteOrder(written),
             });
         }
         Ok(out)
@@ -368,6 +412,9 @@ impl BlockItem {
                 n,
                 self.dt.len()
             ));
+        }
+        if !self.dw.is_empty() && self.dw.len() != n {
+            return Err(format!("dw has {} entries, not {n}", self.dw.len()));
         }
         let short = |columns: usize| columns != n;
         if let Some((name, _)) = self.m.iter().find(|(_, c)| short(c.len())) {
@@ -500,6 +547,9 @@ fn columns(names: &BTreeSet<&str>, column: impl Fn(&str) -> SizedValue) -> Sized
     (AttributeValue::M(map), size)
 }
 
+/// A block's column of its members' write orders, each less the first's.
+const OFFSETS_WRITTEN: &str = "dw";
+
 /// The attribute only a block item has: its format version.
 pub const BLOCK_ATTRIBUTE: &str = "block";
 
@@ -538,6 +588,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            written: WriteOrder::OLDEST,
         }
     }
 

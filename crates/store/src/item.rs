@@ -17,6 +17,7 @@
 //! only where a figure shows the cost or a double would lose a number.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use item_size as rule;
 use serde::{Deserialize, Serialize};
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
+use sharding::written::{WriteOrder, Written};
 
 use crate::batch::Item;
 use crate::decimal::Decimal;
@@ -48,6 +50,9 @@ pub struct Reading {
     pub metrics: BTreeMap<String, Decimal>,
     /// Named strings; may be empty.
     pub tags: BTreeMap<String, String>,
+    /// When this copy was written: its message's `SentTimestamp` (`sharding::written`);
+    /// of two copies of one identity, every read keeps the greater.
+    pub written: WriteOrder,
 }
 
 /// The longest time-bucket partition key, `{s}.{j}#{bucket}`: two shard numbers of
@@ -91,6 +96,7 @@ impl Reading {
                 ("ts_ms", INTEGER_BOUND),
                 ("metrics", metrics),
                 ("ttl", INTEGER_BOUND),
+                (WRITTEN, INTEGER_BOUND),
             ]
             .into_iter()
             .chain(tags.map(|size| ("tags", size))),
@@ -121,6 +127,21 @@ pub struct ReadingItem {
     pub tags: BTreeMap<String, String>,
     /// Expiry, epoch seconds: `ts + retention`.
     pub ttl: i64,
+    /// When this copy was written ([`Reading::written`]); stored as `w`, omitted when
+    /// [`WriteOrder::OLDEST`] (an item stored before copies carried one reads as that).
+    pub written: WriteOrder,
+}
+
+/// The attribute of a copy's write order (`sharding::written::WriteOrder`): N, epoch
+/// milliseconds, omitted when the oldest.
+pub const WRITTEN: &str = "w";
+
+/// Of two copies of one reading, the one written last; on one millisecond, the greater
+/// content, so that every reader keeps the same copy (`sharding::written`).
+impl Written for ReadingItem {
+    fn written_cmp(&self, other: &Self) -> Ordering {
+        (self.written, &self.metrics, &self.tags).cmp(&(other.written, &other.metrics, &other.tags))
+    }
 }
 
 /// A reading item's attributes but `metrics`, as `serde_dynamo` writes and reads them.
@@ -137,6 +158,13 @@ struct Attributes<'a> {
     #[serde(default, skip_serializing_if = "no_tags")]
     tags: Cow<'a, BTreeMap<String, String>>,
     ttl: i64,
+    #[serde(rename = "w", default, skip_serializing_if = "oldest")]
+    w: i64,
+}
+
+/// Whether a stored write order is the oldest, which is stored as no attribute.
+pub(crate) fn oldest(w: &i64) -> bool {
+    WriteOrder(*w).is_oldest()
 }
 
 fn no_tags(tags: &impl AsRef<BTreeMap<String, String>>) -> bool {
@@ -269,6 +297,7 @@ impl ReadingItem {
             metrics: reading.metrics.clone(),
             tags: reading.tags.clone(),
             ttl: expiry(reading.ts, retention),
+            written: reading.written,
         }
     }
 
@@ -278,7 +307,7 @@ impl ReadingItem {
     /// sized by DynamoDB's rule as it is built rather than walked again after.
     #[must_use]
     pub fn marshal(reading: &Reading, key: &ItemKey, retention: Duration) -> Encoded {
-        let mut item = ItemBuilder::under(key, reading, 9);
+        let mut item = ItemBuilder::under(key, reading, 10);
         let metrics = reading.metrics.iter();
         item.put(
             "metrics",
@@ -292,6 +321,9 @@ impl ReadingItem {
             );
         }
         item.put("ttl", number(expiry(reading.ts, retention).to_string()));
+        if !reading.written.is_oldest() {
+            item.put(WRITTEN, number(reading.written.0.to_string()));
+        }
         item.finish()
     }
 
@@ -315,6 +347,7 @@ impl ReadingItem {
             ts_ms: self.ts_ms,
             tags: Cow::Borrowed(&self.tags),
             ttl: self.ttl,
+            w: self.written.0,
         };
         let mut item: Item =
             serde_dynamo::to_item(attributes).map_err(|e| StoreError::Malformed(e.to_string()))?;
@@ -341,6 +374,7 @@ impl ReadingItem {
             metrics,
             tags: a.tags.into_owned(),
             ttl: a.ttl,
+            written: WriteOrder(a.w),
         })
     }
 
@@ -354,6 +388,7 @@ impl ReadingItem {
             ts,
             metrics: self.metrics,
             tags: self.tags,
+            written: self.written,
         })
     }
 }
@@ -372,6 +407,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            written: WriteOrder(1_782_090_001_000),
         }
     }
 
@@ -410,8 +446,17 @@ mod tests {
 
     #[test]
     fn marshal_equals_the_owned_item() {
-        for tags in [&[][..], &[("site", "a"), ("zone", "b")][..]] {
-            let r = reading(tags);
+        for (tags, written) in [
+            (&[][..], WriteOrder::OLDEST),
+            (
+                &[("site", "a"), ("zone", "b")][..],
+                WriteOrder(1_782_090_001_000),
+            ),
+        ] {
+            let r = Reading {
+                written,
+                ..reading(tags)
+            };
             for retention in [Duration::from_secs(60), Duration::MAX] {
                 let owned = ReadingItem::new(&r, key(), retention)
                     .to_item()
@@ -432,5 +477,22 @@ mod tests {
         let back = ReadingItem::from_item(item).expect("deserializable");
         assert_eq!(back, stored);
         assert_eq!(back.into_reading().expect("valid"), original);
+    }
+
+    #[test]
+    fn a_copy_keeps_its_write_order_and_one_stored_without_reads_as_the_oldest() {
+        let stored = ReadingItem::new(&reading(&[]), key(), Duration::from_secs(60));
+        let item = stored.to_item().expect("serializable");
+        assert_eq!(
+            item.get(WRITTEN),
+            Some(&AttributeValue::N("1782090001000".into()))
+        );
+        let mut old = item.clone();
+        old.remove(WRITTEN);
+        let old = ReadingItem::from_item(old).expect("an item stored before `w`");
+        assert_eq!(old.written, WriteOrder::OLDEST);
+        let back = ReadingItem::from_item(item).expect("deserializable");
+        assert_eq!(back, stored);
+        assert_eq!(back.written_cmp(&old), Ordering::Greater);
     }
 }

@@ -100,3 +100,4 @@ pub use directory::{
 };
 pub use error::{StoreError, ThrottleKind};
 pub use item::{Encoded, Reading, ReadingItem};
+pub use sharding::written::WriteOrder;

@@ -25,7 +25,7 @@ use sharding::time::RFC3339_LEN;
 
 use crate::block::BlockItem;
 use crate::error::StoreError;
-use crate::item::{BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, PK, Reading, ReadingItem, SK};
+use crate::item::{BUCKET_PK_BOUND, Encoded, INTEGER_BOUND, PK, Reading, ReadingItem, SK, WRITTEN};
 
 /// The longest a block's offset `dt` takes: under an hour in milliseconds, 7 digits.
 const OFFSET_BOUND: usize = 5;
@@ -43,8 +43,8 @@ struct BlockScope<'a> {
 /// members of one item, in order of `(ts, event id)`. Readings whose layout packs no
 /// blocks are each an entry of one, in their input order, first; then the blocks, by
 /// device, epoch and bucket. Within a scope a repeated identity `(ts, event id)` is
-/// kept once, the first sent (the batch writer keeps the first of two puts with one
-/// key, too): its repeats are in no entry.
+/// kept once, the copy written last (`sharding::written`; of one message's, the first
+/// sent): its repeats are in no entry.
 #[must_use]
 pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
     let mut units: Vec<Vec<usize>> = Vec::new();
@@ -64,8 +64,14 @@ pub fn pack(readings: &[Reading], table: &TableHistory) -> Vec<Vec<usize>> {
         (r.ts.as_millis(), r.event_id.as_str())
     };
     for (layout, mut scope) in scopes.into_values() {
-        // Stable: of two readings with one identity, the first sent stays first.
-        scope.sort_by(|a, b| identity(a).cmp(&identity(b)));
+        // Stable: of two readings with one identity, the one written last stays first
+        // (`sharding::written`), and of one message's, the first sent.
+        scope.sort_by(|a, b| {
+            let written = |i: &usize| std::cmp::Reverse(readings[*i].written);
+            identity(a)
+                .cmp(&identity(b))
+                .then_with(|| written(a).cmp(&written(b)))
+        });
         scope.dedup_by(|a, b| identity(a) == identity(b));
         let members: Vec<&Reading> = scope.iter().map(|&i| &readings[i]).collect();
         let bound = BlockBound::of(&members);
@@ -190,6 +196,9 @@ struct BlockBound {
     overhead: usize,
     metric_names: usize,
     tags: Vec<String>,
+    /// What a member's entry in `dw` takes at most: nothing when the scope's readings
+    /// share one write order (one message's), so no block of them has the column.
+    written: usize,
 }
 
 impl BlockBound {
@@ -203,6 +212,10 @@ impl BlockBound {
             .flat_map(|r| r.tags.keys().map(String::as_str))
             .collect();
         let device = scope.first().map_or(0, |r| r.device_id.len());
+        let orders = scope.iter().map(|r| r.written.0);
+        let spread = orders.clone().max().unwrap_or(0) - orders.min().unwrap_or(0);
+        // An offset is at most the spread either way: its size is that of `-spread`.
+        let written = (spread > 0).then(|| 1 + rule::number_size(&(-spread).to_string()));
         let first_sk = device + 1 + RFC3339_LEN + 1 + MAX_ID_LEN + BLOCK_SK_EXTRA;
         let columns = |names: &BTreeSet<&str>| {
             rule::MAP_OVERHEAD
@@ -225,11 +238,14 @@ impl BlockBound {
             ("m", columns(&metrics)),
             ("tg", columns(&tags)),
             ("ttl", INTEGER_BOUND),
+            (WRITTEN, INTEGER_BOUND),
+            ("dw", written.map_or(0, |_| rule::list_size([]))),
         ]);
         Self {
             overhead,
             metric_names: metrics.len(),
             tags: tags.into_iter().map(str::to_owned).collect(),
+            written: written.unwrap_or(0),
         }
     }
 
@@ -247,7 +263,7 @@ impl BlockBound {
             .map(|v| 1 + v.stored_size())
             .sum::<usize>()
             + self.metric_names.saturating_sub(r.metrics.len()) * (1 + rule::SCALAR_SIZE);
-        (1 + OFFSET_BOUND) + (1 + r.event_id.len()) + metrics + tags
+        (1 + OFFSET_BOUND) + (1 + r.event_id.len()) + metrics + tags + self.written
     }
 }
 

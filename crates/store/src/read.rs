@@ -619,6 +619,7 @@ mod tests {
                     "1.5".parse().expect("a number"),
                 )]),
                 tags: std::collections::BTreeMap::new(),
+                written: crate::WriteOrder::OLDEST,
             })
             .collect();
         BlockItem::new(

@@ -31,10 +31,18 @@ fn members() -> impl Strategy<Value = Vec<Reading>> {
         "(0190a1b2-c3d4-|e-|)[A-Za-z0-9._:-]{1,12}",
         prop::collection::btree_map("[a-z]{1,3}", number(), 1..4),
         prop::collection::btree_map("[a-z]{1,3}", "\\PC{0,12}", 0..3),
+        -10_000i64..10_000,
     );
-    prop::collection::vec(member, 1..60).prop_map(|raw| {
+    // Write orders: none (a block stored before them), one message's, or several's.
+    let written = (0..3u8, T..T + 86_400_000);
+    (prop::collection::vec(member, 1..60), written).prop_map(|(raw, (spread, base))| {
         let mut by_identity: BTreeMap<(i64, String), Reading> = BTreeMap::new();
-        for (dt, event_id, metrics, tags) in raw {
+        for (dt, event_id, metrics, tags, offset) in raw {
+            let written = match spread {
+                0 => 0,
+                1 => base,
+                _ => base + offset,
+            };
             by_identity.insert(
                 (dt, event_id.clone()),
                 Reading {
@@ -43,6 +51,7 @@ fn members() -> impl Strategy<Value = Vec<Reading>> {
                     ts: Timestamp::from_millis(T + dt).expect("in range"),
                     metrics,
                     tags,
+                    written: store::WriteOrder(written),
                 },
             );
         }
@@ -116,6 +125,7 @@ fn the_ingest_encoder_refuses_what_is_no_block() {
         ts: Timestamp::from_millis(T + dt).expect("in range"),
         metrics: BTreeMap::from([("t".to_owned(), Decimal::from_f64(1.0).expect("a number"))]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     let key = ItemKey {
         pk: "0#2026-06-22T00".into(),
@@ -141,16 +151,17 @@ fn the_ingest_encoder_refuses_what_is_no_block() {
     ));
 }
 
-/// The vector of `shardline-block-v1` in docs/formats.md: three readings of one device,
-/// as `serde_json` maps the item (each number as the JSON number DynamoDB stores).
-fn documented_vector() -> String {
+/// A vector of `shardline-block-v1` in docs/formats.md, under `marker`: three readings
+/// of one device, as `serde_json` maps the item (each number as the JSON number
+/// DynamoDB stores).
+fn documented_vector(marker: &str) -> String {
     let formats = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/formats.md"
     ))
     .expect("docs/formats.md");
     let start = formats
-        .find("<!-- block-vector -->")
+        .find(marker)
         .expect("the block vector of docs/formats.md");
     let body = &formats[start..];
     let open = body.find("```json\n").expect("a json fence") + "```json\n".len();
@@ -177,6 +188,19 @@ fn attribute(value: &serde_json::Value) -> AttributeValue {
 
 #[test]
 fn the_documented_block_vector_is_the_block_of_its_readings() {
+    check_vector("<!-- block-vector -->", [0; 3]);
+}
+
+/// The second vector: the same readings sent in two messages, the second's reading
+/// (`e-0002`) 1.25 s after the others', so the block carries each member's write order.
+#[test]
+fn the_documented_block_vector_of_two_messages_carries_their_write_orders() {
+    let sent = 1_782_090_003_000;
+    check_vector("<!-- block-vector-written -->", [sent, sent + 1_250, sent]);
+}
+
+/// The vector under `marker` is the block of its three readings, written at `written`.
+fn check_vector(marker: &str, written: [i64; 3]) {
     let t = 1_782_090_000_000; // 2026-06-22T01:00:00Z
     let reading = |dt: i64, id: &str, metrics: &[(&str, f64)], tags: &[(&str, &str)]| Reading {
         device_id: "sensor-7".into(),
@@ -190,6 +214,7 @@ fn the_documented_block_vector_is_the_block_of_its_readings() {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+        written: store::WriteOrder::OLDEST,
     };
     let members = [
         reading(
@@ -205,7 +230,14 @@ fn the_documented_block_vector_is_the_block_of_its_readings() {
             &[],
         ),
         reading(2_500, "e-0003", &[("humidity", 42.0)], &[]),
-    ];
+    ]
+    .into_iter()
+    .zip(written)
+    .map(|(r, w)| Reading {
+        written: store::WriteOrder(w),
+        ..r
+    })
+    .collect::<Vec<_>>();
     let first_key = ItemKey {
         pk: "3#2026-06-22T01".into(),
         sk: "sensor-7#2026-06-22T01:00:00.000Z#e-0001".into(),
@@ -213,7 +245,7 @@ fn the_documented_block_vector_is_the_block_of_its_readings() {
     let block = BlockItem::new(&members, &first_key, Duration::from_secs(30 * 86_400))
         .expect("one device's sorted members");
     let item = block.to_item().expect("encodes");
-    let vector: serde_json::Value = serde_json::from_str(&documented_vector()).expect("json");
+    let vector: serde_json::Value = serde_json::from_str(&documented_vector(marker)).expect("json");
     assert_eq!(
         attribute(&vector),
         AttributeValue::M(item.clone()),

@@ -17,7 +17,8 @@ fn input() -> impl Strategy<Value = Batch> {
             (
                 0u8..6,
                 0u16..60,
-                prop_oneof![9 => 0usize..2_000, 1 => 300_000usize..420_000]
+                prop_oneof![9 => 0usize..2_000, 1 => 300_000usize..420_000],
+                0u8..3,
             ),
             0..120,
         ),
@@ -25,17 +26,21 @@ fn input() -> impl Strategy<Value = Batch> {
             (
                 0u8..6,
                 0u16..60,
-                prop_oneof![1 => 0usize..2_000, 9 => 300_000usize..420_000]
+                prop_oneof![1 => 0usize..2_000, 9 => 300_000usize..420_000],
+                0u8..3,
             ),
             0..50,
         ),
     ];
     specs.prop_map(|specs| {
         let mut batch = Batch::default();
-        for (pk, sk, pad) in specs {
-            batch
-                .push(&format!("p{pk}"), &format!("s{sk}"))
-                .insert("pad".into(), AttributeValue::S("x".repeat(pad)));
+        for (pk, sk, pad, w) in specs {
+            let item = batch.push(&format!("p{pk}"), &format!("s{sk}"));
+            item.insert("pad".into(), AttributeValue::S("x".repeat(pad)));
+            // A write order (none: the oldest), so copies of one key differ in it.
+            if w > 0 {
+                item.insert("w".into(), AttributeValue::N(w.to_string()));
+            }
         }
         batch
     })
@@ -76,14 +81,20 @@ proptest! {
                 chunked.insert(i);
             }
         }
-        // The union of chunks is exactly the first occurrence of every distinct key.
-        let mut first = BTreeSet::new();
-        let mut keys = HashSet::new();
+        // The union of chunks is exactly one put of every distinct key: of its puts,
+        // the one with the greatest write order, the first of those.
+        let written = |i: usize| match items[i].get("w") {
+            Some(AttributeValue::N(w)) => w.parse::<u8>().unwrap_or(0),
+            _ => 0,
+        };
+        let mut kept: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
         for (i, put) in puts.iter().enumerate() {
-            if keys.insert(put.key()) {
-                first.insert(i);
+            let k = kept.entry(put.key()).or_insert(i);
+            if written(i) > written(*k) {
+                *k = i;
             }
         }
+        let first: BTreeSet<usize> = kept.values().copied().collect();
         prop_assert_eq!(&chunked, &first);
         for (i, c) in prepared.canonical.iter().enumerate() {
             prop_assert_eq!(puts[i].key(), puts[*c].key());

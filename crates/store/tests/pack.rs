@@ -67,15 +67,19 @@ fn readings() -> impl Strategy<Value = Vec<Reading>> {
             0..4,
         ),
         prop::collection::btree_map("[s-u]", "[a-z]{0,20}", 0..3),
+        // The message it came in, of a batch's few, sent seconds or days apart (none:
+        // stored before write orders).
+        prop_oneof![Just(0i64), Just(T), T..T + 5_000, T..T + 5 * 86_400_000],
     );
     prop::collection::vec(reading, 1..120).prop_map(|raw| {
         raw.into_iter()
-            .map(|(device, at, event_id, metrics, tags)| Reading {
+            .map(|(device, at, event_id, metrics, tags, written)| Reading {
                 device_id: format!("dev-{device}"),
                 event_id,
                 ts: ts(T + at - at % 1000),
                 metrics,
                 tags,
+                written: store::WriteOrder(written),
             })
             .collect()
     })
@@ -264,6 +268,7 @@ fn a_reading_alone_is_its_own_item_and_a_layout_without_blocks_packs_none() {
             store::Decimal::from_f64(21.5).expect("a number"),
         )]),
         tags: BTreeMap::new(),
+        written: store::WriteOrder::OLDEST,
     };
     let key = ItemKey {
         pk: "1#2026-06-22T00".into(),

@@ -179,6 +179,8 @@ impl Fleet {
                 .into_iter()
                 .map(|(name, v)| (name.to_owned(), v))
                 .collect(),
+            // As the ingest stores it: its message's SentTimestamp, about its time.
+            written: store::WriteOrder(self.ts(d, j)),
         })
     }
 

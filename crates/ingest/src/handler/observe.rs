@@ -301,6 +301,7 @@ mod tests {
                     ts: Timestamp::from_millis(*t).expect("in range"),
                     metrics: BTreeMap::new(),
                     tags: BTreeMap::new(),
+                    written: store::WriteOrder::OLDEST,
                 })
                 .collect(),
         )

@@ -1,12 +1,13 @@
 //! Stage 1: each message's body parsed and validated, guarded against panics; the
-//! IoT front door's envelope only from the IoT rule's role.
+//! IoT front door's envelope only from the IoT rule's role; each reading given its
+//! message's write order (`record::write_order`).
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
 
-use super::record::sender;
+use super::record::{sender, write_order};
 use super::stages::ParsedMessage;
 use super::{BatchContext, Ingest, guarded};
 use crate::fate::Stopped;
@@ -47,7 +48,15 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 self.config.iot_sender_id.as_deref(),
                 self.config.front_door_key.keys(),
             );
-            parse_message(body, from, limits, self.config.iot_principals).map_err(Stopped::Refused)
+            let mut readings = parse_message(body, from, limits, self.config.iot_principals)
+                .map_err(Stopped::Refused)?;
+            // Each copy carries when its message reached the queue, which every read
+            // orders copies of one identity by.
+            let written = write_order(record, self.config.sender_id.as_deref());
+            for r in &mut readings {
+                r.written = written;
+            }
+            Ok(readings)
         })
     }
 }

@@ -3,6 +3,7 @@
 //! copy of a record the ingest sends back to the queue.
 
 use aws_lambda_events::event::sqs::SqsMessage;
+use store::WriteOrder;
 use store::queue::{Attributes, MAX_DELAY_SECS, MAX_MESSAGE_BYTES, Requeue, with_attributes};
 
 use crate::front_door::Sender;
@@ -12,6 +13,9 @@ use crate::seal::{SEAL_ATTRIBUTE, SealKeys, open};
 pub const REQUEUES_ATTRIBUTE: &str = "shardline.requeues";
 /// The message attribute carrying a requeued copy's first message id.
 pub const SOURCE_ID_ATTRIBUTE: &str = "shardline.source_message_id";
+/// The message attribute carrying a requeued copy's first `SentTimestamp`: its
+/// readings' write order (`sharding::written`).
+pub const SENT_ATTRIBUTE: &str = "shardline.sent_timestamp";
 /// The message attribute marking the ingest's whole copy of a message the IoT rule
 /// sent, whose body is still the rule's envelope.
 pub const FRONT_DOOR_ATTRIBUTE: &str = "shardline.front_door";
@@ -168,9 +172,11 @@ pub(super) struct CopyFlags {
 }
 
 /// A fresh copy of `record` holding `body`. It carries at most SQS's 10 attributes:
-/// the ingest's first (the requeue count `requeues`, the first message id, and the
-/// `flags`: the mark of a body that is still the IoT rule's envelope, and of one
-/// holding stored readings),
+/// the ingest's first (the requeue count `requeues`, the first message id and its
+/// `SentTimestamp` ([`write_order`]: a copy holds what was sent then, so its readings
+/// keep that order, not the copy's own, which would make an old value newer than a
+/// re-send that reached the queue between them), and the `flags`: the mark of a body
+/// that is still the IoT rule's envelope, and of one holding stored readings),
 /// then the sender's own string attributes in name order as far as they fit
 /// (`store::queue::with_attributes`). So of a message that arrived with 9 or 10, the
 /// last in name order are dropped (logged): a copy that SQS refuses would instead
@@ -198,6 +204,13 @@ pub(super) fn copy_of(
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
     .collect();
+    let written = write_order(record, own);
+    if !written.is_oldest() {
+        ours.insert(
+            SENT_ATTRIBUTE.to_owned(),
+            ("Number".to_owned(), written.0.to_string()),
+        );
+    }
     if flags.front_door {
         ours.insert(
             FRONT_DOOR_ATTRIBUTE.to_owned(),
@@ -230,4 +243,16 @@ pub(super) fn copy_of(
 /// no sender can.
 pub(super) fn sent_at(record: &SqsMessage) -> Option<i64> {
     record.attributes.get("SentTimestamp")?.parse().ok()
+}
+
+/// The write order of `record`'s readings (`sharding::written`): when SQS took in the
+/// message the device sent, its `SentTimestamp`; a requeued copy's first, which the
+/// ingest carries ([`SENT_ATTRIBUTE`], read only on its own messages); the oldest
+/// without one. Never a time the sender chose: a redelivery keeps it, a requeue too.
+pub(super) fn write_order(record: &SqsMessage, own: Option<&str>) -> WriteOrder {
+    own_attribute(record, own, SENT_ATTRIBUTE)
+        .and_then(|t| t.parse().ok())
+        .or_else(|| sent_at(record))
+        .filter(|t| *t > 0)
+        .map_or(WriteOrder::OLDEST, WriteOrder)
 }

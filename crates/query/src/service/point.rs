@@ -1,10 +1,12 @@
-//! The single-reading route, `GET /devices/{device_id}/readings/{event_id}?ts=`: the
-//! reading's possible keys are read one by one (GetItem), most likely first, until one
-//! holds it; under a layout that hashes an attribute the request does not carry, every
-//! shard at that millisecond is scanned instead. Where the layout packs readings into
-//! blocks, a reading its own keys do not hold can be a member of a block that starts
-//! up to a window earlier: the device's plan at that millisecond, which reads the
-//! window back, is then read for it.
+//! The single-reading route, `GET /devices/{device_id}/readings/{event_id}?ts=`: each
+//! of the reading's possible keys is read (GetItem), most likely first; under a layout
+//! that hashes an attribute the request does not carry, every shard at that
+//! millisecond is scanned instead. Where the layout packs readings into blocks, a
+//! reading can also be a member of a block that starts up to a window earlier: the
+//! device's plan at that millisecond, which reads the window back, is read for it
+//! beside the keys. A reading sent again with new values can be stored twice (under
+//! two keys across a raise, in two blocks): of what these reads find, the copy written
+//! last is answered (`sharding::written`), as a range read answers it.
 
 use std::time::Instant;
 
@@ -12,6 +14,7 @@ use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
+use sharding::written::keep_last;
 use store::directory::ShardReader;
 use store::item::ReadingItem;
 use store::read::ReadingSource;
@@ -82,6 +85,10 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 stats.calls += window.calls - keys.len() as u64;
                 stats.items_read += window.items_read;
                 match (own, in_block) {
+                    (Ok(Some(mut own)), Ok(Some(mut in_block))) => {
+                        keep_last(&mut own, &mut in_block);
+                        Some(own)
+                    }
                     (Ok(Some(item)), _) | (_, Ok(Some(item))) => Some(item),
                     (Err(e), _) => return Err(e),
                     (Ok(None), in_block) => in_block?,
@@ -101,8 +108,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         Ok((body, stats))
     }
 
-    /// GetItem on each of `keys` in order (most likely first) until one holds
-    /// `reading`; counts the calls and items read into `stats`.
+    /// GetItem on each of `keys` in order (most likely first), every one: two can hold
+    /// copies of `reading` (a re-send across a raise), of which the one written last is
+    /// answered. Counts the calls and items read into `stats`.
     async fn first_stored(
         &self,
         keys: &[ItemKey],
@@ -112,6 +120,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         stats: &mut ReadStats,
     ) -> Result<Option<ReadingItem>, ApiError> {
         let refuse = |spent| budget::refusal(spent, &self.config.budget, Advice::NarrowRange);
+        let mut found: Option<ReadingItem> = None;
         for key in keys {
             if stats.calls >= self.config.budget.queries {
                 return Err(refuse(Exhausted::Queries));
@@ -122,14 +131,17 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 .ok_or_else(|| refuse(Exhausted::Time))?
                 .map_err(store_error)?;
             stats.items_read += u64::from(item.is_some());
-            if let Some(item) = item
+            if let Some(mut item) = item
                 && item.device_id == reading.entity
                 && item.event_id == reading.event_id
             {
-                return Ok(Some(item));
+                match &mut found {
+                    Some(kept) => keep_last(kept, &mut item),
+                    None => found = Some(item),
+                }
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Every key of the device's plan at the point's millisecond, read whole, for the
@@ -162,7 +174,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let mut budget = self.config.budget.read(deadline);
         budget.queries = budget.queries.saturating_sub(stats.calls);
         budget.evaluated = budget.evaluated.saturating_sub(stats.items_read);
-        let mut found = None;
+        let mut found: Option<ReadingItem> = None;
         let outcome = scan_all(
             &self.source,
             specs(&plan),
@@ -171,7 +183,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             budget,
             |item| {
                 if item.event_id == point.event_id && item.device_id == point.device {
-                    found = Some(item.clone());
+                    let mut copy = item.clone();
+                    match &mut found {
+                        Some(kept) => keep_last(kept, &mut copy),
+                        None => found = Some(copy),
+                    }
                 }
             },
         )

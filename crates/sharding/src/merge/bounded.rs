@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use super::estimate::Round;
 use super::stream::{Bound, Stream, block_reach};
 use super::{Arrival, Order, PageAsk, Step, StreamShape, TimedKey};
+use crate::written::{Written, keep_last};
 
 /// The merge of one read: streams, what was emitted, and the limit.
 #[derive(Debug)]
@@ -141,89 +142,6 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
             .sum()
     }
 
-    /// Emits every item that can be emitted, then says which pages to read next (at
-    /// most `concurrency` streams are read ahead of need), or gives the answer.
-    pub fn step(&mut self, concurrency: usize) -> Step<T> {
-        self.clip_to_horizon();
-        let (mut fetch, more) = self.emit_ready();
-        if fetch.is_empty() {
-            return Step::Done {
-                items: std::mem::take(&mut self.out),
-                more,
-            };
-        }
-        let remaining = self
-            .limit
-            .saturating_add(1)
-            .saturating_sub(self.emitted)
-            .clamp(1, self.window);
-        // A stream bounded after the horizon cannot hold an item of the answer.
-        let order = self.order;
-        if let Some(h) = self.horizon(remaining) {
-            fetch.retain(|&i| order.cmp(&self.streams[i].bound.ts_ms, &h) != Ordering::Greater);
-        }
-        let density = self.density();
-        let cutoff = density.and_then(|(d, _)| self.cutoff(remaining, d));
-        if let Some(c) = cutoff {
-            let dry = self.running_dry(&fetch, c, concurrency);
-            fetch.extend(dry);
-        }
-        let ahead = self.read_ahead(&fetch, remaining, density, concurrency);
-        fetch.extend(ahead);
-        let round = Round {
-            remaining,
-            density,
-            cutoff,
-            // Where the answer is expected to end, with a quarter to spare: a
-            // time-indexed page reads up to there and no further.
-            page_end: density.and_then(|(d, _)| self.cutoff(remaining + remaining / 4, d)),
-        };
-        let asks: Vec<PageAsk> = fetch
-            .iter()
-            .map(|&i| PageAsk {
-                stream: i,
-                limit: self.page_limit(i, &fetch, &round),
-                span: self.streams[i].page_span(round.page_end, order),
-            })
-            .collect();
-        for ask in &asks {
-            self.streams[ask.stream].asked = Some(ask.span);
-        }
-        Step::Read(asks)
-    }
-
-    /// Emits heads in merge order while no stream's bound precedes them, dropping a
-    /// head equal to the key just emitted (a second copy of one item). Returns the
-    /// streams to read before anything more can be emitted (empty: the answer is
-    /// complete), and whether an item beyond the limit is known to follow.
-    fn emit_ready(&mut self) -> (Vec<usize>, bool) {
-        while let Some(min) = self.min_bound() {
-            if !self.streams[min].has_head() {
-                return (self.fetch_set(min), false);
-            }
-            let s = &mut self.streams[min];
-            let copy = matches!(
-                (s.buffer.front(), &self.last),
-                (Some((head, _)), Some(last)) if head == last
-            );
-            if !copy && self.emitted >= self.limit {
-                return (Vec::new(), true);
-            }
-            let Some((key, item)) = s.buffer.pop_front() else {
-                break;
-            };
-            s.rebound(Some(&key));
-            if copy {
-                self.duplicates += 1;
-                continue;
-            }
-            self.out.push(item);
-            self.emitted += 1;
-            self.last = Some(key);
-        }
-        (Vec::new(), false)
-    }
-
     /// A page of stream `stream`, in arrival order with each item's key; `last_ts` is
     /// the page's last timestamp (its last item's, or where the read stopped), and
     /// `last_page` whether the read found nothing more inside the ask's
@@ -346,5 +264,98 @@ impl<K: TimedKey, T> BoundedMerge<K, T> {
             })
             .map(|(i, _)| i)
             .collect()
+    }
+}
+
+/// What emits items: a copy is compared with the one it follows ([`Written`]).
+impl<K: TimedKey, T: Written> BoundedMerge<K, T> {
+    /// Emits every item that can be emitted, then says which pages to read next (at
+    /// most `concurrency` streams are read ahead of need), or gives the answer.
+    pub fn step(&mut self, concurrency: usize) -> Step<T> {
+        self.clip_to_horizon();
+        let (mut fetch, more) = self.emit_ready();
+        if fetch.is_empty() {
+            return Step::Done {
+                items: std::mem::take(&mut self.out),
+                more,
+            };
+        }
+        let remaining = self
+            .limit
+            .saturating_add(1)
+            .saturating_sub(self.emitted)
+            .clamp(1, self.window);
+        // A stream bounded after the horizon cannot hold an item of the answer.
+        let order = self.order;
+        if let Some(h) = self.horizon(remaining) {
+            fetch.retain(|&i| order.cmp(&self.streams[i].bound.ts_ms, &h) != Ordering::Greater);
+        }
+        let density = self.density();
+        let cutoff = density.and_then(|(d, _)| self.cutoff(remaining, d));
+        if let Some(c) = cutoff {
+            let dry = self.running_dry(&fetch, c, concurrency);
+            fetch.extend(dry);
+        }
+        let ahead = self.read_ahead(&fetch, remaining, density, concurrency);
+        fetch.extend(ahead);
+        let round = Round {
+            remaining,
+            density,
+            cutoff,
+            // Where the answer is expected to end, with a quarter to spare: a
+            // time-indexed page reads up to there and no further.
+            page_end: density.and_then(|(d, _)| self.cutoff(remaining + remaining / 4, d)),
+        };
+        let asks: Vec<PageAsk> = fetch
+            .iter()
+            .map(|&i| PageAsk {
+                stream: i,
+                limit: self.page_limit(i, &fetch, &round),
+                span: self.streams[i].page_span(round.page_end, order),
+            })
+            .collect();
+        for ask in &asks {
+            self.streams[ask.stream].asked = Some(ask.span);
+        }
+        Step::Read(asks)
+    }
+
+    /// Emits heads in merge order while no stream's bound precedes them, dropping a
+    /// head equal to the key just emitted (a second copy of one item) and keeping of
+    /// the two the copy written last ([`keep_last`]). Returns the
+    /// streams to read before anything more can be emitted (empty: the answer is
+    /// complete), and whether an item beyond the limit is known to follow.
+    fn emit_ready(&mut self) -> (Vec<usize>, bool) {
+        while let Some(min) = self.min_bound() {
+            if !self.streams[min].has_head() {
+                return (self.fetch_set(min), false);
+            }
+            let s = &mut self.streams[min];
+            let copy = matches!(
+                (s.buffer.front(), &self.last),
+                (Some((head, _)), Some(last)) if head == last
+            );
+            if !copy && self.emitted >= self.limit {
+                return (Vec::new(), true);
+            }
+            let Some((key, item)) = s.buffer.pop_front() else {
+                break;
+            };
+            s.rebound(Some(&key));
+            if copy {
+                self.duplicates += 1;
+                // Every copy of a key is popped right after the first, in this call
+                // (see "Items stored twice"), so the item emitted last is its copy.
+                if let Some(kept) = self.out.last_mut() {
+                    let mut item = item;
+                    keep_last(kept, &mut item);
+                }
+                continue;
+            }
+            self.out.push(item);
+            self.emitted += 1;
+            self.last = Some(key);
+        }
+        (Vec::new(), false)
     }
 }

@@ -124,7 +124,10 @@
 //! number of streams or items. Copies count neither toward the limit nor as "more"
 //! (a page whose last item's copy is all that follows has no next page), and a
 //! resumed read drops every copy of its resume key on delivery, so no page repeats
-//! the last item of the page before it. Copies still count as items read where the
+//! the last item of the page before it. Of the copies, the one written last is
+//! emitted ([`crate::written::keep_last`]: a reading sent again with new values
+//! replaces the old one), whatever stream or order they came in; since they come out
+//! one after another, that costs no memory. Copies still count as items read where the
 //! merge estimates density and which streams a round reads, which at worst costs a
 //! round, never an item; the span clip counts each item once.
 //!

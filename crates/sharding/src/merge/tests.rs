@@ -11,6 +11,19 @@ impl TimedKey for Key {
     }
 }
 
+/// An item's number is its write order: of two copies, the greater is kept.
+impl crate::written::Written for i64 {
+    fn written_cmp(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+}
+
+impl crate::written::Written for u32 {
+    fn written_cmp(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+}
+
 fn shape(span: (i64, i64), arrival: Arrival) -> StreamShape {
     StreamShape { span, arrival }
 }

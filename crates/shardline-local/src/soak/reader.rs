@@ -414,6 +414,7 @@ mod tests {
                 store::Decimal::from_f64(1.0).expect("a number"),
             )]),
             tags: BTreeMap::new(),
+            written: store::WriteOrder::OLDEST,
         };
         source.put(ReadingItem::new(
             &reading,

@@ -2,16 +2,19 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use sharding::key::ItemKey;
+use sharding::written::WriteOrder;
 
 use super::{MAX_BATCH_ITEMS, MAX_REQUEST_BYTES, Put};
+use crate::item::WRITTEN;
 use crate::size::{WCU_BYTES, wire_bound, wire_size};
 
 /// The input, deduplicated and cut into chunks; pure, see [`prepare`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
     /// For each input put, the input index of the put written in its place (itself, or
-    /// the first earlier put with the same key).
+    /// of the puts with the same key, the one written last: see [`prepare`]).
     pub canonical: Vec<usize>,
     /// Chunks of input indices; every index appears at most once over all chunks.
     pub chunks: Vec<Vec<usize>>,
@@ -19,12 +22,33 @@ pub struct Prepared {
     pub large_items: u64,
 }
 
-/// Dedups by key keeping the first, and cuts the rest into chunks of at most
-/// [`MAX_BATCH_ITEMS`] items and [`MAX_REQUEST_BYTES`] of estimated request size, in
-/// input order.
+/// Dedups by key, and cuts the rest into chunks of at most [`MAX_BATCH_ITEMS`] items
+/// and [`MAX_REQUEST_BYTES`] of estimated request size, in input order. Of the puts of
+/// one key (one reading sent twice in a batch, with new values), the one whose item
+/// carries the greatest write order `w` is kept, the first on a tie: the copy written
+/// last, as every read keeps it (`sharding::written`).
 pub fn prepare(puts: &[Put<'_>]) -> Prepared {
     let mut canonical = Vec::with_capacity(puts.len());
     let mut first_of: HashMap<&ItemKey, usize> = HashMap::with_capacity(puts.len());
+    // For each first put of a key, the put kept in its place.
+    let mut kept: Vec<usize> = (0..puts.len()).collect();
+    for (i, put) in puts.iter().enumerate() {
+        match first_of.get(put.key) {
+            Some(&first) => {
+                canonical.push(first);
+                if written(&puts[i]) > written(&puts[kept[first]]) {
+                    kept[first] = i;
+                }
+            }
+            None => {
+                first_of.insert(put.key, i);
+                canonical.push(i);
+            }
+        }
+    }
+    for c in &mut canonical {
+        *c = kept[*c];
+    }
     let mut chunks = Chunker {
         puts,
         chunks: Vec::new(),
@@ -33,12 +57,9 @@ pub fn prepare(puts: &[Put<'_>]) -> Prepared {
     };
     let mut large_items = 0;
     for (i, put) in puts.iter().enumerate() {
-        if let Some(&first) = first_of.get(put.key) {
-            canonical.push(first);
+        if canonical[i] != i {
             continue;
         }
-        first_of.insert(put.key, i);
-        canonical.push(i);
         if put.size() > WCU_BYTES {
             large_items += 1;
         }
@@ -48,6 +69,14 @@ pub fn prepare(puts: &[Put<'_>]) -> Prepared {
         canonical,
         chunks: chunks.chunks,
         large_items,
+    }
+}
+
+/// The write order a put's item carries (`w`), the oldest without one.
+fn written(put: &Put<'_>) -> WriteOrder {
+    match put.item.item.get(WRITTEN) {
+        Some(AttributeValue::N(w)) => WriteOrder(w.parse().unwrap_or(0)),
+        _ => WriteOrder::OLDEST,
     }
 }
 

@@ -287,6 +287,7 @@ mod tests {
                 crate::Decimal::from_f64(1.0).expect("a number"),
             )]),
             tags: BTreeMap::new(),
+            written: crate::WriteOrder::OLDEST,
         }
     }
 
