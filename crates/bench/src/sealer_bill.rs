@@ -417,7 +417,8 @@ pub async fn run(root: &Path, devices: usize, results: &mut Results) -> Result<(
              depend on the device count, while the fixed part of the hour (the fleet parts, \
              at most 16 an hour, the watermark, the shard metadata and every run's reads of \
              the 16 late-mark partitions) is shown apart and added at 100,000 devices as \
-             measured. The two-metric reading is items 2 and 8's; the ~500-byte one has the \
+             measured. Shape (c) is (b)'s devices at one reading a minute (60 a \
+             device-hour), the most common fleet. The two-metric reading is items 2 and 8's; the ~500-byte one has the \
              demo publisher's metrics (temp_c, humidity, battery_v) and site tag, 16 more \
              metrics of two decimals, and two more tags (firmware, model). The full fleet's hour is 36 million readings, \
              more than this machine holds.",

@@ -153,13 +153,17 @@ fn ingest_rows(results: &mut Results, bill: &Bill) {
     let rollup_calls = ingest.table_calls(&t.rollups);
     results.goal(
         "9",
-        &format!("{label}: the ingest's charges on the rollups table (late marks)"),
+        &format!(
+            "{label}: the ingest's charges on the rollups table (late marks; the published \
+             lateness horizon's reads, store::rollup::horizon)"
+        ),
         format!(
             "{:.0} WCU, {:.0} RCU, {rollup_calls} calls; {} late marks",
             rollups.wcu, rollups.rcu, bill.late_marks
         ),
-        "0",
-        if rollups.wcu == 0.0 && rollups.rcu == 0.0 && rollup_calls == 0 {
+        "0 WCU (every reading on time); at most one read a minute",
+        // The hour's minutes: the ingest reads the horizon at most once a minute.
+        if rollups.wcu == 0.0 && rollup_calls <= 60 && bill.late_marks == 0 {
             "met".to_owned()
         } else {
             "missed".to_owned()

@@ -274,8 +274,9 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// The fleets of item 9: the demo's shape (a) and the fleet (b), scaled to
-/// `devices`, each with both kinds of reading.
+/// The fleets of item 9: the demo's shape (a), the fleet (b) and the same
+/// devices at a reading a minute (c), scaled to `devices`, each with both kinds of
+/// reading.
 pub(super) fn fleets(devices: usize) -> Vec<Fleet> {
     let mut out = Vec::new();
     for kind in [Kind::Wide, Kind::TwoMetrics] {
@@ -298,6 +299,18 @@ pub(super) fn fleets(devices: usize) -> Vec<Fleet> {
             devices,
             per_message: 1,
             every_ms: 10_000,
+            kind,
+        });
+        // The most common fleet: one reading a message, a message a minute.
+        out.push(Fleet {
+            label: format!(
+                "(c) {} devices, 1 reading a message, one a minute, {}",
+                thousands(devices),
+                kind.words()
+            ),
+            devices,
+            per_message: 1,
+            every_ms: 60_000,
             kind,
         });
     }
