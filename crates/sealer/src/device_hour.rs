@@ -142,13 +142,17 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             Put::Deleted => {}
         }
         self.write_summary(dh, put).await?;
-        // A first body only widens the entry; a replaced one may narrow it.
-        let changed = match (put, before) {
-            (Put::Written(_), None) | (Put::Unchanged(_), _) if dh.readings() > 0 => {
+        // A device-hour's first body only widens the entry; one that was ever replaced
+        // may narrow it, and is rebuilt from the summaries (on a rerun too: a run killed
+        // between the replacement and the rebuild left its mark, and this is its rerun).
+        let changed = match put {
+            Put::Written(1) | Put::Unchanged(1) if dh.readings() > 0 => {
                 self.merge_directory(&DirEntry::of(dh)).await?
             }
-            (Put::Written(_) | Put::Deleted, _) => self.rebuild_directory(&dh.device).await?,
-            _ => false,
+            Put::Written(_) | Put::Unchanged(_) | Put::Deleted => {
+                self.rebuild_directory(&dh.device).await?
+            }
+            Put::Contended => false,
         };
         report.directory_written += u64::from(changed);
         Ok(true)
