@@ -140,6 +140,22 @@ pub struct Invocation {
     pub reseal: Option<Reseal>,
 }
 
+impl Invocation {
+    /// What `event` asks: a rebuild when it names `reseal`, which must then be well
+    /// formed (a malformed one is refused naming why, never run as the schedule's run),
+    /// else the scheduled run (EventBridge's event names no `reseal`).
+    pub fn of(event: serde_json::Value) -> Result<Self, String> {
+        match event.get("reseal") {
+            None => Ok(Self::default()),
+            Some(serde_json::Value::Null) => {
+                Err("a reseal event that names no range: reseal is null".to_owned())
+            }
+            Some(_) => serde_json::from_value(event)
+                .map_err(|e| format!("a reseal event that cannot be read: {e}")),
+        }
+    }
+}
+
 /// `{"reseal": {"from": .., "to": ..}}`: hours to seal again, RFC 3339 or epoch ms.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Reseal {
@@ -322,4 +338,31 @@ pub fn metrics_line(report: &RunReport, now: Timestamp) -> String {
         });
     }
     line(now.as_millis(), &[("Function", "sealer")], &metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_reseal_is_refused_and_a_scheduled_event_is_a_run() {
+        let scheduled = serde_json::json!({
+            "version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
+            "time": "2026-06-22T02:11:00Z", "detail": {}
+        });
+        assert_eq!(Invocation::of(scheduled), Ok(Invocation::default()));
+        let asked = Invocation::of(serde_json::json!({"reseal": {"from": 0, "to": 3_600_000}}));
+        assert!(asked.is_ok_and(|i| i.reseal.is_some()));
+        for bad in [
+            serde_json::json!({"reseal": {"from": 0}}),
+            serde_json::json!({"reseal": "yesterday"}),
+            serde_json::json!({"reseal": null}),
+        ] {
+            let refused = Invocation::of(bad.clone());
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains("reseal")),
+                "{bad}: {refused:?}"
+            );
+        }
+    }
 }

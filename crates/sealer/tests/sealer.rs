@@ -453,7 +453,7 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
     let (pk, sk) = keys::watermark();
     rebuilt.put(&want[&(pk, sk)]).await.unwrap();
     let r = sealer(&table, shards, &rebuilt);
-    let asked: sealer::Invocation = serde_json::from_value(serde_json::json!({
+    let asked = sealer::Invocation::of(serde_json::json!({
         "reseal": {"from": "2026-06-22T01:00:00Z", "to": HOUR + HOUR_MS}
     }))
     .unwrap();
@@ -466,9 +466,13 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
         to: serde_json::json!(HOUR),
     };
     assert!(backwards.range().unwrap_err().contains("not before"));
-    let scheduled: sealer::Invocation =
-        serde_json::from_value(serde_json::json!({"source": "aws.scheduler"})).unwrap();
+    let scheduled = sealer::Invocation::of(serde_json::json!({"source": "aws.scheduler"})).unwrap();
     assert!(scheduled.reseal.is_none(), "a scheduled event is a run");
+    let malformed = sealer::Invocation::of(serde_json::json!({"reseal": {"to": HOUR}}));
+    assert!(
+        malformed.is_err(),
+        "a malformed reseal is refused, never run as the schedule's run"
+    );
 }
 
 /// After a rebuild (`shardline seal`), the watermark covers the rebuilt hours only where

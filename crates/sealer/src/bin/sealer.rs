@@ -32,8 +32,8 @@ async fn main() -> Result<(), Error> {
                 .saturating_sub(std::time::Duration::from_secs(DEADLINE_MARGIN_SECS));
             let now = store::clock::wall_clock()?;
             let deadline = Some(std::time::Instant::now() + left);
-            // A scheduled event is a run; `{"reseal": ..}` a rebuild.
-            let asked: Invocation = serde_json::from_value(event.payload).unwrap_or_default();
+            // A scheduled event is a run; `{"reseal": ..}` a rebuild, or refused.
+            let asked = Invocation::of(event.payload)?;
             let report = match asked.reseal {
                 Some(reseal) => {
                     let (from, to) = reseal.range()?;
