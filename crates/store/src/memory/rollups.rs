@@ -61,7 +61,12 @@ impl MemoryRollups {
             .rows
             .iter()
             .filter(|((pk, _), _)| !is_chunk_pk(pk))
-            .filter_map(|(key, row)| Some((key.clone(), state.joined(row).ok()?)))
+            // A head whose chunks do not join is a bug of the writer, never an item to
+            // leave out of what a test compares.
+            .map(|(key, row)| match state.joined(row) {
+                Ok(item) => (key.clone(), item),
+                Err(e) => panic!("{}/{}: {e}", key.0, key.1),
+            })
             .collect()
     }
 
