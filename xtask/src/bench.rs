@@ -2,12 +2,13 @@
 //!
 //! Builds once in release (the two Lambda binaries and the bench program), runs the
 //! criterion cost bench, then the bench program, which prints the table and writes the
-//! report. Not part of `cargo xtask test`: it measures, it asserts nothing.
+//! report (`bench/REPORT.md`, its other items' rows kept) and adds the run to
+//! `bench/HISTORY.md`. Not part of `cargo xtask test`: it measures, it asserts nothing.
 
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::steps::{cargo, run_command, target_dir};
 
@@ -17,7 +18,8 @@ pub struct BenchArgs {
     /// Reduced sizes and durations (a smoke run; the committed report is a full run).
     #[arg(long)]
     pub quick: bool,
-    /// Run only these items (1 to 9, repeatable). The report then holds only them.
+    /// Run only these items (1 to 9, repeatable). The report's other rows stay, each
+    /// naming the run it came from.
     #[arg(long)]
     pub only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
@@ -76,16 +78,10 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<()> {
         }
         run_command("criterion: cost per reading", &mut criterion)?;
     }
-    // Only a full run regenerates the committed report; a partial one goes beside it,
-    // ignored by git.
-    let report = if args.only.is_empty() {
-        root.join("bench/REPORT.md")
-    } else {
-        root.join("bench/out/REPORT.md")
-    };
-    if let Some(dir) = report.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    // Every run writes the committed report: a partial one replaces its own items' rows
+    // and keeps the others, each naming the run it came from (`bench/HISTORY.md` gets
+    // the run's entry).
+    let report = root.join("bench/REPORT.md");
     let mut command_line = "cargo xtask bench".to_owned();
     if args.quick {
         command_line.push_str(" --quick");

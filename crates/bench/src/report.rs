@@ -92,31 +92,6 @@ impl Results {
         }
         out
     }
-
-    /// The Markdown report.
-    pub fn markdown(&self, header: &str) -> String {
-        let mut md = String::new();
-        md.push_str(header);
-        md.push_str(
-            "\n## Figures\n\n| item | metric | value | goal | verdict |\n|---|---|---|---|---|\n",
-        );
-        for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} |",
-                r.item,
-                r.metric.replace('|', "\\|"),
-                r.value.replace('|', "\\|"),
-                r.goal,
-                r.verdict
-            );
-        }
-        md.push_str("\n## How each figure was obtained\n\n");
-        for (item, note) in &self.notes {
-            let _ = writeln!(md, "- **{item}**: {note}");
-        }
-        md
-    }
 }
 
 /// `met` when `value <= goal`, else by how much it is over.
