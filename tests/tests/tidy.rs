@@ -1,8 +1,9 @@
 //! Tidy: every path and symbol that ARCHITECTURE.md, README.md and the pages under
 //! docs/ name in backticks exists, the claims they make that the code can answer are
-//! true, no text of the repository cites a document kept outside it, and three rules of
-//! the code base hold (the length of a source file; one home for each shared rule; no
-//! copy by value of a rule's constant, [`BY_VALUE`]).
+//! true, no text of the repository cites a document kept outside it, and rules of the
+//! code base hold (the length of a source file; one home for each shared rule; no copy
+//! by value of a rule's constant, [`BY_VALUE`]; and, in [`code_rules`], one item model,
+//! mains that only build, no `Result<bool>`).
 //!
 //! The checks are pure functions over text and a [`Repo`] (every file's path, and the
 //! text of the files they read), so the unit tests at the end run the same checks on
@@ -53,6 +54,8 @@
 //! stored keys (`3#2026-06-22T01`) and JSON are not references. Inside fenced blocks
 //! only the file paths of shell lines are checked; relative link targets must exist as
 //! written.
+
+mod code_rules;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
