@@ -3,8 +3,9 @@
 //!
 //! The rule's SELECT writes one envelope per publish: the published bytes under
 //! `payload`, base64-encoded (`encode(*, 'base64')`), and beside it what the connection
-//! proved, the thing its topic names (`thing`, `topic(3)`; the thing policy lets a
-//! thing publish only under its own name), the connection's MQTT client id (`client`;
+//! proved, the thing its topic names (`thing`, read from either form of a thing's topic,
+//! [`thing_of_topic`]; the thing policy lets a thing publish only under its own name),
+//! the connection's MQTT client id (`client`;
 //! the policy lets a thing connect only as itself) and the principal it authenticated
 //! with (`principal`, `principal()`). The payload is one opaque string, so nothing a
 //! thing publishes can stand in for the others; decoded, it is a publisher's body. An
@@ -55,8 +56,41 @@ pub enum Sender {
 }
 
 /// The topic filter of the rule: a thing publishes its readings on
-/// `shardline/devices/<thing>/readings`.
+/// `shardline/devices/<thing>/readings` through the message broker.
 pub const TOPIC_FILTER: &str = "shardline/devices/+/readings";
+
+/// What begins a Basic Ingest topic, before the rule's name: a thing publishing on
+/// `$aws/rules/<rule name>/devices/<thing>/readings` reaches the rule without the
+/// message broker (the template's `IotBasicIngest`).
+pub const BASIC_INGEST_PREFIX: &str = "$aws/rules/";
+
+/// A thing's Basic Ingest topic as the rule sees it. AWS IoT Core documents that the
+/// `$aws/rules/<rule name>/` prefix is not available to the rule SQL's `topic(n)`: the
+/// rule sees the topic after it, `devices/<thing>/readings`.
+pub const BASIC_INGEST_TOPIC: &str = "devices/+/readings";
+
+/// The thing a topic of the rule names, as the rule's SQL reads it
+/// (`CASE topic(1) WHEN 'shardline' THEN topic(3) WHEN 'devices' THEN topic(2) END`):
+/// the broker's [`TOPIC_FILTER`], or the Basic Ingest topic with or without its
+/// `$aws/rules/<rule>/` prefix ([`BASIC_INGEST_TOPIC`]), `rule` the name of the rule
+/// that read it. AWS IoT does not document which of the two a Basic Ingest publish's
+/// error-action message holds, so both are read; any other topic names no thing.
+pub fn thing_of_topic<'t>(topic: &'t str, rule: &str) -> Option<&'t str> {
+    let topic = match topic.strip_prefix(BASIC_INGEST_PREFIX) {
+        Some(rest) if !rule.is_empty() => rest.strip_prefix(rule)?.strip_prefix('/')?,
+        Some(_) => return None,
+        None => topic,
+    };
+    [TOPIC_FILTER, BASIC_INGEST_TOPIC]
+        .iter()
+        .find_map(|filter| {
+            let (before, after) = filter.split_once('+')?;
+            topic
+                .strip_prefix(before)?
+                .strip_suffix(after)
+                .filter(|thing| !thing.is_empty() && !thing.contains('/'))
+        })
+}
 
 /// The envelope's member holding the thing its topic names.
 pub const THING_FIELD: &str = "thing";
@@ -165,24 +199,20 @@ pub struct ErrorAction<'a> {
 
 impl<'a> ErrorAction<'a> {
     /// The envelope the rule would have sent: the payload, the thing the topic names
-    /// (a topic outside the rule's filter names none, and is refused), the client id,
-    /// and no principal.
+    /// ([`thing_of_topic`]; a topic of neither form names none, and is refused), the
+    /// client id, and no principal.
     fn envelope(self) -> Result<Envelope<'a>, Refusal> {
-        let (before, after) = TOPIC_FILTER.split_once('+').expect("the filter has a +");
-        let thing = self
-            .topic
-            .strip_prefix(before)
-            .and_then(|rest| rest.strip_suffix(after))
-            .filter(|thing| !thing.contains('/'))
-            .ok_or_else(|| {
-                Refusal::new(
-                    "topic",
-                    format!(
-                        "is {:?}, not a topic of the rule ({TOPIC_FILTER})",
-                        self.topic.chars().take(300).collect::<String>()
-                    ),
-                )
-            })?;
+        let thing = thing_of_topic(&self.topic, &self.rule_name).ok_or_else(|| {
+            Refusal::new(
+                "topic",
+                format!(
+                    "is {:?}, not a topic of the rule ({TOPIC_FILTER}, or \
+                     {BASIC_INGEST_PREFIX}{}/{BASIC_INGEST_TOPIC} through Basic Ingest)",
+                    self.topic.chars().take(300).collect::<String>(),
+                    self.rule_name.chars().take(300).collect::<String>(),
+                ),
+            )
+        })?;
         Ok(Envelope {
             payload: Some(Scalar::Str(self.base64_original_payload)),
             thing: Some(Scalar::Str(Cow::Owned(thing.to_owned()))),
@@ -543,6 +573,38 @@ mod tests {
         let long = "A".repeat(MAX_PAYLOAD_BYTES.div_ceil(3) * 4 + 4);
         let long = raw_envelope(&format!("\"{long}\""), "dev-1", "dev-1");
         check(&long, Sender::IotRule, refused);
+    }
+
+    /// The thing of each form of a thing's topic, as the rule's SQL reads it: the
+    /// broker's, and Basic Ingest's as the rule sees it or whole, under this rule's name
+    /// alone; nothing else names a thing.
+    #[test]
+    fn a_things_topic_names_it_in_either_form() {
+        let rule = "shardline_prod_readings";
+        for topic in [
+            "shardline/devices/thermo-007/readings",
+            "devices/thermo-007/readings",
+            "$aws/rules/shardline_prod_readings/devices/thermo-007/readings",
+            "$aws/rules/shardline_prod_readings/shardline/devices/thermo-007/readings",
+        ] {
+            assert_eq!(thing_of_topic(topic, rule), Some("thermo-007"), "{topic}");
+        }
+        for topic in [
+            "$aws/rules/other_rule/devices/thermo-007/readings",
+            "$aws/rules/shardline_prod_readings_2/devices/thermo-007/readings",
+            "$aws/rules/shardline_prod_readings/thermo-007/readings",
+            "$aws/rules/devices/thermo-007/readings",
+            "devices/thermo-007/readings/x",
+            "devices/a/b/readings",
+            "devices//readings",
+            "shardline/devices/thermo-007/other",
+            "x/devices/thermo-007/readings",
+            "thermo-007",
+            "",
+        ] {
+            assert_eq!(thing_of_topic(topic, rule), None, "{topic}");
+        }
+        assert_eq!(thing_of_topic("$aws/rules//devices/a/readings", ""), None);
     }
 
     #[test]

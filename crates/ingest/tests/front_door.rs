@@ -7,6 +7,9 @@
 //! (the message as a whole, as every refusal), and the other messages go on; the same
 //! envelope from any other sender is refused, and so is one published by an IAM or
 //! Cognito identity rather than a certificate, unless `IOT_PRINCIPALS` is `any`.
+//! `events/sqs-iot-basic-ingest.json` holds what the same rule sends of publishes
+//! through Basic Ingest (`$aws/rules/<rule name>/devices/<thing>/readings`): the same
+//! envelope, its thing read from the topic as the rule sees it, held to the same checks.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -29,6 +32,8 @@ const IOT_ROLE: (&str, &str) = ("IOT_SENDER_ID", "AROAIOTRULEROLE000001");
 /// A publisher with sqs:SendMessage on the queue (an IAM user's id).
 const DEVICE: &str = "AIDADEVICE00000000001";
 const EVENT: &str = "sqs-iot-front-door.json";
+/// The same rule's messages of publishes through Basic Ingest.
+const BASIC_INGEST_EVENT: &str = "sqs-iot-basic-ingest.json";
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(30)
@@ -106,6 +111,54 @@ async fn s29_a_things_own_readings_are_written_and_a_reading_of_another_device_i
     );
     // The letter holds the message as the rule sent it.
     assert_eq!(Some(&letters[0].body), ev.records[3].body.as_ref());
+}
+
+/// What the rule sends of publishes through Basic Ingest is the envelope it sends of
+/// the broker's, member for member (the SQL reads the thing from either topic), and the
+/// ingest holds it to the same checks: thermo-011's own readings are written, alone or
+/// in a batch, and thermo-012 publishing a reading of thermo-011 is dead-lettered naming
+/// both.
+#[tokio::test(start_paused = true)]
+async fn s29_a_basic_ingest_publish_is_the_same_envelope_held_to_the_same_checks() {
+    let members = |ev: &SqsEvent| -> BTreeSet<Vec<String>> {
+        ev.records
+            .iter()
+            .map(|r| {
+                let body: serde_json::Value =
+                    serde_json::from_str(r.body.as_deref().expect("a body")).expect("JSON");
+                let object = body.as_object().expect("an object");
+                object.keys().cloned().collect()
+            })
+            .collect()
+    };
+    let basic = event(BASIC_INGEST_EVENT);
+    assert_eq!(members(&basic), members(&event(EVENT)));
+    assert_eq!(members(&basic).len(), 1, "one shape of envelope");
+
+    let fx = Fixture::new();
+    let response = fx
+        .service(&[IOT_ROLE])
+        .handle(&basic, now(), deadline(), &mut rng())
+        .await
+        .expect("ok");
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        stored(&fx),
+        pairs(&[
+            ("thermo-011", "bi-0001"),
+            ("thermo-011", "bi-0002"),
+            ("thermo-011", "bi-0003"),
+        ])
+    );
+    let letters = fx.dlq.letters();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].message_id, ids(&basic)[2]);
+    assert_eq!(letters[0].field, "payload.device_id");
+    assert!(
+        letters[0].rule.contains("\"thermo-011\"") && letters[0].rule.contains("\"thermo-012\""),
+        "{}",
+        letters[0].rule
+    );
 }
 
 /// The event with every SenderId replaced by `sender`.
@@ -582,6 +635,24 @@ async fn s55_the_rules_error_action_message_is_read_as_the_envelope_it_stands_fo
         "{report:?}"
     );
 
+    // A Basic Ingest publish's message, its topic as the rule sees it or whole (AWS IoT
+    // does not document which the message holds): the same thing, written.
+    for (topic, event_id) in [
+        ("devices/thermo-007/readings", "e-2"),
+        (
+            "$aws/rules/shardline_readings/devices/thermo-007/readings",
+            "e-3",
+        ),
+    ] {
+        let message = error_action(&body("thermo-007", event_id), topic, "thermo-007");
+        let (fx, report) = run_once(&any, &one(message, &rule)).await;
+        assert!(
+            matches!(report.messages[0].fate, Fate::Written { readings: 1 }),
+            "{topic}: {report:?}"
+        );
+        assert_eq!(stored(&fx), pairs(&[("thermo-007", event_id)]), "{topic}");
+    }
+
     // From a publisher, the same message is not the rule's: not written.
     let (fx, report) = run_once(&any, &one(own, DEVICE)).await;
     assert!(fx.table.items().is_empty());
@@ -625,6 +696,39 @@ async fn s55_an_error_action_message_is_held_to_the_envelopes_checks() {
             error_action(
                 &body("thermo-007", "e-5"),
                 "shardline/devices/a/b/readings",
+                "thermo-007",
+            ),
+            "topic",
+        ),
+        // Through Basic Ingest: the same checks, and the rule's own name.
+        (
+            error_action(
+                &body("thermo-008", "e-6"),
+                "devices/thermo-007/readings",
+                "thermo-007",
+            ),
+            "payload.device_id",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-7"),
+                "$aws/rules/shardline_readings/devices/thermo-007/readings",
+                "thermo-008",
+            ),
+            "client",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-8"),
+                "$aws/rules/other_rule/devices/thermo-007/readings",
+                "thermo-007",
+            ),
+            "topic",
+        ),
+        (
+            error_action(
+                &body("thermo-007", "e-9"),
+                "devices/thermo-007/readings/x",
                 "thermo-007",
             ),
             "topic",
