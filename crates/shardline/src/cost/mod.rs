@@ -6,9 +6,11 @@
 //! - [`prices`]: the price table, built in or from `--prices FILE`;
 //! - [`model`]: the fleet's shape to each line's quantity a month;
 //! - [`sample`]: one message of the shape, as sent and as the store writes it;
+//! - [`measured`]: a run's counts as the same line items, scaled to a month;
 //! - [`bill`]: quantities priced, by service, as a table or JSON.
 
 pub mod bill;
+pub mod measured;
 pub mod model;
 pub mod prices;
 pub mod sample;
