@@ -5,6 +5,7 @@
 //!
 //! - [`fanout`]: a known-hot device's fan-out, scheduled ahead of its load;
 //! - [`audit`]: partition-key audit of a key sample or a table scan;
+//! - [`cost`]: what a fleet costs on AWS a month, by service and line item;
 //! - [`seal`]: the derived items of a range of hours rebuilt from the readings;
 //! - [`env`]: the stack's variables (environment over an env file) and SDK configuration,
 //!   shared with the local harness.
@@ -17,6 +18,7 @@
 
 pub mod audit;
 pub mod blocks;
+pub mod cost;
 pub mod env;
 pub mod fanout;
 pub mod seal;

@@ -8,7 +8,7 @@
 #![recursion_limit = "256"]
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, blocks, fanout, seal};
+use shardline::{audit, blocks, cost, fanout, seal};
 
 mod capacity;
 
@@ -33,6 +33,10 @@ enum Command {
     /// Rebuild the derived items (rollups, directory) of a range of hours from the
     /// readings.
     Seal(seal::SealArgs),
+    /// What a fleet costs on AWS a month, by service and line item, modelled from its
+    /// shape (devices, rate, message size, door, layout, reads), at us-east-1's prices
+    /// as recorded on 2026-11-29 (check them; --prices FILE overrides).
+    Cost(cost::CostArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
         Command::Blocks(args) => runtime()?.block_on(blocks::run(&args)),
         Command::Seal(args) => runtime()?.block_on(seal::run(&args)),
+        Command::Cost(args) => cost::run(&args),
     }
 }
 

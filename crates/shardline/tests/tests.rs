@@ -3,6 +3,7 @@
 mod audience;
 mod audit;
 mod blocks;
+mod cost;
 mod fanout;
 mod plan;
 mod seal;

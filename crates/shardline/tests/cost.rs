@@ -1,0 +1,376 @@
+//! `shardline cost` end to end: the built binary's bill for three fleets against bills
+//! computed here by hand from the price list (us-east-1, on demand, as recorded on
+//! 2026-11-29) and the model's stated rules, written out line by line. The items' and
+//! blocks' bytes are the store's encoders' (the tool reports them); everything else is
+//! arithmetic done here.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn shardline(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_shardline"))
+        .args(args)
+        .output()
+        .expect("the shardline binary runs")
+}
+
+/// The JSON bill of `args`.
+fn cost(args: &[&str]) -> Value {
+    let mut all = vec!["cost", "--json"];
+    all.extend_from_slice(args);
+    let out = shardline(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn service(bill: &Value, name: &str) -> f64 {
+    bill["bill"]["by_service"]
+        .as_array()
+        .expect("services")
+        .iter()
+        .find(|s| s["service"] == name)
+        .and_then(|s| s["usd"].as_f64())
+        .unwrap_or(0.0)
+}
+
+fn figure(bill: &Value, path: &[&str]) -> f64 {
+    let mut v = &bill["figures"];
+    for p in path {
+        v = &v[*p];
+    }
+    v.as_f64().unwrap_or_else(|| panic!("figure {path:?}"))
+}
+
+/// Each service's total against the hand-computed one, to a millionth.
+fn check(bill: &Value, expected: &[(&str, f64)]) {
+    for (name, usd) in expected {
+        let got = service(bill, name);
+        assert!(
+            (got - usd).abs() <= 1e-6 * usd.abs().max(1.0),
+            "{name}: the tool says ${got}, by hand ${usd}"
+        );
+    }
+    let total: f64 = expected.iter().map(|e| e.1).sum();
+    let got = bill["bill"]["total_usd"].as_f64().expect("a total");
+    assert!(
+        (got - total).abs() <= 1e-6 * total,
+        "total {got} against {total}"
+    );
+}
+
+// The prices (crates/shardline/prices/us-east-1.json), dollars a unit.
+const WRU: f64 = 0.625 / 1e6;
+const RRU: f64 = 0.125 / 1e6;
+const GB_MONTH: f64 = 0.25;
+const SQS: f64 = 0.40 / 1e6;
+const INVOCATION: f64 = 0.20 / 1e6;
+const GB_SECOND_ARM: f64 = 0.000_013_333_4;
+const IOT_MESSAGE: f64 = 1.00 / 1e6;
+const IOT_RULE: f64 = 0.15 / 1e6;
+const IOT_ACTION: f64 = 0.15 / 1e6;
+const CONNECTION_MINUTE: f64 = 0.08 / 1e6;
+const HTTP_REQUEST: f64 = 1.00 / 1e6;
+const LOG_GB: f64 = 0.50;
+/// A GB of 2^30 bytes (a month is 30 days: 2,592,000 s, 43,200 minutes, 720 hours).
+const GB: f64 = 1_073_741_824.0;
+/// The sealer at rate(1 minute): 60 runs an hour, 720 hours, 43,200 runs; each idle
+/// run 100 ms; its fixed read units an hour: 16 parts + 2 (watermark) + 3 (layout) + 8
+/// (late marks) + 59 idle runs x 11 = 678 (bench item 9).
+const SEALER_RUNS: f64 = 43_200.0;
+const SEALER_FIXED_RCU_AN_HOUR: f64 = 678.0;
+
+/// The sealer's Lambda and DynamoDB dollars for `devices` at `per_hour` readings a
+/// device-hour of `bytes` each, `cells` write units of minute cells a device-hour (and
+/// 2 x metrics + 1 a fleet part: `part_wcu`), all at 16 fleet parts.
+fn sealer(devices: f64, per_hour: f64, bytes: f64, cells: f64, part_wcu: f64) -> (f64, f64) {
+    // A run's billed ms: the sealing run's (4.2 ms + 0.037 ms a reading, a device) and
+    // 59 idle runs of 100 ms, an hour, over 60 runs, rounded up.
+    let ms = ((devices * (4.2 + 0.037 * per_hour) + 59.0 * 100.0) / 60.0).ceil();
+    let lambda = SEALER_RUNS * INVOCATION + SEALER_RUNS * ms / 1000.0 * GB_SECOND_ARM;
+    let device_hours = devices * 720.0;
+    // A device-hour: its readings read at 4 KB a unit, the directory's GetItem, the
+    // fleet parts' read of the cells at 4 KB a unit; writes: the cells, a summary of one
+    // unit (cells / 20 rounded up), the directory's PutItem.
+    let rcu = device_hours * (per_hour * bytes / 4096.0 + 1.0 + cells / 4.0)
+        + 720.0 * SEALER_FIXED_RCU_AN_HOUR;
+    let wcu = device_hours * (cells.ceil() + (cells / 20.0).ceil() + 1.0)
+        + 720.0 * (16.0 * part_wcu + 1.0);
+    (lambda, rcu * RRU + wcu * WRU)
+}
+
+/// 1,000 devices, a reading a minute, one a message, through IoT Core's broker topic,
+/// an item a reading, no reads.
+#[test]
+fn a_thousand_devices_a_reading_a_minute_through_iot_core() {
+    let bill = cost(&[
+        "--devices",
+        "1000",
+        "--interval-secs",
+        "60",
+        "--door",
+        "iot",
+        "--layout",
+        "items",
+    ]);
+    // The reading as sent: serde_json writes the keys in order.
+    let sent = r#"{"device_id":"device-000001","event_id":"00000000-0000-4000-8000-000000000001","metrics":{"humidity":22.37,"temperature":21.37},"ts":"2026-06-22T01:00:00.000Z"}"#;
+    assert_eq!(
+        figure(&bill, &["message", "message_bytes"]),
+        sent.len() as f64
+    );
+    // An item of a reading is under 1 KB: one write unit.
+    let item = figure(&bill, &["message", "item_bytes"]);
+    assert!((200.0..1024.0).contains(&item), "{item}");
+    assert_eq!(figure(&bill, &["message", "write_units"]), 1.0);
+
+    // 1,000 x 2,592,000 s / 60 s = 43,200,000 readings, as many messages.
+    let m = 43_200_000.0;
+    // IoT: 160 bytes is one 5-KB increment; the rule's output (216 base64 characters
+    // and three names) too. Connectivity: 1,000 devices x 43,200 minutes.
+    let iot =
+        m * IOT_MESSAGE + m * IOT_RULE + m * IOT_ACTION + 1000.0 * 43_200.0 * CONNECTION_MINUTE;
+    // 43.2 M / 2,592,000 s = 16.7 messages a second: a 1-s window gathers 16, so
+    // 2,700,000 invocations, each receiving and deleting in 2 calls of up to 10.
+    let invocations = m / 16.0;
+    let sqs = (m + 2.0 * invocations + 2.0 * invocations) * SQS;
+    // An invocation: 16 items, one round: 2 + 10 + 0.16 ms, billed 13 ms at 512 MB.
+    let ingest = invocations * INVOCATION + invocations * 0.013 * 0.5 * GB_SECOND_ARM;
+    // A device-hour: 60 readings; cells at once a minute: 1.5 + 0.77 x 2 = 3.04 units.
+    let (sealer_lambda, sealer_ddb) = sealer(1000.0, 60.0, item, 3.04, 5.0);
+    // One warm ingest instance (2,700,000 x 13 ms over a month is under one): 30 read
+    // units an hour. Storage: 30 days of readings at the item's bytes + 100; 30 days of
+    // device-hours at 3.04 KB.
+    let dynamodb = m * WRU
+        + 720.0 * 30.0 * RRU
+        + sealer_ddb
+        + m * (item + 100.0) / GB * GB_MONTH
+        + 1000.0 * 24.0 * 30.0 * 3.04 * 1024.0 / GB * GB_MONTH;
+    let logs = (invocations * 1700.0 + SEALER_RUNS * 1000.0) / GB * LOG_GB;
+    check(
+        &bill,
+        &[
+            ("IoT Core", iot),
+            ("SQS", sqs),
+            ("Lambda", ingest + sealer_lambda),
+            ("DynamoDB", dynamodb),
+            ("API Gateway", 0.0),
+            ("CloudWatch Logs", logs),
+            ("EventBridge", 0.0),
+        ],
+    );
+    // The broker's messaging alone: $43.20 of it.
+    assert!((iot - 59.616).abs() < 1e-9);
+}
+
+/// 10,000 devices, a reading every 10 s sent 10 to a message straight to SQS, an item a
+/// reading, with reads on three routes.
+#[test]
+fn ten_thousand_devices_every_ten_seconds_in_messages_of_ten_through_sqs() {
+    let bill = cost(&[
+        "--devices",
+        "10000",
+        "--interval-secs",
+        "10",
+        "--readings-a-message",
+        "10",
+        "--door",
+        "sqs",
+        "--layout",
+        "items",
+        "--device-readings-a-day",
+        "1000",
+        "--point-reads-a-day",
+        "500",
+        "--device-stats-a-day",
+        "100",
+    ]);
+    let items = figure(&bill, &["message", "item_bytes"]);
+    assert_eq!(figure(&bill, &["message", "items"]), 10.0);
+    assert_eq!(
+        figure(&bill, &["message", "write_units"]),
+        10.0,
+        "each under 1 KB"
+    );
+    let body = figure(&bill, &["message", "message_bytes"]);
+    assert!(
+        body * 10.0 < 65_536.0,
+        "ten bodies are one 64-KB chunk: {body}"
+    );
+
+    // 10,000 x 2,592,000 / 10 = 2,592,000,000 readings in 259,200,000 messages: 100 a
+    // second, a full batch of 100 each second: 2,592,000 invocations, each receiving and
+    // deleting in 10 calls.
+    let (r, m) = (2_592_000_000.0, 259_200_000.0);
+    let invocations = 2_592_000.0;
+    let sqs = (m + 10.0 * invocations + 10.0 * invocations) * SQS;
+    // An invocation: 1,000 items, 3 rounds of 400: 2 + 30 + 10 ms = 42 ms at 512 MB.
+    let ingest = invocations * INVOCATION + invocations * 0.042 * 0.5 * GB_SECOND_ARM;
+    // Reads: 1,600 a day x 30 = 48,000 requests at (1,000 x 19 + 500 x 13 + 100 x 30) /
+    // 1,600 = 17.8 ms, billed 18, at 1,024 MB; read units (1,000 x 3.5 + 500 x 0.5 + 100
+    // x 26.5) x 30 = 192,000.
+    let query = 48_000.0 * INVOCATION + 48_000.0 * 0.018 * GB_SECOND_ARM;
+    // A device-hour: 360 readings; cells more often than a minute: 1 + 2 x 2 = 5 units.
+    let per_reading = items / 10.0;
+    let (sealer_lambda, sealer_ddb) = sealer(10_000.0, 360.0, per_reading, 5.0, 5.0);
+    let dynamodb = r * WRU
+        + 720.0 * 30.0 * RRU
+        + sealer_ddb
+        + 192_000.0 * RRU
+        + r * (per_reading + 100.0) / GB * GB_MONTH
+        + 10_000.0 * 24.0 * 30.0 * 5.0 * 1024.0 / GB * GB_MONTH;
+    let logs = (invocations * 1700.0 + SEALER_RUNS * 1000.0 + 48_000.0 * 1000.0) / GB * LOG_GB;
+    check(
+        &bill,
+        &[
+            ("SQS", sqs),
+            ("Lambda", ingest + sealer_lambda + query),
+            ("DynamoDB", dynamodb),
+            ("API Gateway", 48_000.0 * HTTP_REQUEST),
+            ("CloudWatch Logs", logs),
+            ("EventBridge", 0.0),
+        ],
+    );
+    assert_eq!(
+        service(&bill, "IoT Core"),
+        0.0,
+        "no IoT line for SQS publishers"
+    );
+    // The write units dominate: 2,592 M x $0.625 a million.
+    assert!((r * WRU - 1620.0).abs() < 1e-6);
+}
+
+/// 200 gateways, a reading a second each, sent 60 to a message through IoT Core's Basic
+/// Ingest, packed into blocks.
+#[test]
+fn a_gateway_fleet_in_blocks_through_basic_ingest() {
+    let bill = cost(&[
+        "--devices",
+        "200",
+        "--interval-secs",
+        "1",
+        "--readings-a-message",
+        "60",
+        "--door",
+        "iot-basic-ingest",
+        "--layout",
+        "blocks",
+    ]);
+    // 60 readings a second apart span 59 s, inside the 60-s block window, and 60 small
+    // members fit the 16-KB cap: one block, its write units its started KBs.
+    let block = figure(&bill, &["message", "item_bytes"]);
+    assert_eq!(figure(&bill, &["message", "items"]), 1.0);
+    assert!((2048.0..4096.0).contains(&block), "{block}");
+    let units = (block / 1024.0).ceil();
+    assert_eq!(figure(&bill, &["message", "write_units"]), units);
+    let body = figure(&bill, &["message", "message_bytes"]);
+    let rule_output = figure(&bill, &["message", "rule_output_bytes"]);
+    assert!(
+        (5120.0..10_240.0).contains(&body),
+        "two 5-KB increments: {body}"
+    );
+    assert!(
+        (10_240.0..15_360.0).contains(&rule_output),
+        "three: {rule_output}"
+    );
+
+    // 200 x 2,592,000 = 518,400,000 readings in 8,640,000 messages: 3.3 a second, so 3
+    // an invocation, 2,880,000 invocations of one receive and one delete each.
+    let (r, m, invocations) = (518_400_000.0, 8_640_000.0, 2_880_000.0);
+    // Basic Ingest: no messaging; rules at 2 increments, actions at 3.
+    let iot = m * 2.0 * IOT_RULE + m * 3.0 * IOT_ACTION + 200.0 * 43_200.0 * CONNECTION_MINUTE;
+    let sqs = (m + invocations + invocations) * SQS;
+    // An invocation: 3 items (one round) and 180 readings: 2 + 10 + 1.8 = 13.8, billed 14.
+    let ingest = invocations * INVOCATION + invocations * 0.014 * 0.5 * GB_SECOND_ARM;
+    // A device-hour: 3,600 readings of block / 60 bytes each; cells 5 units.
+    let per_reading = block / 60.0;
+    let (sealer_lambda, sealer_ddb) = sealer(200.0, 3600.0, per_reading, 5.0, 5.0);
+    let dynamodb = m * units * WRU
+        + 720.0 * 30.0 * RRU
+        + sealer_ddb
+        + r * (block + 100.0) / 60.0 / GB * GB_MONTH
+        + 200.0 * 24.0 * 30.0 * 5.0 * 1024.0 / GB * GB_MONTH;
+    let logs = (invocations * 1700.0 + SEALER_RUNS * 1000.0) / GB * LOG_GB;
+    check(
+        &bill,
+        &[
+            ("IoT Core", iot),
+            ("SQS", sqs),
+            ("Lambda", ingest + sealer_lambda),
+            ("DynamoDB", dynamodb),
+            ("API Gateway", 0.0),
+            ("CloudWatch Logs", logs),
+            ("EventBridge", 0.0),
+        ],
+    );
+    // Against an item a reading, blocks write 60 / units times fewer units.
+    let items = cost(&[
+        "--devices",
+        "200",
+        "--interval-secs",
+        "1",
+        "--readings-a-message",
+        "60",
+        "--door",
+        "iot-basic-ingest",
+        "--layout",
+        "items",
+    ]);
+    assert!(service(&items, "DynamoDB") > 10.0 * (m * units * WRU));
+}
+
+#[test]
+fn slabs_are_refused_as_a_layout_not_built_yet() {
+    let out = shardline(&[
+        "cost",
+        "--devices",
+        "1",
+        "--interval-secs",
+        "1",
+        "--layout",
+        "slabs",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("slabs are a future layout that does not exist yet"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_template_memory_sizes_and_batching_are_the_models() {
+    let template =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml"))
+            .expect("the template");
+    let default_of = |param: &str| {
+        let at = template.find(&format!("\n  {param}:\n")).expect(param);
+        let rest = &template[at..];
+        let line = rest
+            .lines()
+            .find(|l| l.trim_start().starts_with("Default:"))
+            .expect("a default");
+        line.trim_start()
+            .trim_start_matches("Default:")
+            .trim()
+            .trim_matches('"')
+            .to_owned()
+    };
+    use shardline::cost::model::{
+        BATCH_SIZE, BATCHING_WINDOW_SECS, INGEST_MEMORY_MB, QUERY_MEMORY_MB, SEALER_MEMORY_MB,
+    };
+    assert_eq!(default_of("IngestMemorySize"), INGEST_MEMORY_MB.to_string());
+    assert_eq!(default_of("QueryMemorySize"), QUERY_MEMORY_MB.to_string());
+    assert_eq!(default_of("SealerMemorySize"), SEALER_MEMORY_MB.to_string());
+    assert_eq!(default_of("IngestBatchSize"), BATCH_SIZE.to_string());
+    assert_eq!(
+        default_of("BatchingWindow"),
+        BATCHING_WINDOW_SECS.to_string()
+    );
+    assert_eq!(default_of("SealerSchedule"), "rate(1 minute)");
+    assert_eq!(default_of("Architecture"), "arm64");
+}
