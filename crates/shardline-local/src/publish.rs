@@ -5,6 +5,7 @@
 
 pub mod generate;
 pub mod send;
+pub mod waveform;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;

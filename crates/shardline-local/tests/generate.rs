@@ -250,3 +250,69 @@ fn invalid_plans_name_the_flag() {
     );
     check(Plan { batch: 0, ..plan() }, "--batch");
 }
+
+/// A reading's metrics are its device's waveform at its timestamp, the hot device's
+/// with its step and spike: over a minute's run, every hot reading within the spike is
+/// above every other of the run.
+#[test]
+fn readings_follow_their_devices_waveform() {
+    use shardline_local::publish::waveform::Waveform;
+    let plan = Plan {
+        hot_device: Some("sensor-alpha-001".into()),
+        hot_rate: 100.0,
+        rate: 20.0,
+        duration: Duration::from_secs(60),
+        ..plan()
+    };
+    let (start, span) = (start().as_millis(), 60_000);
+    let hot = Waveform::new(7, "sensor-alpha-001", start, span).with_step_and_spike();
+    let mut series = Vec::new();
+    for message in generate(plan) {
+        let Content::Valid(ids) = &message.content else {
+            panic!("no malformed message was asked for");
+        };
+        let body: serde_json::Value = serde_json::from_str(&message.body).expect("JSON");
+        let [id] = ids.as_slice() else {
+            panic!("one reading a message");
+        };
+        let wave = if id.device_id == "sensor-alpha-001" {
+            hot.clone()
+        } else {
+            Waveform::new(7, &id.device_id, start, span)
+        };
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        for (metric, want) in [
+            ("temp_c", wave.temp_c(id.ts_ms)),
+            ("humidity", wave.humidity(id.ts_ms)),
+            ("battery_v", wave.battery_v(id.ts_ms)),
+        ] {
+            assert_eq!(
+                body["metrics"][metric].as_f64(),
+                Some(round(want)),
+                "{id:?}"
+            );
+        }
+        if id.device_id == "sensor-alpha-001" {
+            series.push((id.ts_ms, wave.temp_c(id.ts_ms)));
+        }
+    }
+    assert_eq!(series.len(), 6_000);
+    let spike = hot.spike().expect("the hot device spikes");
+    let in_spike = |t: i64| (spike.at_ms..spike.at_ms + spike.width_ms).contains(&t);
+    let inside: Vec<f64> = series
+        .iter()
+        .filter(|p| in_spike(p.0))
+        .map(|p| p.1)
+        .collect();
+    let lowest_inside = inside.iter().copied().fold(f64::MAX, f64::min);
+    let highest_outside = series
+        .iter()
+        .filter(|p| !in_spike(p.0))
+        .map(|p| p.1)
+        .fold(f64::MIN, f64::max);
+    assert_eq!(inside.len(), 100, "a second of readings at 100/s");
+    assert!(
+        lowest_inside > highest_outside,
+        "{lowest_inside} {highest_outside}"
+    );
+}

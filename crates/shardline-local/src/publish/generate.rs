@@ -3,6 +3,8 @@
 //! Given the same [`Plan`], start time and seed, the stream is identical: device
 //! choice (Zipf over the fleet, plus the hot device on its own schedule), event ids,
 //! timestamps, metrics and malformations. No clock and no I/O: the sender paces it.
+//! A reading's metrics are its device's [`Waveform`] at its timestamp: a slow cycle
+//! with noise, a step on some devices, a spike on others, both on the hot device.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +13,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 use sharding::time::Timestamp;
+
+use super::waveform::Waveform;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -306,12 +310,27 @@ impl Generator {
         }
     }
 
-    fn metrics(&mut self) -> Value {
+    /// The metrics of `device` at `ts_ms`: its waveform over the run, the hot device's
+    /// with both a step and a spike.
+    fn metrics(&mut self, device: &str, ts_ms: i64) -> Value {
+        // The three draws that once were the metrics stay drawn, so every other choice
+        // of the stream (devices, ts formats, malformations) is the one the recorded
+        // figures were measured with.
+        let _ = (
+            self.rng.random_range(-10.0..40.0),
+            self.rng.random_range(10.0..95.0),
+            self.rng.random_range(3.0..4.2),
+        );
+        let span_ms = i64::try_from(self.plan.duration.as_millis()).unwrap_or(i64::MAX);
+        let mut wave = Waveform::new(self.plan.seed, device, self.start.as_millis(), span_ms);
+        if self.plan.hot_device.as_deref() == Some(device) {
+            wave = wave.with_step_and_spike();
+        }
         let round = |x: f64| (x * 100.0).round() / 100.0;
         json!({
-            "temp_c": round(self.rng.random_range(-10.0..40.0)),
-            "humidity": round(self.rng.random_range(10.0..95.0)),
-            "battery_v": round(self.rng.random_range(3.0..4.2)),
+            "temp_c": round(wave.temp_c(ts_ms)),
+            "humidity": round(wave.humidity(ts_ms)),
+            "battery_v": round(wave.battery_v(ts_ms)),
         })
     }
 
@@ -335,7 +354,7 @@ impl Generator {
             .saturating_sub(i64::try_from(back).unwrap_or(i64::MAX));
         let event_id = format!("{:x}-{tag}{index:08}", self.plan.seed);
         let ts = self.ts_value(ts_ms);
-        let metrics = self.metrics();
+        let metrics = self.metrics(&device_id, ts_ms);
         let value = json!({
             "device_id": device_id,
             "event_id": event_id,
