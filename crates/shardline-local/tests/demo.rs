@@ -124,7 +124,11 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
         "{naive_bill}:\n{text}"
     );
     assert!(bill < naive_bill / 2.0, "{bill}:\n{text}");
+    for run in [naive, adaptive] {
+        whole_bill_is_counted(run, &text);
+    }
     for needle in [
+        "The whole bill, a month at this run's rate",
         "per reading written",
         "a month at 50,000 readings/s",
         "readings sent",
@@ -136,6 +140,34 @@ async fn the_demo_report_shows_naive_throttles_and_the_planned_fanout_absorbing_
     }
     println!("{text}");
     Ok(())
+}
+
+/// A run's whole bill is counted where it was used: moto answered at least the
+/// publisher's SendMessageBatch calls (each a request per 64 KB of its messages), the
+/// runner's invocations were timed, the proxy charged units, and the table's bytes
+/// hold each item written (the scenario's messages hold 5 readings).
+fn whole_bill_is_counted(run: &demo::RunReport, text: &str) {
+    let bill = run.bill.as_ref().expect("a bill");
+    let c = &bill.counts;
+    assert!(c.sqs_sends >= run.sent.calls, "{c:?}\n{text}");
+    assert!(c.sqs_receives > 0 && c.sqs_deletes > 0, "{c:?}\n{text}");
+    let ingest: u64 = c.functions.iter().map(|f| f.invocations).sum();
+    assert!(ingest > 0 && ingest <= run.runner.batches, "{c:?}\n{text}");
+    assert!(c.write_units > 0.0, "{c:?}\n{text}");
+    // Every item is billed 100 bytes beyond its own: an item a reading in the naive
+    // run, a block of a device's readings of a message in the adaptive one.
+    let items_at_least = match run.variant {
+        demo::Variant::Naive => run.written,
+        demo::Variant::Adaptive => run.written / 5,
+    };
+    assert!(
+        c.stored_bytes > items_at_least as f64 * 100.0,
+        "{c:?}\n{text}"
+    );
+    for service in demo::COUNTED {
+        assert!(bill.measured.service(service) > 0.0, "{service:?}\n{text}");
+        assert!(bill.modelled.service(service) > 0.0, "{service:?}\n{text}");
+    }
 }
 
 /// Each message the publisher had accepted is named: run 2 received every one and

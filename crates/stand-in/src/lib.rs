@@ -8,6 +8,7 @@
 //! - [`provision`] creates the tables and queues declared in `template.yaml`, so local
 //!   and cloud share one source of truth, and returns a [`Stack`];
 //! - [`TestStack`] does all of that for one test on a private port;
+//! - [`SqsRequests`] reads the SQS requests the launcher's moto answered, as billed;
 //! - [`cargo_command`] runs cargo from a process cargo started, and [`LambdaWatch`]
 //!   serves a function under `cargo lambda watch`.
 
@@ -23,6 +24,7 @@ pub mod pids;
 mod provision;
 mod root;
 mod server;
+mod sqs_requests;
 mod stack;
 pub mod template;
 #[cfg(feature = "provision")]
@@ -37,6 +39,7 @@ pub use provision::{
 };
 pub use root::{repo_root, repo_root_from};
 pub use server::{Dynalite, MOTO_LAUNCHER, Moto, Service, free_loopback_port};
+pub use sqs_requests::{ActionCount, SQS_REQUESTS_PATH, SqsRequests};
 pub use stack::{
     Backend, DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION, Stack, Tables,
     read_env_file, write_env_file,

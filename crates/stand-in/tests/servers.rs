@@ -3,7 +3,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use stand_in::{Dynalite, MOTO_LAUNCHER, Moto, ensure_dynalite, ensure_venv, pids, repo_root};
+use stand_in::{
+    ActionCount, Dynalite, MOTO_LAUNCHER, Moto, SqsRequests, ensure_dynalite, ensure_venv, pids,
+    repo_root,
+};
 
 fn http_status(endpoint: &str, request: &str) -> Option<String> {
     let addr = endpoint.trim_start_matches("http://");
@@ -25,7 +28,10 @@ fn moto_starts_answers_and_stops_on_drop() {
     assert!(status.contains(" 200"), "{status}");
     // The launcher's moto, whose queues are safe under concurrent requests.
     let log = std::fs::read_to_string(moto.log()).unwrap();
-    assert!(log.contains("moto_launch: SQS queues locked"), "{log}");
+    assert!(
+        log.contains("moto_launch: SQS queues locked, requests counted"),
+        "{log}"
+    );
     drop(moto);
     assert!(http_status(&endpoint, "GET / HTTP/1.0\r\n\r\n").is_none());
 }
@@ -95,5 +101,60 @@ fn the_moto_launcher_keeps_a_message_sent_between_two_deletes() {
     assert!(
         text.contains("moto_launch.py: 0 sent message lost, 0 deleted message back"),
         "{text}"
+    );
+}
+
+/// The launcher's moto counts each SQS request it answers as SQS bills it (a request per
+/// 64-KB chunk of the messages' bodies and attributes, at least one), and answers the
+/// counts on its own path: a known sequence of calls (`moto_count_sequence.py`, whose
+/// docstring sizes each) is counted exactly.
+#[test]
+fn the_moto_launcher_counts_each_sqs_request_as_billed() {
+    let root = repo_root().unwrap();
+    let venv = ensure_venv(&root).unwrap();
+    let moto = Moto::start(&venv).unwrap();
+    let before = SqsRequests::read(&moto.endpoint()).unwrap();
+    assert_eq!(
+        before,
+        SqsRequests::default(),
+        "a new server has counted nothing"
+    );
+    let sequence = root
+        .join(MOTO_LAUNCHER)
+        .with_file_name("moto_count_sequence.py");
+    let out = std::process::Command::new(venv.bin("python"))
+        .arg(&sequence)
+        .arg(moto.endpoint())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        sequence.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counted = SqsRequests::read(&moto.endpoint()).unwrap();
+    let c = |calls, requests| ActionCount { calls, requests };
+    let expected = [
+        ("CreateQueue", c(1, 1)),
+        // 100 bytes: 1; 200,000 bytes: ceil(200,000 / 65,536) = 4.
+        ("SendMessage", c(2, 5)),
+        // 3 x (30,000 + "k" + "String" + "v") = 90,024 bytes: 2.
+        ("SendMessageBatch", c(1, 2)),
+        // 200,100 bytes: 4; the empty queue: 1; the batch's 90,024 bytes: 2.
+        ("ReceiveMessage", c(3, 7)),
+        ("DeleteMessageBatch", c(1, 1)),
+        ("ChangeMessageVisibility", c(1, 1)),
+        ("DeleteMessage", c(2, 2)),
+        ("GetQueueAttributes", c(1, 1)),
+    ];
+    let expected: std::collections::BTreeMap<String, ActionCount> = expected
+        .into_iter()
+        .map(|(a, n)| (a.to_owned(), n))
+        .collect();
+    assert_eq!(counted.actions, expected);
+    assert_eq!(
+        (counted.sends(), counted.receives(), counted.deletes()),
+        (7, 7, 4)
     );
 }

@@ -139,18 +139,31 @@ async fn read_range(
     })
 }
 
-/// Readings `table` holds (a block's members each, so a reading held by two items
-/// counts twice), and the distinct readings among them (by device, event id and time).
+/// What a table holds: readings (a block's members each, so a reading held by two items
+/// counts twice), the distinct readings among them (by device, event id and time), and
+/// its bytes as DynamoDB bills storage (each item's size plus 100 bytes).
+pub(super) struct Stored {
+    pub(super) held: u64,
+    pub(super) readings: BTreeSet<ReadingId>,
+    pub(super) bytes: f64,
+}
+
+/// DynamoDB's storage overhead of an item, bytes.
+const STORAGE_BYTES_AN_ITEM: usize = 100;
+
+/// What `table` holds (see [`Stored`]).
 pub(super) async fn stored(
     dynamo: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> anyhow::Result<(u64, BTreeSet<ReadingId>)> {
+) -> anyhow::Result<Stored> {
     let items = store::scan::scan_items(dynamo.scan().table_name(table))
         .await
         .with_context(|| format!("cannot scan {table}"))?;
     let mut held = 0;
     let mut readings = BTreeSet::new();
+    let mut bytes = 0;
     for item in items {
+        bytes += store::size::item_size(&item) + STORAGE_BYTES_AN_ITEM;
         for r in store::block::expand(item).with_context(|| format!("an item of {table}"))? {
             held += 1;
             readings.insert(ReadingId {
@@ -160,7 +173,11 @@ pub(super) async fn stored(
             });
         }
     }
-    Ok((held, readings))
+    Ok(Stored {
+        held,
+        readings,
+        bytes: bytes as f64,
+    })
 }
 
 /// A run's heat, drawn: the heatmap's path, and the throttles on `table` around the

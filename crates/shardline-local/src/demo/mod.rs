@@ -31,9 +31,11 @@
 //! - `measure`: the reads through the query API, the table, the heatmap;
 //! - `dashboard`, `series`: run 2's dashboard (its hours resealed, read back through
 //!   the API and the sealer's items) and the hot device's series picture;
+//! - `bill`: the run's whole bill, counted and scaled to a month, beside the model's;
 //! - `report`: the reports and their side-by-side text, then the dashboard.
 
 mod args;
+mod bill;
 mod dashboard;
 mod measure;
 mod report;
@@ -50,6 +52,7 @@ use anyhow::{Context as _, bail};
 
 pub use crate::query_api::FanoutEpoch;
 pub use args::{DEFAULT_OUT_DIR, DemoArgs, HOT_DEVICE, LOG_FILE};
+pub use bill::{COUNTED, Counted, RunBill, deviation};
 pub use dashboard::{
     Dashboard, DeviceCount, FleetCells, Latest, LatestReading, SERIES_FILE, SERIES_METRIC, Series,
     Timings,

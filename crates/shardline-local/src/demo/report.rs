@@ -9,7 +9,7 @@ use sharding::capacity::{CapacityPlan, MONTH_SECS, ON_DEMAND_PRICE_PER_MILLION_W
 use store::rollup::HOUR_MS;
 
 use super::dashboard::MAX_POINTS;
-use super::{Dashboard, FLEET_DEVICE, QueryResult, Scenario, Variant};
+use super::{Dashboard, FLEET_DEVICE, QueryResult, RunBill, Scenario, Variant};
 use crate::accounting::Accounting;
 use crate::publish::Summary;
 use crate::query_api::FanoutEpoch;
@@ -67,6 +67,9 @@ pub struct RunReport {
     pub heatmap: PathBuf,
     /// The heat CSV.
     pub heat_csv: PathBuf,
+    /// The run's whole bill a month, counted, beside the model's for its shape; or
+    /// why there is none.
+    pub bill: Result<RunBill, String>,
     /// Run 2's dashboard (`None` for run 1), or why it could not be built.
     pub dashboard: Option<Result<Dashboard, String>>,
 }
@@ -128,6 +131,14 @@ pub fn report_text(report: &DemoReport) -> String {
     let mut s = report_heading(report);
     s.push_str(&side_by_side(&report_rows(report)));
     s.push_str(&report_footer(report));
+    s.push_str("\n\n");
+    s.push_str(&super::bill::text(
+        &report.scenario,
+        [
+            ("naive", &report.naive.bill),
+            ("adaptive", &report.adaptive.bill),
+        ],
+    ));
     if let Some(dashboard) = &report.adaptive.dashboard {
         s.push_str("\n\n");
         s.push_str(&match dashboard {

@@ -16,6 +16,7 @@ use shardline::env::EnvLookup;
 use shardline::fanout;
 use store::directory::PlannedFanout;
 
+use super::bill::{self, Counted};
 use super::dashboard::{self, Dashboard};
 use super::measure::{self, ReadBack};
 use super::servers::{ServerGuard, Tools};
@@ -74,7 +75,10 @@ pub(super) async fn run_variant(
         &settled.table,
         settled.proxy_origin_ms,
     )?;
+    let counts = bill::counts(scenario, &traffic.counted, settled.stored_bytes);
+    let bill = bill::run_bill(scenario, variant, counts).map_err(|e| format!("{e:#}"));
     let report = RunReport {
+        bill,
         variant,
         layout,
         sent: traffic.sent,
@@ -144,6 +148,8 @@ struct Traffic {
     sent: Summary,
     drain: Duration,
     drained: bool,
+    /// What the pipeline used, counted once the queue drained.
+    counted: Counted,
     read: ReadBack,
 }
 
@@ -162,6 +168,8 @@ struct Settled {
     written: u64,
     /// What became of each message the publisher had accepted.
     accounting: Accounting,
+    /// The readings table's bytes as DynamoDB bills storage.
+    stored_bytes: f64,
     table: String,
     heat_csv: PathBuf,
     proxy_origin_ms: i64,
@@ -240,6 +248,7 @@ impl Rig {
             .publish(&sqs, &self.stack.queue_url, start, &self.manifest)
             .await?;
         let (drain, drained) = watch.drain(&sqs, &self.stack.queue_url).await?;
+        let counted = self.count().await?;
         let read = measure::read_back(scenario, self.query_addr, start).await?;
         Ok(Traffic {
             sqs,
@@ -247,7 +256,22 @@ impl Rig {
             sent,
             drain,
             drained,
+            counted,
             read,
+        })
+    }
+
+    /// What the pipeline used so far: the runner's and the proxy's counters, and the
+    /// SQS requests the run's moto answered.
+    async fn count(&self) -> anyhow::Result<Counted> {
+        let url = self.moto_url.clone();
+        let sqs = tokio::task::spawn_blocking(move || stand_in::SqsRequests::read(&url))
+            .await
+            .context("the SQS count task failed")??;
+        Ok(Counted {
+            runner: self.running.stats(),
+            proxy: self.proxy.stats(),
+            sqs,
         })
     }
 
@@ -300,7 +324,11 @@ impl Rig {
         let letters = run_local::drain_dlq(sqs, &stack.dlq_url).await?;
         let (dlq, dlq_copies) = dead_letters(&letters);
         let dynamo = aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite_url).await);
-        let (items, stored) = measure::stored(&dynamo, &stack.table_name).await?;
+        let measure::Stored {
+            held: items,
+            readings: stored,
+            bytes: stored_bytes,
+        } = measure::stored(&dynamo, &stack.table_name).await?;
         drop((moto, dynalite));
         let accounting = Accounting::of(
             &Manifest::read(&manifest)?,
@@ -318,6 +346,7 @@ impl Rig {
             items,
             written: stored.len() as u64,
             accounting,
+            stored_bytes,
             table: stack.table_name,
             heat_csv,
             proxy_origin_ms,

@@ -86,6 +86,8 @@ async fn run_handler(shared: &Arc<Shared>, messages: &[Message]) -> Option<Repor
         }
     };
     let (now, deadline) = (invocation.now, invocation.deadline);
+    // Billed as Lambda bills: from the handler's start to its end or its timeout.
+    let started = std::time::Instant::now();
     let ingest = shared.ingest.clone();
     let runtime = tokio::runtime::Handle::current();
     // The handler's future is not `Send` (so `tokio::spawn` refuses it); a blocking
@@ -97,7 +99,9 @@ async fn run_handler(shared: &Arc<Shared>, messages: &[Message]) -> Option<Repor
                 .await
         })
     });
-    match tokio::time::timeout_at(deadline, &mut task).await {
+    let outcome = tokio::time::timeout_at(deadline, &mut task).await;
+    shared.stats.lock().bill("ingest", started.elapsed());
+    match outcome {
         Ok(Ok(report)) => Some(report),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "the handler panicked; the batch is left to come back");

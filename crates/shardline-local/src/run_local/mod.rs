@@ -54,8 +54,8 @@ pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
     DEFAULT_MAX_CONCURRENCY, QUERY_TIMEOUT, RunLocalArgs, Settings,
 };
-pub use stats::Stats;
 pub(crate) use stats::ms;
+pub use stats::{Billed, Stats};
 
 use worker::Shared;
 
@@ -120,16 +120,18 @@ pub async fn start(
     let queue_arn = queues::queue_arn(&sqs, &settings.queue_url).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stats = Arc::new(Mutex::new(Stats::default()));
     let (query_addr, server) = match settings.query_listen {
         Some(addr) => {
-            let (addr, server) = query_server::listen(addr, env, &dynamo, stop_rx.clone()).await?;
+            let (addr, server) =
+                query_server::listen(addr, env, &dynamo, stop_rx.clone(), stats.clone()).await?;
             (Some(addr), Some(server))
         }
         None => (None, None),
     };
 
     if let Some(every) = settings.seal_every {
-        seal::spawn(env, &dynamo, every, stop_rx.clone())?;
+        seal::spawn(env, &dynamo, every, stop_rx.clone(), stats.clone())?;
     }
 
     let received = settings
@@ -137,7 +139,6 @@ pub async fn start(
         .as_deref()
         .map(received::ReceivedLog::open)
         .transpose()?;
-    let stats = Arc::new(Mutex::new(Stats::default()));
     let shared = Arc::new(Shared {
         received,
         settings,

@@ -14,6 +14,7 @@ use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use query::config::CursorKeySource;
 use query::service::error_response;
 use query::{ApiError, QueryService};
@@ -25,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{QUERY_TIMEOUT, Query};
+use super::{QUERY_TIMEOUT, Query, Stats};
 
 /// Serves the query API on `addr` (a loopback address) until `stop`; returns the
 /// address it listens on (the port chosen when `addr`'s is 0) and the server's task.
@@ -34,6 +35,7 @@ pub(super) async fn listen(
     env: &EnvLookup,
     dynamo: &aws_sdk_dynamodb::Client,
     stop: watch::Receiver<bool>,
+    stats: Arc<Mutex<Stats>>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     if !addr.ip().is_loopback() {
         bail!("--query-listen must be a loopback address (the local API has no auth): {addr}");
@@ -43,7 +45,7 @@ pub(super) async fn listen(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr().context("no local address")?;
-    Ok((local, tokio::spawn(serve(listener, service, stop))))
+    Ok((local, tokio::spawn(serve(listener, service, stop, stats))))
 }
 
 /// A random cursor key, for a local run without `CURSOR_KEY`: cursors then only live
@@ -88,13 +90,18 @@ fn query_service(env: &EnvLookup, dynamo: &aws_sdk_dynamodb::Client) -> anyhow::
 }
 
 /// Accepts connections until `stop`, each served on its own task.
-async fn serve(listener: TcpListener, service: Arc<Query>, mut stop: watch::Receiver<bool>) {
+async fn serve(
+    listener: TcpListener,
+    service: Arc<Query>,
+    mut stop: watch::Receiver<bool>,
+    stats: Arc<Mutex<Stats>>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    connections.spawn(serve_connection(stream, service.clone()));
+                    connections.spawn(serve_connection(stream, service.clone(), stats.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -121,10 +128,20 @@ async fn serve(listener: TcpListener, service: Arc<Query>, mut stop: watch::Rece
 }
 
 /// The requests of one HTTP/1 connection, until it ends.
-async fn serve_connection(stream: tokio::net::TcpStream, service: Arc<Query>) {
+/// Each request is counted as an invocation of the query function, timed.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    service: Arc<Query>,
+    stats: Arc<Mutex<Stats>>,
+) {
     let handler = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let service = service.clone();
-        async move { Ok::<_, Infallible>(answer(&service, &request).await) }
+        let (service, stats) = (service.clone(), stats.clone());
+        async move {
+            let started = std::time::Instant::now();
+            let response = answer(&service, &request).await;
+            stats.lock().bill("query", started.elapsed());
+            Ok::<_, Infallible>(response)
+        }
     });
     if let Err(e) = http1::Builder::new()
         .serve_connection(TokioIo::new(stream), handler)

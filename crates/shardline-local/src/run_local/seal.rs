@@ -1,9 +1,11 @@
 //! The sealer on its schedule: one run every `--seal-every` seconds, in process, with
 //! the same code and variables as the Lambda, until the runner stops.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use parking_lot::Mutex;
 use sealer::{Config, Sealer};
 use shardline::env::EnvLookup;
 use store::dynamo::DynamoShards;
@@ -11,12 +13,15 @@ use store::read::DynamoReadingSource;
 use store::rollup::dynamo::DynamoRollups;
 use tokio::sync::watch;
 
+use super::Stats;
+
 /// Starts the schedule where `env` names a rollups table; without one, nothing.
 pub(super) fn spawn(
     env: &EnvLookup,
     dynamo: &aws_sdk_dynamodb::Client,
     every: Duration,
     mut stop: watch::Receiver<bool>,
+    stats: Arc<Mutex<Stats>>,
 ) -> anyhow::Result<()> {
     if env.get("ROLLUP_TABLE").is_none() {
         return Ok(());
@@ -41,7 +46,10 @@ pub(super) fn spawn(
                 continue;
             };
             let deadline = std::time::Instant::now() + every.max(Duration::from_secs(30));
-            match sealer.run(now, Some(deadline)).await {
+            let started = std::time::Instant::now();
+            let run = sealer.run(now, Some(deadline)).await;
+            stats.lock().bill("sealer", started.elapsed());
+            match run {
                 Ok(report) => tracing::info!(?report, "sealer run"),
                 Err(e) => tracing::warn!(error = %e, "sealer run failed; the next run goes on"),
             }

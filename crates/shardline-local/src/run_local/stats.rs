@@ -69,9 +69,38 @@ pub struct Stats {
     pub write_lag_p50_ms: Option<u64>,
     /// p99 of the write lag, milliseconds.
     pub write_lag_p99_ms: Option<u64>,
+    /// Each function's invocations and billed milliseconds, by name (`ingest`, `query`,
+    /// `sealer`): what Lambda would bill, timed in process (a local duration stands in
+    /// for Lambda's).
+    #[serde(default)]
+    pub functions: BTreeMap<String, Billed>,
+}
+
+/// One function's invocations and their durations, each rounded up to a whole
+/// millisecond as Lambda bills them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Billed {
+    pub invocations: u64,
+    pub billed_ms: u64,
+}
+
+impl Billed {
+    /// Counts one invocation that took `elapsed`.
+    pub fn add(&mut self, elapsed: std::time::Duration) {
+        self.invocations += 1;
+        self.billed_ms += u64::try_from(elapsed.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    }
 }
 
 impl Stats {
+    /// Counts an invocation of `function` that took `elapsed`.
+    pub fn bill(&mut self, function: &str, elapsed: std::time::Duration) {
+        self.functions
+            .entry(function.to_owned())
+            .or_default()
+            .add(elapsed);
+    }
+
     /// The write lag's percentiles, from the lags gathered so far.
     pub(super) fn finish(&mut self) {
         let mut lags = self.write_lags_ms.clone();
