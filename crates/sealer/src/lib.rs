@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sharding::read_plan::PlanError;
-use sharding::time::{TimeRange, Timestamp};
+use sharding::time::{BoundError, TimeError, TimeRange, Timestamp, bound_of_millis, parse_bound};
 use store::directory::{CachedDirectory, ShardReader};
 use store::error::StoreError;
 use store::read::ReadingSource;
@@ -68,7 +68,7 @@ pub enum SealError {
     #[error(transparent)]
     Layout(#[from] layout::UnsealableLayout),
     #[error("an hour's time is out of range: {0}")]
-    Time(String),
+    Time(#[from] TimeError),
     #[error("the directory entry of {0:?} changed under every write in a row")]
     DirectoryContended(String),
     #[error("{0} changed under every conditional write in a row")]
@@ -163,23 +163,41 @@ pub struct Reseal {
     pub to: serde_json::Value,
 }
 
+/// Why a `reseal` event's range cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResealError {
+    /// A bound that is not a time (`sharding::time::parse_bound`'s rule).
+    #[error("reseal.{name}: {value} is not RFC 3339 or epoch ms ({why})")]
+    Bound {
+        name: &'static str,
+        value: String,
+        why: BoundError,
+    },
+    #[error("reseal: from ({from}) is not before to ({to})")]
+    Empty { from: i64, to: i64 },
+}
+
 impl Reseal {
     /// The range in epoch ms, or why it cannot be read.
-    pub fn range(&self) -> Result<(i64, i64), String> {
-        let at = |v: &serde_json::Value, name: &str| match v {
-            serde_json::Value::Number(n) => n
-                .as_i64()
-                .ok_or_else(|| format!("reseal.{name}: {n} is not epoch milliseconds")),
-            serde_json::Value::String(t) => Timestamp::parse(t)
-                .map(Timestamp::as_millis)
-                .map_err(|e| format!("reseal.{name}: {e}")),
-            other => Err(format!(
-                "reseal.{name}: {other} is neither RFC 3339 nor epoch ms"
-            )),
+    pub fn range(&self) -> Result<(i64, i64), ResealError> {
+        let at = |v: &serde_json::Value, name: &'static str| {
+            let ms = match v {
+                serde_json::Value::Number(n) => n
+                    .as_i64()
+                    .map_or(Err(BoundError::Unparsable), bound_of_millis),
+                serde_json::Value::String(t) => parse_bound(t),
+                _ => Err(BoundError::Unparsable),
+            };
+            ms.map(Timestamp::as_millis)
+                .map_err(|why| ResealError::Bound {
+                    name,
+                    value: v.to_string(),
+                    why,
+                })
         };
         let (from, to) = (at(&self.from, "from")?, at(&self.to, "to")?);
         if from >= to {
-            return Err(format!("reseal: from ({from}) is not before to ({to})"));
+            return Err(ResealError::Empty { from, to });
         }
         Ok((from, to))
     }
@@ -309,8 +327,10 @@ fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
 }
 
 fn time_range(from: i64, to: i64) -> Result<TimeRange, SealError> {
-    let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
-    TimeRange::new(at(from)?, at(to)?).map_err(|e| SealError::Time(e.to_string()))
+    Ok(TimeRange::new(
+        Timestamp::from_millis(from)?,
+        Timestamp::from_millis(to)?,
+    )?)
 }
 
 fn past(deadline: Option<Instant>) -> bool {

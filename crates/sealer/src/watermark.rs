@@ -2,10 +2,10 @@
 //! end is its item's version, so moving it is a conditional write that only grows it.
 
 use serde::{Deserialize, Serialize};
-use sharding::time::Timestamp;
+use sharding::time::{TimeError, Timestamp};
 use store::error::StoreError;
 use store::rollup::horizon::Horizon;
-use store::rollup::{HOUR_MS, RollupItem, RollupTable, hour_label, hour_of, keys};
+use store::rollup::{HOUR_MS, RollupItem, RollupTable, hour_of, keys};
 
 use crate::{SealError, Sealer};
 use store::directory::ShardReader;
@@ -46,7 +46,7 @@ pub async fn read_watermark<R: RollupTable>(rollups: &R) -> Result<Option<Waterm
 
 /// A watermark's end as its item's version (ends are epoch ms after 1970).
 pub(crate) fn version_of(end_ms: i64) -> Result<u64, SealError> {
-    u64::try_from(end_ms).map_err(|_| SealError::Time(hour_label(end_ms)))
+    u64::try_from(end_ms).map_err(|_| SealError::Time(TimeError::OutOfRange { millis: end_ms }))
 }
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {

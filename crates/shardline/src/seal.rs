@@ -40,16 +40,11 @@ pub struct SealArgs {
     pub stack: StackArgs,
 }
 
-/// A time flag: RFC 3339 or epoch milliseconds.
+/// A time flag: RFC 3339 or epoch milliseconds (`sharding::time::parse_bound`).
 fn at(text: &str) -> Result<i64, String> {
-    match text.parse::<i64>() {
-        Ok(ms) => Timestamp::from_millis(ms)
-            .map(Timestamp::as_millis)
-            .map_err(|e| e.to_string()),
-        Err(_) => Timestamp::parse(text)
-            .map(Timestamp::as_millis)
-            .map_err(|e| format!("{text:?} is neither RFC 3339 nor epoch ms: {e}")),
-    }
+    sharding::time::parse_bound(text)
+        .map(Timestamp::as_millis)
+        .map_err(|why| format!("{text:?} is neither RFC 3339 nor epoch ms ({why})"))
 }
 
 /// What a rebuild did.
