@@ -40,7 +40,7 @@ pub mod layout;
 mod marks;
 mod parts;
 mod progress;
-pub mod watermark;
+mod watermark;
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ use store::read::ReadingSource;
 use store::rollup::{HOUR_MS, RollupTable, hour_of};
 
 pub use config::{Config, Settings};
-pub use watermark::{Watermark, read_watermark};
+pub use store::rollup::watermark::{Watermark, read_watermark};
 
 use crate::hours::{Pass, Resume};
 
