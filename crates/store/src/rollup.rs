@@ -161,6 +161,16 @@ pub mod keys {
         format!("late#{part:02}")
     }
 
+    /// The sealer's watermark.
+    pub fn watermark() -> (String, String) {
+        ("seal".to_owned(), "state".to_owned())
+    }
+
+    /// How far a sealing run its deadline stopped got into its hour.
+    pub fn seal_progress() -> (String, String) {
+        ("seal".to_owned(), "progress".to_owned())
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -183,16 +193,6 @@ pub mod keys {
             assert_eq!(parse_late_mark("d-1"), None);
             assert_eq!(parse_late_mark("soon#d-1"), None);
         }
-    }
-
-    /// The sealer's watermark.
-    pub fn watermark() -> (String, String) {
-        ("seal".to_owned(), "state".to_owned())
-    }
-
-    /// How far a sealing run its deadline stopped got into its hour.
-    pub fn seal_progress() -> (String, String) {
-        ("seal".to_owned(), "progress".to_owned())
     }
 }
 
