@@ -177,18 +177,10 @@ impl Config {
             value: arn.clone(),
             reason,
         };
-        let key = |bytes: Vec<u8>| SealKey::new(bytes).map_err(&invalid);
-        let current = store::secrets::secret_stage_bytes(secrets, arn, "AWSCURRENT")
+        let (current, previous) = store::secrets::current_and_previous(secrets, arn, SealKey::new)
             .await
-            .map_err(&invalid)?
-            .ok_or_else(|| invalid("the secret has no AWSCURRENT version".to_owned()))?;
-        let previous = store::secrets::secret_stage_bytes(secrets, arn, "AWSPREVIOUS")
-            .await
-            .map_err(&invalid)?;
-        self.front_door_key = FrontDoorKey::Keys(SealKeys {
-            current: key(current)?,
-            previous: previous.map(key).transpose()?,
-        });
+            .map_err(invalid)?;
+        self.front_door_key = FrontDoorKey::Keys(SealKeys { current, previous });
         Ok(())
     }
 

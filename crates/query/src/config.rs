@@ -130,18 +130,9 @@ pub async fn resolve_cursor_keys(
                 .transpose()?,
         )),
         CursorKeySource::SecretArn(arn) => {
-            let name = "CURSOR_SECRET_ARN";
-            let current = store::secrets::secret_stage_bytes(secrets, arn, "AWSCURRENT")
+            store::secrets::current_and_previous(secrets, arn, CursorKey::new)
                 .await
-                .map_err(invalid(name))?
-                .ok_or_else(|| invalid(name)("the secret has no AWSCURRENT version".to_owned()))?;
-            let previous = store::secrets::secret_stage_bytes(secrets, arn, "AWSPREVIOUS")
-                .await
-                .map_err(invalid(name))?;
-            Ok((
-                key(name, current)?,
-                previous.map(|bytes| key(name, bytes)).transpose()?,
-            ))
+                .map_err(invalid("CURSOR_SECRET_ARN"))
         }
     }
 }

@@ -469,35 +469,18 @@ fn parse_range(params: &BTreeMap<String, String>, max_range_ms: i64) -> Result<R
     Ok(Range { from_ms, to_ms })
 }
 
-/// Parses RFC 3339 (any offset) or epoch milliseconds by the one rule the ingest reads
-/// a reading's `ts` with (`sharding::time::Timestamp::parse`: sub-millisecond digits
-/// are truncated, as a stored reading's are, so a bound falls on the millisecond of
-/// the readings it compares with), within an input's budget (at most 15 digits, or 64
-/// characters) and the stored range (1970 to 9999).
+/// Parses RFC 3339 (any offset) or epoch milliseconds by the one rule every function
+/// reads a time bound with (`sharding::time::parse_bound`), naming the parameter and
+/// why when it is refused.
 pub fn parse_ts(name: &str, raw: &str) -> Result<i64, ApiError> {
-    let bad = |why: &str| {
-        ApiError::bad_range(format!(
-            "{name} must be RFC 3339 or epoch milliseconds ({why}): {:?}",
-            truncate(raw, 40)
-        ))
-    };
-    let ms = if !raw.is_empty() && raw.len() <= 15 && raw.bytes().all(|b| b.is_ascii_digit()) {
-        raw.parse::<i64>().map_err(|_| bad("out of range"))?
-    } else {
-        if raw.len() > 64 {
-            return Err(bad("too long"));
-        }
-        if raw.starts_with('-') || raw.trim() != raw {
-            return Err(bad("unparsable"));
-        }
-        sharding::time::Timestamp::parse(raw)
-            .map_err(|_| bad("unparsable"))?
-            .as_millis()
-    };
-    if !(0..=MAX_TS_MS).contains(&ms) {
-        return Err(bad("before 1970 or after 9999"));
-    }
-    Ok(ms)
+    sharding::time::parse_bound(raw)
+        .map(sharding::time::Timestamp::as_millis)
+        .map_err(|why| {
+            ApiError::bad_range(format!(
+                "{name} must be RFC 3339 or epoch milliseconds ({why}): {:?}",
+                truncate(raw, 40)
+            ))
+        })
 }
 
 /// `30s`, `5m`, `1h`, `1d`: a positive integer and a unit.

@@ -37,7 +37,7 @@ use crate::{RunReport, SealError, Sealer, time_range};
 pub(crate) const ATTEMPTS: u32 = 4;
 
 /// Most isolated items a report names (it counts them all).
-const NAMED: usize = 16;
+pub(crate) const NAMED: usize = 16;
 
 /// A stored item's version and body digest, read before the readings it is
 /// recomputed from; `None` when there was none.

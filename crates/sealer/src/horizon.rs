@@ -5,9 +5,8 @@ use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::horizon::Horizon;
-use store::rollup::{RollupItem, RollupTable, hour_of, keys};
+use store::rollup::{RollupTable, hour_of};
 
-use crate::watermark::version_of;
 use crate::{SealError, Sealer, Watermark};
 
 /// The end of the hours sealable at `now` under `horizon`.
@@ -32,13 +31,15 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         if let Some(m) = mark
             && stored != Some(horizon)
         {
-            let version = version_of(m.end_ms)?;
             let body = Watermark {
                 horizon: Some(horizon),
                 ..m
             };
-            let item = RollupItem::with_body(keys::watermark(), version, &body, None)?;
-            if !self.rollups.put_if_version(&item, Some(version)).await? {
+            if !self
+                .rollups
+                .put_if_version(&body.item()?, Some(m.version()?))
+                .await?
+            {
                 tracing::info!(
                     "the watermark moved under the horizon's publication; the next run publishes it"
                 );

@@ -36,25 +36,31 @@ mod device_hour;
 mod directory;
 mod horizon;
 mod hours;
+mod invocation;
 pub mod layout;
 mod marks;
 mod parts;
 mod progress;
-pub mod watermark;
+mod rebuild;
+mod watermark;
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sharding::read_plan::PlanError;
-use sharding::time::{TimeRange, Timestamp};
+use sharding::time::{TimeError, TimeRange, Timestamp};
 use store::directory::{CachedDirectory, ShardReader};
+use store::dynamo::DynamoShards;
 use store::error::StoreError;
-use store::read::ReadingSource;
+use store::read::{DynamoReadingSource, ReadingSource};
+use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{HOUR_MS, RollupTable, hour_of};
 
 pub use config::{Config, Settings};
-pub use watermark::{Watermark, read_watermark};
+pub use invocation::{Invocation, InvokeError, Reseal, ResealError, invoke};
+pub use rebuild::Rebuilt;
+pub use store::rollup::watermark::{Watermark, read_watermark};
 
 use crate::hours::{Pass, Resume};
 
@@ -68,7 +74,7 @@ pub enum SealError {
     #[error(transparent)]
     Layout(#[from] layout::UnsealableLayout),
     #[error("an hour's time is out of range: {0}")]
-    Time(String),
+    Time(#[from] TimeError),
     #[error("the directory entry of {0:?} changed under every write in a row")]
     DirectoryContended(String),
     #[error("{0} changed under every conditional write in a row")]
@@ -116,7 +122,8 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Adds another run's counts to these (the hours of a rebuild, one at a time); the
+    /// Adds another run's counts to these (the hours of a rebuild, one at a time), and
+    /// its isolated items while the first named are fewer than a run names; the
     /// watermark, `behind` and `resume_ms` stay this report's.
     pub fn add(&mut self, other: &RunReport) {
         self.hours_sealed += other.hours_sealed;
@@ -127,61 +134,9 @@ impl RunReport {
         self.marks_sealed += other.marks_sealed;
         self.readings += other.readings;
         self.isolated += other.isolated;
+        let room = device_hour::NAMED.saturating_sub(self.isolated_items.len());
         self.isolated_items
-            .extend(other.isolated_items.iter().cloned());
-    }
-}
-
-/// What one invocation is asked: the scheduled run (any event EventBridge sends), or a
-/// rebuild of a range of hours from the readings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct Invocation {
-    #[serde(default)]
-    pub reseal: Option<Reseal>,
-}
-
-impl Invocation {
-    /// What `event` asks: a rebuild when it names `reseal`, which must then be well
-    /// formed (a malformed one is refused naming why, never run as the schedule's run),
-    /// else the scheduled run (EventBridge's event names no `reseal`).
-    pub fn of(event: serde_json::Value) -> Result<Self, String> {
-        match event.get("reseal") {
-            None => Ok(Self::default()),
-            Some(serde_json::Value::Null) => {
-                Err("a reseal event that names no range: reseal is null".to_owned())
-            }
-            Some(_) => serde_json::from_value(event)
-                .map_err(|e| format!("a reseal event that cannot be read: {e}")),
-        }
-    }
-}
-
-/// `{"reseal": {"from": .., "to": ..}}`: hours to seal again, RFC 3339 or epoch ms.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Reseal {
-    pub from: serde_json::Value,
-    pub to: serde_json::Value,
-}
-
-impl Reseal {
-    /// The range in epoch ms, or why it cannot be read.
-    pub fn range(&self) -> Result<(i64, i64), String> {
-        let at = |v: &serde_json::Value, name: &str| match v {
-            serde_json::Value::Number(n) => n
-                .as_i64()
-                .ok_or_else(|| format!("reseal.{name}: {n} is not epoch milliseconds")),
-            serde_json::Value::String(t) => Timestamp::parse(t)
-                .map(Timestamp::as_millis)
-                .map_err(|e| format!("reseal.{name}: {e}")),
-            other => Err(format!(
-                "reseal.{name}: {other} is neither RFC 3339 nor epoch ms"
-            )),
-        };
-        let (from, to) = (at(&self.from, "from")?, at(&self.to, "to")?);
-        if from >= to {
-            return Err(format!("reseal: from ({from}) is not before to ({to})"));
-        }
-        Ok((from, to))
+            .extend(other.isolated_items.iter().take(room).cloned());
     }
 }
 
@@ -194,6 +149,23 @@ pub struct Sealer<S, D, R> {
     settings: Settings,
     /// Late marks this sealer wrote, so each of its marks has a nonce of its own.
     marks_made: AtomicU64,
+}
+
+/// The sealer over the stack's DynamoDB tables.
+pub type DynamoSealer = Sealer<DynamoReadingSource, DynamoShards, DynamoRollups>;
+
+impl DynamoSealer {
+    /// The production wiring, one for every function that seals (the Lambda,
+    /// `shardline seal`, the local runner's schedule and demo): the readings, shard and
+    /// rollups tables `config` names, through one client.
+    pub fn on_dynamo(dynamodb: &aws_sdk_dynamodb::Client, config: &Config) -> Self {
+        Self::new(
+            DynamoReadingSource::new(dynamodb.clone(), &config.table_name),
+            DynamoShards::new(dynamodb, &config.shard_table_name),
+            DynamoRollups::new(dynamodb.clone(), &config.rollup_table),
+            config.settings,
+        )
+    }
 }
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
@@ -267,37 +239,6 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         Ok(report)
     }
 
-    /// Seals `[from_ms, to_ms)`'s hours again from their readings, oldest first, whatever
-    /// the watermark says, and leaves the watermark as it is: the rebuild of derived
-    /// items from the readings (the sealer's `reseal` event). Stops at `deadline` with
-    /// `resume_ms`, the hour to start the next call at.
-    pub async fn reseal(
-        &self,
-        from_ms: i64,
-        to_ms: i64,
-        now: Timestamp,
-        deadline: Option<Instant>,
-    ) -> Result<RunReport, SealError> {
-        let mut report = RunReport::default();
-        self.check_layouts(hour_of(from_ms), to_ms, now).await?;
-        let mut hour = hour_of(from_ms);
-        while hour < to_ms {
-            if past(deadline)
-                || self
-                    .seal_hour(hour, now, deadline, Resume::Over, &mut report)
-                    .await?
-                    == Pass::Stopped
-            {
-                report.resume_ms = Some(hour);
-                break;
-            }
-            report.hours_sealed += 1;
-            hour += HOUR_MS;
-        }
-        report.watermark_ms = read_watermark(&self.rollups).await?.map(|m| m.end_ms);
-        Ok(report)
-    }
-
     fn expiry(&self, hour_ms: i64) -> Option<i64> {
         let retention = i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX);
         Some((hour_ms + HOUR_MS) / 1000 + retention)
@@ -309,8 +250,10 @@ fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
 }
 
 fn time_range(from: i64, to: i64) -> Result<TimeRange, SealError> {
-    let at = |ms| Timestamp::from_millis(ms).map_err(|e| SealError::Time(e.to_string()));
-    TimeRange::new(at(from)?, at(to)?).map_err(|e| SealError::Time(e.to_string()))
+    Ok(TimeRange::new(
+        Timestamp::from_millis(from)?,
+        Timestamp::from_millis(to)?,
+    )?)
 }
 
 fn past(deadline: Option<Instant>) -> bool {
@@ -338,31 +281,4 @@ pub fn metrics_line(report: &RunReport, now: Timestamp) -> String {
         });
     }
     line(now.as_millis(), &[("Function", "sealer")], &metrics)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_malformed_reseal_is_refused_and_a_scheduled_event_is_a_run() {
-        let scheduled = serde_json::json!({
-            "version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
-            "time": "2026-06-22T02:11:00Z", "detail": {}
-        });
-        assert_eq!(Invocation::of(scheduled), Ok(Invocation::default()));
-        let asked = Invocation::of(serde_json::json!({"reseal": {"from": 0, "to": 3_600_000}}));
-        assert!(asked.is_ok_and(|i| i.reseal.is_some()));
-        for bad in [
-            serde_json::json!({"reseal": {"from": 0}}),
-            serde_json::json!({"reseal": "yesterday"}),
-            serde_json::json!({"reseal": null}),
-        ] {
-            let refused = Invocation::of(bad.clone());
-            assert!(
-                refused.as_ref().is_err_and(|e| e.contains("reseal")),
-                "{bad}: {refused:?}"
-            );
-        }
-    }
 }

@@ -15,14 +15,8 @@ use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::{RollupItem, RollupQuery, RollupTable, keys, part_of};
 
-use crate::watermark::Watermark;
+use crate::Watermark;
 use crate::{RunReport, SealError, Sealer, past};
-
-/// `{hour}#{device}` of a late mark's sort key.
-fn parse_mark(sk: &str) -> Option<(i64, &str)> {
-    let (hour, device) = sk.split_once('#')?;
-    Some((hour.parse().ok()?, device))
-}
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Seals the device-hours marked late in the sealed hours of `mark`, deleting each
@@ -48,7 +42,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 let page = self.rollups.query(&q).await?;
                 let mut by_hour: BTreeMap<i64, Vec<(&RollupItem, &str)>> = BTreeMap::new();
                 for item in &page.items {
-                    let Some((hour, device)) = parse_mark(&item.sk) else {
+                    let Some((hour, device)) = keys::parse_late_mark(&item.sk) else {
                         tracing::warn!(mark = %item, "a late mark whose key is not {{hour}}#{{device}}: left alone");
                         continue;
                     };

@@ -465,7 +465,13 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
         from: serde_json::json!(HOUR),
         to: serde_json::json!(HOUR),
     };
-    assert!(backwards.range().unwrap_err().contains("not before"));
+    assert!(
+        backwards
+            .range()
+            .unwrap_err()
+            .to_string()
+            .contains("not before")
+    );
     let scheduled = sealer::Invocation::of(serde_json::json!({"source": "aws.scheduler"})).unwrap();
     assert!(scheduled.reseal.is_none(), "a scheduled event is a run");
     let malformed = sealer::Invocation::of(serde_json::json!({"reseal": {"to": HOUR}}));

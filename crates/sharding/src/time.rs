@@ -11,6 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
+mod bound;
+pub use bound::{BoundError, MAX_BOUND_CHARS, MAX_BOUND_DIGITS, bound_of_millis, parse_bound};
+
 /// Why a time value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {

@@ -1,7 +1,7 @@
 //! `shardline seal`: rebuild the derived items (device-hours, summaries, fleet parts,
 //! directory entries) of a range of hours from the readings.
 //!
-//! The same code as the sealer's `reseal` event (`sealer::Sealer::reseal`), run from
+//! The same code as the sealer's `reseal` event (`sealer::Sealer::rebuild`), run from
 //! the operator's machine without a deadline: each hour is read once through the read
 //! plan over every device and the merge, and written with the sealer's conditional
 //! writes, so a rebuild run twice, run beside the scheduled sealer, or stopped and run
@@ -14,13 +14,9 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
-use sealer::{Config, RunReport, Sealer, Watermark};
+use sealer::{Config, DynamoSealer};
 use sharding::time::Timestamp;
 use store::clock::wall_clock;
-use store::dynamo::DynamoShards;
-use store::read::DynamoReadingSource;
-use store::rollup::HOUR_MS;
-use store::rollup::dynamo::DynamoRollups;
 
 use crate::env::StackArgs;
 
@@ -40,69 +36,11 @@ pub struct SealArgs {
     pub stack: StackArgs,
 }
 
-/// A time flag: RFC 3339 or epoch milliseconds.
+/// A time flag: RFC 3339 or epoch milliseconds (`sharding::time::parse_bound`).
 fn at(text: &str) -> Result<i64, String> {
-    match text.parse::<i64>() {
-        Ok(ms) => Timestamp::from_millis(ms)
-            .map(Timestamp::as_millis)
-            .map_err(|e| e.to_string()),
-        Err(_) => Timestamp::parse(text)
-            .map(Timestamp::as_millis)
-            .map_err(|e| format!("{text:?} is neither RFC 3339 nor epoch ms: {e}")),
-    }
-}
-
-/// What a rebuild did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rebuilt {
-    /// The sum of each hour's report.
-    pub report: RunReport,
-    /// The watermark after.
-    pub watermark: Option<Watermark>,
-}
-
-/// Rebuilds `[from, to)`'s hours, one line per hour on `progress`.
-pub async fn rebuild<S, D, R>(
-    sealer: &Sealer<S, D, R>,
-    from: i64,
-    to: i64,
-    now: Timestamp,
-    progress: &mut impl std::io::Write,
-) -> anyhow::Result<Rebuilt>
-where
-    S: store::read::ReadingSource,
-    D: store::directory::ShardReader,
-    R: store::rollup::RollupTable,
-{
-    anyhow::ensure!(
-        from < to,
-        "--from ({from}) is not before --to ({to}): nothing to rebuild"
-    );
-    let mut total = RunReport::default();
-    let mut hour = store::rollup::hour_of(from);
-    while hour < to {
-        let report = sealer
-            .reseal(hour, hour + HOUR_MS, now, None)
-            .await
-            .with_context(|| format!("sealing {}", store::rollup::hour_label(hour)))?;
-        writeln!(
-            progress,
-            "{}: {} readings, {} device-hours written, {} already so, {} fleet parts written",
-            store::rollup::hour_label(hour),
-            report.readings,
-            report.device_hours_written,
-            report.device_hours_unchanged,
-            report.parts_written,
-        )?;
-        total.add(&report);
-        hour += HOUR_MS;
-    }
-    let watermark = sealer.extend_watermark(from, to, now).await?;
-    total.watermark_ms = watermark.map(|m| m.end_ms);
-    Ok(Rebuilt {
-        report: total,
-        watermark,
-    })
+    sharding::time::parse_bound(text)
+        .map(Timestamp::as_millis)
+        .map_err(|why| format!("{text:?} is neither RFC 3339 nor epoch ms ({why})"))
 }
 
 /// Runs the command against the stack's tables and prints a line per hour, then the
@@ -111,14 +49,31 @@ pub async fn run(args: &SealArgs) -> anyhow::Result<()> {
     let env = args.stack.env()?;
     let config = Config::from_lookup(|name| env.get(name)).context("the sealer's settings")?;
     let dynamo = aws_sdk_dynamodb::Client::new(&args.stack.sdk_config(&env).await);
-    let sealer = Sealer::new(
-        DynamoReadingSource::new(dynamo.clone(), &config.table_name),
-        DynamoShards::new(&dynamo, &config.shard_table_name),
-        DynamoRollups::new(dynamo, &config.rollup_table),
-        config.settings,
-    );
+    let sealer = DynamoSealer::on_dynamo(&dynamo, &config);
     let mut out = std::io::stdout().lock();
-    let rebuilt = rebuild(&sealer, args.from, args.to, wall_clock()?, &mut out).await?;
+    anyhow::ensure!(
+        args.from < args.to,
+        "--from ({}) is not before --to ({}): nothing to rebuild",
+        args.from,
+        args.to
+    );
+    let mut written = Ok(());
+    let rebuilt = sealer
+        .rebuild(args.from, args.to, wall_clock()?, None, |hour, report| {
+            if written.is_ok() {
+                written = writeln!(
+                    out,
+                    "{}: {} readings, {} device-hours written, {} already so, {} fleet parts written",
+                    store::rollup::hour_label(hour),
+                    report.readings,
+                    report.device_hours_written,
+                    report.device_hours_unchanged,
+                    report.parts_written,
+                );
+            }
+        })
+        .await?;
+    written.context("cannot write to stdout")?;
     let said = match rebuilt.watermark {
         Some(m) => format!(
             "sealed {} hours ({} readings); the watermark covers {} to {}",

@@ -18,7 +18,7 @@
 //! | fleet part | `fleet#{hour}` | `{part}` | [`FleetPart`]: minute and hour cells of the part's devices | the bodies it has had |
 //! | directory | `dir` | `{device}` | [`DirEntry`] | a counter, each write one more |
 //! | late mark | `late#{part}` | `{hour}#{device}` | none | the marker's nonce |
-//! | watermark | `seal` | `state` | the first sealed hour and the published lateness horizon (the sealer's `Watermark`, [`horizon`]) | the end of the last sealed hour (epoch ms) |
+//! | watermark | `seal` | `state` | the first sealed hour and the published lateness horizon ([`watermark::Watermark`], [`horizon`]) | the end of the last sealed hour (epoch ms) |
 //! | progress | `seal` | `progress` | the hour and last device a stopped run wrote | 0 |
 //!
 //! `{hour}` is the hour's start in epoch milliseconds, 13 digits, so keys sort by time;
@@ -58,6 +58,7 @@ pub use cells::{
     to_f64,
 };
 pub mod horizon;
+pub mod watermark;
 
 /// How many parts the fleet's devices are spread over: one fleet item per part and
 /// hour, so sealing one device's late reading re-reads one part's device-hours, not the
@@ -139,6 +140,22 @@ pub mod keys {
         )
     }
 
+    /// The hour and device a late mark's sort key names: [`late_mark`]'s inverse;
+    /// `None` for a key it does not make.
+    pub fn parse_late_mark(sk: &str) -> Option<(i64, &str)> {
+        let (hour, device) = sk.split_once('#')?;
+        Some((hour.parse().ok()?, device))
+    }
+
+    /// The sort-key bounds (inclusive) of a part's late marks of the hours from
+    /// `first_hour` to `last_hour`, both included.
+    pub fn late_marks_between(first_hour: i64, last_hour: i64) -> (String, String) {
+        (
+            format!("{}#", hour_label(first_hour)),
+            format!("{}#~", hour_label(last_hour)),
+        )
+    }
+
     /// The partition of one part's late marks.
     pub fn late_part(part: u32) -> String {
         format!("late#{part:02}")
@@ -152,6 +169,30 @@ pub mod keys {
     /// How far a sealing run its deadline stopped got into its hour.
     pub fn seal_progress() -> (String, String) {
         ("seal".to_owned(), "progress".to_owned())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_late_marks_key_reads_back_as_its_hour_and_device() {
+            let hour = 1_782_090_000_000;
+            for device in ["d-1", "a#b", ""] {
+                let (pk, sk) = late_mark(device, hour);
+                assert_eq!(pk, late_part(part_of(device)));
+                assert_eq!(parse_late_mark(&sk), Some((hour, device)));
+                let (lo, hi) = late_marks_between(hour, hour);
+                assert!(
+                    lo.as_str() <= sk.as_str() && sk.as_str() <= hi.as_str(),
+                    "{sk}"
+                );
+                let (lo, _) = late_marks_between(hour + 3_600_000, hour + 3_600_000);
+                assert!(sk < lo, "{sk}");
+            }
+            assert_eq!(parse_late_mark("d-1"), None);
+            assert_eq!(parse_late_mark("soon#d-1"), None);
+        }
     }
 }
 

@@ -56,3 +56,21 @@ pub async fn secret_stage_bytes(
         (None, None) => Err(format!("the secret's {stage} version has no value")),
     }
 }
+
+/// The keys a rotated secret `id` holds, each made by `key` from its version's bytes:
+/// its `AWSCURRENT` version (which must exist) is the current key, its `AWSPREVIOUS`
+/// (absent until the first rotation) the previous one, still accepted. The one reading
+/// of a rotated key, for the front door's keys (the ingest) and the cursor keys (the
+/// query). `Err(why)` names what went wrong, for the caller's configuration error.
+pub async fn current_and_previous<K, E: std::fmt::Display>(
+    client: &Client,
+    id: &str,
+    key: impl Fn(Vec<u8>) -> Result<K, E>,
+) -> Result<(K, Option<K>), String> {
+    let current = secret_stage_bytes(client, id, "AWSCURRENT")
+        .await?
+        .ok_or_else(|| "the secret has no AWSCURRENT version".to_owned())?;
+    let previous = secret_stage_bytes(client, id, "AWSPREVIOUS").await?;
+    let key = |bytes| key(bytes).map_err(|e| e.to_string());
+    Ok((key(current)?, previous.map(key).transpose()?))
+}

@@ -2,7 +2,7 @@
 //! number of minutes, from the sealer's fleet parts (`store::rollup`: partition
 //! `fleet#{hour}`, one item per part, each with the hour's and each minute's cells of
 //! its devices). Never from the readings: only sealed hours are answered, the ones
-//! from the first the sealer sealed to its watermark (`super::rollups::SealedSpan`).
+//! from the first the sealer sealed to its watermark (`store::rollup::watermark::Watermark`).
 //! An hour before the first sealed one was never sealed (a late reading into it may
 //! even have left a part of one device there), so no bucket that starts before it is
 //! answered, as none that ends after the watermark is: the answer's `sealed_from` and
@@ -34,7 +34,7 @@ use store::read::ReadingSource;
 use store::rollup::{Cell, Cells, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupQuery, keys};
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
-use super::rollups::{Fetch, SealedSpan, Spend, instant, not_configured};
+use super::rollups::{Fetch, Spend, instant, not_configured};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
@@ -42,6 +42,7 @@ use crate::error::{ApiError, codes};
 use crate::model::ReadingKey;
 use crate::params::Range;
 use crate::scope::ReadScope;
+use store::rollup::watermark::Watermark;
 
 /// Most hours one page of `GET /stats` reads (a week): a Query each.
 pub const FLEET_PAGE_HOURS: i64 = 168;
@@ -183,7 +184,7 @@ impl PagePlan {
 pub(super) fn plan_page(
     request: &FleetRequest<'_>,
     start: i64,
-    span: SealedSpan,
+    span: Watermark,
     most_hours: i64,
     most_buckets: i64,
 ) -> Option<PagePlan> {
@@ -337,7 +338,7 @@ fn most_hours(budget: &RequestBudget) -> i64 {
 }
 
 /// The answer with no bucket: nothing sealed yet, or nothing left of the range.
-fn empty_page(span: Option<SealedSpan>, spend: &Spend<'_>) -> Answer {
+fn empty_page(span: Option<Watermark>, spend: &Spend<'_>) -> Answer {
     let page = FleetPage {
         buckets: Vec::new(),
         sealed_from: span.map(|s| instant(s.from_ms)).transpose()?,
@@ -472,8 +473,8 @@ mod tests {
     }
 
     /// Sealed from the epoch to `end_ms`.
-    fn span(end_ms: i64) -> SealedSpan {
-        SealedSpan { from_ms: 0, end_ms }
+    fn span(end_ms: i64) -> Watermark {
+        Watermark::span(0, end_ms)
     }
 
     #[test]
@@ -503,10 +504,7 @@ mod tests {
 
     #[test]
     fn no_bucket_starts_before_the_first_sealed_hour() {
-        let sealed = SealedSpan {
-            from_ms: 5 * H,
-            end_ms: 10 * H,
-        };
+        let sealed = Watermark::span(5 * H, 10 * H);
         let r = request(0, 24 * H, H);
         let p = plan_page(&r, 0, sealed, 168, 10_000).unwrap();
         assert_eq!((p.start, p.end), (5 * H, 10 * H));

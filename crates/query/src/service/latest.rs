@@ -36,7 +36,7 @@
 //! none 745 Queries at fan-out 1 in hour buckets (1,490 with blocks' two lanes).
 //!
 //! With it, the sealed hours `[from_ms, end_ms)` of the watermark
-//! (`super::rollups::SealedSpan`) hold no reading of the device newer than its
+//! (`store::rollup::watermark::Watermark`) hold no reading of the device newer than its
 //! directory entry's `last_seen_ms` (`store::rollup::DirEntry`, which the sealer
 //! writes before it moves the watermark past the hour), and none at all when it has no
 //! entry. So the route reads, strongly consistent, the watermark, then:
@@ -79,13 +79,14 @@ use store::rollup::{DIRECTORY_PK, DirEntry};
 
 use super::answer::{exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
-use super::rollups::{Fetch, SealedSpan, Spend};
+use super::rollups::{Fetch, Spend};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::error::ApiError;
 use crate::exec::{Exhausted, MergedPage, ReadBudget, ReadCost, ReadOptions, read_merged};
 use crate::model::{LatestOut, format_ts};
 use crate::params::{Limits, MAX_TS_MS, Range};
+use store::rollup::watermark::Watermark;
 
 /// The instants `GET /devices/{device_id}/latest` looks at, at `now`: back by the
 /// device route's widest range, ahead by how far past a writer's clock the ingest
@@ -103,7 +104,7 @@ pub fn look_back(now: Timestamp, limits: &Limits) -> Range {
 /// given the sealed hours `span` (the part of them below `upper`, the tail's start) and
 /// the device's directory entry: up to and including its newest sealed reading, or, with
 /// no entry (or one older than the first sealed hour), up to the first sealed hour.
-fn below_tail(span: SealedSpan, upper: i64, entry: Option<&DirEntry>) -> i64 {
+fn below_tail(span: Watermark, upper: i64, entry: Option<&DirEntry>) -> i64 {
     match entry {
         Some(e) if e.last_seen_ms >= span.from_ms => e.last_seen_ms.saturating_add(1).min(upper),
         _ => span.from_ms.min(upper),
@@ -355,10 +356,7 @@ mod tests {
 
     #[test]
     fn below_the_tail_only_what_the_directory_does_not_cover_is_read() {
-        let span = SealedSpan {
-            from_ms: 10 * H,
-            end_ms: 100 * H,
-        };
+        let span = Watermark::span(10 * H, 100 * H);
         // Up to and including the newest sealed reading.
         assert_eq!(
             below_tail(span, 100 * H, Some(&entry(50 * H + 7))),

@@ -11,11 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use store::error::StoreError;
-use store::rollup::{
-    HOUR_MS, RollupItem, RollupPage, RollupQuery, RollupTable, hour_label, hour_of, keys, part_of,
-};
+use store::rollup::watermark::Watermark;
+use store::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable, hour_of, keys, part_of};
 
 use super::answer::store_error;
 use crate::error::ApiError;
@@ -226,38 +224,17 @@ impl<'a> Spend<'a> {
     }
 }
 
-/// The hours the sealer has sealed, `[from_ms, end_ms)`, both hour boundaries: what
-/// its watermark says (`store::rollup`: the version is the end, the body holds the
-/// first sealed hour, `from_ms`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub(super) struct SealedSpan {
-    pub(super) from_ms: i64,
-    #[serde(skip)]
-    pub(super) end_ms: i64,
-}
-
-impl SealedSpan {
-    /// The span of a watermark item; `None` when its body names no first hour (every
-    /// watermark the sealer writes does), or the span is empty.
-    fn of(item: &RollupItem) -> Option<Self> {
-        let mut span: SealedSpan = serde_json::from_str(&item.body).ok()?;
-        let end = i64::try_from(item.version)
-            .unwrap_or(MAX_TS_MS)
-            .min(MAX_TS_MS);
-        // Hour boundaries, as the sealer writes them; anything else is cut inward.
-        span.from_ms = hour_of(span.from_ms.clamp(0, MAX_TS_MS) + HOUR_MS - 1);
-        span.end_ms = hour_of(end);
-        (span.from_ms < span.end_ms).then_some(span)
-    }
-}
-
 impl Spend<'_> {
-    /// The hours sealed, from the watermark; `None` before the first, or when the
-    /// watermark names no first hour.
-    pub(super) async fn sealed_span(&self) -> Result<Fetch<Option<SealedSpan>>, ApiError> {
+    /// The hours sealed, from the watermark, cut to the hours a reader trusts
+    /// (`Watermark::trusted`); `None` before the first, or when the watermark names no
+    /// first hour (every watermark the sealer writes does), or no hour.
+    pub(super) async fn sealed_span(&self) -> Result<Fetch<Option<Watermark>>, ApiError> {
         let (pk, sk) = keys::watermark();
         Ok(match self.get(&pk, &sk).await? {
-            Fetch::Got(item) => Fetch::Got(item.as_ref().and_then(SealedSpan::of)),
+            Fetch::Got(item) => Fetch::Got(
+                item.and_then(|i| Watermark::of(&i).ok())
+                    .and_then(Watermark::trusted),
+            ),
             Fetch::Cut(budget) => Fetch::Cut(budget),
         })
     }
@@ -277,23 +254,22 @@ impl Spend<'_> {
     pub(super) async fn marked(
         &self,
         device: &str,
-        span: SealedSpan,
+        span: Watermark,
         from_ms: i64,
         to_ms: i64,
     ) -> Result<bool, ApiError> {
         let first = hour_of(from_ms.max(span.from_ms));
         let last = hour_of((to_ms.min(span.end_ms) - 1).max(first));
         let mut q = RollupQuery::partition(keys::late_part(part_of(device)), false);
-        q.sk_between = Some((
-            format!("{}#", hour_label(first)),
-            format!("{}#~", hour_label(last)),
-        ));
+        q.sk_between = Some(keys::late_marks_between(first, last));
         let page = match self.query(&q, MOST_MARKS).await? {
             Fetch::Got(page) => page,
             Fetch::Cut(_) => return Ok(true),
         };
-        let suffix = format!("#{device}");
-        Ok(page.last_sk.is_some() || page.items.iter().any(|mark| mark.sk.ends_with(&suffix)))
+        let names = |mark: &RollupItem| {
+            keys::parse_late_mark(&mark.sk).is_some_and(|(_, marked)| marked == device)
+        };
+        Ok(page.last_sk.is_some() || page.items.iter().any(names))
     }
 }
 

@@ -31,11 +31,12 @@ use futures::StreamExt as _;
 use store::rollup::{Cell, DeviceHour, HOUR_MS, MINUTE_MS, RollupQuery, hour_label, hour_of, keys};
 
 use super::answer::store_error;
-use super::rollups::{Fetch, SealedSpan, Spend};
+use super::rollups::{Fetch, Spend};
 use super::stats::CellsRead;
 use crate::error::ApiError;
 use crate::exec::Exhausted;
 use crate::params::ceil_to;
+use store::rollup::watermark::Watermark;
 
 /// How a range `[from, to)` splits between readings and sealed cells. Each part is
 /// half-open and they follow one another: `head`, `sealed`, `tail`.
@@ -62,7 +63,7 @@ fn floor_to(ms: i64, unit: i64) -> i64 {
 
 /// The split of `[from, to)` at `interval_ms` over the sealed hours `span`: sealed cells
 /// only where the interval is a whole number of minutes.
-pub(super) fn split(from: i64, to: i64, interval_ms: i64, span: Option<SealedSpan>) -> Split {
+pub(super) fn split(from: i64, to: i64, interval_ms: i64, span: Option<Watermark>) -> Split {
     let all_raw = Split {
         head: part(from, to),
         sealed: None,
@@ -253,8 +254,8 @@ mod tests {
     const H: i64 = HOUR_MS;
     const M: i64 = MINUTE_MS;
 
-    fn span(from_ms: i64, end_ms: i64) -> Option<SealedSpan> {
-        Some(SealedSpan { from_ms, end_ms })
+    fn span(from_ms: i64, end_ms: i64) -> Option<Watermark> {
+        Some(Watermark::span(from_ms, end_ms))
     }
 
     #[test]

@@ -23,7 +23,7 @@ use store::rollup::MINUTE_MS;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
 use super::plan::{plan_error, specs, to_time_range};
-use super::rollups::{Fetch, SealedSpan, Spend};
+use super::rollups::{Fetch, Spend};
 use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
@@ -33,6 +33,7 @@ use crate::exec::{Exhausted, ReadBudget, ReadCost, ReadOptions, merge_each};
 use crate::model::ReadingKey;
 use crate::params::Range;
 use crate::stats::{PageEnd, Pager, interval_text};
+use store::rollup::watermark::Watermark;
 
 /// The most bytes one stats bucket takes as JSON, with the comma after it: a
 /// 24-character start, a 20-digit count, a double of at most 24 characters (`avg`), a
@@ -406,9 +407,9 @@ impl Ledger<'_, '_> {
 /// so the range is answered from the readings.
 async fn unmarked(
     spend: Option<&Spend<'_>>,
-    span: Option<SealedSpan>,
+    span: Option<Watermark>,
     read: &CellsRead<'_>,
-) -> Result<Option<SealedSpan>, ApiError> {
+) -> Result<Option<Watermark>, ApiError> {
     let (Some(spend), Some(s)) = (spend, span) else {
         return Ok(span);
     };

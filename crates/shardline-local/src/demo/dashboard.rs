@@ -4,7 +4,7 @@
 //!
 //! 1. **Seal.** The run's readings are stamped now, in an hour that has not ended, so
 //!    the scheduled sealer (which seals an hour the lateness horizon after it ends) has
-//!    not sealed it. The demo seals the run's hours with [`Sealer::reseal`], the
+//!    not sealed it. The demo seals the run's hours with [`sealer::Sealer::reseal`], the
 //!    documented rebuild path: device-hours, summaries, directory entries and fleet
 //!    parts, the watermark left where it is. The sealer reads and writes dynalite
 //!    directly, not through the run's capacity-proxy, so the run's heat, throttles and
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use query::exec::{ReadBudget, ReadOptions, merge_each};
-use sealer::Sealer;
+use sealer::DynamoSealer;
 use serde::Deserialize;
 use sharding::read_plan::plan_entity;
 use sharding::time::{TimeRange, Timestamp};
@@ -252,12 +252,10 @@ async fn timed<T>(work: impl Future<Output = T>) -> (T, Duration) {
     (out, started.elapsed())
 }
 
-type DemoSealer = Sealer<DynamoReadingSource, DynamoShards, DynamoRollups>;
-
 /// The stack's tables on dynalite itself: the sealer, configured as the Lambda is, and
 /// what the series reads the readings with.
 struct Tables {
-    sealer: DemoSealer,
+    sealer: DynamoSealer,
     horizon: Duration,
     source: DynamoReadingSource,
     directory: CachedDirectory<DynamoShards>,
@@ -282,12 +280,7 @@ impl Tables {
         let shards = || DynamoShards::new(&dynamo, &config.shard_table_name);
         let source = || DynamoReadingSource::new(dynamo.clone(), &config.table_name);
         Ok(Self {
-            sealer: Sealer::new(
-                source(),
-                shards(),
-                DynamoRollups::new(dynamo.clone(), &config.rollup_table),
-                config.settings,
-            ),
+            sealer: DynamoSealer::on_dynamo(&dynamo, &config),
             horizon: config.settings.horizon,
             source: source(),
             // Fresh reads: the one read of the layout and the device's fan-out.

@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use parking_lot::Mutex;
-use sealer::{Config, Sealer};
+use sealer::{Config, DynamoSealer};
 use shardline::env::EnvLookup;
-use store::dynamo::DynamoShards;
-use store::read::DynamoReadingSource;
-use store::rollup::dynamo::DynamoRollups;
 use tokio::sync::watch;
 
 use super::Stats;
@@ -27,12 +24,7 @@ pub(super) fn spawn(
         return Ok(());
     }
     let config = Config::from_lookup(|name| env.get(name)).context("sealer configuration")?;
-    let sealer = Sealer::new(
-        DynamoReadingSource::new(dynamo.clone(), &config.table_name),
-        DynamoShards::new(dynamo, &config.shard_table_name),
-        DynamoRollups::new(dynamo.clone(), &config.rollup_table),
-        config.settings,
-    );
+    let sealer = DynamoSealer::on_dynamo(dynamo, &config);
     tokio::spawn(async move {
         // The first run one interval after the start, as a schedule's first event.
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
