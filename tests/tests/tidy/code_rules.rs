@@ -195,7 +195,6 @@ fn items_go_through_serde_dynamo_or_a_named_encoder() {
 }
 
 #[test]
-#[ignore = "lands with the sealer's one rebuild sequence"]
 fn mains_only_build() {
     report("mains", &check_mains_only_build(&workspace()));
 }
