@@ -56,7 +56,7 @@ const NOTE: &str = "the whole bill, counted against the model: `shardline cost -
     a queue on moto (infra/local/moto_launch.py), phases spread evenly over the minute. A \
     poller stands for Lambda's event source (crates/bench/src/whole_bill/source.rs): a \
     message reaching the empty queue opens a batching window of the template's \
-    BatchingWindow (1 s); within it the poller calls ReceiveMessage for up to 10 as soon as \
+    BatchingWindow (1 s); within it the poller calls ReceiveMessage for up to ten as soon as \
     ten wait and once more when the window closes, the batch closing early at \
     IngestBatchSize (100); the batch goes to the real ingest handler (ingest::Ingest, \
     the template's defaults: blocks on, hour buckets, N = 8, the rollups table configured) \

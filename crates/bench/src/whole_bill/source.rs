@@ -22,7 +22,7 @@ use sharding::time::Timestamp;
 use crate::common;
 
 /// ReceiveMessage's and DeleteMessageBatch's most messages a call.
-const A_CALL: usize = 10;
+const A_CALL: usize = store::queue::MAX_BATCH_ENTRIES;
 
 /// One message of the fleet: when it reaches the queue, and its body.
 #[derive(Debug, Clone)]
