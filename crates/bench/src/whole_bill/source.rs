@@ -47,13 +47,22 @@ pub(super) fn fleet(
     for d in 0..devices {
         for j in 0..per_device {
             let ts = start_ms + d as i64 * every_ms / devices as i64 + j * every_ms;
+            // Four significant digits, written as the sample's are (21.37), not as a
+            // sum of floats prints (20.310000000000002).
+            let metric = |base: i64, k: i64| -> Result<serde_json::Value> {
+                Ok(serde_json::from_str(&format!(
+                    "{}.{:02}",
+                    base + k % 8,
+                    10 + k % 89
+                ))?)
+            };
             let body = serde_json::json!({
                 "device_id": format!("device-{d:06}"),
                 "event_id": format!("{j:08x}-0000-4000-8000-{d:012x}"),
                 "ts": Timestamp::from_millis(ts)?.to_rfc3339(),
                 "metrics": {
-                    "temperature": 20.0 + (j % 80) as f64 / 10.0 + 0.01,
-                    "humidity": 40.0 + (d % 50) as f64 / 10.0 + 0.01,
+                    "temperature": metric(20, j)?,
+                    "humidity": metric(40, d as i64)?,
                 },
             })
             .to_string();
