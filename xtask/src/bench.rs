@@ -18,7 +18,7 @@ pub struct BenchArgs {
     /// Reduced sizes and durations (a smoke run; the committed report is a full run).
     #[arg(long)]
     pub quick: bool,
-    /// Run only these items (1 to 9, repeatable). The report's other rows stay, each
+    /// Run only these items (1 to 10, repeatable). The report's other rows stay, each
     /// naming the run it came from.
     #[arg(long)]
     pub only: Vec<u8>,

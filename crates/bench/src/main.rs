@@ -1,6 +1,6 @@
 //! `shardline-bench`: the measurements of `bench/REPORT.md`, run by `cargo xtask bench`.
 //!
-//! Runs items 1-4 and 6-9, reads item 5's criterion estimate, prints one table and writes
+//! Runs items 1-4 and 6-10, reads item 5's criterion estimate, prints one table and writes
 //! the Markdown report. Figures only: nothing here asserts a goal.
 
 mod adaptive;
@@ -16,6 +16,7 @@ mod splice;
 mod spread;
 mod summaries;
 mod throughput;
+mod whole_bill;
 mod worst;
 
 use std::collections::BTreeMap;
@@ -53,9 +54,9 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
-    /// Run only these items (1 to 9, repeatable); all of them when absent. A report
+    /// Run only these items (1 to 10, repeatable); all of them when absent. A report
     /// written from a partial run says which items it holds.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=10))]
     only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
     /// page by page (default 4, 1 with --quick).
@@ -375,6 +376,13 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         }
         if let Err(e) = summaries::run(&root, results).await {
             results.note("9", format!("the month of summaries NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(10) {
+        eprintln!("item 10: the whole bill, counted against the model");
+        let devices = if quick { 100 } else { 1_000 };
+        if let Err(e) = whole_bill::run(&root, devices, results).await {
+            results.note("10", format!("NOT MEASURED: {e:#}"));
         }
     }
     if args.wants(6) {

@@ -40,7 +40,7 @@ use crate::report::Results;
 pub const ON_DEMAND_PRICE_PER_MILLION_READS: f64 = 0.125;
 
 /// The sealed hour: 2026-06-22T01:00Z.
-const HOUR: i64 = T0_MS + HOUR_MS;
+pub(crate) const HOUR: i64 = T0_MS + HOUR_MS;
 /// The template's `SealerSchedule`, rate(1 minute): runs an hour, one of which seals.
 const RUNS_PER_HOUR: f64 = 60.0;
 /// The template's `IngestBatchSize` and batching window: the messages of one event.
@@ -57,25 +57,25 @@ use fleet::{Fleet, fleets};
 
 /// The stack's table names.
 #[derive(Debug, Clone)]
-struct Tables {
-    readings: String,
-    shards: String,
-    rollups: String,
+pub(crate) struct Tables {
+    pub(crate) readings: String,
+    pub(crate) shards: String,
+    pub(crate) rollups: String,
 }
 
 /// What the proxies charged over one phase, every key of the three tables.
 #[derive(Debug, Default, Clone)]
-struct Charges {
-    keys: Vec<KeyStats>,
+pub(crate) struct Charges {
+    pub(crate) keys: Vec<KeyStats>,
     /// Calls by (table, operation).
-    calls: BTreeMap<(String, String), u64>,
+    pub(crate) calls: BTreeMap<(String, String), u64>,
 }
 
 /// Read and write units of one part of a bill.
 #[derive(Debug, Default, Clone, Copy)]
-struct Units {
-    rcu: f64,
-    wcu: f64,
+pub(crate) struct Units {
+    pub(crate) rcu: f64,
+    pub(crate) wcu: f64,
 }
 
 impl Units {
@@ -122,11 +122,11 @@ impl Charges {
             })
     }
 
-    fn table(&self, table: &str) -> Units {
+    pub(crate) fn table(&self, table: &str) -> Units {
         self.units(table, |_| true)
     }
 
-    fn total(&self) -> Units {
+    pub(crate) fn total(&self) -> Units {
         self.keys.iter().fold(Units::default(), |u, k| Units {
             rcu: u.rcu + k.rcu_total,
             wcu: u.wcu + k.wcu_total,
@@ -151,12 +151,12 @@ impl Charges {
 
 /// One proxy per table in front of the stand-in, per-key limits lifted: an hour of
 /// event time is written in seconds, and the bill does not depend on the rate.
-struct Tap {
+pub(crate) struct Tap {
     proxies: Vec<(String, ProxyHandle)>,
 }
 
 impl Tap {
-    async fn start(endpoint: &str, tables: &Tables) -> Result<Self> {
+    pub(crate) async fn start(endpoint: &str, tables: &Tables) -> Result<Self> {
         let mut proxies = Vec::new();
         for table in [&tables.readings, &tables.shards, &tables.rollups] {
             let mut pc = ProxyConfig::forward(endpoint)?;
@@ -172,7 +172,7 @@ impl Tap {
     }
 
     /// The client of each table's proxy: readings, shards, rollups.
-    async fn clients(&self) -> [Client; 3] {
+    pub(crate) async fn clients(&self) -> [Client; 3] {
         let client = |i: usize| {
             let url = self.proxies[i].1.url();
             async move { Client::new(&stand_in::sdk_config(&url).await) }
@@ -180,7 +180,7 @@ impl Tap {
         [client(0).await, client(1).await, client(2).await]
     }
 
-    async fn finish(self) -> Result<Charges> {
+    pub(crate) async fn finish(self) -> Result<Charges> {
         let mut charges = Charges::default();
         for (table, proxy) in self.proxies {
             let stats = proxy.stats();
@@ -210,7 +210,7 @@ struct Bill {
     idle: Charges,
 }
 
-fn sealer_on(
+pub(crate) fn sealer_on(
     tables: &Tables,
     [r, s, l]: [Client; 3],
 ) -> Sealer<DynamoReadingSource, DynamoShards, DynamoRollups> {
@@ -222,7 +222,7 @@ fn sealer_on(
     )
 }
 
-fn at(ms: i64) -> Result<Timestamp> {
+pub(crate) fn at(ms: i64) -> Result<Timestamp> {
     Ok(Timestamp::from_millis(ms)?)
 }
 

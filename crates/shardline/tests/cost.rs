@@ -134,15 +134,16 @@ fn a_thousand_devices_a_reading_a_minute_through_iot_core() {
     // and three names) too. Connectivity: 1,000 devices x 43,200 minutes.
     let iot =
         m * IOT_MESSAGE + m * IOT_RULE + m * IOT_ACTION + 1000.0 * 43_200.0 * CONNECTION_MINUTE;
-    // 43.2 M / 2,592,000 s = 16.7 messages a second: a 1-s window gathers 16, so
-    // 2,700,000 invocations, each receiving and deleting in 2 calls of up to 10.
-    let invocations = m / 16.0;
+    // 43.2 M / 2,592,000 s = 16.7 messages a second, evenly: a 1-s window opened by a
+    // message gathers it and the 16 after it, 17, so 2,541,176 invocations, each
+    // receiving and deleting in 2 calls of up to 10.
+    let invocations = m / 17.0;
     let sqs = (m + 2.0 * invocations + 2.0 * invocations) * SQS;
-    // An invocation: 16 items, one round: 2 + 10 + 0.16 ms, billed 13 ms at 512 MB.
+    // An invocation: 17 items, one round: 2 + 10 + 0.17 ms, billed 13 ms at 512 MB.
     let ingest = invocations * INVOCATION + invocations * 0.013 * 0.5 * GB_SECOND_ARM;
     // A device-hour: 60 readings; cells at once a minute: 1.5 + 0.77 x 2 = 3.04 units.
     let (sealer_lambda, sealer_ddb) = sealer(1000.0, 60.0, item, 3.04, 5.0);
-    // One warm ingest instance (2,700,000 x 13 ms over a month is under one): 30 read
+    // One warm ingest instance (2,541,176 x 13 ms over a month is under one): 30 read
     // units an hour. Storage: 30 days of readings at the item's bytes + 100; 30 days of
     // device-hours at 3.04 KB.
     let dynamodb = m * WRU
@@ -278,14 +279,15 @@ fn a_gateway_fleet_in_blocks_through_basic_ingest() {
         "three: {rule_output}"
     );
 
-    // 200 x 2,592,000 = 518,400,000 readings in 8,640,000 messages: 3.3 a second, so 3
-    // an invocation, 2,880,000 invocations of one receive and one delete each.
-    let (r, m, invocations) = (518_400_000.0, 8_640_000.0, 2_880_000.0);
+    // 200 x 2,592,000 = 518,400,000 readings in 8,640,000 messages: 3.3 a second, so a
+    // 1-s window opened by a message holds 4, 2,160,000 invocations of one receive and
+    // one delete each.
+    let (r, m, invocations) = (518_400_000.0, 8_640_000.0, 2_160_000.0);
     // Basic Ingest: no messaging; rules at 2 increments, actions at 3.
     let iot = m * 2.0 * IOT_RULE + m * 3.0 * IOT_ACTION + 200.0 * 43_200.0 * CONNECTION_MINUTE;
     let sqs = (m + invocations + invocations) * SQS;
-    // An invocation: 3 items (one round) and 180 readings: 2 + 10 + 1.8 = 13.8, billed 14.
-    let ingest = invocations * INVOCATION + invocations * 0.014 * 0.5 * GB_SECOND_ARM;
+    // An invocation: 4 items (one round) and 240 readings: 2 + 10 + 2.4 = 14.4, billed 15.
+    let ingest = invocations * INVOCATION + invocations * 0.015 * 0.5 * GB_SECOND_ARM;
     // A device-hour: 3,600 readings of block / 60 bytes each; cells 5 units.
     let per_reading = block / 60.0;
     let (sealer_lambda, sealer_ddb) = sealer(200.0, 3600.0, per_reading, 5.0, 5.0);
