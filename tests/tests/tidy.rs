@@ -2402,6 +2402,7 @@ struct CodeDefault {
 /// the function that reads it.
 fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<CodeDefault>> {
     let mut found: BTreeMap<String, Vec<CodeDefault>> = BTreeMap::new();
+    let mut by_constant = Vec::new();
     for (path, text) in repo.texts().filter(|(p, _)| is_crate_src(p)) {
         let function = function_of(path);
         // `"NAME", 123`: a variable read with its default beside it.
@@ -2430,6 +2431,9 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<CodeDefault>> {
                     .entry(name.to_owned())
                     .or_default()
                     .push(CodeDefault { value, function });
+            } else if is_screaming(literal) {
+                // `"NAME", DEFAULT_NAME`: the constant's value, once every constant is read.
+                by_constant.push((name.to_owned(), literal.to_owned(), function));
             }
         }
         // `const NAME: T = 123;`
@@ -2457,6 +2461,18 @@ fn code_defaults(repo: &Repo) -> BTreeMap<String, Vec<CodeDefault>> {
                     .or_default()
                     .push(CodeDefault { value, function });
             }
+        }
+    }
+    for (name, constant, function) in by_constant {
+        let values: Vec<f64> = found
+            .get(&constant)
+            .map(|c| c.iter().map(|d| d.value).collect())
+            .unwrap_or_default();
+        if let [value] = values[..] {
+            found
+                .entry(name)
+                .or_default()
+                .push(CodeDefault { value, function });
         }
     }
     found
@@ -3261,7 +3277,7 @@ fn claims_fixture() -> Repo {
         ),
         (
             "crates/store/src/config.rs",
-            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n    let t = env.parse_or(\"SHARD_CACHE_TTL_SECS\", 60, \"s\")?;\n}\npub const MAX_REQUEUES: u32 = 3;\n",
+            "fn read() {\n    let m = env.parse_or(\"FANOUT_MAX\", 32, \"n\")?;\n    let c = env.parse_or(\n        \"CACHE_TTL_SECS\",\n        60,\n        \"seconds\",\n    )?;\n    let t = env.parse_or(\"SHARD_CACHE_TTL_SECS\", 60, \"s\")?;\n    let f = env.parse_or(\"MAX_FUTURE_SECS\", DEFAULT_MAX_FUTURE_SECS, \"s\")?;\n}\npub const MAX_REQUEUES: u32 = 3;\npub const DEFAULT_MAX_FUTURE_SECS: u64 = 300;\n",
         ),
         (
             "crates/query/src/config.rs",
@@ -3372,6 +3388,13 @@ fn a_default_the_code_does_not_have_fails() {
     let fine = "A margin (`CACHE_TTL_SECS` + `MAX_FUTURE_SECS` = 365 s); `QUERY_MAX_QUERIES`\n\
                 (2,000); `CACHE_TTL_SECS` (1 min); `FANOUT_MAX` = 32.\n";
     assert_eq!(claims_of(fine), Vec::<String>::new());
+    // A default read through a constant is the constant's value.
+    assert_eq!(
+        claims_of("`MAX_FUTURE_SECS` (5 min)\n"),
+        Vec::<String>::new()
+    );
+    let through_constant = claims_of("`MAX_FUTURE_SECS` (200 s)\n");
+    assert_eq!(through_constant.len(), 1, "{through_constant:#?}");
 }
 
 #[test]

@@ -146,7 +146,10 @@ fn a_thousand_devices_a_reading_a_minute_through_iot_core() {
     // One warm ingest instance (2,541,176 x 13 ms over a month is under one): 30 read
     // units an hour. Storage: 30 days of readings at the item's bytes + 100; 30 days of
     // device-hours at 3.04 KB.
+    // Shard metadata: a device heard from every 60 s, the cache's TTL, is read again by
+    // each message (one read unit, strongly consistent): 43.2 M.
     let dynamodb = m * WRU
+        + m * RRU
         + 720.0 * 30.0 * RRU
         + sealer_ddb
         + m * (item + 100.0) / GB * GB_MONTH
@@ -218,7 +221,10 @@ fn ten_thousand_devices_every_ten_seconds_in_messages_of_ten_through_sqs() {
     // A device-hour: 360 readings; cells more often than a minute: 1 + 2 x 2 = 5 units.
     let per_reading = items / 10.0;
     let (sealer_lambda, sealer_ddb) = sealer(10_000.0, 360.0, per_reading, 5.0, 5.0);
+    // Shard metadata: a device's message every 100 s, longer than the cache's 60-s TTL:
+    // a read unit a message.
     let dynamodb = r * WRU
+        + m * RRU
         + 720.0 * 30.0 * RRU
         + sealer_ddb
         + 192_000.0 * RRU
@@ -291,7 +297,10 @@ fn a_gateway_fleet_in_blocks_through_basic_ingest() {
     // A device-hour: 3,600 readings of block / 60 bytes each; cells 5 units.
     let per_reading = block / 60.0;
     let (sealer_lambda, sealer_ddb) = sealer(200.0, 3600.0, per_reading, 5.0, 5.0);
+    // Shard metadata: a gateway's message every 60 s, the cache's TTL: a read unit a
+    // message.
     let dynamodb = m * units * WRU
+        + m * RRU
         + 720.0 * 30.0 * RRU
         + sealer_ddb
         + r * (block + 100.0) / 60.0 / GB * GB_MONTH

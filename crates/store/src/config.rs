@@ -22,6 +22,11 @@ use crate::directory::DirectoryConfig;
 /// for a device's newest reading looks no further ahead of its own clock than this.
 pub const DEFAULT_MAX_FUTURE_SECS: u64 = 300;
 
+/// How long the writers keep an entity's shard metadata before reading it again
+/// (`SHARD_CACHE_TTL_SECS`): a device heard from less often than this is read once a
+/// message (`shardline cost` prices those reads).
+pub const DEFAULT_SHARD_CACHE_TTL_SECS: u64 = 60;
+
 /// The writers' variables renamed, each `(name, old name)`: the old name is still read
 /// for one release. `SHARD_CACHE_TTL_SECS` is the one name of the shard-metadata cache's
 /// TTL in every function that caches shard metadata, each with its own default (the
@@ -174,7 +179,11 @@ impl WriterSettings {
             DEFAULT_MAX_FUTURE_SECS,
             "seconds",
         )?);
-        let cache_ttl = Duration::from_secs(env.parse_or("SHARD_CACHE_TTL_SECS", 60, "seconds")?);
+        let cache_ttl = Duration::from_secs(env.parse_or(
+            "SHARD_CACHE_TTL_SECS",
+            DEFAULT_SHARD_CACHE_TTL_SECS,
+            "seconds",
+        )?);
         let slack = Duration::from_secs(env.parse_or("PROPAGATION_SLACK_SECS", 5, "seconds")?);
         let cooldown = Duration::from_secs(env.parse_or("FANOUT_COOLDOWN_SECS", 2, "seconds")?);
         let shrink_after =

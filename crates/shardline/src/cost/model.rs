@@ -491,6 +491,16 @@ impl Queries {
     }
 }
 
+/// The ingest's reads of shard metadata a month: each instance reads a device's fan-out
+/// when its cached copy is older than the cache's TTL (one read unit, strongly
+/// consistent, an item under 4 KB or none): once a message for a device heard from less
+/// often than the TTL, else once a TTL an instance.
+fn shard_metadata_reads(shape: &Shape, f: &Figures, instances: f64) -> f64 {
+    let ttl = store::config::DEFAULT_SHARD_CACHE_TTL_SECS as f64;
+    let a_device = (MONTH_SECS / ttl * instances).min(f.messages_a_month / shape.devices);
+    shape.devices * a_device
+}
+
 /// DynamoDB's lines: the ingest's writes and reads, the sealer's, the queries', the
 /// storage.
 fn dynamodb(
@@ -512,6 +522,16 @@ fn dynamodb(
             f.readings_a_month * f.write_units_a_reading,
             Key::DynamodbWriteRequestUnits,
             modelled("the store's encoders: each item's started KBs"),
+        ),
+        Use::new(
+            Service::DynamoDb,
+            "ingest: read units (shard metadata)",
+            shard_metadata_reads(shape, f, instances),
+            Key::DynamodbReadRequestUnits,
+            modelled(
+                "a strongly consistent read of a device's fan-out by each instance that \
+                 meets it, at most once a SHARD_CACHE_TTL_SECS (60 s), at most once a message",
+            ),
         ),
         Use::new(
             Service::DynamoDb,
