@@ -124,7 +124,9 @@ const MAX_REKEY_ROUNDS: usize = 4;
 
 /// The ingest service: configuration plus the three ports, and the rollups table's
 /// (`L`, where late readings leave their marks) when `ROLLUP_TABLE` is configured.
-pub struct Ingest<T, S, Q, L = DynamoRollups> {
+/// Every caller names its four adapters (the production ones:
+/// [`from_clients`](Self::from_clients)).
+pub struct Ingest<T, S, Q, L> {
     config: Config,
     writer: BatchWriter<T>,
     directory: ShardDirectory<S>,
@@ -143,7 +145,7 @@ impl<T, S, Q, L> std::fmt::Debug for Ingest<T, S, Q, L> {
     }
 }
 
-impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
+impl Ingest<DynamoTable, DynamoShards, SqsQueue, DynamoRollups> {
     /// The production wiring over SDK clients (the rollups table's when `ROLLUP_TABLE`
     /// is set).
     pub fn from_clients(
@@ -230,7 +232,7 @@ fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
     StdRng::from_seed(seed)
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// A service over the given ports, with no rollups table (no late marks) until
     /// [`with_rollups`](Self::with_rollups).
     pub fn new(config: Config, table: T, shards: S, queue: Q) -> Self {
@@ -256,16 +258,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
     /// The same service, its late readings marked in `rollups`.
-    pub fn with_rollups<M: RollupTable>(self, rollups: M) -> Ingest<T, S, Q, M> {
-        Ingest {
-            config: self.config,
-            writer: self.writer,
-            directory: self.directory,
-            queue: self.queue,
-            rollups: Some(rollups),
-            horizon: self.horizon,
-            hook: self.hook,
-        }
+    pub fn with_rollups(mut self, rollups: L) -> Self {
+        self.rollups = Some(rollups);
+        self
     }
 
     /// The rollups table, when late readings are marked.
