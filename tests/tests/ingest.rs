@@ -24,12 +24,13 @@ use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::{Backend, Dynalite, TestStack};
 use store::dynamo::{DynamoShards, DynamoTable};
+use store::rollup::dynamo::DynamoRollups;
 use store::{ReadingItem, ShardReader, ShardStore};
 use tokio::time::Instant;
 
 use crate::harness;
 
-pub(crate) type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue>;
+pub(crate) type Service = Ingest<DynamoTable, DynamoShards, ingest::SqsQueue, DynamoRollups>;
 
 /// Seed of the proxy's fault draws.
 const SEED: u64 = 4;

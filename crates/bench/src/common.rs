@@ -14,6 +14,7 @@ use sharding::time::{Bucket, Timestamp};
 use store::ReadingItem;
 use store::dynamo::DynamoTable;
 use store::memory::MemoryShards;
+use store::rollup::dynamo::DynamoRollups;
 
 /// Most messages in one ingest invocation: the template's `IngestBatchSize` default
 /// (checked against template.yaml by this crate's tests).
@@ -25,7 +26,7 @@ pub const T0_MS: i64 = 1_782_086_400_000;
 
 /// The service under test: the real handler and batch writer over the DynamoDB adapter,
 /// shard metadata and dead letters held in memory (the sink answers only writes).
-pub type Service = Ingest<DynamoTable, MemoryShards, MemoryQueue>;
+pub type Service = Ingest<DynamoTable, MemoryShards, MemoryQueue, DynamoRollups>;
 
 /// A timestamp `ms` after [`T0_MS`].
 pub fn ts(ms: i64) -> Result<Timestamp> {

@@ -25,7 +25,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sharding::time::Timestamp;
 use store::dynamo::DynamoTable;
-use store::memory::MemoryShards;
+use store::memory::{MemoryRollups, MemoryShards};
 
 const MAX_INFLIGHT: usize = 16;
 const LATENCY_MS: u64 = 10;
@@ -147,7 +147,8 @@ async fn main() -> Result<()> {
     let sdk = stand_in::dynamodb_client_without_retries(&proxy.url());
     let config = config()?;
     let table = DynamoTable::new(&sdk, config.table_name.clone());
-    let service = Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new());
+    let service: Ingest<_, _, _, MemoryRollups> =
+        Ingest::new(config, table, MemoryShards::new(), MemoryQueue::new());
     let now = Timestamp::parse("2026-06-22T04:00:00Z")?;
     let base = Timestamp::parse("2026-06-21T04:00:00Z")?;
     let mut rng = StdRng::seed_from_u64(3);

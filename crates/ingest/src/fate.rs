@@ -407,14 +407,16 @@ pub(crate) mod tests {
         }
     }
 
-    fn throttled() -> Outcome {
+    /// A key-range throttle's outcome (the settle stage's tests use it too).
+    pub(crate) fn throttled() -> Outcome {
         Outcome::FailedRetryable {
             reason: "throttled".to_owned(),
             throttle: Some(ThrottleKind::KeyRange),
         }
     }
 
-    fn reported(reason: &str) -> Settled {
+    /// A message settled as reported with `reason`.
+    pub(crate) fn reported(reason: &str) -> Settled {
         Settled::Final(Fate::Reported {
             reason: reason.to_owned(),
         })

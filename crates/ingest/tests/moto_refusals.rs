@@ -15,7 +15,7 @@ use ingest::{Ingest, SqsQueue};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use stand_in::TestStack;
-use store::memory::{MemoryShards, MemoryTable};
+use store::memory::{MemoryRollups, MemoryShards, MemoryTable};
 use tokio::time::Instant;
 
 use crate::support::{config, event, now};
@@ -198,7 +198,8 @@ async fn s27_a_message_with_ten_attributes_is_requeued_through_moto() -> Result<
     let table = MemoryTable::new();
     table.set_unprocessed_fraction(1.0);
     let queue = SqsQueue::new(&sqs, &s.dlq_url, Some(s.queue_url.clone()));
-    let service = Ingest::new(config, table, MemoryShards::new(), queue);
+    let service: Ingest<_, _, _, MemoryRollups> =
+        Ingest::new(config, table, MemoryShards::new(), queue);
     let report = service
         .process(
             &ev,

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use aws_lambda_events::event::sqs::SqsEvent;
 use ingest::{Config, Ingest, MemoryQueue};
 use sharding::time::Timestamp;
-use store::memory::{MemoryShards, MemoryTable};
+use store::memory::{MemoryRollups, MemoryShards, MemoryTable};
 
-pub type Service = Ingest<MemoryTable, MemoryShards, MemoryQueue>;
+pub type Service = Ingest<MemoryTable, MemoryShards, MemoryQueue, MemoryRollups>;
 
 pub fn config(extra: &[(&str, &str)]) -> Config {
     let mut vars: HashMap<String, String> = [

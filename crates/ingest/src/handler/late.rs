@@ -34,7 +34,7 @@ use store::queue::Queue;
 use store::rollup::horizon::{Horizon, INGEST_REFRESH, INGEST_VALID};
 use store::rollup::{HOUR_MS, RollupTable, hour_of, keys, late_mark};
 
-use super::stages::KeyedMessage;
+use super::stages::{KeyedWrite, Message};
 use super::{BatchContext, Ingest};
 use crate::fate::Unmarked;
 
@@ -125,34 +125,37 @@ pub(crate) struct Marks {
     pub(crate) unmarked: Vec<Option<Unmarked>>,
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
-    /// The late hours of the readings whose writes were acknowledged, each reading
-    /// counted for the message it came from (a write shared by one device's messages
-    /// names each member's). Nothing without a rollups table.
-    pub(super) fn late_written(
-        &self,
-        messages: &[KeyedMessage],
-        horizon: Duration,
-        cx: &BatchContext<'_>,
-    ) -> LateHours {
-        let mut late = LateHours::new();
-        if self.rollups.is_none() {
-            return late;
-        }
-        let margin = margin_for(cx.deadline.saturating_duration_since(cx.started));
-        for (own, message) in messages.iter().enumerate() {
-            for (origin, reading) in message.written_readings(own) {
-                if !may_be_sealed(reading.ts, cx.now, horizon, margin) {
-                    continue;
-                }
-                late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
-                    .or_default()
-                    .entry(origin)
-                    .or_default()
-                    .push(reading.clone());
+/// The late hours of the readings of `messages` whose writes were acknowledged, each
+/// reading counted for the message it came from (a write shared by one device's
+/// messages names each member's), as an invocation started at `now` whose deadline is
+/// `span` away, marking with `horizon`, decides them.
+pub(super) fn late_written(
+    messages: &[Message<KeyedWrite>],
+    horizon: Duration,
+    now: Timestamp,
+    span: Duration,
+) -> LateHours {
+    let mut late = LateHours::new();
+    let margin = margin_for(span);
+    for (own, message) in messages.iter().enumerate() {
+        for (origin, reading) in message.written_readings(own) {
+            if !may_be_sealed(reading.ts, now, horizon, margin) {
+                continue;
             }
+            late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
+                .or_default()
+                .entry(origin)
+                .or_default()
+                .push(reading.clone());
         }
-        late
+    }
+    late
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
+    /// Whether late readings are marked (a rollups table is configured).
+    pub(super) fn marks_late(&self) -> bool {
+        self.rollups.is_some()
     }
 
     /// The horizon this invocation marks with: the sealer's, as published in its

@@ -20,6 +20,19 @@ use crate::fate::{CopyBody, Fate, Leave, LeavePolicy, Receipt, Settled, Unmarked
 use crate::front_door::Sender;
 use crate::message::{Refusal, to_body};
 
+/// The answers of a queue call for `entries`, or, when `deadline` comes first, a
+/// deadline error for each, saying what the call was `doing`.
+async fn by_deadline(
+    deadline: Instant,
+    doing: &'static str,
+    entries: usize,
+    call: impl Future<Output = Vec<Result<(), QueueError>>>,
+) -> Vec<Result<(), QueueError>> {
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or_else(|_| vec![Err(QueueError::Deadline { doing }); entries])
+}
+
 /// What [`Ingest::leave_stage`] did.
 pub(super) struct Leaving {
     pub(super) fates: Vec<Option<Fate>>,
@@ -144,16 +157,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             return (0, 0);
         }
         let batch: Vec<DeadLetter> = letters.iter().map(|(_, l)| l.clone()).collect();
-        let results = tokio::time::timeout_at(cx.deadline, self.queue.dead_letter(&batch))
-            .await
-            .unwrap_or_else(|_| {
-                vec![
-                    Err(QueueError::Deadline {
-                        doing: "sending to the DLQ"
-                    });
-                    letters.len()
-                ]
-            });
+        let results = by_deadline(
+            cx.deadline,
+            "sending to the DLQ",
+            batch.len(),
+            self.queue.dead_letter(&batch),
+        )
+        .await;
         let (mut sent, mut failed) = (0, 0);
         for ((m, letter), result) in letters.iter().zip(results) {
             match result {
@@ -184,16 +194,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             return (0, 0);
         }
         let batch: Vec<Requeue> = copies.iter().map(|(_, _, c)| c.clone()).collect();
-        let results = tokio::time::timeout_at(cx.deadline, self.queue.requeue(&batch))
-            .await
-            .unwrap_or_else(|_| {
-                vec![
-                    Err(QueueError::Deadline {
-                        doing: "requeueing"
-                    });
-                    copies.len()
-                ]
-            });
+        let results = by_deadline(
+            cx.deadline,
+            "requeueing",
+            batch.len(),
+            self.queue.requeue(&batch),
+        )
+        .await;
         let (mut requeued, mut split) = (0, 0);
         for ((m, sent, _), result) in copies.into_iter().zip(results) {
             match result {
@@ -300,16 +307,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         if delays.is_empty() {
             return (0, 0);
         }
-        let results = tokio::time::timeout_at(deadline, self.queue.delay(&delays))
-            .await
-            .unwrap_or_else(|_| {
-                vec![
-                    Err(QueueError::Deadline {
-                        doing: "delaying redeliveries"
-                    });
-                    delays.len()
-                ]
-            });
+        let results = by_deadline(
+            deadline,
+            "delaying redeliveries",
+            delays.len(),
+            self.queue.delay(&delays),
+        )
+        .await;
         let failed: Vec<&QueueError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
         if let Some(first) = failed.first() {
             tracing::warn!(

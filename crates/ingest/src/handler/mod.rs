@@ -1,30 +1,37 @@
 //! The handler: one SQS batch in, one partial-batch response out.
 //!
 //! [`Ingest::process`] is a pipeline of named stages, each in a module of its own, each
-//! taking and giving a type of its own, one per message of the batch ([`stages`]):
+//! taking and giving one type per message of the batch, [`Message`](stages::Message),
+//! generic in the writes it carries ([`stages`]). The stages that decide are functions
+//! of plain values (the records, the configuration, the layout and fan-outs read, the
+//! writes' outcomes), with no port and no `Ingest`; `process` keeps the I/O moments
+//! between them: the layout and fan-out reads ([`reads`]), the raises ([`observe`]),
+//! the write rounds ([`write`]), the marks ([`late`]) and what leaves ([`leave`]).
 //! 1. **parse** each message, guarded against panics ([`parse`]): a
-//!    [`ParsedMessage`], its readings or why it stopped;
+//!    [`ParsedMessage`](stages::ParsedMessage), its readings or why it stopped;
 //! 2. **pack** each message's readings into writes and encode each write's item once,
 //!    before it is keyed, where the layout packs blocks, one device's messages of the
-//!    batch together in a group ([`pack`]): a [`PackedMessage`];
-//! 3. **observe** each entity's rate in the batch, and raise its fan-out before its
-//!    readings are keyed when the keys in force cannot carry it (or mark it busy, or
-//!    shrink a quiet one) ([`observe`]);
-//! 4. **key** every write with the fan-out in force now ([`keying`]): a
-//!    [`KeyedMessage`](stages::KeyedMessage). A batch larger than one call per writer
-//!    slot is keyed in two waves: the first before the writes, the rest while the
-//!    first wave's calls are out, so a batch of thousands of readings does not hold
-//!    its first call back for the CPU time of keying them all;
+//!    batch together in a group ([`pack`]): a [`Packed`](stages::Packed) batch;
+//! 3. **observe** each entity's rate in the batch ([`rates`]), and raise its fan-out
+//!    before its readings are keyed when the keys in force cannot carry it (or mark it
+//!    busy, or shrink a quiet one) ([`observe`]);
+//! 4. **key** every write with the fan-out in force now, read first ([`reads`]:
+//!    a [`KeyingState`](keying::KeyingState)), by [`keying::key_batch`]: a
+//!    `Message<KeyedWrite>`. A batch larger than one call per writer slot is keyed in
+//!    two waves: the first before the writes, the rest while the first wave's calls are
+//!    out, so a batch of thousands of readings does not hold its first call back for
+//!    the CPU time of keying them all;
 //! 5. **write** in rounds ([`write`], with [`watch`] beside each round): a throttle
 //!    brings the entity to the directory at once, and when that raises its fan-out,
 //!    the items not yet written are given back by the writer and re-keyed with the new
 //!    k for the next round; each write gets its outcome ([`WrittenBatch`]);
-//! 6. **settle** each message's fate from the outcomes of the writes that hold its
-//!    readings, its own or its group's ([`stages::settle_batch`], by the policy of
-//!    [`crate::fate`]), then **mark** each device-hour of a written
-//!    reading whose hour may already be sealed, after the write, with a late mark in
-//!    the rollups table ([`late`]): a failed mark leaves the message's fate as the
-//!    writes settled it, and names the readings the leave stage sends back;
+//! 6. **settle** each message's fate, final once made, from the outcomes of the writes
+//!    that hold its readings, its own or its group's ([`settle::settle_batch`], by the
+//!    policy of [`crate::fate`]), then **mark** each device-hour of a written reading
+//!    whose hour may already be sealed ([`late::late_written`]), after the write, with a
+//!    late mark in the rollups table ([`late`]): the marks' own outcome, the readings
+//!    whose marks failed, goes beside the settled fate, which it does not change, and
+//!    the leave stage combines the two (`crate::fate::leave`);
 //! 7. **requeue or dead-letter** what must leave the batch, and delay the reported
 //!    ([`leave`], with what it reads of each SQS record in [`record`]);
 //! 8. **report** every message's fate and the metrics (EMF lines) ([`report`]).
@@ -60,7 +67,6 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, MAX_BATCH_ITEMS, WriterConfig};
 use store::directory::{ShardDirectory, ShardStore};
@@ -75,9 +81,8 @@ use tracing::Span;
 use crate::config::Config;
 use crate::fate::{Retry, Settled, Stopped};
 
-use keying::Keying;
-use observe::{Changes, entity_rates};
-use stages::{PackedMessage, ParsedMessage, settle_batch, waves};
+use late::LateHours;
+use observe::Changes;
 use write::WrittenBatch;
 
 mod keying;
@@ -86,8 +91,11 @@ mod leave;
 mod observe;
 mod pack;
 mod parse;
+mod rates;
+mod reads;
 mod record;
 mod report;
+mod settle;
 mod stages;
 mod watch;
 mod write;
@@ -124,7 +132,9 @@ const MAX_REKEY_ROUNDS: usize = 4;
 
 /// The ingest service: configuration plus the three ports, and the rollups table's
 /// (`L`, where late readings leave their marks) when `ROLLUP_TABLE` is configured.
-pub struct Ingest<T, S, Q, L = DynamoRollups> {
+/// Every caller names its four adapters (the production ones:
+/// [`from_clients`](Self::from_clients)).
+pub struct Ingest<T, S, Q, L> {
     config: Config,
     writer: BatchWriter<T>,
     directory: ShardDirectory<S>,
@@ -143,7 +153,7 @@ impl<T, S, Q, L> std::fmt::Debug for Ingest<T, S, Q, L> {
     }
 }
 
-impl Ingest<DynamoTable, DynamoShards, SqsQueue> {
+impl Ingest<DynamoTable, DynamoShards, SqsQueue, DynamoRollups> {
     /// The production wiring over SDK clients (the rollups table's when `ROLLUP_TABLE`
     /// is set).
     pub fn from_clients(
@@ -230,7 +240,7 @@ fn seeded<R: Rng + ?Sized>(rng: &mut R) -> StdRng {
     StdRng::from_seed(seed)
 }
 
-impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
+impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// A service over the given ports, with no rollups table (no late marks) until
     /// [`with_rollups`](Self::with_rollups).
     pub fn new(config: Config, table: T, shards: S, queue: Q) -> Self {
@@ -256,16 +266,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue> Ingest<T, S, Q> {
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
     /// The same service, its late readings marked in `rollups`.
-    pub fn with_rollups<M: RollupTable>(self, rollups: M) -> Ingest<T, S, Q, M> {
-        Ingest {
-            config: self.config,
-            writer: self.writer,
-            directory: self.directory,
-            queue: self.queue,
-            rollups: Some(rollups),
-            horizon: self.horizon,
-            hook: self.hook,
-        }
+    pub fn with_rollups(mut self, rollups: L) -> Self {
+        self.rollups = Some(rollups);
+        self
     }
 
     /// The rollups table, when late readings are marked.
@@ -320,37 +323,6 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         report.response()
     }
 
-    /// The table layout the messages are packed, their rates measured and their readings
-    /// keyed under (whether the writes pack blocks). Without it, the rates count one
-    /// item a reading, and the keying reads it again, or reports the batch.
-    async fn rate_layout(
-        &self,
-        parsed: &[ParsedMessage],
-        cx: &BatchContext<'_>,
-    ) -> Option<TableHistory> {
-        if !parsed.iter().any(Result::is_ok) {
-            return None;
-        }
-        tokio::time::timeout_at(cx.work_deadline, self.directory.layout(cx.now))
-            .await
-            .ok()?
-            .ok()
-    }
-
-    /// The batch's messages in the first round's two waves ([`stages::waves`]): the
-    /// first fills every slot of the writer once. One wave when nothing is keyed (the
-    /// layout could not be read, or no message has readings to key).
-    fn waves(
-        &self,
-        packed: Vec<PackedMessage>,
-        keying: Option<&Result<Keying, Retry>>,
-    ) -> (Vec<PackedMessage>, Option<Vec<PackedMessage>>) {
-        match keying {
-            Some(Ok(_)) => waves(packed, self.config.max_inflight.max(1) * MAX_BATCH_ITEMS),
-            _ => (packed, None),
-        }
-    }
-
     /// Processes one SQS batch and reports every message's fate (no output): the
     /// stages of the module docs, in order.
     pub async fn process<R: Rng + Send + ?Sized>(
@@ -361,26 +333,33 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         rng: &mut R,
     ) -> Report {
         let cx = BatchContext::new(&event.records, now, deadline, self.config.deadline_margin);
+        let retention = self.config.retention;
         let mut changes = Changes::default();
-        let parsed = self.parse_stage(&cx);
+        let parsed = parse::parse_batch(&cx, &self.config, self.hook.as_ref());
         let layout = self.rate_layout(&parsed, &cx).await;
-        let packed = self.pack_stage(parsed, layout.as_ref(), &cx.spans);
-        let rates = entity_rates(&packed, cx.records, &self.config.intake);
+        let packed = pack::pack_batch(parsed, layout.as_ref(), retention, &cx.spans);
+        let rates = rates::entity_rates(&packed, cx.records, &self.config.intake);
         self.observe_stage(&rates, &cx, &mut changes, rng).await;
         let keying = self.load_keying(&packed, layout, &cx).await;
-        let keying = keying.as_ref();
-        let (first, rest) = self.waves(packed, keying);
-        let first = self.key_stage(first, keying, &cx.spans);
-        let rest_spans = cx.spans.get(first.len()..).unwrap_or_default();
-        let key_rest = rest.map(|rest| move || self.key_stage(rest, keying, rest_spans));
+        let calls = self.config.max_inflight.max(1) * MAX_BATCH_ITEMS;
+        let (first, rest) = packed.waves(keying.first_wave(calls));
+        let first_len = first.len();
+        let first = keying::key_batch(first, &keying, retention, &cx.spans);
+        let rest_spans = cx.spans.get(first_len..).unwrap_or_default();
+        let key_rest = rest.map(|rest| || keying::key_batch(rest, &keying, retention, rest_spans));
         let WrittenBatch { messages, written } =
             self.write_stage(first, key_rest, &rates, &cx, rng).await;
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
         let panics = messages.iter().filter(|m| m.panicked()).count() as u64;
-        let horizon = self.lateness_horizon(&cx).await;
-        let late = self.late_written(&messages, horizon, &cx);
-        let settled: Vec<Settled> = settle_batch(messages, MAX_REKEY_ROUNDS);
+        let late = if self.marks_late() {
+            let horizon = self.lateness_horizon(&cx).await;
+            let span = cx.deadline.saturating_duration_since(cx.started);
+            late::late_written(&messages, horizon, cx.now, span)
+        } else {
+            LateHours::new()
+        };
+        let settled: Vec<Settled> = settle::settle_batch(messages, MAX_REKEY_ROUNDS);
         let marks = self.mark_stage(late, settled.len(), &cx, rng).await;
         let leaving = self.leave_stage(settled, marks.unmarked, &cx, rng).await;
         let (delayed, delay_failures) = self

@@ -1,6 +1,6 @@
 //! Stage 2, where the layout packs blocks: the parsed messages' readings packed into
 //! writes (`store::pack`), and each write's item encoded once, under a placeholder key
-//! as long as any key it can get (`store::pack::encode_unkeyed`). The observe stage
+//! as long as any key it can get (`store::pack::encode_unkeyed`). The rates stage
 //! measures a device's rate by those items' sizes, and the keying then sets each item's
 //! key (`store::pack::with_key`): an item is encoded once, not once for the rate and
 //! again for the write. A reading that cannot be keyed refuses its message here, as the
@@ -9,9 +9,9 @@
 //! The messages of one device in a batch are packed together ([`groups`]), so a device
 //! sending a reading a message writes blocks too: a [`Group`] owns its members and its
 //! writes, each write naming the member message of each of its readings; the first
-//! member carries the group (`PackedMessage::Carries`) and the others name it
-//! (`PackedMessage::PackedWith`); each message's fate then follows the writes that
-//! hold its readings (`super::stages::settle_batch`). A message that shares a reading
+//! member carries the group (`Message::Carries`) and the others name it
+//! (`Message::PackedWith`); each message's fate then follows the writes that
+//! hold its readings (`super::settle::settle_batch`). A message that shares a reading
 //! with another (a copy sent twice) is packed alone, so a write never holds two
 //! messages' copies of one reading, and a publisher's retry in the same batch rebuilds
 //! and overwrites its blocks. A retry or a redelivery that lands in a later batch may
@@ -20,131 +20,135 @@
 //! the copy), as docs/design-blocks.md says.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use sharding::epoch::TableHistory;
 use sharding::key::{KeyError, ReadingRef, validate_id};
 use sharding::layout::Strategy;
 use store::Reading;
-use store::batch::BatchTable;
-use store::directory::ShardStore;
 use store::pack;
-use store::queue::Queue;
 use tracing::Span;
 
-use super::stages::{Group, PackedMessage, ParsedMessage, Shared, UnkeyedWrite};
-use super::{Ingest, guarded};
+use super::guarded;
+use super::stages::{Group, Message, Packed, ParsedMessage, Shared, UnkeyedWrite};
 use crate::fate::Stopped;
 use crate::message::Refusal;
 
-impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
-    /// Packs and encodes every parsed message (whose spans are `spans`) where `layout`
-    /// was read and packs blocks, each device's messages together; elsewhere each
-    /// parsed message is left unpacked, for the keying to pack alone, each reading its
-    /// own item, sized by its bound, and nothing is encoded before the keying.
-    pub(super) fn pack_stage(
-        &self,
-        parsed: Vec<ParsedMessage>,
-        layout: Option<&TableHistory>,
-        spans: &[Span],
-    ) -> Vec<PackedMessage> {
-        let Some(table) = layout.filter(|table| pack::packs_blocks(table)) else {
-            return parsed
+/// Stage 2: packs and encodes every parsed message (whose spans are `spans`) where
+/// `layout` was read and packs blocks, each device's messages together; elsewhere each
+/// parsed message is left unpacked, for the keying to pack alone, each reading its own
+/// item, sized by its bound, and nothing is encoded before the keying. `retention` sets
+/// each encoded item's expiry.
+pub(super) fn pack_batch(
+    parsed: Vec<ParsedMessage>,
+    layout: Option<&TableHistory>,
+    retention: Duration,
+    spans: &[Span],
+) -> Packed {
+    let Some(table) = layout.filter(|table| pack::packs_blocks(table)) else {
+        return Packed::Unpacked(
+            parsed
                 .into_iter()
                 .map(|message| match message {
-                    Ok(readings) => PackedMessage::Unpacked(readings),
-                    Err(stopped) => PackedMessage::Stopped(stopped),
+                    Ok(readings) => Message::Alone(readings),
+                    Err(stopped) => Message::Stopped(stopped),
                 })
-                .collect();
-        };
-        // A reading that cannot be keyed refuses its own message, before any group.
-        let mut checked: Vec<ParsedMessage> = parsed
-            .into_iter()
-            .zip(spans)
-            .map(|(message, span)| {
-                let readings = message?;
-                span.in_scope(|| {
-                    guarded(|| {
-                        check_keyable(&readings, table).map_err(Stopped::Refused)?;
-                        Ok(readings)
-                    })
+                .collect(),
+        );
+    };
+    // A reading that cannot be keyed refuses its own message, before any group.
+    let mut checked: Vec<ParsedMessage> = parsed
+        .into_iter()
+        .zip(spans)
+        .map(|(message, span)| {
+            let readings = message?;
+            span.in_scope(|| {
+                guarded(|| {
+                    check_keyable(&readings, table).map_err(Stopped::Refused)?;
+                    Ok(readings)
                 })
             })
-            .collect();
-        let mut packed: Vec<Option<PackedMessage>> = std::iter::repeat_with(|| None)
-            .take(checked.len())
-            .collect();
-        for members in groups(&checked) {
-            let carrier = members[0];
-            let writes = spans[carrier].in_scope(|| {
-                let mut readings = Vec::new();
-                let mut from = Vec::new();
-                for &member in &members {
-                    if let Ok(own) = &mut checked[member] {
-                        from.extend(std::iter::repeat_n(member as u32, own.len()));
-                        readings.append(own);
-                    }
+        })
+        .collect();
+    let mut packed: Vec<Option<Message<UnkeyedWrite>>> = std::iter::repeat_with(|| None)
+        .take(checked.len())
+        .collect();
+    for members in groups(&checked) {
+        let carrier = members[0];
+        let writes = spans[carrier].in_scope(|| {
+            let mut readings = Vec::new();
+            let mut from = Vec::new();
+            for &member in &members {
+                if let Ok(own) = &mut checked[member] {
+                    from.extend(std::iter::repeat_n(member as u32, own.len()));
+                    readings.append(own);
                 }
-                guarded(|| Ok(self.pack_group(readings, &from, table)))
-            });
-            for &member in &members[1..] {
-                packed[member] = Some(PackedMessage::PackedWith { carrier });
             }
-            packed[carrier] = Some(PackedMessage::Carries(Group { members, writes }));
+            guarded(|| Ok(pack_group(readings, &from, table, retention)))
+        });
+        for &member in &members[1..] {
+            packed[member] = Some(Message::PackedWith { carrier });
         }
-        checked
-            .into_iter()
-            .zip(packed)
-            .zip(spans)
-            .map(|((message, packed), span)| {
-                packed.unwrap_or_else(|| {
-                    let packed = message.and_then(|readings| {
-                        span.in_scope(|| guarded(|| Ok(self.pack_alone(readings, table))))
-                    });
-                    match packed {
-                        Ok(writes) => PackedMessage::Alone(writes),
-                        Err(stopped) => PackedMessage::Stopped(stopped),
-                    }
-                })
-            })
-            .collect()
+        packed[carrier] = Some(Message::Carries(Group { members, writes }));
     }
-
-    /// One message's readings packed into writes (`store::pack`, [`alone`]), each
-    /// encoded before it is keyed; a write whose item cannot be made is left to the
-    /// keying to refuse, with its reason.
-    fn pack_alone(&self, readings: Vec<Reading>, table: &TableHistory) -> Vec<UnkeyedWrite> {
-        let mut writes = alone(readings, table);
-        for write in &mut writes {
-            write.item = pack::encode_unkeyed(&write.readings, self.config.retention).ok();
-        }
-        writes
-    }
-
-    /// A group's readings packed into writes, `from` naming the member message of
-    /// each reading, each write encoded before it is keyed, as [`Self::pack_alone`].
-    fn pack_group(
-        &self,
-        readings: Vec<Reading>,
-        from: &[u32],
-        table: &TableHistory,
-    ) -> Vec<Shared<UnkeyedWrite>> {
-        let units = pack::pack(&readings, table);
-        pack::take(readings, &units)
-            .into_iter()
-            .zip(&units)
-            .map(|(members, unit)| {
-                let item = pack::encode_unkeyed(&members, self.config.retention).ok();
-                Shared {
-                    write: UnkeyedWrite {
-                        readings: members,
-                        index: None,
-                        item,
-                    },
-                    member_messages: unit.iter().filter_map(|&i| from.get(i).copied()).collect(),
+    let messages = checked
+        .into_iter()
+        .zip(packed)
+        .zip(spans)
+        .map(|((message, packed), span)| {
+            packed.unwrap_or_else(|| {
+                let packed = message.and_then(|readings| {
+                    span.in_scope(|| guarded(|| Ok(pack_alone(readings, table, retention))))
+                });
+                match packed {
+                    Ok(writes) => Message::Alone(writes),
+                    Err(stopped) => Message::Stopped(stopped),
                 }
             })
-            .collect()
+        })
+        .collect();
+    Packed::Packed(messages)
+}
+
+/// One message's readings packed into writes (`store::pack`, [`alone`]), each
+/// encoded before it is keyed; a write whose item cannot be made is left to the
+/// keying to refuse, with its reason.
+fn pack_alone(
+    readings: Vec<Reading>,
+    table: &TableHistory,
+    retention: Duration,
+) -> Vec<UnkeyedWrite> {
+    let mut writes = alone(readings, table);
+    for write in &mut writes {
+        write.item = pack::encode_unkeyed(&write.readings, retention).ok();
     }
+    writes
+}
+
+/// A group's readings packed into writes, `from` naming the member message of each
+/// reading, each write encoded before it is keyed, as [`pack_alone`].
+fn pack_group(
+    readings: Vec<Reading>,
+    from: &[u32],
+    table: &TableHistory,
+    retention: Duration,
+) -> Vec<Shared<UnkeyedWrite>> {
+    let units = pack::pack(&readings, table);
+    pack::take(readings, &units)
+        .into_iter()
+        .zip(&units)
+        .map(|(members, unit)| {
+            let item = pack::encode_unkeyed(&members, retention).ok();
+            Shared {
+                write: UnkeyedWrite {
+                    readings: members,
+                    index: None,
+                    item,
+                },
+                member_messages: unit.iter().filter_map(|&i| from.get(i).copied()).collect(),
+            }
+        })
+        .collect()
 }
 
 /// One message's readings packed into writes (`store::pack`), not encoded yet: each

@@ -1,36 +1,36 @@
 //! What each stage gives the next, one message of the batch at a time, in the batch's
-//! order: `parse` gives `pack` a [`ParsedMessage`], `pack` gives the keying a
-//! [`PackedMessage`], the keying gives the writer a [`KeyedMessage`], and the writer
-//! gives `settle` the same, each write with its outcome ([`settle_batch`]).
+//! order: one type, [`Message`], generic in the writes it carries. `parse` gives a
+//! [`ParsedMessage`]; `pack` gives the keying a [`Packed`] batch, each message
+//! carrying its readings not yet cut into writes (`Message<Reading>`) or its writes
+//! packed and encoded before they are keyed (`Message<UnkeyedWrite>`); the keying gives
+//! the writer `Message<KeyedWrite>`, and the writer gives `settle` the same, each write
+//! with its outcome (`super::settle`).
 //!
 //! One device's messages of a batch may be packed together into one [`Group`]: the
 //! group owns its members and its writes, and travels with its first member, which
 //! carries it (`Carries`); every other member names that carrier (`PackedWith`). Each
 //! shared write names the message each of its readings came from ([`Shared`]).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use sharding::key::ItemKey;
 use store::Reading;
 use store::batch::{Outcome, SizedItem};
 use store::item::Encoded;
 
-use crate::fate::{Fate, Held, Settled, Stopped, settle};
+use crate::fate::Stopped;
 
 /// A message as `parse` gives it: its readings, or why it stopped.
 pub(crate) type ParsedMessage = Result<Vec<Reading>, Stopped>;
 
-/// A message as `pack` gives it to the keying.
+/// One message of the batch as a stage gives it, carrying writes of type `W`: a
+/// reading not yet cut into writes, a write not yet keyed, or a keyed one.
 #[derive(Debug)]
-pub(crate) enum PackedMessage {
-    /// Parsed and not packed: the layout packs no blocks, or was not read. The keying
-    /// packs its readings alone.
-    Unpacked(Vec<Reading>),
-    /// Packed alone into writes whose items are encoded before they are keyed (the
-    /// rate is measured by those items' sizes).
-    Alone(Vec<UnkeyedWrite>),
+pub(crate) enum Message<W> {
+    /// Its own writes.
+    Alone(Vec<W>),
     /// The first member of a group of one device's messages: it carries the group.
-    Carries(Group<UnkeyedWrite>),
+    Carries(Group<W>),
     /// A member of the group carried by the message at `carrier`: its readings travel
     /// in that group's writes.
     PackedWith {
@@ -41,21 +41,15 @@ pub(crate) enum PackedMessage {
     Stopped(Stopped),
 }
 
-/// A message as the keying gives it to the writer, and the writer, each write with its
-/// outcome, to `settle`.
+/// The batch as `pack` gives it to the keying: packed, or not (the layout packs no
+/// blocks, or was not read), which the layout decides for the whole batch.
 #[derive(Debug)]
-pub(crate) enum KeyedMessage {
-    /// Its own writes.
-    Alone(Vec<KeyedWrite>),
-    /// The first member of a group: it carries the group.
-    Carries(Group<KeyedWrite>),
-    /// A member of the group carried by the message at `carrier`.
-    PackedWith {
-        /// The index in the batch of the message carrying the group.
-        carrier: usize,
-    },
-    /// Stopped before its writes.
-    Stopped(Stopped),
+pub(crate) enum Packed {
+    /// Each message's readings, for the keying to cut into writes (each reading its own
+    /// item, sized by its bound, where the layout packs no blocks).
+    Unpacked(Vec<Message<Reading>>),
+    /// Each message's writes, packed, each one's item encoded before it is keyed.
+    Packed(Vec<Message<UnkeyedWrite>>),
 }
 
 /// One device's messages packed together: their writes, shared.
@@ -108,39 +102,34 @@ pub(crate) struct KeyedWrite {
     pub(crate) outcome: Option<Outcome>,
 }
 
-impl PackedMessage {
-    /// Whether the keying has writes or readings of this message to key.
-    pub(crate) fn to_key(&self) -> bool {
-        matches!(
-            self,
-            Self::Unpacked(_) | Self::Alone(_) | Self::Carries(Group { writes: Ok(_), .. })
-        )
-    }
+/// What a stage's write carries: its readings.
+pub(crate) trait Carried {
+    /// The readings it holds, in order.
+    fn readings(&self) -> &[Reading];
+}
 
-    /// The readings the keying keys with this message: its own, or its group's when it
-    /// carries one (none of any other message).
-    pub(crate) fn readings(&self) -> impl Iterator<Item = &Reading> {
-        let (unpacked, alone, shared): (&[Reading], &[UnkeyedWrite], &[Shared<UnkeyedWrite>]) =
-            match self {
-                Self::Unpacked(readings) => (readings, &[], &[]),
-                Self::Alone(writes) => (&[], writes, &[]),
-                Self::Carries(Group {
-                    writes: Ok(shared), ..
-                }) => (&[], &[], shared),
-                _ => (&[], &[], &[]),
-            };
-        unpacked.iter().chain(
-            alone
-                .iter()
-                .chain(shared.iter().map(|s| &s.write))
-                .flat_map(|w| w.readings.iter()),
-        )
+impl Carried for Reading {
+    fn readings(&self) -> &[Reading] {
+        std::slice::from_ref(self)
     }
 }
 
-impl KeyedMessage {
-    /// The writes this message holds: its own, and its group's when it carries one.
-    fn parts(&self) -> (&[KeyedWrite], &[Shared<KeyedWrite>]) {
+impl Carried for UnkeyedWrite {
+    fn readings(&self) -> &[Reading] {
+        &self.readings
+    }
+}
+
+impl Carried for KeyedWrite {
+    fn readings(&self) -> &[Reading] {
+        &self.readings
+    }
+}
+
+impl<W> Message<W> {
+    /// The writes this message holds: its own, or its group's when it carries one
+    /// (none of any other message).
+    pub(crate) fn parts(&self) -> (&[W], &[Shared<W>]) {
         match self {
             Self::Alone(writes) => (writes, &[]),
             Self::Carries(Group {
@@ -150,12 +139,57 @@ impl KeyedMessage {
         }
     }
 
-    /// The writes this message holds: its own, or its group's when it carries one.
-    fn writes(&self) -> impl Iterator<Item = &KeyedWrite> {
+    /// The writes this message holds, in order: its own, or its group's.
+    pub(crate) fn writes(&self) -> impl Iterator<Item = &W> {
         let (alone, shared) = self.parts();
         alone.iter().chain(shared.iter().map(|s| &s.write))
     }
 
+    /// The writes this message holds, to change.
+    pub(crate) fn writes_mut(&mut self) -> impl Iterator<Item = &mut W> {
+        let (alone, shared): (&mut [W], &mut [Shared<W>]) = match self {
+            Self::Alone(writes) => (writes, &mut []),
+            Self::Carries(Group {
+                writes: Ok(shared), ..
+            }) => (&mut [], shared),
+            _ => (&mut [], &mut []),
+        };
+        alone
+            .iter_mut()
+            .chain(shared.iter_mut().map(|s| &mut s.write))
+    }
+
+    /// Whether it holds writes (its own, or its group's) for the next stage to carry
+    /// on with.
+    pub(crate) fn has_writes(&self) -> bool {
+        matches!(
+            self,
+            Self::Alone(_) | Self::Carries(Group { writes: Ok(_), .. })
+        )
+    }
+
+    /// Whether it, or the group it carries, stopped on a panic.
+    pub(crate) fn panicked(&self) -> bool {
+        match self {
+            Self::Stopped(stopped)
+            | Self::Carries(Group {
+                writes: Err(stopped),
+                ..
+            }) => stopped.is_panic(),
+            _ => false,
+        }
+    }
+}
+
+impl<W: Carried> Message<W> {
+    /// The readings of the writes it holds: its own, or its group's when it carries one
+    /// (none of any other message).
+    pub(crate) fn readings(&self) -> impl Iterator<Item = &Reading> {
+        self.writes().flat_map(Carried::readings)
+    }
+}
+
+impl Message<KeyedWrite> {
     /// The readings of the writes it holds that were written, each with the message
     /// it came from: `own` (this message's index in the batch) for its own writes, the
     /// member's for a write of the group it carries.
@@ -177,146 +211,79 @@ impl KeyedMessage {
             });
         alone.chain(shared)
     }
-
-    /// The writes this message holds, to change.
-    fn writes_mut(&mut self) -> impl Iterator<Item = &mut KeyedWrite> {
-        let (alone, shared): (&mut [KeyedWrite], &mut [Shared<KeyedWrite>]) = match self {
-            Self::Alone(writes) => (writes, &mut []),
-            Self::Carries(Group {
-                writes: Ok(shared), ..
-            }) => (&mut [], shared),
-            _ => (&mut [], &mut []),
-        };
-        alone
-            .iter_mut()
-            .chain(shared.iter_mut().map(|s| &mut s.write))
-    }
-
-    /// Whether it, or the group it carries, stopped on a panic.
-    pub(crate) fn panicked(&self) -> bool {
-        match self {
-            Self::Stopped(stopped)
-            | Self::Carries(Group {
-                writes: Err(stopped),
-                ..
-            }) => stopped.is_panic(),
-            _ => false,
-        }
-    }
 }
 
 /// Every write of `messages`, in the batch's order (a group's where its carrier is).
-pub(crate) fn writes(messages: &[KeyedMessage]) -> impl Iterator<Item = &KeyedWrite> {
-    messages.iter().flat_map(KeyedMessage::writes)
+pub(crate) fn writes<W>(messages: &[Message<W>]) -> impl Iterator<Item = &W> {
+    messages.iter().flat_map(Message::writes)
 }
 
 /// Every write of `messages`, to change, in the batch's order.
-pub(crate) fn writes_mut(messages: &mut [KeyedMessage]) -> impl Iterator<Item = &mut KeyedWrite> {
-    messages.iter_mut().flat_map(KeyedMessage::writes_mut)
+pub(crate) fn writes_mut<W>(messages: &mut [Message<W>]) -> impl Iterator<Item = &mut W> {
+    messages.iter_mut().flat_map(Message::writes_mut)
 }
 
-/// Every message's fate, in the batch's order, from the writes that hold its readings
-/// ([`settle`] over them): a group's write counts for each of its members with the
-/// readings it holds of theirs, so a member is written when every write holding one of
-/// its readings is, and splits off only its own unwritten readings. Every member of a
-/// group that stopped as a whole (its packing or keying failed) shares that fate.
-pub(crate) fn settle_batch(messages: Vec<KeyedMessage>, rekey_rounds: usize) -> Vec<Settled> {
-    // Each group's members' fates, by its carrier, settled where the carrier is.
-    let mut groups: BTreeMap<usize, BTreeMap<usize, Settled>> = BTreeMap::new();
-    messages
-        .into_iter()
-        .enumerate()
-        .map(|(m, message)| {
-            let settled = match message {
-                KeyedMessage::Stopped(stopped) => Some(settle(Err(stopped), rekey_rounds)),
-                KeyedMessage::Alone(writes) => {
-                    let held = writes.into_iter().map(KeyedWrite::held).collect();
-                    Some(settle(Ok(held), rekey_rounds))
-                }
-                KeyedMessage::Carries(group) => {
-                    let mut members = settle_group(group, rekey_rounds);
-                    let own = members.remove(&m);
-                    groups.insert(m, members);
-                    own
-                }
-                KeyedMessage::PackedWith { carrier } => groups
-                    .get_mut(&carrier)
-                    .and_then(|members| members.remove(&m)),
-            };
-            // A member always has a reading in some write of its group; were it not so,
-            // it is redelivered, never taken as stored.
-            settled.unwrap_or_else(|| {
-                Settled::Final(Fate::Reported {
-                    reason: "its readings were in no write".to_owned(),
-                })
-            })
-        })
-        .collect()
-}
+impl Packed {
+    /// Whether any message has writes or readings to key.
+    pub(crate) fn to_key(&self) -> bool {
+        match self {
+            Self::Unpacked(messages) => messages.iter().any(Message::has_writes),
+            Self::Packed(messages) => messages.iter().any(Message::has_writes),
+        }
+    }
 
-/// Each member's fate in `group`: the fate of the group's stop, or from its part of
-/// each of the group's writes that holds one of its readings.
-fn settle_group(group: Group<KeyedWrite>, rekey_rounds: usize) -> BTreeMap<usize, Settled> {
-    match group.writes {
-        Err(stopped) => {
-            let fate = stopped.fate();
-            group
-                .members
-                .into_iter()
-                .map(|member| (member, Settled::Final(fate.clone())))
+    /// The entities whose readings the keying keys.
+    pub(crate) fn entities(&self) -> BTreeSet<&str> {
+        fn of<W: Carried>(messages: &[Message<W>]) -> BTreeSet<&str> {
+            messages
+                .iter()
+                .flat_map(Message::readings)
+                .map(|r| r.device_id.as_str())
                 .collect()
         }
-        Ok(shared) => by_member(shared)
-            .into_iter()
-            .map(|(member, held)| (member, settle(Ok(held), rekey_rounds)))
-            .collect(),
+        match self {
+            Self::Unpacked(messages) => of(messages),
+            Self::Packed(messages) => of(messages),
+        }
     }
-}
 
-impl KeyedWrite {
-    /// The write as its message holds it: all its readings, and its outcome.
-    fn held(self) -> Held {
-        Held {
-            readings: self.readings,
-            outcome: self.outcome,
+    /// How many messages.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Unpacked(messages) => messages.len(),
+            Self::Packed(messages) => messages.len(),
+        }
+    }
+
+    /// The batch in two waves ([`waves`]), or one when `readings` is none.
+    pub(crate) fn waves(self, readings: Option<usize>) -> (Self, Option<Self>) {
+        let Some(readings) = readings else {
+            return (self, None);
+        };
+        match self {
+            Self::Unpacked(messages) => {
+                let (first, rest) = waves(messages, readings);
+                (Self::Unpacked(first), rest.map(Self::Unpacked))
+            }
+            Self::Packed(messages) => {
+                let (first, rest) = waves(messages, readings);
+                (Self::Packed(first), rest.map(Self::Packed))
+            }
         }
     }
 }
 
-/// A group's writes, split by the member each reading came from: each member's part of
-/// each write that holds one of its readings, with the write's outcome.
-fn by_member(shared: Vec<Shared<KeyedWrite>>) -> BTreeMap<usize, Vec<Held>> {
-    let mut views: BTreeMap<usize, Vec<Held>> = BTreeMap::new();
-    for Shared {
-        write,
-        member_messages,
-    } in shared
-    {
-        let mut members: BTreeMap<usize, Vec<Reading>> = BTreeMap::new();
-        for (reading, member) in write.readings.into_iter().zip(&member_messages) {
-            members.entry(*member as usize).or_default().push(reading);
-        }
-        for (member, readings) in members {
-            views.entry(member).or_default().push(Held {
-                readings,
-                outcome: write.outcome.clone(),
-            });
-        }
-    }
-    views
-}
-
-/// `packed` in two waves, where the first holds the messages up to the first whose
+/// `messages` in two waves, where the first holds the messages up to the first whose
 /// readings to key bring the count to `readings`, and the rest holds more to key:
 /// `None` for the rest when it would hold nothing to key (all is then the first wave).
-pub(crate) fn waves(
-    mut packed: Vec<PackedMessage>,
+pub(crate) fn waves<W: Carried>(
+    mut messages: Vec<Message<W>>,
     readings: usize,
-) -> (Vec<PackedMessage>, Option<Vec<PackedMessage>>) {
+) -> (Vec<Message<W>>, Option<Vec<Message<W>>>) {
     let mut count = 0;
-    let mut split = packed.len();
-    for (i, message) in packed.iter().enumerate() {
-        if message.to_key() {
+    let mut split = messages.len();
+    for (i, message) in messages.iter().enumerate() {
+        if message.has_writes() {
             count += message.readings().count();
             if count >= readings {
                 split = i + 1;
@@ -324,147 +291,14 @@ pub(crate) fn waves(
             }
         }
     }
-    if !packed
+    if !messages
         .get(split..)
         .unwrap_or_default()
         .iter()
-        .any(PackedMessage::to_key)
+        .any(Message::has_writes)
     {
-        return (packed, None);
+        return (messages, None);
     }
-    let rest = packed.split_off(split);
-    (packed, Some(rest))
-}
-
-#[cfg(test)]
-mod tests {
-    use store::ThrottleKind;
-
-    use super::*;
-    use crate::fate::Retry;
-    use crate::fate::tests::reading;
-    use crate::message::Refusal;
-
-    fn keyed(event: &str, outcome: Option<Outcome>) -> KeyedWrite {
-        KeyedWrite {
-            readings: vec![reading(event)],
-            key: ItemKey {
-                pk: "p".to_owned(),
-                sk: event.to_owned(),
-            },
-            item: None,
-            fanout: 1,
-            outcome,
-        }
-    }
-
-    fn throttled() -> Outcome {
-        Outcome::FailedRetryable {
-            reason: "throttled".to_owned(),
-            throttle: Some(ThrottleKind::KeyRange),
-        }
-    }
-
-    fn reported(reason: &str) -> Settled {
-        Settled::Final(Fate::Reported {
-            reason: reason.to_owned(),
-        })
-    }
-
-    /// The group of `members`, carried by the first, with these writes.
-    fn group(members: &[usize], writes: Result<Vec<Shared<KeyedWrite>>, Stopped>) -> KeyedMessage {
-        KeyedMessage::Carries(Group {
-            members: members.to_vec(),
-            writes,
-        })
-    }
-
-    /// A block holding `events`, each from the message of the same place in `from`.
-    fn shared(events: &[&str], from: &[u32], outcome: Option<Outcome>) -> Shared<KeyedWrite> {
-        Shared {
-            write: KeyedWrite {
-                readings: events.iter().map(|e| reading(e)).collect(),
-                ..keyed(events[0], outcome)
-            },
-            member_messages: from.to_vec(),
-        }
-    }
-
-    #[test]
-    fn a_message_sharing_writes_follows_each_write_that_holds_its_readings() {
-        // Messages 0, 1 and 2 of one device, grouped into the writes message 0 carries:
-        // message 0's readings are all in the written block, message 1's in both
-        // blocks, message 2's only in the throttled one.
-        let messages = vec![
-            group(
-                &[0, 1, 2],
-                Ok(vec![
-                    shared(&["a", "b", "c"], &[0, 1, 0], Some(Outcome::Written)),
-                    shared(&["d", "e"], &[1, 2], Some(throttled())),
-                ]),
-            ),
-            KeyedMessage::PackedWith { carrier: 0 },
-            KeyedMessage::PackedWith { carrier: 0 },
-        ];
-        let settled = settle_batch(messages, 4);
-        assert_eq!(
-            settled,
-            vec![
-                Settled::Final(Fate::Written { readings: 2 }),
-                Settled::Split {
-                    unwritten: vec![reading("d")],
-                    written: 1,
-                    reason: "throttled".to_owned(),
-                },
-                reported("throttled"),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_member_of_a_group_refused_or_retried_as_a_whole_shares_its_fate() {
-        let refused = Refusal {
-            field: "body".to_owned(),
-            rule: "over 400 KB".to_owned(),
-        };
-        let settled = settle_batch(
-            vec![
-                group(&[0, 3], Err(Stopped::Refused(refused.clone()))),
-                group(
-                    &[1, 2],
-                    Err(Stopped::Retry(Retry::Failed(
-                        "metadata unavailable".to_owned(),
-                    ))),
-                ),
-                KeyedMessage::PackedWith { carrier: 1 },
-                KeyedMessage::PackedWith { carrier: 0 },
-                KeyedMessage::Alone(vec![keyed("z", Some(Outcome::Written))]),
-            ],
-            4,
-        );
-        let dead = || {
-            Settled::Final(Fate::DeadLettered {
-                reason: refused.clone(),
-            })
-        };
-        assert_eq!(
-            settled,
-            vec![
-                dead(),
-                reported("metadata unavailable"),
-                reported("metadata unavailable"),
-                dead(),
-                Settled::Final(Fate::Written { readings: 1 }),
-            ]
-        );
-        // A member that no write holds is redelivered, never taken as stored.
-        let lost = settle_batch(
-            vec![
-                group(&[0, 1], Ok(Vec::new())),
-                KeyedMessage::PackedWith { carrier: 0 },
-            ],
-            4,
-        );
-        assert_eq!(lost[1], reported("its readings were in no write"));
-    }
+    let rest = messages.split_off(split);
+    (messages, Some(rest))
 }

@@ -16,9 +16,9 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 use store::{Reading, ThrottleKind, pack};
 
-use super::keying::KeyedItem;
+use super::keying::{KeyedItem, keyed_item};
 use super::observe::Changes;
-use super::stages::{KeyedMessage, KeyedWrite, writes, writes_mut};
+use super::stages::{KeyedWrite, Message, writes, writes_mut};
 use super::watch::RoundWatch;
 use super::{BatchContext, Ingest, MAX_REKEY_ROUNDS, seeded};
 
@@ -36,7 +36,7 @@ pub(super) struct Written {
 /// What the write stage gives `settle`: every message, each write with its outcome,
 /// and what the writes did.
 pub(super) struct WrittenBatch {
-    pub(super) messages: Vec<KeyedMessage>,
+    pub(super) messages: Vec<Message<KeyedWrite>>,
     pub(super) written: Written,
 }
 
@@ -94,8 +94,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// went stale (given back for re-keying) and the fan-out changes won.
     pub(super) async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
-        first: Vec<KeyedMessage>,
-        rest: Option<impl FnOnce() -> Vec<KeyedMessage>>,
+        first: Vec<Message<KeyedWrite>>,
+        rest: Option<impl FnOnce() -> Vec<Message<KeyedWrite>>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
@@ -134,12 +134,12 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// there was nothing to write or no time left.
     async fn first_round<R: Rng + Send + ?Sized>(
         &self,
-        mut first: Vec<KeyedMessage>,
-        rest: Option<impl FnOnce() -> Vec<KeyedMessage>>,
+        mut first: Vec<Message<KeyedWrite>>,
+        rest: Option<impl FnOnce() -> Vec<Message<KeyedWrite>>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
-    ) -> (Vec<KeyedMessage>, Option<Written>) {
+    ) -> (Vec<Message<KeyedWrite>>, Option<Written>) {
         let slots = self.writer.slots();
         let Some(key_rest) = rest else {
             let written = self.write_keyed(&mut first, rates, cx, rng, &slots).await;
@@ -176,7 +176,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// write. `None` when there was nothing to write or no time left.
     async fn write_keyed<R: Rng + Send + ?Sized>(
         &self,
-        messages: &mut [KeyedMessage],
+        messages: &mut [Message<KeyedWrite>],
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
@@ -264,7 +264,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
 
     /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
     /// force now; one whose metadata cannot be read stays unwritten (reported).
-    async fn rekey(&self, messages: &mut [KeyedMessage], cx: &BatchContext<'_>) {
+    async fn rekey(&self, messages: &mut [Message<KeyedWrite>], cx: &BatchContext<'_>) {
         let now = cx.clock();
         let Ok(Ok(table)) =
             tokio::time::timeout_at(cx.work_deadline, self.directory.layout(now)).await
@@ -285,9 +285,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             };
             // A block keeps its members: its sort key follows from them, so only its
             // partition key moves with the raise.
-            if let Ok(KeyedItem { key, item }) =
-                self.keyed_item(&k.readings, None, &table, history, now)
-            {
+            if let Ok(KeyedItem { key, item }) = keyed_item(
+                &k.readings,
+                None,
+                &table,
+                history,
+                now,
+                self.config.retention,
+            ) {
                 k.key = key.key;
                 k.fanout = key.fanout;
                 k.item = Some(item);

@@ -43,6 +43,7 @@ use query::QueryService;
 use shardline::env::EnvLookup;
 use store::dynamo::{DynamoShards, DynamoTable};
 use store::read::DynamoReadingSource;
+use store::rollup::dynamo::DynamoRollups;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -59,7 +60,7 @@ pub use stats::{Billed, Stats};
 
 use worker::Shared;
 
-type Service = Ingest<DynamoTable, DynamoShards, SqsQueue>;
+type Service = Ingest<DynamoTable, DynamoShards, SqsQueue, DynamoRollups>;
 type Query = QueryService<DynamoReadingSource, DynamoShards>;
 
 /// The command: starts the runner, prints the query address, stops on SIGTERM/Ctrl-C
