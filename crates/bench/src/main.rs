@@ -399,6 +399,8 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // What was measured, named as the run starts: the tree may move while it runs.
+    let (measured, started, machine) = (commit(), today(), machine());
     let mut results = Results::default();
     rt.block_on(run(&args, &mut results))?;
     results.rows.sort_by(|a, b| a.item.cmp(&b.item));
@@ -413,9 +415,9 @@ fn main() -> Result<()> {
     if let Some(path) = &args.report {
         let run = Run {
             command: args.command.clone(),
-            commit: commit(),
-            date: today(),
-            machine: machine(),
+            commit: measured,
+            date: started,
+            machine,
             mode: mode(&args),
         };
         // The report keeps what this run did not measure, each row naming its run.
