@@ -49,12 +49,11 @@ struct Stream {
 
 impl Stream {
     fn of(q: &KeyQuery) -> Self {
-        let ms = |r: sharding::time::TimeRange| (r.from().as_millis(), r.to().as_millis());
         Self {
             pk: q.pk.clone(),
             sk_between: q.sk_between.clone(),
-            span: ms(q.time_filter.unwrap_or(q.covers)),
-            starts: ms(q.starts()),
+            span: q.span_ms(),
+            starts: q.starts_ms(),
             filter_time: q.time_filter.is_some(),
             buffered: VecDeque::new(),
             next: None,

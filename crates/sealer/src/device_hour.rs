@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 
 use sharding::epoch::TableHistory;
 use sharding::read_plan::plan_entity;
-use sharding::time::Timestamp;
+use sharding::time::{TimeRange, Timestamp};
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::stored::digest;
@@ -30,7 +30,7 @@ use store::rollup::{
 };
 
 use crate::by_device::{ByDevice, Next};
-use crate::{RunReport, SealError, Sealer, time_range};
+use crate::{RunReport, SealError, Sealer};
 
 /// Attempts at one device-hour's conditional write, each after reading its version
 /// and its readings again, before it is isolated.
@@ -249,7 +249,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         'slices: for slices in [&whole[..], &minutes[..]] {
             let mut dh = DeviceHour::new(device, hour);
             for &(from, to) in slices {
-                let plan = plan_entity(device, time_range(from, to)?, table, &fanout)?;
+                let plan = plan_entity(device, TimeRange::of_millis(from, to)?, table, &fanout)?;
                 let mut read = ByDevice::new(
                     &self.source,
                     &plan,

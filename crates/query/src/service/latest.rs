@@ -72,7 +72,7 @@ use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use store::config::DEFAULT_MAX_FUTURE_SECS;
-use store::directory::ShardReader;
+use store::directory::{DeviceLayout, ShardReader};
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 use store::rollup::{DIRECTORY_PK, DirEntry};
@@ -184,14 +184,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 instant(range.to_ms)
             ))
         };
-        let Some(table) = self.stored_layout(now).await? else {
+        let Some(DeviceLayout { table, fanout }) = self.device_layout(device, now).await? else {
             return Err(not_found());
         };
-        let fanout = self
-            .directory
-            .fanout(device, now)
-            .await
-            .map_err(store_error)?;
         let budget = self.config.budget.read(deadline);
         // Strongly consistent: the directory entries the sealer wrote before it moved
         // the watermark read are all there.
