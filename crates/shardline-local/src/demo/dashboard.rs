@@ -505,8 +505,8 @@ async fn draw_series(
     let device = scenario.hot_device.as_str();
     let mut device_hours = Vec::new();
     for &hour in hours {
-        let (pk, sk) = keys::device_hour(device, hour);
-        if let Some(item) = rollups.get(&pk, &sk, true).await? {
+        let key = keys::device_hour(device, hour);
+        if let Some(item) = rollups.get(&key.pk, &key.sk, true).await? {
             device_hours.push(item.body::<DeviceHour>()?);
         }
     }
