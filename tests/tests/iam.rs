@@ -632,7 +632,7 @@ async fn sealer_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     );
     // Written beside the recording, as the ingest writes it.
     let marks = DynamoRollups::new(aws_sdk_dynamodb::Client::new(&sdk), &config.rollup_table);
-    let (pk, sk) = store::rollup::keys::late_mark("dense-1", hour);
+    let store::rollup::RollupKey { pk, sk, .. } = store::rollup::keys::late_mark("dense-1", hour);
     marks
         .put(&RollupItem {
             pk,

@@ -198,7 +198,7 @@ fn now_ms() -> i64 {
 
 /// The late mark's sort key of `device`'s reading at `ts`.
 fn mark(device: &str, ts: i64) -> String {
-    keys::late_mark(device, hour_of(ts)).1
+    keys::late_mark(device, hour_of(ts)).sk
 }
 
 fn reported(report: &Report) -> BTreeSet<String> {
@@ -269,7 +269,7 @@ async fn late_readings_mark_each_device_hour_once_after_their_write() {
     // The late mark's partition is its device's part.
     for item in marked.rollups.rollups.items().into_values() {
         let device = item.sk.split_once('#').expect("sk").1;
-        assert_eq!(item.pk, keys::late_mark(device, 0).0);
+        assert_eq!(item.pk, keys::late_mark(device, 0).pk);
     }
     assert_eq!((report.late_marks, report.late_mark_failures), (3, 0));
     let line: serde_json::Value = serde_json::from_str(&report.emf_lines(now())[0]).expect("json");

@@ -12,8 +12,7 @@ use query::lambda::handle_apigw;
 use crate::common::{BASE_MS, R, hourly, load, service, shard_table, table_history};
 use store::memory::{MemoryReadings, MemoryRollups};
 use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupTable, hour_of, keys,
-    part_of,
+    DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupTable, hour_of, keys, part_of,
 };
 
 fn event(name: &str) -> lambda_http::Request {
@@ -62,7 +61,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64)
         parts.entry((*hour, part_of(device))).or_default().push(dh);
     }
     for (device, entry) in &directory {
-        let key = (DIRECTORY_PK.to_owned(), device.clone());
+        let key = keys::directory_entry(device);
         let item = RollupItem::with_body(key, 1, entry, None).unwrap();
         rollups.put(&item).await.unwrap();
     }

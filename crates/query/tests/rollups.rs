@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use store::Decimal;
 use store::memory::{MemoryReadings, MemoryRollups};
 use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupTable,
-    keys, mean, part_of,
+    DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys, mean,
+    part_of,
 };
 
 use crate::common::{BASE_MS, Service, hourly, key, now, shard_table, table_history};
@@ -69,13 +69,7 @@ async fn put_device(rollups: &MemoryRollups, device: &str, last_seen_ms: i64) {
         more_metrics: false,
         tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
     };
-    let item = RollupItem::with_body(
-        (DIRECTORY_PK.to_owned(), device.to_owned()),
-        1,
-        &entry,
-        None,
-    )
-    .unwrap();
+    let item = RollupItem::with_body(keys::directory_entry(device), 1, &entry, None).unwrap();
     rollups.put(&item).await.unwrap();
 }
 

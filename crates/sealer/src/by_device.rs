@@ -14,14 +14,17 @@
 //!
 //! A device with more readings than the read may hold is named instead, for its
 //! caller to read again in smaller ranges. One device's plan is read the same way.
+//!
+//! The merge order (the next device, a key's readings of it, their order, each once) is
+//! `sharding::by_device`'s pure functions; this module asks for the pages.
 
 use std::collections::VecDeque;
 use std::future::Future;
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+use sharding::by_device;
 use sharding::read_plan::{KeyQuery, ReadPlan};
-use sharding::written::keep_last;
 use store::error::StoreError;
 use store::item::ReadingItem;
 use store::read::{LastKey, Page, PageRequest, ReadingSource};
@@ -49,12 +52,11 @@ struct Stream {
 
 impl Stream {
     fn of(q: &KeyQuery) -> Self {
-        let ms = |r: sharding::time::TimeRange| (r.from().as_millis(), r.to().as_millis());
         Self {
             pk: q.pk.clone(),
             sk_between: q.sk_between.clone(),
-            span: ms(q.time_filter.unwrap_or(q.covers)),
-            starts: ms(q.starts()),
+            span: q.span_ms(),
+            starts: q.starts_ms(),
             filter_time: q.time_filter.is_some(),
             buffered: VecDeque::new(),
             next: None,
@@ -139,12 +141,12 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
     /// The next device in id order; `None` once every key is read.
     pub async fn next(&mut self) -> Result<Option<Next>, StoreError> {
         self.wait_for_fronts().await?;
-        let Some(device) = self
-            .streams
-            .iter()
-            .filter_map(|s| s.buffered.front().map(|r| r.device_id.clone()))
-            .min()
-        else {
+        let Some(device) = by_device::next_device(
+            self.streams
+                .iter()
+                .filter_map(|s| s.buffered.front().map(|r| r.device_id.as_str())),
+        )
+        .map(str::to_owned) else {
             return Ok(None);
         };
         // The device's readings: every stream's front, until no stream may hold more.
@@ -152,19 +154,14 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
         let mut over = false;
         loop {
             for s in &mut self.streams {
-                while s.buffered.front().is_some_and(|r| r.device_id == device) {
-                    let Some(r) = s.buffered.pop_front() else {
-                        break;
-                    };
-                    let (from, to) = s.span;
-                    let wanted = self.range.0..self.range.1;
-                    if (from..to).contains(&r.ts_ms) && wanted.contains(&r.ts_ms) {
-                        over |= readings.len() >= self.max_readings;
-                        if !over {
-                            readings.push(r);
-                        }
-                    }
-                }
+                over |= by_device::take_device(
+                    &mut s.buffered,
+                    &device,
+                    s.span,
+                    self.range,
+                    self.max_readings,
+                    &mut readings,
+                );
             }
             if !self.streams.iter().any(Stream::waiting) {
                 break;
@@ -176,14 +173,7 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
         }
         // A reading stored twice (a redelivery, two blocks, a re-keyed copy) is one:
         // the copy written last, as every raw read answers it (`sharding::written`).
-        readings.sort_unstable_by(|a, b| (a.ts_ms, &a.event_id).cmp(&(b.ts_ms, &b.event_id)));
-        readings.dedup_by(|copy, kept| {
-            let same = (copy.ts_ms, &copy.event_id) == (kept.ts_ms, &kept.event_id);
-            if same {
-                keep_last(kept, copy);
-            }
-            same
-        });
+        by_device::in_order(&mut readings);
         self.readings += readings.len() as u64;
         Ok(Some(Next::Readings { device, readings }))
     }

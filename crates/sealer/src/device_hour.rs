@@ -21,16 +21,17 @@ use std::sync::atomic::Ordering;
 
 use sharding::epoch::TableHistory;
 use sharding::read_plan::plan_entity;
-use sharding::time::Timestamp;
+use sharding::time::{TimeRange, Timestamp};
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::stored::digest;
 use store::rollup::{
-    DeviceHour, DirEntry, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, hour_label, keys, late_mark,
+    DeviceHour, DirEntry, HOUR_MS, MINUTE_MS, RollupItem, RollupKey, RollupTable, hour_label, keys,
+    late_mark,
 };
 
 use crate::by_device::{ByDevice, Next};
-use crate::{RunReport, SealError, Sealer, time_range};
+use crate::{RunReport, SealError, Sealer};
 
 /// Attempts at one device-hour's conditional write, each after reading its version
 /// and its readings again, before it is isolated.
@@ -67,14 +68,14 @@ pub(crate) enum Put {
 pub(crate) async fn put_over<R: RollupTable>(
     rollups: &R,
     item: Option<RollupItem>,
-    key: (String, String),
+    key: RollupKey,
     before: &Before,
 ) -> Result<Put, SealError> {
     let expected = before.as_ref().map(|(v, _)| *v);
     let Some(mut item) = item else {
         return Ok(match expected {
             None => Put::Deleted,
-            Some(v) if rollups.delete_if(&key.0, &key.1, v).await? => Put::Deleted,
+            Some(v) if rollups.delete_if(&key.pk, &key.sk, v).await? => Put::Deleted,
             Some(_) => Put::Contended,
         });
     };
@@ -89,7 +90,7 @@ pub(crate) async fn put_over<R: RollupTable>(
     }
     // Another writer wrote since: if it wrote this body (two runs at once over the same
     // readings), it holds what these readings say, and nothing need be read again.
-    Ok(match rollups.get(&key.0, &key.1, true).await? {
+    Ok(match rollups.get(&key.pk, &key.sk, true).await? {
         Some(stored) if stored.body == item.body => Put::Unchanged(stored.version),
         _ => Put::Contended,
     })
@@ -160,28 +161,29 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
 
     /// Brings the device's summary of the hour to the device-hour's version `put`.
     async fn write_summary(&self, dh: &DeviceHour, put: Put) -> Result<(), SealError> {
-        let (pk, sk) = keys::device_summary(&dh.device, dh.hour_ms);
+        let key = keys::device_summary(&dh.device, dh.hour_ms);
         let version = match put {
             Put::Written(v) => v,
             Put::Unchanged(v) => {
                 // A run killed between the two writes left the summary behind: this
                 // one catches it up; a read costs less than a refused write.
-                let stored = self.rollups.get(&pk, &sk, true).await?;
+                let stored = self.rollups.get(&key.pk, &key.sk, true).await?;
                 if stored.is_some_and(|s| s.version >= v) {
                     return Ok(());
                 }
                 v
             }
             Put::Deleted => {
-                if let Some(stored) = self.rollups.get(&pk, &sk, true).await? {
-                    self.rollups.delete_if(&pk, &sk, stored.version).await?;
+                if let Some(stored) = self.rollups.get(&key.pk, &key.sk, true).await? {
+                    self.rollups
+                        .delete_if(&key.pk, &key.sk, stored.version)
+                        .await?;
                 }
                 return Ok(());
             }
             Put::Contended => return Ok(()),
         };
-        let summary =
-            RollupItem::with_body((pk, sk), version, &dh.summary(), self.expiry(dh.hour_ms))?;
+        let summary = RollupItem::with_body(key, version, &dh.summary(), self.expiry(dh.hour_ms))?;
         self.rollups.put_if_newer(&summary).await?;
         Ok(())
     }
@@ -199,7 +201,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         now: Timestamp,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
-        let (pk, sk) = keys::device_hour(device, hour);
+        let key = keys::device_hour(device, hour);
         let mut outcome = Err(SealError::Contended(format!(
             "{}/{device}",
             hour_label(hour)
@@ -208,7 +210,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             let attempt = async {
                 let before = self
                     .rollups
-                    .get(&pk, &sk, true)
+                    .get(&key.pk, &key.sk, true)
                     .await?
                     .as_ref()
                     .map(before_of);
@@ -249,7 +251,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         'slices: for slices in [&whole[..], &minutes[..]] {
             let mut dh = DeviceHour::new(device, hour);
             for &(from, to) in slices {
-                let plan = plan_entity(device, time_range(from, to)?, table, &fanout)?;
+                let plan = plan_entity(device, TimeRange::of_millis(from, to)?, table, &fanout)?;
                 let mut read = ByDevice::new(
                     &self.source,
                     &plan,

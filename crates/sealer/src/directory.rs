@@ -10,9 +10,7 @@
 
 use store::directory::ShardReader;
 use store::read::ReadingSource;
-use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, RollupItem, RollupQuery, RollupTable, keys,
-};
+use store::rollup::{DeviceHour, DirEntry, RollupItem, RollupQuery, RollupTable, keys};
 
 use crate::{SealError, Sealer};
 
@@ -25,7 +23,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// retried when another run wrote in between. `true` when it changed the entry.
     pub(crate) async fn merge_directory(&self, entry: &DirEntry) -> Result<bool, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
-            let stored = self.rollups.get(DIRECTORY_PK, &entry.device, true).await?;
+            let key = keys::directory_entry(&entry.device);
+            let stored = self.rollups.get(&key.pk, &key.sk, true).await?;
             let (merged, expected) = match &stored {
                 Some(item) => match item.body::<DirEntry>() {
                     Ok(current) => {
@@ -45,12 +44,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 None => (entry.clone(), None),
             };
             let version = expected.map_or(1, |v| v + 1);
-            let item = RollupItem::with_body(
-                (DIRECTORY_PK.to_owned(), entry.device.clone()),
-                version,
-                &merged,
-                None,
-            )?;
+            let item = RollupItem::with_body(key, version, &merged, None)?;
             if self.rollups.put_if_version(&item, expected).await? {
                 return Ok(true);
             }
@@ -63,7 +57,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// none left). `true` when it changed the entry.
     pub(crate) async fn rebuild_directory(&self, device: &str) -> Result<bool, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
-            let stored = self.rollups.get(DIRECTORY_PK, device, true).await?;
+            let key = keys::directory_entry(device);
+            let stored = self.rollups.get(&key.pk, &key.sk, true).await?;
             let mut rebuilt: Option<DirEntry> = None;
             let mut q = RollupQuery::partition(keys::device_summaries(device), true);
             loop {
@@ -85,7 +80,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 (None, None) => return Ok(false),
                 (None, Some(item)) => {
                     self.rollups
-                        .delete_if(DIRECTORY_PK, device, item.version)
+                        .delete_if(&key.pk, &key.sk, item.version)
                         .await?
                 }
                 (Some(entry), stored) => {
@@ -98,7 +93,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                         return Ok(false);
                     }
                     let item = RollupItem::with_body(
-                        (DIRECTORY_PK.to_owned(), device.to_owned()),
+                        key.clone(),
                         expected.map_or(1, |v| v + 1),
                         &entry,
                         None,

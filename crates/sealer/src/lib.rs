@@ -246,14 +246,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
 }
 
 fn hour_range(hour: i64) -> Result<TimeRange, SealError> {
-    time_range(hour, hour + HOUR_MS)
-}
-
-fn time_range(from: i64, to: i64) -> Result<TimeRange, SealError> {
-    Ok(TimeRange::new(
-        Timestamp::from_millis(from)?,
-        Timestamp::from_millis(to)?,
-    )?)
+    Ok(TimeRange::of_millis(hour, hour + HOUR_MS)?)
 }
 
 fn past(deadline: Option<Instant>) -> bool {

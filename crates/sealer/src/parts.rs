@@ -54,7 +54,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         for _ in 0..ATTEMPTS {
             let before = self
                 .rollups
-                .get(&key.0, &key.1, true)
+                .get(&key.pk, &key.sk, true)
                 .await?
                 .as_ref()
                 .map(before_of);
@@ -97,7 +97,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 Put::Contended => continue,
             }
         }
-        let why = SealError::Contended(format!("{}/{}", key.0, key.1));
+        let why = SealError::Contended(key.to_string());
         Ok(match some_device {
             Some(device) => Part::Isolated(device, why),
             None => return Err(why),

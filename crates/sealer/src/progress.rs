@@ -21,8 +21,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// The last device written of `hour` by a run its deadline stopped, if the record
     /// is of that hour.
     pub(crate) async fn progress(&self, hour: i64) -> Result<Option<String>, SealError> {
-        let (pk, sk) = keys::seal_progress();
-        let Some(item) = self.rollups.get(&pk, &sk, true).await? else {
+        let key = keys::seal_progress();
+        let Some(item) = self.rollups.get(&key.pk, &key.sk, true).await? else {
             return Ok(None);
         };
         let progress: Progress = item.body()?;

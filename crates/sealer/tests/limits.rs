@@ -12,6 +12,7 @@ use sharding::written::WriteOrder;
 use store::error::StoreError;
 use store::item::Reading;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::RollupKey;
 use store::rollup::stored::{CHUNK_BYTES, row_size};
 use store::rollup::{
     DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupItem, RollupPage,
@@ -76,14 +77,14 @@ fn expected(readings: &[Reading]) -> BTreeMap<String, DeviceHour> {
     out
 }
 
-fn body<T: for<'de> serde::Deserialize<'de>>(rollups: &MemoryRollups, key: (String, String)) -> T {
+fn body<T: for<'de> serde::Deserialize<'de>>(rollups: &MemoryRollups, key: RollupKey) -> T {
     rollups.items()[&key].body().unwrap()
 }
 
 /// The fleet's hour: its parts merged.
 fn fleet(rollups: &MemoryRollups) -> FleetPart {
     let mut fleet = FleetPart::default();
-    for ((pk, _), item) in rollups.items() {
+    for (RollupKey { pk, .. }, item) in rollups.items() {
         if pk == keys::fleet_hour(HOUR) {
             fleet.merge(&item.body().unwrap());
         }
@@ -214,7 +215,7 @@ async fn an_hour_of_thousands_of_metric_names_across_the_fleet_seals() {
     let parts: usize = rollups
         .items()
         .keys()
-        .filter(|(pk, _)| *pk == keys::fleet_hour(HOUR))
+        .filter(|RollupKey { pk, .. }| *pk == keys::fleet_hour(HOUR))
         .count();
     assert_eq!(parts, PARTS as usize);
     largest_row(&rollups);
@@ -283,10 +284,7 @@ async fn a_value_re_sent_after_the_seal_is_the_one_every_derived_item_holds() {
     let summary: DeviceHour = body(&rollups, keys::device_summary("d-1", HOUR));
     assert_eq!(summary, want["d-1"].summary());
     assert_eq!(fleet(&rollups), expected_fleet(&want));
-    let entry: DirEntry = body(
-        &rollups,
-        (store::rollup::DIRECTORY_PK.to_owned(), "d-1".to_owned()),
-    );
+    let entry: DirEntry = body(&rollups, keys::directory_entry("d-1"));
     assert_eq!(
         entry.tags["fw"], "2.0",
         "the newest reading's tags, re-sent"
@@ -299,12 +297,12 @@ async fn a_value_re_sent_after_the_seal_is_the_one_every_derived_item_holds() {
 /// cannot take (or a bug writes one it cannot).
 struct Refusing {
     inner: MemoryRollups,
-    key: (String, String),
+    key: RollupKey,
 }
 
 impl Refusing {
     fn check(&self, pk: &str, sk: &str) -> Result<(), StoreError> {
-        match (pk, sk) == (self.key.0.as_str(), self.key.1.as_str()) {
+        match (pk, sk) == (self.key.pk.as_str(), self.key.sk.as_str()) {
             true => Err(StoreError::Validation("refused for the test".to_owned())),
             false => Ok(()),
         }

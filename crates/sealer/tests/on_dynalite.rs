@@ -32,6 +32,7 @@ use store::error::StoreError;
 use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
 use store::read::DynamoReadingSource;
+use store::rollup::RollupKey;
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{
     Cells, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupPage,
@@ -395,7 +396,7 @@ impl Stand {
                 .await?;
             for item in page.items.unwrap_or_default() {
                 let item = decode(&item)?;
-                out.insert((item.pk.clone(), item.sk.clone()), item);
+                out.insert(item.key(), item);
             }
             start = page.last_evaluated_key;
             if start.is_none() {
@@ -406,7 +407,7 @@ impl Stand {
 }
 
 type DynamoSealer<T> = Sealer<DynamoReadingSource, DynamoShards, T>;
-type Items = BTreeMap<(String, String), RollupItem>;
+type Items = BTreeMap<RollupKey, RollupItem>;
 
 /// Stores the layout and raises `hot-1` from 1 to 8 keys at [`RAISE`], as the
 /// directory's writers do (the change listed in the hot index first); the stored
@@ -450,7 +451,7 @@ async fn raise_hot_device(
 /// writes. A version is not among them: it counts the bodies an item has had (a
 /// device-hour sealed, then sealed again with a late reading, is at its second), where
 /// a clean run writes each body once.
-fn bodies(items: &Items) -> BTreeMap<(String, String), (String, Option<i64>)> {
+fn bodies(items: &Items) -> BTreeMap<RollupKey, (String, Option<i64>)> {
     items
         .iter()
         .map(|(key, item)| (key.clone(), (item.body.clone(), item.ttl)))
@@ -484,18 +485,18 @@ fn expected(readings: &[R]) -> BTreeMap<String, DeviceHour> {
     out
 }
 
-fn body<T: for<'de> serde::Deserialize<'de>>(items: &Items, (pk, sk): (String, String)) -> T {
+fn body<T: for<'de> serde::Deserialize<'de>>(items: &Items, key: RollupKey) -> T {
     items
-        .get(&(pk.clone(), sk.clone()))
-        .unwrap_or_else(|| panic!("no {pk}/{sk}"))
+        .get(&key)
+        .unwrap_or_else(|| panic!("no {key}"))
         .body()
-        .unwrap_or_else(|e| panic!("{pk}/{sk}: {e}"))
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
 /// The fleet's hour and minute cells: the merge of its stored parts.
 fn fleet(items: &Items) -> (Cells, BTreeMap<u8, Cells>) {
     let mut fleet = FleetPart::default();
-    for ((pk, _), item) in items {
+    for (RollupKey { pk, .. }, item) in items {
         if *pk == keys::fleet_hour(HOUR) {
             fleet.merge(&item.body().expect("a fleet part"));
         }
@@ -515,7 +516,7 @@ fn expected_fleet(device_hours: &BTreeMap<String, DeviceHour>) -> (Cells, BTreeM
 /// The items of `items` that are not late marks.
 fn without_marks(items: &Items) -> Items {
     let mut items = items.clone();
-    items.retain(|(pk, _), _| !pk.starts_with("late#"));
+    items.retain(|RollupKey { pk, .. }, _| !pk.starts_with("late#"));
     items
 }
 
@@ -528,7 +529,7 @@ fn assert_cells_of(items: &Items, readings: &[R]) {
         assert_eq!(&stored, dh, "{device}");
         let summary: DeviceHour = body(items, keys::device_summary(device, HOUR));
         assert_eq!(summary, dh.summary(), "{device}");
-        let entry: DirEntry = body(items, ("dir".to_owned(), device.clone()));
+        let entry: DirEntry = body(items, keys::directory_entry(device));
         assert_eq!(entry, DirEntry::of(dh), "{device}");
         // The sums are exact, against an independent sum of the distinct readings.
         let distinct: BTreeMap<(i64, &str), &R> = readings
@@ -888,9 +889,9 @@ async fn a_mark_replaced_while_its_hour_is_sealed_on_dynalite_stays_for_the_next
         (0, 1),
         "the newer mark stays: {report:?}"
     );
-    let (pk, sk) = keys::late_mark("d-3", HOUR);
+    let key = keys::late_mark("d-3", HOUR);
     let items = stand.scan(&table).await?;
-    assert_eq!(items.get(&(pk, sk)).map(|m| m.version), Some(9));
+    assert_eq!(items.get(&key).map(|m| m.version), Some(9));
     let sealed: DeviceHour = body(&items, keys::device_hour("d-3", HOUR));
     assert_eq!(
         sealed.readings(),

@@ -16,9 +16,9 @@ use sharding::time::Timestamp;
 use sharding::written::WriteOrder;
 use store::item::Reading;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::RollupKey;
 use store::rollup::{
-    DIRECTORY_PK, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupTable, keys,
-    late_mark, part_of,
+    DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupTable, keys, late_mark, part_of,
 };
 
 use crate::common::{BASE_MS, hourly, load_readings, shard_table, table_history, ts};
@@ -184,9 +184,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             prop_assert_eq!(&got, dh);
             let summary: DeviceHour = items[&keys::device_summary(device, HOUR)].body().unwrap();
             prop_assert_eq!(summary, dh.summary());
-            let entry: DirEntry = items[&(DIRECTORY_PK.to_owned(), device.clone())]
-                .body()
-                .unwrap();
+            let entry: DirEntry = items[&keys::directory_entry(device)].body().unwrap();
             let want_entry = DirEntry::of(dh);
             prop_assert_eq!(
                 (entry.last_seen_ms, &entry.last_event, &entry.tags),
@@ -198,7 +196,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             );
             want_fleet.merge(&FleetPart::of(HOUR, part_of(device), [dh]));
         }
-        for ((pk, _), item) in &items {
+        for (RollupKey { pk, .. }, item) in &items {
             if *pk == keys::fleet_hour(HOUR) {
                 fleet.merge(&item.body().unwrap());
             }
@@ -206,7 +204,9 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(fleet, want_fleet);
         // No mark outlives the last run.
         prop_assert!(
-            !items.keys().any(|(pk, _)| pk.starts_with("late#")),
+            !items
+                .keys()
+                .any(|RollupKey { pk, .. }| pk.starts_with("late#")),
             "{:?}",
             items.keys()
         );
@@ -216,14 +216,13 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             .run(now(), None)
             .await
             .unwrap();
-        let bodies =
-            |items: BTreeMap<(String, String), store::rollup::RollupItem>| -> BTreeMap<_, _> {
-                items
-                    .into_iter()
-                    .filter(|((pk, _), _)| !pk.starts_with("late#"))
-                    .map(|(k, i)| (k, i.body))
-                    .collect()
-            };
+        let bodies = |items: BTreeMap<RollupKey, store::rollup::RollupItem>| -> BTreeMap<_, _> {
+            items
+                .into_iter()
+                .filter(|(RollupKey { pk, .. }, _)| !pk.starts_with("late#"))
+                .map(|(k, i)| (k, i.body))
+                .collect()
+        };
         let (mine, theirs) = (bodies(items), bodies(clean.items()));
         // A clean run's watermark starts at this hour; so does every run's here.
         prop_assert_eq!(mine, theirs);

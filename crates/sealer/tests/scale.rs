@@ -11,6 +11,7 @@ use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
 use store::error::StoreError;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::RollupKey;
 use store::rollup::{
     DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupPage, RollupQuery, RollupTable, keys,
 };
@@ -77,8 +78,8 @@ fn counts(rollups: &MemoryRollups) -> BTreeMap<String, u64> {
     rollups
         .items()
         .iter()
-        .filter(|((pk, _), _)| pk.starts_with("dh#"))
-        .map(|((_, device), item)| {
+        .filter(|(RollupKey { pk, .. }, _)| pk.starts_with("dh#"))
+        .map(|(RollupKey { sk: device, .. }, item)| {
             let dh: DeviceHour = item.body().unwrap();
             (device.clone(), dh.hour.readings)
         })

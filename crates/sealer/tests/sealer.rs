@@ -12,6 +12,7 @@ use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
 use store::error::StoreError;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+use store::rollup::RollupKey;
 use store::rollup::{
     Cells, DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupPage,
     RollupQuery, RollupTable, keys, late_mark, part_of,
@@ -128,19 +129,16 @@ fn sealer<'a>(
     Sealer::new(table, shards, rollups, settings)
 }
 
-fn body<T: for<'de> serde::Deserialize<'de>>(
-    rollups: &MemoryRollups,
-    (pk, sk): (String, String),
-) -> T {
-    rollups.items()[&(pk.clone(), sk.clone())]
+fn body<T: for<'de> serde::Deserialize<'de>>(rollups: &MemoryRollups, key: RollupKey) -> T {
+    rollups.items()[&key]
         .body()
-        .unwrap_or_else(|e| panic!("{pk}/{sk}: {e}"))
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
 /// The fleet's hour and minute cells: the merge of its parts.
 fn fleet(rollups: &MemoryRollups, hour: i64) -> (Cells, BTreeMap<u8, Cells>) {
     let mut fleet = FleetPart::default();
-    for ((pk, _), item) in rollups.items() {
+    for (RollupKey { pk, .. }, item) in rollups.items() {
         if pk == keys::fleet_hour(hour) {
             fleet.merge(&item.body().unwrap());
         }
@@ -176,7 +174,7 @@ async fn rollups_count_each_reading_once_with_copies_in_the_data() {
         assert_eq!(&stored, dh, "{device}");
         let summary: DeviceHour = body(&rollups, keys::device_summary(device, HOUR));
         assert_eq!(summary, dh.summary(), "{device}");
-        let entry: DirEntry = body(&rollups, ("dir".to_owned(), device.clone()));
+        let entry: DirEntry = body(&rollups, keys::directory_entry(device));
         assert_eq!(entry, DirEntry::of(dh), "{device}");
         // The sums are exact: the 38-digit numbers are all there.
         let cell = &stored.hour.metrics["temperature"];
@@ -278,7 +276,7 @@ async fn a_late_reading_adds_exactly_once_and_its_copy_adds_nothing() {
         rollups
             .items()
             .keys()
-            .all(|(pk, _)| !pk.starts_with("late#")),
+            .all(|RollupKey { pk, .. }| !pk.starts_with("late#")),
         "the mark is gone"
     );
 
@@ -298,8 +296,8 @@ async fn a_late_reading_adds_exactly_once_and_its_copy_adds_nothing() {
     assert_eq!(report.device_hours_written, 0, "{report:?}");
     let mut now_items = rollups.items();
     let mut then_items = snapshot;
-    then_items.retain(|(pk, _), _| !pk.starts_with("late#"));
-    now_items.retain(|(pk, _), _| !pk.starts_with("late#"));
+    then_items.retain(|RollupKey { pk, .. }, _| !pk.starts_with("late#"));
+    now_items.retain(|RollupKey { pk, .. }, _| !pk.starts_with("late#"));
     assert_eq!(now_items, then_items);
 }
 
@@ -312,9 +310,9 @@ async fn a_mark_of_an_hour_not_yet_sealed_waits_for_its_seal() {
     let next_hour = HOUR + HOUR_MS;
     rollups.put(&late_mark("d-0", next_hour, 1)).await.unwrap();
     s.run(after_the_horizon(), None).await.unwrap();
-    let (pk, sk) = keys::late_mark("d-0", next_hour);
+    let key = keys::late_mark("d-0", next_hour);
     assert!(
-        rollups.items().contains_key(&(pk, sk)),
+        rollups.items().contains_key(&key),
         "kept for the hour's own seal"
     );
 }
@@ -450,8 +448,8 @@ async fn a_reseal_rebuilds_every_derived_item_from_the_readings() {
     let want = clean.items();
     // A table that lost everything but the watermark.
     let rebuilt = MemoryRollups::new();
-    let (pk, sk) = keys::watermark();
-    rebuilt.put(&want[&(pk, sk)]).await.unwrap();
+    let key = keys::watermark();
+    rebuilt.put(&want[&key]).await.unwrap();
     let r = sealer(&table, shards, &rebuilt);
     let asked = sealer::Invocation::of(serde_json::json!({
         "reseal": {"from": "2026-06-22T01:00:00Z", "to": HOUR + HOUR_MS}
@@ -568,10 +566,7 @@ async fn freshness_at_steady_state_stays_within_the_stated_bounds() {
         lag_min = lag_min.min(lag);
         lag_max = lag_max.max(lag);
         for d in ["d-0", "d-1"] {
-            let entry: DirEntry = body(
-                &rollups,
-                (store::rollup::DIRECTORY_PK.to_owned(), d.to_owned()),
-            );
+            let entry: DirEntry = body(&rollups, keys::directory_entry(d));
             seen_max = seen_max.max(now - entry.last_seen_ms);
         }
     }

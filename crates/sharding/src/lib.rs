@@ -71,9 +71,14 @@
 //! ahead into later buckets by observed density), holds back ties at a time-index
 //! page's last millisecond, and emits items in order only when no unread item can
 //! precede them. The caller (the query function) does the I/O.
+//!
+//! [`by_device`] is the merge order of the sealer's read of an hour, device by device:
+//! the next device, each key's readings of it, and their order, each once. The caller
+//! (`sealer::by_device`) does the I/O.
 
 pub mod backoff;
 pub mod block;
+pub mod by_device;
 pub mod capacity;
 pub mod epoch;
 pub mod fanout;

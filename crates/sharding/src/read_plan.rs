@@ -92,6 +92,20 @@ impl KeyQuery {
         self.starts
             .unwrap_or_else(|| self.time_filter.unwrap_or(self.covers))
     }
+
+    /// `[from, to)` ms: the readings the query answers for (its time filter, else what
+    /// it covers); a reader drops the others.
+    #[must_use]
+    pub fn span_ms(&self) -> (i64, i64) {
+        self.time_filter.unwrap_or(self.covers).as_millis()
+    }
+
+    /// `[from, to)` ms: [`KeyQuery::starts`], the sort times of the items the query
+    /// reads.
+    #[must_use]
+    pub fn starts_ms(&self) -> (i64, i64) {
+        self.starts().as_millis()
+    }
 }
 
 /// Every query needed for one read; together they hold exactly the keys that can hold data.

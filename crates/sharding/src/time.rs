@@ -211,6 +211,21 @@ impl TimeRange {
         }
     }
 
+    /// `[from_ms, to_ms)` in epoch milliseconds; refuses an instant out of range, or
+    /// `from_ms >= to_ms`.
+    pub fn of_millis(from_ms: i64, to_ms: i64) -> Result<Self, TimeError> {
+        TimeRange::new(
+            Timestamp::from_millis(from_ms)?,
+            Timestamp::from_millis(to_ms)?,
+        )
+    }
+
+    /// `(from, to)` in epoch milliseconds.
+    #[must_use]
+    pub const fn as_millis(&self) -> (i64, i64) {
+        (self.from.as_millis(), self.to.as_millis())
+    }
+
     /// Inclusive start.
     #[must_use]
     pub const fn from(&self) -> Timestamp {
@@ -558,6 +573,22 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("valid timestamp")
+    }
+
+    #[test]
+    fn a_range_of_millis_is_refused_out_of_range_or_empty() {
+        let r = TimeRange::of_millis(5, 9).expect("a range");
+        assert_eq!(r.as_millis(), (5, 9));
+        assert_eq!(
+            r,
+            TimeRange::new(Timestamp(5), Timestamp(9)).expect("a range")
+        );
+        assert!(matches!(
+            TimeRange::of_millis(9, 9),
+            Err(TimeError::EmptyRange { .. })
+        ));
+        assert!(TimeRange::of_millis(0, Timestamp::MAX.as_millis() + 1).is_err());
+        assert!(TimeRange::of_millis(Timestamp::MIN.as_millis() - 1, 0).is_err());
     }
 
     #[test]

@@ -129,7 +129,7 @@ async fn rebuilds_hours_from_the_readings_and_again_after_a_loss() -> Result<()>
     );
     for &hour in &hours {
         for device in DEVICES {
-            let (pk, sk) = keys::device_hour(device, hour);
+            let store::rollup::RollupKey { pk, sk, .. } = keys::device_hour(device, hour);
             let item = rollups.get(&pk, &sk, true).await?.expect("a device-hour");
             let dh: DeviceHour = item.body()?;
             assert_eq!(
@@ -147,7 +147,7 @@ async fn rebuilds_hours_from_the_readings_and_again_after_a_loss() -> Result<()>
         let parts: std::collections::BTreeSet<u32> = DEVICES.iter().map(|d| part_of(d)).collect();
         let mut readings = 0;
         for part in parts {
-            let (pk, sk) = keys::fleet_part(hour, part);
+            let store::rollup::RollupKey { pk, sk, .. } = keys::fleet_part(hour, part);
             let fleet: FleetPart = rollups.get(&pk, &sk, true).await?.expect("a part").body()?;
             readings += fleet.hour.readings;
         }
@@ -166,7 +166,7 @@ async fn rebuilds_hours_from_the_readings_and_again_after_a_loss() -> Result<()>
 
     // A device-hour lost (a deleted item, a table restored from an older backup): a
     // second run writes it again, and finds the others already as they should be.
-    let (pk, sk) = keys::device_hour("pump-2", first);
+    let store::rollup::RollupKey { pk, sk, .. } = keys::device_hour("pump-2", first);
     client
         .delete_item()
         .table_name(&stack.stack.rollup_table_name)

@@ -34,7 +34,7 @@ use crate::error::StoreError;
 mod cached;
 pub mod hot;
 pub mod layout;
-pub use cached::CachedDirectory;
+pub use cached::{CachedDirectory, DeviceLayout};
 pub use hot::{EntityRecord, HOT_BUCKET, HotListing};
 
 /// The conditions of an [`ShardStore::update_entity`].

@@ -24,6 +24,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use item_size as rule;
 use serde::{Deserialize, Serialize};
+use sharding::by_device::DeviceReading;
 use sharding::key::ItemKey;
 use sharding::time::Timestamp;
 use sharding::written::{WriteOrder, Written};
@@ -141,6 +142,19 @@ pub const WRITTEN: &str = "w";
 impl Written for ReadingItem {
     fn written_cmp(&self, other: &Self) -> Ordering {
         (self.written, &self.metrics, &self.tags).cmp(&(other.written, &other.metrics, &other.tags))
+    }
+}
+
+/// A reading as the sealer's merge by device sees it (`sharding::by_device`).
+impl DeviceReading for ReadingItem {
+    fn device(&self) -> &str {
+        &self.device_id
+    }
+    fn ts_ms(&self) -> i64 {
+        self.ts_ms
+    }
+    fn event_id(&self) -> &str {
+        &self.event_id
     }
 }
 

@@ -95,13 +95,33 @@ pub fn hour_label(hour_ms: i64) -> String {
     format!("{hour_ms:013}")
 }
 
+/// The key of one derived item: its partition and sort key. Made only by the pure
+/// functions of [`keys`] (and, for an item read back, [`RollupItem::key`]), as a
+/// reading's key is made only by `sharding::key`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub struct RollupKey {
+    pub pk: String,
+    pub sk: String,
+}
+
+impl fmt::Display for RollupKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.pk, self.sk)
+    }
+}
+
 /// The keys of each kind of derived item.
 pub mod keys {
-    use super::{hour_label, part_of};
+    use super::{DIRECTORY_PK, RollupKey, hour_label, part_of};
+
+    fn key(pk: String, sk: String) -> RollupKey {
+        RollupKey { pk, sk }
+    }
 
     /// A device-hour's minute cells.
-    pub fn device_hour(device: &str, hour_ms: i64) -> (String, String) {
-        (
+    pub fn device_hour(device: &str, hour_ms: i64) -> RollupKey {
+        key(
             format!("dh#{}#{}", hour_label(hour_ms), part_of(device)),
             device.to_owned(),
         )
@@ -113,8 +133,8 @@ pub mod keys {
     }
 
     /// A device's hour summary.
-    pub fn device_summary(device: &str, hour_ms: i64) -> (String, String) {
-        (format!("dev#{device}"), hour_label(hour_ms))
+    pub fn device_summary(device: &str, hour_ms: i64) -> RollupKey {
+        key(device_summaries(device), hour_label(hour_ms))
     }
 
     /// The partition of a device's hour summaries.
@@ -123,8 +143,8 @@ pub mod keys {
     }
 
     /// A fleet part of one hour.
-    pub fn fleet_part(hour_ms: i64, part: u32) -> (String, String) {
-        (fleet_hour(hour_ms), format!("{part:02}"))
+    pub fn fleet_part(hour_ms: i64, part: u32) -> RollupKey {
+        key(fleet_hour(hour_ms), format!("{part:02}"))
     }
 
     /// The partition of one hour's fleet parts.
@@ -133,8 +153,8 @@ pub mod keys {
     }
 
     /// A late mark of one device-hour.
-    pub fn late_mark(device: &str, hour_ms: i64) -> (String, String) {
-        (
+    pub fn late_mark(device: &str, hour_ms: i64) -> RollupKey {
+        key(
             late_part(part_of(device)),
             format!("{}#{device}", hour_label(hour_ms)),
         )
@@ -161,14 +181,19 @@ pub mod keys {
         format!("late#{part:02}")
     }
 
+    /// A device's directory entry.
+    pub fn directory_entry(device: &str) -> RollupKey {
+        key(DIRECTORY_PK.to_owned(), device.to_owned())
+    }
+
     /// The sealer's watermark.
-    pub fn watermark() -> (String, String) {
-        ("seal".to_owned(), "state".to_owned())
+    pub fn watermark() -> RollupKey {
+        key("seal".to_owned(), "state".to_owned())
     }
 
     /// How far a sealing run its deadline stopped got into its hour.
-    pub fn seal_progress() -> (String, String) {
-        ("seal".to_owned(), "progress".to_owned())
+    pub fn seal_progress() -> RollupKey {
+        key("seal".to_owned(), "progress".to_owned())
     }
 
     #[cfg(test)]
@@ -179,7 +204,7 @@ pub mod keys {
         fn a_late_marks_key_reads_back_as_its_hour_and_device() {
             let hour = 1_782_090_000_000;
             for device in ["d-1", "a#b", ""] {
-                let (pk, sk) = late_mark(device, hour);
+                let RollupKey { pk, sk } = late_mark(device, hour);
                 assert_eq!(pk, late_part(part_of(device)));
                 assert_eq!(parse_late_mark(&sk), Some((hour, device)));
                 let (lo, hi) = late_marks_between(hour, hour);
@@ -192,6 +217,43 @@ pub mod keys {
             }
             assert_eq!(parse_late_mark("d-1"), None);
             assert_eq!(parse_late_mark("soon#d-1"), None);
+        }
+
+        #[test]
+        fn each_derived_item_has_its_key() {
+            let hour = 1_782_090_000_000;
+            let label = hour_label(hour);
+            let part = part_of("d-1");
+            let pair = |k: RollupKey| (k.pk, k.sk);
+            assert_eq!(
+                pair(device_hour("d-1", hour)),
+                (device_hours_of(hour, part), "d-1".to_owned())
+            );
+            assert_eq!(
+                pair(device_summary("d-1", hour)),
+                (device_summaries("d-1"), label.clone())
+            );
+            assert_eq!(
+                pair(fleet_part(hour, 3)),
+                (fleet_hour(hour), "03".to_owned())
+            );
+            assert_eq!(
+                pair(late_mark("d-1", hour)),
+                (late_part(part), format!("{label}#d-1"))
+            );
+            assert_eq!(
+                pair(directory_entry("d-1")),
+                ("dir".to_owned(), "d-1".to_owned())
+            );
+            assert_eq!(pair(watermark()), ("seal".to_owned(), "state".to_owned()));
+            assert_eq!(
+                pair(seal_progress()),
+                ("seal".to_owned(), "progress".to_owned())
+            );
+            assert_eq!(
+                device_hour("d-1", hour).to_string(),
+                format!("dh#{label}#{part}/d-1")
+            );
         }
     }
 }
@@ -211,7 +273,7 @@ pub struct RollupItem {
 impl RollupItem {
     /// An item holding `body` as JSON.
     pub fn with_body<T: Serialize>(
-        (pk, sk): (String, String),
+        RollupKey { pk, sk }: RollupKey,
         version: u64,
         body: &T,
         ttl: Option<i64>,
@@ -227,6 +289,15 @@ impl RollupItem {
         })
     }
 
+    /// The key it is stored at.
+    #[must_use]
+    pub fn key(&self) -> RollupKey {
+        RollupKey {
+            pk: self.pk.clone(),
+            sk: self.sk.clone(),
+        }
+    }
+
     /// Its body, read as a `T`.
     pub fn body<T: for<'de> Deserialize<'de>>(&self) -> Result<T, StoreError> {
         serde_json::from_str(&self.body).map_err(|e| {
@@ -239,7 +310,7 @@ impl RollupItem {
 /// the reading itself: `nonce` is fresh for each mark (the writer's randomness), so a
 /// sealer that read an older mark deletes it only if no newer one replaced it.
 pub fn late_mark(device: &str, hour_ms: i64, nonce: u64) -> RollupItem {
-    let (pk, sk) = keys::late_mark(device, hour_ms);
+    let RollupKey { pk, sk } = keys::late_mark(device, hour_ms);
     RollupItem {
         pk,
         sk,

@@ -19,7 +19,8 @@ use store::memory::MemoryRollups;
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::stored::CHUNK_BYTES;
 use store::rollup::{
-    DeviceHour, FleetPart, RollupItem, RollupQuery, RollupTable, decimal_text, late_mark, query_all,
+    DeviceHour, FleetPart, RollupItem, RollupKey, RollupQuery, RollupTable, decimal_text,
+    late_mark, query_all,
 };
 
 /// The rollups table on a dynalite started for one test.
@@ -76,7 +77,7 @@ impl OnDynalite {
     }
 
     /// Every item of the table, read by a Scan (each decoded here, not by the adapter).
-    async fn scan(&self) -> anyhow::Result<BTreeMap<(String, String), RollupItem>> {
+    async fn scan(&self) -> anyhow::Result<BTreeMap<RollupKey, RollupItem>> {
         let mut out = BTreeMap::new();
         let mut start = None;
         loop {
@@ -90,7 +91,7 @@ impl OnDynalite {
                 .await?;
             for item in page.items.unwrap_or_default() {
                 let item = decode(&item)?;
-                out.insert((item.pk.clone(), item.sk.clone()), item);
+                out.insert(item.key(), item);
             }
             start = page.last_evaluated_key;
             if start.is_none() {
@@ -272,12 +273,16 @@ async fn rollups_on_dynalite_write_only_under_their_conditions_as_the_fake_does(
     }
     // Read back through the adapter, each as stored.
     for (key, stored) in fake.items() {
-        let got = db.rollups.get(&key.0, &key.1, true).await?;
+        let got = db.rollups.get(&key.pk, &key.sk, true).await?;
         assert_eq!(got.as_ref(), Some(&stored), "{key:?}");
-        assert_eq!(db.rollups.get(&key.0, &key.1, false).await?, got);
+        assert_eq!(db.rollups.get(&key.pk, &key.sk, false).await?, got);
     }
     assert_eq!(db.rollups.get("dir", "d-1", true).await?, None);
-    let (mark_pk, mark_sk) = store::rollup::keys::late_mark("d-2", 1_782_090_000_000);
+    let RollupKey {
+        pk: mark_pk,
+        sk: mark_sk,
+        ..
+    } = store::rollup::keys::late_mark("d-2", 1_782_090_000_000);
     let mark = db.rollups.get(&mark_pk, &mark_sk, true).await?;
     assert_eq!(mark.map(|m| m.version), Some(u64::MAX));
     let raw = db.raw("seal", "state").await?;

@@ -36,7 +36,7 @@ impl Breakdown {
             directory: rollup(&|pk| pk == store::rollup::DIRECTORY_PK),
             part_reads: Units { wcu: 0.0, ..dh },
             part_writes: rollup(&|pk| pk.starts_with("fleet#")),
-            watermark: rollup(&|pk| pk == store::rollup::keys::watermark().0),
+            watermark: rollup(&|pk| pk == store::rollup::keys::watermark().pk),
             metadata: seal.table(&t.shards),
             marks: rollup(&|pk| pk.starts_with("late#")),
             idle_runs: bill.idle.total().times(RUNS_PER_HOUR - 1.0),

@@ -103,8 +103,8 @@ struct Published {
 /// The sealer's published horizon, from its watermark (eventually consistent: a read
 /// at most a second behind is covered by the switch's skew).
 async fn read_horizon<L: RollupTable>(rollups: &L) -> Result<Option<Horizon>, StoreError> {
-    let (pk, sk) = keys::watermark();
-    let Some(item) = rollups.get(&pk, &sk, false).await? else {
+    let key = keys::watermark();
+    let Some(item) = rollups.get(&key.pk, &key.sk, false).await? else {
         return Ok(None);
     };
     Ok(item.body::<Published>()?.horizon)

@@ -27,7 +27,7 @@ use serde::Serialize;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
-use store::rollup::{DIRECTORY_PK, DirEntry, RollupItem, RollupQuery};
+use store::rollup::{DIRECTORY_PK, DirEntry, RollupItem, RollupQuery, keys};
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
 use super::rollups::{Fetch, Spend, instant, not_configured};
@@ -312,7 +312,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         if listing.position.as_deref().is_some_and(|p| id <= p) {
             return Ok(None);
         }
-        match spend.get(DIRECTORY_PK, id).await? {
+        let key = keys::directory_entry(id);
+        match spend.get(&key.pk, &key.sk).await? {
             Fetch::Got(item) => {
                 listing.take(id, item.as_ref())?;
                 Ok(None)

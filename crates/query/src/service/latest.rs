@@ -72,10 +72,10 @@ use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use store::config::DEFAULT_MAX_FUTURE_SECS;
-use store::directory::ShardReader;
+use store::directory::{DeviceLayout, ShardReader};
 use store::item::ReadingItem;
 use store::read::ReadingSource;
-use store::rollup::{DIRECTORY_PK, DirEntry};
+use store::rollup::{DirEntry, keys};
 
 use super::answer::{exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
@@ -184,14 +184,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 instant(range.to_ms)
             ))
         };
-        let Some(table) = self.stored_layout(now).await? else {
+        let Some(DeviceLayout { table, fanout }) = self.device_layout(device, now).await? else {
             return Err(not_found());
         };
-        let fanout = self
-            .directory
-            .fanout(device, now)
-            .await
-            .map_err(store_error)?;
         let budget = self.config.budget.read(deadline);
         // Strongly consistent: the directory entries the sealer wrote before it moved
         // the watermark read are all there.
@@ -239,8 +234,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             return Err(not_found());
         }
         // 2. Below the tail, what the directory leaves unknown.
+        let dir_key = keys::directory_entry(device);
         let entry = match &spend {
-            Some(spend) => match spend.get(DIRECTORY_PK, device).await? {
+            Some(spend) => match spend.get(&dir_key.pk, &dir_key.sk).await? {
                 Fetch::Got(item) => item
                     .map(|i| i.body::<DirEntry>())
                     .transpose()

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use http::Response;
 use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
-use store::directory::{CachedDirectory, ShardReader};
+use store::directory::{CachedDirectory, DeviceLayout, ShardReader};
 use store::read::ReadingSource;
 
 use crate::budget::RequestBudget;
@@ -415,5 +415,18 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     /// cache (`None`: nothing was written yet).
     async fn stored_layout(&self, now: Timestamp) -> Result<Option<TableHistory>, ApiError> {
         self.directory.stored_layout(now).await.map_err(store_error)
+    }
+
+    /// The table's layout history, then `device`'s fan-out history, as of `now`; `None`
+    /// while no layout is stored.
+    async fn device_layout(
+        &self,
+        device: &str,
+        now: Timestamp,
+    ) -> Result<Option<DeviceLayout>, ApiError> {
+        self.directory
+            .device_layout(device, now)
+            .await
+            .map_err(store_error)
     }
 }

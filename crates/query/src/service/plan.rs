@@ -2,7 +2,7 @@
 //! plan's errors as API errors, and the plan's queries as merge streams.
 
 use sharding::read_plan::{KeyQuery, PlanError, ReadPlan};
-use sharding::time::{TimeRange, Timestamp};
+use sharding::time::TimeRange;
 
 use crate::error::{ApiError, codes};
 use crate::exec::StreamSpec;
@@ -26,16 +26,14 @@ pub fn specs_with_index(plan: &ReadPlan, time_index: Option<&str>) -> Vec<Stream
 fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
     // The merge keeps what the query answers for; DynamoDB is asked for the sort
     // times of the items that can hold it (with blocks, from a window earlier).
-    let span = q.time_filter.unwrap_or(q.covers);
-    let starts = q.starts();
     let index = time_index
         .filter(|_| !q.time_ordered && q.sk_between.is_none())
         .map(str::to_owned);
     StreamSpec {
         pk: q.pk.clone(),
         sk_between: q.sk_between.clone(),
-        span: (span.from().as_millis(), span.to().as_millis()),
-        starts: (starts.from().as_millis(), starts.to().as_millis()),
+        span: q.span_ms(),
+        starts: q.starts_ms(),
         filter_time: q.time_filter.is_some(),
         time_ordered: q.time_ordered,
         index,
@@ -44,8 +42,7 @@ fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
 }
 
 pub(super) fn to_time_range(r: Range) -> Result<TimeRange, ApiError> {
-    let ts = |ms| Timestamp::from_millis(ms).map_err(|e| ApiError::bad_range(e.to_string()));
-    TimeRange::new(ts(r.from_ms)?, ts(r.to_ms)?).map_err(|e| ApiError::bad_range(e.to_string()))
+    TimeRange::of_millis(r.from_ms, r.to_ms).map_err(|e| ApiError::bad_range(e.to_string()))
 }
 
 pub(super) fn plan_error(e: PlanError) -> ApiError {

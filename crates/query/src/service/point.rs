@@ -15,7 +15,7 @@ use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
 use sharding::written::keep_last;
-use store::directory::ShardReader;
+use store::directory::{DeviceLayout, ShardReader};
 use store::item::ReadingItem;
 use store::read::ReadingSource;
 
@@ -58,14 +58,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 ts.to_rfc3339()
             ))
         };
-        let Some(table) = self.stored_layout(now).await? else {
+        let Some(DeviceLayout { table, fanout }) = self.device_layout(device, now).await? else {
             return Err(not_found());
         };
-        let fanout = self
-            .directory
-            .fanout(device, now)
-            .await
-            .map_err(store_error)?;
         let reading = ReadingRef::new(device, event_id, ts);
         let mut stats = ReadStats::default();
         let found = match point_keys(&reading, &table, &fanout) {

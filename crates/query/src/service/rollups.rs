@@ -214,8 +214,8 @@ impl<'a> Spend<'a> {
     /// The sealer's watermark: the end (epoch ms, an hour boundary) of the hours it has
     /// sealed, every hour before it sealed; `None` before the first.
     pub(super) async fn watermark(&self) -> Result<Fetch<Option<i64>>, ApiError> {
-        let (pk, sk) = keys::watermark();
-        Ok(match self.get(&pk, &sk).await? {
+        let key = keys::watermark();
+        Ok(match self.get(&key.pk, &key.sk).await? {
             Fetch::Got(item) => Fetch::Got(
                 item.map(|i| i64::try_from(i.version).unwrap_or(MAX_TS_MS).min(MAX_TS_MS)),
             ),
@@ -229,8 +229,8 @@ impl Spend<'_> {
     /// (`Watermark::trusted`); `None` before the first, or when the watermark names no
     /// first hour (every watermark the sealer writes does), or no hour.
     pub(super) async fn sealed_span(&self) -> Result<Fetch<Option<Watermark>>, ApiError> {
-        let (pk, sk) = keys::watermark();
-        Ok(match self.get(&pk, &sk).await? {
+        let key = keys::watermark();
+        Ok(match self.get(&key.pk, &key.sk).await? {
             Fetch::Got(item) => Fetch::Got(
                 item.and_then(|i| Watermark::of(&i).ok())
                     .and_then(Watermark::trusted),

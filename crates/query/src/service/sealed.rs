@@ -197,8 +197,8 @@ async fn read_device_hour(
     device: &str,
     hour: i64,
 ) -> Result<Fetch<Option<DeviceHour>>, ApiError> {
-    let (pk, sk) = keys::device_hour(device, hour);
-    Ok(match spend.get(&pk, &sk).await? {
+    let key = keys::device_hour(device, hour);
+    Ok(match spend.get(&key.pk, &key.sk).await? {
         Fetch::Got(item) => Fetch::Got(
             item.map(|i| i.body::<DeviceHour>())
                 .transpose()

@@ -17,11 +17,11 @@ use std::time::Instant;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
-use store::directory::ShardReader;
+use store::directory::{DeviceLayout, ShardReader};
 use store::read::ReadingSource;
 use store::rollup::MINUTE_MS;
 
-use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, store_error};
+use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body};
 use super::plan::{plan_error, specs, to_time_range};
 use super::rollups::{Fetch, Spend};
 use super::sealed::{read_sealed, split};
@@ -184,7 +184,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         now: Timestamp,
     ) -> Result<CellsOutcome, ApiError> {
         let mut progress = Progress::default();
-        let Some(table) = self.stored_layout(now).await? else {
+        let Some(DeviceLayout { table, fanout }) = self.device_layout(read.device, now).await?
+        else {
             // Nothing was ever written.
             return Ok(CellsOutcome {
                 pager,
@@ -193,11 +194,6 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 stats: ReadStats::default(),
             });
         };
-        let fanout = self
-            .directory
-            .fanout(read.device, now)
-            .await
-            .map_err(store_error)?;
         let budget = self.config.budget.read(Some(read.deadline));
         let spend = self
             .rollups

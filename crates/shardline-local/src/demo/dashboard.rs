@@ -40,7 +40,7 @@ use serde::Deserialize;
 use sharding::read_plan::plan_entity;
 use sharding::time::{TimeRange, Timestamp};
 use shardline::env::EnvLookup;
-use store::directory::CachedDirectory;
+use store::directory::{CachedDirectory, DeviceLayout};
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
 use store::rollup::dynamo::DynamoRollups;
@@ -303,11 +303,12 @@ impl Tables {
         };
         let to = last + HOUR_MS;
         let now = store::clock::wall_clock()?;
-        let Some(table) = self.directory.stored_layout(now).await? else {
+        let Some(DeviceLayout { table, fanout }) =
+            self.directory.device_layout(device, now).await?
+        else {
             return Ok(raw);
         };
-        let fanout = self.directory.fanout(device, now).await?;
-        let range = TimeRange::new(Timestamp::from_millis(from)?, Timestamp::from_millis(to)?)?;
+        let range = TimeRange::of_millis(from, to)?;
         let plan = plan_entity(device, range, &table, &fanout)?;
         let opts = ReadOptions {
             descending: false,
@@ -504,8 +505,8 @@ async fn draw_series(
     let device = scenario.hot_device.as_str();
     let mut device_hours = Vec::new();
     for &hour in hours {
-        let (pk, sk) = keys::device_hour(device, hour);
-        if let Some(item) = rollups.get(&pk, &sk, true).await? {
+        let key = keys::device_hour(device, hour);
+        if let Some(item) = rollups.get(&key.pk, &key.sk, true).await? {
             device_hours.push(item.body::<DeviceHour>()?);
         }
     }

@@ -41,6 +41,15 @@ struct Cache {
     legacy: Option<Cached<BTreeSet<String>>>,
 }
 
+/// What one device's read plan is made from (`sharding::read_plan::plan_entity`).
+#[derive(Debug, Clone)]
+pub struct DeviceLayout {
+    /// The table's layout history.
+    pub table: TableHistory,
+    /// The device's fan-out history.
+    pub fanout: FanoutHistory,
+}
+
 /// Cached reads of the shard metadata table.
 #[derive(Debug)]
 pub struct CachedDirectory<R> {
@@ -182,6 +191,21 @@ impl<R: ShardReader> CachedDirectory<R> {
             self.remember_layout(now, history.clone());
         }
         Ok(history)
+    }
+
+    /// What one device's (entity's) read plan is made from, at `now`: the table's
+    /// layout history, then the device's fan-out history (cached); `None`, with no
+    /// fan-out read, while no layout is stored (nothing was written).
+    pub async fn device_layout(
+        &self,
+        device: &str,
+        now: Timestamp,
+    ) -> Result<Option<DeviceLayout>, StoreError> {
+        let Some(table) = self.stored_layout(now).await? else {
+            return Ok(None);
+        };
+        let fanout = self.fanout(device, now).await?;
+        Ok(Some(DeviceLayout { table, fanout }))
     }
 
     /// An entity's record (cached).

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use crate::error::StoreError;
 use crate::rollup::stored::{Row, chunk_pk, is_chunk_pk, join, row_size, rows};
-use crate::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable};
+use crate::rollup::{RollupItem, RollupKey, RollupPage, RollupQuery, RollupTable};
 use crate::size::MAX_ITEM_BYTES;
 
 /// Most items one Query page returns (DynamoDB's 1 MB, by count here).
@@ -55,7 +55,7 @@ impl MemoryRollups {
     }
 
     /// Every stored derived item, by key, its chunks joined.
-    pub fn items(&self) -> BTreeMap<(String, String), RollupItem> {
+    pub fn items(&self) -> BTreeMap<RollupKey, RollupItem> {
         let state = self.state.lock();
         state
             .rows
@@ -64,7 +64,7 @@ impl MemoryRollups {
             // A head whose chunks do not join is a bug of the writer, never an item to
             // leave out of what a test compares.
             .map(|(key, row)| match state.joined(row) {
-                Ok(item) => (key.clone(), item),
+                Ok(item) => (item.key(), item),
                 Err(e) => panic!("{}/{}: {e}", key.0, key.1),
             })
             .collect()

@@ -81,8 +81,8 @@ pub fn version_of(end_ms: i64) -> Result<u64, StoreError> {
 
 /// Reads the watermark (strongly consistent).
 pub async fn read_watermark<R: RollupTable>(rollups: &R) -> Result<Option<Watermark>, StoreError> {
-    let (pk, sk) = keys::watermark();
-    match rollups.get(&pk, &sk, true).await? {
+    let key = keys::watermark();
+    match rollups.get(&key.pk, &key.sk, true).await? {
         Some(item) => Watermark::of(&item).map(Some),
         None => Ok(None),
     }
