@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use sharding::epoch::TableHistory;
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::stored::digest;
@@ -74,8 +75,10 @@ pub(crate) async fn put_over<R: RollupTable>(
     let Some(mut item) = item else {
         return Ok(match expected {
             None => Put::Deleted,
-            Some(v) if rollups.delete_if(&key.0, &key.1, v).await? => Put::Deleted,
-            Some(_) => Put::Contended,
+            Some(v) => match rollups.delete_if(&key.0, &key.1, v).await? {
+                Written::Applied => Put::Deleted,
+                Written::Refused => Put::Contended,
+            },
         });
     };
     if let Some((v, d)) = before
@@ -84,7 +87,7 @@ pub(crate) async fn put_over<R: RollupTable>(
         return Ok(Put::Unchanged(*v));
     }
     item.version = expected.map_or(1, |v| v + 1);
-    if rollups.put_if_version(&item, expected).await? {
+    if rollups.put_if_version(&item, expected).await? == Written::Applied {
         return Ok(Put::Written(item.version));
     }
     // Another writer wrote since: if it wrote this body (two runs at once over the same

@@ -8,6 +8,7 @@
 //! hour's readings ([`Sealer::rebuild_directory`]): one Query, paid only on a
 //! replacement, never on the hour's first seal.
 
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::{
@@ -51,7 +52,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 &merged,
                 None,
             )?;
-            if self.rollups.put_if_version(&item, expected).await? {
+            if self.rollups.put_if_version(&item, expected).await? == Written::Applied {
                 return Ok(true);
             }
         }
@@ -106,7 +107,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     self.rollups.put_if_version(&item, expected).await?
                 }
             };
-            if done {
+            if done == Written::Applied {
                 return Ok(true);
             }
         }
