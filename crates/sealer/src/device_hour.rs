@@ -31,6 +31,7 @@ use store::rollup::{
 };
 
 use crate::by_device::{ByDevice, Next};
+use crate::directory::EntryChange;
 use crate::{RunReport, SealError, Sealer, time_range};
 
 /// Attempts at one device-hour's conditional write, each after reading its version
@@ -59,6 +60,16 @@ pub(crate) enum Put {
     /// Nothing is left to store, and the stored item is deleted (or there was none).
     Deleted,
     /// Another writer wrote since the version was read.
+    Contended,
+}
+
+/// What a write of one device-hour over the version read before its readings did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HourWrite {
+    /// The device-hour, its summary and its directory entry hold its readings (written,
+    /// unchanged or deleted).
+    Sealed,
+    /// Another writer wrote it since the version was read: the caller reads both again.
     Contended,
 }
 
@@ -119,14 +130,15 @@ pub(crate) fn isolates(e: &SealError) -> bool {
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Writes the device-hour computed from readings read after `before` was, its
-    /// summary and its directory entry. `false` when another writer wrote it since
-    /// `before` was read: the caller reads both again ([`Sealer::seal_device_hour`]).
+    /// summary and its directory entry. [`HourWrite::Contended`] when another writer
+    /// wrote it since `before` was read: the caller reads both again
+    /// ([`Sealer::seal_device_hour`]).
     pub(crate) async fn write_device_hour(
         &self,
         dh: &DeviceHour,
         before: &Before,
         report: &mut RunReport,
-    ) -> Result<bool, SealError> {
+    ) -> Result<HourWrite, SealError> {
         let key = keys::device_hour(&dh.device, dh.hour_ms);
         let item = match dh.readings() {
             0 => None,
@@ -139,7 +151,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         };
         let put = put_over(&self.rollups, item, key, before).await?;
         match put {
-            Put::Contended => return Ok(false),
+            Put::Contended => return Ok(HourWrite::Contended),
             Put::Written(_) => report.device_hours_written += 1,
             Put::Unchanged(_) => report.device_hours_unchanged += 1,
             Put::Deleted => {}
@@ -155,10 +167,10 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             Put::Written(_) | Put::Unchanged(_) | Put::Deleted => {
                 self.rebuild_directory(&dh.device).await?
             }
-            Put::Contended => false,
+            Put::Contended => EntryChange::Unchanged,
         };
-        report.directory_written += u64::from(changed);
-        Ok(true)
+        report.directory_written += u64::from(changed == EntryChange::Changed);
+        Ok(HourWrite::Sealed)
     }
 
     /// Brings the device's summary of the hour to the device-hour's version `put`.
@@ -220,8 +232,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 self.write_device_hour(&dh, &before, report).await
             };
             match attempt.await {
-                Ok(true) => return Ok(()),
-                Ok(false) => continue,
+                Ok(HourWrite::Sealed) => return Ok(()),
+                Ok(HourWrite::Contended) => continue,
                 Err(e) => {
                     outcome = Err(e);
                     break;

@@ -17,14 +17,23 @@ use store::rollup::{
 
 use crate::{SealError, Sealer};
 
+/// What a merge or a rebuild did to a device's directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryChange {
+    /// The entry was written (or deleted).
+    Changed,
+    /// The stored entry already said it (or there is none, and none is due).
+    Unchanged,
+}
+
 /// Attempts at a directory entry's conditional write before it is isolated.
 const DIRECTORY_ATTEMPTS: u32 = 8;
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Merges `entry` into the device's directory entry (newest wins, earliest first
     /// seen, every metric up to the bound): a conditional write on the version read,
-    /// retried when another run wrote in between. `true` when it changed the entry.
-    pub(crate) async fn merge_directory(&self, entry: &DirEntry) -> Result<bool, SealError> {
+    /// retried when another run wrote in between.
+    pub(crate) async fn merge_directory(&self, entry: &DirEntry) -> Result<EntryChange, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
             let stored = self.rollups.get(DIRECTORY_PK, &entry.device, true).await?;
             let (merged, expected) = match &stored {
@@ -32,7 +41,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     Ok(current) => {
                         let merged = current.merged(entry);
                         if merged == current {
-                            return Ok(false);
+                            return Ok(EntryChange::Unchanged);
                         }
                         (merged, Some(item.version))
                     }
@@ -53,7 +62,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 None,
             )?;
             if self.rollups.put_if_version(&item, expected).await? == Written::Applied {
-                return Ok(true);
+                return Ok(EntryChange::Changed);
             }
         }
         Err(SealError::DirectoryContended(entry.device.clone()))
@@ -61,8 +70,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
 
     /// Rebuilds the device's entry from its hour summaries: the merge of the entries
     /// each makes, written over the version read before them (deleted when it has
-    /// none left). `true` when it changed the entry.
-    pub(crate) async fn rebuild_directory(&self, device: &str) -> Result<bool, SealError> {
+    /// none left).
+    pub(crate) async fn rebuild_directory(&self, device: &str) -> Result<EntryChange, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
             let stored = self.rollups.get(DIRECTORY_PK, device, true).await?;
             let mut rebuilt: Option<DirEntry> = None;
@@ -83,7 +92,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             }
             let expected = stored.as_ref().map(|item| item.version);
             let done = match (rebuilt, &stored) {
-                (None, None) => return Ok(false),
+                (None, None) => return Ok(EntryChange::Unchanged),
                 (None, Some(item)) => {
                     self.rollups
                         .delete_if(DIRECTORY_PK, device, item.version)
@@ -96,7 +105,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                         .as_ref()
                         == Some(&entry)
                     {
-                        return Ok(false);
+                        return Ok(EntryChange::Unchanged);
                     }
                     let item = RollupItem::with_body(
                         (DIRECTORY_PK.to_owned(), device.to_owned()),
@@ -108,7 +117,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 }
             };
             if done == Written::Applied {
-                return Ok(true);
+                return Ok(EntryChange::Changed);
             }
         }
         Err(SealError::DirectoryContended(device.to_owned()))
