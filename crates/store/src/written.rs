@@ -1,5 +1,5 @@
-//! The outcome of a conditional write: every change of the metadata and rollups tables
-//! is made on a condition, and a refused condition is an answer, not an error.
+//! The outcome of a conditional write to the metadata or rollups table: a refused
+//! condition is an answer (another writer won, or nothing is to change), not an error.
 
 /// What a conditional write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,11 +9,4 @@ pub enum Written {
     /// The condition failed: what is stored stays (another writer won, the item exists
     /// already, or a newer version is stored).
     Refused,
-}
-
-impl Written {
-    /// Whether the write was made.
-    pub const fn is_applied(self) -> bool {
-        matches!(self, Self::Applied)
-    }
 }
