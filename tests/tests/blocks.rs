@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use serde_json::{Value, json};
 use sharding::block::is_block_sk;
 use stand_in::Backend;
+use store::Written;
 use store::dynamo::DynamoShards;
 use store::read::DynamoReadingSource;
 
@@ -336,7 +337,7 @@ async fn dynalite_switching_blocks_on_at_once_schedules_one_epoch() -> Result<()
     let hourly = Layout::time_bucket(Bucket::Hour, std::num::NonZeroU32::MIN.saturating_add(3));
     let before = TableHistory::new(hourly);
     ensure!(
-        shards.create_layout(&before).await?,
+        shards.create_layout(&before).await? == Written::Applied,
         "the layout was created"
     );
     let table = rig.shard_table_name.clone();
@@ -372,8 +373,9 @@ async fn dynalite_switching_blocks_on_at_once_schedules_one_epoch() -> Result<()
         t0(),
         settings.directory.policy.propagation_margin,
     )?;
-    assert!(
-        !shards.replace_layout(1, &stale).await?,
+    assert_eq!(
+        shards.replace_layout(1, &stale).await?,
+        Written::Refused,
         "a stale write was taken"
     );
     assert_eq!(shards.get_layout().await?, Some(stored));

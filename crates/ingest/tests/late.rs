@@ -11,6 +11,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use ingest::{Fate, Ingest, MemoryQueue, Report};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use store::Written;
 use store::item::ReadingItem;
 use store::memory::{MemoryRollups, MemoryShards, MemoryTable};
 use store::rollup::horizon::{Horizon, SWITCH};
@@ -39,17 +40,17 @@ impl AfterReadings {
 }
 
 impl RollupTable for AfterReadings {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.rollups.put_if_newer(item).await
     }
     async fn put_if_version(
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.rollups.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.rollups.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
@@ -369,17 +370,17 @@ impl MarksFail {
 }
 
 impl RollupTable for MarksFail {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.rollups.put_if_newer(item).await
     }
     async fn put_if_version(
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.rollups.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.rollups.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {

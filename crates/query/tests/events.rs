@@ -10,6 +10,7 @@ use http::StatusCode;
 use query::lambda::handle_apigw;
 
 use crate::common::{BASE_MS, R, hourly, load, service, shard_table, table_history};
+use store::Written;
 use store::memory::{MemoryReadings, MemoryRollups};
 use store::rollup::{
     DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupItem, RollupTable, hour_of, keys, part_of,
@@ -48,11 +49,17 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64)
     let mut parts: BTreeMap<(i64, u32), Vec<&DeviceHour>> = BTreeMap::new();
     for ((hour, device), dh) in &device_hours {
         let item = RollupItem::with_body(keys::device_hour(device, *hour), dh.readings(), dh, None);
-        assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
+        assert_eq!(
+            rollups.put_if_newer(&item.unwrap()).await.unwrap(),
+            Written::Applied
+        );
         let summary = dh.summary();
         let key = keys::device_summary(device, *hour);
         let item = RollupItem::with_body(key, dh.readings(), &summary, None);
-        assert!(rollups.put_if_newer(&item.unwrap()).await.unwrap());
+        assert_eq!(
+            rollups.put_if_newer(&item.unwrap()).await.unwrap(),
+            Written::Applied
+        );
         let entry = DirEntry::of(dh);
         directory
             .entry(device.clone())
@@ -70,7 +77,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[R], from_ms: i64, to_ms: i64)
         let item =
             RollupItem::with_body(keys::fleet_part(hour, part), fleet.readings(), &fleet, None)
                 .unwrap();
-        assert!(rollups.put_if_newer(&item).await.unwrap());
+        assert_eq!(rollups.put_if_newer(&item).await.unwrap(), Written::Applied);
     }
     let version = u64::try_from(to_ms).unwrap();
     let body = serde_json::json!({ "from_ms": from_ms });

@@ -11,6 +11,7 @@ use sharding::fanout::{Raise, ShardMeta};
 use sharding::key::{ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::TestStack;
+use store::Written;
 use store::directory::{ShardReader, ShardStore, UpdateCondition};
 use store::dynamo::DynamoShards;
 use store::item::{Reading, ReadingItem};
@@ -30,7 +31,7 @@ async fn readings_written_to_moto_read_back_through_the_handler() -> anyhow::Res
 
     // Layout: hour buckets over 2 shards; hot-1 goes to 3 sub-shards at 00:30.
     let layout = table_history(vec![(0, hourly(2))]);
-    assert!(shards.create_layout(&layout).await?);
+    assert_eq!(shards.create_layout(&layout).await?, Written::Applied);
     let hot_history = raise_hot_device(&shards).await?;
     let expected_hot = write_readings(&client, &stack.table_name, &layout, &hot_history).await?;
 
@@ -82,7 +83,10 @@ async fn readings_written_to_moto_read_back_through_the_handler() -> anyhow::Res
 /// Creates hot-1 and raises it to 3 sub-shards at 00:30; its stored history.
 async fn raise_hot_device(shards: &DynamoShards) -> anyhow::Result<FanoutHistory> {
     let created = ShardMeta::initial(ts(BASE_MS - 1000));
-    assert!(shards.create_entity("hot-1", &created).await?);
+    assert_eq!(
+        shards.create_entity("hot-1", &created).await?,
+        Written::Applied
+    );
     let raise = Raise {
         from: 1,
         to: 3,
@@ -95,7 +99,10 @@ async fn raise_hot_device(shards: &DynamoShards) -> anyhow::Result<FanoutHistory
         last_updated: created.last_updated,
         quiet_since: None,
     };
-    assert!(shards.update_entity("hot-1", &condition, &raised).await?);
+    assert_eq!(
+        shards.update_entity("hot-1", &condition, &raised).await?,
+        Written::Applied
+    );
     let hot_history = shards
         .get_entity("hot-1")
         .await?

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use store::Decimal;
+use store::Written;
 use store::memory::{MemoryReadings, MemoryRollups};
 use store::rollup::{
     DeviceHour, DirEntry, FleetPart, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys, mean,
@@ -495,7 +496,7 @@ async fn seal(rollups: &MemoryRollups, readings: &[Reading], watermark: i64) {
         let item =
             RollupItem::with_body(keys::fleet_part(hour, part), fleet.readings(), &fleet, None)
                 .unwrap();
-        assert!(rollups.put_if_newer(&item).await.unwrap());
+        assert_eq!(rollups.put_if_newer(&item).await.unwrap(), Written::Applied);
     }
     put_watermark(rollups, watermark).await;
 }

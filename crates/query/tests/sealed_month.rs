@@ -12,6 +12,7 @@ use query::params::parse_request;
 use query::{QueryService, ServiceConfig};
 use serde_json::Value;
 use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
+use store::Written;
 use store::error::StoreError;
 use store::memory::MemoryReadings;
 use store::rollup::dynamo::DynamoRollups;
@@ -43,17 +44,17 @@ impl Counted {
 }
 
 impl RollupTable for Counted {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.inner.put_if_newer(item).await
     }
     async fn put_if_version(
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.inner.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.inner.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {

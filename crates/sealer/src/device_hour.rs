@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use sharding::epoch::TableHistory;
 use sharding::read_plan::plan_entity;
 use sharding::time::{TimeRange, Timestamp};
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::stored::digest;
@@ -31,6 +32,7 @@ use store::rollup::{
 };
 
 use crate::by_device::{ByDevice, Next};
+use crate::directory::EntryChange;
 use crate::{RunReport, SealError, Sealer};
 
 /// Attempts at one device-hour's conditional write, each after reading its version
@@ -62,6 +64,16 @@ pub(crate) enum Put {
     Contended,
 }
 
+/// What a write of one device-hour over the version read before its readings did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HourWrite {
+    /// The device-hour, its summary and its directory entry hold its readings (written,
+    /// unchanged or deleted).
+    Sealed,
+    /// Another writer wrote it since the version was read: the caller reads both again.
+    Contended,
+}
+
 /// Writes `item` (whose version is ignored) over `before`: not at all when its body is
 /// the stored one, else conditional on `before`'s version, at the next; an empty body
 /// (`None`) deletes the stored item on the same condition.
@@ -75,8 +87,10 @@ pub(crate) async fn put_over<R: RollupTable>(
     let Some(mut item) = item else {
         return Ok(match expected {
             None => Put::Deleted,
-            Some(v) if rollups.delete_if(&key.pk, &key.sk, v).await? => Put::Deleted,
-            Some(_) => Put::Contended,
+            Some(v) => match rollups.delete_if(&key.pk, &key.sk, v).await? {
+                Written::Applied => Put::Deleted,
+                Written::Refused => Put::Contended,
+            },
         });
     };
     if let Some((v, d)) = before
@@ -85,7 +99,7 @@ pub(crate) async fn put_over<R: RollupTable>(
         return Ok(Put::Unchanged(*v));
     }
     item.version = expected.map_or(1, |v| v + 1);
-    if rollups.put_if_version(&item, expected).await? {
+    if rollups.put_if_version(&item, expected).await? == Written::Applied {
         return Ok(Put::Written(item.version));
     }
     // Another writer wrote since: if it wrote this body (two runs at once over the same
@@ -117,14 +131,15 @@ pub(crate) fn isolates(e: &SealError) -> bool {
 
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Writes the device-hour computed from readings read after `before` was, its
-    /// summary and its directory entry. `false` when another writer wrote it since
-    /// `before` was read: the caller reads both again ([`Sealer::seal_device_hour`]).
+    /// summary and its directory entry. [`HourWrite::Contended`] when another writer
+    /// wrote it since `before` was read: the caller reads both again
+    /// ([`Sealer::seal_device_hour`]).
     pub(crate) async fn write_device_hour(
         &self,
         dh: &DeviceHour,
         before: &Before,
         report: &mut RunReport,
-    ) -> Result<bool, SealError> {
+    ) -> Result<HourWrite, SealError> {
         let key = keys::device_hour(&dh.device, dh.hour_ms);
         let item = match dh.readings() {
             0 => None,
@@ -137,7 +152,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         };
         let put = put_over(&self.rollups, item, key, before).await?;
         match put {
-            Put::Contended => return Ok(false),
+            Put::Contended => return Ok(HourWrite::Contended),
             Put::Written(_) => report.device_hours_written += 1,
             Put::Unchanged(_) => report.device_hours_unchanged += 1,
             Put::Deleted => {}
@@ -153,10 +168,10 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             Put::Written(_) | Put::Unchanged(_) | Put::Deleted => {
                 self.rebuild_directory(&dh.device).await?
             }
-            Put::Contended => false,
+            Put::Contended => EntryChange::Unchanged,
         };
-        report.directory_written += u64::from(changed);
-        Ok(true)
+        report.directory_written += u64::from(changed == EntryChange::Changed);
+        Ok(HourWrite::Sealed)
     }
 
     /// Brings the device's summary of the hour to the device-hour's version `put`.
@@ -219,8 +234,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 self.write_device_hour(&dh, &before, report).await
             };
             match attempt.await {
-                Ok(true) => return Ok(()),
-                Ok(false) => continue,
+                Ok(HourWrite::Sealed) => return Ok(()),
+                Ok(HourWrite::Contended) => continue,
                 Err(e) => {
                     outcome = Err(e);
                     break;

@@ -8,11 +8,21 @@
 //! hour's readings ([`Sealer::rebuild_directory`]): one Query, paid only on a
 //! replacement, never on the hour's first seal.
 
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::{DeviceHour, DirEntry, RollupItem, RollupQuery, RollupTable, keys};
 
 use crate::{SealError, Sealer};
+
+/// What a merge or a rebuild did to a device's directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryChange {
+    /// The entry was written (or deleted).
+    Changed,
+    /// The stored entry already said it (or there is none, and none is due).
+    Unchanged,
+}
 
 /// Attempts at a directory entry's conditional write before it is isolated.
 const DIRECTORY_ATTEMPTS: u32 = 8;
@@ -20,8 +30,8 @@ const DIRECTORY_ATTEMPTS: u32 = 8;
 impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Merges `entry` into the device's directory entry (newest wins, earliest first
     /// seen, every metric up to the bound): a conditional write on the version read,
-    /// retried when another run wrote in between. `true` when it changed the entry.
-    pub(crate) async fn merge_directory(&self, entry: &DirEntry) -> Result<bool, SealError> {
+    /// retried when another run wrote in between.
+    pub(crate) async fn merge_directory(&self, entry: &DirEntry) -> Result<EntryChange, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
             let key = keys::directory_entry(&entry.device);
             let stored = self.rollups.get(&key.pk, &key.sk, true).await?;
@@ -30,7 +40,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     Ok(current) => {
                         let merged = current.merged(entry);
                         if merged == current {
-                            return Ok(false);
+                            return Ok(EntryChange::Unchanged);
                         }
                         (merged, Some(item.version))
                     }
@@ -45,8 +55,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             };
             let version = expected.map_or(1, |v| v + 1);
             let item = RollupItem::with_body(key, version, &merged, None)?;
-            if self.rollups.put_if_version(&item, expected).await? {
-                return Ok(true);
+            if self.rollups.put_if_version(&item, expected).await? == Written::Applied {
+                return Ok(EntryChange::Changed);
             }
         }
         Err(SealError::DirectoryContended(entry.device.clone()))
@@ -54,8 +64,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
 
     /// Rebuilds the device's entry from its hour summaries: the merge of the entries
     /// each makes, written over the version read before them (deleted when it has
-    /// none left). `true` when it changed the entry.
-    pub(crate) async fn rebuild_directory(&self, device: &str) -> Result<bool, SealError> {
+    /// none left).
+    pub(crate) async fn rebuild_directory(&self, device: &str) -> Result<EntryChange, SealError> {
         for _ in 0..DIRECTORY_ATTEMPTS {
             let key = keys::directory_entry(device);
             let stored = self.rollups.get(&key.pk, &key.sk, true).await?;
@@ -77,7 +87,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             }
             let expected = stored.as_ref().map(|item| item.version);
             let done = match (rebuilt, &stored) {
-                (None, None) => return Ok(false),
+                (None, None) => return Ok(EntryChange::Unchanged),
                 (None, Some(item)) => {
                     self.rollups
                         .delete_if(&key.pk, &key.sk, item.version)
@@ -90,7 +100,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                         .as_ref()
                         == Some(&entry)
                     {
-                        return Ok(false);
+                        return Ok(EntryChange::Unchanged);
                     }
                     let item = RollupItem::with_body(
                         key.clone(),
@@ -101,8 +111,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     self.rollups.put_if_version(&item, expected).await?
                 }
             };
-            if done {
-                return Ok(true);
+            if done == Written::Applied {
+                return Ok(EntryChange::Changed);
             }
         }
         Err(SealError::DirectoryContended(device.to_owned()))

@@ -2,6 +2,7 @@
 //! ingest (`store::rollup::horizon`: why a change takes effect over a switch).
 
 use sharding::time::Timestamp;
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::horizon::Horizon;
@@ -35,11 +36,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                 horizon: Some(horizon),
                 ..m
             };
-            if !self
+            let published = self
                 .rollups
                 .put_if_version(&body.item()?, Some(m.version()?))
-                .await?
-            {
+                .await?;
+            if published == Written::Refused {
                 tracing::info!(
                     "the watermark moved under the horizon's publication; the next run publishes it"
                 );

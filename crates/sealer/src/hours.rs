@@ -16,7 +16,7 @@ use store::read::ReadingSource;
 use store::rollup::{DeviceHour, HOUR_MS, PARTS, RollupQuery, RollupTable, keys, part_of};
 
 use crate::by_device::{ByDevice, Next};
-use crate::device_hour::{Before, before_of};
+use crate::device_hour::{Before, HourWrite, before_of};
 use crate::{RunReport, SealError, Sealer, hour_range, past};
 
 /// Device-hours written at a time while an hour is read.
@@ -169,7 +169,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         now: Timestamp,
         report: &mut RunReport,
     ) -> Result<(), SealError> {
-        let results: Vec<(String, i64, Result<bool, SealError>, RunReport)> =
+        let results: Vec<(String, i64, Result<HourWrite, SealError>, RunReport)> =
             futures::stream::iter(batch)
                 .map(|(dh, before)| async move {
                     let mut mine = RunReport::default();
@@ -182,8 +182,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         for (device, hour, result, mine) in results {
             report.add(&mine);
             match result {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(HourWrite::Sealed) => {}
+                Ok(HourWrite::Contended) => {
                     self.seal_device_hour(&device, hour, table, now, report)
                         .await?
                 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
+use store::Written;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::{RollupItem, RollupQuery, RollupTable, keys, part_of};
@@ -96,11 +97,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let parts = marks.iter().map(|(_, device)| part_of(device)).collect();
         self.write_parts(hour, parts, now, report).await?;
         for (mark, _) in marks {
-            if self
+            let deleted = self
                 .rollups
                 .delete_if(&mark.pk, &mark.sk, mark.version)
-                .await?
-            {
+                .await?;
+            if deleted == Written::Applied {
                 report.marks_sealed += 1;
             }
         }

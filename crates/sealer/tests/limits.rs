@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
 use sharding::written::WriteOrder;
+use store::Written;
 use store::error::StoreError;
 use store::item::Reading;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
@@ -310,7 +311,7 @@ impl Refusing {
 }
 
 impl RollupTable for Refusing {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.check(&item.pk, &item.sk)?;
         self.inner.put_if_newer(item).await
     }
@@ -318,11 +319,11 @@ impl RollupTable for Refusing {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.check(&item.pk, &item.sk)?;
         self.inner.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.check(pk, sk)?;
         self.inner.delete_if(pk, sk, version).await
     }

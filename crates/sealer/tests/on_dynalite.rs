@@ -24,6 +24,7 @@ use sharding::fanout::{Raise, ShardMeta};
 use sharding::key::{ItemKey, ReadingRef, write_key};
 use sharding::time::Timestamp;
 use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
+use store::Written;
 use store::batch::{BatchWriter, Put, SizedItem, WriterConfig};
 use store::block::BlockItem;
 use store::directory::{ShardReader, ShardStore, UpdateCondition};
@@ -416,10 +417,13 @@ async fn raise_hot_device(
     shards: &DynamoShards,
     layout: &TableHistory,
 ) -> anyhow::Result<FanoutHistory> {
-    assert!(shards.create_layout(layout).await?);
+    assert_eq!(shards.create_layout(layout).await?, Written::Applied);
     let at = |ms| Timestamp::from_millis(ms).expect("in range");
     let created = ShardMeta::initial(at(BASE_MS - HOUR_MS));
-    assert!(shards.create_entity("hot-1", &created).await?);
+    assert_eq!(
+        shards.create_entity("hot-1", &created).await?,
+        Written::Applied
+    );
     let raise = Raise {
         from: 1,
         to: 8,
@@ -431,10 +435,11 @@ async fn raise_hot_device(
         last_updated: created.last_updated,
         quiet_since: None,
     };
-    assert!(
+    assert_eq!(
         shards
             .update_entity("hot-1", &condition, &created.raised(&raise)?)
-            .await?
+            .await?,
+        Written::Applied
     );
     let history = shards
         .get_entity("hot-1")
@@ -625,7 +630,7 @@ impl Held {
 }
 
 impl RollupTable for Held {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.hold(false).await;
         self.inner.put_if_newer(item).await
     }
@@ -633,11 +638,11 @@ impl RollupTable for Held {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.hold(false).await;
         self.inner.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.hold(true).await;
         self.inner.delete_if(pk, sk, version).await
     }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
+use store::Written;
 use store::error::StoreError;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
 use store::rollup::RollupKey;
@@ -127,7 +128,7 @@ impl SlowFirstWrite {
 }
 
 impl RollupTable for SlowFirstWrite {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.wait().await;
         self.inner.put_if_newer(item).await
     }
@@ -135,10 +136,10 @@ impl RollupTable for SlowFirstWrite {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.inner.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.inner.delete_if(pk, sk, version).await
     }
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bigdecimal::BigDecimal;
 use sealer::{Sealer, Settings};
 use sharding::time::Timestamp;
+use store::Written;
 use store::error::StoreError;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
 use store::rollup::RollupKey;
@@ -334,7 +335,7 @@ impl KilledAfter {
 }
 
 impl RollupTable for KilledAfter {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.check()?;
         self.inner.put_if_newer(item).await
     }
@@ -342,11 +343,11 @@ impl RollupTable for KilledAfter {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.check()?;
         self.inner.put_if_version(item, expected).await
     }
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         self.check()?;
         self.inner.delete_if(pk, sk, version).await
     }

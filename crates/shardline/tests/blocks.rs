@@ -9,6 +9,7 @@ use sharding::epoch::TableHistory;
 use sharding::layout::Layout;
 use stand_in::TestStack;
 use store::ShardReader as _;
+use store::Written;
 
 fn shardline(args: &[&str], env_file: &std::path::Path) -> Result<Output> {
     Ok(Command::new(env!("CARGO_BIN_EXE_shardline"))
@@ -44,10 +45,11 @@ async fn switches_blocks_by_an_epoch_after_the_margin_once() -> Result<()> {
     );
     {
         use store::ShardStore as _;
-        assert!(
+        assert_eq!(
             shards
                 .create_layout(&TableHistory::new(plain.clone()))
-                .await?
+                .await?,
+            Written::Applied
         );
     }
 

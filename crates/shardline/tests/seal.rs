@@ -16,6 +16,7 @@ use sharding::layout::Layout;
 use sharding::time::Timestamp;
 use stand_in::TestStack;
 use store::ShardStore as _;
+use store::Written;
 use store::item::{Reading, ReadingItem};
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{DeviceHour, DirEntry, FleetPart, HOUR_MS, RollupTable as _, keys, part_of};
@@ -97,7 +98,7 @@ async fn rebuilds_hours_from_the_readings_and_again_after_a_loss() -> Result<()>
         std::num::NonZeroU32::new(4).expect("4 > 0"),
     ));
     let shards = store::dynamo::DynamoShards::new(&client, &stack.stack.shard_table_name);
-    assert!(shards.create_layout(&layout).await?);
+    assert_eq!(shards.create_layout(&layout).await?, Written::Applied);
 
     // Two whole hours, sealable long ago: they ended more than a day before now.
     let now = store::clock::wall_clock()?.as_millis();

@@ -30,6 +30,7 @@ use sharding::layout::Layout;
 use sharding::time::{TimeRange, Timestamp};
 
 use crate::error::StoreError;
+use crate::written::Written;
 
 mod cached;
 pub mod hot;
@@ -86,16 +87,17 @@ pub trait ShardReader: Send + Sync {
 
 /// The port over the shard metadata table for writers: the reads, and every change.
 pub trait ShardStore: ShardReader {
-    /// Creates an entity's metadata unless it exists; `false` if it did.
+    /// Creates an entity's metadata unless it exists; [`Written::Refused`] if it did.
     fn create_entity(
         &self,
         entity: &str,
         meta: &ShardMeta,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// Replaces an entity's `number_of_shards`, `last_updated` and `shard_history` with
     /// `meta`'s, and its `hot_through` with `hot_through` when given, if `condition`
-    /// holds; `false` if it failed (another writer won, or a writer saw the entity busy).
+    /// holds; [`Written::Refused`] if it failed (another writer won, or a writer saw the
+    /// entity busy).
     /// Lists nothing: the caller lists the hours the change alters first
     /// ([`hot::change_listing`]).
     fn update_record(
@@ -104,7 +106,7 @@ pub trait ShardStore: ShardReader {
         condition: &UpdateCondition,
         meta: &ShardMeta,
         hot_through: Option<Timestamp>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// [`ShardStore::update_record`] after listing the entity in the hot index for the
     /// hours the change alters, through the hour after the hour after
@@ -115,7 +117,7 @@ pub trait ShardStore: ShardReader {
         entity: &str,
         condition: &UpdateCondition,
         meta: &ShardMeta,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         async move {
             let stored = self.get_record(entity).await?;
             let decided = meta.last_updated;
@@ -139,13 +141,13 @@ pub trait ShardStore: ShardReader {
 
     /// Sets an existing entity's `hot_through` to `through` if its `last_updated` is
     /// still `last_updated` (the history the listing was made for) and its
-    /// `hot_through` is absent or earlier; `false` otherwise.
+    /// `hot_through` is absent or earlier; [`Written::Refused`] otherwise.
     fn extend_hot(
         &self,
         entity: &str,
         last_updated: Timestamp,
         through: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// Sets an existing entity's `last_hot` to `at` (a writer saw it busy). Touches
     /// nothing else, so it never fails another writer's change.
@@ -155,20 +157,20 @@ pub trait ShardStore: ShardReader {
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Stores the layout history unless one exists; `false` if it did.
+    /// Stores the layout history unless one exists; [`Written::Refused`] if it did.
     fn create_layout(
         &self,
         history: &TableHistory,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// Replaces the stored layout history with `history` if the stored one still has
     /// `expected_epochs` epochs (histories only grow, so no other writer changed it
-    /// since it was read); `false` otherwise.
+    /// since it was read); [`Written::Refused`] otherwise.
     fn replace_layout(
         &self,
         expected_epochs: usize,
         history: &TableHistory,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 }
 
 impl<T: ShardReader> ShardReader for std::sync::Arc<T> {
@@ -201,7 +203,7 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
         &self,
         entity: &str,
         meta: &ShardMeta,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).create_entity(entity, meta)
     }
     fn update_record(
@@ -210,7 +212,7 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
         condition: &UpdateCondition,
         meta: &ShardMeta,
         hot_through: Option<Timestamp>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).update_record(entity, condition, meta, hot_through)
     }
     fn list_hot(
@@ -226,7 +228,7 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
         entity: &str,
         last_updated: Timestamp,
         through: Timestamp,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).extend_hot(entity, last_updated, through)
     }
     fn mark_hot(
@@ -239,14 +241,14 @@ impl<T: ShardStore> ShardStore for std::sync::Arc<T> {
     fn create_layout(
         &self,
         history: &TableHistory,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).create_layout(history)
     }
     fn replace_layout(
         &self,
         expected_epochs: usize,
         history: &TableHistory,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).replace_layout(expected_epochs, history)
     }
 }
@@ -373,7 +375,7 @@ impl<S: ShardStore> ShardDirectory<S> {
             return Ok(history);
         }
         let initial = TableHistory::new(self.config.initial_layout.clone());
-        let history = if self.store().create_layout(&initial).await? {
+        let history = if self.store().create_layout(&initial).await? == Written::Applied {
             tracing::info!(layout = %self.config.initial_layout, "stored the initial layout");
             initial
         } else {
@@ -430,11 +432,11 @@ impl<S: ShardStore> ShardDirectory<S> {
                 .list_hot(entity, &hot::labels(&hours), Some(expires))
                 .await?;
             let last_updated = current.meta.last_updated;
-            if self
+            let extended = self
                 .store()
                 .extend_hot(entity, last_updated, through)
-                .await?
-            {
+                .await?;
+            if extended == Written::Applied {
                 current.hot_through = Some(through);
                 self.cache
                     .remember_hot_through(entity, last_updated, through);
@@ -540,7 +542,7 @@ impl<S: ShardStore> ShardDirectory<S> {
                 let k = meta.in_force(now, default);
                 return Ok(PlannedFanout::Already { k });
             };
-            if self.apply_raise(entity, &meta, &raise, now).await? {
+            if self.apply_raise(entity, &meta, &raise, now).await? == Written::Applied {
                 return Ok(PlannedFanout::Scheduled(raise));
             }
         }
@@ -565,7 +567,7 @@ impl<S: ShardStore> ShardDirectory<S> {
             number_of_shards: default,
             ..ShardMeta::initial(now)
         };
-        if self.store().create_entity(entity, &created).await? {
+        if self.store().create_entity(entity, &created).await? == Written::Applied {
             self.remember(entity, now, Some(EntityRecord::unlisted(created.clone())));
             Ok(Some(created))
         } else {
@@ -610,10 +612,9 @@ impl<S: ShardStore> ShardDirectory<S> {
         };
         match fanout::decide(Some(&meta), &signal, now, default, policy, rng) {
             FanoutDecision::Raise(raise) => {
-                if self.apply_raise(entity, &meta, &raise, now).await? {
-                    Ok(FanoutChange::Raised(raise))
-                } else {
-                    Ok(FanoutChange::LostRace)
+                match self.apply_raise(entity, &meta, &raise, now).await? {
+                    Written::Applied => Ok(FanoutChange::Raised(raise)),
+                    Written::Refused => Ok(FanoutChange::LostRace),
                 }
             }
             // Unreachable: `decide` only asks to create when there is no item.
@@ -704,15 +705,15 @@ impl<S: ShardStore> ShardDirectory<S> {
     /// Writes the item after a change with the conditional update, after listing the
     /// hours the change alters in the hot index ([`hot::change_listing`]): a change that
     /// then loses its race leaves at most a listing a read plan finds nothing under. The
-    /// winner caches the new item; a loser forgets its stale copy. `true` if this writer
-    /// won.
+    /// winner caches the new item; a loser forgets its stale copy. [`Written::Applied`]
+    /// if this writer won.
     async fn apply(
         &self,
         entity: &str,
         condition: UpdateCondition,
         next: ShardMeta,
         now: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let cached = self
             .cache
             .peek_entity(entity, now, |r| r.cloned())
@@ -729,20 +730,20 @@ impl<S: ShardStore> ShardDirectory<S> {
                 .list_hot(entity, &hot::labels(&hours), Some(expires))
                 .await?;
         }
-        if !self
+        let written = self
             .store()
             .update_record(entity, &condition, &next, claim)
-            .await?
-        {
+            .await?;
+        if written == Written::Refused {
             self.invalidate(entity);
-            return Ok(false);
+            return Ok(written);
         }
         let record = EntityRecord {
             meta: next,
             hot_through: claim,
         };
         self.remember(entity, now, Some(record));
-        Ok(true)
+        Ok(written)
     }
 
     /// Writes `raise` of `entity` (currently `current`); the raised item is marked busy.
@@ -752,7 +753,7 @@ impl<S: ShardStore> ShardDirectory<S> {
         current: &ShardMeta,
         raise: &Raise,
         now: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let mut raised = current
             .raised(raise)
             .map_err(|e| StoreError::Malformed(format!("raise of {entity}: {e}")))?;
@@ -761,11 +762,11 @@ impl<S: ShardStore> ShardDirectory<S> {
             last_updated: raise.precondition_last_updated,
             quiet_since: None,
         };
-        let won = self.apply(entity, condition, raised, now).await?;
-        if won {
+        let written = self.apply(entity, condition, raised, now).await?;
+        if written == Written::Applied {
             tracing::info!(entity, from = raise.from, to = raise.to, "raised fan-out");
         }
-        Ok(won)
+        Ok(written)
     }
 
     /// Writes `shrink` of `entity` (currently `current`), conditional on no writer having
@@ -784,11 +785,12 @@ impl<S: ShardStore> ShardDirectory<S> {
             last_updated: shrink.precondition_last_updated,
             quiet_since: Some(shrink.quiet_since),
         };
-        if self.apply(entity, condition, shrunk, now).await? {
-            tracing::info!(entity, from = shrink.from, to = shrink.to, effective_from = %shrink.effective_from, "shrinking fan-out");
-            Ok(FanoutChange::Shrunk(*shrink))
-        } else {
-            Ok(FanoutChange::LostRace)
+        match self.apply(entity, condition, shrunk, now).await? {
+            Written::Applied => {
+                tracing::info!(entity, from = shrink.from, to = shrink.to, effective_from = %shrink.effective_from, "shrinking fan-out");
+                Ok(FanoutChange::Shrunk(*shrink))
+            }
+            Written::Refused => Ok(FanoutChange::LostRace),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::directory::{EntityRecord, HotListing, ShardReader, ShardStore, Update
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::PK;
 use crate::memory::MAX_BATCH_GET_KEYS;
+use crate::written::Written;
 
 /// The readings table behind [`BatchTable`].
 #[derive(Debug, Clone)]
@@ -230,16 +231,16 @@ where
     StoreError::from_sdk(err, &[])
 }
 
-/// The answer of a conditional write: `true` if written, `false` if its condition
-/// failed, or the classified error.
-pub(crate) fn conditional<T, E>(result: Result<T, SdkError<E>>) -> Result<bool, StoreError>
+/// The answer of a conditional write: [`Written::Applied`], [`Written::Refused`] if its
+/// condition failed, or the classified error.
+pub(crate) fn conditional<T, E>(result: Result<T, SdkError<E>>) -> Result<Written, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
     match result {
-        Ok(_) => Ok(true),
+        Ok(_) => Ok(Written::Applied),
         Err(e) => match classify(&e) {
-            StoreError::ConditionFailed => Ok(false),
+            StoreError::ConditionFailed => Ok(Written::Refused),
             other => Err(other),
         },
     }
@@ -361,7 +362,7 @@ impl DynamoShards {
         Ok(())
     }
 
-    async fn put_if_absent(&self, item: Item) -> Result<bool, StoreError> {
+    async fn put_if_absent(&self, item: Item) -> Result<Written, StoreError> {
         let result = self
             .client
             .put_item()
@@ -441,7 +442,7 @@ impl ShardReader for DynamoShards {
 
 impl ShardStore for DynamoShards {
     #[tracing::instrument(skip(self, meta), fields(table = %self.table))]
-    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
+    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<Written, StoreError> {
         self.put_if_absent(to_item(&EntityItem::from_meta(entity, meta))?)
             .await
     }
@@ -453,7 +454,7 @@ impl ShardStore for DynamoShards {
         condition: &UpdateCondition,
         meta: &ShardMeta,
         hot_through: Option<Timestamp>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let item = EntityItem::from_meta(entity, meta);
         let history = serde_dynamo::to_attribute_value(&item.shard_history)
             .map_err(|e| StoreError::Malformed(e.to_string()))?;
@@ -515,7 +516,7 @@ impl ShardStore for DynamoShards {
         entity: &str,
         last_updated: Timestamp,
         through: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let number = |t: Timestamp| AttributeValue::N(t.as_millis().to_string());
         let result = self
             .client
@@ -556,7 +557,7 @@ impl ShardStore for DynamoShards {
     }
 
     #[tracing::instrument(skip(self, history), fields(table = %self.table))]
-    async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
+    async fn create_layout(&self, history: &TableHistory) -> Result<Written, StoreError> {
         self.put_if_absent(to_item(&LayoutItem {
             pk: LAYOUT_PK.to_owned(),
             epochs: history.clone(),
@@ -569,7 +570,7 @@ impl ShardStore for DynamoShards {
         &self,
         expected_epochs: usize,
         history: &TableHistory,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let item = to_item(&LayoutItem {
             pk: LAYOUT_PK.to_owned(),
             epochs: history.clone(),

@@ -89,6 +89,7 @@ pub mod secrets;
 pub mod size;
 #[cfg(feature = "sqs")]
 pub mod sqs;
+pub mod written;
 
 pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, ItemTooLarge, Outcome, Put, Remake, SizedItem,
@@ -101,3 +102,4 @@ pub use directory::{
 pub use error::{StoreError, ThrottleKind};
 pub use item::{Encoded, Reading, ReadingItem};
 pub use sharding::written::WriteOrder;
+pub use written::Written;

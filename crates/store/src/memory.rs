@@ -23,6 +23,7 @@ use crate::directory::{ShardReader, ShardStore, UpdateCondition};
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::{PK, SK};
 use crate::size::{MAX_ITEM_BYTES, item_size};
+use crate::written::Written;
 
 mod queue;
 mod readings;
@@ -384,15 +385,15 @@ impl ShardReader for MemoryShards {
 }
 
 impl ShardStore for MemoryShards {
-    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<bool, StoreError> {
+    async fn create_entity(&self, entity: &str, meta: &ShardMeta) -> Result<Written, StoreError> {
         let mut state = self.state.lock();
         if state.entities.contains_key(entity) {
-            return Ok(false);
+            return Ok(Written::Refused);
         }
         state
             .entities
             .insert(entity.to_owned(), EntityRecord::unlisted(meta.clone()));
-        Ok(true)
+        Ok(Written::Applied)
     }
 
     async fn update_record(
@@ -401,16 +402,16 @@ impl ShardStore for MemoryShards {
         condition: &UpdateCondition,
         meta: &ShardMeta,
         hot_through: Option<Timestamp>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let mut state = self.state.lock();
         let Some(stored) = state.entities.get_mut(entity) else {
-            return Ok(false);
+            return Ok(Written::Refused);
         };
         let quiet = condition
             .quiet_since
             .is_none_or(|since| stored.meta.last_hot.is_none_or(|hot| hot < since));
         if stored.meta.last_updated != condition.last_updated || !quiet {
-            return Ok(false);
+            return Ok(Written::Refused);
         }
         let last_hot = meta.last_hot.or(stored.meta.last_hot);
         stored.meta = ShardMeta {
@@ -421,7 +422,7 @@ impl ShardStore for MemoryShards {
             stored.hot_through = hot_through;
         }
         state.changes.push((entity.to_owned(), meta.clone()));
-        Ok(true)
+        Ok(Written::Applied)
     }
 
     async fn list_hot(
@@ -456,7 +457,7 @@ impl ShardStore for MemoryShards {
         entity: &str,
         last_updated: Timestamp,
         through: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let mut state = self.state.lock();
         match state.entities.get_mut(entity) {
             Some(stored)
@@ -464,9 +465,9 @@ impl ShardStore for MemoryShards {
                     && stored.hot_through.is_none_or(|w| w < through) =>
             {
                 stored.hot_through = Some(through);
-                Ok(true)
+                Ok(Written::Applied)
             }
-            _ => Ok(false),
+            _ => Ok(Written::Refused),
         }
     }
 
@@ -479,27 +480,27 @@ impl ShardStore for MemoryShards {
         Ok(())
     }
 
-    async fn create_layout(&self, history: &TableHistory) -> Result<bool, StoreError> {
+    async fn create_layout(&self, history: &TableHistory) -> Result<Written, StoreError> {
         let mut state = self.state.lock();
         if state.layout.is_some() {
-            return Ok(false);
+            return Ok(Written::Refused);
         }
         state.layout = Some(history.clone());
-        Ok(true)
+        Ok(Written::Applied)
     }
 
     async fn replace_layout(
         &self,
         expected_epochs: usize,
         history: &TableHistory,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let mut state = self.state.lock();
         match &state.layout {
             Some(stored) if stored.epochs().len() == expected_epochs => {
                 state.layout = Some(history.clone());
-                Ok(true)
+                Ok(Written::Applied)
             }
-            _ => Ok(false),
+            _ => Ok(Written::Refused),
         }
     }
 }

@@ -48,6 +48,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
+use crate::written::Written;
 
 pub mod cells;
 pub mod dynamo;
@@ -366,28 +367,28 @@ impl RollupQuery {
 /// ([`put_if_version`](RollupTable::put_if_version), [`delete_if`](RollupTable::delete_if)).
 pub trait RollupTable: Send + Sync {
     /// Writes `item` unless an item at its key has a version at least as large;
-    /// `false` when the stored one stays.
+    /// [`Written::Refused`] when the stored one stays.
     fn put_if_newer(
         &self,
         item: &RollupItem,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// Writes `item` if the stored item's version is `expected` (`None`: no item);
-    /// `false` when it is not.
+    /// [`Written::Refused`] when it is not.
     fn put_if_version(
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
-    /// Deletes the item at `(pk, sk)` if its version is `version`; `false` when it is
-    /// not (or there is none).
+    /// Deletes the item at `(pk, sk)` if its version is `version`; [`Written::Refused`]
+    /// when it is not (or there is none).
     fn delete_if(
         &self,
         pk: &str,
         sk: &str,
         version: u64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
 
     /// Writes `item` whatever is stored (a late mark: its version is a fresh nonce).
     fn put(&self, item: &RollupItem) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -409,14 +410,14 @@ impl<T: RollupTable> RollupTable for &T {
     fn put_if_newer(
         &self,
         item: &RollupItem,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).put_if_newer(item)
     }
     fn put_if_version(
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).put_if_version(item, expected)
     }
     fn delete_if(
@@ -424,7 +425,7 @@ impl<T: RollupTable> RollupTable for &T {
         pk: &str,
         sk: &str,
         version: u64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         (**self).delete_if(pk, sk, version)
     }
     fn put(&self, item: &RollupItem) -> impl Future<Output = Result<(), StoreError>> + Send {

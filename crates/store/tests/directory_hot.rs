@@ -16,7 +16,7 @@ use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
 use store::dynamo::DynamoShards;
 use store::memory::MemoryShards;
-use store::{CachedDirectory, ShardReader, ShardStore};
+use store::{CachedDirectory, ShardReader, ShardStore, Written};
 
 use crate::directory_memory::directory_config;
 
@@ -99,11 +99,12 @@ async fn an_entity_shrunk_back_to_1_leaves_the_hot_set_of_later_ranges() {
         quiet_since: Some(t(100)),
     };
     let shrunk = meta.shrunk(&shrink).expect("valid");
-    assert!(
+    assert_eq!(
         shards
             .update_entity("dev-1", &condition, &shrunk)
             .await
-            .expect("ok")
+            .expect("ok"),
+        Written::Applied
     );
     writer.invalidate("dev-1");
     // Writers go on writing the device at k = 1 for days: nothing more is listed.
@@ -374,19 +375,21 @@ async fn a_legacy_hot_entity_is_found(db: &OnDynalite) -> anyhow::Result<()> {
         shard_history: raised_at(0),
         last_hot: None,
     };
-    assert!(
+    assert_eq!(
         db.shards
             .create_entity("old-1", &ShardMeta::initial(t(-10)))
-            .await?
+            .await?,
+        Written::Applied
     );
     let condition = UpdateCondition {
         last_updated: t(-10),
         quiet_since: None,
     };
-    assert!(
+    assert_eq!(
         db.shards
             .update_record("old-1", &condition, &legacy, None)
-            .await?
+            .await?,
+        Written::Applied
     );
     db.client
         .put_item()
@@ -415,10 +418,11 @@ async fn a_shrunk_device_leaves_later_ranges(db: &OnDynalite, first: &str) -> an
         last_updated: meta.last_updated,
         quiet_since: Some(t(10)),
     };
-    assert!(
+    assert_eq!(
         db.shards
             .update_entity(first, &condition, &meta.shrunk(&shrink)?)
-            .await?
+            .await?,
+        Written::Applied
     );
     let reader = db.reader();
     let names_in = |found: Vec<(String, FanoutHistory)>| -> BTreeSet<String> {

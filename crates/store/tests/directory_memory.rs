@@ -13,7 +13,7 @@ use store::directory::{
     DirectoryConfig, FanoutChange, PlannedFanout, ShardDirectory, UpdateCondition,
 };
 use store::memory::MemoryShards;
-use store::{ShardReader, ShardStore};
+use store::{ShardReader, ShardStore, Written};
 
 /// The template's fan-out settings, with FANOUT_MAX 8 and `RAISE_AHEAD_WCU` 500 (the
 /// default is 100).
@@ -317,7 +317,10 @@ async fn ten_writers_racing_in_memory_raise_once() {
         w.store().update_entity("hot", &condition, &raised).await
     }))
     .await;
-    let won = results.iter().filter(|r| matches!(r, Ok(true))).count();
+    let won = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Written::Applied)))
+        .count();
     assert_eq!(won, 1, "{results:?}");
     assert_eq!(ks(&shards.entity("hot").expect("stored")).len(), 1);
 }

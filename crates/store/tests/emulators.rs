@@ -15,7 +15,7 @@ use store::batch::{BatchWriter, Outcome};
 use store::directory::hot::hours_of;
 use store::directory::{FanoutChange, ShardDirectory, UpdateCondition};
 use store::dynamo::{DynamoShards, DynamoTable};
-use store::{ShardReader, ShardStore};
+use store::{ShardReader, ShardStore, Written};
 use tokio::time::Instant;
 
 use crate::directory_memory::directory_config;
@@ -141,15 +141,17 @@ fn one_raise(changes: &[FanoutChange]) {
 async fn ten_writers_race(backend: Backend) -> Result<()> {
     let tables = start(backend).await?;
     let shards = DynamoShards::new(&tables.client, &tables.shards);
-    assert!(
+    assert_eq!(
         shards
             .create_entity("hot", &ShardMeta::initial(t(0)))
-            .await?
+            .await?,
+        Written::Applied
     );
-    assert!(
-        !shards
+    assert_eq!(
+        shards
             .create_entity("hot", &ShardMeta::initial(t(1)))
             .await?,
+        Written::Refused,
         "create is conditional"
     );
 
@@ -192,7 +194,7 @@ async fn ten_writers_race(backend: Backend) -> Result<()> {
         effective_from: t(3365),
         updated_at: t(3000),
     };
-    for (quiet_since, accepted) in [(t(2000), false), (t(2001), true)] {
+    for (quiet_since, accepted) in [(t(2000), Written::Refused), (t(2001), Written::Applied)] {
         let shrunk = meta.shrunk(&shrink(quiet_since))?;
         let condition = UpdateCondition {
             last_updated: meta.last_updated,

@@ -14,7 +14,6 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bigdecimal::BigDecimal;
 use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
-use store::Decimal;
 use store::memory::MemoryRollups;
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::stored::CHUNK_BYTES;
@@ -22,6 +21,7 @@ use store::rollup::{
     DeviceHour, FleetPart, RollupItem, RollupKey, RollupQuery, RollupTable, decimal_text,
     late_mark, query_all,
 };
+use store::{Decimal, Written};
 
 /// The rollups table on a dynalite started for one test.
 struct OnDynalite {
@@ -148,7 +148,7 @@ enum Op {
     Put(RollupItem),
 }
 
-async fn apply<T: RollupTable>(table: &T, op: &Op) -> anyhow::Result<Option<bool>> {
+async fn apply<T: RollupTable>(table: &T, op: &Op) -> anyhow::Result<Option<Written>> {
     Ok(match op {
         Op::Newer(item) => Some(table.put_if_newer(item).await?),
         Op::IfVersion(item, expected) => Some(table.put_if_version(item, *expected).await?),
@@ -199,69 +199,73 @@ async fn long_bodies_read_back(db: &OnDynalite, fake: &MemoryRollups) -> anyhow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollups_on_dynalite_write_only_under_their_conditions_as_the_fake_does()
 -> anyhow::Result<()> {
+    use Written::{Applied, Refused};
     let db = OnDynalite::start("rollup-conditions").await?;
     let fake = MemoryRollups::new();
     let (pk, sk) = ("dh#1782090000000#3", "d-1");
-    let ops: Vec<(Op, Option<bool>)> = vec![
+    let ops: Vec<(Op, Option<Written>)> = vec![
         // put_if_newer: absent, then equal, smaller, larger (numerically) versions.
-        (Op::Newer(item(pk, sk, 9, "{\"v\":9}")), Some(true)),
+        (Op::Newer(item(pk, sk, 9, "{\"v\":9}")), Some(Applied)),
         (
             Op::Newer(item(pk, sk, 9, "{\"v\":\"other 9\"}")),
-            Some(false),
+            Some(Refused),
         ),
-        (Op::Newer(item(pk, sk, 2, "{\"v\":2}")), Some(false)),
-        (Op::Newer(item(pk, sk, 10, "{\"v\":10}")), Some(true)),
-        (Op::Newer(item(pk, sk, 9, "{\"v\":9}")), Some(false)),
+        (Op::Newer(item(pk, sk, 2, "{\"v\":2}")), Some(Refused)),
+        (Op::Newer(item(pk, sk, 10, "{\"v\":10}")), Some(Applied)),
+        (Op::Newer(item(pk, sk, 9, "{\"v\":9}")), Some(Refused)),
         // put_if_version: None over an item, a wrong version, the right one.
-        (Op::IfVersion(item(pk, sk, 11, "{}"), None), Some(false)),
-        (Op::IfVersion(item(pk, sk, 11, "{}"), Some(9)), Some(false)),
+        (Op::IfVersion(item(pk, sk, 11, "{}"), None), Some(Refused)),
+        (
+            Op::IfVersion(item(pk, sk, 11, "{}"), Some(9)),
+            Some(Refused),
+        ),
         (
             Op::IfVersion(item(pk, sk, 11, "{\"v\":11}"), Some(10)),
-            Some(true),
+            Some(Applied),
         ),
         // ... and over no item: only None writes.
         (
             Op::IfVersion(item("dir", "d-1", 1, "{}"), Some(0)),
-            Some(false),
+            Some(Refused),
         ),
         (
             Op::IfVersion(item("dir", "d-1", 1, "{}"), Some(1)),
-            Some(false),
+            Some(Refused),
         ),
         (
             Op::IfVersion(item("dir", "d-1", 1, "{\"a\":1}"), None),
-            Some(true),
+            Some(Applied),
         ),
         (
             Op::IfVersion(item("dir", "d-1", 2, "{\"a\":2}"), None),
-            Some(false),
+            Some(Refused),
         ),
         (
             Op::IfVersion(item("dir", "d-1", 2, "{\"a\":2}"), Some(1)),
-            Some(true),
+            Some(Applied),
         ),
         // delete_if: a wrong version, the right one, then nothing left to delete.
-        (Op::Delete("dir", "d-1", 1), Some(false)),
-        (Op::Delete("dir", "d-1", 3), Some(false)),
-        (Op::Delete("dir", "d-1", 2), Some(true)),
-        (Op::Delete("dir", "d-1", 2), Some(false)),
-        (Op::Delete("dir", "never", 0), Some(false)),
+        (Op::Delete("dir", "d-1", 1), Some(Refused)),
+        (Op::Delete("dir", "d-1", 3), Some(Refused)),
+        (Op::Delete("dir", "d-1", 2), Some(Applied)),
+        (Op::Delete("dir", "d-1", 2), Some(Refused)),
+        (Op::Delete("dir", "never", 0), Some(Refused)),
         // put: whatever is stored, the largest u64 nonce included; then a smaller one.
         (Op::Put(late_mark("d-1", 1_782_090_000_000, u64::MAX)), None),
         (
             Op::Newer(late_mark("d-1", 1_782_090_000_000, u64::MAX - 1)),
-            Some(false),
+            Some(Refused),
         ),
         (Op::Put(late_mark("d-1", 1_782_090_000_000, 7)), None),
         (Op::Put(late_mark("d-2", 1_782_090_000_000, u64::MAX)), None),
-        (Op::Delete("late#09", "never", u64::MAX), Some(false)),
+        (Op::Delete("late#09", "never", u64::MAX), Some(Refused)),
         // An item without body or expiry.
         (
             Op::Newer(RollupItem {
                 ttl: None,
                 ..item("seal", "state", 1_782_093_600_000, "")
             }),
-            Some(true),
+            Some(Applied),
         ),
     ];
     for (i, (op, want)) in ops.iter().enumerate() {
@@ -323,8 +327,8 @@ async fn rollups_on_dynalite_query_pages_as_the_fake_and_across_dynamodbs_own_pa
     items.push(item("di", "site-a-05", 4, "{}"));
     items.extend(long_items());
     for item in &items {
-        assert!(db.rollups.put_if_newer(item).await?);
-        assert!(fake.put_if_newer(item).await?);
+        assert_eq!(db.rollups.put_if_newer(item).await?, Written::Applied);
+        assert_eq!(fake.put_if_newer(item).await?, Written::Applied);
     }
     let between = |lo: &str, hi: &str| Some((lo.to_owned(), hi.to_owned()));
     let mut queries = Vec::new();
@@ -417,7 +421,7 @@ async fn dynamodbs_own_pages(db: &OnDynalite) -> anyhow::Result<()> {
     let mut stored = Vec::new();
     for i in 0..24 {
         let item = item("big", &format!("{i:02}"), i, &format!("\"{big}\""));
-        assert!(db.rollups.put_if_newer(&item).await?);
+        assert_eq!(db.rollups.put_if_newer(&item).await?, Written::Applied);
         stored.push(item);
     }
     for ascending in [true, false] {
@@ -500,7 +504,7 @@ async fn rollups_on_dynalite_keep_38_digit_sums_exact() -> anyhow::Result<()> {
         None,
     )?;
     for item in [&stored, &part] {
-        assert!(db.rollups.put_if_newer(item).await?);
+        assert_eq!(db.rollups.put_if_newer(item).await?, Written::Applied);
         let raw = db.raw(&item.pk, &item.sk).await?;
         assert_eq!(raw.get("body"), Some(&AttributeValue::S(item.body.clone())));
         let back = db.rollups.get(&item.pk, &item.sk, true).await?;
@@ -563,7 +567,11 @@ async fn eight_conditional_writes_at_once_on_dynalite_leave_what_their_condition
             let (version, wrote) = task.await??;
             written.insert(version, wrote);
         }
-        assert_eq!(written.get(&8), Some(&true), "round {round}: {written:?}");
+        assert_eq!(
+            written.get(&8),
+            Some(&Written::Applied),
+            "round {round}: {written:?}"
+        );
         let stored = db.rollups.get("dh#race", &sk, true).await?;
         assert_eq!(
             stored.map(|s| (s.version, s.body)),
@@ -573,10 +581,11 @@ async fn eight_conditional_writes_at_once_on_dynalite_leave_what_their_condition
     }
     for round in 0..8 {
         let sk = format!("e-{round}");
-        assert!(
+        assert_eq!(
             db.rollups
                 .put_if_version(&item("dir", &sk, 1, "{}"), None)
-                .await?
+                .await?,
+            Written::Applied
         );
         let start = Arc::new(tokio::sync::Barrier::new(16));
         let mut tasks = Vec::new();
@@ -600,11 +609,11 @@ async fn eight_conditional_writes_at_once_on_dynalite_leave_what_their_condition
             .collect();
         let mut puts = 0;
         for task in tasks {
-            puts += u32::from(task.await??);
+            puts += u32::from(task.await?? == Written::Applied);
         }
         let mut deleted = 0;
         for task in deletes {
-            deleted += u32::from(task.await??);
+            deleted += u32::from(task.await?? == Written::Applied);
         }
         assert_eq!(puts, 1, "round {round}: one merge on the version read wins");
         assert!(
@@ -618,7 +627,7 @@ async fn eight_conditional_writes_at_once_on_dynalite_leave_what_their_condition
             "round {round}: {stored:?} after {deleted} deletes"
         );
         if deleted == 0 {
-            assert!(db.rollups.delete_if("dir", &sk, 2).await?);
+            assert_eq!(db.rollups.delete_if("dir", &sk, 2).await?, Written::Applied);
         }
     }
     Ok(())

@@ -8,7 +8,10 @@
 //!   the library, where tests reach it);
 //! - **an outcome is named**: no shipped function returns `Result<bool, _>`, whose
 //!   `false` a caller must remember the meaning of (written? the deadline came?);
-//!   an enum names each outcome.
+//!   an enum names each outcome. One exception, by name: a parser of a boolean, a
+//!   function whose name starts with `parse_` and whose signature (from its `fn` to
+//!   its body's `{`) holds the `Result<bool, _>`: its `bool` is the value parsed, not
+//!   an outcome.
 //!
 //! Each is a pure function over a [`Repo`], run on made-up sources by the tests below.
 
@@ -168,14 +171,54 @@ pub(crate) fn check_mains_only_build(repo: &Repo) -> Vec<String> {
         .collect()
 }
 
-/// Shipped functions returning `Result<bool, _>`.
+/// The name of the function whose signature `code` continues, if any: `signature`
+/// holds the name of a function whose `fn` was met and whose body's `{` was not yet.
+/// Returns the part of `code` that is signature, with that name.
+fn signature_part<'a>(signature: &mut Option<String>, code: &'a str) -> Option<(String, &'a str)> {
+    let (name, rest) = match code.find("fn ") {
+        Some(at)
+            if code[..at]
+                .chars()
+                .last()
+                .is_none_or(|c| !c.is_alphanumeric() && c != '_') =>
+        {
+            let rest = &code[at + 3..];
+            let end = rest
+                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .unwrap_or(rest.len());
+            (rest[..end].to_owned(), &rest[end..])
+        }
+        _ => (signature.clone()?, code),
+    };
+    match rest.find(['{', ';']) {
+        Some(end) => {
+            *signature = None;
+            Some((name, &rest[..end]))
+        }
+        None => {
+            *signature = Some(name.clone());
+            Some((name, rest))
+        }
+    }
+}
+
+/// Whether `code` names `Result<bool, _>` (whitespace aside).
+fn names_result_bool(code: &str) -> bool {
+    let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    squeezed.contains("Result<bool>") || squeezed.contains("Result<bool,")
+}
+
+/// Shipped functions returning `Result<bool, _>`, a `parse_` function's signature
+/// aside (its `bool` is the value parsed).
 pub(crate) fn check_no_result_bool(repo: &Repo) -> Vec<String> {
     let mut failures = Vec::new();
     for (path, text) in repo.texts().filter(|(path, _)| shipped_source(path)) {
+        let mut signature = None;
         for (n, line) in code_lines(text) {
             let code = line.split("//").next().unwrap_or_default();
-            let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
-            if squeezed.contains("Result<bool>") || squeezed.contains("Result<bool,") {
+            let parser = signature_part(&mut signature, code)
+                .is_some_and(|(name, part)| name.starts_with("parse_") && names_result_bool(part));
+            if names_result_bool(code) && !parser {
                 failures.push(format!(
                     "{path}:{n}: returns Result<bool, _>: name the outcomes with an enum, so a \
                      caller cannot read `false` as the wrong one"
@@ -200,7 +243,6 @@ fn mains_only_build() {
 }
 
 #[test]
-#[ignore = "lands with the named outcomes"]
 fn no_shipped_function_returns_result_bool() {
     report(
         "Result<bool> in shipped code",
@@ -268,9 +310,17 @@ fn a_shipped_result_bool_fails() {
             "crates/stand-in/src/provision.rs",
             "fn f() -> Result<bool> {}\n",
         ),
+        // A parser of a boolean may: its signature, on one line or several. Not its
+        // body, nor a function of another name over several lines.
+        (
+            "crates/query/src/params.rs",
+            "fn parse_bool(raw: &str) -> Result<bool, ApiError> {\n    let r: Result<bool, E> = f();\n}\npub(crate) fn parse_flag(\n    raw: &str,\n) -> Result<bool, ApiError> {\n}\nasync fn applied(\n    item: &Item,\n) -> Result<bool, StoreError> {\n}\n",
+        ),
     ]);
     let failures = check_no_result_bool(&repo);
-    assert_eq!(failures.len(), 2, "{failures:#?}");
-    assert!(failures[0].starts_with("crates/store/src/dynamo.rs:1:"));
-    assert!(failures[1].starts_with("crates/store/src/dynamo.rs:3:"));
+    assert_eq!(failures.len(), 4, "{failures:#?}");
+    assert!(failures[0].starts_with("crates/query/src/params.rs:2:"));
+    assert!(failures[1].starts_with("crates/query/src/params.rs:10:"));
+    assert!(failures[2].starts_with("crates/store/src/dynamo.rs:1:"));
+    assert!(failures[3].starts_with("crates/store/src/dynamo.rs:3:"));
 }

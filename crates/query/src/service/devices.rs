@@ -143,6 +143,16 @@ fn segments(scope: &ReadScope, prefix: &str) -> Vec<Segment> {
     out
 }
 
+/// Where a page stands after a directory item is offered to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Page {
+    /// The page takes more items (this one taken, or not for it: not granted, or not
+    /// seen since the range's start).
+    Open,
+    /// The page is full: the item is left to the next page.
+    Full,
+}
+
 /// What a page holds so far, and where it stands.
 struct Listing<'a> {
     scope: &'a ReadScope,
@@ -157,15 +167,15 @@ struct Listing<'a> {
 }
 
 impl Listing<'_> {
-    /// Takes the directory item at `id` (`None`: no item there) in id order; `false`
-    /// once the page is full, the item then left to the next page.
-    fn take(&mut self, id: &str, item: Option<&RollupItem>) -> Result<bool, ApiError> {
+    /// Takes the directory item at `id` (`None`: no item there) in id order;
+    /// [`Page::Full`] once the page is full, the item then left to the next page.
+    fn take(&mut self, id: &str, item: Option<&RollupItem>) -> Result<Page, ApiError> {
         if self.full {
-            return Ok(false);
+            return Ok(Page::Full);
         }
         if !self.scope.allows(id) {
             // Never read (the ranges are the grants'), and never named if it were.
-            return Ok(true);
+            return Ok(Page::Open);
         }
         let entry = item
             .map(|item| item.body::<DirEntry>().map_err(store_error))
@@ -175,7 +185,7 @@ impl Listing<'_> {
         {
             if self.devices.len() >= self.limit {
                 self.full = true;
-                return Ok(false);
+                return Ok(Page::Full);
             }
             let out = DeviceOut {
                 device_id: id.to_owned(),
@@ -188,13 +198,13 @@ impl Listing<'_> {
             let size = budget::json_len(&out) + 1;
             if size > self.room {
                 self.full = true;
-                return Ok(false);
+                return Ok(Page::Full);
             }
             self.room -= size;
             self.devices.push(out);
         }
         self.position = Some(id.to_owned());
-        Ok(true)
+        Ok(Page::Open)
     }
 
     /// Items to ask a Query for: what the page still takes, and one more to learn
@@ -348,7 +358,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 Fetch::Cut(budget) => return Ok(Some(budget)),
             };
             for item in &page.items {
-                if !listing.take(&item.sk, Some(item))? {
+                if listing.take(&item.sk, Some(item))? == Page::Full {
                     return Ok(None);
                 }
             }

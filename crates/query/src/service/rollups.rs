@@ -240,6 +240,18 @@ impl Spend<'_> {
     }
 }
 
+/// What a check of a device's late marks over a range's sealed hours found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Marks {
+    /// No mark of the device: its cells hold what its readings say.
+    Clear,
+    /// A mark of the device.
+    Marked,
+    /// The check could not tell: the part holds more marks than one check reads, or a
+    /// budget cut the check short.
+    Unknown,
+}
+
 /// Most late marks of a device's part one check reads: more than this many in the
 /// range's hours and the range is answered from its readings.
 const MOST_MARKS: u64 = 200;
@@ -248,28 +260,34 @@ impl Spend<'_> {
     /// Whether `device` has a late mark in a sealed hour of `[from_ms, to_ms)`: a
     /// device-hour written after its seal, or isolated by the sealer, whose cells do not
     /// hold what its readings say until the next run. One Query of the device's part of
-    /// the marks (`late#{part}`), over the range's hours. `true` also when the part holds
-    /// more marks than one check reads, or a budget cut the check short: the readings
-    /// then answer, never a stale cell.
+    /// the marks (`late#{part}`), over the range's hours. [`Marks::Unknown`] when the
+    /// part holds more marks than one check reads, or a budget cut the check short: the
+    /// readings then answer, as for a mark, never a stale cell.
     pub(super) async fn marked(
         &self,
         device: &str,
         span: Watermark,
         from_ms: i64,
         to_ms: i64,
-    ) -> Result<bool, ApiError> {
+    ) -> Result<Marks, ApiError> {
         let first = hour_of(from_ms.max(span.from_ms));
         let last = hour_of((to_ms.min(span.end_ms) - 1).max(first));
         let mut q = RollupQuery::partition(keys::late_part(part_of(device)), false);
         q.sk_between = Some(keys::late_marks_between(first, last));
         let page = match self.query(&q, MOST_MARKS).await? {
             Fetch::Got(page) => page,
-            Fetch::Cut(_) => return Ok(true),
+            Fetch::Cut(_) => return Ok(Marks::Unknown),
         };
         let names = |mark: &RollupItem| {
             keys::parse_late_mark(&mark.sk).is_some_and(|(_, marked)| marked == device)
         };
-        Ok(page.last_sk.is_some() || page.items.iter().any(names))
+        Ok(if page.items.iter().any(names) {
+            Marks::Marked
+        } else if page.last_sk.is_some() {
+            Marks::Unknown
+        } else {
+            Marks::Clear
+        })
     }
 }
 

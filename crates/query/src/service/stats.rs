@@ -23,7 +23,7 @@ use store::rollup::MINUTE_MS;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body};
 use super::plan::{plan_error, specs, to_time_range};
-use super::rollups::{Fetch, Spend};
+use super::rollups::{Fetch, Marks, Spend};
 use super::sealed::{read_sealed, split};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
@@ -417,8 +417,8 @@ async fn unmarked(
             .marked(read.device, s, read.from_ms, read.to_ms)
             .await?
         {
-            true => None,
-            false => span,
+            Marks::Marked | Marks::Unknown => None,
+            Marks::Clear => span,
         },
     )
 }

@@ -295,6 +295,7 @@ mod tests {
     use sharding::key::{ReadingRef, write_key};
     use sharding::layout::Layout;
     use sharding::time::Timestamp;
+    use store::Written;
     use store::directory::ShardStore as _;
     use store::item::{Reading, ReadingItem};
     use store::memory::{MemoryReadings, MemoryShards};
@@ -395,7 +396,10 @@ mod tests {
         // The first writer stores the layout (in force from the beginning of time) and
         // writes one reading inside the range.
         let layout = TableHistory::new(Layout::unsharded());
-        assert!(shards.create_layout(&layout).await.expect("layout"));
+        assert_eq!(
+            shards.create_layout(&layout).await.expect("layout"),
+            Written::Applied
+        );
         let ts = Timestamp::from_millis(1_782_086_400_000 + 60_000).expect("ts");
         let item_key = write_key(
             &ReadingRef::new("dev-1", "evt-1", ts),

@@ -9,6 +9,7 @@ use sharding::time::Timestamp;
 
 use super::{ShardDirectory, ShardStore};
 use crate::error::StoreError;
+use crate::written::Written;
 
 /// Attempts of a layout change racing another one.
 const ATTEMPTS: usize = 3;
@@ -45,7 +46,7 @@ impl<S: ShardStore> ShardDirectory<S> {
             let epoch = history
                 .schedule(next, now, self.config().policy.propagation_margin)
                 .map_err(|e| StoreError::Malformed(format!("cannot schedule the layout: {e}")))?;
-            if self.store().replace_layout(expected, &history).await? {
+            if self.store().replace_layout(expected, &history).await? == Written::Applied {
                 tracing::info!(layout = %epoch.value, from = %epoch.effective_from, "scheduled a layout");
                 return Ok(ScheduledLayout::Scheduled(epoch));
             }

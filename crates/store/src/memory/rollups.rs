@@ -13,6 +13,7 @@ use crate::error::StoreError;
 use crate::rollup::stored::{Row, chunk_pk, is_chunk_pk, join, row_size, rows};
 use crate::rollup::{RollupItem, RollupKey, RollupPage, RollupQuery, RollupTable};
 use crate::size::MAX_ITEM_BYTES;
+use crate::written::Written;
 
 /// Most items one Query page returns (DynamoDB's 1 MB, by count here).
 const PAGE_ITEMS: usize = 100;
@@ -96,7 +97,7 @@ impl MemoryRollups {
         &self,
         item: &RollupItem,
         keep: impl FnOnce(Option<u64>) -> bool,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let (head, chunks) = rows(item);
         let mut state = self.state.lock();
         state.writes += 1;
@@ -119,15 +120,15 @@ impl MemoryRollups {
         }
         let key = (head.pk.clone(), head.sk.clone());
         if !keep(state.rows.get(&key).and_then(|stored| stored.version)) {
-            return Ok(false);
+            return Ok(Written::Refused);
         }
         state.rows.insert(key, head);
-        Ok(true)
+        Ok(Written::Applied)
     }
 }
 
 impl RollupTable for MemoryRollups {
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         self.write(item, |stored| stored.is_none_or(|v| v < item.version))
     }
 
@@ -135,11 +136,11 @@ impl RollupTable for MemoryRollups {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         self.write(item, |stored| stored == expected)
     }
 
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         let k = (pk.to_owned(), sk.to_owned());
         let mut state = self.state.lock();
         state.writes += 1;
@@ -147,10 +148,10 @@ impl RollupTable for MemoryRollups {
             return Err(e);
         }
         if state.rows.get(&k).and_then(|stored| stored.version) != Some(version) {
-            return Ok(false);
+            return Ok(Written::Refused);
         }
         state.rows.remove(&k);
-        Ok(true)
+        Ok(Written::Applied)
     }
 
     async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {

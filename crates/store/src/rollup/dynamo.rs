@@ -11,6 +11,7 @@ use super::{RollupItem, RollupPage, RollupQuery, RollupTable};
 use crate::dynamo::{classify, conditional};
 use crate::error::StoreError;
 use crate::item::{PK, SK};
+use crate::written::Written;
 
 /// The rollups table (`ROLLUP_TABLE`).
 #[derive(Debug, Clone)]
@@ -135,7 +136,7 @@ impl DynamoRollups {
 
 impl RollupTable for DynamoRollups {
     #[tracing::instrument(skip_all, fields(table = %self.table, item = %item))]
-    async fn put_if_newer(&self, item: &RollupItem) -> Result<bool, StoreError> {
+    async fn put_if_newer(&self, item: &RollupItem) -> Result<Written, StoreError> {
         let (head, chunks) = rows(item);
         self.put_chunks(&chunks).await?;
         let result = self
@@ -157,7 +158,7 @@ impl RollupTable for DynamoRollups {
         &self,
         item: &RollupItem,
         expected: Option<u64>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let (head, chunks) = rows(item);
         self.put_chunks(&chunks).await?;
         let request = self
@@ -178,7 +179,7 @@ impl RollupTable for DynamoRollups {
     }
 
     #[tracing::instrument(skip(self), fields(table = %self.table))]
-    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<bool, StoreError> {
+    async fn delete_if(&self, pk: &str, sk: &str, version: u64) -> Result<Written, StoreError> {
         let result = self
             .client
             .delete_item()
