@@ -222,6 +222,27 @@ pub(crate) fn sealer_on(
     )
 }
 
+/// The ingest on the three tables' clients, with the template's defaults (hour buckets,
+/// N = 8, blocks on) and the rollups table configured; dead letters stay in memory.
+pub(crate) fn ingest_on(
+    tables: &Tables,
+    [r, s, l]: [Client; 3],
+) -> Result<Ingest<DynamoTable, DynamoShards, MemoryQueue, DynamoRollups>> {
+    let config = common::ingest_config(&[
+        ("TABLE_NAME", &tables.readings),
+        ("SHARD_TABLE_NAME", &tables.shards),
+        ("ROLLUP_TABLE", &tables.rollups),
+        ("BLOCKS", "on"),
+    ])?;
+    Ok(Ingest::new(
+        config,
+        DynamoTable::new(&r, &tables.readings),
+        DynamoShards::new(&s, &tables.shards),
+        MemoryQueue::new(),
+    )
+    .with_rollups(DynamoRollups::new(l, &tables.rollups)))
+}
+
 pub(crate) fn at(ms: i64) -> Result<Timestamp> {
     Ok(Timestamp::from_millis(ms)?)
 }
@@ -239,20 +260,7 @@ async fn ingest_hour(endpoint: &str, tables: &Tables, fleet: &Fleet) -> Result<I
     // The ingest: the template's defaults (hour buckets, N = 8, blocks on), the rollups
     // table configured.
     let tap = Tap::start(endpoint, tables).await?;
-    let [r, s, l] = tap.clients().await;
-    let config = common::ingest_config(&[
-        ("TABLE_NAME", &tables.readings),
-        ("SHARD_TABLE_NAME", &tables.shards),
-        ("ROLLUP_TABLE", &tables.rollups),
-        ("BLOCKS", "on"),
-    ])?;
-    let service = Ingest::new(
-        config,
-        DynamoTable::new(&r, &tables.readings),
-        DynamoShards::new(&s, &tables.shards),
-        MemoryQueue::new(),
-    )
-    .with_rollups(DynamoRollups::new(l, &tables.rollups));
+    let service = ingest_on(tables, tap.clients().await)?;
     let msgs = fleet.messages();
     let events = Fleet::events(&msgs);
     let started = Instant::now();

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::Client;
-use ingest::{Ingest, MemoryQueue};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use shardline::cost::measured::{self, Counts, FunctionCount};
@@ -29,13 +28,10 @@ use shardline::cost::model::{
 };
 use shardline::cost::{Arch, Door, Packing, PriceTable, Reads, Service, Shape, bill, model};
 use stand_in::SqsRequests;
-use store::dynamo::{DynamoShards, DynamoTable};
 use store::rollup::HOUR_MS;
-use store::rollup::dynamo::DynamoRollups;
 
-use crate::common;
 use crate::report::Results;
-use crate::sealer_bill::{Charges, HOUR, Tables, Tap, at, sealer_on};
+use crate::sealer_bill::{Charges, HOUR, Tables, Tap, at, ingest_on, sealer_on};
 use source::{Msg, Source};
 
 /// Between two readings of a device.
@@ -150,20 +146,7 @@ async fn ingest_hour(
     tables: &Tables,
     msgs: &[Msg],
 ) -> Result<Timed> {
-    let [r, s, l] = tap.clients().await;
-    let config = common::ingest_config(&[
-        ("TABLE_NAME", &tables.readings),
-        ("SHARD_TABLE_NAME", &tables.shards),
-        ("ROLLUP_TABLE", &tables.rollups),
-        ("BLOCKS", "on"),
-    ])?;
-    let service = Ingest::new(
-        config,
-        DynamoTable::new(&r, &tables.readings),
-        DynamoShards::new(&s, &tables.shards),
-        MemoryQueue::new(),
-    )
-    .with_rollups(DynamoRollups::new(l, &tables.rollups));
+    let service = ingest_on(tables, tap.clients().await)?;
     let source = Source {
         sqs,
         url: url.to_owned(),
