@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use serde::{Deserialize, Serialize};
 
 use crate::block::BlockLayout;
+use crate::slab::SlabLayout;
 use crate::time::Bucket;
 
 /// How a reading's partition key is chosen. See the crate docs for the key formats.
@@ -119,6 +120,11 @@ pub struct Layout {
     /// item a reading. A stored layout without the field predates blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<BlockLayout>,
+    /// How the readings of devices that would pay a write unit each are written into
+    /// slabs of many devices and compacted into runs (`crate::slab`); `None`: never. A
+    /// stored layout without the field predates slabs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slabs: Option<SlabLayout>,
 }
 
 impl Layout {
@@ -129,6 +135,7 @@ impl Layout {
             strategy: Strategy::Unsharded,
             shards: NonZeroU32::MIN,
             blocks: None,
+            slabs: None,
         }
     }
 
@@ -139,6 +146,7 @@ impl Layout {
             strategy: Strategy::Random,
             shards,
             blocks: None,
+            slabs: None,
         }
     }
 
@@ -151,6 +159,7 @@ impl Layout {
             },
             shards,
             blocks: None,
+            slabs: None,
         }
     }
 
@@ -164,6 +173,7 @@ impl Layout {
             },
             shards,
             blocks: None,
+            slabs: None,
         }
     }
 
@@ -178,6 +188,7 @@ impl Layout {
             },
             shards,
             blocks: None,
+            slabs: None,
         }
     }
 
@@ -186,6 +197,16 @@ impl Layout {
     pub fn with_blocks(self, blocks: BlockLayout) -> Self {
         Layout {
             blocks: Some(blocks),
+            ..self
+        }
+    }
+
+    /// This layout with the readings of devices that would pay a write unit each written
+    /// into slabs of `slabs`.
+    #[must_use]
+    pub fn with_slabs(self, slabs: SlabLayout) -> Self {
+        Layout {
+            slabs: Some(slabs),
             ..self
         }
     }

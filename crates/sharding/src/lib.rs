@@ -87,6 +87,7 @@ pub mod key;
 pub mod layout;
 pub mod merge;
 pub mod read_plan;
+pub mod slab;
 pub mod time;
 pub mod written;
 
