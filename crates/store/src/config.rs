@@ -13,6 +13,7 @@ use sharding::block::BlockLayout;
 use sharding::epoch::propagation_margin;
 use sharding::fanout::FanoutPolicy;
 use sharding::layout::{Layout, Strategy, SubShards};
+use sharding::slab::{self, SlabLayout};
 use sharding::time::Bucket;
 
 use crate::directory::DirectoryConfig;
@@ -281,11 +282,41 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
         }
         Some(_) => return Err(env.invalid("BLOCKS", "expected on or off")),
     };
+    let slabs = match env.optional("SLABS").as_deref() {
+        None | Some("off") => None,
+        Some("on") => Some(slab_layout(env)?),
+        Some(_) => return Err(env.invalid("SLABS", "expected on or off")),
+    };
     Ok(Layout {
         strategy,
         shards,
         blocks,
+        slabs,
     })
+}
+
+/// The slab layout of `SLAB_GROUPS`, `SLAB_WINDOW_MINUTES`, `SLAB_ACCEPT_SECS` and
+/// `SLAB_EXPIRY_HOURS` (`sharding::slab`).
+fn slab_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<SlabLayout, ConfigError> {
+    let groups = env.parse_or(
+        "SLAB_GROUPS",
+        NonZeroU32::new(slab::DEFAULT_GROUPS).unwrap_or(NonZeroU32::MIN),
+        "a positive integer",
+    )?;
+    let layout = SlabLayout {
+        groups,
+        window_minutes: env.parse_or(
+            "SLAB_WINDOW_MINUTES",
+            slab::DEFAULT_WINDOW_MINUTES,
+            "minutes",
+        )?,
+        accept_secs: env.parse_or("SLAB_ACCEPT_SECS", slab::DEFAULT_ACCEPT_SECS, "seconds")?,
+        expiry_hours: env.parse_or("SLAB_EXPIRY_HOURS", slab::DEFAULT_EXPIRY_HOURS, "hours")?,
+        ..SlabLayout::default()
+    };
+    layout
+        .checked()
+        .map_err(|e| env.invalid("SLABS", &e.to_string()))
 }
 
 #[cfg(test)]
