@@ -424,7 +424,7 @@ impl<S: ShardStore> ShardDirectory<S> {
             let Some(current) = record.as_mut() else {
                 return Ok(FanoutHistory::default());
             };
-            let Some((hours, through)) = self.listing_step(current, now) else {
+            let Some((hours, through)) = self.listing_step(entity, current, now) else {
                 return Ok(current.meta.shard_history.clone());
             };
             let expires = hot::expiry(through, self.config.retention);
@@ -460,20 +460,22 @@ impl<S: ShardStore> ShardDirectory<S> {
     pub fn fanout_cached(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
         self.cache.peek_entity(entity, now, |record| match record {
             None => Some(FanoutHistory::default()),
-            Some(r) if self.listing_step(r, now).is_none() => Some(r.meta.shard_history.clone()),
+            Some(r) if self.listing_step(entity, r, now).is_none() => Some(r.meta.shard_history.clone()),
             Some(_) => None,
         })?
     }
 
-    /// The next hours a writer at `now` lists for `record` before keying, and the
-    /// `hot_through` they complete; `None` when the listing is complete.
+    /// The next hours a writer at `now` lists for `entity`'s `record` before keying,
+    /// and the `hot_through` they complete; `None` when the listing is complete, or the
+    /// index lists no such entity ([`hot::lists`]).
     fn listing_step(
         &self,
+        entity: &str,
         record: &EntityRecord,
         now: Timestamp,
     ) -> Option<(Vec<hot::HotHour>, Timestamp)> {
         let history = &record.meta.shard_history;
-        if !history.ever_fanned_out() {
+        if !history.ever_fanned_out() || !hot::lists(entity) {
             return None;
         }
         let end = hot::listing_end(now, self.config.policy.propagation_margin);
@@ -724,7 +726,7 @@ impl<S: ShardStore> ShardDirectory<S> {
         };
         let end = hot::listing_end(now, self.config.policy.propagation_margin);
         let (hours, claim) = hot::change_listing(stored.as_ref(), &next.shard_history, now, end);
-        if let Some(last) = hours.last() {
+        if let Some(last) = hours.last().filter(|_| hot::lists(entity)) {
             let expires = hot::expiry(HOT_BUCKET.next_start(last.start), self.config.retention);
             self.store()
                 .list_hot(entity, &hot::labels(&hours), Some(expires))

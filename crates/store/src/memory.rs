@@ -55,6 +55,7 @@ struct TableState {
     unprocessed_fraction: f64,
     hot_pks: HashSet<String>,
     scripted: VecDeque<StoreError>,
+    lost: VecDeque<StoreError>,
     latency: Duration,
     in_flight: usize,
     most_in_flight: usize,
@@ -88,6 +89,12 @@ impl MemoryTable {
     /// The next calls fail with these errors, in order, before touching any item.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = StoreError>) {
         self.state.lock().scripted.extend(errors);
+    }
+
+    /// The next calls that reach the items apply their writes, then fail with these
+    /// errors, in order: an answer lost after DynamoDB applied the write.
+    pub fn lose_next_answers(&self, errors: impl IntoIterator<Item = StoreError>) {
+        self.state.lock().lost.extend(errors);
     }
 
     /// Every call waits this long before answering.
@@ -156,6 +163,9 @@ impl MemoryTable {
             } else {
                 unprocessed.push(item);
             }
+        }
+        if let Some(err) = state.lost.pop_front() {
+            return Err(err);
         }
         Ok(unprocessed)
     }

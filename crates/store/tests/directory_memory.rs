@@ -133,6 +133,34 @@ async fn a_key_range_throttle_creates_and_raises_in_force_at_once() {
     );
 }
 
+/// A slab group is an entity of the fan-out machinery under a name no device can have
+/// (`sharding::slab::group_entity`): raised as a device is, read back by its name, and
+/// never listed in the hot index, whose every-device reads would refuse the name.
+#[tokio::test]
+async fn a_slab_group_is_raised_like_a_device_and_never_listed_in_the_hot_index() {
+    let shards = MemoryShards::new();
+    let directory = ShardDirectory::new(shards.clone(), directory_config());
+    let group = sharding::slab::group_entity(3);
+    assert!(matches!(
+        signal(&directory, &group, rate(2_600.0), t(0)).await,
+        FanoutChange::Raised(r) if r.to == 6
+    ));
+    let meta = shards.entity(&group).expect("stored under its name");
+    assert_eq!(ks(&meta), [(t(0), 6)]);
+    assert_eq!(
+        directory.fanout(&group, t(1)).await.expect("ok"),
+        meta.shard_history
+    );
+    assert_eq!(
+        directory.fanout_cached(&group, t(2)),
+        Some(meta.shard_history)
+    );
+    assert!(shards.hot_entities().await.expect("ok").is_empty());
+    // A device raised the same way is listed.
+    signal(&directory, "dev-1", rate(2_600.0), t(0)).await;
+    assert!(shards.hot_entities().await.expect("ok").contains("dev-1"));
+}
+
 #[tokio::test]
 async fn a_measured_rate_raises_to_the_k_it_needs_in_one_step() {
     let shards = MemoryShards::new();

@@ -55,6 +55,16 @@ pub struct HotListing {
     pub legacy: Option<BTreeSet<String>>,
 }
 
+/// Whether the hot index lists `entity` when it is raised: a device. An entity whose
+/// name holds the key separator is no device (a slab group,
+/// `sharding::slab::group_entity`): its keys are read by its group's own plan, which
+/// reads every fan-out key of the group, never by a read over every device, which would
+/// refuse its name.
+#[must_use]
+pub fn lists(entity: &str) -> bool {
+    !entity.contains(sharding::key::SEPARATOR)
+}
+
 /// The labels of the hours `range` meets, in time order.
 #[must_use]
 pub fn hours_of(range: TimeRange) -> Vec<String> {
