@@ -335,6 +335,15 @@ pub fn slab_sk<'a>(members: impl IntoIterator<Item = (&'a str, i64, &'a str)>) -
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The fan-out key `j` (in `0..k`) a slab of sort key `sk` is written under when its
+/// group's fan-out is `k`: a hash of the sort key, so the same slab (the same members)
+/// always takes the same key under one fan-out, and a group's slabs spread over its `k`
+/// keys.
+#[must_use]
+pub fn fanout_key(sk: &str, k: u32) -> u32 {
+    crate::hash::shard_index(sk, NonZeroU32::new(k).unwrap_or(NonZeroU32::MIN))
+}
+
 /// A run's partition key: its group and the hour of its window.
 #[must_use]
 pub fn run_pk(group: u32, window: Window) -> String {
@@ -677,6 +686,20 @@ mod tests {
             slab_sk([("d-1", 1_000, "e-1")]),
             slab_sk([("d-", 1_000, "1e-1")])
         );
+    }
+
+    #[test]
+    fn a_slab_keeps_its_fanout_key_and_a_group_spreads_over_all_of_them() {
+        let sks: Vec<String> = (0..400)
+            .map(|n| slab_sk([("d-1", i64::from(n), "e-1")]))
+            .collect();
+        for sk in &sks {
+            assert_eq!(fanout_key(sk, 1), 0);
+            assert_eq!(fanout_key(sk, 0), 0);
+            assert_eq!(fanout_key(sk, 5), fanout_key(sk, 5));
+        }
+        let used: BTreeSet<u32> = sks.iter().map(|sk| fanout_key(sk, 5)).collect();
+        assert_eq!(used, (0..5).collect());
     }
 
     #[test]
