@@ -2676,6 +2676,7 @@ static CHECKS: [(&str, Check); 30] = [
     ("sealer role", check_sealer_role),
     ("seal lag", check_seal_lag),
     ("sealer layout", check_sealer_layout),
+    ("slabs", check_slabs),
     ("dashboard", check_dashboard),
 ];
 
@@ -2890,13 +2891,59 @@ fn a_layout_the_sealer_cannot_read_is_refused_at_deploy_and_alarmed_at_run() -> 
     run("sealer layout")
 }
 
+/// Slabs are off by default, and the stack's one setting of them (`Slabs`,
+/// `SlabGroups`) reaches each function that writes or reads them: the ingest writes
+/// them, the sealer compacts them and the query reads them, each by the layout a new
+/// table gets from them.
+fn check_slabs(t: &Template) -> Result<()> {
+    ensure!(
+        t.params.get("Slabs").map(String::as_str) == Some("off"),
+        "Slabs must default to off"
+    );
+    let parameter = path(&t.doc, &["Parameters", "Slabs"]).context("no parameter Slabs")?;
+    ensure!(
+        strings(parameter.get("AllowedValues")) == ["on", "off"],
+        "Slabs takes on or off"
+    );
+    // Under values other than the defaults, so a constant equal to a default fails.
+    let t = Template::parse(
+        &yaml_serde::to_string(&t.doc)?,
+        &[("Slabs", "on"), ("SlabGroups", "5")],
+    )?;
+    for function in ["IngestFunction", "QueryFunction", "SealerFunction"] {
+        for (name, want) in [("SLABS", "on"), ("SLAB_GROUPS", "5")] {
+            let got = path(&t.props(function)?, &["Environment", "Variables", name]).and_then(scalar);
+            ensure!(
+                got.as_deref() == Some(want),
+                "{function}'s {name} must follow its parameter ({want}), is {got:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn slabs_are_off_by_default_and_reach_the_ingest_the_query_and_the_sealer() -> Result<()> {
+    run("slabs")
+}
+
 /// Each edit of template.yaml breaks one promise: (the check that must notice, the text
 /// edited, what it becomes).
-static MUTATIONS: [(&str, &str, &str); 88] = [
+static MUTATIONS: [(&str, &str, &str); 90] = [
     (
         "partial batch response",
         "FunctionResponseTypes: [ReportBatchItemFailures]",
         "FunctionResponseTypes: []",
+    ),
+    (
+        "slabs",
+        "  Slabs:\n    Type: String\n    Default: \"off\"",
+        "  Slabs:\n    Type: String\n    Default: \"on\"",
+    ),
+    (
+        "slabs",
+        "          # The ingest's: whether a new layout's slabs are compacted into runs.\n          SLABS: !Ref Slabs",
+        "          # The ingest's: whether a new layout's slabs are compacted into runs.\n          SLABS: \"off\"",
     ),
     (
         "redrive",

@@ -9,4 +9,5 @@ mod marshal;
 mod moto;
 mod moto_refusals;
 mod refusals;
+mod slabs;
 mod support;

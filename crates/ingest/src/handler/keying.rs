@@ -13,15 +13,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sharding::epoch::{FanoutHistory, TableHistory};
-use sharding::key::{KeyError, ReadingRef, WriteKey, write_key};
+use sharding::key::{ItemKey, KeyError, ReadingRef, WriteKey, write_key};
+use sharding::slab;
 use sharding::time::Timestamp;
-use store::batch::{ItemTooLarge, SizedItem};
+use store::batch::{ItemTooLarge, Outcome, SizedItem};
 use store::{Encoded, Reading, StoreError, pack};
 use tracing::Span;
 
 use super::guarded;
 use super::pack::{alone, check_keyable, key_refusal};
-use super::stages::{Group, KeyedWrite, Message, Packed, Shared, UnkeyedWrite};
+use super::stages::{
+    Group, KeyedWrite, Message, Packed, Shared, SlabPlace, UnkeyedSlab, UnkeyedWrite,
+};
 use crate::fate::{Retry, Stopped};
 use crate::message::Refusal;
 
@@ -207,6 +210,123 @@ pub(super) fn keyed_item(
     Ok(KeyedItem { key, item })
 }
 
+/// The key of the slab at `place` whose group's fan-out history is `fanout`, at `now`:
+/// `k` is the group's fan-out in force at the keying time of its window's start
+/// (`sharding::epoch::keying_time`; the layout's default where the group has none, as
+/// for a device), and the slab takes the fan-out key its sort key hashes to
+/// (`sharding::slab::fanout_key`).
+pub(super) fn slab_key(
+    place: &SlabPlace,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+    now: Timestamp,
+) -> WriteKey {
+    let start = place.window.start();
+    let k = fanout
+        .for_write(start, now)
+        .unwrap_or_else(|| table.at(start).default_fanout())
+        .max(1);
+    WriteKey {
+        key: ItemKey {
+            pk: slab::slab_pk(place.group, slab::fanout_key(&place.sk, k), place.window),
+            sk: place.sk.clone(),
+        },
+        fanout: k,
+    }
+}
+
+/// The write of the slab of `members` at `place`, keyed by [`slab_key`], its item
+/// `unkeyed` under that key when the pack stage encoded it, else encoded now.
+pub(super) fn keyed_slab(
+    members: &[Reading],
+    place: &SlabPlace,
+    unkeyed: Option<Encoded>,
+    table: &TableHistory,
+    fanout: &FanoutHistory,
+    now: Timestamp,
+) -> Result<KeyedItem, ItemError> {
+    let key = slab_key(place, table, fanout, now);
+    let encoded = match unkeyed {
+        Some(encoded) => pack::with_key(encoded, &key.key),
+        None => store::slab::marshal(members, &key.key.pk, &key.key.sk, place.ttl)
+            .map_err(|e| ItemError::Block(StoreError::Malformed(e.to_string())))?,
+    };
+    let item = SizedItem::new(encoded.item, encoded.size).map_err(ItemError::TooLarge)?;
+    Ok(KeyedItem { key, item })
+}
+
+/// Keys the batch's slabs with `keying`: a slab that cannot be keyed (the layout or
+/// its group's fan-out could not be read) fails, to be retried with the messages it
+/// holds readings of, and one whose item cannot be made is refused.
+pub(super) fn key_slabs(
+    slabs: Vec<Shared<UnkeyedSlab>>,
+    keying: &KeyingState,
+) -> Vec<Shared<KeyedWrite>> {
+    slabs
+        .into_iter()
+        .map(|Shared { write, member_messages }| {
+            let UnkeyedSlab {
+                readings,
+                place,
+                item,
+            } = write;
+            let keyed = match keying {
+                KeyingState::Ready(keying) => match keying.fanouts.get(&place.entity) {
+                    Some(Ok(history)) => {
+                        keyed_slab(&readings, &place, item, &keying.table, history, keying.now)
+                            .map_err(|err| Outcome::FailedPermanent {
+                                reason: err.to_string(),
+                            })
+                    }
+                    Some(Err(err)) => Err(retryable(format!(
+                        "shard metadata of {} unavailable: {err}",
+                        place.entity
+                    ))),
+                    None => Err(retryable(format!(
+                        "shard metadata of {} not loaded",
+                        place.entity
+                    ))),
+                },
+                KeyingState::Unavailable(retry) => Err(retryable(retry.to_string())),
+                KeyingState::NothingToKey => Err(retryable(not_keyed().to_string())),
+            };
+            let write = match keyed {
+                Ok(KeyedItem { key, item }) => KeyedWrite {
+                    readings,
+                    key: key.key,
+                    fanout: key.fanout,
+                    item: Some(item),
+                    outcome: None,
+                    slab: Some(place),
+                },
+                Err(outcome) => KeyedWrite {
+                    readings,
+                    key: ItemKey {
+                        pk: slab::slab_pk(place.group, 0, place.window),
+                        sk: place.sk.clone(),
+                    },
+                    fanout: 1,
+                    item: None,
+                    outcome: Some(outcome),
+                    slab: Some(place),
+                },
+            };
+            Shared {
+                write,
+                member_messages,
+            }
+        })
+        .collect()
+}
+
+/// A write's outcome when it could not be tried, for `reason`: another delivery may.
+fn retryable(reason: String) -> Outcome {
+    Outcome::FailedRetryable {
+        reason,
+        throttle: None,
+    }
+}
+
 /// Keys one message's writes (`store::pack`'s entries, packed by the pack stage or cut
 /// by the keying), or refuses the message, or retries it when a fan-out it needs could
 /// not be read.
@@ -239,6 +359,7 @@ fn key_writes(
         match keyed_item(&members, item, &keying.table, fanout, keying.now, retention) {
             Ok(KeyedItem { key, item }) => keyed.push(KeyedWrite {
                 readings: members,
+                slab: None,
                 key: key.key,
                 fanout: key.fanout,
                 item: Some(item),

@@ -34,7 +34,7 @@ use store::queue::Queue;
 use store::rollup::horizon::{Horizon, INGEST_REFRESH, INGEST_VALID};
 use store::rollup::{HOUR_MS, RollupTable, hour_of, keys, late_mark};
 
-use super::stages::{KeyedWrite, Message};
+use super::stages::{KeyedWrite, Message, Shared, written_shared};
 use super::{BatchContext, Ingest};
 use crate::fate::Unmarked;
 
@@ -125,29 +125,35 @@ pub(crate) struct Marks {
     pub(crate) unmarked: Vec<Option<Unmarked>>,
 }
 
-/// The late hours of the readings of `messages` whose writes were acknowledged, each
-/// reading counted for the message it came from (a write shared by one device's
-/// messages names each member's), as an invocation started at `now` whose deadline is
-/// `span` away, marking with `horizon`, decides them.
+/// The late hours of the readings of `messages` and `slabs` whose writes were
+/// acknowledged, each reading counted for the message it came from (a write shared by
+/// one device's messages, or a slab, names each member's), as an invocation started at
+/// `now` whose deadline is `span` away, marking with `horizon`, decides them. A slab's
+/// readings are at most `SLAB_ACCEPT_SECS` old, so under a horizon longer than the
+/// margin they are never late; they are decided as any other all the same.
 pub(super) fn late_written(
     messages: &[Message<KeyedWrite>],
+    slabs: &[Shared<KeyedWrite>],
     horizon: Duration,
     now: Timestamp,
     span: Duration,
 ) -> LateHours {
     let mut late = LateHours::new();
     let margin = margin_for(span);
-    for (own, message) in messages.iter().enumerate() {
-        for (origin, reading) in message.written_readings(own) {
-            if !may_be_sealed(reading.ts, now, horizon, margin) {
-                continue;
-            }
-            late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
-                .or_default()
-                .entry(origin)
-                .or_default()
-                .push(reading.clone());
+    let written = messages
+        .iter()
+        .enumerate()
+        .flat_map(|(own, message)| message.written_readings(own))
+        .chain(written_shared(slabs));
+    for (origin, reading) in written {
+        if !may_be_sealed(reading.ts, now, horizon, margin) {
+            continue;
         }
+        late.entry((reading.device_id.clone(), hour_of(reading.ts.as_millis())))
+            .or_default()
+            .entry(origin)
+            .or_default()
+            .push(reading.clone());
     }
     late
 }

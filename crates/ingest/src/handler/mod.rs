@@ -96,6 +96,7 @@ mod reads;
 mod record;
 mod report;
 mod settle;
+mod slabs;
 mod stages;
 mod watch;
 mod write;
@@ -142,6 +143,8 @@ pub struct Ingest<T, S, Q, L> {
     rollups: Option<L>,
     /// The sealer's horizon, as last read from its watermark.
     horizon: late::HorizonCache,
+    /// The compaction progress, as last read, which decides whether slabs are written.
+    compaction: reads::CompactionCache,
     hook: Option<MessageHook>,
 }
 
@@ -259,6 +262,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             queue,
             rollups: None,
             horizon: late::HorizonCache::default(),
+            compaction: reads::CompactionCache::default(),
             hook: None,
         }
     }
@@ -337,29 +341,42 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         let mut changes = Changes::default();
         let parsed = parse::parse_batch(&cx, &self.config, self.hook.as_ref());
         let layout = self.rate_layout(&parsed, &cx).await;
-        let packed = pack::pack_batch(parsed, layout.as_ref(), retention, &cx.spans);
-        let rates = rates::entity_rates(&packed, cx.records, &self.config.intake);
+        let slab_clock = self.slab_clock(layout.as_ref(), &cx).await;
+        let (packed, slabs) = pack::pack_batch(
+            parsed,
+            layout.as_ref(),
+            slab_clock.as_ref(),
+            retention,
+            &cx.spans,
+        );
+        let rates = rates::entity_rates(&packed, &slabs, cx.records, &self.config.intake);
         self.observe_stage(&rates, &cx, &mut changes, rng).await;
-        let keying = self.load_keying(&packed, layout, &cx).await;
+        let keying = self.load_keying(&packed, &slabs, layout, &cx).await;
+        let slabs = keying::key_slabs(slabs, &keying);
         let calls = self.config.max_inflight.max(1) * MAX_BATCH_ITEMS;
         let (first, rest) = packed.waves(keying.first_wave(calls));
         let first_len = first.len();
         let first = keying::key_batch(first, &keying, retention, &cx.spans);
         let rest_spans = cx.spans.get(first_len..).unwrap_or_default();
         let key_rest = rest.map(|rest| || keying::key_batch(rest, &keying, retention, rest_spans));
-        let WrittenBatch { messages, written } =
-            self.write_stage(first, key_rest, &rates, &cx, rng).await;
+        let WrittenBatch {
+            messages,
+            slabs,
+            written,
+        } = self
+            .write_stage(first, slabs, key_rest, &rates, &cx, rng)
+            .await;
         changes.absorb(written.changes);
         let (writes, readings_written, stale) = (written.stats, written.readings, written.stale);
         let panics = messages.iter().filter(|m| m.panicked()).count() as u64;
         let late = if self.marks_late() {
             let horizon = self.lateness_horizon(&cx).await;
             let span = cx.deadline.saturating_duration_since(cx.started);
-            late::late_written(&messages, horizon, cx.now, span)
+            late::late_written(&messages, &slabs, horizon, cx.now, span)
         } else {
             LateHours::new()
         };
-        let settled: Vec<Settled> = settle::settle_batch(messages, MAX_REKEY_ROUNDS);
+        let settled: Vec<Settled> = settle::settle_batch(messages, slabs, MAX_REKEY_ROUNDS);
         let marks = self.mark_stage(late, settled.len(), &cx, rng).await;
         let leaving = self.leave_stage(settled, marks.unmarked, &cx, rng).await;
         let (delayed, delay_failures) = self

@@ -1,6 +1,8 @@
-//! Stage 2, where the layout packs blocks: the parsed messages' readings packed into
-//! writes (`store::pack`), and each write's item encoded once, under a placeholder key
-//! as long as any key it can get (`store::pack::encode_unkeyed`). The rates stage
+//! Stage 2, where the layout packs blocks or writes slabs: the parsed messages' readings
+//! packed into writes (`store::pack`), and each write's item encoded once, under a
+//! placeholder key as long as any key it can get (`store::pack::encode_unkeyed`); then
+//! the writes of the devices whose share of the batch fills no write unit taken out into
+//! slabs (`super::slabs`). The rates stage
 //! measures a device's rate by those items' sizes, and the keying then sets each item's
 //! key (`store::pack::with_key`): an item is encoded once, not once for the rate and
 //! again for the write. A reading that cannot be keyed refuses its message here, as the
@@ -30,31 +32,37 @@ use store::pack;
 use tracing::Span;
 
 use super::guarded;
-use super::stages::{Group, Message, Packed, ParsedMessage, Shared, UnkeyedWrite};
+use super::slabs::{SlabClock, take_slabs};
+use super::stages::{Group, Message, Packed, ParsedMessage, Shared, UnkeyedSlab, UnkeyedWrite};
 use crate::fate::Stopped;
 use crate::message::Refusal;
 
 /// Stage 2: packs and encodes every parsed message (whose spans are `spans`) where
-/// `layout` was read and packs blocks, each device's messages together; elsewhere each
-/// parsed message is left unpacked, for the keying to pack alone, each reading its own
-/// item, sized by its bound, and nothing is encoded before the keying. `retention` sets
-/// each encoded item's expiry.
+/// `layout` was read and packs blocks or, by `slabs` (the invocation's clock, when it
+/// writes slabs), writes slabs, each device's messages together, then takes out the
+/// writes that go to slabs (`super::slabs`) and gives them beside the batch as slabs;
+/// elsewhere each parsed message is left unpacked, for the keying to pack alone, each
+/// reading its own item, sized by its bound, and nothing is encoded before the keying.
+/// `retention` sets each encoded item's expiry.
 pub(super) fn pack_batch(
     parsed: Vec<ParsedMessage>,
     layout: Option<&TableHistory>,
+    slabs: Option<&SlabClock>,
     retention: Duration,
     spans: &[Span],
-) -> Packed {
-    let Some(table) = layout.filter(|table| pack::packs_blocks(table)) else {
-        return Packed::Unpacked(
-            parsed
-                .into_iter()
-                .map(|message| match message {
-                    Ok(readings) => Message::Alone(readings),
-                    Err(stopped) => Message::Stopped(stopped),
-                })
-                .collect(),
-        );
+) -> (Packed, Vec<Shared<UnkeyedSlab>>) {
+    let packs = |table: &TableHistory| {
+        pack::packs_blocks(table) || (slabs.is_some() && super::slabs::writes_slabs(table))
+    };
+    let Some(table) = layout.filter(|table| packs(table)) else {
+        let unpacked = parsed
+            .into_iter()
+            .map(|message| match message {
+                Ok(readings) => Message::Alone(readings),
+                Err(stopped) => Message::Stopped(stopped),
+            })
+            .collect();
+        return (Packed::Unpacked(unpacked), Vec::new());
     };
     // A reading that cannot be keyed refuses its own message, before any group.
     let mut checked: Vec<ParsedMessage> = parsed
@@ -91,7 +99,7 @@ pub(super) fn pack_batch(
         }
         packed[carrier] = Some(Message::Carries(Group { members, writes }));
     }
-    let messages = checked
+    let mut messages: Vec<Message<UnkeyedWrite>> = checked
         .into_iter()
         .zip(packed)
         .zip(spans)
@@ -107,7 +115,8 @@ pub(super) fn pack_batch(
             })
         })
         .collect();
-    Packed::Packed(messages)
+    let slabs = slabs.map_or_else(Vec::new, |clock| take_slabs(&mut messages, table, clock));
+    (Packed::Packed(messages), slabs)
 }
 
 /// One message's readings packed into writes (`store::pack`, [`alone`]), each

@@ -2,7 +2,7 @@
 //! messages reached the queue ([`entity_rates`]); `super::observe` brings it to the
 //! shard directory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsMessage;
@@ -10,7 +10,7 @@ use sharding::fanout;
 use store::Reading;
 
 use super::record::sent_at;
-use super::stages::{Carried, Message, Packed, UnkeyedWrite};
+use super::stages::{Carried, Message, Packed, Shared, UnkeyedSlab, UnkeyedWrite};
 use crate::config::Intake;
 
 /// The largest batch payload Lambda delivers (6 MB), less one message: a batch this
@@ -46,15 +46,60 @@ fn batch_arrival(records: &[SqsMessage], intake: &Intake) -> fanout::BatchArriva
 /// the batching window.
 /// The readings' own timestamps play no part: a sender chooses them. Every entity of
 /// the batch is present.
+///
+/// A slab group (`slabs`) is an entity too, measured the same way: its slabs' write
+/// units over the span of the messages whose readings they hold.
 pub(super) fn entity_rates(
     packed: &Packed,
+    slabs: &[Shared<UnkeyedSlab>],
     records: &[SqsMessage],
     intake: &Intake,
 ) -> BTreeMap<String, Option<f64>> {
-    match packed {
+    let mut rates = match packed {
         Packed::Unpacked(messages) => rates_of(messages, records, intake),
         Packed::Packed(messages) => rates_of(messages, records, intake),
+    };
+    rates.extend(slab_rates(slabs, records, intake));
+    rates
+}
+
+/// Each slab group's arrival rate, as [`entity_rates`] measures a device's: its slabs'
+/// write units, its readings and the distinct messages they came from.
+fn slab_rates(
+    slabs: &[Shared<UnkeyedSlab>],
+    records: &[SqsMessage],
+    intake: &Intake,
+) -> BTreeMap<String, Option<f64>> {
+    let batch = batch_arrival(records, intake);
+    let mut groups: BTreeMap<&str, (u64, u64, BTreeSet<u32>)> = BTreeMap::new();
+    for slab in slabs {
+        let (readings, units, messages) = groups.entry(&slab.write.place.entity).or_default();
+        *readings += slab.write.readings.len() as u64;
+        *units += slab
+            .write
+            .item
+            .as_ref()
+            .map_or(1, |item| store::size::write_units(item.size) as u64);
+        messages.extend(slab.member_messages.iter().copied());
     }
+    groups
+        .into_iter()
+        .map(|(entity, (readings, write_units, messages))| {
+            let sent = messages
+                .iter()
+                .filter_map(|&m| records.get(m as usize).and_then(sent_at));
+            let span = sent.clone().min().zip(sent.max()).map_or(Duration::ZERO, |(lo, hi)| {
+                Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
+            });
+            let arrived = fanout::Arrived {
+                readings,
+                write_units,
+                messages: messages.len() as u64,
+                span,
+            };
+            (entity.to_owned(), fanout::arrival_rate(arrived, &batch))
+        })
+        .collect()
 }
 
 /// [`entity_rates`] over the messages of one stage's writes.
@@ -174,8 +219,6 @@ impl Units for UnkeyedWrite {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use sharding::time::Timestamp;
     use store::Reading;
 
@@ -295,7 +338,7 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(
-                entity_rates(&Packed::Unpacked(stages), &records, &intake),
+                entity_rates(&Packed::Unpacked(stages), &[], &records, &intake),
                 rates_by_definition(&kept, &batch)
             );
         }
@@ -330,10 +373,10 @@ mod tests {
             }]),
         })];
         grouped.extend((1..25).map(|_| Message::PackedWith { carrier: 0 }));
-        let rates = entity_rates(&Packed::Packed(grouped), &records, &intake);
+        let rates = entity_rates(&Packed::Packed(grouped), &[], &records, &intake);
         assert_eq!(
             rates,
-            entity_rates(&Packed::Unpacked(parsed), &records, &intake)
+            entity_rates(&Packed::Unpacked(parsed), &[], &records, &intake)
         );
         assert!(rates["dev-0"].is_some_and(|r| r > 10.0), "{rates:?}");
     }
@@ -347,7 +390,7 @@ mod tests {
         for n in [20u8, 200] {
             let readings: Vec<(u8, i64)> = (0..n).map(|_| (0, 1_700_000_000_000)).collect();
             let packed = Packed::Unpacked(vec![stage(&readings)]);
-            let rates = entity_rates(&packed, &[record(1_782_090_000_000)], &intake);
+            let rates = entity_rates(&packed, &[], &[record(1_782_090_000_000)], &intake);
             assert_eq!(rates["dev-0"], Some(f64::from(n)));
         }
     }

@@ -1,22 +1,40 @@
-//! The directory's reads the pure stages are given: the layout the messages are packed,
-//! their rates measured and their readings keyed under, and each entity's fan-out in
-//! force now ([`KeyingState`]).
+//! The reads the pure stages are given: the layout the messages are packed, their rates
+//! measured and their readings keyed under, each entity's fan-out in force now
+//! ([`KeyingState`]), and how far compaction has got, which decides whether the
+//! invocation writes slabs ([`SlabClock`]).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use futures::StreamExt;
+use parking_lot::Mutex;
 use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::time::Timestamp;
 use store::StoreError;
 use store::batch::BatchTable;
 use store::directory::ShardStore;
 use store::queue::Queue;
+use store::rollup::RollupTable;
+use store::rollup::compaction::read_compacted;
 use tokio::time::Instant;
 
 use super::keying::{Fanouts, Keying, KeyingState};
-use super::stages::{Packed, ParsedMessage};
+use super::slabs::{SlabClock, writes_slabs};
+use super::stages::{Packed, ParsedMessage, Shared, UnkeyedSlab};
 use super::{BatchContext, Ingest};
 use crate::fate::Retry;
+
+/// How old a read of the compaction progress may be before a container reads it again:
+/// a minute, as the sealer's horizon ([`store::rollup::horizon::INGEST_REFRESH`]).
+/// Compaction's lag is decided in hours (`SlabLayout::fallback_lag`), and an older read
+/// only overstates it.
+const COMPACTION_REFRESH: Duration = store::rollup::horizon::INGEST_REFRESH;
+
+/// The compaction progress last read, per container: when (the invocation's clock,
+/// ms), and the start of the first window not compacted (`None`: nothing compacted
+/// yet).
+#[derive(Debug, Default)]
+pub(crate) struct CompactionCache(Mutex<Option<(i64, Option<Timestamp>)>>);
 
 impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// The table layout the messages are packed, their rates measured and their readings
@@ -36,18 +54,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             .ok()
     }
 
-    /// Reads the layout and each entity's fan-out in force now, with which
-    /// `super::keying::key_batch` keys every message it has to key: nothing when there
-    /// is none, and why every one of them is to be retried when the layout cannot be
-    /// read. `layout` is the one the rates were measured and the messages packed under,
-    /// when it was read: the keys are made under the same one.
+    /// Reads the layout and each entity's fan-out in force now (a slab group's among
+    /// them), with which `super::keying::key_batch` keys every message it has to key,
+    /// and `super::keying::key_slabs` the `slabs`: nothing when there is none, and why
+    /// every one of them is to be retried when the layout cannot be read. `layout` is
+    /// the one the rates were measured and the messages packed under, when it was read:
+    /// the keys are made under the same one.
     pub(super) async fn load_keying(
         &self,
         packed: &Packed,
+        slabs: &[Shared<UnkeyedSlab>],
         layout: Option<TableHistory>,
         cx: &BatchContext<'_>,
     ) -> KeyingState {
-        if !packed.to_key() {
+        if !packed.to_key() && slabs.is_empty() {
             return KeyingState::NothingToKey;
         }
         let now = cx.now;
@@ -68,7 +88,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
                 )));
             }
         };
-        let fanouts = self.fanouts(packed.entities(), now, cx.work_deadline).await;
+        let mut entities = packed.entities();
+        entities.extend(slabs.iter().map(|s| s.write.place.entity.as_str()));
+        let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
         KeyingState::Ready(Keying {
             table,
             fanouts,
@@ -106,5 +128,47 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
             .await;
         fanouts.extend(read);
         fanouts
+    }
+}
+
+impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
+    /// Whether this invocation writes slabs, and by what clock: only where `layout` was
+    /// read and writes slabs in some epoch, with a rollups table, whose compaction
+    /// progress this container reads at most once every [`COMPACTION_REFRESH`]. When
+    /// the read fails, the last one read stands whatever its age (an older progress only
+    /// makes the lag look longer); with none, no slab is written.
+    pub(super) async fn slab_clock(
+        &self,
+        layout: Option<&TableHistory>,
+        cx: &BatchContext<'_>,
+    ) -> Option<SlabClock> {
+        let rollups = self.rollups.as_ref()?;
+        if !layout.is_some_and(writes_slabs) {
+            return None;
+        }
+        let now = cx.now;
+        let clock = |compacted_to| SlabClock { now, compacted_to };
+        let cached = *self.compaction.0.lock();
+        let refresh_ms = i64::try_from(COMPACTION_REFRESH.as_millis()).unwrap_or(i64::MAX);
+        if let Some((at_ms, to)) = cached
+            && now.as_millis().saturating_sub(at_ms) < refresh_ms
+        {
+            return Some(clock(to));
+        }
+        match tokio::time::timeout_at(cx.work_deadline, read_compacted(rollups)).await {
+            Ok(Ok(progress)) => {
+                let to = progress.and_then(|p| Timestamp::from_millis(p.to_ms).ok());
+                *self.compaction.0.lock() = Some((now.as_millis(), to));
+                Some(clock(to))
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the deadline came first".to_owned(),
+                };
+                tracing::warn!(%error, "the compaction progress could not be read");
+                cached.map(|(_, to)| clock(to))
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Stage 6, settle: each message's fate, final once made, from the outcomes of the
-//! writes that hold its readings, its own or its group's ([`settle_batch`], by the
-//! policy of `crate::fate`). No I/O: the writes' outcomes in, the fates out.
+//! writes that hold its readings, its own, its group's or the batch's slabs'
+//! ([`settle_batch`], by the policy of `crate::fate`). No I/O: the writes' outcomes in,
+//! the fates out.
 
 use std::collections::BTreeMap;
 
@@ -10,14 +11,18 @@ use super::stages::{Group, KeyedWrite, Message, Shared};
 use crate::fate::{Fate, Held, Settled, settle};
 
 /// Every message's fate, in the batch's order, from the writes that hold its readings
-/// ([`settle`] over them): a group's write counts for each of its members with the
-/// readings it holds of theirs, so a member is written when every write holding one of
-/// its readings is, and splits off only its own unwritten readings. Every member of a
-/// group that stopped as a whole (its packing or keying failed) shares that fate.
+/// ([`settle`] over them): a group's write, or a slab, counts for each of its members
+/// with the readings it holds of theirs, so a member is written when every write
+/// holding one of its readings is, and splits off only its own unwritten readings.
+/// Every member of a group that stopped as a whole (its packing or keying failed)
+/// shares that fate.
 pub(crate) fn settle_batch(
     messages: Vec<Message<KeyedWrite>>,
+    slabs: Vec<Shared<KeyedWrite>>,
     rekey_rounds: usize,
 ) -> Vec<Settled> {
+    // Each message's part of each slab.
+    let mut in_slabs = by_member(slabs);
     // Each group's members' fates, by its carrier, settled where the carrier is.
     let mut groups: BTreeMap<usize, BTreeMap<usize, Settled>> = BTreeMap::new();
     messages
@@ -27,11 +32,12 @@ pub(crate) fn settle_batch(
             let settled = match message {
                 Message::Stopped(stopped) => Some(settle(Err(stopped), rekey_rounds)),
                 Message::Alone(writes) => {
-                    let held = writes.into_iter().map(KeyedWrite::held).collect();
+                    let mut held: Vec<Held> = writes.into_iter().map(KeyedWrite::held).collect();
+                    held.extend(in_slabs.remove(&m).unwrap_or_default());
                     Some(settle(Ok(held), rekey_rounds))
                 }
                 Message::Carries(group) => {
-                    let mut members = settle_group(group, rekey_rounds);
+                    let mut members = settle_group(group, &mut in_slabs, rekey_rounds);
                     let own = members.remove(&m);
                     groups.insert(m, members);
                     own
@@ -52,8 +58,13 @@ pub(crate) fn settle_batch(
 }
 
 /// Each member's fate in `group`: the fate of the group's stop, or from its part of
-/// each of the group's writes that holds one of its readings.
-fn settle_group(group: Group<KeyedWrite>, rekey_rounds: usize) -> BTreeMap<usize, Settled> {
+/// each of the group's writes, and of the slabs (`in_slabs`, taken), that holds one of
+/// its readings.
+fn settle_group(
+    group: Group<KeyedWrite>,
+    in_slabs: &mut BTreeMap<usize, Vec<Held>>,
+    rekey_rounds: usize,
+) -> BTreeMap<usize, Settled> {
     match group.writes {
         Err(stopped) => {
             let fate = stopped.fate();
@@ -63,10 +74,17 @@ fn settle_group(group: Group<KeyedWrite>, rekey_rounds: usize) -> BTreeMap<usize
                 .map(|member| (member, Settled::Final(fate.clone())))
                 .collect()
         }
-        Ok(shared) => by_member(shared)
-            .into_iter()
-            .map(|(member, held)| (member, settle(Ok(held), rekey_rounds)))
-            .collect(),
+        Ok(shared) => {
+            let mut held = by_member(shared);
+            for member in group.members {
+                if let Some(slabs) = in_slabs.remove(&member) {
+                    held.entry(member).or_default().extend(slabs);
+                }
+            }
+            held.into_iter()
+                .map(|(member, held)| (member, settle(Ok(held), rekey_rounds)))
+                .collect()
+        }
     }
 }
 
@@ -80,8 +98,9 @@ impl KeyedWrite {
     }
 }
 
-/// A group's writes, split by the member each reading came from: each member's part of
-/// each write that holds one of its readings, with the write's outcome.
+/// Shared writes (a group's, or the batch's slabs), split by the member each reading
+/// came from: each member's part of each write that holds one of its readings, with the
+/// write's outcome.
 fn by_member(shared: Vec<Shared<KeyedWrite>>) -> BTreeMap<usize, Vec<Held>> {
     let mut views: BTreeMap<usize, Vec<Held>> = BTreeMap::new();
     for Shared {
@@ -116,6 +135,7 @@ mod tests {
     fn keyed(event: &str, outcome: Option<Outcome>) -> KeyedWrite {
         KeyedWrite {
             readings: vec![reading(event)],
+            slab: None,
             key: ItemKey {
                 pk: "p".to_owned(),
                 sk: event.to_owned(),
@@ -164,7 +184,7 @@ mod tests {
             Message::PackedWith { carrier: 0 },
             Message::PackedWith { carrier: 0 },
         ];
-        let settled = settle_batch(messages, 4);
+        let settled = settle_batch(messages, Vec::new(), 4);
         assert_eq!(
             settled,
             vec![
@@ -198,6 +218,7 @@ mod tests {
                 Message::PackedWith { carrier: 0 },
                 Message::Alone(vec![keyed("z", Some(Outcome::Written))]),
             ],
+            Vec::new(),
             4,
         );
         let dead = || {
@@ -221,8 +242,42 @@ mod tests {
                 group(&[0, 1], Ok(Vec::new())),
                 Message::PackedWith { carrier: 0 },
             ],
+            Vec::new(),
             4,
         );
         assert_eq!(lost[1], reported("its readings were in no write"));
+    }
+
+    #[test]
+    fn a_slab_counts_for_each_message_it_holds_readings_of_and_only_those() {
+        // Message 0 alone, 1 and 2 a group, 3 alone: slab A (written) holds readings
+        // of 0 and 1, slab B (throttled) of 1 and 3; group {1, 2} lost every write of
+        // its own to the slabs but 2's block.
+        let messages = vec![
+            Message::Alone(vec![keyed("own-0", Some(Outcome::Written))]),
+            group(
+                &[1, 2],
+                Ok(vec![shared(&["g-2"], &[2], Some(Outcome::Written))]),
+            ),
+            Message::PackedWith { carrier: 1 },
+            Message::Alone(Vec::new()),
+        ];
+        let slabs = vec![
+            shared(&["a-0", "a-1"], &[0, 1], Some(Outcome::Written)),
+            shared(&["b-1", "b-3"], &[1, 3], Some(throttled())),
+        ];
+        assert_eq!(
+            settle_batch(messages, slabs, 4),
+            vec![
+                Settled::Final(Fate::Written { readings: 2 }),
+                Settled::Split {
+                    unwritten: vec![reading("b-1")],
+                    written: 1,
+                    reason: "throttled".to_owned(),
+                },
+                Settled::Final(Fate::Written { readings: 1 }),
+                reported("throttled"),
+            ]
+        );
     }
 }

@@ -10,10 +10,16 @@
 //! group owns its members and its writes, and travels with its first member, which
 //! carries it (`Carries`); every other member names that carrier (`PackedWith`). Each
 //! shared write names the message each of its readings came from ([`Shared`]).
+//!
+//! The readings the pack stage sends to slabs (`super::slabs`) leave their messages'
+//! writes: the batch's slabs travel beside the messages, each a [`Shared`] write
+//! naming the message of each of its readings, as a group's do, so each message's fate
+//! follows every write holding its readings, its own, its group's and the slabs'.
 
 use std::collections::BTreeSet;
 
 use sharding::key::ItemKey;
+use sharding::slab::Window;
 use store::Reading;
 use store::batch::{Outcome, SizedItem};
 use store::item::Encoded;
@@ -84,15 +90,42 @@ pub(crate) struct UnkeyedWrite {
     pub(crate) item: Option<Encoded>,
 }
 
+/// Where a slab goes (`sharding::slab`): its group, whose entity's fan-out keys it, its
+/// window, its sort key (the digest of its members) and its expiry.
+#[derive(Debug, Clone)]
+pub(crate) struct SlabPlace {
+    pub(crate) group: u32,
+    /// `sharding::slab::group_entity(group)`: the fan-out machinery's name of the group.
+    pub(crate) entity: String,
+    pub(crate) window: Window,
+    pub(crate) sk: String,
+    /// Epoch seconds.
+    pub(crate) ttl: i64,
+}
+
+/// A slab before it is keyed: its members, sorted by `(device, ts, event id)`, each
+/// identity once, its place, and its item (`store::slab::marshal`) under a placeholder
+/// partition key as long as any fan-out key gives it.
+#[derive(Debug)]
+pub(crate) struct UnkeyedSlab {
+    pub(crate) readings: Vec<Reading>,
+    pub(crate) place: SlabPlace,
+    pub(crate) item: Option<Encoded>,
+}
+
 /// One write on its way to the table: a reading's own item, or a block of readings
-/// (`store::pack`), keyed by its first member.
+/// (`store::pack`), keyed by its first member; or a slab of many devices' readings,
+/// keyed by its group.
 #[derive(Debug)]
 pub(crate) struct KeyedWrite {
-    /// The readings its item holds, in order of `(ts, event id)`: one, or a block's
-    /// members.
+    /// The readings its item holds: one, or a block's members in order of `(ts, event
+    /// id)`, or a slab's in order of `(device, ts, event id)`.
     pub(crate) readings: Vec<Reading>,
+    /// Where it goes when it is a slab: its group's entity then keys it, not its first
+    /// member's device.
+    pub(crate) slab: Option<SlabPlace>,
     /// Its item's key: its first member's write key, made with `fanout` (a block's
-    /// sort key with the digest of its members).
+    /// sort key with the digest of its members), or its slab's.
     pub(crate) key: ItemKey,
     /// The item to write next under `key` (taken while a round writes it).
     pub(crate) item: Option<SizedItem>,
@@ -123,6 +156,22 @@ impl Carried for UnkeyedWrite {
 impl Carried for KeyedWrite {
     fn readings(&self) -> &[Reading] {
         &self.readings
+    }
+}
+
+impl Carried for UnkeyedSlab {
+    fn readings(&self) -> &[Reading] {
+        &self.readings
+    }
+}
+
+impl KeyedWrite {
+    /// The entity whose fan-out keys it: its slab's group, or its first member's device.
+    pub(crate) fn entity(&self) -> &str {
+        match &self.slab {
+            Some(place) => &place.entity,
+            None => self.readings.first().map_or("", |r| r.device_id.as_str()),
+        }
     }
 }
 
@@ -189,6 +238,22 @@ impl<W: Carried> Message<W> {
     }
 }
 
+/// The readings of the written writes of `shared` (a group's or the batch's slabs),
+/// each with the message it came from.
+pub(crate) fn written_shared(
+    shared: &[Shared<KeyedWrite>],
+) -> impl Iterator<Item = (usize, &Reading)> {
+    shared
+        .iter()
+        .filter(|s| matches!(s.write.outcome, Some(Outcome::Written)))
+        .flat_map(|s| {
+            s.member_messages
+                .iter()
+                .zip(&s.write.readings)
+                .map(|(&member, r)| (member as usize, r))
+        })
+}
+
 impl Message<KeyedWrite> {
     /// The readings of the writes it holds that were written, each with the message
     /// it came from: `own` (this message's index in the batch) for its own writes, the
@@ -200,16 +265,7 @@ impl Message<KeyedWrite> {
             .iter()
             .filter(move |w| written(w))
             .flat_map(move |w| w.readings.iter().map(move |r| (own, r)));
-        let shared = shared
-            .iter()
-            .filter(move |s| written(&s.write))
-            .flat_map(|s| {
-                s.member_messages
-                    .iter()
-                    .zip(&s.write.readings)
-                    .map(|(&member, r)| (member as usize, r))
-            });
-        alone.chain(shared)
+        alone.chain(written_shared(shared))
     }
 }
 

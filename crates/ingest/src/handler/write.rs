@@ -16,9 +16,9 @@ use store::directory::ShardStore;
 use store::queue::Queue;
 use store::{Reading, ThrottleKind, pack};
 
-use super::keying::{KeyedItem, keyed_item};
+use super::keying::{KeyedItem, keyed_item, keyed_slab};
 use super::observe::Changes;
-use super::stages::{KeyedWrite, Message, writes, writes_mut};
+use super::stages::{KeyedWrite, Message, Shared, writes, writes_mut};
 use super::watch::RoundWatch;
 use super::{BatchContext, Ingest, MAX_REKEY_ROUNDS, seeded};
 
@@ -33,10 +33,11 @@ pub(super) struct Written {
     pub(super) changes: Changes,
 }
 
-/// What the write stage gives `settle`: every message, each write with its outcome,
-/// and what the writes did.
+/// What the write stage gives `settle`: every message and every slab, each write with
+/// its outcome, and what the writes did.
 pub(super) struct WrittenBatch {
     pub(super) messages: Vec<Message<KeyedWrite>>,
+    pub(super) slabs: Vec<Shared<KeyedWrite>>,
     pub(super) written: Written,
 }
 
@@ -58,6 +59,8 @@ struct Round<'a> {
     /// Each put's readings, to make the item again after a failed call consumed it: the
     /// writer keeps no copies ([`Remake`]).
     readings: Vec<&'a [Reading]>,
+    /// Each put's slab expiry, when it is a slab.
+    slab_ttls: Vec<Option<i64>>,
     retention: Duration,
 }
 
@@ -65,11 +68,12 @@ impl<'a> Round<'a> {
     fn new(keyed: &'a [&'a mut KeyedWrite], retention: Duration) -> Self {
         Self {
             pks: keyed.iter().map(|k| k.key.pk.as_str()).collect(),
-            owners: keyed
-                .iter()
-                .map(|k| (k.readings[0].device_id.as_str(), k.fanout))
-                .collect(),
+            owners: keyed.iter().map(|k| (k.entity(), k.fanout)).collect(),
             readings: keyed.iter().map(|k| k.readings.as_slice()).collect(),
+            slab_ttls: keyed
+                .iter()
+                .map(|k| k.slab.as_ref().map(|place| place.ttl))
+                .collect(),
             retention,
         }
     }
@@ -78,9 +82,11 @@ impl<'a> Round<'a> {
 impl Remake for Round<'_> {
     fn remake(&self, index: usize, key: &ItemKey) -> Option<Item> {
         let members = self.readings.get(index)?;
-        pack::encode(members, key, self.retention)
-            .ok()
-            .map(|encoded| encoded.item)
+        let encoded = match self.slab_ttls.get(index)? {
+            Some(ttl) => store::slab::marshal(members, &key.pk, &key.sk, *ttl).ok()?,
+            None => pack::encode(members, key, self.retention).ok()?,
+        };
+        Some(encoded.item)
     }
 }
 
@@ -95,20 +101,23 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     pub(super) async fn write_stage<R: Rng + Send + ?Sized>(
         &self,
         first: Vec<Message<KeyedWrite>>,
+        mut slabs: Vec<Shared<KeyedWrite>>,
         rest: Option<impl FnOnce() -> Vec<Message<KeyedWrite>>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
     ) -> WrittenBatch {
         let mut total = Written::default();
-        let (mut messages, written) = self.first_round(first, rest, rates, cx, rng).await;
+        let (mut messages, written) = self
+            .first_round(first, &mut slabs, rest, rates, cx, rng)
+            .await;
         if let Some(written) = written {
             total.absorb(written);
             for _ in 1..MAX_REKEY_ROUNDS {
-                self.rekey(&mut messages, cx).await;
+                self.rekey(&mut messages, &mut slabs, cx).await;
                 let slots = self.writer.slots();
                 let Some(written) = self
-                    .write_keyed(&mut messages, rates, cx, rng, &slots)
+                    .write_keyed(&mut messages, &mut slabs, rates, cx, rng, &slots)
                     .await
                 else {
                     break;
@@ -118,6 +127,7 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         }
         WrittenBatch {
             messages,
+            slabs,
             written: total,
         }
     }
@@ -130,11 +140,13 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     /// two waves share one set of the writer's `MAX_INFLIGHT` slots. The writer
     /// deduplicates within a wave: a reading sent twice in one batch, once in each wave,
     /// is written by each (the same item under the same key, stored once, at the cost
-    /// of a second write). Returns every message, and what the round did: `None` when
-    /// there was nothing to write or no time left.
+    /// of a second write). The batch's `slabs` go with the first wave. Returns every
+    /// message, and what the round did: `None` when there was nothing to write or no
+    /// time left.
     async fn first_round<R: Rng + Send + ?Sized>(
         &self,
         mut first: Vec<Message<KeyedWrite>>,
+        slabs: &mut [Shared<KeyedWrite>],
         rest: Option<impl FnOnce() -> Vec<Message<KeyedWrite>>>,
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
@@ -142,19 +154,27 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     ) -> (Vec<Message<KeyedWrite>>, Option<Written>) {
         let slots = self.writer.slots();
         let Some(key_rest) = rest else {
-            let written = self.write_keyed(&mut first, rates, cx, rng, &slots).await;
+            let written = self
+                .write_keyed(&mut first, slabs, rates, cx, rng, &slots)
+                .await;
             return (first, written);
         };
         let (mut front_rng, mut back_rng) = (seeded(rng), seeded(rng));
         let mut rest;
         let written = {
-            let mut front_write =
-                std::pin::pin!(self.write_keyed(&mut first, rates, cx, &mut front_rng, &slots));
+            let mut front_write = std::pin::pin!(self.write_keyed(
+                &mut first,
+                slabs,
+                rates,
+                cx,
+                &mut front_rng,
+                &slots
+            ));
             // Polled once, the first wave's calls are built and sent; its answers wait
             // until the rest is keyed, which takes less than a round trip.
             let front_done = futures::poll!(front_write.as_mut());
             rest = key_rest();
-            let back_write = self.write_keyed(&mut rest, rates, cx, &mut back_rng, &slots);
+            let back_write = self.write_keyed(&mut rest, &mut [], rates, cx, &mut back_rng, &slots);
             let (front, back) = match front_done {
                 std::task::Poll::Ready(front) => (front, back_write.await),
                 std::task::Poll::Pending => tokio::join!(front_write, back_write),
@@ -171,18 +191,20 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
         (first, written)
     }
 
-    /// Writes the keyed writes of `messages` that have an item and no outcome, within
-    /// `slots`: one round's writes ([`Self::write_round`]), each outcome recorded on its
-    /// write. `None` when there was nothing to write or no time left.
+    /// Writes the keyed writes of `messages` and `slabs` that have an item and no
+    /// outcome, within `slots`: one round's writes ([`Self::write_round`]), each outcome
+    /// recorded on its write. `None` when there was nothing to write or no time left.
     async fn write_keyed<R: Rng + Send + ?Sized>(
         &self,
         messages: &mut [Message<KeyedWrite>],
+        slabs: &mut [Shared<KeyedWrite>],
         rates: &BTreeMap<String, Option<f64>>,
         cx: &BatchContext<'_>,
         rng: &mut R,
         slots: &Slots,
     ) -> Option<Written> {
         let mut to_write: Vec<&mut KeyedWrite> = writes_mut(messages)
+            .chain(slabs.iter_mut().map(|s| &mut s.write))
             .filter(|k| k.outcome.is_none() && k.item.is_some())
             .collect();
         if to_write.is_empty() || cx.out_of_time() {
@@ -263,36 +285,51 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
     }
 
     /// Re-keys the readings a round gave back (no outcome, no item) with the fan-out in
-    /// force now; one whose metadata cannot be read stays unwritten (reported).
-    async fn rekey(&self, messages: &mut [Message<KeyedWrite>], cx: &BatchContext<'_>) {
+    /// force now, a slab's with its group's; one whose metadata cannot be read stays
+    /// unwritten (reported).
+    async fn rekey(
+        &self,
+        messages: &mut [Message<KeyedWrite>],
+        slabs: &mut [Shared<KeyedWrite>],
+        cx: &BatchContext<'_>,
+    ) {
         let now = cx.clock();
         let Ok(Ok(table)) =
             tokio::time::timeout_at(cx.work_deadline, self.directory.layout(now)).await
         else {
             return;
         };
+        let given_back = |k: &KeyedWrite| k.outcome.is_none() && k.item.is_none();
         let entities: BTreeSet<&str> = writes(messages)
-            .filter(|k| k.outcome.is_none() && k.item.is_none())
-            .map(|k| k.readings[0].device_id.as_str())
+            .chain(slabs.iter().map(|s| &s.write))
+            .filter(|k| given_back(k))
+            .map(KeyedWrite::entity)
             .collect();
         if entities.is_empty() {
             return;
         }
         let fanouts = self.fanouts(entities, now, cx.work_deadline).await;
-        for k in writes_mut(messages).filter(|k| k.outcome.is_none() && k.item.is_none()) {
-            let Some(Ok(history)) = fanouts.get(&k.readings[0].device_id) else {
+        let to_rekey = writes_mut(messages)
+            .chain(slabs.iter_mut().map(|s| &mut s.write))
+            .filter(|k| given_back(k));
+        for k in to_rekey {
+            let Some(Ok(history)) = fanouts.get(k.entity()) else {
                 continue;
             };
-            // A block keeps its members: its sort key follows from them, so only its
-            // partition key moves with the raise.
-            if let Ok(KeyedItem { key, item }) = keyed_item(
-                &k.readings,
-                None,
-                &table,
-                history,
-                now,
-                self.config.retention,
-            ) {
+            // A block or a slab keeps its members: its sort key follows from them, so
+            // only its partition key moves with the raise.
+            let keyed = match &k.slab {
+                Some(place) => keyed_slab(&k.readings, place, None, &table, history, now),
+                None => keyed_item(
+                    &k.readings,
+                    None,
+                    &table,
+                    history,
+                    now,
+                    self.config.retention,
+                ),
+            };
+            if let Ok(KeyedItem { key, item }) = keyed {
                 k.key = key.key;
                 k.fanout = key.fanout;
                 k.item = Some(item);

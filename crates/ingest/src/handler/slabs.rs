@@ -1,0 +1,215 @@
+//! Stage 2, its slabs (docs/design-slabs.md): which of the packed writes go to slabs
+//! instead, and the slabs they make. No I/O: the packed messages, the layout and the
+//! invocation's [`SlabClock`] in, the slabs out.
+//!
+//! # Which readings
+//! A device's share of the batch goes to slabs when the items the pack stage encoded
+//! for it (its blocks, or its readings' own items) take at most one write unit's bytes
+//! in all ([`WCU_BYTES`]): today it pays at least a write unit an item, in a slab a
+//! fraction of one. A device whose share takes more keeps its items, whose write units
+//! its readings fill. Of an eligible device, a write goes to a slab when the slab
+//! layout in force at each of its readings accepts it at the invocation's clock
+//! (`SlabLayout::accepts`) and compaction does not lag (`SlabLayout::writes_slabs`); a
+//! write holding a reading too old for a slab keeps its device's path whole, so a
+//! block is never cut again.
+//!
+//! # The slabs
+//! The readings sent to slabs are grouped by slab group and window, sorted by `(device,
+//! ts, event id)`, and cut (`sharding::slab::cut`, sized by `store::slab`) into slabs,
+//! each identity once: of two copies in the batch, the one written last
+//! (`sharding::written`; of one message's, the first sent) is cut first, and a copy goes
+//! to a later slab of the window, so every reading of every message is in exactly one
+//! write. The same readings make the same slabs, under the same sort keys.
+
+use std::collections::{BTreeMap, HashMap};
+use std::mem;
+
+use sharding::epoch::TableHistory;
+use sharding::slab::{self, SlabLayout, Window};
+use sharding::time::Timestamp;
+use store::Reading;
+use store::size::WCU_BYTES;
+
+use super::stages::{Group, Message, Shared, SlabPlace, UnkeyedSlab, UnkeyedWrite};
+
+/// What the invocation decides slabs by: its clock, and how far compaction has got
+/// (`None`: it has not reported yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlabClock {
+    pub(crate) now: Timestamp,
+    pub(crate) compacted_to: Option<Timestamp>,
+}
+
+impl SlabClock {
+    /// The slab layout that takes `reading`, when one does: the one in force at its
+    /// timestamp, accepting its age at the invocation's clock, with compaction not
+    /// lagging.
+    fn layout_for(&self, reading: &Reading, table: &TableHistory) -> Option<SlabLayout> {
+        let layout = table.at(reading.ts).slabs?;
+        (layout.accepts(reading.ts, self.now) && layout.writes_slabs(self.now, self.compacted_to))
+            .then_some(layout)
+    }
+}
+
+/// Whether any epoch of `table` writes slabs.
+pub(crate) fn writes_slabs(table: &TableHistory) -> bool {
+    table.epochs().iter().any(|e| e.value.slabs.is_some())
+}
+
+/// The bytes a write's item takes: its encoded size, else its readings' bounds.
+fn write_bytes(write: &UnkeyedWrite) -> usize {
+    write.item.as_ref().map_or_else(
+        || write.readings.iter().map(Reading::item_size_bound).sum(),
+        |item| item.size,
+    )
+}
+
+/// Takes out of `messages` (the pack stage's, in the batch's order) the writes that go
+/// to slabs (the module's rule), and gives the slabs their readings make.
+pub(crate) fn take_slabs(
+    messages: &mut [Message<UnkeyedWrite>],
+    table: &TableHistory,
+    clock: &SlabClock,
+) -> Vec<Shared<UnkeyedSlab>> {
+    let mut shares: HashMap<&str, usize> = HashMap::new();
+    for write in messages.iter().flat_map(Message::writes) {
+        if let Some(first) = write.readings.first() {
+            *shares.entry(first.device_id.as_str()).or_default() += write_bytes(write);
+        }
+    }
+    let eligible: Vec<String> = shares
+        .into_iter()
+        .filter(|(_, bytes)| *bytes <= WCU_BYTES)
+        .map(|(device, _)| device.to_owned())
+        .collect();
+    if eligible.is_empty() {
+        return Vec::new();
+    }
+    let goes = |write: &UnkeyedWrite| {
+        write
+            .readings
+            .first()
+            .is_some_and(|first| eligible.contains(&first.device_id))
+            && write
+                .readings
+                .iter()
+                .all(|r| clock.layout_for(r, table).is_some())
+    };
+    // Each reading sent to a slab, with its message.
+    let mut taken: Vec<(Reading, u32)> = Vec::new();
+    for (m, message) in messages.iter_mut().enumerate() {
+        match message {
+            Message::Alone(writes) => {
+                let (to_slabs, kept): (Vec<_>, Vec<_>) = mem::take(writes).into_iter().partition(goes);
+                *writes = kept;
+                let m = u32::try_from(m).unwrap_or(u32::MAX);
+                taken.extend(to_slabs.into_iter().flat_map(|w| w.readings).map(|r| (r, m)));
+            }
+            Message::Carries(Group {
+                writes: Ok(shared), ..
+            }) => {
+                let (to_slabs, kept): (Vec<_>, Vec<_>) =
+                    mem::take(shared).into_iter().partition(|s| goes(&s.write));
+                *shared = kept;
+                taken.extend(
+                    to_slabs
+                        .into_iter()
+                        .flat_map(|s| s.write.readings.into_iter().zip(s.member_messages)),
+                );
+            }
+            _ => {}
+        }
+    }
+    let mut windows: BTreeMap<(Window, u32), (SlabLayout, Vec<(Reading, u32)>)> = BTreeMap::new();
+    for (reading, m) in taken {
+        let Some(layout) = clock.layout_for(&reading, table) else {
+            continue;
+        };
+        let key = (layout.window(reading.ts), layout.group(&reading.device_id));
+        windows
+            .entry(key)
+            .or_insert_with(|| (layout, Vec::new()))
+            .1
+            .push((reading, m));
+    }
+    windows
+        .into_iter()
+        .flat_map(|((window, group), (layout, members))| {
+            slabs_of(members, &layout, group, window)
+        })
+        .collect()
+}
+
+/// The slabs of one group and window: its readings sorted, each identity once a slab
+/// (the copy written last first), cut by the layout's bytes.
+fn slabs_of(
+    mut members: Vec<(Reading, u32)>,
+    layout: &SlabLayout,
+    group: u32,
+    window: Window,
+) -> Vec<Shared<UnkeyedSlab>> {
+    let same = |a: &Reading, b: &Reading| {
+        a.device_id == b.device_id && a.ts == b.ts && a.event_id == b.event_id
+    };
+    // Stable: of one message's copies, the first sent stays first.
+    members.sort_by(|(a, _), (b, _)| {
+        (&a.device_id, a.ts, &a.event_id, std::cmp::Reverse(a.written)).cmp(&(
+            &b.device_id,
+            b.ts,
+            &b.event_id,
+            std::cmp::Reverse(b.written),
+        ))
+    });
+    // The longest partition key a fan-out can give, and a digest's length.
+    let placeholder_pk = slab::slab_pk(group, u32::MAX, window);
+    let overhead = store::slab::overhead(&placeholder_pk, &"0".repeat(16));
+    let entity = slab::group_entity(group);
+    let ttl = layout.expires_at(window);
+    let mut slabs = Vec::new();
+    while !members.is_empty() {
+        let (mut firsts, mut copies) = (Vec::new(), Vec::new());
+        for member in members {
+            let repeat = firsts
+                .last()
+                .is_some_and(|(last, _): &(Reading, u32)| same(last, &member.0));
+            if repeat {
+                copies.push(member);
+            } else {
+                firsts.push(member);
+            }
+        }
+        let cuts = slab::cut(
+            &firsts,
+            layout.max_bytes as usize,
+            store::slab::MAX_MEMBERS,
+            overhead,
+            |(r, _)| store::slab::member_bytes(r),
+        );
+        let mut rest = firsts.into_iter();
+        for range in cuts {
+            let (readings, from): (Vec<Reading>, Vec<u32>) = rest.by_ref().take(range.len()).unzip();
+            let sk = slab::slab_sk(
+                readings
+                    .iter()
+                    .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
+            );
+            let item = store::slab::marshal(&readings, &placeholder_pk, &sk, ttl).ok();
+            slabs.push(Shared {
+                write: UnkeyedSlab {
+                    readings,
+                    place: SlabPlace {
+                        group,
+                        entity: entity.clone(),
+                        window,
+                        sk,
+                        ttl,
+                    },
+                    item,
+                },
+                member_messages: from,
+            });
+        }
+        members = copies;
+    }
+    slabs
+}
