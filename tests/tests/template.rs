@@ -2912,7 +2912,8 @@ fn check_slabs(t: &Template) -> Result<()> {
     )?;
     for function in ["IngestFunction", "QueryFunction", "SealerFunction"] {
         for (name, want) in [("SLABS", "on"), ("SLAB_GROUPS", "5")] {
-            let got = path(&t.props(function)?, &["Environment", "Variables", name]).and_then(scalar);
+            let got =
+                path(&t.props(function)?, &["Environment", "Variables", name]).and_then(scalar);
             ensure!(
                 got.as_deref() == Some(want),
                 "{function}'s {name} must follow its parameter ({want}), is {got:?}"

@@ -111,7 +111,12 @@ async fn one_reading_devices_are_written_into_slabs_at_a_fraction_of_a_write_uni
     let rollups = MemoryRollups::new();
     let devices = meters(1_000);
     let report = service(&fx, &rollups, &[("BATCH_SIZE", "1000")])
-        .process(&one_reading_each(&devices, 5, 1), now(), deadline(), &mut rng())
+        .process(
+            &one_reading_each(&devices, 5, 1),
+            now(),
+            deadline(),
+            &mut rng(),
+        )
         .await;
     all_written(&report);
     assert_eq!(report.readings_written, 1_000);
@@ -119,7 +124,10 @@ async fn one_reading_devices_are_written_into_slabs_at_a_fraction_of_a_write_uni
     assert_eq!(slab_items(&fx).len(), items.len(), "every item is a slab");
     let units: usize = items.values().map(|i| write_units(item_size(i))).sum();
     let per_reading = units as f64 / 1_000.0;
-    eprintln!("{} slabs, {units} write units: {per_reading} a reading", items.len());
+    eprintln!(
+        "{} slabs, {units} write units: {per_reading} a reading",
+        items.len()
+    );
     assert!(per_reading <= 0.15, "{per_reading} write units a reading");
     // Every reading read back once, as sent, under its group's slab of its window.
     let held = in_slabs(&fx);
@@ -129,7 +137,10 @@ async fn one_reading_devices_are_written_into_slabs_at_a_fraction_of_a_write_uni
         let id = (device.clone(), at(-5).as_millis(), "e-1".to_owned());
         let copies = &held[&id];
         assert_eq!(copies.len(), 1, "{id:?} held once");
-        assert_eq!(copies[0].metrics["kwh"].to_string(), format!("{}", 1_234.5 + i as f64));
+        assert_eq!(
+            copies[0].metrics["kwh"].to_string(),
+            format!("{}", 1_234.5 + i as f64)
+        );
         let window = layout.window(at(-5));
         assert!(copies[0].pk == slab_pk(layout.group(device), 0, window));
     }
@@ -168,7 +179,10 @@ async fn a_device_filling_a_block_and_a_reading_too_old_keep_their_own_items() {
     all_written(&report);
     let held = in_slabs(&fx);
     assert_eq!(held.len(), 19, "{:?}", held.keys());
-    assert!(held.keys().all(|(d, _, _)| d.starts_with("meter-") && d != "meter-00000"));
+    assert!(
+        held.keys()
+            .all(|(d, _, _)| d.starts_with("meter-") && d != "meter-00000")
+    );
     let own: Vec<ItemKey> = fx
         .table
         .items()
@@ -176,10 +190,16 @@ async fn a_device_filling_a_block_and_a_reading_too_old_keep_their_own_items() {
         .filter(|(_, item)| !store::slab::is_slab(item))
         .map(|(key, _)| key)
         .collect();
-    assert!(own.iter().any(|k| k.sk.starts_with("meter-00000#")), "{own:?}");
+    assert!(
+        own.iter().any(|k| k.sk.starts_with("meter-00000#")),
+        "{own:?}"
+    );
     let busy: Vec<&ItemKey> = own.iter().filter(|k| k.sk.starts_with("busy-1#")).collect();
     assert!(!busy.is_empty());
-    assert!(busy.iter().all(|k| sharding::block::is_block_sk(&k.sk)), "{busy:?}");
+    assert!(
+        busy.iter().all(|k| sharding::block::is_block_sk(&k.sk)),
+        "{busy:?}"
+    );
     assert_eq!(own.len(), 1 + busy.len(), "{own:?}");
 }
 
@@ -226,9 +246,17 @@ async fn s64_a_slab_whose_answer_was_lost_is_written_again_whole_and_read_once()
     // members) or by two, as copies of one reading; every other reading once.
     let held = in_slabs(&fx);
     assert_eq!(held.len(), 60, "each reading stored");
-    let copies: Vec<&Id> = held.iter().filter(|(_, c)| c.len() > 1).map(|(id, _)| id).collect();
+    let copies: Vec<&Id> = held
+        .iter()
+        .filter(|(_, c)| c.len() > 1)
+        .map(|(id, _)| id)
+        .collect();
     assert!(!copies.is_empty() && copies.len() <= 20, "{copies:?}");
-    assert!(copies.iter().all(|(d, _, _)| ("meter-00020".."meter-00040").contains(&d.as_str())));
+    assert!(
+        copies
+            .iter()
+            .all(|(d, _, _)| ("meter-00020".."meter-00040").contains(&d.as_str()))
+    );
     for copies in held.values() {
         assert!(copies.len() <= 2);
         assert!(copies.windows(2).all(|w| w[0].metrics == w[1].metrics));
@@ -264,14 +292,24 @@ async fn s65_a_hot_slab_group_is_raised_and_spread_over_its_fanout_keys() {
         .process(&ev, now(), deadline(), &mut rng())
         .await;
     all_written(&report);
-    assert!(report.writes.throttles.is_empty(), "{:?}", report.writes.throttles);
+    assert!(
+        report.writes.throttles.is_empty(),
+        "{:?}",
+        report.writes.throttles
+    );
     let items = slab_items(&fx);
     let units: usize = items.values().map(|i| write_units(item_size(i))).sum();
     let rate = units as f64 / 0.1;
     assert!(rate > 1_000.0, "{units} write units in 100 ms: {rate}/s");
-    let meta = fx.shards.entity(&group_entity(0)).expect("the group raised");
+    let meta = fx
+        .shards
+        .entity(&group_entity(0))
+        .expect("the group raised");
     let k = meta.number_of_shards;
-    assert!(k >= (rate / 100.0).floor() as u32, "k {k} for {rate} write units/s");
+    assert!(
+        k >= (rate / 100.0).floor() as u32,
+        "k {k} for {rate} write units/s"
+    );
     assert_eq!(report.fanout_raises, 1);
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
     for (key, item) in &items {
@@ -279,10 +317,17 @@ async fn s65_a_hot_slab_group_is_raised_and_spread_over_its_fanout_keys() {
     }
     let window = SlabLayout::default().window(at(-5));
     assert!(by_key.len() > 1, "{by_key:?}");
-    assert!(by_key.keys().all(|pk| (0..k).any(|j| *pk == slab_pk(0, j, window))));
+    assert!(
+        by_key
+            .keys()
+            .all(|pk| (0..k).any(|j| *pk == slab_pk(0, j, window)))
+    );
     let busiest = by_key.values().max().copied().unwrap_or(0) as f64 / 0.1;
     eprintln!("k {k} for {rate} write units/s; the busiest key {busiest}/s: {by_key:?}");
-    assert!(busiest < 1_000.0, "the busiest key takes {busiest} write units/s");
+    assert!(
+        busiest < 1_000.0,
+        "the busiest key takes {busiest} write units/s"
+    );
     assert_eq!(in_slabs(&fx).len(), 3_000);
 }
 
@@ -302,7 +347,12 @@ async fn s63_a_compaction_lagging_past_the_fallback_writes_per_device_items_only
         .expect("stored");
     let ingest = service(&fx, &rollups, &[]);
     let report = ingest
-        .process(&one_reading_each(&meters(30), 5, 10), now(), deadline(), &mut rng())
+        .process(
+            &one_reading_each(&meters(30), 5, 10),
+            now(),
+            deadline(),
+            &mut rng(),
+        )
         .await;
     all_written(&report);
     assert!(slab_items(&fx).is_empty(), "no slab when lagging");
@@ -313,12 +363,25 @@ async fn s63_a_compaction_lagging_past_the_fallback_writes_per_device_items_only
         .expect("stored");
     let reads = rollups.reads();
     ingest
-        .process(&one_reading_each(&meters(30), -30, 10), at(30), deadline(), &mut rng())
+        .process(
+            &one_reading_each(&meters(30), -30, 10),
+            at(30),
+            deadline(),
+            &mut rng(),
+        )
         .await;
-    assert!(slab_items(&fx).is_empty(), "the read of a minute ago stands");
+    assert!(
+        slab_items(&fx).is_empty(),
+        "the read of a minute ago stands"
+    );
     assert_eq!(rollups.reads(), reads);
     ingest
-        .process(&one_reading_each(&meters(30), -55, 10), at(61), deadline(), &mut rng())
+        .process(
+            &one_reading_each(&meters(30), -55, 10),
+            at(61),
+            deadline(),
+            &mut rng(),
+        )
         .await;
     assert_eq!(in_slabs(&fx).len(), 30, "slabs again");
 }
@@ -332,7 +395,12 @@ async fn slab_readings_of_an_hour_just_ended_are_not_late() {
     let rollups = MemoryRollups::new();
     // 04:00:00 is the hour's end: readings of 03:59:45 written at 04:00:14.
     let report = service(&fx, &rollups, &[])
-        .process(&one_reading_each(&meters(30), 15, 10), at(14), deadline(), &mut rng())
+        .process(
+            &one_reading_each(&meters(30), 15, 10),
+            at(14),
+            deadline(),
+            &mut rng(),
+        )
         .await;
     all_written(&report);
     assert_eq!(in_slabs(&fx).len(), 30);

@@ -460,7 +460,9 @@ impl<S: ShardStore> ShardDirectory<S> {
     pub fn fanout_cached(&self, entity: &str, now: Timestamp) -> Option<FanoutHistory> {
         self.cache.peek_entity(entity, now, |record| match record {
             None => Some(FanoutHistory::default()),
-            Some(r) if self.listing_step(entity, r, now).is_none() => Some(r.meta.shard_history.clone()),
+            Some(r) if self.listing_step(entity, r, now).is_none() => {
+                Some(r.meta.shard_history.clone())
+            }
             Some(_) => None,
         })?
     }

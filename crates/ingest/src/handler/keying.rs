@@ -264,58 +264,63 @@ pub(super) fn key_slabs(
 ) -> Vec<Shared<KeyedWrite>> {
     slabs
         .into_iter()
-        .map(|Shared { write, member_messages }| {
-            let UnkeyedSlab {
-                readings,
-                place,
-                item,
-            } = write;
-            let keyed = match keying {
-                KeyingState::Ready(keying) => match keying.fanouts.get(&place.entity) {
-                    Some(Ok(history)) => {
-                        keyed_slab(&readings, &place, item, &keying.table, history, keying.now)
-                            .map_err(|err| Outcome::FailedPermanent {
-                                reason: err.to_string(),
-                            })
-                    }
-                    Some(Err(err)) => Err(retryable(format!(
-                        "shard metadata of {} unavailable: {err}",
-                        place.entity
-                    ))),
-                    None => Err(retryable(format!(
-                        "shard metadata of {} not loaded",
-                        place.entity
-                    ))),
-                },
-                KeyingState::Unavailable(retry) => Err(retryable(retry.to_string())),
-                KeyingState::NothingToKey => Err(retryable(not_keyed().to_string())),
-            };
-            let write = match keyed {
-                Ok(KeyedItem { key, item }) => KeyedWrite {
+        .map(
+            |Shared {
+                 write,
+                 member_messages,
+             }| {
+                let UnkeyedSlab {
                     readings,
-                    key: key.key,
-                    fanout: key.fanout,
-                    item: Some(item),
-                    outcome: None,
-                    slab: Some(place),
-                },
-                Err(outcome) => KeyedWrite {
-                    readings,
-                    key: ItemKey {
-                        pk: slab::slab_pk(place.group, 0, place.window),
-                        sk: place.sk.clone(),
+                    place,
+                    item,
+                } = write;
+                let keyed = match keying {
+                    KeyingState::Ready(keying) => match keying.fanouts.get(&place.entity) {
+                        Some(Ok(history)) => {
+                            keyed_slab(&readings, &place, item, &keying.table, history, keying.now)
+                                .map_err(|err| Outcome::FailedPermanent {
+                                    reason: err.to_string(),
+                                })
+                        }
+                        Some(Err(err)) => Err(retryable(format!(
+                            "shard metadata of {} unavailable: {err}",
+                            place.entity
+                        ))),
+                        None => Err(retryable(format!(
+                            "shard metadata of {} not loaded",
+                            place.entity
+                        ))),
                     },
-                    fanout: 1,
-                    item: None,
-                    outcome: Some(outcome),
-                    slab: Some(place),
-                },
-            };
-            Shared {
-                write,
-                member_messages,
-            }
-        })
+                    KeyingState::Unavailable(retry) => Err(retryable(retry.to_string())),
+                    KeyingState::NothingToKey => Err(retryable(not_keyed().to_string())),
+                };
+                let write = match keyed {
+                    Ok(KeyedItem { key, item }) => KeyedWrite {
+                        readings,
+                        key: key.key,
+                        fanout: key.fanout,
+                        item: Some(item),
+                        outcome: None,
+                        slab: Some(place),
+                    },
+                    Err(outcome) => KeyedWrite {
+                        readings,
+                        key: ItemKey {
+                            pk: slab::slab_pk(place.group, 0, place.window),
+                            sk: place.sk.clone(),
+                        },
+                        fanout: 1,
+                        item: None,
+                        outcome: Some(outcome),
+                        slab: Some(place),
+                    },
+                };
+                Shared {
+                    write,
+                    member_messages,
+                }
+            },
+        )
         .collect()
 }
 

@@ -88,9 +88,13 @@ fn slab_rates(
             let sent = messages
                 .iter()
                 .filter_map(|&m| records.get(m as usize).and_then(sent_at));
-            let span = sent.clone().min().zip(sent.max()).map_or(Duration::ZERO, |(lo, hi)| {
-                Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
-            });
+            let span = sent
+                .clone()
+                .min()
+                .zip(sent.max())
+                .map_or(Duration::ZERO, |(lo, hi)| {
+                    Duration::from_millis(hi.saturating_sub(lo).unsigned_abs())
+                });
             let arrived = fanout::Arrived {
                 readings,
                 write_units,

@@ -32,6 +32,9 @@ use store::size::WCU_BYTES;
 
 use super::stages::{Group, Message, Shared, SlabPlace, UnkeyedSlab, UnkeyedWrite};
 
+/// A reading sent to a slab, and the message (its index in the batch) it came from.
+type Member = (Reading, u32);
+
 /// What the invocation decides slabs by: its clock, and how far compaction has got
 /// (`None`: it has not reported yet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,14 +99,20 @@ pub(crate) fn take_slabs(
                 .all(|r| clock.layout_for(r, table).is_some())
     };
     // Each reading sent to a slab, with its message.
-    let mut taken: Vec<(Reading, u32)> = Vec::new();
+    let mut taken: Vec<Member> = Vec::new();
     for (m, message) in messages.iter_mut().enumerate() {
         match message {
             Message::Alone(writes) => {
-                let (to_slabs, kept): (Vec<_>, Vec<_>) = mem::take(writes).into_iter().partition(goes);
+                let (to_slabs, kept): (Vec<_>, Vec<_>) =
+                    mem::take(writes).into_iter().partition(goes);
                 *writes = kept;
                 let m = u32::try_from(m).unwrap_or(u32::MAX);
-                taken.extend(to_slabs.into_iter().flat_map(|w| w.readings).map(|r| (r, m)));
+                taken.extend(
+                    to_slabs
+                        .into_iter()
+                        .flat_map(|w| w.readings)
+                        .map(|r| (r, m)),
+                );
             }
             Message::Carries(Group {
                 writes: Ok(shared), ..
@@ -120,7 +129,7 @@ pub(crate) fn take_slabs(
             _ => {}
         }
     }
-    let mut windows: BTreeMap<(Window, u32), (SlabLayout, Vec<(Reading, u32)>)> = BTreeMap::new();
+    let mut windows: BTreeMap<(Window, u32), (SlabLayout, Vec<Member>)> = BTreeMap::new();
     for (reading, m) in taken {
         let Some(layout) = clock.layout_for(&reading, table) else {
             continue;
@@ -134,16 +143,14 @@ pub(crate) fn take_slabs(
     }
     windows
         .into_iter()
-        .flat_map(|((window, group), (layout, members))| {
-            slabs_of(members, &layout, group, window)
-        })
+        .flat_map(|((window, group), (layout, members))| slabs_of(members, &layout, group, window))
         .collect()
 }
 
 /// The slabs of one group and window: its readings sorted, each identity once a slab
 /// (the copy written last first), cut by the layout's bytes.
 fn slabs_of(
-    mut members: Vec<(Reading, u32)>,
+    mut members: Vec<Member>,
     layout: &SlabLayout,
     group: u32,
     window: Window,
@@ -153,12 +160,18 @@ fn slabs_of(
     };
     // Stable: of one message's copies, the first sent stays first.
     members.sort_by(|(a, _), (b, _)| {
-        (&a.device_id, a.ts, &a.event_id, std::cmp::Reverse(a.written)).cmp(&(
-            &b.device_id,
-            b.ts,
-            &b.event_id,
-            std::cmp::Reverse(b.written),
-        ))
+        (
+            &a.device_id,
+            a.ts,
+            &a.event_id,
+            std::cmp::Reverse(a.written),
+        )
+            .cmp(&(
+                &b.device_id,
+                b.ts,
+                &b.event_id,
+                std::cmp::Reverse(b.written),
+            ))
     });
     // The longest partition key a fan-out can give, and a digest's length.
     let placeholder_pk = slab::slab_pk(group, u32::MAX, window);
@@ -171,7 +184,7 @@ fn slabs_of(
         for member in members {
             let repeat = firsts
                 .last()
-                .is_some_and(|(last, _): &(Reading, u32)| same(last, &member.0));
+                .is_some_and(|(last, _): &Member| same(last, &member.0));
             if repeat {
                 copies.push(member);
             } else {
@@ -187,7 +200,8 @@ fn slabs_of(
         );
         let mut rest = firsts.into_iter();
         for range in cuts {
-            let (readings, from): (Vec<Reading>, Vec<u32>) = rest.by_ref().take(range.len()).unzip();
+            let (readings, from): (Vec<Reading>, Vec<u32>) =
+                rest.by_ref().take(range.len()).unzip();
             let sk = slab::slab_sk(
                 readings
                     .iter()
