@@ -2646,7 +2646,7 @@ fn check_sealer_layout(t: &Template) -> Result<()> {
 type Check = fn(&Template) -> Result<()>;
 
 /// Every promise, by name.
-static CHECKS: [(&str, Check); 30] = [
+static CHECKS: [(&str, Check); 31] = [
     ("partial batch response", check_ingest_event),
     ("redrive", check_redrive),
     ("visibility timeout", check_visibility_timeout),

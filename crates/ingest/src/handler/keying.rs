@@ -6,8 +6,8 @@
 //! (`super::pack::alone`: blocks of one device's readings where the layout packs them,
 //! else one item a reading). Each write's key is its first member's, from
 //! `sharding::key::write_key` with the fan-out it was made under, and travels typed with
-//! its item to the writer, which never reads a key out of an item. No I/O: the reads'
-//! answers in, the keyed writes out.
+//! its item to the writer, which never reads a key out of an item. A slab's key is its
+//! group's ([`slab_key`]). No I/O: the reads' answers in, the keyed writes out.
 
 use std::collections::HashMap;
 use std::time::Duration;

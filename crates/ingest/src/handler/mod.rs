@@ -11,7 +11,10 @@
 //!    [`ParsedMessage`](stages::ParsedMessage), its readings or why it stopped;
 //! 2. **pack** each message's readings into writes and encode each write's item once,
 //!    before it is keyed, where the layout packs blocks, one device's messages of the
-//!    batch together in a group ([`pack`]): a [`Packed`](stages::Packed) batch;
+//!    batch together in a group ([`pack`]): a [`Packed`](stages::Packed) batch; where
+//!    it writes slabs (and compaction, read by [`Ingest::slab_clock`], does not lag),
+//!    the writes of the devices whose share fills no write unit taken out into slabs
+//!    of many devices beside it ([`slabs`]), each naming each reading's message;
 //! 3. **observe** each entity's rate in the batch ([`rates`]), and raise its fan-out
 //!    before its readings are keyed when the keys in force cannot carry it (or mark it
 //!    busy, or shrink a quiet one) ([`observe`]);
