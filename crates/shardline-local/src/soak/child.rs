@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use tokio::process::{Child, Command};
 
 use super::traffic::Publisher;
-use super::{Report, SoakConfig, publishing_period};
+use super::{KillMoment, Report, SoakConfig, publishing_period};
 
 /// The least time from a start of run-local to its SIGKILL, and between two kill
 /// moments: the runner receives batches (its window is 0.5 s) and takes them in hand,
@@ -162,6 +162,10 @@ pub(super) async fn kill_and_restart(
             tokio::time::sleep(PROGRESS_POLL).await;
         }
         tokio::time::sleep(MIN_KILL_GAP.saturating_sub(started.elapsed())).await;
+        let kill = KillMoment {
+            secs: publisher.elapsed().as_secs_f64(),
+            sent: publisher.sent(),
+        };
         say!(
             cfg.verbose,
             "SIGKILL {} of run-local (pid {:?}): {:.1} s into the publisher's {:.1} s schedule, {} messages sent",
@@ -169,11 +173,12 @@ pub(super) async fn kill_and_restart(
             child.id(),
             moment.as_secs_f64(),
             period.as_secs_f64(),
-            publisher.sent()
+            kill.sent
         );
         child.start_kill().context("killing run-local")?;
         let _ = child.wait().await;
         report.kills += 1;
+        report.kill_moments.push(kill);
         child = spec.start(report.starts).await?;
         started = Instant::now();
         report.starts += 1;

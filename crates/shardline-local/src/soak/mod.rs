@@ -52,7 +52,7 @@ mod traffic;
 
 pub use config::{HOT_DEVICE, SoakArgs, SoakConfig, soak_plan};
 pub use reader::ReaderStats;
-pub use report::Report;
+pub use report::{KillMoment, Report};
 
 use child::ChildSpec;
 use config::publishing_period;

@@ -22,6 +22,7 @@ pub(super) struct Publisher {
     /// The messages the plan holds, and the schedule it spreads them over.
     messages: u64,
     period: Duration,
+    started: Instant,
 }
 
 impl Publisher {
@@ -54,12 +55,18 @@ impl Publisher {
             progress,
             messages,
             period: publishing_period(cfg),
+            started: Instant::now(),
         }
     }
 
     /// Messages sent so far.
     pub(super) fn sent(&self) -> u64 {
         self.progress.position()
+    }
+
+    /// Time since the publisher started.
+    pub(super) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// Whether the publisher has come to `moment` of its schedule: sent the share of
