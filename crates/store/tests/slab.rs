@@ -123,3 +123,66 @@ fn a_cut_by_the_bounds_keeps_every_item_under_its_limit() {
         assert!(size <= max, "{size}");
     }
 }
+
+/// The vector of docs/formats.md is the slab of its three readings of two devices,
+/// written in two messages, and reads back as them.
+#[test]
+fn the_documented_slab_vector_is_the_slab_of_its_readings() {
+    let sent = 1_782_090_003_000; // 2026-06-22T01:00:03Z
+    let reading =
+        |device: &str, dt: i64, id: &str, metrics: &[(&str, f64)], written: i64| Reading {
+            device_id: device.into(),
+            event_id: id.into(),
+            ts: Timestamp::from_millis(T + dt).expect("in range"),
+            metrics: metrics
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Decimal::from_f64(*v).expect("a number")))
+                .collect(),
+            tags: BTreeMap::new(),
+            written: store::WriteOrder(written),
+        };
+    let mut first = reading(
+        "sensor-7",
+        0,
+        "e-0001",
+        &[("temperature", 21.5), ("humidity", 40.0)],
+        sent,
+    );
+    first.tags.insert("site".into(), "lab".into());
+    let members = [
+        first,
+        reading(
+            "sensor-7",
+            1_000,
+            "e-0002",
+            &[("temperature", 21.75)],
+            sent + 1_250,
+        ),
+        reading("thermo-3", 500, "e-0001", &[("humidity", 41.0)], sent),
+    ];
+    let layout = sharding::slab::SlabLayout::default();
+    let window = layout.window(members[0].ts);
+    let pk = sharding::slab::slab_pk(3, 0, window);
+    let sk = sharding::slab::slab_sk(
+        members
+            .iter()
+            .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
+    );
+    let item = slab::marshal(&members, &pk, &sk, layout.expires_at(window))
+        .expect("sorted members")
+        .item;
+    let vector: serde_json::Value =
+        serde_json::from_str(&crate::block::documented_vector("<!-- slab-vector -->"))
+            .expect("json");
+    assert_eq!(
+        crate::block::attribute(&vector),
+        aws_sdk_dynamodb::types::AttributeValue::M(item.clone()),
+        "the vector of docs/formats.md is not the slab's item"
+    );
+    let back: Vec<Reading> = slab::decode(item)
+        .expect("valid")
+        .into_iter()
+        .map(|r| r.into_reading().expect("a reading"))
+        .collect();
+    assert_eq!(back, members);
+}
