@@ -19,7 +19,9 @@ use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::error::StoreError;
 use store::item::{Reading, ReadingItem};
 use store::memory::MemoryShards;
-use store::read::{DynamoReadingSource, Page, PageRequest, ReadingSource};
+use store::read::{
+    DynamoReadingSource, ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource,
+};
 
 use crate::budget::largest_reading;
 use crate::common::{BASE_MS, fanout_history, hourly, key, now, shard_table, table_history, ts};
@@ -69,6 +71,13 @@ impl ReadingSource for Counted {
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.get_reading(key, consistent).await
+    }
+
+    async fn query_items(&self, request: &ItemsRequest) -> Result<ItemsPage, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let page = self.inner.query_items(request).await?;
+        self.evaluated.fetch_add(page.items_read, Ordering::SeqCst);
+        Ok(page)
     }
 }
 

@@ -14,6 +14,11 @@
 //! page is decoded, and [`Page::last_ts`] keeps the sort time of the last stored item,
 //! which is what a reader of blocks bounds the next page by.
 //!
+//! A slab or run partition (`store::slab`) is read by [`ReadingSource::query_items`]:
+//! its items each hold many devices' readings, so they come back as stored, each with
+//! its sort key, and the reader chooses which to expand ([`crate::block::expand`]); a
+//! run partition is read newest sort key first from a device's own, `SK <= upper`.
+//!
 //! Whole-table reads (Scan) are [`crate::scan`]'s.
 
 use std::collections::HashMap;
@@ -31,6 +36,7 @@ use sharding::key::ItemKey;
 use sharding::time::Timestamp;
 use tracing::instrument;
 
+use crate::batch::Item;
 use crate::block::BlockItem;
 use crate::error::StoreError;
 use crate::item::{PK, ReadingItem, SK};
@@ -113,6 +119,56 @@ pub struct Page {
     pub last_ts: Option<i64>,
 }
 
+/// One page of a Query whose items come back as stored, not expanded: a slab or run
+/// partition's (`store::slab`), whose items hold many devices' readings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemsRequest {
+    /// Partition key value.
+    pub pk: String,
+    /// `SK <= sk_at_most`; `None` reads the partition.
+    pub sk_at_most: Option<String>,
+    /// Most items to evaluate; `None` lets DynamoDB fill a 1 MB page.
+    pub limit: Option<u32>,
+    /// Sort-key order (`ScanIndexForward`).
+    pub ascending: bool,
+    /// Continue after this key (`ExclusiveStartKey`), a previous page's `last_key`.
+    pub start_after: Option<ItemKey>,
+    /// Strongly consistent read.
+    pub consistent: bool,
+}
+
+/// A stored item as a Query returned it, with its sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredItem {
+    pub sk: String,
+    pub item: Item,
+}
+
+/// The answer to one [`ItemsRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemsPage {
+    /// The items in sort-key order (as requested).
+    pub items: Vec<StoredItem>,
+    /// Present when DynamoDB stopped early (limit or 1 MB), even with nothing left.
+    pub last_key: Option<ItemKey>,
+    /// Items evaluated (ScannedCount), the read's cost.
+    pub items_read: u64,
+}
+
+/// The primary key of a stored item of the readings table.
+pub(crate) fn stored_key(item: &Item) -> Result<ItemKey, StoreError> {
+    let get = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(s)) => Ok(s.clone()),
+        _ => Err(StoreError::Malformed(format!(
+            "a stored item without a string {name}"
+        ))),
+    };
+    Ok(ItemKey {
+        pk: get(PK)?,
+        sk: get(SK)?,
+    })
+}
+
 /// A page's stored items as readings, blocks expanded, and the sort time of the last
 /// one stored. A block that breaks the format fails the page, as a malformed reading
 /// item does.
@@ -150,6 +206,12 @@ pub trait ReadingSource: Send + Sync {
         key: &ItemKey,
         consistent: bool,
     ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send;
+
+    /// Reads one page of one Query, its items as stored.
+    fn query_items(
+        &self,
+        request: &ItemsRequest,
+    ) -> impl Future<Output = Result<ItemsPage, StoreError>> + Send;
 }
 
 impl<T: ReadingSource> ReadingSource for &T {
@@ -166,6 +228,13 @@ impl<T: ReadingSource> ReadingSource for &T {
         consistent: bool,
     ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send {
         (**self).get_reading(key, consistent)
+    }
+
+    fn query_items(
+        &self,
+        request: &ItemsRequest,
+    ) -> impl Future<Output = Result<ItemsPage, StoreError>> + Send {
+        (**self).query_items(request)
     }
 }
 
@@ -301,6 +370,49 @@ impl ReadingSource for DynamoReadingSource {
                 .map(Some)
                 .map_err(|e| StoreError::Malformed(format!("reading item: {e}"))),
         }
+    }
+
+    #[instrument(skip_all, fields(pk = %request.pk, limit = ?request.limit, asc = request.ascending))]
+    async fn query_items(&self, request: &ItemsRequest) -> Result<ItemsPage, StoreError> {
+        let mut builder = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":pk", AttributeValue::S(request.pk.clone()))
+            .scan_index_forward(request.ascending)
+            .consistent_read(request.consistent)
+            .set_exclusive_start_key(request.start_after.as_ref().map(key_map));
+        builder = match &request.sk_at_most {
+            Some(upper) => builder
+                .key_condition_expression("#pk = :pk AND #sk <= :skhi")
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":skhi", AttributeValue::S(upper.clone())),
+            None => builder.key_condition_expression("#pk = :pk"),
+        };
+        if let Some(limit) = request.limit {
+            // DynamoDB refuses Limit 0; the caller never needs it.
+            builder = builder.limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
+        }
+        let out = builder.send().await.map_err(|e| query_error(&e))?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| {
+                let sk = stored_key(&item)?.sk;
+                Ok(StoredItem { sk, item })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let last_key = match out.last_evaluated_key {
+            Some(key) => Some(stored_key(&key)?),
+            None => None,
+        };
+        Ok(ItemsPage {
+            items,
+            last_key,
+            items_read: u64::try_from(out.scanned_count).unwrap_or(0),
+        })
     }
 }
 
@@ -716,6 +828,69 @@ mod tests {
             .await
             .expect_err("malformed");
         assert!(matches!(err, StoreError::Malformed(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn an_items_request_bounds_the_sort_key_from_above_and_returns_items_as_stored() {
+        let bounded = mock!(Client::query)
+            .match_requests(|q| {
+                let values = q.expression_attribute_values().expect("values");
+                q.key_condition_expression() == Some("#pk = :pk AND #sk <= :skhi")
+                    && values.get(":skhi") == Some(&AttributeValue::S("dev-1#~".into()))
+                    && q.filter_expression().is_none()
+                    && q.limit() == Some(4)
+                    && q.scan_index_forward() == Some(false)
+                    && q.exclusive_start_key().and_then(|k| k.get("SK"))
+                        == Some(&AttributeValue::S("dev-1#x".into()))
+            })
+            .then_output(|| {
+                QueryOutput::builder()
+                    .items(stored("dev-0#2026-06-22T00:01#0000", 12))
+                    .scanned_count(1)
+                    .set_last_evaluated_key(Some(HashMap::from([
+                        ("PK".to_string(), AttributeValue::S("r#3#2026-06-22T00".into())),
+                        ("SK".to_string(), AttributeValue::S("dev-0#2026-06-22T00:01#0000".into())),
+                    ])))
+                    .build()
+            });
+        let whole = mock!(Client::query)
+            .match_requests(|q| {
+                q.key_condition_expression() == Some("#pk = :pk")
+                    && q.limit().is_none()
+                    && q.exclusive_start_key().is_none()
+            })
+            .then_output(|| QueryOutput::builder().scanned_count(0).build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&bounded, &whole]);
+        let source = DynamoReadingSource::new(client, "readings");
+        let request = ItemsRequest {
+            pk: "r#3#2026-06-22T00".into(),
+            sk_at_most: Some("dev-1#~".into()),
+            limit: Some(4),
+            ascending: false,
+            start_after: Some(ItemKey {
+                pk: "r#3#2026-06-22T00".into(),
+                sk: "dev-1#x".into(),
+            }),
+            consistent: false,
+        };
+        let page = source.query_items(&request).await.expect("page");
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].sk, "dev-0#2026-06-22T00:01#0000");
+        assert_eq!(page.items[0].item, stored("dev-0#2026-06-22T00:01#0000", 12));
+        assert_eq!(page.items_read, 1);
+        assert_eq!(
+            page.last_key.map(|k| k.sk),
+            Some("dev-0#2026-06-22T00:01#0000".to_owned())
+        );
+        let all = ItemsRequest {
+            sk_at_most: None,
+            limit: None,
+            start_after: None,
+            ..request
+        };
+        let page = source.query_items(&all).await.expect("page");
+        assert!(page.items.is_empty() && page.last_key.is_none());
+        assert_eq!((bounded.num_calls(), whole.num_calls()), (1, 1));
     }
 
     #[tokio::test]

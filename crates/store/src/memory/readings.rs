@@ -9,10 +9,21 @@ use std::time::Duration;
 
 use sharding::key::ItemKey;
 
+use crate::batch::Item;
 use crate::block::BlockItem;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
-use crate::read::{LastKey, Page, PageRequest, ReadingSource};
+use crate::read::{
+    ItemsPage, ItemsRequest, LastKey, Page, PageRequest, ReadingSource, StoredItem, stored_key,
+};
+use crate::size::item_size;
+
+/// The data one Query page reads at most: DynamoDB stops a page at 1 MB.
+const PAGE_BYTES: usize = 1024 * 1024;
+
+/// A read unit: a strongly consistent read of up to 4 KB (half of one when eventually
+/// consistent).
+const READ_UNIT_BYTES: usize = 4 * 1024;
 
 /// A readings table: items by (PK, SK).
 ///
@@ -29,12 +40,21 @@ use crate::read::{LastKey, Page, PageRequest, ReadingSource};
 /// It holds blocks too ([`MemoryReadings::put_block`]): a block is one stored item,
 /// ordered, limited and filtered by its own key and `ts_ms` (its first member's), and
 /// expanded into its members in the page, as the DynamoDB adapter does.
+///
+/// It holds other stored items as they are ([`MemoryReadings::put_item`]: slabs and
+/// runs, `crate::slab`), which [`ReadingSource::query_items`] returns unexpanded, `SK <=`
+/// a bound or the whole partition, each page ending at its limit or at 1 MB of items
+/// read, as DynamoDB's does. Such an item has no `ts_ms`: a time filter drops it and
+/// the time index does not hold it. Every call is charged in read units, as DynamoDB
+/// bills it ([`MemoryReadings::read_units`]).
 #[derive(Debug, Default)]
 pub struct MemoryReadings {
     items: Mutex<BTreeMap<(String, String), Stored>>,
     page_cap: Option<u32>,
     calls: AtomicU64,
     evaluated: AtomicU64,
+    /// Read units consumed, in halves (an eventually consistent 4 KB).
+    half_read_units: AtomicU64,
     throttled: AtomicBool,
     latency: Mutex<Duration>,
     key_latency: Mutex<BTreeMap<String, Duration>>,
@@ -61,6 +81,29 @@ impl MemoryReadings {
         self.items
             .lock()
             .insert((block.pk.clone(), block.sk.clone()), Stored::Block(block));
+    }
+
+    /// Stores an item as it is (a slab or run), replacing one with the same key; refuses
+    /// one without a string `PK` and `SK`, as DynamoDB does.
+    pub fn put_item(&self, item: Item) -> Result<(), StoreError> {
+        let key = stored_key(&item)?;
+        self.items
+            .lock()
+            .insert((key.pk.clone(), key.sk.clone()), Stored::Item { key, item });
+        Ok(())
+    }
+
+    /// Read units consumed by every call so far, as DynamoDB bills them: a Query page
+    /// the size of the items it evaluated, a GetItem the size of its item, each rounded
+    /// up to 4 KB, at least one unit, half of it when eventually consistent.
+    pub fn read_units(&self) -> f64 {
+        self.half_read_units.load(Ordering::SeqCst) as f64 / 2.0
+    }
+
+    fn charge(&self, bytes: usize, consistent: bool) {
+        let units = bytes.max(1).div_ceil(READ_UNIT_BYTES) as u64;
+        let halves = if consistent { 2 * units } else { units };
+        self.half_read_units.fetch_add(halves, Ordering::SeqCst);
     }
 
     /// Calls made (Query pages and item reads).
@@ -111,7 +154,9 @@ impl MemoryReadings {
                     "the time index has no SK condition".to_owned(),
                 ));
             }
-            (Some(_), None) => partition.filter(|i| in_ts_range(r, i)).collect(),
+            (Some(_), None) => partition
+                .filter(|i| i.ts_ms().is_some() && in_ts_range(r, i))
+                .collect(),
             (None, Some((lo, hi))) => partition
                 .filter(|i| lo.as_str() <= i.sk() && i.sk() <= hi.as_str())
                 .collect(),
@@ -155,11 +200,12 @@ impl MemoryReadings {
     }
 }
 
-/// A stored item: a reading's or a block.
+/// A stored item: a reading's, a block, or another item as it is (a slab or run).
 #[derive(Debug, Clone)]
 enum Stored {
     Reading(ReadingItem),
     Block(BlockItem),
+    Item { key: ItemKey, item: Item },
 }
 
 impl Stored {
@@ -167,14 +213,16 @@ impl Stored {
         match self {
             Stored::Reading(i) => &i.sk,
             Stored::Block(b) => &b.sk,
+            Stored::Item { key, .. } => &key.sk,
         }
     }
 
-    /// Its sort time: a block's is its first member's.
-    fn ts_ms(&self) -> i64 {
+    /// Its sort time: a block's is its first member's; another item has none.
+    fn ts_ms(&self) -> Option<i64> {
         match self {
-            Stored::Reading(i) => i.ts_ms,
-            Stored::Block(b) => b.ts_ms,
+            Stored::Reading(i) => Some(i.ts_ms),
+            Stored::Block(b) => Some(b.ts_ms),
+            Stored::Item { .. } => None,
         }
     }
 
@@ -185,26 +233,47 @@ impl Stored {
                 pk: b.pk.clone(),
                 sk: b.sk.clone(),
             },
+            Stored::Item { key, .. } => key.clone(),
         }
     }
 
-    /// Its readings: a block's members, or the reading itself.
+    /// Its readings: a block's members, the reading itself, or what another item holds
+    /// ([`crate::block::expand`]).
     fn readings(self) -> Result<Vec<ReadingItem>, StoreError> {
         match self {
             Stored::Reading(i) => Ok(vec![i]),
             Stored::Block(b) => b.readings(),
+            Stored::Item { item, .. } => crate::block::expand(item),
+        }
+    }
+
+    /// The item as DynamoDB returns it.
+    fn to_item(&self) -> Result<Item, StoreError> {
+        match self {
+            Stored::Reading(i) => i.to_item(),
+            Stored::Block(b) => b.to_item(),
+            Stored::Item { item, .. } => Ok(item.clone()),
+        }
+    }
+
+    /// Its size, as DynamoDB bills a read of it.
+    fn size(&self) -> usize {
+        match self {
+            Stored::Item { item, .. } => item_size(item),
+            stored => stored.to_item().map_or(0, |item| item_size(&item)),
         }
     }
 }
 
-/// The time index's order: ts ascending, ties by SK descending.
+/// The time index's order: ts ascending, ties by SK descending (it holds only items
+/// with a `ts_ms`).
 fn index_order(item: &Stored) -> (i64, Reverse<String>) {
-    (item.ts_ms(), Reverse(item.sk().to_owned()))
+    (item.ts_ms().unwrap_or(i64::MIN), Reverse(item.sk().to_owned()))
 }
 
 fn in_ts_range(r: &PageRequest, item: &Stored) -> bool {
     r.ts_ms_between
-        .is_none_or(|(lo, hi)| lo <= item.ts_ms() && item.ts_ms() <= hi)
+        .is_none_or(|(lo, hi)| item.ts_ms().is_some_and(|ts| lo <= ts && ts <= hi))
 }
 
 impl ReadingSource for MemoryReadings {
@@ -225,10 +294,11 @@ impl ReadingSource for MemoryReadings {
         let stopped = cap.is_some_and(|c| evaluated.len() == c as usize);
         let last_key = evaluated.last().filter(|_| stopped).map(|i| LastKey {
             key: i.key(),
-            ts_ms: r.time_index.as_ref().map(|_| i.ts_ms()),
+            ts_ms: r.time_index.as_ref().and_then(|_| i.ts_ms()),
         });
         let items_read = evaluated.len() as u64;
         self.evaluated.fetch_add(items_read, Ordering::SeqCst);
+        self.charge(evaluated.iter().map(Stored::size).sum(), r.consistent);
         // On the table, ts_ms is a filter, applied after the limit.
         let kept: Vec<Stored> = evaluated
             .into_iter()
@@ -236,7 +306,7 @@ impl ReadingSource for MemoryReadings {
             .collect();
         let last_ts = kept
             .last()
-            .map(Stored::ts_ms)
+            .and_then(Stored::ts_ms)
             .or_else(|| last_key.as_ref().and_then(LastKey::sort_time));
         let mut items = Vec::with_capacity(kept.len());
         for stored in kept {
@@ -253,15 +323,80 @@ impl ReadingSource for MemoryReadings {
     async fn get_reading(
         &self,
         key: &ItemKey,
-        _consistent: bool,
+        consistent: bool,
     ) -> Result<Option<ReadingItem>, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.wait(&key.pk).await;
+        let stored = self
+            .items
+            .lock()
+            .get(&(key.pk.clone(), key.sk.clone()))
+            .cloned();
+        self.charge(stored.as_ref().map_or(0, Stored::size), consistent);
         // A block's key is never a reading's own: GetItem of it reads no reading.
-        match self.items.lock().get(&(key.pk.clone(), key.sk.clone())) {
-            Some(Stored::Reading(item)) => Ok(Some(item.clone())),
-            Some(Stored::Block(_)) | None => Ok(None),
+        match stored {
+            Some(Stored::Reading(item)) => Ok(Some(item)),
+            Some(Stored::Block(_) | Stored::Item { .. }) | None => Ok(None),
         }
+    }
+
+    async fn query_items(&self, r: &ItemsRequest) -> Result<ItemsPage, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.wait(&r.pk).await;
+        if self.throttled.load(Ordering::SeqCst) {
+            return Err(StoreError::Throttled {
+                kind: ThrottleKind::KeyRange,
+                reason: "TableReadKeyRangeThroughputExceeded".into(),
+            });
+        }
+        let cap = match (r.limit, self.page_cap) {
+            (Some(l), Some(c)) => Some(l.min(c)),
+            (l, c) => l.or(c),
+        };
+        // Every sort key is at least the empty string.
+        let request = PageRequest {
+            pk: r.pk.clone(),
+            sk_between: r.sk_at_most.clone().map(|upper| (String::new(), upper)),
+            ts_ms_between: None,
+            time_index: None,
+            limit: None,
+            ascending: r.ascending,
+            start_after: r.start_after.clone().map(|key| LastKey { key, ts_ms: None }),
+            consistent: r.consistent,
+        };
+        let mut evaluated = self.evaluate(&request, cap)?;
+        // The page ends at its limit (even with nothing after it, DynamoDB then still
+        // names its last key), or once it has read 1 MB.
+        let mut stopped = cap.is_some_and(|c| evaluated.len() == c as usize);
+        let mut bytes = 0;
+        let mut kept = 0;
+        for item in &evaluated {
+            if bytes >= PAGE_BYTES {
+                stopped = true;
+                break;
+            }
+            bytes += item.size();
+            kept += 1;
+        }
+        evaluated.truncate(kept);
+        let items_read = evaluated.len() as u64;
+        self.evaluated.fetch_add(items_read, Ordering::SeqCst);
+        self.charge(bytes, r.consistent);
+        let last_key = evaluated.last().filter(|_| stopped).map(Stored::key);
+        let items = evaluated
+            .iter()
+            .map(|stored| {
+                Ok(StoredItem {
+                    sk: stored.sk().to_owned(),
+                    item: stored.to_item()?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(ItemsPage {
+            items,
+            last_key,
+            items_read,
+        })
     }
 }
 
@@ -383,5 +518,114 @@ mod tests {
         assert_eq!(ids(&page), ["b", "c", "d", "e"]);
         assert_eq!(page.last_ts, Some(T + 20));
         assert_eq!(page.last_key.and_then(|k| k.ts_ms), Some(T + 20));
+    }
+
+    /// Items stored as they are under partition `p`, sort keys `k0`..`k{n-1}`, each with
+    /// a tag of `pad` bytes.
+    fn stored_items(n: usize, pad: usize) -> MemoryReadings {
+        let table = MemoryReadings::new(None);
+        for i in 0..n {
+            let mut r = reading(T + i as i64, &format!("e{i}"));
+            r.tags.insert("pad".into(), "x".repeat(pad));
+            let key = ItemKey {
+                pk: "p".into(),
+                sk: format!("k{i}"),
+            };
+            let item = ReadingItem::new(&r, key, Duration::from_secs(60));
+            table.put_item(item.to_item().unwrap()).unwrap();
+        }
+        table
+    }
+
+    fn items_request(upper: Option<&str>, limit: Option<u32>) -> ItemsRequest {
+        ItemsRequest {
+            pk: "p".into(),
+            sk_at_most: upper.map(str::to_owned),
+            limit,
+            ascending: false,
+            start_after: None,
+            consistent: false,
+        }
+    }
+
+    fn sks(page: &ItemsPage) -> Vec<&str> {
+        page.items.iter().map(|i| i.sk.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn items_come_as_stored_below_a_bound_descending_page_by_page() {
+        let table = stored_items(5, 0);
+        let first = table
+            .query_items(&items_request(Some("k3"), Some(2)))
+            .await
+            .unwrap();
+        assert_eq!(sks(&first), ["k3", "k2"]);
+        assert_eq!(first.items_read, 2);
+        let next = ItemsRequest {
+            start_after: first.last_key.clone(),
+            ..items_request(Some("k3"), Some(2))
+        };
+        let second = table.query_items(&next).await.unwrap();
+        assert_eq!(sks(&second), ["k1", "k0"]);
+        // Stopped at its limit: a key is named though nothing follows, as DynamoDB does.
+        assert!(second.last_key.is_some());
+        let last = ItemsRequest {
+            start_after: second.last_key,
+            ..items_request(Some("k3"), Some(2))
+        };
+        let third = table.query_items(&last).await.unwrap();
+        assert!(third.items.is_empty() && third.last_key.is_none());
+        // The whole partition, ascending; an item is returned with its attributes.
+        let all = ItemsRequest {
+            ascending: true,
+            ..items_request(None, None)
+        };
+        let page = table.query_items(&all).await.unwrap();
+        assert_eq!(sks(&page), ["k0", "k1", "k2", "k3", "k4"]);
+        let expanded = crate::block::expand(page.items[4].item.clone()).unwrap();
+        assert_eq!(expanded[0].event_id, "e4");
+        assert_eq!(table.calls(), 4);
+        assert_eq!(table.evaluated(), 9);
+        // Another partition's key does not start a page.
+        let elsewhere = ItemsRequest {
+            start_after: Some(ItemKey {
+                pk: "q".into(),
+                sk: "k1".into(),
+            }),
+            ..items_request(None, None)
+        };
+        assert!(table.query_items(&elsewhere).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_page_of_items_ends_at_a_megabyte_and_is_billed_by_size() {
+        // Twelve items of about 100 KB: a page holds the eleven that reach 1 MB.
+        let table = stored_items(12, 100_000);
+        let page = table.query_items(&items_request(None, None)).await.unwrap();
+        assert_eq!(page.items.len(), 11);
+        assert!(page.last_key.is_some());
+        let size = item_size(&page.items[0].item);
+        // Eventually consistent: half a unit per 4 KB of every item read.
+        assert_eq!(
+            table.read_units(),
+            (11 * size).div_ceil(READ_UNIT_BYTES) as f64 / 2.0
+        );
+        // A strongly consistent GetItem of a missing item still costs a unit.
+        let missing = ItemKey {
+            pk: "p".into(),
+            sk: "none".into(),
+        };
+        let before = table.read_units();
+        assert_eq!(table.get_reading(&missing, true).await.unwrap(), None);
+        assert_eq!(table.read_units() - before, 1.0);
+        // An item as it is holds no reading for GetItem, and throttles as a Query does.
+        let stored = ItemKey {
+            pk: "p".into(),
+            sk: "k0".into(),
+        };
+        assert_eq!(table.get_reading(&stored, false).await.unwrap(), None);
+        table.set_throttled(true);
+        let err = table.query_items(&items_request(None, None)).await;
+        assert!(matches!(err, Err(StoreError::Throttled { .. })), "{err:?}");
     }
 }
