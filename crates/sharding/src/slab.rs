@@ -64,14 +64,16 @@ pub const MARKER_PREFIX: char = '#';
 
 /// How long after the ingest's deadline a write can still land, and how far two hosts'
 /// clocks may disagree: the part of [`SlabLayout::closes_at`] no setting controls.
-pub const CLOSE_MARGIN: Duration = Duration::from_secs(60);
+pub const CLOSE_MARGIN: Duration = Duration::from_secs(30);
 
 /// The slab groups a new layout gets (`SLAB_GROUPS`).
 pub const DEFAULT_GROUPS: u32 = 8;
 /// A window of one minute (`SLAB_WINDOW_MINUTES`).
 pub const DEFAULT_WINDOW_MINUTES: u32 = 1;
-/// Readings at most a minute old go to slabs (`SLAB_ACCEPT_SECS`).
-pub const DEFAULT_ACCEPT_SECS: u32 = 60;
+/// Readings at most 30 s old go to slabs (`SLAB_ACCEPT_SECS`): a reading reaches the
+/// ingest a batching window and a few seconds after it is sent, and every second of
+/// acceptance keeps each window open a second longer.
+pub const DEFAULT_ACCEPT_SECS: u32 = 30;
 /// Slabs expire two days after their window (`SLAB_EXPIRY_HOURS`).
 pub const DEFAULT_EXPIRY_HOURS: u32 = 48;
 /// A slab or run item of at most 16 KiB.
@@ -594,8 +596,8 @@ mod tests {
         assert_eq!(w.label(), "2026-06-22T01:05");
         assert_eq!(w.hour_label(), "2026-06-22T01");
         let closes = l.closes_at(w, Duration::from_secs(30));
-        // 01:06 + 60 s accept + 30 s timeout + 60 s margin.
-        assert_eq!(closes, ts("2026-06-22T01:08:30Z"));
+        // 01:06 + 30 s accept + 30 s timeout + 30 s margin.
+        assert_eq!(closes, ts("2026-06-22T01:07:30Z"));
         assert_eq!(l.first_open(closes, Duration::from_secs(30)), w.next());
         assert_eq!(
             l.first_open(
@@ -610,15 +612,15 @@ mod tests {
     fn only_a_reading_within_the_accept_age_goes_to_a_slab() {
         let l = layout();
         let now = ts("2026-06-22T01:10:00Z");
-        assert!(l.accepts(ts("2026-06-22T01:09:00Z"), now));
+        assert!(l.accepts(ts("2026-06-22T01:09:30Z"), now));
         assert!(l.accepts(ts("2026-06-22T01:14:00Z"), now));
-        assert!(!l.accepts(ts("2026-06-22T01:08:59.999Z"), now));
+        assert!(!l.accepts(ts("2026-06-22T01:09:29.999Z"), now));
         // And no write into a window lands after it closes: the newest invocation that
         // accepts a reading of the window's last millisecond starts accept_secs after
         // it, and its deadline is inside the close.
         let w = l.window(ts("2026-06-22T01:05:00Z"));
         let last = Timestamp::from_millis(w.end_ms() - 1).unwrap();
-        let latest_start = Timestamp::from_millis(last.as_millis() + 60_000).unwrap();
+        let latest_start = Timestamp::from_millis(last.as_millis() + 30_000).unwrap();
         assert!(l.accepts(last, latest_start));
         assert!(
             latest_start.saturating_add(Duration::from_secs(30))

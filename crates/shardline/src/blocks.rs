@@ -62,28 +62,41 @@ pub async fn run(args: &BlocksArgs) -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    let env = args.stack.env()?;
+    let change = move |latest: &Layout| Layout {
+        blocks,
+        ..latest.clone()
+    };
+    let what = format!("blocks {}", args.switch);
+    switch(&args.stack, args.without_sealing, &what, change).await
+}
+
+/// Schedules the layout `change` makes of the latest as the stack's next table-layout
+/// epoch, and prints what it scheduled, `what` naming the switch (`blocks on`): the one
+/// way `shardline blocks` and `shardline slabs` change a table.
+pub async fn switch(
+    stack: &StackArgs,
+    without_sealing: bool,
+    what: &str,
+    change: impl Fn(&Layout) -> Layout,
+) -> anyhow::Result<()> {
+    let env = stack.env()?;
     let settings = WriterSettings::parse(&Vars(|name: &str| env.get(name)))
         .context("the writers' shard settings")?;
     let dynamo =
-        aws_sdk_dynamodb::Client::new(&env.sdk_config(args.stack.endpoint_url.as_deref()).await);
+        aws_sdk_dynamodb::Client::new(&env.sdk_config(stack.endpoint_url.as_deref()).await);
     let directory = ShardDirectory::new(
         DynamoShards::new(&dynamo, &settings.shard_table_name),
         settings.directory,
     );
     // The stack's sealer reads every layout from its watermark on.
-    let sealed = env.get("ROLLUP_TABLE").is_some_and(|t| !t.is_empty()) && !args.without_sealing;
-    let scheduled = schedule(&directory, blocks, sealed, wall_clock()?).await?;
-    let said = match scheduled {
+    let sealed = env.get("ROLLUP_TABLE").is_some_and(|t| !t.is_empty()) && !without_sealing;
+    let said = match schedule_change(&directory, change, sealed, wall_clock()?).await? {
         ScheduledLayout::Scheduled(epoch) => format!(
-            "blocks {} from {} (layout {})",
-            args.switch, epoch.effective_from, epoch.value
+            "{what} from {} (layout {})",
+            epoch.effective_from, epoch.value
         ),
         ScheduledLayout::Already(layout) => {
-            format!(
-                "blocks already {} (layout {layout}), nothing scheduled",
-                args.switch
-            )
+            format!("{what}: already so (layout {layout}), nothing scheduled")
         }
     };
     writeln!(std::io::stdout().lock(), "{said}").context("cannot write to stdout")?;
@@ -103,6 +116,17 @@ pub async fn schedule<S: ShardStore>(
         blocks,
         ..latest.clone()
     };
+    schedule_change(directory, change, sealed, now).await
+}
+
+/// Schedules the layout `change` makes of the latest as the table's next epoch, refusing
+/// one the sealer cannot read when `sealed`, as [`schedule`] does.
+pub async fn schedule_change<S: ShardStore>(
+    directory: &ShardDirectory<S>,
+    change: impl Fn(&Layout) -> Layout,
+    sealed: bool,
+    now: Timestamp,
+) -> anyhow::Result<ScheduledLayout> {
     // Read first: no command changes the strategy, so the layout scheduled below keeps
     // the one read here, however many switches race.
     let history = directory.layout(now).await?;

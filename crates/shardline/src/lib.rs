@@ -22,3 +22,4 @@ pub mod cost;
 pub mod env;
 pub mod fanout;
 pub mod seal;
+pub mod slabs;

@@ -8,7 +8,7 @@
 #![recursion_limit = "256"]
 
 use clap::{Parser, Subcommand};
-use shardline::{audit, blocks, cost, fanout, seal};
+use shardline::{audit, blocks, cost, fanout, seal, slabs};
 
 mod capacity;
 
@@ -30,6 +30,9 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Turn blocks (many readings per write unit) on or off for an existing table.
     Blocks(blocks::BlocksArgs),
+    /// Turn slabs (one-reading devices' readings, many devices a write unit) on or off
+    /// for an existing table.
+    Slabs(slabs::SlabsArgs),
     /// Rebuild the derived items (rollups, directory) of a range of hours from the
     /// readings.
     Seal(seal::SealArgs),
@@ -46,6 +49,7 @@ fn main() -> anyhow::Result<()> {
         Command::Fanout(args) => runtime()?.block_on(fanout::run(&args)),
         Command::Audit(args) => runtime()?.block_on(audit::run(&args)),
         Command::Blocks(args) => runtime()?.block_on(blocks::run(&args)),
+        Command::Slabs(args) => runtime()?.block_on(slabs::run(&args)),
         Command::Seal(args) => runtime()?.block_on(seal::run(&args)),
         Command::Cost(args) => cost::run(&args),
     }

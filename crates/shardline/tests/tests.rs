@@ -7,4 +7,5 @@ mod cost;
 mod fanout;
 mod plan;
 mod seal;
+mod slabs;
 mod unsealable;

@@ -20,6 +20,7 @@
 //! | late mark | `late#{part}` | `{hour}#{device}` | none | the marker's nonce |
 //! | watermark | `seal` | `state` | the first sealed hour and the published lateness horizon ([`watermark::Watermark`], [`horizon`]) | the end of the last sealed hour (epoch ms) |
 //! | progress | `seal` | `progress` | the hour and last device a stopped run wrote | 0 |
+//! | compaction | `compact` | `state` | the first slab window compacted ([`compaction::Compacted`]) | the start of the first window not compacted (epoch ms) |
 //!
 //! `{hour}` is the hour's start in epoch milliseconds, 13 digits, so keys sort by time;
 //! `{part}` is [`part_of`] the device, one of [`PARTS`].
@@ -51,6 +52,7 @@ use crate::error::StoreError;
 use crate::written::Written;
 
 pub mod cells;
+pub mod compaction;
 pub mod dynamo;
 pub mod stored;
 
@@ -197,6 +199,11 @@ pub mod keys {
         key("seal".to_owned(), "progress".to_owned())
     }
 
+    /// How far the sealer's compaction of slab windows got.
+    pub fn compaction() -> RollupKey {
+        key("compact".to_owned(), "state".to_owned())
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -250,6 +257,10 @@ pub mod keys {
             assert_eq!(
                 pair(seal_progress()),
                 ("seal".to_owned(), "progress".to_owned())
+            );
+            assert_eq!(
+                pair(compaction()),
+                ("compact".to_owned(), "state".to_owned())
             );
             assert_eq!(
                 device_hour("d-1", hour).to_string(),
