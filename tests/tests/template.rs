@@ -925,9 +925,11 @@ fn emitted_metrics() -> Result<BTreeSet<(String, Vec<String>)>> {
         ..Default::default()
     };
     let now = sharding::time::Timestamp::from_millis(0)?;
-    // A sealer run with a watermark, so that its lag is emitted too.
+    // A sealer run with a watermark and a compaction progress, so that both lags are
+    // emitted too.
     let run = sealer::RunReport {
         watermark_ms: Some(0),
+        compacted_to_ms: Some(0),
         ..Default::default()
     };
     let mut lines = report.emf_lines(now);
@@ -997,6 +999,7 @@ fn check_alarms(t: &Template) -> Result<()> {
         "Shardline Panics ingest",
         "AWS/Lambda Errors ref:SealerFunction",
         "Shardline SealLagSeconds sealer",
+        "Shardline CompactionLagSeconds sealer",
         "Shardline DeviceHoursIsolated sealer",
     ] {
         ensure!(watched.contains(want), "no alarm on {want}");

@@ -12,6 +12,7 @@ mod lambda;
 mod query;
 mod report;
 mod sealer_bill;
+mod slabs;
 mod splice;
 mod spread;
 mod summaries;
@@ -54,9 +55,9 @@ struct Args {
     /// Criterion's output directory (item 5's estimate is read from it).
     #[arg(long)]
     criterion_dir: Option<PathBuf>,
-    /// Run only these items (1 to 10, repeatable); all of them when absent. A report
+    /// Run only these items (1 to 11, repeatable); all of them when absent. A report
     /// written from a partial run says which items it holds.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=10))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=11))]
     only: Vec<u8>,
     /// Days of one device's readings, one a second, that item 4's stats figure reads
     /// page by page (default 4, 1 with --quick).
@@ -368,23 +369,7 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
             results.note("8", format!("reads NOT MEASURED: {e:#}"));
         }
     }
-    if args.wants(9) {
-        eprintln!("item 9: the sealer's bill");
-        let devices = if quick { 100 } else { 1_000 };
-        if let Err(e) = sealer_bill::run(&root, devices, results).await {
-            results.note("9", format!("NOT MEASURED: {e:#}"));
-        }
-        if let Err(e) = summaries::run(&root, results).await {
-            results.note("9", format!("the month of summaries NOT MEASURED: {e:#}"));
-        }
-    }
-    if args.wants(10) {
-        eprintln!("item 10: the whole bill, counted against the model");
-        let devices = if quick { 100 } else { 1_000 };
-        if let Err(e) = whole_bill::run(&root, devices, results).await {
-            results.note("10", format!("NOT MEASURED: {e:#}"));
-        }
-    }
+    bills(&root, quick, args, results).await;
     if args.wants(6) {
         eprintln!("item 6: Lambda size and start");
         if let Err(e) = lambda::run(&root, &release_dir, results).await {
@@ -392,6 +377,33 @@ async fn run(args: &Args, results: &mut Results) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Items 9, 10 and 11: bills of a fleet's hour, each through the real functions on
+/// dynalite behind the capacity-proxy.
+async fn bills(root: &std::path::Path, quick: bool, args: &Args, results: &mut Results) {
+    let devices = if quick { 100 } else { 1_000 };
+    if args.wants(9) {
+        eprintln!("item 9: the sealer's bill");
+        if let Err(e) = sealer_bill::run(root, devices, results).await {
+            results.note("9", format!("NOT MEASURED: {e:#}"));
+        }
+        if let Err(e) = summaries::run(root, results).await {
+            results.note("9", format!("the month of summaries NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(10) {
+        eprintln!("item 10: the whole bill, counted against the model");
+        if let Err(e) = whole_bill::run(root, devices, results).await {
+            results.note("10", format!("NOT MEASURED: {e:#}"));
+        }
+    }
+    if args.wants(11) {
+        eprintln!("item 11: one-reading fleets in slabs");
+        if let Err(e) = slabs::run(root, devices, results).await {
+            results.note("11", format!("NOT MEASURED: {e:#}"));
+        }
+    }
 }
 
 fn main() -> Result<()> {

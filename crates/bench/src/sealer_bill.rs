@@ -51,7 +51,7 @@ pub const FULL_FLEET: f64 = 100_000.0;
 const GOAL_PERCENT: f64 = 5.0;
 
 mod bill;
-mod fleet;
+pub(crate) mod fleet;
 
 use fleet::{Fleet, fleets};
 
@@ -111,7 +111,7 @@ impl Units {
 
 impl Charges {
     /// Units charged to `table`'s keys that `pk` accepts.
-    fn units(&self, table: &str, pk: impl Fn(&str) -> bool) -> Units {
+    pub(crate) fn units(&self, table: &str, pk: impl Fn(&str) -> bool) -> Units {
         // Folds from +0.0: an empty float sum is -0.0.
         self.keys
             .iter()
@@ -180,6 +180,14 @@ impl Tap {
         [client(0).await, client(1).await, client(2).await]
     }
 
+    /// Read units charged so far, every table.
+    pub(crate) fn read_units(&self) -> f64 {
+        self.proxies
+            .iter()
+            .map(|(_, p)| p.stats().keys.iter().map(|k| k.rcu_total).sum::<f64>())
+            .sum()
+    }
+
     pub(crate) async fn finish(self) -> Result<Charges> {
         let mut charges = Charges::default();
         for (table, proxy) in self.proxies {
@@ -226,14 +234,25 @@ pub(crate) fn sealer_on(
 /// N = 8, blocks on) and the rollups table configured; dead letters stay in memory.
 pub(crate) fn ingest_on(
     tables: &Tables,
-    [r, s, l]: [Client; 3],
+    clients: [Client; 3],
 ) -> Result<Ingest<DynamoTable, DynamoShards, MemoryQueue, DynamoRollups>> {
-    let config = common::ingest_config(&[
-        ("TABLE_NAME", &tables.readings),
-        ("SHARD_TABLE_NAME", &tables.shards),
-        ("ROLLUP_TABLE", &tables.rollups),
+    ingest_with(tables, clients, &[])
+}
+
+/// [`ingest_on`] with more of the ingest's environment (`extra` overrides).
+pub(crate) fn ingest_with(
+    tables: &Tables,
+    [r, s, l]: [Client; 3],
+    extra: &[(&str, &str)],
+) -> Result<Ingest<DynamoTable, DynamoShards, MemoryQueue, DynamoRollups>> {
+    let mut vars = vec![
+        ("TABLE_NAME", tables.readings.as_str()),
+        ("SHARD_TABLE_NAME", tables.shards.as_str()),
+        ("ROLLUP_TABLE", tables.rollups.as_str()),
         ("BLOCKS", "on"),
-    ])?;
+    ];
+    vars.extend_from_slice(extra);
+    let config = common::ingest_config(&vars)?;
     Ok(Ingest::new(
         config,
         DynamoTable::new(&r, &tables.readings),

@@ -31,6 +31,11 @@ pub struct Settings {
     pub max_buffered: usize,
     /// Most hours one run seals, so a sealer that fell behind catches up over runs.
     pub max_hours_per_run: u32,
+    /// The ingest function's timeout (`INGEST_TIMEOUT_SECS`): a slab window is closed
+    /// only once no ingest invocation can still write into it
+    /// (`sharding::slab::SlabLayout::closes_at`). Unset, a table whose layout has slabs
+    /// is not compacted, and its runs fail naming the variable.
+    pub ingest_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -41,6 +46,7 @@ impl Default for Settings {
             concurrency: 16,
             max_buffered: 2_000_000,
             max_hours_per_run: 6,
+            ingest_timeout: None,
         }
     }
 }
@@ -62,6 +68,7 @@ impl Config {
     /// | `SEAL_CONCURRENCY` | `16` | Queries and writes in flight at once |
     /// | `SEAL_MAX_BUFFERED` | `2000000` | readings of one device's hour held in memory at most (more: the device is sealed alone) |
     /// | `SEAL_MAX_HOURS_PER_RUN` | `6` | hours one run seals at most |
+    /// | `INGEST_TIMEOUT_SECS` | none | the ingest function's timeout; required once the table's layout has slabs |
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Vars(get);
         let defaults = Settings::default();
@@ -92,6 +99,10 @@ impl Config {
                     "a number of hours",
                 )?
                 .max(1),
+            ingest_timeout: env
+                .optional("INGEST_TIMEOUT_SECS")
+                .map(|_| secs("INGEST_TIMEOUT_SECS", Duration::ZERO))
+                .transpose()?,
         };
         Ok(Self {
             table_name: env.required("TABLE_NAME")?,

@@ -125,7 +125,10 @@ pub(crate) fn isolates(e: &SealError) -> bool {
         SealError::TooBusy { .. } | SealError::DirectoryContended(_) | SealError::Contended(_) => {
             true
         }
-        SealError::Plan(_) | SealError::Layout(_) | SealError::Time(_) => false,
+        SealError::Plan(_)
+        | SealError::Layout(_)
+        | SealError::Time(_)
+        | SealError::NoIngestTimeout => false,
     }
 }
 

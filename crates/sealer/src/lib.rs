@@ -31,6 +31,7 @@
 //! brings it back next run.
 
 pub mod by_device;
+mod compact;
 pub mod config;
 mod device_hour;
 mod directory;
@@ -80,6 +81,10 @@ pub enum SealError {
     #[error("{0} changed under every conditional write in a row")]
     Contended(String),
     #[error(
+        "the table's layout has slabs: compacting them needs INGEST_TIMEOUT_SECS, the ingest function's timeout"
+    )]
+    NoIngestTimeout,
+    #[error(
         "device {device:?} has more than SEAL_MAX_BUFFERED ({max}) readings in a minute of {hour}: raise it"
     )]
     TooBusy {
@@ -119,6 +124,10 @@ pub struct RunReport {
     /// A rebuild ([`Sealer::reseal`]) that its deadline stopped: the hour to go on from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_ms: Option<i64>,
+    /// Where the table's layout has slabs: the start of the first window not compacted
+    /// (epoch ms), as the run read it; `None` without slabs, or before any compaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacted_to_ms: Option<i64>,
 }
 
 impl RunReport {
@@ -210,6 +219,11 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let from_ms = mark.map_or(next, |m| m.from_ms);
         // Before any hour: a layout it cannot read, now or scheduled, stops the run.
         self.check_layouts(next, i64::MAX, now).await?;
+        // Where slabs are written, an hour waits for compaction to pass its end.
+        let due = match self.directory.stored_layout(now).await? {
+            Some(history) => self.compacted_end(&history, due, &mut report).await?,
+            None => due,
+        };
         let mut sealed = 0;
         while next < due {
             if sealed >= self.settings.max_hours_per_run || past(deadline) {
@@ -254,7 +268,8 @@ fn past(deadline: Option<Instant>) -> bool {
 }
 
 /// The run's figures as one EMF line: `SealLagSeconds` (now less the watermark: how
-/// far behind the sealed answers are), `HoursSealed`, `DeviceHoursSealed`,
+/// far behind the sealed answers are), `CompactionLagSeconds` (where the layout has
+/// slabs: now less the start of the first window not compacted), `HoursSealed`, `DeviceHoursSealed`,
 /// `LateMarksSealed`, `ReadingsSealed`, `DeviceHoursIsolated`.
 pub fn metrics_line(report: &RunReport, now: Timestamp) -> String {
     use store::emf::{Metric, line};
@@ -270,6 +285,13 @@ pub fn metrics_line(report: &RunReport, now: Timestamp) -> String {
         metrics.push(Metric {
             name: "SealLagSeconds".to_owned(),
             value: lag,
+            unit: "Seconds",
+        });
+    }
+    if let Some(to) = report.compacted_to_ms {
+        metrics.push(Metric {
+            name: "CompactionLagSeconds".to_owned(),
+            value: (now.as_millis() - to).max(0) as f64 / 1000.0,
             unit: "Seconds",
         });
     }

@@ -10,6 +10,7 @@
 mod common;
 
 mod by_device;
+mod compact;
 mod horizon;
 mod layouts;
 mod limits;

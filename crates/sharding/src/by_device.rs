@@ -10,6 +10,14 @@
 //! kept; and once no key may hold more of it, its readings are put in time order, ties
 //! by event id, each once: of its copies, the one written last ([`in_order`],
 //! `crate::written`).
+//!
+//! A run partition (`crate::slab`, `r#{group}#{hour}`) lists its items by their first
+//! device, and an item holds the devices from its first on, in order, so its readings
+//! are not in device order as they come: of each window, the item holding a device
+//! can be any item read so far whose first device is at most it. Its readings are held
+//! ([`release_runs`]) until the partition has shown every item that can hold them: one
+//! whose first device is below the first device of the last item read (any later item
+//! starts at or after that one), or all of them once it is read to its end.
 
 use std::collections::VecDeque;
 
@@ -71,6 +79,43 @@ pub fn in_order<T: DeviceReading>(readings: &mut Vec<T>) {
         }
         same
     });
+}
+
+/// Readings in the order a run holds them, `(device, ts, event id)`, each once: of its
+/// copies, the one written last ([`keep_last`]), as [`in_order`] for one device.
+pub fn in_run_order<T: DeviceReading>(readings: &mut Vec<T>) {
+    let identity = |r: &T| (r.device().to_owned(), r.ts_ms(), r.event_id().to_owned());
+    readings.sort_unstable_by(|a, b| {
+        (a.device(), a.ts_ms(), a.event_id()).cmp(&(b.device(), b.ts_ms(), b.event_id()))
+    });
+    readings.dedup_by(|copy, kept| {
+        let same = identity(copy) == identity(kept);
+        if same {
+            keep_last(kept, copy);
+        }
+        same
+    });
+}
+
+/// Takes a page of a run partition read in sort-key order: its readings join those
+/// `held`, and every held reading whose device is below `bound` moves, in device order,
+/// to the back of `ready` (the stream a merge by device reads). `bound` is the first
+/// device of the last item the partition has shown (`crate::slab::run_page_bound` of
+/// the page's last key), `None` once the partition is read to its end. The readings
+/// moved before are all below every bound since, so `ready` stays in device order.
+pub fn release_runs<T: DeviceReading>(
+    held: &mut Vec<T>,
+    page: Vec<T>,
+    bound: Option<&str>,
+    ready: &mut VecDeque<T>,
+) {
+    held.extend(page);
+    held.sort_by(|a, b| a.device().cmp(b.device()));
+    let complete = match bound {
+        Some(bound) => held.partition_point(|r| r.device() < bound),
+        None => held.len(),
+    };
+    ready.extend(held.drain(..complete));
 }
 
 #[cfg(test)]
@@ -170,5 +215,52 @@ mod tests {
                 r("a", 20, "e1", 3)
             ]
         );
+    }
+
+    #[test]
+    fn a_run_order_is_by_device_then_time_each_identity_once_the_copy_written_last() {
+        let mut readings = vec![
+            r("b", 10, "e1", 1),
+            r("a", 20, "e1", 1),
+            r("a", 20, "e1", 4),
+            r("b", 10, "e1", 2),
+            r("a", 10, "e2", 1),
+        ];
+        in_run_order(&mut readings);
+        assert_eq!(
+            readings,
+            vec![
+                r("a", 10, "e2", 1),
+                r("a", 20, "e1", 4),
+                r("b", 10, "e1", 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_partition_releases_a_device_only_once_no_later_item_can_hold_it() {
+        // Window 1's item holds a..c, window 2's a..b then c (a second item): listed by
+        // first device, a#1, a#2, c#2.
+        let mut held = Vec::new();
+        let mut ready = VecDeque::new();
+        // The first page ends at a#2: a later item may start at a, so nothing is ready.
+        let page = vec![
+            r("a", 1, "w1", 0),
+            r("b", 1, "w1", 0),
+            r("c", 1, "w1", 0),
+            r("a", 2, "w2", 0),
+            r("b", 2, "w2", 0),
+        ];
+        release_runs(&mut held, page, Some("a"), &mut ready);
+        assert!(ready.is_empty());
+        // The next page shows c#2: a and b are complete, c is not.
+        release_runs(&mut held, vec![r("c", 2, "w2", 0)], Some("c"), &mut ready);
+        let devices: Vec<&str> = ready.iter().map(|r| r.device).collect();
+        assert_eq!(devices, ["a", "a", "b", "b"]);
+        // The end: c, both windows'.
+        release_runs(&mut held, Vec::new(), None, &mut ready);
+        let devices: Vec<&str> = ready.iter().map(|r| r.device).collect();
+        assert_eq!(devices, ["a", "a", "b", "b", "c", "c"]);
+        assert!(held.is_empty());
     }
 }

@@ -388,6 +388,17 @@ pub fn parse_run_sk(sk: &str) -> Option<RunSk<'_>> {
     })
 }
 
+/// The first device a page of a run partition read in sort-key order leaves to come,
+/// from the sort key of its last item `last_sk`: every later item starts at it or
+/// after. A marker, or a sort key of no run, leaves every device to come (`""`).
+#[must_use]
+pub fn run_page_bound(last_sk: &str) -> &str {
+    match parse_run_sk(last_sk) {
+        Some(RunSk::Run { first_device, .. }) => first_device,
+        Some(RunSk::Marker { .. }) | None => "",
+    }
+}
+
 /// The upper bound of a descending read of a run partition from `device`'s runs: every
 /// sort key of the device's runs, and of earlier devices', is at most it.
 #[must_use]
@@ -665,6 +676,8 @@ mod tests {
             })
         );
         assert_eq!(parse_run_sk("sensor-7#2026-06-22T01:05"), None);
+        assert_eq!(run_page_bound("sensor-7#2026-06-22T01:05#0002"), "sensor-7");
+        assert_eq!(run_page_bound("#2026-06-22T01:05"), "");
         assert_eq!(group_entity(3), "s#3");
     }
 

@@ -53,7 +53,7 @@ const WIDE: [(&str, f64); 19] = [
 type Values = (Vec<(&'static str, f64)>, Vec<(&'static str, String)>);
 
 impl Kind {
-    pub(super) fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Self::TwoMetrics => "two-metric readings (items 2 and 8's)",
             Self::Wide => "~500-byte readings (19 metrics, 3 tags)",
@@ -104,7 +104,7 @@ pub struct Fleet {
 
 /// One message: `n` readings of `device` from its `first`, sent with its last.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Msg {
+pub(crate) struct Msg {
     sent_ms: i64,
     device: usize,
     first: usize,
@@ -112,15 +112,15 @@ pub(super) struct Msg {
 }
 
 impl Fleet {
-    pub(super) fn per_device(&self) -> usize {
+    pub(crate) fn per_device(&self) -> usize {
         (HOUR_MS / self.every_ms) as usize
     }
 
-    pub(super) fn readings(&self) -> usize {
+    pub(crate) fn readings(&self) -> usize {
         self.devices * self.per_device()
     }
 
-    fn device(&self, d: usize) -> String {
+    pub(crate) fn device(&self, d: usize) -> String {
         if self.devices == 1 {
             "sensor-alpha-001".to_owned()
         } else {
@@ -131,6 +131,12 @@ impl Fleet {
     /// Device `d`'s `j`th reading's time: the devices' phases spread over one period.
     fn ts(&self, d: usize, j: usize) -> i64 {
         HOUR + d as i64 * self.every_ms / self.devices as i64 + j as i64 * self.every_ms
+    }
+
+    /// The event id and time of device `d`'s last reading at or before `ms`.
+    pub(crate) fn reading_before(&self, d: usize, ms: i64) -> (String, i64) {
+        let j = usize::try_from((ms - self.ts(d, 0)).div_euclid(self.every_ms)).unwrap_or(0);
+        (Self::event_id(d, j), self.ts(d, j))
     }
 
     /// Event ids ordered by time (a UUID whose tail counts), one prefix per device.
@@ -185,7 +191,7 @@ impl Fleet {
     }
 
     /// Every message of the hour, in the order they reach the queue.
-    pub(super) fn messages(&self) -> Vec<Msg> {
+    pub(crate) fn messages(&self) -> Vec<Msg> {
         let per_device = self.per_device();
         let mut msgs: Vec<Msg> = (0..self.devices)
             .flat_map(|d| {
@@ -207,25 +213,33 @@ impl Fleet {
     /// The events the event source mapping makes of `msgs`: the messages that reached
     /// the queue within one batching window, at most the template's batch; each with
     /// the window's end, the handler's clock.
-    pub(super) fn events(msgs: &[Msg]) -> Vec<(i64, Range<usize>)> {
+    pub(crate) fn events(msgs: &[Msg]) -> Vec<(i64, Range<usize>)> {
+        Self::events_of(msgs, BATCH_WINDOW_MS, common::TEMPLATE_BATCH_SIZE)
+    }
+
+    /// The events of `msgs` for a batching window of `window_ms` and a batch of at most
+    /// `batch` messages.
+    pub(crate) fn events_of(
+        msgs: &[Msg],
+        window_ms: i64,
+        batch: usize,
+    ) -> Vec<(i64, Range<usize>)> {
         let mut events = Vec::new();
         let mut start = 0;
         while start < msgs.len() {
             let opened = msgs[start].sent_ms;
             let mut end = start + 1;
-            while end < msgs.len()
-                && end - start < common::TEMPLATE_BATCH_SIZE
-                && msgs[end].sent_ms < opened + BATCH_WINDOW_MS
+            while end < msgs.len() && end - start < batch && msgs[end].sent_ms < opened + window_ms
             {
                 end += 1;
             }
-            events.push((opened + BATCH_WINDOW_MS, start..end));
+            events.push((opened + window_ms, start..end));
             start = end;
         }
         events
     }
 
-    pub(super) fn record(&self, index: usize, m: &Msg) -> SqsMessage {
+    pub(crate) fn record(&self, index: usize, m: &Msg) -> SqsMessage {
         let readings: Vec<serde_json::Value> = (m.first..m.first + m.n)
             .map(|j| self.reading_json(m.device, j))
             .collect();
@@ -241,7 +255,7 @@ impl Fleet {
     }
 
     /// One reading as an item of its own, and as a device sends it, in bytes.
-    pub(super) fn reading_sizes(&self) -> Result<(usize, usize)> {
+    pub(crate) fn reading_sizes(&self) -> Result<(usize, usize)> {
         let reading = self.reading(0, 1)?;
         let table = TableHistory::new(common::hourly(8));
         let key = write_key(
@@ -258,7 +272,7 @@ impl Fleet {
 }
 
 /// `1000` as `1,000`.
-pub(super) fn thousands(n: usize) -> String {
+pub(crate) fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -277,7 +291,7 @@ fn round2(x: f64) -> f64 {
 /// The fleets of item 9: the demo's shape (a), the fleet (b) and the same
 /// devices at a reading a minute (c), scaled to `devices`, each with both kinds of
 /// reading.
-pub(super) fn fleets(devices: usize) -> Vec<Fleet> {
+pub(crate) fn fleets(devices: usize) -> Vec<Fleet> {
     let mut out = Vec::new();
     for kind in [Kind::Wide, Kind::TwoMetrics] {
         out.push(Fleet {

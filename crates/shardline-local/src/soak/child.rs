@@ -1,5 +1,6 @@
 //! run-local as the soak's child process: its env file, its start (until its query
-//! port answers), its SIGKILLs at seeded moments and restarts, and its graceful stop.
+//! port answers), its SIGKILLs at seeded moments spread over the publishing and its
+//! restarts, and its graceful stop.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,16 @@ use rand::{Rng as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 use tokio::process::{Child, Command};
 
-use super::{Report, SoakConfig};
+use super::traffic::Publisher;
+use super::{KillMoment, Report, SoakConfig, publishing_period};
+
+/// The least time from a start of run-local to its SIGKILL, and between two kill
+/// moments: the runner receives batches (its window is 0.5 s) and takes them in hand,
+/// so a kill interrupts writes and deletes rather than a start.
+const MIN_KILL_GAP: Duration = Duration::from_secs(2);
+
+/// How often a kill waiting for its moment looks at the publisher's progress.
+const PROGRESS_POLL: Duration = Duration::from_millis(100);
 
 /// How to start run-local as a child.
 #[derive(Debug, Clone)]
@@ -129,31 +139,73 @@ impl ChildSpec {
     }
 }
 
-/// SIGKILLs `child` `cfg.kills` times at seeded moments, each after the restarted
-/// runner had time to take batches in hand; returns the run-local started last.
+/// SIGKILLs `child` `cfg.kills` times, each when the publisher has come to its
+/// [`kill_moments`] moment of the publishing schedule (or finished) and at least
+/// [`MIN_KILL_GAP`] after the runner it kills started, and restarts it; returns the
+/// run-local started last. The moments follow the publisher's progress, not the clock:
+/// held back by moto's SQS, it can take several times its schedule.
 pub(super) async fn kill_and_restart(
     cfg: &SoakConfig,
     spec: &ChildSpec,
     mut child: Child,
+    publisher: &Publisher,
     report: &mut Report,
 ) -> anyhow::Result<Child> {
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_50a4);
-    for k in 0..cfg.kills {
-        let wait = Duration::from_millis(rng.random_range(2_000..6_000));
-        tokio::time::sleep(wait).await;
+    let period = publishing_period(cfg);
+    // The first run-local started just before the publisher.
+    let mut started = Instant::now();
+    for (k, moment) in kill_moments(cfg.seed, cfg.kills, period, MIN_KILL_GAP)
+        .into_iter()
+        .enumerate()
+    {
+        while !publisher.has_reached(moment) {
+            tokio::time::sleep(PROGRESS_POLL).await;
+        }
+        tokio::time::sleep(MIN_KILL_GAP.saturating_sub(started.elapsed())).await;
+        let kill = KillMoment {
+            secs: publisher.elapsed().as_secs_f64(),
+            sent: publisher.sent(),
+        };
         say!(
             cfg.verbose,
-            "SIGKILL {} of run-local (pid {:?})",
+            "SIGKILL {} of run-local (pid {:?}): {:.1} s into the publisher's {:.1} s schedule, {} messages sent",
             k + 1,
-            child.id()
+            child.id(),
+            moment.as_secs_f64(),
+            period.as_secs_f64(),
+            kill.sent
         );
         child.start_kill().context("killing run-local")?;
         let _ = child.wait().await;
         report.kills += 1;
+        report.kill_moments.push(kill);
         child = spec.start(report.starts).await?;
+        started = Instant::now();
         report.starts += 1;
     }
     Ok(child)
+}
+
+/// The moments of `kills` SIGKILLs on a publishing schedule of `period`, drawn from
+/// `seed`, in order. The period after `min_gap` is cut into `kills` equal parts and
+/// each part holds one moment, so the kills cover the whole publishing, not only its
+/// start. Within its part a moment is drawn so that it comes at least `min_gap` after
+/// the one before (the first at least `min_gap` after the start), and the last at
+/// least `min_gap` before the period ends: each restarted runner has time to take
+/// batches in hand, the last one while the publisher still sends. A period too short
+/// for that (under `(kills + 1) * min_gap`) spaces the moments `min_gap` apart from
+/// `min_gap` on, the later ones past its end.
+pub(super) fn kill_moments(
+    seed: u64,
+    kills: u32,
+    period: Duration,
+    min_gap: Duration,
+) -> Vec<Duration> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_50a4);
+    let part = (period.saturating_sub(min_gap) / kills.max(1)).max(min_gap);
+    (0..kills)
+        .map(|k| min_gap + part * k + (part - min_gap).mul_f64(rng.random::<f64>()))
+        .collect()
 }
 
 /// Writes the run-local child's env file: DynamoDB through the proxy, SQS on moto, a
@@ -198,4 +250,92 @@ fn write_child_env(
             ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::soak::SoakArgs;
+
+    /// `shardline-local soak`'s flags, to read their defaults.
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        soak: SoakArgs,
+    }
+
+    /// The soak a command without flags runs, with `seed`.
+    fn default_config(seed: u64) -> SoakConfig {
+        let args = Flags::parse_from(["soak"]).soak;
+        let mut cfg = SoakConfig::new(
+            PathBuf::new(),
+            PathBuf::new(),
+            args.messages,
+            args.kills,
+            seed,
+        );
+        cfg.batch = usize::from(args.batch);
+        cfg
+    }
+
+    /// The moments are in order, the first `min_gap` after the start at the earliest,
+    /// each `min_gap` after the one before, the last `min_gap` before the period ends.
+    fn assert_within_and_apart(moments: &[Duration], period: Duration, min_gap: Duration) {
+        let first = moments.first().expect("kills");
+        let last = moments.last().expect("kills");
+        assert!(*first >= min_gap, "{moments:?}");
+        assert!(*last <= period - min_gap, "{moments:?} over {period:?}");
+        for pair in moments.windows(2) {
+            assert!(pair[1] >= pair[0] + min_gap, "{moments:?}");
+        }
+    }
+
+    #[test]
+    fn the_default_soaks_kills_cover_its_whole_publishing() {
+        for seed in 0..500 {
+            let cfg = default_config(seed);
+            let period = publishing_period(&cfg);
+            let moments = kill_moments(seed, cfg.kills, period, MIN_KILL_GAP);
+            assert_eq!(moments.len(), 3);
+            assert_within_and_apart(&moments, period, MIN_KILL_GAP);
+            assert!(moments[0] < period / 3, "{moments:?} over {period:?}");
+            assert!(moments[2] >= period * 2 / 3, "{moments:?} over {period:?}");
+        }
+    }
+
+    #[test]
+    fn the_block_mode_soak_of_the_test_suite_kills_once_in_each_half() {
+        for seed in 0..500 {
+            let mut cfg = SoakConfig::new(PathBuf::new(), PathBuf::new(), 200, 2, seed);
+            cfg.batch = 10;
+            let period = publishing_period(&cfg);
+            let moments = kill_moments(seed, cfg.kills, period, MIN_KILL_GAP);
+            assert_eq!(moments.len(), 2);
+            assert_within_and_apart(&moments, period, MIN_KILL_GAP);
+            assert!(moments[0] < period / 2, "{moments:?} over {period:?}");
+            assert!(moments[1] >= period / 2, "{moments:?} over {period:?}");
+        }
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_moments() {
+        let period = Duration::from_secs(60);
+        let moments = kill_moments(7, 4, period, MIN_KILL_GAP);
+        assert_eq!(moments, kill_moments(7, 4, period, MIN_KILL_GAP));
+        assert_ne!(moments, kill_moments(8, 4, period, MIN_KILL_GAP));
+    }
+
+    #[test]
+    fn a_period_too_short_for_the_kills_spaces_them_by_the_gap() {
+        let secs = Duration::from_secs;
+        assert_eq!(
+            kill_moments(1, 3, secs(3), secs(2)),
+            [secs(2), secs(4), secs(6)]
+        );
+        assert!(kill_moments(1, 0, secs(30), secs(2)).is_empty());
+    }
 }

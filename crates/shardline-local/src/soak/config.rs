@@ -122,17 +122,23 @@ impl SoakConfig {
     }
 }
 
+/// How long the publisher's schedule takes to send `cfg.messages` at the soak's rates.
+/// moto's SQS often holds the publisher back, so it can take longer on the clock: the
+/// kill moments are drawn on this schedule and follow the publisher's progress along it.
+pub(super) fn publishing_period(cfg: &SoakConfig) -> Duration {
+    // The rates are of readings; a message carries `batch` of them.
+    let messages_per_sec = (cfg.fleet_rate + cfg.hot_rate) / cfg.batch.max(1) as f64;
+    Duration::from_secs_f64((cfg.messages as f64 / messages_per_sec).max(0.1))
+}
+
 /// The publisher's plan: about `messages` messages, 2% malformed, a Zipf fleet (its
 /// top devices are hot) and one hot device on its own schedule.
 pub fn soak_plan(cfg: &SoakConfig) -> Plan {
-    // The rates are of readings; a message carries `batch` of them.
-    let rate = (cfg.fleet_rate + cfg.hot_rate) / cfg.batch.max(1) as f64;
-    let secs = (cfg.messages as f64 / rate).max(0.1);
     Plan {
         devices: 50,
         rate: cfg.fleet_rate,
         // A little long, so max_messages is what cuts the stream.
-        duration: Duration::from_secs_f64(secs * 1.05 + 0.1),
+        duration: Duration::from_secs_f64(publishing_period(cfg).as_secs_f64() * 1.05 + 0.1),
         hot_device: Some(HOT_DEVICE.to_owned()),
         hot_rate: cfg.hot_rate,
         jitter: Duration::from_millis(50),

@@ -52,9 +52,10 @@ mod traffic;
 
 pub use config::{HOT_DEVICE, SoakArgs, SoakConfig, soak_plan};
 pub use reader::ReaderStats;
-pub use report::Report;
+pub use report::{KillMoment, Report};
 
 use child::ChildSpec;
+use config::publishing_period;
 use reader::Reader;
 use services::Services;
 use traffic::Publisher;
@@ -95,12 +96,12 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     };
     let child = spec.start(report.starts).await?;
     report.starts += 1;
-    // The reader pages the API while everything else runs; publishing runs beside the
-    // kills.
+    // The reader pages the API while everything else runs; the kills follow the
+    // publisher's progress.
     let publish_start = store::clock::wall_clock()?;
     let reader = Reader::spawn(spec.query, publish_start.as_millis(), cfg.seed);
     let publisher = Publisher::spawn(cfg, sqs, queue_url, publish_start, &manifest_path);
-    let mut child = child::kill_and_restart(cfg, &spec, child, &mut report).await?;
+    let mut child = child::kill_and_restart(cfg, &spec, child, &publisher, &mut report).await?;
     publisher.finish(cfg, &mut report).await?;
 
     let drain_start = Instant::now();

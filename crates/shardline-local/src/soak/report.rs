@@ -44,6 +44,8 @@ pub struct Report {
     /// SIGKILLs delivered and run-local starts.
     pub kills: u32,
     pub starts: u32,
+    /// When each SIGKILL came, in order.
+    pub kill_moments: Vec<KillMoment>,
     /// Fan-out changes recorded in the shard table.
     pub fanout_raises: u64,
     /// Entities with a fan-out above 1.
@@ -68,6 +70,16 @@ pub struct Report {
     pub violations: Vec<String>,
 }
 
+/// When a SIGKILL of run-local came: how far into publishing, on the clock and in
+/// messages sent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KillMoment {
+    /// Seconds since the publisher started.
+    pub secs: f64,
+    /// Messages the publisher had sent.
+    pub sent: u64,
+}
+
 /// `count` per 10,000 of `of`, to two decimals (`-` of nothing).
 fn per_10k(count: u64, of: u64) -> String {
     if of == 0 {
@@ -83,6 +95,29 @@ impl Report {
     /// a message's readings were stored again.
     pub fn copies_per_10k_messages(&self) -> String {
         per_10k(self.extra_copies, self.valid_messages)
+    }
+
+    /// When the kills came, as "; killed at 9.8 s (26% sent), ... of publishing's 31.8 s"
+    /// (nothing without kills): spread over the publishing, not bunched at its start.
+    fn kill_moments_text(&self) -> String {
+        if self.kill_moments.is_empty() {
+            return String::new();
+        }
+        let moments: Vec<String> = self
+            .kill_moments
+            .iter()
+            .map(|kill| {
+                let percent = (kill.sent * 100)
+                    .checked_div(self.messages_sent)
+                    .unwrap_or(0);
+                format!("{:.1} s ({percent}% sent)", kill.secs)
+            })
+            .collect();
+        format!(
+            "; killed at {} of publishing's {:.1} s",
+            moments.join(", "),
+            self.publish_secs
+        )
     }
 
     /// The human summary.
@@ -122,8 +157,10 @@ impl Report {
         line(format!("messages: {}", self.accounting.text()));
         line(format!("DynamoDB: {}; SQS: moto", self.dynamodb));
         line(format!(
-            "crashes: {} SIGKILLs, {} starts of run-local",
-            self.kills, self.starts
+            "crashes: {} SIGKILLs, {} starts of run-local{}",
+            self.kills,
+            self.starts,
+            self.kill_moments_text()
         ));
         line(format!(
             "faults injected by the proxy: {} unprocessed items, {} HTTP 500s; throttled {:?}",
@@ -224,5 +261,38 @@ mod tests {
             report.text()
         );
         assert_eq!(Report::default().copies_per_10k_messages(), "-");
+    }
+
+    #[test]
+    fn the_kills_are_told_with_how_far_publishing_had_come() {
+        let report = Report {
+            messages_sent: 200,
+            publish_secs: 31.84,
+            kills: 2,
+            starts: 3,
+            kill_moments: vec![
+                KillMoment {
+                    secs: 9.81,
+                    sent: 52,
+                },
+                KillMoment {
+                    secs: 21.0,
+                    sent: 131,
+                },
+            ],
+            ..Report::default()
+        };
+        assert!(
+            report.text().contains(
+                "crashes: 2 SIGKILLs, 3 starts of run-local; killed at 9.8 s (26% sent), 21.0 s (65% sent) of publishing's 31.8 s\n"
+            ),
+            "{}",
+            report.text()
+        );
+        assert!(
+            Report::default()
+                .text()
+                .contains("crashes: 0 SIGKILLs, 0 starts of run-local\n")
+        );
     }
 }

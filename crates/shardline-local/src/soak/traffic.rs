@@ -9,14 +9,20 @@ use indicatif::ProgressBar;
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
-use super::{Report, SoakConfig, soak_plan};
+use super::{Report, SoakConfig, publishing_period, soak_plan};
 use crate::publish::{self, Plan, SendOptions};
 use crate::run_local;
 
-/// The publisher's task, and the queue-depth lines printed while it runs.
+/// The publisher's task, its progress, and the queue-depth lines printed while it runs.
 pub(super) struct Publisher {
     task: JoinHandle<anyhow::Result<(publish::Summary, Duration)>>,
     monitor: JoinHandle<()>,
+    /// Counts the messages sent (never drawn).
+    progress: ProgressBar,
+    /// The messages the plan holds, and the schedule it spreads them over.
+    messages: u64,
+    period: Duration,
+    started: Instant,
 }
 
 impl Publisher {
@@ -29,17 +35,47 @@ impl Publisher {
         start: sharding::time::Timestamp,
         manifest: &Path,
     ) -> Self {
+        let plan = soak_plan(cfg);
+        let messages = plan.messages();
+        let progress = ProgressBar::hidden();
         let task = tokio::spawn(publish_to(
             sqs.clone(),
             queue_url.to_owned(),
-            soak_plan(cfg),
+            plan,
             start,
             cfg.max_queued,
             manifest.to_path_buf(),
+            progress.clone(),
         ));
         // Queue depth while publishing, for the progress lines.
         let monitor = tokio::spawn(watch_queue(sqs.clone(), queue_url.to_owned(), cfg.verbose));
-        Self { task, monitor }
+        Self {
+            task,
+            monitor,
+            progress,
+            messages,
+            period: publishing_period(cfg),
+            started: Instant::now(),
+        }
+    }
+
+    /// Messages sent so far.
+    pub(super) fn sent(&self) -> u64 {
+        self.progress.position()
+    }
+
+    /// Time since the publisher started.
+    pub(super) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Whether the publisher has come to `moment` of its schedule: sent the share of
+    /// its messages the schedule sends by then (they are spread evenly over it), or
+    /// finished. It falls behind the clock when moto's SQS holds it back.
+    pub(super) fn has_reached(&self, moment: Duration) -> bool {
+        self.task.is_finished()
+            || u128::from(self.sent()) * self.period.as_nanos()
+                >= moment.as_nanos() * u128::from(self.messages)
     }
 
     /// Waits until everything is sent, and records it in `report`.
@@ -54,8 +90,8 @@ impl Publisher {
 }
 
 /// Publishes `plan` to `queue_url` from `start` on, keeping at most `max_queued`
-/// messages queued, and writes the manifest of what was sent to `manifest`; returns
-/// the summary and how long it took.
+/// messages queued and counting each message sent on `progress`, and writes the
+/// manifest of what was sent to `manifest`; returns the summary and how long it took.
 async fn publish_to(
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -63,6 +99,7 @@ async fn publish_to(
     start: sharding::time::Timestamp,
     max_queued: u64,
     manifest: PathBuf,
+    progress: ProgressBar,
 ) -> anyhow::Result<(publish::Summary, Duration)> {
     let mut file = std::io::BufWriter::new(
         std::fs::File::create(&manifest)
@@ -78,7 +115,7 @@ async fn publish_to(
             max_queued: Some(max_queued),
             ..SendOptions::default()
         },
-        &ProgressBar::hidden(),
+        &progress,
         Some(&mut file),
     )
     .await?;
