@@ -30,11 +30,9 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Turn blocks (many readings per write unit) on or off for an existing table.
     Blocks(blocks::BlocksArgs),
-    /// Turn slabs (one-reading devices' readings, many devices a write unit) on or off
-    /// for an existing table.
+    /// Turn slabs (many one-reading devices a write unit) on or off for a table.
     Slabs(slabs::SlabsArgs),
-    /// Rebuild the derived items (rollups, directory) of a range of hours from the
-    /// readings.
+    /// Rebuild a range of hours' derived items (rollups, directory) from the readings.
     Seal(seal::SealArgs),
     /// What a fleet costs on AWS a month, by service and line item, modelled from its
     /// shape (devices, rate, message size, door, layout, reads), at us-east-1's prices

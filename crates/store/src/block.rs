@@ -208,7 +208,6 @@ impl BlockItem {
         let (first, last) = ends(members)?;
         let first_ms = first.ts.as_millis();
         let members = || members.iter().map(Borrow::borrow);
-        let idp = ids_prefix(members());
         let metric_names: BTreeSet<&str> = members()
             .flat_map(|r| r.metrics.keys().map(String::as_str))
             .collect();
@@ -222,13 +221,7 @@ impl BlockItem {
             "dt",
             list(members().map(|r| number((r.ts.as_millis() - first_ms).to_string()))),
         );
-        if !idp.is_empty() {
-            item.put("idp", string(idp.to_owned()));
-        }
-        item.put(
-            "ids",
-            list(members().map(|r| string(r.event_id[idp.len()..].to_owned()))),
-        );
+        put_ids(&mut item, members());
         item.put(
             "m",
             columns(&metric_names, |name| {
@@ -251,17 +244,7 @@ impl BlockItem {
             );
         }
         item.put("ttl", number(expiry(last.ts, retention).to_string()));
-        let w = first.written;
-        if !w.is_oldest() {
-            item.put(WRITTEN, number(w.0.to_string()));
-        }
-        // Only a block of several messages' readings pays a column of write orders.
-        if members().any(|r| r.written != w) {
-            item.put(
-                OFFSETS_WRITTEN,
-                list(members().map(|r| number(r.written.0.saturating_sub(w.0).to_string()))),
-            );
-        }
+        put_write_orders(&mut item, first.written, members());
         Ok(item.finish())
     }
 
@@ -354,17 +337,6 @@ impl BlockItem {
             {
                 return Err(bad(format!("member {i} is not after member {}", i - 1)));
             }
-            let column = |values: &BTreeMap<String, Vec<Option<Decimal>>>| {
-                values
-                    .iter()
-                    .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
-                    .collect::<BTreeMap<_, _>>()
-            };
-            let tags = self
-                .tg
-                .iter()
-                .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
-                .collect();
             let written = match self.dw.get(i) {
                 None => self.w,
                 Some(dw) => self
@@ -380,8 +352,8 @@ impl BlockItem {
                 event_id,
                 ts: rfc3339,
                 ts_ms,
-                metrics: column(&self.m),
-                tags,
+                metrics: row(&self.m, i),
+                tags: row(&self.tg, i),
                 ttl: self.ttl,
                 written: WriteOrder(written),
             });
@@ -443,8 +415,8 @@ impl BlockItem {
     }
 }
 
-/// A block's `m` back from its attribute: M of L of N or NULL.
-fn metric_columns(
+/// A block's (or slab's) `m` back from its attribute: M of L of N or NULL.
+pub(crate) fn metric_columns(
     attribute: AttributeValue,
 ) -> Result<BTreeMap<String, Vec<Option<Decimal>>>, String> {
     let AttributeValue::M(columns) = attribute else {
@@ -468,6 +440,18 @@ fn metric_columns(
                 .collect::<Result<Vec<_>, String>>()?;
             Ok((name, values))
         })
+        .collect()
+}
+
+/// Member `i`'s values of `columns` (each checked to hold an entry per member): the
+/// names it has a value of, with it.
+pub(crate) fn row<V: Clone>(
+    columns: &BTreeMap<String, Vec<Option<V>>>,
+    i: usize,
+) -> BTreeMap<String, V> {
+    columns
+        .iter()
+        .filter_map(|(name, column)| column[i].clone().map(|v| (name.clone(), v)))
         .collect()
 }
 
@@ -519,13 +503,48 @@ fn ends<R: Borrow<Reading>>(members: &[R]) -> Result<(&Reading, &Reading), Block
     Ok((first, last))
 }
 
+/// Puts `idp`, the prefix the event ids of `members` share (when they share one), and
+/// `ids`, each one's rest after it.
+pub(crate) fn put_ids<'a>(
+    item: &mut ItemBuilder,
+    members: impl Iterator<Item = &'a Reading> + Clone,
+) {
+    let idp = ids_prefix(members.clone());
+    if !idp.is_empty() {
+        item.put("idp", string(idp.to_owned()));
+    }
+    item.put(
+        "ids",
+        list(members.map(|r| string(r.event_id[idp.len()..].to_owned()))),
+    );
+}
+
+/// Puts `w`, the write order `base` (unless the oldest), and, when some member of
+/// `members` has another, `dw`, each one's less `base`: only an item of several
+/// messages' readings pays a column of write orders.
+pub(crate) fn put_write_orders<'a>(
+    item: &mut ItemBuilder,
+    base: WriteOrder,
+    members: impl Iterator<Item = &'a Reading> + Clone,
+) {
+    if !base.is_oldest() {
+        item.put(WRITTEN, number(base.0.to_string()));
+    }
+    if members.clone().any(|r| r.written != base) {
+        item.put(
+            OFFSETS_WRITTEN,
+            list(members.map(|r| number(r.written.0.saturating_sub(base.0).to_string()))),
+        );
+    }
+}
+
 /// A `NULL`: a member's entry in a column it has no value in.
-fn null() -> SizedValue {
+pub(crate) fn null() -> SizedValue {
     (AttributeValue::Null(true), rule::SCALAR_SIZE)
 }
 
 /// A list of `elements`, sized.
-fn list(elements: impl Iterator<Item = SizedValue>) -> SizedValue {
+pub(crate) fn list(elements: impl Iterator<Item = SizedValue>) -> SizedValue {
     let mut list = Vec::with_capacity(elements.size_hint().0);
     let mut size = 0;
     for (value, value_size) in elements {
@@ -547,8 +566,9 @@ fn columns(names: &BTreeSet<&str>, column: impl Fn(&str) -> SizedValue) -> Sized
     (AttributeValue::M(map), size)
 }
 
-/// A block's column of its members' write orders, each less the first's.
-const OFFSETS_WRITTEN: &str = "dw";
+/// A block's column of its members' write orders, each less the first's (a slab's, less
+/// the smallest).
+pub(crate) const OFFSETS_WRITTEN: &str = "dw";
 
 /// The attribute only a block item has: its format version.
 pub const BLOCK_ATTRIBUTE: &str = "block";
@@ -559,12 +579,14 @@ pub fn is_block(item: &Item) -> bool {
     item.contains_key(BLOCK_ATTRIBUTE)
 }
 
-/// The readings a stored item of the readings table holds: a block's members, in
-/// order, each under the sort key it would have on its own, or the reading the item
-/// is. The one way the workspace reads a whole item back into readings (pages, scans,
+/// The readings a stored item of the readings table holds: a slab's or a run's members
+/// (every device's), a block's, in order, each under the sort key it would have on its
+/// own, or the reading the item is. The one way the workspace reads a whole item back into readings (pages, scans,
 /// tallies); a block that breaks the format is refused whole.
 pub fn expand(item: Item) -> Result<Vec<ReadingItem>, StoreError> {
-    if is_block(&item) {
+    if crate::slab::is_slab(&item) {
+        crate::slab::decode(item)
+    } else if is_block(&item) {
         BlockItem::from_item(item)?.readings()
     } else {
         Ok(vec![ReadingItem::from_item(item)?])

@@ -270,16 +270,22 @@ impl ItemBuilder {
     /// reading's item and a block share: the key, `device_id`, `event_id`, `ts` and
     /// `ts_ms`), with room for `attributes` in all.
     pub(crate) fn under(key: &ItemKey, first: &Reading, attributes: usize) -> Self {
-        let mut builder = Self {
-            item: Item::with_capacity(attributes),
-            size: 0,
-        };
-        builder.put(PK, string(key.pk.clone()));
-        builder.put(SK, string(key.sk.clone()));
+        let mut builder = Self::keyed(&key.pk, &key.sk, attributes);
         builder.put("device_id", string(first.device_id.clone()));
         builder.put("event_id", string(first.event_id.clone()));
         builder.put("ts", string(first.ts.to_rfc3339()));
         builder.put("ts_ms", number(first.ts.as_millis().to_string()));
+        builder
+    }
+
+    /// An item of the key `pk`, `sk` alone so far, with room for `attributes` in all.
+    pub(crate) fn keyed(pk: &str, sk: &str, attributes: usize) -> Self {
+        let mut builder = Self {
+            item: Item::with_capacity(attributes),
+            size: 0,
+        };
+        builder.put(PK, string(pk.to_owned()));
+        builder.put(SK, string(sk.to_owned()));
         builder
     }
 

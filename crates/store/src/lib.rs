@@ -87,6 +87,7 @@ pub mod sdk;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod size;
+pub mod slab;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 pub mod written;

@@ -151,18 +151,16 @@ fn the_ingest_encoder_refuses_what_is_no_block() {
     ));
 }
 
-/// A vector of `shardline-block-v1` in docs/formats.md, under `marker`: three readings
-/// of one device, as `serde_json` maps the item (each number as the JSON number
+/// A vector of docs/formats.md, under `marker` (of `shardline-block-v1` or
+/// `shardline-slab-v1`): an item as `serde_json` maps it (each number as the JSON number
 /// DynamoDB stores).
-fn documented_vector(marker: &str) -> String {
+pub(crate) fn documented_vector(marker: &str) -> String {
     let formats = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/formats.md"
     ))
     .expect("docs/formats.md");
-    let start = formats
-        .find(marker)
-        .expect("the block vector of docs/formats.md");
+    let start = formats.find(marker).expect("the vector of docs/formats.md");
     let body = &formats[start..];
     let open = body.find("```json\n").expect("a json fence") + "```json\n".len();
     let close = body[open..].find("```").expect("a closing fence");
@@ -170,7 +168,7 @@ fn documented_vector(marker: &str) -> String {
 }
 
 /// A JSON value as the attribute DynamoDB stores for it (a number as its text).
-fn attribute(value: &serde_json::Value) -> AttributeValue {
+pub(crate) fn attribute(value: &serde_json::Value) -> AttributeValue {
     use serde_json::Value;
     match value {
         Value::Null => AttributeValue::Null(true),

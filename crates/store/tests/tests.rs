@@ -10,4 +10,5 @@ mod directory_memory;
 mod emulators;
 mod pack;
 mod rollup_dynalite;
+mod slab;
 mod support;

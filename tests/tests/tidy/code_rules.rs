@@ -41,6 +41,11 @@ const ATTRIBUTE_MAPS: &[(&str, &str)] = &[
          its test vectors",
     ),
     (
+        "crates/store/src/slab.rs",
+        "a slab's or run's item, the encoder and decoder of the slab format (docs/formats.md), \
+         held to its test vector and to its size bounds by property tests",
+    ),
+    (
         "crates/store/src/pack.rs",
         "a packed write's key written into its encoded item",
     ),
