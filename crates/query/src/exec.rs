@@ -539,6 +539,8 @@ fn fit_to_budget(
 struct StreamState {
     /// Where its next page starts.
     next_start: Option<LastKey>,
+    /// Pages of it read so far.
+    pages: u32,
     /// How many readings an item of it held, where its items are blocks.
     members: Option<f64>,
     /// A run stream's cover: which items hold the device's readings, and when none is
@@ -569,6 +571,7 @@ impl Fetched {
     /// of the stream's device they hold, with the next page's start `None` once the
     /// stream has nothing more (its cover, in `state`, done).
     fn into_page(self, spec: &StreamSpec, state: &mut StreamState) -> Result<Page, StoreError> {
+        state.pages += 1;
         match (self, &spec.slab) {
             (Fetched::Readings(page), _) => Ok(page),
             (Fetched::Items(page), Some(stream)) => slabs::take(stream, state.cover.as_mut(), page),
@@ -602,7 +605,8 @@ async fn read_round<S: ReadingSource>(
             let i = ask.stream;
             let start = states[i].next_start.clone();
             if let Some(stream) = &specs[i].slab {
-                let req = slabs::request(stream, ask.limit, start.as_ref(), opts.consistent);
+                let at = (start.as_ref(), states[i].pages);
+                let req = slabs::request(stream, ask.limit, at, opts.consistent);
                 return (i, Request::Items(req));
             }
             let mut req = page_request(&specs[i], ask, start, opts);

@@ -44,10 +44,6 @@ pub struct SlabStream {
     pub query: SlabQuery,
 }
 
-/// Items a run page asks for per window it covers: a window holds the device's
-/// readings in the item its first readings start in, and sometimes in one after.
-const RUN_ITEMS_PER_WINDOW: u32 = 2;
-
 /// The slab layouts of `table` in force over `range`, each with the part of the range
 /// it is in force over.
 pub fn slab_epochs(table: &TableHistory, range: TimeRange) -> Vec<(TimeRange, SlabLayout)> {
@@ -91,7 +87,11 @@ pub fn streams(
                 continue;
             };
             let queries = plan_device(&slabs, device, part, compacted_to, |w| fanout(group, w));
-            specs.extend(queries.into_iter().map(|query| spec(device, query, (lo, hi))));
+            specs.extend(
+                queries
+                    .into_iter()
+                    .map(|query| spec(device, query, (lo, hi))),
+            );
         }
     }
     specs
@@ -142,13 +142,19 @@ pub(crate) fn cover(stream: &SlabStream) -> Option<RunCover> {
     }
 }
 
-/// The next page of `stream`, at most `limit` items, after `start_after`: a run
-/// partition newest first from the device's sort keys down, at most
-/// [`RUN_ITEMS_PER_WINDOW`] items a window; a slab partition whole.
+/// The next page of `stream` after `pages` of it, at most `limit` items, after
+/// `start_after`: a slab partition whole; a run partition newest first from the
+/// device's sort keys down, its first page one item a window it covers, each page after
+/// twice the one before. A window needs one item when the device's first readings of
+/// it start in an earlier device's item, so a read of a whole hour usually ends with
+/// its first page; one of a few windows of an hour passes the other windows' items of
+/// the devices in between (sort keys order by device, then window), which the doubling
+/// reaches in a few round trips. DynamoDB evaluates a page's whole `Limit`, so a page
+/// that overshoots is paid for: doubling pays at most twice what the read needed.
 pub(crate) fn request(
     stream: &SlabStream,
     limit: Option<u32>,
-    start_after: Option<&LastKey>,
+    (start_after, pages): (Option<&LastKey>, u32),
     consistent: bool,
 ) -> ItemsRequest {
     let (pk, sk_at_most, ascending, limit) = match &stream.query {
@@ -157,10 +163,9 @@ pub(crate) fn request(
             sk_upper,
             windows,
         } => {
-            let per_windows = u32::try_from(windows.len())
-                .unwrap_or(u32::MAX)
-                .saturating_mul(RUN_ITEMS_PER_WINDOW);
-            let limit = limit.map_or(per_windows, |l| l.min(per_windows));
+            let first = u32::try_from(windows.len()).unwrap_or(u32::MAX).max(1);
+            let page = first.saturating_mul(1 << pages.min(16));
+            let limit = limit.map_or(page, |l| l.min(page));
             (pk, Some(sk_upper.clone()), false, Some(limit))
         }
         SlabQuery::Slabs { pk, .. } => (pk, None, true, limit),

@@ -218,7 +218,12 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         let mut progress_cost = ReadCost::default();
         look.slabs = self
-            .slab_progress(&table, to_time_range(range)?, look.remaining(), &mut progress_cost)
+            .slab_progress(
+                &table,
+                to_time_range(range)?,
+                look.remaining(),
+                &mut progress_cost,
+            )
             .await?;
         look.charge(progress_cost);
         let span = match &spend {
@@ -285,8 +290,8 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     /// left of the budgets; what it cost is charged to `look`.
     async fn newest_in(&self, look: &mut Look<'_>, range: Range) -> Result<Found, ApiError> {
         let time_range = to_time_range(range)?;
-        let plan = plan_entity(look.device, time_range, look.table, look.fanout)
-            .map_err(plan_error)?;
+        let plan =
+            plan_entity(look.device, time_range, look.table, look.fanout).map_err(plan_error)?;
         let mut specs = specs(&plan);
         specs.extend(
             self.slab_streams(look.device, time_range, look.table, look.slabs, look.now)

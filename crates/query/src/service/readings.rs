@@ -21,9 +21,7 @@ use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
-use crate::exec::{
-    ExecError, MergedPage, ReadCost, ReadOptions, ReadOutcome, key_of, read_merged,
-};
+use crate::exec::{ExecError, MergedPage, ReadCost, ReadOptions, ReadOutcome, key_of, read_merged};
 use crate::model::{ReadingKey, ReadingOut, ReadingsPage};
 use crate::params::{Range, ReadParams};
 use crate::scope::DeviceGrants;
