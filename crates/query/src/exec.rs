@@ -21,6 +21,12 @@
 //! the items whose sort time lies in `starts` (a window before the span), since a
 //! block that starts before the span can hold readings inside it.
 //!
+//! A stream of a slab or run partition (`slab`, [`crate::slabs`]) holds one device's
+//! readings among other devices': it is [`Arrival::Unordered`], its pages are Queries
+//! of items as stored ([`ReadingSource::query_items`]), and each page is handed over
+//! as the device's readings it holds; a run partition's stream ends once its
+//! `sharding::slab::RunCover` is done.
+//!
 //! # Readings stored twice
 //! A reading can be stored under two partition keys of one plan (written, then
 //! redelivered after a fan-out raise and keyed with the larger fan-out). Its sort key
@@ -36,12 +42,14 @@ use std::time::Instant;
 
 use futures::StreamExt as _;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
+use sharding::slab::RunCover;
 use store::error::StoreError;
 use store::item::ReadingItem;
-use store::read::{LastKey, PageRequest, ReadingSource};
+use store::read::{ItemsPage, LastKey, Page, PageRequest, ReadingSource};
 
 use crate::model::ReadingKey;
 use crate::scope::DeviceGrants;
+use crate::slabs::{self, SlabStream};
 
 /// One key range to read: a Query's partition, sort-key bounds and time filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +75,10 @@ pub struct StreamSpec {
     /// Where the stored items are blocks: each holds readings up to this many
     /// milliseconds after its own sort time.
     pub block_window_ms: Option<i64>,
+    /// Where the partition is a slab or run partition, whose items hold many devices'
+    /// readings: whose readings the stream keeps, and how it is read. The sort-key and
+    /// time bounds above are then unused.
+    pub slab: Option<SlabStream>,
 }
 
 /// What one merged read returned and cost.
@@ -170,7 +182,9 @@ pub fn key_of(item: &ReadingItem) -> ReadingKey {
 impl StreamSpec {
     fn shape(&self) -> StreamShape {
         let ordered = self.index.is_some() || self.time_ordered;
-        let arrival = if let Some(window_ms) = self.block_window_ms.filter(|_| ordered) {
+        let arrival = if self.slab.is_some() {
+            Arrival::Unordered
+        } else if let Some(window_ms) = self.block_window_ms.filter(|_| ordered) {
             Arrival::Blocks { window_ms }
         } else if self.index.is_some() {
             Arrival::TimeIndexed
@@ -390,9 +404,7 @@ async fn drive<S: ReadingSource>(
     mut emit: impl FnMut(Vec<ReadingItem>) -> ControlFlow<()>,
 ) -> Result<MergeEnd, ExecError> {
     let Read { specs, opts, .. } = read;
-    // Where each stream's next page starts, and how many readings an item of it held.
-    let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
-    let mut members: Vec<Option<f64>> = vec![None; specs.len()];
+    let mut states = StreamState::of(specs);
     let mut cost = ReadCost::default();
     loop {
         let mut asks = match merge.step(opts.concurrency) {
@@ -419,10 +431,9 @@ async fn drive<S: ReadingSource>(
             return Ok(stopped_by(budget, merge, cost));
         }
         cost.rounds += 1;
-        let round = read_round(source, specs, opts, &asks, (&next_start, &members)).await;
+        let round = read_round(source, specs, opts, &asks, &states).await;
         let answered = round.answered;
-        let streams = (&mut next_start[..], &mut members[..]);
-        deliver_round(round.pages, read, streams, merge, &mut cost)?;
+        deliver_round(round.pages, read, &mut states, merge, &mut cost)?;
         if !answered {
             return Ok(answer_what_arrived(merge, opts, cost, &mut emit));
         }
@@ -523,9 +534,57 @@ fn fit_to_budget(
     Ok(())
 }
 
+/// What a read knows of one stream between its pages.
+#[derive(Debug, Clone, Default)]
+struct StreamState {
+    /// Where its next page starts.
+    next_start: Option<LastKey>,
+    /// Pages of it read so far.
+    pages: u32,
+    /// How many readings an item of it held, where its items are blocks.
+    members: Option<f64>,
+    /// A run stream's cover: which items hold the device's readings, and when none is
+    /// left to read.
+    cover: Option<RunCover>,
+}
+
+impl StreamState {
+    fn of(specs: &[StreamSpec]) -> Vec<Self> {
+        specs
+            .iter()
+            .map(|spec| Self {
+                cover: spec.slab.as_ref().and_then(slabs::cover),
+                ..Self::default()
+            })
+            .collect()
+    }
+}
+
+/// A page as a Query answered it: readings, or a slab or run partition's items.
+enum Fetched {
+    Readings(Page),
+    Items(ItemsPage),
+}
+
+impl Fetched {
+    /// The page as the merge takes it: a slab or run partition's items as the readings
+    /// of the stream's device they hold, with the next page's start `None` once the
+    /// stream has nothing more (its cover, in `state`, done).
+    fn into_page(self, spec: &StreamSpec, state: &mut StreamState) -> Result<Page, StoreError> {
+        state.pages += 1;
+        match (self, &spec.slab) {
+            (Fetched::Readings(page), _) => Ok(page),
+            (Fetched::Items(page), Some(stream)) => slabs::take(stream, state.cover.as_mut(), page),
+            (Fetched::Items(_), None) => Err(StoreError::Malformed(
+                "a page of items for a stream of readings".to_owned(),
+            )),
+        }
+    }
+}
+
 /// The pages of one round that arrived by the deadline.
 struct Round {
-    pages: Vec<(usize, Result<store::read::Page, StoreError>)>,
+    pages: Vec<(usize, Result<Fetched, StoreError>)>,
     /// Every ask was answered before the deadline.
     answered: bool,
 }
@@ -538,23 +597,33 @@ async fn read_round<S: ReadingSource>(
     specs: &[StreamSpec],
     opts: ReadOptions,
     asks: &[PageAsk],
-    (next_start, members): (&[Option<LastKey>], &[Option<f64>]),
+    states: &[StreamState],
 ) -> Round {
-    let requests: Vec<(usize, PageRequest)> = asks
+    let requests: Vec<(usize, Request)> = asks
         .iter()
         .map(|ask| {
             let i = ask.stream;
-            let mut req = page_request(&specs[i], ask, next_start[i].clone(), opts);
-            if specs[i].block_window_ms.is_some() {
-                req.limit = req
-                    .limit
-                    .map(|l| block_limit(l, members.get(i).copied().flatten()));
+            let start = states[i].next_start.clone();
+            if let Some(stream) = &specs[i].slab {
+                let at = (start.as_ref(), states[i].pages);
+                let req = slabs::request(stream, ask.limit, at, opts.consistent);
+                return (i, Request::Items(req));
             }
-            (i, req)
+            let mut req = page_request(&specs[i], ask, start, opts);
+            if specs[i].block_window_ms.is_some() {
+                req.limit = req.limit.map(|l| block_limit(l, states[i].members));
+            }
+            (i, Request::Readings(req))
         })
         .collect();
     let mut arriving = futures::stream::iter(requests)
-        .map(|(i, req)| async move { (i, source.query_page(&req).await) })
+        .map(|(i, req)| async move {
+            let fetched = match req {
+                Request::Readings(req) => source.query_page(&req).await.map(Fetched::Readings),
+                Request::Items(req) => source.query_items(&req).await.map(Fetched::Items),
+            };
+            (i, fetched)
+        })
         .buffer_unordered(opts.concurrency.max(1));
     let mut pages = Vec::with_capacity(asks.len());
     loop {
@@ -576,21 +645,27 @@ async fn read_round<S: ReadingSource>(
     }
 }
 
+/// One Query of a round.
+enum Request {
+    Readings(PageRequest),
+    Items(store::read::ItemsRequest),
+}
+
 /// Delivers a round's pages to the merge, each with the readings of `read.devices`
 /// only (`None`: all), and counts their cost.
 fn deliver_round(
-    results: Vec<(usize, Result<store::read::Page, StoreError>)>,
+    results: Vec<(usize, Result<Fetched, StoreError>)>,
     read: Read<'_>,
-    (next_start, members): (&mut [Option<LastKey>], &mut [Option<f64>]),
+    states: &mut [StreamState],
     merge: &mut BoundedMerge<ReadingKey, ReadingItem>,
     cost: &mut ReadCost,
 ) -> Result<(), ExecError> {
     for (i, result) in results {
-        let page = result?;
+        let page = result?.into_page(&read.specs[i], &mut states[i])?;
         cost.pages += 1;
         cost.items_read += page.items_read;
         if page.items_read > 0 && read.specs[i].block_window_ms.is_some() {
-            members[i] = Some(page.items.len() as f64 / page.items_read as f64);
+            states[i].members = Some(page.items.len() as f64 / page.items_read as f64);
         }
         // The page's last timestamp (what a time-indexed stream holds ties at); for
         // blocks, the sort time of its last stored item (what the merge holds back at).
@@ -603,8 +678,8 @@ fn deliver_round(
                 .or_else(|| page.last_key.as_ref().and_then(|k| k.ts_ms))
         };
         let devices = read.devices;
-        next_start[i] = page.last_key;
-        let last_page = next_start[i].is_none();
+        states[i].next_start = page.last_key;
+        let last_page = states[i].next_start.is_none();
         // How far the stream has come counts every item read; only the kept ones are
         // handed over.
         let keyed = page
@@ -700,7 +775,7 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         budget,
     };
     let mut cost = ReadCost::default();
-    let mut next_start: Vec<Option<LastKey>> = vec![None; specs.len()];
+    let mut states = StreamState::of(&specs);
     // Streams not read to their end, in plan order.
     let mut open: Vec<usize> = (0..specs.len()).collect();
     let outcome = |cost: ReadCost, stopped| ScanOutcome {
@@ -721,12 +796,12 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
         if let Err(budget) = fit_to_budget(&mut asks, &cost, budget) {
             return Ok(outcome(cost, Some(budget)));
         }
-        let round = read_round(source, &specs, opts, &asks, (&next_start, &[])).await;
+        let round = read_round(source, &specs, opts, &asks, &states).await;
         if !round.answered {
             return Ok(outcome(cost, Some(Exhausted::Time)));
         }
         for (i, result) in round.pages {
-            let page = result?;
+            let page = result?.into_page(&specs[i], &mut states[i])?;
             cost.pages += 1;
             cost.items_read += page.items_read;
             let (lo, hi) = specs[i].span;
@@ -734,8 +809,8 @@ pub async fn scan_all<S: ReadingSource, F: FnMut(&ReadingItem)>(
                 .iter()
                 .filter(|item| (lo..hi).contains(&item.ts_ms))
                 .for_each(&mut each);
-            next_start[i] = page.last_key;
-            if next_start[i].is_none() {
+            states[i].next_start = page.last_key;
+            if states[i].next_start.is_none() {
                 open.retain(|&s| s != i);
             }
         }

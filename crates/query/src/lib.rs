@@ -6,6 +6,8 @@
 //! - [`exec`]: concurrent paged reads and the k-way merge that reads only what the
 //!   page needs, and shows a reading stored under two keys once.
 //! - [`stats`]: stats pages of complete buckets within a read budget.
+//! - [`slabs`]: a device's readings held by slabs and runs of many devices, as merge
+//!   streams beside its own keys.
 //! - [`budget`]: what one request may cost (Queries, items evaluated, answer bytes,
 //!   wall time), and where a page that a budget ended resumes.
 //! - [`scope`]: who may read which device, from a claim of the caller's token.
@@ -39,6 +41,7 @@ pub mod model;
 pub mod params;
 pub mod scope;
 pub mod service;
+pub mod slabs;
 pub mod stats;
 
 pub use config::Config;

@@ -19,9 +19,7 @@ use stand_in::{Backend, Dynalite, ensure_dynalite, provision_tables, repo_root};
 use store::error::StoreError;
 use store::item::{Reading, ReadingItem};
 use store::memory::MemoryShards;
-use store::read::{
-    DynamoReadingSource, ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource,
-};
+use store::read::{DynamoReadingSource, ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource};
 
 use crate::budget::largest_reading;
 use crate::common::{BASE_MS, fanout_history, hourly, key, now, shard_table, table_history, ts};

@@ -25,4 +25,5 @@ mod scope;
 mod sealed;
 mod sealed_month;
 mod series;
+mod slabs;
 mod stats;

@@ -80,6 +80,7 @@ use store::rollup::{DirEntry, keys};
 use super::answer::{exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
 use super::rollups::{Fetch, Spend};
+use super::slabs::{SlabProgress, sum};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::error::ApiError;
@@ -123,9 +124,21 @@ struct Look<'a> {
     budget: ReadBudget,
     cost: ReadCost,
     plan_queries: u64,
+    /// What its reads of slab-held readings are planned by.
+    slabs: SlabProgress,
+    /// The request's clock, which dates the directory's cached slab group fan-outs.
+    now: Timestamp,
 }
 
 impl Look<'_> {
+    /// Charges what a read cost, to the rollups' ledger too.
+    fn charge(&mut self, cost: ReadCost) {
+        if let Some(spend) = self.spend {
+            spend.charge(cost);
+        }
+        self.cost = sum(self.cost, cost);
+    }
+
     /// What is left of the request's budgets.
     fn remaining(&self) -> ReadBudget {
         match self.spend {
@@ -200,7 +213,19 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             budget,
             cost: ReadCost::default(),
             plan_queries: 0,
+            slabs: SlabProgress::NoSlabs,
+            now,
         };
+        let mut progress_cost = ReadCost::default();
+        look.slabs = self
+            .slab_progress(
+                &table,
+                to_time_range(range)?,
+                look.remaining(),
+                &mut progress_cost,
+            )
+            .await?;
+        look.charge(progress_cost);
         let span = match &spend {
             None => None,
             Some(spend) => match spend.sealed_span().await? {
@@ -264,8 +289,14 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     /// The newest reading of `look`'s device in `range` (non-empty), within what is
     /// left of the budgets; what it cost is charged to `look`.
     async fn newest_in(&self, look: &mut Look<'_>, range: Range) -> Result<Found, ApiError> {
-        let plan = plan_entity(look.device, to_time_range(range)?, look.table, look.fanout)
-            .map_err(plan_error)?;
+        let time_range = to_time_range(range)?;
+        let plan =
+            plan_entity(look.device, time_range, look.table, look.fanout).map_err(plan_error)?;
+        let mut specs = specs(&plan);
+        specs.extend(
+            self.slab_streams(look.device, time_range, look.table, look.slabs, look.now)
+                .await?,
+        );
         let opts = ReadOptions {
             descending: true,
             consistent: look.consistent,
@@ -280,17 +311,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             devices: None,
             stop_at_limit: true,
         };
-        let outcome = read_merged(&self.source, specs(&plan), opts, page, |_| true)
+        look.plan_queries += specs.len() as u64;
+        let outcome = read_merged(&self.source, specs, opts, page, |_| true)
             .await
             .map_err(exec_error)?;
-        if let Some(spend) = look.spend {
-            spend.charge(outcome.cost);
-        }
-        look.cost.items_read += outcome.cost.items_read;
-        look.cost.pages += outcome.cost.pages;
-        look.cost.rounds += outcome.cost.rounds;
-        look.cost.duplicates += outcome.cost.duplicates;
-        look.plan_queries += plan.len() as u64;
+        look.charge(outcome.cost);
         Ok(match (outcome.items.into_iter().next(), outcome.stopped) {
             (Some(item), _) => Found::Reading(Box::new(item)),
             (None, None) => Found::Nothing,

@@ -60,6 +60,7 @@ mod rollups;
 mod sealed;
 mod series;
 mod shards;
+mod slabs;
 mod stats;
 
 pub use answer::{error_response, store_error};

@@ -38,6 +38,7 @@ fn spec_of(q: &KeyQuery, time_index: Option<&str>) -> StreamSpec {
         time_ordered: q.time_ordered,
         index,
         block_window_ms: q.block_window_ms.map(i64::from),
+        slab: None,
     }
 }
 

@@ -6,11 +6,12 @@
 //! device's plan at that millisecond, which reads the window back, is read for it
 //! beside the keys. A reading sent again with new values can be stored twice (under
 //! two keys across a raise, in two blocks): of what these reads find, the copy written
-//! last is answered (`sharding::written`), as a range read answers it.
+//! last is answered (`sharding::written`), as a range read answers it. Where the layout
+//! at that millisecond has slabs, its window's run or slab partitions are read beside
+//! the keys too (`crate::slabs`), for a reading a slab or run holds.
 
 use std::time::Instant;
 
-use sharding::epoch::{FanoutHistory, TableHistory};
 use sharding::key::{ItemKey, KeyError, ReadingRef, point_keys};
 use sharding::read_plan::plan_entity;
 use sharding::time::Timestamp;
@@ -21,10 +22,11 @@ use store::read::ReadingSource;
 
 use super::answer::{json_body, reading_out, store_error};
 use super::plan::{plan_error, specs, to_time_range};
+use super::slabs::less;
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::error::{ApiError, codes};
-use crate::exec::{Exhausted, scan_all, within};
+use crate::exec::{Exhausted, ReadCost, scan_all, within};
 use crate::params::Range;
 
 /// A validated point read.
@@ -58,12 +60,13 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 ts.to_rfc3339()
             ))
         };
-        let Some(DeviceLayout { table, fanout }) = self.device_layout(device, now).await? else {
+        let Some(layout) = self.device_layout(device, now).await? else {
             return Err(not_found());
         };
+        let DeviceLayout { table, fanout } = &layout;
         let reading = ReadingRef::new(device, event_id, ts);
         let mut stats = ReadStats::default();
-        let found = match point_keys(&reading, &table, &fanout) {
+        let found = match point_keys(&reading, table, fanout) {
             Ok(keys) => {
                 // The reading's own keys and, where the layout packs blocks, the block
                 // window before it, at once: a reading inside a block costs one round
@@ -75,7 +78,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 };
                 let (own, in_block) = tokio::join!(
                     self.first_stored(&keys, &reading, consistent, deadline, &mut stats),
-                    self.scan_plan(point, &table, &fanout, deadline, &mut window, true),
+                    self.scan_plan(point, &layout, (now, deadline), &mut window, true),
                 );
                 stats.calls += window.calls - keys.len() as u64;
                 stats.items_read += window.items_read;
@@ -91,7 +94,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             }
             // A layout that hashes another attribute: look in every shard at that ms.
             Err(KeyError::MissingAttribute { .. }) => {
-                self.scan_plan(point, &table, &fanout, deadline, &mut stats, false)
+                self.scan_plan(point, &layout, (now, deadline), &mut stats, false)
                     .await?
             }
             Err(e) => return Err(ApiError::bad_request(codes::BAD_ID, e.to_string())),
@@ -140,16 +143,17 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     }
 
     /// Every key of the device's plan at the point's millisecond, read whole, for the
-    /// reading (blocks read back included); `only_blocks` reads the plan's blocks'
-    /// lanes alone, and nothing where it reads no blocks. Adds the calls and items read to `stats`, and spends only what is
-    /// left of the request's budget. A budget that ends the scan before it found the
-    /// reading refuses the request.
+    /// reading (blocks read back included), and the run or slab partitions of its slab
+    /// window where the layout has slabs; `only_blocks` leaves out the device's own keys
+    /// (the blocks' lanes and the slabs alone), and reads nothing where there are none.
+    /// Adds the calls and items read to `stats`, and spends only what is left of the
+    /// request's budget. A budget that ends the scan before it found the reading refuses
+    /// the request.
     async fn scan_plan(
         &self,
         point: &Point<'_>,
-        table: &TableHistory,
-        fanout: &FanoutHistory,
-        deadline: Option<Instant>,
+        DeviceLayout { table, fanout }: &DeviceLayout,
+        (now, deadline): (Timestamp, Option<Instant>),
         stats: &mut ReadStats,
         only_blocks: bool,
     ) -> Result<Option<ReadingItem>, ApiError> {
@@ -162,17 +166,29 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             // The reading's own items are every key `point_keys` names, read by GetItem
             // beside this scan: only the blocks' lanes are left to read.
             plan.queries.retain(|q| q.block_window_ms.is_some());
-            if plan.queries.is_empty() {
-                return Ok(None);
-            }
         }
-        let mut budget = self.config.budget.read(deadline);
+        let mut spent = ReadCost::default();
+        let budget = self.config.budget.read(deadline);
+        let progress = self
+            .slab_progress(table, range, less(budget, spent), &mut spent)
+            .await?;
+        stats.calls += spent.pages;
+        stats.items_read += spent.items_read;
+        let mut specs = specs(&plan);
+        specs.extend(
+            self.slab_streams(point.device, range, table, progress, now)
+                .await?,
+        );
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let mut budget = budget;
         budget.queries = budget.queries.saturating_sub(stats.calls);
         budget.evaluated = budget.evaluated.saturating_sub(stats.items_read);
         let mut found: Option<ReadingItem> = None;
         let outcome = scan_all(
             &self.source,
-            specs(&plan),
+            specs,
             point.consistent,
             self.config.concurrency,
             budget,

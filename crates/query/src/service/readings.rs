@@ -16,11 +16,12 @@ use store::read::ReadingSource;
 
 use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body, reading_out, store_error};
 use super::plan::{plan_error, specs_with_index, to_time_range};
+use super::slabs::{less, sum};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
 use crate::error::{ApiError, codes};
-use crate::exec::{ExecError, MergedPage, ReadOptions, ReadOutcome, key_of, read_merged};
+use crate::exec::{ExecError, MergedPage, ReadCost, ReadOptions, ReadOutcome, key_of, read_merged};
 use crate::model::{ReadingKey, ReadingOut, ReadingsPage};
 use crate::params::{Range, ReadParams};
 use crate::scope::DeviceGrants;
@@ -109,6 +110,22 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let plan = self
             .plan_readings(&devices, time_range, &table, now)
             .await?;
+        // The slab-held readings of the devices read by their own keys.
+        let mut before = ReadCost::default();
+        let budget = self.config.budget.read(deadline);
+        let mut specs = specs_with_index(&plan, self.config.time_index.as_deref());
+        let own = slab_devices(&devices);
+        if !own.is_empty() {
+            let progress = self
+                .slab_progress(&table, time_range, budget, &mut before)
+                .await?;
+            for id in own {
+                let streams = self
+                    .slab_streams(id, time_range, &table, progress, now)
+                    .await?;
+                specs.extend(streams);
+            }
+        }
         let every_device = device.is_none();
         // The density of the fleet's streams, which a scoped read does not see whole.
         let unscoped = every_device && devices.grants().is_none();
@@ -122,7 +139,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             consistent: read.consistent,
             concurrency: self.config.concurrency,
             max_buffered: self.config.max_buffered,
-            budget: self.config.budget.read(deadline),
+            budget: less(budget, before),
         };
         let mut room = AnswerRoom::new(self.config.budget.answer_bytes);
         let page = MergedPage {
@@ -132,15 +149,11 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             devices: devices.grants(),
             stop_at_limit: false,
         };
-        let outcome = read_merged(
-            &self.source,
-            specs_with_index(&plan, self.config.time_index.as_deref()),
-            opts,
-            page,
-            |item| room.take(item),
-        )
-        .await
-        .map_err(|e| self.read_error(e, every_device))?;
+        let planned = specs.len() as u64;
+        let mut outcome = read_merged(&self.source, specs, opts, page, |item| room.take(item))
+            .await
+            .map_err(|e| self.read_error(e, every_device))?;
+        outcome.cost = sum(before, outcome.cost);
         if unscoped && let Some(density) = outcome.density {
             self.remember_density(density, now);
         }
@@ -149,7 +162,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .map(|position| {
                 encode_cursor(&position, &binding, &self.config.cursor_keys.get(), now)
             });
-        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, plan.len() as u64);
+        let stats = ReadStats::of(outcome.cost, outcome.items.len() as u64, planned);
         let items = outcome
             .items
             .into_iter()
@@ -289,6 +302,20 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             density,
             seen_at: now,
         });
+    }
+}
+
+/// The devices a range read reads by their own keys, whose slab-held readings it reads
+/// too: the one device, or the few a scoped read over every device names. A read over
+/// every device reads the fleet's shards, and no device's slabs.
+fn slab_devices<'a>(devices: &'a Devices<'_>) -> Vec<&'a str> {
+    match devices {
+        Devices::One(device) => vec![device.as_str()],
+        Devices::Every(Some(grants)) => grants
+            .few_ids(MAX_DEVICE_PLANS)
+            .map(Iterator::collect)
+            .unwrap_or_default(),
+        Devices::Every(None) => Vec::new(),
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use store::error::StoreError;
+use store::rollup::compaction::{Compacted, read_compacted};
 use store::rollup::watermark::Watermark;
 use store::rollup::{RollupItem, RollupPage, RollupQuery, RollupTable, hour_of, keys, part_of};
 
@@ -31,6 +32,8 @@ trait RollupReader: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<RollupItem>, StoreError>>;
 
     fn query<'a>(&'a self, q: &'a RollupQuery) -> BoxFuture<'a, Result<RollupPage, StoreError>>;
+
+    fn compacted(&self) -> BoxFuture<'_, Result<Option<Compacted>, StoreError>>;
 }
 
 impl<T: RollupTable> RollupReader for T {
@@ -45,6 +48,10 @@ impl<T: RollupTable> RollupReader for T {
 
     fn query<'a>(&'a self, q: &'a RollupQuery) -> BoxFuture<'a, Result<RollupPage, StoreError>> {
         Box::pin(RollupTable::query(self, q))
+    }
+
+    fn compacted(&self) -> BoxFuture<'_, Result<Option<Compacted>, StoreError>> {
+        Box::pin(read_compacted(self))
     }
 }
 
@@ -61,6 +68,12 @@ impl fmt::Debug for Rollups {
 impl Rollups {
     pub(super) fn new(table: impl RollupTable + 'static) -> Self {
         Self(Arc::new(table))
+    }
+
+    /// The compaction progress of slabs into runs (one strongly consistent GetItem);
+    /// `None` before the first window is compacted.
+    pub(super) async fn compacted(&self) -> Result<Option<Compacted>, StoreError> {
+        self.0.compacted().await
     }
 }
 

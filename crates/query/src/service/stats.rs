@@ -25,6 +25,7 @@ use super::answer::{PAGE_OVERHEAD_BYTES, exec_error, json_body};
 use super::plan::{plan_error, specs, to_time_range};
 use super::rollups::{Fetch, Marks, Spend};
 use super::sealed::{read_sealed, split};
+use super::slabs::SlabProgress;
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
@@ -212,16 +213,25 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         let span = unmarked(spend.as_ref(), span, read).await?;
         let parts = split(read.from_ms, read.to_ms, read.interval_ms, span);
-        let raw = RawRead {
-            table: &table,
-            fanout: &fanout,
-            read,
-        };
         let mut ledger = Ledger {
             spend: spend.as_ref(),
             budget,
             cost: ReadCost::default(),
             plan_queries: 0,
+        };
+        let readings = [parts.head, parts.tail].into_iter().flatten();
+        let slabs = match readings.reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))) {
+            Some(hull) if progress.goes_on(&pager) => {
+                self.raw_slabs(&table, hull, &mut ledger).await?
+            }
+            _ => SlabProgress::NoSlabs,
+        };
+        let raw = RawRead {
+            table: &table,
+            fanout: &fanout,
+            read,
+            slabs,
+            now,
         };
         let mut sealed_readings = 0;
         if let Some(head) = parts.head
@@ -273,6 +283,26 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         })
     }
 
+    /// What the reads of the readings in `[a, b)` read slab-held readings by: one
+    /// progress for both parts, charged to `ledger`.
+    async fn raw_slabs(
+        &self,
+        table: &TableHistory,
+        (a, b): (i64, i64),
+        ledger: &mut Ledger<'_, '_>,
+    ) -> Result<SlabProgress, ApiError> {
+        let range = to_time_range(Range {
+            from_ms: a,
+            to_ms: b,
+        })?;
+        let mut spent = ReadCost::default();
+        let slabs = self
+            .slab_progress(table, range, ledger.remaining(), &mut spent)
+            .await?;
+        ledger.charge(spent, 0);
+        Ok(slabs)
+    }
+
     /// Reads the readings of `[a, b)` into `pager` within what is left of the budgets,
     /// and charges what it cost to `ledger`. A budget that stops it ends the page at
     /// the last bucket boundary the read had settled (`progress`).
@@ -290,6 +320,12 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             to_ms: b,
         })?;
         let plan = plan_entity(read.device, range, raw.table, raw.fanout).map_err(plan_error)?;
+        let mut specs = specs(&plan);
+        specs.extend(
+            self.slab_streams(read.device, range, raw.table, raw.slabs, raw.now)
+                .await?,
+        );
+        let planned = specs.len() as u64;
         let opts = ReadOptions {
             descending: false,
             consistent: read.consistent,
@@ -301,7 +337,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         // buckets close in time order.
         let outcome = merge_each(
             &self.source,
-            specs(&plan),
+            specs,
             opts,
             self.config.stats_window,
             |item| {
@@ -316,7 +352,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         if let Some(stopped) = outcome.stopped {
             progress.stop(stopped.budget, pager, stopped.settled_before, read.from_ms);
         }
-        ledger.charge(outcome.cost, plan.len() as u64);
+        ledger.charge(outcome.cost, planned);
         Ok(())
     }
 
@@ -361,6 +397,10 @@ struct RawRead<'a> {
     table: &'a TableHistory,
     fanout: &'a FanoutHistory,
     read: &'a CellsRead<'a>,
+    /// What its reads of slab-held readings are planned by.
+    slabs: SlabProgress,
+    /// The request's clock, which dates the directory's cached slab group fan-outs.
+    now: Timestamp,
 }
 
 /// What a request's reads of the readings have spent, beside its sealed reads (which
