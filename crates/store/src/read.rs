@@ -848,8 +848,14 @@ mod tests {
                     .items(stored("dev-0#2026-06-22T00:01#0000", 12))
                     .scanned_count(1)
                     .set_last_evaluated_key(Some(HashMap::from([
-                        ("PK".to_string(), AttributeValue::S("r#3#2026-06-22T00".into())),
-                        ("SK".to_string(), AttributeValue::S("dev-0#2026-06-22T00:01#0000".into())),
+                        (
+                            "PK".to_string(),
+                            AttributeValue::S("r#3#2026-06-22T00".into()),
+                        ),
+                        (
+                            "SK".to_string(),
+                            AttributeValue::S("dev-0#2026-06-22T00:01#0000".into()),
+                        ),
                     ])))
                     .build()
             });
@@ -876,7 +882,10 @@ mod tests {
         let page = source.query_items(&request).await.expect("page");
         assert_eq!(page.items.len(), 1);
         assert_eq!(page.items[0].sk, "dev-0#2026-06-22T00:01#0000");
-        assert_eq!(page.items[0].item, stored("dev-0#2026-06-22T00:01#0000", 12));
+        assert_eq!(
+            page.items[0].item,
+            stored("dev-0#2026-06-22T00:01#0000", 12)
+        );
         assert_eq!(page.items_read, 1);
         assert_eq!(
             page.last_key.map(|k| k.sk),

@@ -268,7 +268,10 @@ impl Stored {
 /// The time index's order: ts ascending, ties by SK descending (it holds only items
 /// with a `ts_ms`).
 fn index_order(item: &Stored) -> (i64, Reverse<String>) {
-    (item.ts_ms().unwrap_or(i64::MIN), Reverse(item.sk().to_owned()))
+    (
+        item.ts_ms().unwrap_or(i64::MIN),
+        Reverse(item.sk().to_owned()),
+    )
 }
 
 fn in_ts_range(r: &PageRequest, item: &Stored) -> bool {
@@ -361,7 +364,10 @@ impl ReadingSource for MemoryReadings {
             time_index: None,
             limit: None,
             ascending: r.ascending,
-            start_after: r.start_after.clone().map(|key| LastKey { key, ts_ms: None }),
+            start_after: r
+                .start_after
+                .clone()
+                .map(|key| LastKey { key, ts_ms: None }),
             consistent: r.consistent,
         };
         let mut evaluated = self.evaluate(&request, cap)?;
