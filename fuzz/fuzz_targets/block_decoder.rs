@@ -1,7 +1,9 @@
-//! The block decoder (`store::block::BlockItem::from_item` and `readings`) on arbitrary
-//! stored blocks: it refuses a block that breaks a rule of the format or returns its
+//! The block decoder (`store::block::BlockItem::from_item` and `readings`) and the slab
+//! decoder (`store::slab::decode`, for an item with a `slab` attribute) on arbitrary
+//! stored items: each refuses an item that breaks a rule of its format or returns its
 //! members in order, one per entry of every column, each number a canonical decimal,
-//! and never panics.
+//! and never panics. What the slab decoder accepts, its encoder writes again as an item
+//! that reads back the same.
 //!
 //! The input is a JSON object read as an item: a number is an `N` of its text, a string
 //! an `S`, except one that starts with `n:`, which is an `N` of the rest (so any text at
@@ -12,8 +14,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use store::Decimal;
 use store::block::BlockItem;
+use store::item::{Reading, ReadingItem};
+use store::{Decimal, Item, slab};
 
 fn attribute(value: Value) -> AttributeValue {
     match value {
@@ -35,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    let item = map.into_iter().map(|(k, v)| (k, attribute(v))).collect();
+    let item: Item = map.into_iter().map(|(k, v)| (k, attribute(v))).collect();
+    if slab::is_slab(&item) {
+        check_slab(item);
+        return;
+    }
     let Ok(block) = BlockItem::from_item(item) else {
         return;
     };
@@ -47,8 +54,39 @@ fuzz_target!(|data: &[u8]| {
                 .all(|w| (w[0].ts_ms, &w[0].event_id) < (w[1].ts_ms, &w[1].event_id))
         );
         assert!(readings.iter().all(|r| r.device_id == block.device_id));
-        for value in readings.iter().flat_map(|r| r.metrics.values()) {
-            assert_eq!(Decimal::parse(value.as_str()).as_ref(), Ok(value));
-        }
+        assert_canonical(&readings);
     }
 });
+
+/// A slab the decoder accepts: its members in (device, ts, event id) order, each once,
+/// under the item's key, and written again by the encoder as the same members.
+fn check_slab(item: Item) {
+    let Some(AttributeValue::S(pk)) = item.get("PK").cloned() else {
+        assert!(slab::decode(item).is_err(), "a slab without a PK string");
+        return;
+    };
+    let Ok(readings) = slab::decode(item) else {
+        return;
+    };
+    assert!(!readings.is_empty());
+    assert!(readings.windows(2).all(|w| {
+        (&w[0].device_id, w[0].ts_ms, &w[0].event_id) < (&w[1].device_id, w[1].ts_ms, &w[1].event_id)
+    }));
+    assert!(readings.iter().all(|r| r.pk == pk));
+    assert_canonical(&readings);
+    let ttl = readings[0].ttl;
+    let members: Vec<Reading> = readings
+        .iter()
+        .map(|r| r.clone().into_reading().expect("a decoded member is a reading"))
+        .collect();
+    let again = slab::marshal(&members, &pk, "again", ttl).expect("decoded members are a slab");
+    let back = slab::decode(again.item).expect("the encoder's slab is read");
+    assert_eq!(back, readings);
+}
+
+/// Every number of `readings` is a canonical decimal.
+fn assert_canonical(readings: &[ReadingItem]) {
+    for value in readings.iter().flat_map(|r| r.metrics.values()) {
+        assert_eq!(Decimal::parse(value.as_str()).as_ref(), Ok(value));
+    }
+}

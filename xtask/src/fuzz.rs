@@ -126,12 +126,16 @@ fn seed_corpus(root: &Path, fuzz_dir: &Path) -> Result<()> {
         "\u{2}1782100000000\ndev-2\nevt-1".to_owned(),
     ];
     write_seeds(&corpus.join("cursor_decoder"), &cursors)?;
-    // Block inputs: stored blocks as JSON (the encoder's own shape), one valid.
+    // Block inputs: stored blocks, slabs and runs as JSON (the encoders' own shape).
     let blocks = vec![
         r#"{"PK":"3#2026-06-22T00","SK":"dev-1#b#2026-06-22T00:00:00.000Z#e1#0011223344556677","device_id":"dev-1","event_id":"e1","ts":"2026-06-22T00:00:00.000Z","ts_ms":1782086400000,"block":1,"n":2,"dt":[0,1000],"ids":["e1","e2"],"m":{"t":[21.5,null]},"tg":{"site":[null,"a"]},"ttl":1784678400}"#.to_owned(),
         r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e","ts":"x","ts_ms":-1,"block":1,"n":1,"dt":[0],"ids":["e"],"m":{},"ttl":0}"#.to_owned(),
         r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e-01","ts":"x","ts_ms":1,"block":1,"n":2,"dt":[0,5],"idp":"e-0","ids":["1","2"],"m":{"t":[1,2]},"ttl":0}"#.to_owned(),
         r#"{"PK":"p","SK":"s","device_id":"d","event_id":"e-01","ts":"x","ts_ms":1,"block":1,"n":2,"dt":[0,5],"idp":"e-0","ids":["1","2"],"m":{"t":["n:+021.50e-3",null]},"ttl":0}"#.to_owned(),
+        // Slabs and runs: the documented vector, one with a sparse column, one of one member.
+        r#"{"PK":"s#3#2026-06-22T01:00","SK":"39a43519f78fd1f3","slab":1,"n":3,"devs":["sensor-7","thermo-3"],"dn":[2,1],"t0":1782090000000,"dt":[0,1000,500],"idp":"e-000","ids":["1","2","1"],"m":{"humidity":[40,null,41],"temperature":[21.5,21.75,null]},"tg":{"site":["lab",null,null]},"ttl":1782262860,"w":1782090003000,"dw":[0,1250,0]}"#.to_owned(),
+        r#"{"PK":"r#0#2026-06-22T01","SK":"a#2026-06-22T01:00#0000","slab":1,"n":4,"devs":["a","b","c","d"],"dn":[1,1,1,1],"t0":5,"dt":[0,1,2,3],"ids":["e","e","e","e"],"m":{"t":[1,2,3,4],"x":["n:1e-130"]},"mi":{"x":[2]},"ttl":0}"#.to_owned(),
+        r#"{"PK":"p","SK":"s","slab":1,"n":1,"devs":["d"],"dn":[1],"t0":-1,"dt":[0],"ids":["e"],"m":{},"ttl":0}"#.to_owned(),
     ];
     write_seeds(&corpus.join("block_decoder"), &blocks)?;
     Ok(())

@@ -460,3 +460,70 @@ async fn a_table_scan_counts_readings_a_block_holds_again() {
         })
     );
 }
+
+/// Slabs and runs (docs/design-slabs.md): a reading in two slabs of a window (a batch
+/// written twice) is held twice, a reading in a run and in the slabs it was compacted
+/// from once, and a reading in a run and in its device's own item twice.
+#[tokio::test]
+async fn a_table_scan_counts_copies_in_slabs_but_not_a_runs_slabs() {
+    use sharding::slab::{SlabLayout, run_pk, run_sk, slab_pk};
+    let layout = SlabLayout::default();
+    let reading = |device: &str, event: &str, secs: u64| {
+        let mut r = stored_reading("1#2026-06-22T10", event)
+            .into_reading()
+            .expect("a reading");
+        r.device_id = device.into();
+        r.ts = r.ts.saturating_add(Duration::from_secs(secs));
+        r
+    };
+    let slab_item = |pk: &str, sk: &str, members: &[Reading]| {
+        store::slab::marshal(members, pk, sk, 0)
+            .expect("sorted members")
+            .item
+    };
+    let open = layout.window(Timestamp::parse("2026-06-22T10:05:00Z").expect("valid"));
+    let compacted = layout.window(Timestamp::parse(T0).expect("valid"));
+    let table = MemoryScan::new();
+    table.set_page_items(2);
+    // The open window: dev-1's e1 in two slabs, dev-2's e1 in one.
+    let (d1e1, d2e1) = (reading("dev-1", "e1", 300), reading("dev-2", "e1", 300));
+    table.put(slab_item(&slab_pk(0, 0, open), "a", &[d1e1.clone(), d2e1]));
+    table.put(slab_item(&slab_pk(0, 1, open), "b", &[d1e1]));
+    // The compacted window: two slabs and their run; dev-2's e2 also in its own item.
+    let (d1e2, d2e2) = (reading("dev-1", "e2", 0), reading("dev-2", "e2", 0));
+    table.put(slab_item(
+        &slab_pk(0, 0, compacted),
+        "c",
+        &[d1e2.clone(), d2e2.clone()],
+    ));
+    table.put(slab_item(
+        &slab_pk(0, 1, compacted),
+        "d",
+        std::slice::from_ref(&d1e2),
+    ));
+    let run_key = (run_pk(0, compacted), run_sk("dev-1", compacted, 0));
+    table.put(slab_item(&run_key.0, &run_key.1, &[d1e2, d2e2.clone()]));
+    let own = ItemKey {
+        pk: "2#2026-06-22T10".into(),
+        sk: format!("dev-2#{}#e2", d2e2.ts.to_rfc3339()),
+    };
+    table
+        .put_reading(&ReadingItem::new(&d2e2, own, Duration::from_secs(86_400)))
+        .expect("an item");
+    let sample = scan_table(&table, &ScanAttributes::readings(), None)
+        .await
+        .expect("scanned");
+    assert_eq!(sample.len(), 6);
+    let report = audit_sampled(&sample, &AuditConfig::default());
+    assert_eq!(
+        report.duplicates,
+        Some(DuplicateReport {
+            // dev-1's e1 twice, dev-2's e1 once, dev-1's e2 once (its run), dev-2's e2
+            // twice (its run and its own item).
+            items: 2 + 1 + 1 + 2,
+            readings: 4,
+            duplicated: 2,
+            extra_copies: 2,
+        })
+    );
+}

@@ -69,10 +69,25 @@ pub struct ScannedItem {
     pub ts_ms: Option<i64>,
     /// The whole item's size, bytes.
     pub bytes: usize,
-    /// Where the item is a block (`crate::block`), each member's sort key as it would
-    /// be alone (`{device}#{ts}#{event id}`); empty for any other item, and for a block
-    /// that breaks the format.
+    /// Where the item is a block (`crate::block`), a slab or a run (`crate::slab`), each
+    /// member's sort key as it would be alone (`{device}#{ts}#{event id}`); empty for
+    /// any other item, and for one that breaks its format.
     pub members: Vec<String>,
+    /// What kind of item holds them.
+    pub tier: Tier,
+}
+
+/// What kind of item of the readings table a scanned item is (docs/design-slabs.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tier {
+    /// A device's own: one reading, a block, or an item of no reading at all.
+    #[default]
+    Own,
+    /// A slab: a batch's readings of a slab group's window.
+    Slab,
+    /// A run: a compacted window's readings of a slab group, which stand for the
+    /// window's slabs.
+    Run,
 }
 
 /// The answer to one [`ScanRequest`].
@@ -132,20 +147,26 @@ pub(crate) fn scanned(
         Some(AttributeValue::S(s)) => Timestamp::parse(s).ok().map(Timestamp::as_millis),
         _ => None,
     };
-    let members = if crate::block::is_block(item) {
-        crate::block::BlockItem::from_item(item.clone())
-            .and_then(|block| block.readings())
+    let pk = string(&attributes.pk);
+    let tier = match &pk {
+        _ if !crate::slab::is_slab(item) => Tier::Own,
+        Some(pk) if pk.starts_with(sharding::slab::RUN_PREFIX) => Tier::Run,
+        _ => Tier::Slab,
+    };
+    let members = if tier != Tier::Own || crate::block::is_block(item) {
+        crate::block::expand(item.clone())
             .map(|readings| readings.into_iter().map(|r| r.sk).collect())
             .unwrap_or_default()
     } else {
         Vec::new()
     };
     ScannedItem {
-        pk: string(&attributes.pk),
+        pk,
         sk: string(&attributes.sk),
         ts_ms,
         bytes: item_size(item),
         members,
+        tier,
     }
 }
 
@@ -264,6 +285,7 @@ mod tests {
                 ts_ms: Some(1000),
                 bytes: item_size(&numbered),
                 members: Vec::new(),
+                tier: Tier::Own,
             }
         );
         let dated = item("k", "a", s("1970-01-01T00:00:01.000Z"));

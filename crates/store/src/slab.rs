@@ -405,7 +405,9 @@ fn members(
         .zip(&a.dn)
         .flat_map(|(device, count)| std::iter::repeat_n(device, *count as usize));
     for (i, device) in devices.enumerate() {
-        let ts_ms = a.t0 + a.dt[i];
+        let ts_ms =
+            a.t0.checked_add(a.dt[i])
+                .ok_or_else(|| format!("t0 + dt[{i}] overflows"))?;
         let ts = Timestamp::from_millis(ts_ms).map_err(|e| format!("dt[{i}]: {e}"))?;
         let event_id = format!("{}{}", a.idp, a.ids[i]);
         if validate_id("event_id", &event_id).is_err() {
@@ -652,7 +654,7 @@ mod tests {
         let n = |v: &str| AttributeValue::N(v.into());
         let s = |v: &str| AttributeValue::S(v.into());
         let l = AttributeValue::L;
-        let broken: [(&str, &str, AttributeValue); 14] = [
+        let broken: [(&str, &str, AttributeValue); 15] = [
             ("slab", "format", n("2")),
             ("n", "n is 4", n("4")),
             ("dt", "offsets", l(vec![n("0"), n("1000")])),
@@ -678,6 +680,7 @@ mod tests {
             ),
             ("ids", "not an id", l(vec![s("1"), s("2#"), s("1")])),
             ("ts_ms", "unknown field", n("1782090000000")),
+            ("t0", "outside the years", n(&i64::MAX.to_string())),
             (
                 "mi",
                 "no column",
@@ -690,6 +693,10 @@ mod tests {
             let err = decode(bad).expect_err(rule).to_string();
             assert!(err.contains(rule), "{attribute}: {err}");
         }
+        let mut late = item.clone();
+        late.insert("t0".into(), n(&i64::MAX.to_string()));
+        late.insert("dt".into(), l(vec![n("1000"), n("0"), n("500")]));
+        assert!(decode(late).unwrap_err().to_string().contains("overflows"));
         let mut short = item.clone();
         let AttributeValue::M(m) = short.get_mut("m").unwrap() else {
             panic!("no m");

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use sharding::capacity::PARTITION_WCU;
+use store::scan::Tier;
 use store::size::write_units;
 
 use super::duplicates::{DuplicateReport, count_duplicates};
@@ -36,9 +37,11 @@ pub struct Sampled {
     pub write: Write,
     /// The item's sort key (`None`: the input does not carry one).
     pub sk: Option<String>,
-    /// Where the item is a block, its members' own sort keys (a scan reads them; a
-    /// sample's lines carry none).
+    /// Where the item is a block, slab or run, its members' own sort keys (a scan reads
+    /// them; a sample's lines carry none).
     pub members: Vec<String>,
+    /// What kind of item it is (a sample's lines are read as a device's own).
+    pub tier: Tier,
 }
 
 /// How to judge.
@@ -138,14 +141,10 @@ pub struct AuditReport {
 /// Audits a sample whose items may carry sort keys: [`audit`] on the writes, with the
 /// duplicate count when any item has a sort key.
 pub fn audit_sampled(sample: &[Sampled], config: &AuditConfig) -> AuditReport {
-    let keyed = sample.iter().filter_map(|s| {
-        s.sk.as_deref()
-            .map(|sk| (s.write.pk.as_str(), sk, s.members.as_slice()))
-    });
     let duplicates = sample
         .iter()
         .any(|s| s.sk.is_some())
-        .then(|| count_duplicates(keyed));
+        .then(|| count_duplicates(sample));
     let report = audit(sample.iter().map(|s| s.write.clone()), config);
     match duplicates {
         Some(d) => report.with_duplicates(d),
@@ -392,6 +391,7 @@ mod tests {
             },
             sk: Some(sk.into()),
             members: Vec::new(),
+            tier: Tier::Own,
         }
     }
 

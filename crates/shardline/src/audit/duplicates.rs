@@ -2,21 +2,27 @@
 //! after a raise, can sit under two partition keys with one sort key; and a message
 //! rebuilt into other blocks (a raise moved its first member's key, a partial write
 //! split it) can hold a reading in two items. Reads show it once; the copies still
-//! cost storage and WCU. A reading is identified by its sort key, qualified by its
-//! entity where the sort key does not hold it ([`reading_identity`]); a block holds
-//! the readings its members' own sort keys name.
+//! cost storage and WCU. Two slabs can hold one reading too (a batch written twice),
+//! or a slab or run and the device's own item; a run and the slabs it was compacted
+//! from do not count as two. A reading is identified by its sort key, qualified by its
+//! entity where the sort key does not hold it ([`reading_identity`]); a block, slab or
+//! run holds the readings its members' own sort keys name.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use sharding::time::Timestamp;
+use store::scan::Tier;
 
-/// Readings held by more than one item, from the items' sort keys (a block's: its
-/// members').
+use super::analysis::Sampled;
+
+/// Readings held by more than one item, from the items' sort keys (a block's, slab's or
+/// run's: its members').
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DuplicateReport {
     /// Readings held, each time an item holds one: items of one reading whose sort key
-    /// names it, and each member of each block.
+    /// names it, and each member of each block, slab or run (but a slab's of a reading
+    /// a run holds).
     pub items: u64,
     /// Distinct readings among them.
     pub readings: u64,
@@ -46,33 +52,63 @@ pub fn reading_identity(pk: &str, sk: &str) -> Option<String> {
     }
 }
 
-/// Counts the readings held by more than one item among `items` (partition key, sort
-/// key, and a block's members' own sort keys, empty for an item of one reading), in
-/// any order; an item seen twice (a write repeated on one key) counts once. Memory:
-/// one entry per distinct reading.
-pub fn count_duplicates<'a>(
-    items: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
-) -> DuplicateReport {
-    let mut pks_of: HashMap<String, HashSet<(&'a str, &'a str)>> = HashMap::new();
-    for (pk, sk, members) in items {
-        let held: Vec<&str> = if members.is_empty() {
+/// Counts the readings held by more than one item among `items` (a block's, a slab's
+/// or a run's members each held by it; an item without a sort key left out), in any
+/// order; an item seen twice (a write repeated on one key) counts once. A run stands
+/// for its window's slabs: a reading a run holds is not held again by the slabs it was
+/// compacted from (they expire), but is by a device's own item or another run, and a
+/// reading no run holds is held again by a second slab. Memory: one entry per distinct
+/// reading.
+pub fn count_duplicates<'a>(items: impl IntoIterator<Item = &'a Sampled>) -> DuplicateReport {
+    let mut holders_of: HashMap<String, Holders<'a>> = HashMap::new();
+    for item in items {
+        let Some(sk) = item.sk.as_deref() else {
+            continue;
+        };
+        let pk = item.write.pk.as_str();
+        let held: Vec<&str> = if item.members.is_empty() {
             vec![sk]
         } else {
-            members.iter().map(String::as_str).collect()
+            item.members.iter().map(String::as_str).collect()
         };
         for reading_sk in held {
             if let Some(identity) = reading_identity(pk, reading_sk) {
-                pks_of.entry(identity).or_default().insert((pk, sk));
+                let holders = holders_of.entry(identity).or_default();
+                match item.tier {
+                    Tier::Slab => holders.slabs.insert((pk, sk)),
+                    Tier::Own | Tier::Run => holders.others.insert((pk, sk)),
+                };
+                holders.in_run |= item.tier == Tier::Run;
             }
         }
     }
-    let items: u64 = pks_of.values().map(|pks| pks.len() as u64).sum();
-    let readings = pks_of.len() as u64;
+    let copies: Vec<u64> = holders_of.values().map(Holders::copies).collect();
+    let items: u64 = copies.iter().sum();
+    let readings = copies.len() as u64;
     DuplicateReport {
         items,
         readings,
-        duplicated: pks_of.values().filter(|pks| pks.len() > 1).count() as u64,
+        duplicated: copies.iter().filter(|&&c| c > 1).count() as u64,
         extra_copies: items - readings,
+    }
+}
+
+/// The items holding one reading, by their keys.
+#[derive(Default)]
+struct Holders<'a> {
+    /// Slabs.
+    slabs: HashSet<(&'a str, &'a str)>,
+    /// Runs and the device's own items.
+    others: HashSet<(&'a str, &'a str)>,
+    /// Whether a run is among them.
+    in_run: bool,
+}
+
+impl Holders<'_> {
+    /// How many copies of the reading they hold: a run's slabs are none.
+    fn copies(&self) -> u64 {
+        let slabs = if self.in_run { 0 } else { self.slabs.len() };
+        (self.others.len() + slabs) as u64
     }
 }
 

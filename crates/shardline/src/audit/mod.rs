@@ -18,7 +18,9 @@
 //!
 //! It also counts readings stored twice ([`count_duplicates`]): fan-out keys nest, so a
 //! reading written, then redelivered after a raise, can sit under two partition keys
-//! with one sort key. Reads show it once; the copies still cost storage and WCU. The
+//! with one sort key; two slabs can hold one reading (a batch written twice), and a slab
+//! or run and the device's own item can (a run and the slabs it was compacted from
+//! count once). Reads show it once; the copies still cost storage and WCU. The
 //! count needs each item's sort key (`sk`/`SK` in a sample line, `--sk-attribute` in a
 //! scan); a reading is identified by its sort key, qualified by its entity where the
 //! sort key does not hold it ([`reading_identity`]).

@@ -6,6 +6,7 @@ use std::io::BufRead;
 use anyhow::{Context as _, anyhow};
 use serde_json::Value;
 use sharding::time::Timestamp;
+use store::scan::Tier;
 
 use super::analysis::{Sampled, Write};
 
@@ -51,6 +52,7 @@ pub fn parse_sampled(line: &str, default_bytes: usize) -> Result<Sampled, String
         write: Write { pk, ts_ms, bytes },
         sk,
         members: Vec::new(),
+        tier: Tier::Own,
     })
 }
 

@@ -33,6 +33,7 @@ pub async fn scan_table(
                 },
                 sk: item.sk,
                 members: item.members,
+                tier: item.tier,
             });
             if limit.is_some_and(|l| out.len() as u64 >= l) {
                 return Ok(out);
