@@ -308,8 +308,9 @@ async fn the_range_read_answers_own_run_and_slab_readings_once_in_order_across_p
 async fn a_small_budget_ends_pages_early_with_cursors_and_loses_no_slab_reading() {
     let f = fixture().await;
     let mut config = ServiceConfig::new(key());
-    // The compaction progress, and three Queries: the plan reads nine partitions.
-    config.budget.queries = 4;
+    // The compaction progress, and nine Queries: one for each partition of the plan,
+    // none for the run partition's second page.
+    config.budget.queries = 10;
     config.concurrency = 1;
     let svc = service_of(&f, config);
     let path = format!("/devices/{}/readings", f.device);
