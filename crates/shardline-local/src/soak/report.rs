@@ -124,6 +124,21 @@ impl Report {
         )
     }
 
+    /// The last run-local's own counters, when it reported them.
+    fn last_run_local_text(&self) -> Option<String> {
+        let stats = self.last_run_local.as_ref()?;
+        Some(format!(
+            "last run-local: write calls {}, retries {}, unprocessed {}, fan-out raises {}, messages {} (reported {}, requeued {})",
+            stats["write_calls"],
+            stats["write_retries"],
+            stats["unprocessed_items"],
+            stats["fanout_raises"],
+            stats["messages"],
+            stats["failures_reported"],
+            stats["requeued"]
+        ))
+    }
+
     /// The human summary.
     pub fn text(&self) -> String {
         let mut s = String::new();
@@ -171,17 +186,8 @@ impl Report {
             self.proxy_unprocessed_items, self.proxy_errors, self.proxy_throttled
         ));
         line(format!("proxy requests: {:?}", self.proxy_requests));
-        if let Some(stats) = &self.last_run_local {
-            line(format!(
-                "last run-local: write calls {}, retries {}, unprocessed {}, fan-out raises {}, messages {} (reported {}, requeued {})",
-                stats["write_calls"],
-                stats["write_retries"],
-                stats["unprocessed_items"],
-                stats["fanout_raises"],
-                stats["messages"],
-                stats["failures_reported"],
-                stats["requeued"]
-            ));
+        if let Some(last) = self.last_run_local_text() {
+            line(last);
         }
         line(format!(
             "fan-out raises (shard table): {} over {} entities",
