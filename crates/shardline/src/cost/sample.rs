@@ -287,7 +287,10 @@ pub(crate) fn slab_items(
         })
     };
     let mut stored = Stored::default();
-    stored.add(item(&readings[..full.min(readings.len())], 0)?, count / full);
+    stored.add(
+        item(&readings[..full.min(readings.len())], 0)?,
+        count / full,
+    );
     let rest = count % full;
     if rest > 0 {
         stored.add(item(&readings[..rest], count / full)?, 1);

@@ -102,7 +102,10 @@ pub fn price(
     let n = messages_an_invocation * r;
     let groups_a_batch = g * (1.0 - (1.0 - 1.0 / g).powf(n));
     let readings_a_slab = n / groups_a_batch;
-    let window = Window::holding(Timestamp::from_millis(sample::START_MS)?, layout.window_minutes);
+    let window = Window::holding(
+        Timestamp::from_millis(sample::START_MS)?,
+        layout.window_minutes,
+    );
     // The longest group's keys: the last group's.
     let group = layout.groups.get() - 1;
     let slab_key = |_: &str, _: usize| (slab::slab_pk(group, 0, window), "0".repeat(16));
@@ -114,7 +117,10 @@ pub fn price(
         interval_ms,
         &SlabKeys {
             // The ingest's: the longest key a fan-out can give, a digest's length.
-            overhead: store::slab::overhead(&slab::slab_pk(group, u32::MAX, window), &"0".repeat(16)),
+            overhead: store::slab::overhead(
+                &slab::slab_pk(group, u32::MAX, window),
+                &"0".repeat(16),
+            ),
             max_bytes: layout.max_bytes as usize,
             key: &slab_key,
             ttl: layout.expires_at(window),
@@ -213,8 +219,8 @@ impl SlabTiers {
         let layout = SlabLayout::default();
         // A slab is kept until it expires, SLAB_EXPIRY_HOURS after its window's end:
         // half a window more, on average, after it is written.
-        let kept_secs = f64::from(layout.expiry_hours) * 3600.0
-            + f64::from(layout.window_minutes) * 30.0;
+        let kept_secs =
+            f64::from(layout.expiry_hours) * 3600.0 + f64::from(layout.window_minutes) * 30.0;
         let slab_stored = self.slab_bytes_an_invocation
             + STORAGE_OVERHEAD_BYTES as f64 * self.slab_items_an_invocation;
         let slabs_gb = invocations / MONTH_SECS * kept_secs * slab_stored / GB;
