@@ -33,6 +33,8 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use sharding::epoch::{Epoch, TableHistory};
+use sharding::slab::SlabLayout;
 use sharding::time::Timestamp;
 use stand_in::TestStack;
 use store::rollup::dynamo::DynamoRollups;
@@ -59,8 +61,9 @@ struct Call {
     resource: Named,
 }
 
-/// What a function's clients sent: each call, and the partition key of each call that
-/// names one item (`Item` or `Key`), which a `dynamodb:LeadingKeys` condition reads.
+/// What a function's clients sent: each call, and the partition keys of the items each
+/// call names (`Item` or `Key`, or a batch write's), which a `dynamodb:LeadingKeys`
+/// condition reads.
 #[derive(Debug, Clone, Default)]
 struct Recorded {
     calls: BTreeSet<Call>,
@@ -119,22 +122,57 @@ impl Intercept for Recorder {
         let body: serde_json::Value =
             serde_json::from_slice(request.body().bytes().ok_or("a streaming request body")?)?;
         let calls = calls_of(target, &body)?;
-        // Every table of the stack has the partition key `PK`.
-        let key = ["Item", "Key"]
-            .iter()
-            .find_map(|field| body.get(field))
-            .and_then(|item| item.get(store::item::PK))
-            .and_then(|pk| pk.get("S"))
-            .and_then(serde_json::Value::as_str);
+        let keys = keys_of(&body);
         let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(key) = key {
-            for call in &calls {
-                recorded.keys.insert((call.clone(), key.to_owned()));
+        for call in &calls {
+            let table = match &call.resource {
+                Named::Table { name, .. } => Some(name.as_str()),
+                Named::Queue(_) | Named::Secret(_) => None,
+            };
+            for (of, key) in &keys {
+                if of.is_none() || of.as_deref() == table {
+                    recorded.keys.insert((call.clone(), key.clone()));
+                }
             }
         }
         recorded.calls.extend(calls);
         Ok(())
     }
+}
+
+/// The partition keys a request names: its one item's (`Item` or `Key`), or each of a
+/// batch write's (`RequestItems`), with the table it names them of. Every table of the
+/// stack has the partition key `PK`.
+fn keys_of(body: &serde_json::Value) -> Vec<(Option<String>, String)> {
+    let pk = |item: &serde_json::Value| {
+        item.get(store::item::PK)
+            .and_then(|pk| pk.get("S"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    if let Some(key) = ["Item", "Key"]
+        .iter()
+        .find_map(|f| body.get(f))
+        .and_then(pk)
+    {
+        return vec![(None, key)];
+    }
+    let Some(tables) = body.get("RequestItems").and_then(|r| r.as_object()) else {
+        return Vec::new();
+    };
+    let mut keys = Vec::new();
+    for (table, requests) in tables {
+        for request in requests.as_array().into_iter().flatten() {
+            let item = request
+                .get("PutRequest")
+                .and_then(|put| put.get("Item"))
+                .or_else(|| request.get("DeleteRequest").and_then(|d| d.get("Key")));
+            if let Some(key) = item.and_then(pk) {
+                keys.push((Some(table.clone()), key));
+            }
+        }
+    }
+    keys
 }
 
 /// The calls one JSON-protocol request makes, from its `X-Amz-Target` and body.
@@ -553,7 +591,7 @@ async fn query_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     let (current, previous) =
         query::config::resolve_cursor_keys(&config.cursor_key, &secrets).await?;
     let service = query::QueryService::new(
-        store::read::DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        store::read::DynamoReadings::new(&dynamo, &config.table_name),
         store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),
         config.service.with_keys(current, previous),
     );
@@ -603,8 +641,35 @@ async fn query_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     Ok(recorder.recorded())
 }
 
-/// The sealer over recording clients, after the ingest wrote its readings: a first run
-/// seals the hour they are in; then, with a late mark left in that hour (as the ingest
+/// Gives the stand's table slabs from `from` on (as `shardline slabs on` schedules them,
+/// here in the past), beside the recording: the sealer then compacts that hour's slab
+/// windows into runs before it seals it.
+async fn slabs_from(sdk: &SdkConfig, shard_table: &str, from: Timestamp) -> Result<()> {
+    use store::directory::{ShardReader as _, ShardStore as _};
+    let shards = store::dynamo::DynamoShards::new(&aws_sdk_dynamodb::Client::new(sdk), shard_table);
+    let history = shards
+        .get_layout()
+        .await?
+        .context("the ingest stored a layout")?;
+    let mut epochs = history.epochs().to_vec();
+    let slabs = history.latest().clone().with_slabs(SlabLayout::default());
+    epochs.push(Epoch {
+        effective_from: from,
+        value: slabs,
+    });
+    let written = shards
+        .replace_layout(history.epochs().len(), &TableHistory::from_epochs(epochs)?)
+        .await?;
+    ensure!(
+        written == store::Written::Applied,
+        "the layout changed under the test"
+    );
+    Ok(())
+}
+
+/// The sealer over recording clients, after the ingest wrote its readings, and with
+/// slabs from the hour they are in: a first run compacts the hour's slab windows into
+/// runs and seals the hour; then, with a late mark left in that hour (as the ingest
 /// leaves one), a second run seals the device-hour again and deletes the mark.
 async fn sealer_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     let recorder = Recorder::default();
@@ -612,15 +677,21 @@ async fn sealer_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     let dynamo = recorder.dynamodb(&sdk);
     let env = environment(template, "SealerFunction", &stand.refs)?;
     let config = sealer::Config::from_lookup(|name| env.get(name).cloned())?;
+    // The ingest wrote at 04:00 readings of the hour before; it is due at 04:00 and
+    // the horizon.
+    let hour = Timestamp::parse("2026-06-22T03:00:00Z")?.as_millis();
+    slabs_from(
+        &sdk,
+        &config.shard_table_name,
+        Timestamp::from_millis(hour)?,
+    )
+    .await?;
     let sealer = sealer::Sealer::new(
-        store::read::DynamoReadingSource::new(dynamo.clone(), &config.table_name),
+        store::read::DynamoReadings::new(&dynamo, &config.table_name),
         store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),
         DynamoRollups::new(dynamo.clone(), &config.rollup_table),
         config.settings,
     );
-    // The ingest wrote at 04:00 readings of the hour before; it is due at 04:00 and
-    // the horizon.
-    let hour = Timestamp::parse("2026-06-22T03:00:00Z")?.as_millis();
     let due = Timestamp::from_millis(hour + HOUR_MS)?;
     let now = Timestamp::from_millis(
         due.as_millis() + i64::try_from(config.settings.horizon.as_millis())? + 60_000,
@@ -629,6 +700,10 @@ async fn sealer_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
     ensure!(
         first.hours_sealed == 1 && first.device_hours_written > 0,
         "the first run sealed nothing: {first:?}"
+    );
+    ensure!(
+        first.compacted_to_ms >= Some(hour + HOUR_MS),
+        "the first run compacted nothing: {first:?}"
     );
     // Written beside the recording, as the ingest writes it.
     let marks = DynamoRollups::new(aws_sdk_dynamodb::Client::new(&sdk), &config.rollup_table);
@@ -746,6 +821,46 @@ fn a_call_outside_a_grants_leading_keys_fails_the_check() -> Result<()> {
         "a conditioned call whose key was not recorded"
     );
     ensure!(like("late#*", "late#") && !like("late#*", "late") && like("a?c", "abc"));
+    Ok(())
+}
+
+/// The sealer's batch writes are held to the run partitions (`r#*`): one that names a
+/// reading's own key, as the batch body records it, fails the check.
+#[test]
+fn a_sealer_batch_write_outside_the_run_partitions_fails_the_check() -> Result<()> {
+    let template = Template::load(&[])?;
+    let names = Names {
+        tables: BTreeMap::from([("t".to_owned(), "ReadingsTable".to_owned())]),
+        queues: BTreeMap::new(),
+        secrets: BTreeMap::new(),
+    };
+    let batch = |pks: &[&str]| {
+        let puts: Vec<serde_json::Value> = pks
+            .iter()
+            .map(|pk| serde_json::json!({ "PutRequest": { "Item": { "PK": { "S": pk } } } }))
+            .collect();
+        let body = serde_json::json!({ "RequestItems": { "t": puts } });
+        let calls = calls_of("DynamoDB_20120810.BatchWriteItem", &body).expect("a call");
+        let keys = keys_of(&body);
+        Recorded {
+            keys: calls
+                .iter()
+                .flat_map(|c| keys.iter().map(|(_, k)| (c.clone(), k.clone())))
+                .collect(),
+            calls: calls.into_iter().collect(),
+        }
+    };
+    let outside = |pks: &[&str]| outside_leading_keys(&template, "SealerRole", &batch(pks), &names);
+    ensure!(outside(&["r#0#2026-06-22T03", "r#7#2026-06-22T03"])?.is_empty());
+    let refused = outside(&["r#0#2026-06-22T03", "3#2026-06-22T03"])?;
+    ensure!(
+        refused
+            .iter()
+            .map(|(_, _, k)| k.as_str())
+            .collect::<Vec<_>>()
+            == ["3#2026-06-22T03"],
+        "{refused:?}"
+    );
     Ok(())
 }
 

@@ -2439,19 +2439,34 @@ fn check_sealer_role(t: &Template) -> Result<()> {
 }
 
 /// The sealer Queries readings (the table: it reads no index, whether or not one
-/// exists) and reads the shard directory exactly as the query's role does, and reads,
-/// writes and deletes derived items: nothing else. That each grant is used, and each
-/// call allowed, is `iam.rs`'s, which runs the sealer.
+/// exists), writes runs (`BatchWriteItem` of run partitions alone), reads the shard
+/// directory exactly as the query's role does, and reads, writes and deletes derived
+/// items: nothing else. That each grant is used, and each call allowed, is `iam.rs`'s,
+/// which runs the sealer.
 fn check_sealer_role_with(t: &Template) -> Result<()> {
     let grants = role_grants(t, "SealerRole")?;
+    let runs = ("dynamodb:BatchWriteItem", "getatt:ReadingsTable.Arn");
     for (action, resource) in &grants {
         ensure!(
-            !(DYNAMODB_WRITES.contains(&action.as_str())
-                && (resource.contains("ReadingsTable") || resource.contains("ShardsTable"))),
-            "SealerRole may {action} {resource}: the sealer never writes readings or shard \
-             metadata"
+            (action.as_str(), resource.as_str()) == runs
+                || !(DYNAMODB_WRITES.contains(&action.as_str())
+                    && (resource.contains("ReadingsTable") || resource.contains("ShardsTable"))),
+            "SealerRole may {action} {resource}: the sealer writes no readings or shard \
+             metadata, only runs"
         );
     }
+    let compact = role_statements(t, "SealerRole")?
+        .into_iter()
+        .find(|s| s.get("Sid").and_then(scalar).as_deref() == Some("CompactRuns"))
+        .context("SealerRole has no CompactRuns statement")?;
+    let leading = compact
+        .get("Condition")
+        .and_then(|c| c.get("ForAllValues:StringLike"))
+        .and_then(|l| l.get("dynamodb:LeadingKeys"));
+    ensure!(
+        strings(leading) == ["r#*"],
+        "SealerRole writes readings beyond the run partitions: {leading:?}"
+    );
     let on = |actions: &[&str], resource: &str| -> Vec<(String, String)> {
         actions
             .iter()
@@ -2459,7 +2474,10 @@ fn check_sealer_role_with(t: &Template) -> Result<()> {
             .collect()
     };
     let mut expected: BTreeSet<(String, String)> = BTreeSet::new();
-    expected.extend(on(&["dynamodb:Query"], "getatt:ReadingsTable.Arn"));
+    expected.extend(on(
+        &["dynamodb:Query", "dynamodb:BatchWriteItem"],
+        "getatt:ReadingsTable.Arn",
+    ));
     let shards = "getatt:ShardsTable.Arn";
     let query_reads: Vec<(String, String)> = role_grants(t, "QueryRole")?
         .into_iter()
@@ -2933,7 +2951,7 @@ fn slabs_are_off_by_default_and_reach_the_ingest_the_query_and_the_sealer() -> R
 
 /// Each edit of template.yaml breaks one promise: (the check that must notice, the text
 /// edited, what it becomes).
-static MUTATIONS: [(&str, &str, &str); 90] = [
+static MUTATIONS: [(&str, &str, &str); 91] = [
     (
         "partial batch response",
         "FunctionResponseTypes: [ReportBatchItemFailures]",
@@ -2967,13 +2985,13 @@ static MUTATIONS: [(&str, &str, &str); 90] = [
     ),
     (
         "ingest role",
-        "Action: dynamodb:BatchWriteItem\n",
-        "Action: [dynamodb:BatchWriteItem, dynamodb:DeleteItem]\n",
+        "Sid: WriteReadings\n                Effect: Allow\n                Action: dynamodb:BatchWriteItem\n",
+        "Sid: WriteReadings\n                Effect: Allow\n                Action: [dynamodb:BatchWriteItem, dynamodb:DeleteItem]\n",
     ),
     (
         "ingest role",
-        "Action: dynamodb:BatchWriteItem\n                Resource: !GetAtt ReadingsTable.Arn",
-        "Action: dynamodb:BatchWriteItem\n                Resource: \"*\"",
+        "Action: dynamodb:BatchWriteItem\n                Resource: !GetAtt ReadingsTable.Arn\n              # Shard",
+        "Action: dynamodb:BatchWriteItem\n                Resource: \"*\"\n              # Shard",
     ),
     (
         "query role",
@@ -3240,6 +3258,11 @@ static MUTATIONS: [(&str, &str, &str); 90] = [
         "sealer role",
         "Sid: SealReadings\n                Effect: Allow\n                Action: dynamodb:Query\n",
         "Sid: SealReadings\n                Effect: Allow\n                Action: [dynamodb:Query, dynamodb:PutItem]\n",
+    ),
+    (
+        "sealer role",
+        "dynamodb:LeadingKeys: [\"r#*\"]",
+        "dynamodb:LeadingKeys: [\"*\"]",
     ),
     (
         "sealer role",

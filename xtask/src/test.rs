@@ -1,5 +1,5 @@
-//! `cargo xtask test`: what CI runs: fmt, clippy, every test (the soak in block mode
-//! alone, after the others), `cargo xtask validate`, and a short run of each fuzz
+//! `cargo xtask test`: what CI runs: fmt, clippy, every test (the soaks in block and slab
+//! mode alone, after the others), `cargo xtask validate`, and a short run of each fuzz
 //! target.
 
 use std::path::Path;
@@ -55,6 +55,24 @@ pub fn run(root: &Path, _args: &TestArgs) -> Result<()> {
             "--ignored",
             "--exact",
             "soak::soak_in_block_mode_with_faults_and_two_kills",
+        ],
+    )?;
+    // The soak in slab mode reads every device of its fleet at the end, through the
+    // query API: alone too, for the same reason (about a minute and a half).
+    run_step(
+        "soak in slab mode, alone",
+        root,
+        &cargo,
+        &[
+            "test",
+            "-p",
+            "e2e",
+            "--test",
+            "e2e",
+            "--",
+            "--ignored",
+            "--exact",
+            "soak::soak_in_slab_mode_with_faults_and_two_kills",
         ],
     )?;
     crate::validate::run(root, &crate::validate::ValidateArgs::default())?;

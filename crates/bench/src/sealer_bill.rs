@@ -27,7 +27,7 @@ use sealer::{RunReport, Sealer, Settings as SealerSettings};
 use sharding::capacity::ON_DEMAND_PRICE_PER_MILLION_WRITES;
 use sharding::time::Timestamp;
 use store::dynamo::{DynamoShards, DynamoTable};
-use store::read::DynamoReadingSource;
+use store::read::DynamoReadings;
 use store::rollup::HOUR_MS;
 use store::rollup::dynamo::DynamoRollups;
 
@@ -221,9 +221,9 @@ struct Bill {
 pub(crate) fn sealer_on(
     tables: &Tables,
     [r, s, l]: [Client; 3],
-) -> Sealer<DynamoReadingSource, DynamoShards, DynamoRollups> {
+) -> Sealer<DynamoReadings, DynamoShards, DynamoRollups> {
     Sealer::new(
-        DynamoReadingSource::new(r, &tables.readings),
+        DynamoReadings::new(&r, &tables.readings),
         DynamoShards::new(&s, &tables.shards),
         DynamoRollups::new(l, &tables.rollups),
         SealerSettings::default(),

@@ -42,14 +42,17 @@ use std::time::Instant;
 
 use futures::StreamExt as _;
 use sharding::merge::{Arrival, BoundedMerge, Order, PageAsk, Step, StreamShape};
-use sharding::slab::RunCover;
 use store::error::StoreError;
 use store::item::ReadingItem;
-use store::read::{ItemsPage, LastKey, Page, PageRequest, ReadingSource};
+use store::read::{LastKey, PageRequest, ReadingSource};
 
 use crate::model::ReadingKey;
 use crate::scope::DeviceGrants;
 use crate::slabs::{self, SlabStream};
+
+mod stream;
+
+use stream::{Fetched, StreamState};
 
 /// One key range to read: a Query's partition, sort-key bounds and time filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -532,54 +535,6 @@ fn fit_to_budget(
         }
     }
     Ok(())
-}
-
-/// What a read knows of one stream between its pages.
-#[derive(Debug, Clone, Default)]
-struct StreamState {
-    /// Where its next page starts.
-    next_start: Option<LastKey>,
-    /// Pages of it read so far.
-    pages: u32,
-    /// How many readings an item of it held, where its items are blocks.
-    members: Option<f64>,
-    /// A run stream's cover: which items hold the device's readings, and when none is
-    /// left to read.
-    cover: Option<RunCover>,
-}
-
-impl StreamState {
-    fn of(specs: &[StreamSpec]) -> Vec<Self> {
-        specs
-            .iter()
-            .map(|spec| Self {
-                cover: spec.slab.as_ref().and_then(slabs::cover),
-                ..Self::default()
-            })
-            .collect()
-    }
-}
-
-/// A page as a Query answered it: readings, or a slab or run partition's items.
-enum Fetched {
-    Readings(Page),
-    Items(ItemsPage),
-}
-
-impl Fetched {
-    /// The page as the merge takes it: a slab or run partition's items as the readings
-    /// of the stream's device they hold, with the next page's start `None` once the
-    /// stream has nothing more (its cover, in `state`, done).
-    fn into_page(self, spec: &StreamSpec, state: &mut StreamState) -> Result<Page, StoreError> {
-        state.pages += 1;
-        match (self, &spec.slab) {
-            (Fetched::Readings(page), _) => Ok(page),
-            (Fetched::Items(page), Some(stream)) => slabs::take(stream, state.cover.as_mut(), page),
-            (Fetched::Items(_), None) => Err(StoreError::Malformed(
-                "a page of items for a stream of readings".to_owned(),
-            )),
-        }
-    }
 }
 
 /// The pages of one round that arrived by the deadline.

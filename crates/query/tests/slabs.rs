@@ -123,7 +123,7 @@ struct Fixture {
 /// - window 4 (open): a slab holding B and 290 s, the device's newest reading.
 async fn fixture() -> Fixture {
     let m = mates();
-    let (a, b, dev, d, e) = (&m[0], &m[1], &m[2], &m[3], &m[4]);
+    let (a, b, dev) = (&m[0], &m[1], &m[2]);
     let table = MemoryReadings::new(None);
     let layout = table_history(vec![(0, hourly(1).with_slabs(slabs()))]);
     let shards = shard_table(
@@ -140,51 +140,8 @@ async fn fixture() -> Fixture {
     ] {
         put_own(&table, &shards, &own);
     }
-    let (w0, w1, w2, w3, w4) = (window(0), window(1), window(2), window(3), window(4));
-    let run = |members, w, first: &str, part| {
-        put(&table, members, &run_pk(0, w), &run_sk(first, w, part));
-    };
-    run(
-        vec![
-            reading(a, 5, 0.0, 0),
-            reading(b, 6, 0.0, 0),
-            reading(dev, 10, 2.0, 0),
-            reading(dev, 20, 3.0, 0),
-        ],
-        w0,
-        a,
-        0,
-    );
-    run(
-        vec![
-            reading(dev, 30, 4.0, 0),
-            reading(dev, 40, 5.0, 0),
-            reading(d, 1, 0.0, 0),
-        ],
-        w0,
-        dev,
-        1,
-    );
-    run(vec![reading(a, 65, 0.0, 0)], w1, a, 0);
-    run(
-        vec![reading(d, 61, 0.0, 0), reading(e, 62, 0.0, 0)],
-        w1,
-        d,
-        1,
-    );
-    run(
-        vec![
-            reading(dev, 125, 6.0, 0),
-            reading(dev, 130, 7.0, 0),
-            reading(e, 126, 0.0, 0),
-        ],
-        w2,
-        dev,
-        0,
-    );
-    for w in [w0, w1, w2] {
-        put_marker(&table, w);
-    }
+    put_fixture_runs(&table, &m);
+    let (w3, w4) = (window(3), window(4));
     put_slab(
         &table,
         vec![reading(a, 185, 0.0, 0), reading(dev, 190, 8.0, 1_000)],
@@ -227,6 +184,56 @@ async fn fixture() -> Fixture {
             (225, 12.0),
             (290, 13.0),
         ],
+    }
+}
+
+/// The fixture's compacted windows 0 to 2: their runs and markers.
+fn put_fixture_runs(table: &MemoryReadings, m: &[String]) {
+    let (a, b, dev, d, e) = (&m[0], &m[1], &m[2], &m[3], &m[4]);
+    let (w0, w1, w2) = (window(0), window(1), window(2));
+    let run = |members, w, first: &str, part| {
+        put(table, members, &run_pk(0, w), &run_sk(first, w, part));
+    };
+    run(
+        vec![
+            reading(a, 5, 0.0, 0),
+            reading(b, 6, 0.0, 0),
+            reading(dev, 10, 2.0, 0),
+            reading(dev, 20, 3.0, 0),
+        ],
+        w0,
+        a,
+        0,
+    );
+    run(
+        vec![
+            reading(dev, 30, 4.0, 0),
+            reading(dev, 40, 5.0, 0),
+            reading(d, 1, 0.0, 0),
+        ],
+        w0,
+        dev,
+        1,
+    );
+    run(vec![reading(a, 65, 0.0, 0)], w1, a, 0);
+    run(
+        vec![reading(d, 61, 0.0, 0), reading(e, 62, 0.0, 0)],
+        w1,
+        d,
+        1,
+    );
+    run(
+        vec![
+            reading(dev, 125, 6.0, 0),
+            reading(dev, 130, 7.0, 0),
+            reading(e, 126, 0.0, 0),
+        ],
+        w2,
+        dev,
+        0,
+    );
+    for w in [w0, w1, w2] {
+        put_marker(table, w);
     }
 }
 
@@ -301,8 +308,9 @@ async fn the_range_read_answers_own_run_and_slab_readings_once_in_order_across_p
 async fn a_small_budget_ends_pages_early_with_cursors_and_loses_no_slab_reading() {
     let f = fixture().await;
     let mut config = ServiceConfig::new(key());
-    // The compaction progress, and three Queries: the plan reads nine partitions.
-    config.budget.queries = 4;
+    // The compaction progress, and nine Queries: one for each partition of the plan,
+    // none for the run partition's second page.
+    config.budget.queries = 10;
     config.concurrency = 1;
     let svc = service_of(&f, config);
     let path = format!("/devices/{}/readings", f.device);

@@ -15,6 +15,14 @@
 //! A device with more readings than the read may hold is named instead, for its
 //! caller to read again in smaller ranges. One device's plan is read the same way.
 //!
+//! Where the table's layout has slabs, the hour's one-reading devices' readings are in
+//! its slab groups' run partitions (`r#{group}#{hour}`, docs/design-slabs.md), each a
+//! stream of the merge beside the hour's own keys ([`ByDevice::with_runs`]). A run
+//! partition lists its items by their first device, and an item holds the devices from
+//! its first on, so its readings are held until no later item can hold their device
+//! (`sharding::by_device::release_runs`), then handed over in device order like any
+//! key's. A reading held by a run and by its device's own item is one, as any copy is.
+//!
 //! The merge order (the next device, a key's readings of it, their order, each once) is
 //! `sharding::by_device`'s pure functions; this module asks for the pages.
 
@@ -24,25 +32,81 @@ use std::future::Future;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use sharding::by_device;
+use sharding::epoch::TableHistory;
 use sharding::read_plan::{KeyQuery, ReadPlan};
+use sharding::slab::{run_page_bound, run_pk, run_sk_upper};
+use sharding::time::TimeRange;
 use store::error::StoreError;
 use store::item::ReadingItem;
-use store::read::{LastKey, Page, PageRequest, ReadingSource};
+use store::read::{ItemsPage, ItemsRequest, LastKey, Page, PageRequest, ReadingSource};
 
 /// Above every sort key: a sort key starts with a device id, of characters below `~`.
 const SK_TOP: &str = "~";
 
-/// One key's stream: its request, the readings of its pages not handed over yet, and
-/// where its next page starts.
+/// A run partition the merge reads: `r#{group}#{hour}`, in sort-key order, every item
+/// or those up to a device's own ([`run_partitions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPartition {
+    pub pk: String,
+    /// `SK <= sk_at_most`: a device's read needs no item of a later first device.
+    pub sk_at_most: Option<String>,
+}
+
+/// The run partitions of `hour` (epoch ms) under `table`: of every slab group of each
+/// layout with slabs in force over the hour, or, for `device`'s read, of its group, up
+/// to its own items. None where no layout over the hour has slabs.
+pub fn run_partitions(
+    table: &TableHistory,
+    hour: TimeRange,
+    device: Option<&str>,
+) -> Vec<RunPartition> {
+    let mut runs: Vec<RunPartition> = Vec::new();
+    for (piece, layout) in table.spans(hour) {
+        let Some(slabs) = layout.slabs else { continue };
+        let window = slabs.window(piece.from());
+        let groups: Vec<u32> = match device {
+            Some(device) => vec![slabs.group(device)],
+            None => (0..slabs.groups.get()).collect(),
+        };
+        for group in groups {
+            let run = RunPartition {
+                pk: run_pk(group, window),
+                sk_at_most: device.map(run_sk_upper),
+            };
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+        }
+    }
+    runs
+}
+
+/// How a stream reads its partition.
+enum Source {
+    /// A key of the read plan: pages of readings, blocks expanded.
+    Key {
+        sk_between: Option<(String, String)>,
+        /// `[from, to)` ms: the sort times of the items that can hold the key's
+        /// readings (a block read back), sent as a filter where the sort key does not
+        /// bound the time.
+        starts: (i64, i64),
+        filter_time: bool,
+    },
+    /// A run partition: pages of items, each expanded, its readings `held` until no
+    /// later item can hold their device.
+    Runs {
+        sk_at_most: Option<String>,
+        held: Vec<ReadingItem>,
+    },
+}
+
+/// One key's stream: how it is read, the readings of its pages not handed over yet,
+/// and where its next page starts.
 struct Stream {
     pk: String,
-    sk_between: Option<(String, String)>,
+    source: Source,
     /// `[from, to)` ms: the readings this key answers for; others are dropped.
     span: (i64, i64),
-    /// `[from, to)` ms: the sort times of the items that can hold them (a block read
-    /// back), sent as a filter where the sort key does not bound the time.
-    starts: (i64, i64),
-    filter_time: bool,
     buffered: VecDeque<ReadingItem>,
     next: Option<LastKey>,
     /// A page is asked for and not back yet.
@@ -52,12 +116,33 @@ struct Stream {
 
 impl Stream {
     fn of(q: &KeyQuery) -> Self {
+        Self::new(
+            q.pk.clone(),
+            Source::Key {
+                sk_between: q.sk_between.clone(),
+                starts: q.starts_ms(),
+                filter_time: q.time_filter.is_some(),
+            },
+            q.span_ms(),
+        )
+    }
+
+    fn of_runs(run: &RunPartition, span: (i64, i64)) -> Self {
+        Self::new(
+            run.pk.clone(),
+            Source::Runs {
+                sk_at_most: run.sk_at_most.clone(),
+                held: Vec::new(),
+            },
+            span,
+        )
+    }
+
+    fn new(pk: String, source: Source, span: (i64, i64)) -> Self {
         Self {
-            pk: q.pk.clone(),
-            sk_between: q.sk_between.clone(),
-            span: q.span_ms(),
-            starts: q.starts_ms(),
-            filter_time: q.time_filter.is_some(),
+            pk,
+            source,
+            span,
             buffered: VecDeque::new(),
             next: None,
             asked: false,
@@ -69,6 +154,42 @@ impl Stream {
     fn waiting(&self) -> bool {
         self.buffered.is_empty() && !self.done
     }
+
+    /// Takes a page of readings.
+    fn take_page(&mut self, page: Page) {
+        self.buffered.extend(page.items);
+        self.done = page.last_key.is_none();
+        self.next = page.last_key;
+    }
+
+    /// Takes a page of a run partition: its readings of devices after `after`, each
+    /// released once no later item can hold its device.
+    fn take_items(&mut self, page: ItemsPage, after: Option<&str>) -> Result<(), StoreError> {
+        let Source::Runs { held, .. } = &mut self.source else {
+            return Err(StoreError::Malformed(
+                "a page of items for a key read as readings".to_owned(),
+            ));
+        };
+        let mut readings = Vec::new();
+        for stored in page.items {
+            readings.extend(
+                store::block::expand(stored.item)?
+                    .into_iter()
+                    .filter(|r| after.is_none_or(|a| r.device_id.as_str() > a)),
+            );
+        }
+        let bound = page.last_key.as_ref().map(|key| run_page_bound(&key.sk));
+        by_device::release_runs(held, readings, bound, &mut self.buffered);
+        self.done = page.last_key.is_none();
+        self.next = page.last_key.map(|key| LastKey { key, ts_ms: None });
+        Ok(())
+    }
+}
+
+/// A page as it comes back: readings of a key, or items of a run partition.
+enum Fetched {
+    Readings(Page),
+    Items(ItemsPage),
 }
 
 /// What [`ByDevice::next`] hands over.
@@ -85,7 +206,7 @@ pub enum Next {
 }
 
 type PageFuture<'a> =
-    std::pin::Pin<Box<dyn Future<Output = (usize, Result<Page, StoreError>)> + Send + 'a>>;
+    std::pin::Pin<Box<dyn Future<Output = (usize, Result<Fetched, StoreError>)> + Send + 'a>>;
 
 /// The read of one hour of every device, device by device (see the module's doc).
 pub struct ByDevice<'a, S> {
@@ -136,6 +257,16 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
             max_readings,
             readings: 0,
         }
+    }
+
+    /// The read with `runs` as streams beside the plan's keys, each answering for the
+    /// read's range.
+    #[must_use]
+    pub fn with_runs(mut self, runs: &[RunPartition]) -> Self {
+        let range = self.range;
+        self.streams
+            .extend(runs.iter().map(|run| Stream::of_runs(run, range)));
+        self
     }
 
     /// The next device in id order; `None` once every key is read.
@@ -196,36 +327,61 @@ impl<'a, S: ReadingSource> ByDevice<'a, S> {
             let Some((i, page)) = self.pages.next().await else {
                 return Ok(());
             };
-            let page = page?;
             let s = &mut self.streams[i];
             s.asked = false;
-            s.buffered.extend(page.items);
-            s.done = page.last_key.is_none();
-            s.next = page.last_key;
+            match page? {
+                Fetched::Readings(page) => s.take_page(page),
+                Fetched::Items(page) => s.take_items(page, self.after.as_deref())?,
+            }
         }
     }
 
     fn ask(&mut self, i: usize) {
         let s = &mut self.streams[i];
         s.asked = true;
-        let (from, to) = s.starts;
-        let request = PageRequest {
-            pk: s.pk.clone(),
-            sk_between: match &self.after {
-                Some(d) => Some((format!("{d}#{SK_TOP}"), SK_TOP.to_owned())),
-                None => s.sk_between.clone(),
-            },
-            ts_ms_between: s.filter_time.then_some((from, to - 1)),
-            time_index: None,
-            limit: None,
-            ascending: true,
-            start_after: s.next.clone(),
-            consistent: true,
-        };
         let source = self.source;
-        self.pages.push(Box::pin(
-            async move { (i, source.query_page(&request).await) },
-        ));
+        let page: PageFuture<'a> = match &s.source {
+            Source::Key {
+                sk_between,
+                starts: (from, to),
+                filter_time,
+            } => {
+                let request = PageRequest {
+                    pk: s.pk.clone(),
+                    sk_between: match &self.after {
+                        Some(d) => Some((format!("{d}#{SK_TOP}"), SK_TOP.to_owned())),
+                        None => sk_between.clone(),
+                    },
+                    ts_ms_between: filter_time.then_some((*from, to - 1)),
+                    time_index: None,
+                    limit: None,
+                    ascending: true,
+                    start_after: s.next.clone(),
+                    consistent: true,
+                };
+                Box::pin(async move {
+                    let page = source.query_page(&request).await;
+                    (i, page.map(Fetched::Readings))
+                })
+            }
+            // Every item: one whose first device is before the read's `after` can hold
+            // later devices.
+            Source::Runs { sk_at_most, .. } => {
+                let request = ItemsRequest {
+                    pk: s.pk.clone(),
+                    sk_at_most: sk_at_most.clone(),
+                    limit: None,
+                    ascending: true,
+                    start_after: s.next.as_ref().map(|last| last.key.clone()),
+                    consistent: true,
+                };
+                Box::pin(async move {
+                    let page = source.query_items(&request).await;
+                    (i, page.map(Fetched::Items))
+                })
+            }
+        };
+        self.pages.push(page);
     }
 }
 

@@ -1,17 +1,68 @@
-//! Compaction's side of the hour seal (docs/design-slabs.md). Where the table's layout
-//! has slabs, an hour's readings of one-reading devices are in its windows' slabs, and
-//! reach the run partitions the hour seal reads (`r#{group}#{hour}`) only once each
-//! window is compacted. So an hour whose span meets a layout with slabs is sealed only
-//! once the compaction progress (`store::rollup::compaction`) has passed its end, and a
-//! run reports how far compaction got (`CompactionLagSeconds`, [`crate::metrics_line`]).
+//! Compaction (docs/design-slabs.md): where the table's layout has slabs, each closed
+//! window's slabs become runs, and an hour is sealed only once compaction has passed
+//! its end.
+//!
+//! # Compacting a window
+//! Each scheduled run, before it seals any hour, compacts the windows from the
+//! progress (`store::rollup::compaction`; none yet: from the first slab epoch, or the
+//! first window whose slabs have not all expired) up to the first one still open
+//! (`sharding::slab::SlabLayout::first_open`), oldest first, until its deadline. For
+//! each slab group, every slab of the window is read, on every fan-out key the group
+//! can have written it under (the most its shard-directory entry,
+//! `sharding::slab::group_entity`, had from the window's start to the key rule's
+//! horizon after its end, as every reader of slabs reads them), strongly consistent;
+//! every copy of a reading kept once, the one written last; the readings put in run
+//! order and cut into run items (`sharding::slab::cut`, `store::slab::marshal`), each
+//! expiring the table's retention after its last reading, as blocks do; then the
+//! window's marker of the group. Once every group's items are written, the progress
+//! moves past the window: no reader trusts a window's runs before.
+//!
+//! # Why a compaction killed, or two at once, converge
+//! A closed window's slabs no longer change, and the runs are a pure function of them:
+//! the same readings, in the same order, cut the same way, make the same items byte
+//! for byte. The writes are unconditional puts, so a compaction killed mid-window and
+//! run again, or two at once, put the same items over each other, and the progress only
+//! grows (its version is its end).
+//!
+//! # The hour seal
+//! An hour whose span meets a layout with slabs has its one-reading devices' readings
+//! in its windows' runs (`r#{group}#{hour}`, read by `crate::by_device`) only once each
+//! window is compacted, so it is sealed only once the progress has passed its end, and
+//! a run reports how far compaction got (`CompactionLagSeconds`,
+//! [`crate::metrics_line`]).
 
-use sharding::epoch::TableHistory;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use rand::SeedableRng as _;
+use rand::rngs::StdRng;
+use sharding::backoff::Backoff;
+use sharding::by_device::in_run_order;
+use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
+use sharding::key::ItemKey;
+use sharding::slab::{SlabLayout, Window, cut, group_entity, marker_sk, run_pk, run_sk, slab_pk};
+use sharding::time::Timestamp;
+use store::batch::{BatchTable, BatchWriter, Item, Put, SizedItem, WriterConfig};
 use store::directory::ShardReader;
-use store::read::ReadingSource;
-use store::rollup::compaction::read_compacted;
-use store::rollup::{RollupTable, hour_of};
+use store::item::{Encoded, Reading, ReadingItem, expiry};
+use store::read::{ItemsRequest, ReadingSource};
+use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
+use store::rollup::{HOUR_MS, RollupTable, hour_of};
+use store::slab::{MAX_MEMBERS, marshal, member_bytes, overhead};
 
-use crate::{RunReport, SealError, Sealer};
+use crate::{RunReport, SealError, Sealer, past};
+
+/// The delays between attempts of a compaction's writes.
+const WRITE_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(25),
+    cap: Duration::from_secs(1),
+    max_attempts: 8,
+};
+
+/// How long a window's writes may take, once started: within the margin an invocation
+/// keeps after its deadline (`crate::invocation`), so a window begun before the
+/// deadline is written whole.
+const WRITE_TIME: Duration = Duration::from_secs(10);
 
 /// The start of the first epoch of `history` whose layout has slabs (epoch ms; the
 /// table's first epoch holds from the beginning of time), if any has.
@@ -23,26 +74,316 @@ fn first_slabs_ms(history: &TableHistory) -> Option<i64> {
         .map(|epoch| epoch.effective_from.as_millis())
 }
 
-impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from_millis(ms).unwrap_or(if ms < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
+}
+
+/// Where a first compaction starts: the first slab epoch's start, or, when later, the
+/// first window whose slabs have not all expired (an older one holds nothing).
+fn first_ms(history: &TableHistory, slabs_from: i64, now: Timestamp) -> i64 {
+    let Some(slabs) = history.at(timestamp(slabs_from)).slabs else {
+        return slabs_from;
+    };
+    let unexpired = now.as_millis() - i64::from(slabs.expiry_hours) * HOUR_MS;
+    let at = slabs_from.max(unexpired);
+    match history.at(timestamp(at)).slabs {
+        Some(slabs) => slabs.window(timestamp(at)).start_ms(),
+        None => at,
+    }
+}
+
+/// What compaction does from a point of time on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Compact a closed window of a layout with slabs.
+    Window(SlabLayout, Window),
+    /// No layout with slabs is in force before this time (epoch ms): nothing to
+    /// compact.
+    Skip(i64),
+}
+
+/// What compaction does from `at_ms` on at `now`, `None` when nothing is closed yet.
+/// Every step ends after `at_ms`.
+fn next_step(
+    history: &TableHistory,
+    at_ms: i64,
+    now: Timestamp,
+    ingest_timeout: Duration,
+) -> Option<Step> {
+    let at = timestamp(at_ms);
+    match history.at(at).slabs {
+        Some(slabs) => {
+            let window = slabs.window(at);
+            let open = slabs.first_open(now, ingest_timeout);
+            (window.start_ms() < open.start_ms()).then_some(Step::Window(slabs, window))
+        }
+        None => {
+            let next_epoch = history
+                .epochs()
+                .iter()
+                .map(|epoch| epoch.effective_from.as_millis())
+                .find(|&from| from > at_ms);
+            let to = next_epoch.unwrap_or(i64::MAX).min(now.as_millis());
+            (to > at_ms).then_some(Step::Skip(to))
+        }
+    }
+}
+
+/// The fan-out keys `window`'s slabs of a group with fan-out `history` can be under:
+/// the most in force from its start to the key rule's horizon after its end.
+fn fanout_of(history: &FanoutHistory, window: Window) -> u32 {
+    let last = window.end().pred().saturating_add(REKEY_HORIZON);
+    history.max_over(window.start(), last, 1)
+}
+
+/// The run items of one group's readings of a window, in run order, then its marker.
+fn run_items(
+    slabs: &SlabLayout,
+    group: u32,
+    window: Window,
+    members: &[Reading],
+    retention: Duration,
+) -> Result<Vec<(ItemKey, Encoded)>, SealError> {
+    let pk = run_pk(group, window);
+    // The longest sort key a run of the window can have: its longest device, and a
+    // part no smaller than any (there are fewer parts than members).
+    let longest = members
+        .iter()
+        .map(|r| r.device_id.as_str())
+        .max_by_key(|d| d.len())
+        .unwrap_or_default();
+    let longest_sk = run_sk(
+        longest,
+        window,
+        u32::try_from(members.len()).unwrap_or(u32::MAX),
+    );
+    let cuts = cut(
+        members,
+        slabs.max_bytes as usize,
+        MAX_MEMBERS,
+        overhead(&pk, &longest_sk),
+        member_bytes,
+    );
+    let mut items = Vec::with_capacity(cuts.len() + 1);
+    for (part, range) in cuts.into_iter().enumerate() {
+        let run = &members[range];
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+            continue;
+        };
+        let sk = run_sk(
+            &first.device_id,
+            window,
+            u32::try_from(part).unwrap_or(u32::MAX),
+        );
+        let encoded = marshal(run, &pk, &sk, expiry(last.ts, retention))?;
+        items.push((ItemKey { pk: pk.clone(), sk }, encoded));
+    }
+    let sk = marker_sk(window);
+    let marker = store::slab::marker(&pk, &sk, expiry(window.end().pred(), retention));
+    items.push((ItemKey { pk, sk }, marker));
+    Ok(items)
+}
+
+impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// The end of the hours due (`due`, epoch ms) that the hour seal may seal: every
     /// hour before the first layout with slabs, and after it those that compaction has
-    /// passed. Records compaction's progress in `report`. A layout with slabs and no
-    /// ingest timeout configured fails the run: nothing could compact it.
+    /// passed, once this run has compacted what it can until `deadline`. Records
+    /// compaction's progress in `report`. A layout with slabs and no ingest timeout
+    /// configured fails the run: nothing could compact it.
     pub(crate) async fn compacted_end(
         &self,
         history: &TableHistory,
         due: i64,
+        now: Timestamp,
+        deadline: Option<Instant>,
         report: &mut RunReport,
     ) -> Result<i64, SealError> {
         let Some(slabs_from) = first_slabs_ms(history) else {
             return Ok(due);
         };
-        if self.settings.ingest_timeout.is_none() {
+        let Some(ingest_timeout) = self.settings.ingest_timeout else {
             return Err(SealError::NoIngestTimeout);
-        }
-        let compacted = read_compacted(&self.rollups).await?;
+        };
+        let compacted = self
+            .compact(history, slabs_from, ingest_timeout, now, deadline)
+            .await?;
         report.compacted_to_ms = compacted.map(|c| c.to_ms);
         let through = compacted.map_or(slabs_from, |c| c.to_ms.max(slabs_from));
         Ok(due.min(hour_of(through)))
+    }
+
+    /// Compacts every closed window from the progress on, oldest first, until
+    /// `deadline`, moving the progress past each; returns the progress.
+    async fn compact(
+        &self,
+        history: &TableHistory,
+        slabs_from: i64,
+        ingest_timeout: Duration,
+        now: Timestamp,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Compacted>, SealError> {
+        let mut progress = read_compacted(&self.rollups).await?;
+        let from_ms = progress.map_or_else(|| first_ms(history, slabs_from, now), |c| c.from_ms);
+        let mut at = progress.map_or(from_ms, |c| c.to_ms);
+        let mut fanouts: Vec<(u32, FanoutHistory)> = Vec::new();
+        while let Some(step) = next_step(history, at, now, ingest_timeout) {
+            if past(deadline) {
+                break;
+            }
+            let to_ms = match step {
+                Step::Skip(to_ms) => to_ms,
+                Step::Window(slabs, window) => {
+                    for group in 0..slabs.groups.get() {
+                        if !fanouts.iter().any(|(g, _)| *g == group) {
+                            let history = self.directory.fanout(&group_entity(group), now).await?;
+                            fanouts.push((group, history));
+                        }
+                    }
+                    self.compact_window(&slabs, window, &fanouts).await?;
+                    window.end_ms()
+                }
+            };
+            let moved = Compacted { from_ms, to_ms };
+            match advance_compacted(&self.rollups, &moved).await? {
+                store::Written::Applied => progress = Some(moved),
+                // Another compaction is as far or further: go on from where it is.
+                store::Written::Refused => progress = read_compacted(&self.rollups).await?,
+            }
+            at = progress.map_or(to_ms, |c| c.to_ms.max(to_ms));
+        }
+        Ok(progress)
+    }
+
+    /// Writes every group's runs of `window`, then their markers.
+    async fn compact_window(
+        &self,
+        slabs: &SlabLayout,
+        window: Window,
+        fanouts: &[(u32, FanoutHistory)],
+    ) -> Result<(), SealError> {
+        let reads: Vec<_> = (0..slabs.groups.get())
+            .map(|group| {
+                let fanout = fanouts
+                    .iter()
+                    .find(|(g, _)| *g == group)
+                    .map_or(1, |(_, history)| fanout_of(history, window));
+                self.group_items(slabs, group, fanout, window)
+            })
+            .collect();
+        let groups: Vec<Vec<(ItemKey, Encoded)>> = futures::stream::iter(reads)
+            .buffered(self.settings.concurrency)
+            .try_collect()
+            .await?;
+        // Runs first, the markers once every run is stored.
+        let (runs, markers): (Vec<_>, Vec<_>) = groups
+            .into_iter()
+            .flatten()
+            .partition(|(key, _)| !key.sk.starts_with(sharding::slab::MARKER_PREFIX));
+        self.write_items(runs, window).await?;
+        self.write_items(markers, window).await
+    }
+
+    /// The run items and marker of `group`'s readings of `window`, its slabs on `fanout`
+    /// keys.
+    async fn group_items(
+        &self,
+        slabs: &SlabLayout,
+        group: u32,
+        fanout: u32,
+        window: Window,
+    ) -> Result<Vec<(ItemKey, Encoded)>, SealError> {
+        let members = self.window_readings(group, fanout, window).await?;
+        run_items(slabs, group, window, &members, self.settings.retention)
+    }
+
+    /// Every reading of `group`'s slabs of `window` on its `fanout` keys, each once (the
+    /// copy written last), in run order. A reading outside the window, which no slab
+    /// of the ingest holds, is left out: a run holds its window's readings alone.
+    async fn window_readings(
+        &self,
+        group: u32,
+        fanout: u32,
+        window: Window,
+    ) -> Result<Vec<Reading>, SealError> {
+        let mut readings: Vec<ReadingItem> = Vec::new();
+        for j in 0..fanout {
+            let mut request = ItemsRequest {
+                pk: slab_pk(group, j, window),
+                sk_at_most: None,
+                limit: None,
+                ascending: true,
+                start_after: None,
+                consistent: true,
+            };
+            loop {
+                let page = self.source.query_items(&request).await?;
+                for stored in page.items {
+                    readings.extend(store::block::expand(stored.item)?);
+                }
+                match page.last_key {
+                    Some(last) => request.start_after = Some(last),
+                    None => break,
+                }
+            }
+        }
+        let (from, to) = (window.start_ms(), window.end_ms());
+        let all = readings.len();
+        readings.retain(|r| (from..to).contains(&r.ts_ms));
+        if readings.len() < all {
+            tracing::warn!(
+                group,
+                window = %window.label(),
+                left_out = all - readings.len(),
+                "slab readings outside their window"
+            );
+        }
+        in_run_order(&mut readings);
+        Ok(readings
+            .into_iter()
+            .map(ReadingItem::into_reading)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Puts `items` unconditionally, through the batch writer.
+    async fn write_items(
+        &self,
+        items: Vec<(ItemKey, Encoded)>,
+        window: Window,
+    ) -> Result<(), SealError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let (keys, encoded): (Vec<ItemKey>, Vec<Encoded>) = items.into_iter().unzip();
+        let remake: Vec<Item> = encoded.iter().map(|e| e.item.clone()).collect();
+        let puts = keys
+            .iter()
+            .zip(encoded)
+            .map(|(key, e)| Ok(Put::new(key, SizedItem::new(e.item, e.size)?)))
+            .collect::<Result<Vec<_>, store::batch::ItemTooLarge>>()
+            .map_err(|e| SealError::RunsNotWritten {
+                window: window.label(),
+                reason: e.to_string(),
+            })?;
+        let writer = BatchWriter::new(
+            &self.source,
+            WriterConfig {
+                max_inflight: self.settings.concurrency,
+                backoff: WRITE_BACKOFF,
+            },
+        );
+        let until = tokio::time::Instant::now() + WRITE_TIME;
+        let mut rng = StdRng::from_rng(&mut rand::rng());
+        let report = writer.write(puts, until, &mut rng, &remake).await;
+        match report.outcomes.iter().find(|o| !o.is_written()) {
+            None => Ok(()),
+            Some(outcome) => Err(SealError::RunsNotWritten {
+                window: window.label(),
+                reason: format!("{outcome:?}"),
+            }),
+        }
     }
 }

@@ -31,7 +31,7 @@ use store::rollup::{
     late_mark,
 };
 
-use crate::by_device::{ByDevice, Next};
+use crate::by_device::{ByDevice, Next, run_partitions};
 use crate::directory::EntryChange;
 use crate::{RunReport, SealError, Sealer};
 
@@ -128,7 +128,9 @@ pub(crate) fn isolates(e: &SealError) -> bool {
         SealError::Plan(_)
         | SealError::Layout(_)
         | SealError::Time(_)
-        | SealError::NoIngestTimeout => false,
+        | SealError::NoIngestTimeout
+        | SealError::RunsNotWritten { .. }
+        | SealError::Slab(_) => false,
     }
 }
 
@@ -207,7 +209,7 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     }
 
     /// Seals one device's hour on its own: its stored version, then its readings (by
-    /// its own keys), then the conditional write, again while another writer wins, at
+    /// its own keys and its group's runs), then the conditional write, again while another writer wins, at
     /// most [`ATTEMPTS`] times. A late mark, a contended write of the hour's pass, or a
     /// device with more readings than the hour's read holds. Its fleet part is the
     /// caller's to recompute. A failure of its own isolates it ([`Sealer::isolate`]).
@@ -251,7 +253,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         }
     }
 
-    /// One device's readings of `hour`, read by its own keys: the whole hour, or minute
+    /// One device's readings of `hour`, read by its own keys and, where the hour's
+    /// layout has slabs, its group's run partition: the whole hour, or minute
     /// by minute where that holds more readings than a read may (a reading lies in one
     /// minute, so none twice).
     async fn read_device_hour(
@@ -262,6 +265,13 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         now: Timestamp,
     ) -> Result<DeviceHour, SealError> {
         let fanout = self.directory.fanout(device, now).await?;
+        // Its group's runs of the hour, where a layout over it has slabs: read once a
+        // slice, up to its own items.
+        let runs = run_partitions(
+            table,
+            TimeRange::of_millis(hour, hour + HOUR_MS)?,
+            Some(device),
+        );
         let whole = [(hour, hour + HOUR_MS)];
         let minutes: Vec<(i64, i64)> = (0..60)
             .map(|m| (hour + m * MINUTE_MS, hour + (m + 1) * MINUTE_MS))
@@ -277,7 +287,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
                     None,
                     self.settings.concurrency,
                     self.settings.max_buffered,
-                );
+                )
+                .with_runs(&runs);
                 while let Some(next) = read.next().await? {
                     match next {
                         Next::Readings {

@@ -15,7 +15,7 @@ use store::directory::ShardReader;
 use store::read::ReadingSource;
 use store::rollup::{DeviceHour, HOUR_MS, PARTS, RollupQuery, RollupTable, keys, part_of};
 
-use crate::by_device::{ByDevice, Next};
+use crate::by_device::{ByDevice, Next, run_partitions};
 use crate::device_hour::{Before, HourWrite, before_of};
 use crate::{RunReport, SealError, Sealer, hour_range, past};
 
@@ -105,7 +105,8 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
             after.as_deref(),
             self.settings.concurrency,
             self.settings.max_buffered,
-        );
+        )
+        .with_runs(&run_partitions(&table, range, None));
         // A run that goes on after another's devices recomputes every part; one that
         // read the whole hour, those of its devices.
         let mut parts: BTreeSet<u32> = match after {

@@ -51,10 +51,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sharding::read_plan::PlanError;
 use sharding::time::{TimeError, TimeRange, Timestamp};
+use store::batch::BatchTable;
 use store::directory::{CachedDirectory, ShardReader};
 use store::dynamo::DynamoShards;
 use store::error::StoreError;
-use store::read::{DynamoReadingSource, ReadingSource};
+use store::read::{DynamoReadings, ReadingSource};
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{HOUR_MS, RollupTable, hour_of};
 
@@ -84,6 +85,10 @@ pub enum SealError {
         "the table's layout has slabs: compacting them needs INGEST_TIMEOUT_SECS, the ingest function's timeout"
     )]
     NoIngestTimeout,
+    #[error("the slab window {window}'s runs were not written: {reason}")]
+    RunsNotWritten { window: String, reason: String },
+    #[error("a run of compacted readings: {0}")]
+    Slab(#[from] store::slab::SlabError),
     #[error(
         "device {device:?} has more than SEAL_MAX_BUFFERED ({max}) readings in a minute of {hour}: raise it"
     )]
@@ -161,15 +166,16 @@ pub struct Sealer<S, D, R> {
 }
 
 /// The sealer over the stack's DynamoDB tables.
-pub type DynamoSealer = Sealer<DynamoReadingSource, DynamoShards, DynamoRollups>;
+pub type DynamoSealer = Sealer<DynamoReadings, DynamoShards, DynamoRollups>;
 
 impl DynamoSealer {
     /// The production wiring, one for every function that seals (the Lambda,
-    /// `shardline seal`, the local runner's schedule and demo): the readings, shard and
-    /// rollups tables `config` names, through one client.
+    /// `shardline seal`, the local runner's schedule and demo): the readings table
+    /// (read, and written with the runs of compaction), the shard and rollups tables
+    /// `config` names, through one client.
     pub fn on_dynamo(dynamodb: &aws_sdk_dynamodb::Client, config: &Config) -> Self {
         Self::new(
-            DynamoReadingSource::new(dynamodb.clone(), &config.table_name),
+            DynamoReadings::new(dynamodb, &config.table_name),
             DynamoShards::new(dynamodb, &config.shard_table_name),
             DynamoRollups::new(dynamodb.clone(), &config.rollup_table),
             config.settings,
@@ -200,6 +206,14 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         hour_of(now.as_millis().saturating_sub(horizon))
     }
 
+    fn expiry(&self, hour_ms: i64) -> Option<i64> {
+        let retention = i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX);
+        Some((hour_ms + HOUR_MS) / 1000 + retention)
+    }
+}
+
+/// The scheduled run writes to the readings table too: the runs it compacts slabs into.
+impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// One run at `now`: late marks first, then the hours due, until `deadline`.
     #[tracing::instrument(skip(self), fields(now = %now.to_rfc3339()))]
     pub async fn run(
@@ -219,9 +233,13 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         let from_ms = mark.map_or(next, |m| m.from_ms);
         // Before any hour: a layout it cannot read, now or scheduled, stops the run.
         self.check_layouts(next, i64::MAX, now).await?;
-        // Where slabs are written, an hour waits for compaction to pass its end.
+        // Where slabs are written, the closed windows are compacted, and an hour waits
+        // for compaction to pass its end.
         let due = match self.directory.stored_layout(now).await? {
-            Some(history) => self.compacted_end(&history, due, &mut report).await?,
+            Some(history) => {
+                self.compacted_end(&history, due, now, deadline, &mut report)
+                    .await?
+            }
             None => due,
         };
         let mut sealed = 0;
@@ -251,11 +269,6 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
         }
         report.watermark_ms = mark.map(|m| m.end_ms);
         Ok(report)
-    }
-
-    fn expiry(&self, hour_ms: i64) -> Option<i64> {
-        let retention = i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX);
-        Some((hour_ms + HOUR_MS) / 1000 + retention)
     }
 }
 

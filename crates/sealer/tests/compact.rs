@@ -12,7 +12,6 @@ use sharding::layout::Layout;
 use sharding::slab::SlabLayout;
 use sharding::time::Timestamp;
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
-use store::rollup::compaction::{Compacted, advance_compacted};
 use store::rollup::{HOUR_MS, MINUTE_MS, keys};
 
 use crate::common::{BASE_MS, R, hourly, load, shard_table, table_history, ts};
@@ -60,54 +59,53 @@ fn sealer<'a>(
     Sealer::new(table, shards, rollups, settings)
 }
 
-async fn compacted_to(rollups: &MemoryRollups, to_ms: i64) {
-    let progress = Compacted {
-        from_ms: HOUR - HOUR_MS,
-        to_ms,
-    };
-    advance_compacted(rollups, &progress).await.unwrap();
-}
-
 #[tokio::test]
 async fn with_slabs_an_hour_is_sealed_only_once_compaction_passed_its_end() {
-    let (table, shards) = stored(vec![(0, with_slabs())]);
+    // Slabs from the hour before on; the hour is due as soon as it ends.
+    let (table, shards) = stored(vec![(0, hourly(4)), (HOUR - HOUR_MS, with_slabs())]);
     let rollups = MemoryRollups::new();
-    let run = || async {
-        sealer(&table, shards.clone(), &rollups, settings())
-            .run(after_the_horizon(), None)
-            .await
-            .unwrap()
+    let due_at_once = Settings {
+        horizon: Duration::ZERO,
+        ..settings()
     };
-    // Nothing compacted yet: the hour waits, and no lag is known.
-    let report = run().await;
+    let run = |now_ms: i64| {
+        let sealer = sealer(&table, shards.clone(), &rollups, due_at_once);
+        async move { sealer.run(ts(now_ms), None).await.unwrap() }
+    };
+    // The hour's last window closes 90 s after its end (30 s accept, 30 s ingest
+    // timeout, 30 s margin): a run a millisecond before compacts up to it, and the
+    // hour waits.
+    let end = HOUR + HOUR_MS;
+    let report = run(end + 90_000 - 1).await;
     assert_eq!(
         (report.hours_sealed, report.compacted_to_ms),
-        (0, None),
+        (0, Some(end - MINUTE_MS)),
         "{report:?}"
     );
-    // Compacted to the hour's last window but one: it still waits.
-    compacted_to(&rollups, HOUR + HOUR_MS - MINUTE_MS).await;
-    let report = run().await;
-    assert_eq!(report.hours_sealed, 0, "{report:?}");
-    assert_eq!(report.compacted_to_ms, Some(HOUR + HOUR_MS - MINUTE_MS));
     assert!(
         !rollups
             .items()
             .contains_key(&keys::device_hour("d-0", HOUR))
     );
-    // Past its end: sealed, and the lag is reported.
-    compacted_to(&rollups, HOUR + HOUR_MS + 2 * MINUTE_MS).await;
-    let report = run().await;
-    assert_eq!(report.hours_sealed, 1, "{report:?}");
+    // Once it closes, the run compacts it and seals the hour, and reports the lag.
+    let report = run(end + 90_000).await;
+    assert_eq!(
+        (report.hours_sealed, report.compacted_to_ms),
+        (1, Some(end)),
+        "{report:?}"
+    );
     assert!(
         rollups
             .items()
             .contains_key(&keys::device_hour("d-0", HOUR))
     );
     let line: serde_json::Value =
-        serde_json::from_str(&sealer::metrics_line(&report, after_the_horizon())).unwrap();
-    // 01:00 + 1 h 12 min, less 01:00 + 1 h 2 min.
-    assert_eq!(line["CompactionLagSeconds"], 600.0, "{line}");
+        serde_json::from_str(&sealer::metrics_line(&report, ts(end + 90_000))).unwrap();
+    assert_eq!(line["CompactionLagSeconds"], 90.0, "{line}");
+    // The progress only grows: a run whose clock lags a minute leaves it.
+    run(end + 30_000).await;
+    let progress = store::rollup::compaction::read_compacted(&rollups).await;
+    assert_eq!(progress.unwrap().map(|c| c.to_ms), Some(end));
 }
 
 #[tokio::test]
@@ -142,4 +140,587 @@ async fn a_layout_with_slabs_and_no_ingest_timeout_refuses_the_run_by_its_name()
         .unwrap_err();
     assert!(matches!(err, SealError::NoIngestTimeout), "{err}");
     assert!(err.to_string().contains("INGEST_TIMEOUT_SECS"), "{err}");
+}
+
+/// Scenario 62, the compaction itself: slabs written as the ingest writes them, compacted
+/// into runs by the sealer's runs, and the hour seal reading those runs.
+mod runs {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use sealer::{Sealer, Settings};
+    use sharding::epoch::TableHistory;
+    use sharding::key::ItemKey;
+    use sharding::slab::{SlabLayout, group_entity, marker_sk, run_pk, slab_pk, slab_sk};
+    use sharding::time::Timestamp;
+    use sharding::written::WriteOrder;
+    use store::batch::{BatchTable, Item};
+    use store::error::StoreError;
+    use store::item::{Reading, ReadingItem};
+    use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
+    use store::read::{ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource};
+    use store::rollup::compaction::read_compacted;
+    use store::rollup::{DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys};
+
+    use crate::common::{
+        BASE_MS, fanout_history, hourly, load_readings, nz, shard_table, table_history, ts,
+    };
+
+    /// The hour slabs start at: [01:00, 02:00) of the fixture's day.
+    const HOUR: i64 = BASE_MS + HOUR_MS;
+    const GROUPS: u32 = 2;
+    const DEVICES: usize = 12;
+
+    fn slabs() -> SlabLayout {
+        SlabLayout {
+            groups: nz(GROUPS),
+            ..SlabLayout::default()
+        }
+    }
+
+    /// No slabs before `HOUR`, slabs (two groups, one-minute windows) from it on.
+    fn history() -> TableHistory {
+        table_history(vec![(0, hourly(4)), (HOUR, hourly(4).with_slabs(slabs()))])
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            ingest_timeout: Some(Duration::from_secs(30)),
+            concurrency: 3,
+            ..Settings::default()
+        }
+    }
+
+    fn device(d: usize) -> String {
+        format!("d-{d:02}")
+    }
+
+    fn reading(device: &str, event: &str, ts_ms: i64, written: i64) -> Reading {
+        Reading {
+            device_id: device.to_owned(),
+            event_id: event.to_owned(),
+            ts: ts(ts_ms),
+            metrics: BTreeMap::from([(
+                "t".to_owned(),
+                store::Decimal::parse(&format!("{}.5", written % 7)).unwrap(),
+            )]),
+            tags: BTreeMap::new(),
+            written: WriteOrder(written),
+        }
+    }
+
+    /// Writes `members` (of one group and window) as the ingest does: one slab, on the
+    /// group's fan-out key `j`, its sort key their identities.
+    fn put_slab(table: &MemoryReadings, j: u32, mut members: Vec<Reading>) {
+        members.sort_by(|a, b| {
+            (&a.device_id, a.ts, &a.event_id).cmp(&(&b.device_id, b.ts, &b.event_id))
+        });
+        let layout = slabs();
+        let window = layout.window(members[0].ts);
+        let pk = slab_pk(layout.group(&members[0].device_id), j, window);
+        let sk = slab_sk(
+            members
+                .iter()
+                .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
+        );
+        let slab = store::slab::marshal(&members, &pk, &sk, layout.expires_at(window)).unwrap();
+        table.put_item(slab.item).unwrap();
+    }
+
+    /// Every device's reading of each of the first `minutes` minutes of `HOUR`, each
+    /// minute's written as two batches' slabs per group.
+    fn fleet(minutes: i64) -> Vec<Reading> {
+        let mut readings = Vec::new();
+        for minute in 0..minutes {
+            for d in 0..DEVICES {
+                let at = HOUR + minute * MINUTE_MS + 1_000 * i64::try_from(d).unwrap();
+                readings.push(reading(&device(d), &format!("e{minute:02}"), at, minute));
+            }
+        }
+        readings
+    }
+
+    /// A table holding `readings` in slabs: per minute and group, two slabs (the first
+    /// and second half of the devices, as two batches).
+    fn slab_table(readings: &[Reading]) -> MemoryReadings {
+        let table = MemoryReadings::new(Some(5));
+        let layout = slabs();
+        let mut batches: BTreeMap<(i64, u32, bool), Vec<Reading>> = BTreeMap::new();
+        for r in readings {
+            let window = layout.window(r.ts).start_ms();
+            let half = r.device_id.as_str() >= "d-06";
+            batches
+                .entry((window, layout.group(&r.device_id), half))
+                .or_default()
+                .push(r.clone());
+        }
+        for members in batches.into_values() {
+            put_slab(&table, 0, members);
+        }
+        table
+    }
+
+    fn shards() -> std::sync::Arc<MemoryShards> {
+        std::sync::Arc::new(shard_table(history(), []))
+    }
+
+    fn sealer<S: ReadingSource + BatchTable>(
+        table: S,
+        rollups: &MemoryRollups,
+        shards: std::sync::Arc<MemoryShards>,
+    ) -> Sealer<S, std::sync::Arc<MemoryShards>, &MemoryRollups> {
+        Sealer::new(table, shards, rollups, settings())
+    }
+
+    /// Every item of `HOUR`'s run partitions, by key.
+    async fn run_items(table: &MemoryReadings) -> BTreeMap<ItemKey, Item> {
+        let window = slabs().window(ts(HOUR));
+        let mut items = BTreeMap::new();
+        for group in 0..GROUPS {
+            let mut request = ItemsRequest {
+                pk: run_pk(group, window),
+                sk_at_most: None,
+                limit: None,
+                ascending: true,
+                start_after: None,
+                consistent: true,
+            };
+            loop {
+                let page = table.query_items(&request).await.unwrap();
+                for stored in page.items {
+                    let key = ItemKey {
+                        pk: request.pk.clone(),
+                        sk: stored.sk,
+                    };
+                    items.insert(key, stored.item);
+                }
+                match page.last_key {
+                    Some(last) => request.start_after = Some(last),
+                    None => break,
+                }
+            }
+        }
+        items
+    }
+
+    /// The readings the run items hold, each identity with how many runs hold it.
+    fn held(
+        items: &BTreeMap<ItemKey, Item>,
+    ) -> BTreeMap<(String, i64, String), (usize, ReadingItem)> {
+        let mut held: BTreeMap<_, (usize, ReadingItem)> = BTreeMap::new();
+        for item in items.values() {
+            for r in store::block::expand(item.clone()).unwrap() {
+                let identity = (r.device_id.clone(), r.ts_ms, r.event_id.clone());
+                held.entry(identity).or_insert((0, r)).0 += 1;
+            }
+        }
+        held
+    }
+
+    fn identities(readings: &[Reading]) -> BTreeSet<(String, i64, String)> {
+        readings
+            .iter()
+            .map(|r| (r.device_id.clone(), r.ts.as_millis(), r.event_id.clone()))
+            .collect()
+    }
+
+    /// A readings table whose writes fail from the `after`-th call on (a compaction
+    /// killed there), and whose item reads wait `slow` each.
+    struct KilledWrites<'a> {
+        table: &'a MemoryReadings,
+        after: u64,
+        calls: AtomicU64,
+        slow: Duration,
+    }
+
+    impl<'a> KilledWrites<'a> {
+        fn after(table: &'a MemoryReadings, after: u64) -> Self {
+            Self {
+                table,
+                after,
+                calls: AtomicU64::new(0),
+                slow: Duration::ZERO,
+            }
+        }
+    }
+
+    impl ReadingSource for KilledWrites<'_> {
+        async fn query_page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+            self.table.query_page(request).await
+        }
+        async fn get_reading(
+            &self,
+            key: &ItemKey,
+            consistent: bool,
+        ) -> Result<Option<ReadingItem>, StoreError> {
+            self.table.get_reading(key, consistent).await
+        }
+        async fn query_items(&self, request: &ItemsRequest) -> Result<ItemsPage, StoreError> {
+            tokio::time::sleep(self.slow).await;
+            self.table.query_items(request).await
+        }
+    }
+
+    /// A rollups table that notes the compaction progress after every write.
+    struct Watched<'a> {
+        inner: &'a MemoryRollups,
+        progress: std::sync::Mutex<Vec<i64>>,
+    }
+
+    impl Watched<'_> {
+        async fn note(&self) {
+            if let Some(c) = read_compacted(self.inner).await.unwrap() {
+                self.progress.lock().unwrap().push(c.to_ms);
+            }
+        }
+    }
+
+    impl RollupTable for Watched<'_> {
+        async fn put_if_newer(&self, item: &RollupItem) -> Result<store::Written, StoreError> {
+            let written = self.inner.put_if_newer(item).await;
+            self.note().await;
+            written
+        }
+        async fn put_if_version(
+            &self,
+            item: &RollupItem,
+            expected: Option<u64>,
+        ) -> Result<store::Written, StoreError> {
+            let written = self.inner.put_if_version(item, expected).await;
+            self.note().await;
+            written
+        }
+        async fn delete_if(
+            &self,
+            pk: &str,
+            sk: &str,
+            version: u64,
+        ) -> Result<store::Written, StoreError> {
+            self.inner.delete_if(pk, sk, version).await
+        }
+        async fn put(&self, item: &RollupItem) -> Result<(), StoreError> {
+            let put = self.inner.put(item).await;
+            self.note().await;
+            put
+        }
+        async fn get(
+            &self,
+            pk: &str,
+            sk: &str,
+            consistent: bool,
+        ) -> Result<Option<RollupItem>, StoreError> {
+            self.inner.get(pk, sk, consistent).await
+        }
+        async fn query(
+            &self,
+            q: &store::rollup::RollupQuery,
+        ) -> Result<store::rollup::RollupPage, StoreError> {
+            self.inner.query(q).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_progress_only_grows_under_a_slower_compaction_at_once() {
+        let table = slab_table(&fleet(6));
+        let rollups = MemoryRollups::new();
+        let watched = Watched {
+            inner: &rollups,
+            progress: std::sync::Mutex::new(Vec::new()),
+        };
+        // The slow one reads the progress first, and each slab page a millisecond late:
+        // the fast one is done before it writes.
+        let slow = KilledWrites {
+            slow: Duration::from_millis(1),
+            ..KilledWrites::after(&table, u64::MAX)
+        };
+        let (fast, slow) = (
+            Sealer::new(&table, shards(), &watched, settings()),
+            Sealer::new(&slow, shards(), &watched, settings()),
+        );
+        let (a, b) = tokio::join!(slow.run(six_closed(), None), fast.run(six_closed(), None));
+        a.unwrap();
+        b.unwrap();
+        let seen = watched.progress.lock().unwrap().clone();
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        assert_eq!(seen.last(), Some(&(HOUR + 6 * MINUTE_MS)));
+    }
+
+    impl BatchTable for KilledWrites<'_> {
+        async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) >= self.after {
+                return Err(StoreError::Malformed("killed".to_owned()));
+            }
+            self.table.batch_write(items).await
+        }
+    }
+
+    /// Eight minutes into `HOUR`: its first six windows are closed (each 90 s after
+    /// its end), the seventh not.
+    fn six_closed() -> Timestamp {
+        ts(HOUR + 8 * MINUTE_MS)
+    }
+
+    #[tokio::test]
+    async fn a_compaction_killed_anywhere_or_two_at_once_write_the_runs_of_one_clean_run() {
+        let readings = fleet(6);
+        let clean = slab_table(&readings);
+        let counted = KilledWrites::after(&clean, u64::MAX);
+        let rollups = MemoryRollups::new();
+        sealer(&counted, &rollups, shards())
+            .run(six_closed(), None)
+            .await
+            .unwrap();
+        let want = run_items(&clean).await;
+        // Each reading in exactly one run, and every window of each group marked.
+        let held = held(&want);
+        assert_eq!(
+            held.keys().cloned().collect::<BTreeSet<_>>(),
+            identities(&readings)
+        );
+        assert!(held.values().all(|(n, _)| *n == 1), "{held:?}");
+        for minute in 0..6 {
+            let window = slabs().window(ts(HOUR + minute * MINUTE_MS));
+            for group in 0..GROUPS {
+                let marker = ItemKey {
+                    pk: run_pk(group, window),
+                    sk: marker_sk(window),
+                };
+                assert!(want.contains_key(&marker), "{marker:?}");
+            }
+        }
+        let calls = counted.calls.load(Ordering::SeqCst);
+        assert!(calls >= 12, "{calls}");
+        for after in 0..calls {
+            let table = slab_table(&readings);
+            let rollups = MemoryRollups::new();
+            let killed = KilledWrites::after(&table, after);
+            let run = sealer(&killed, &rollups, shards())
+                .run(six_closed(), None)
+                .await;
+            assert!(run.is_err(), "killed at {after}");
+            sealer(&table, &rollups, shards())
+                .run(six_closed(), None)
+                .await
+                .unwrap();
+            assert_eq!(
+                run_items(&table).await,
+                want,
+                "killed at call {after}, run again"
+            );
+        }
+        let table = slab_table(&readings);
+        let rollups = MemoryRollups::new();
+        let (one, two) = (
+            sealer(&table, &rollups, shards()),
+            sealer(&table, &rollups, shards()),
+        );
+        let (a, b) = tokio::join!(one.run(six_closed(), None), two.run(six_closed(), None));
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(run_items(&table).await, want, "two at once");
+    }
+
+    /// The runs of `window` (epoch ms of its start) in `items`, as the readings they
+    /// hold.
+    fn window_held(
+        items: &BTreeMap<ItemKey, Item>,
+        window_ms: i64,
+    ) -> BTreeSet<(String, i64, String)> {
+        let label = slabs().window(ts(window_ms)).label();
+        let of_window: BTreeMap<ItemKey, Item> = items
+            .iter()
+            .filter(|(key, _)| key.sk.contains(&format!("#{label}#")))
+            .map(|(k, i)| (k.clone(), i.clone()))
+            .collect();
+        held(&of_window).into_keys().collect()
+    }
+
+    #[tokio::test]
+    async fn a_window_is_compacted_once_closed_with_a_slab_written_just_before() {
+        let readings = fleet(1);
+        let table = slab_table(&readings);
+        let rollups = MemoryRollups::new();
+        let window = slabs().window(ts(HOUR));
+        // 30 s accept, 30 s ingest timeout, 30 s margin.
+        let closes = window.end_ms() + 90_000;
+        sealer(&table, &rollups, shards())
+            .run(ts(closes - 1), None)
+            .await
+            .unwrap();
+        assert!(
+            run_items(&table).await.is_empty(),
+            "compacted before it closed"
+        );
+        assert_eq!(
+            read_compacted(&rollups).await.unwrap(),
+            None,
+            "nothing closed"
+        );
+        // The last write that can land: just before the close, a late device's slab.
+        let late = reading("d-99", "late", window.end_ms() - 1, 99);
+        put_slab(&table, 0, vec![late.clone()]);
+        sealer(&table, &rollups, shards())
+            .run(ts(closes), None)
+            .await
+            .unwrap();
+        let mut want = identities(&readings);
+        want.extend(identities(&[late]));
+        assert_eq!(window_held(&run_items(&table).await, HOUR), want);
+        let progress = read_compacted(&rollups).await.unwrap().unwrap();
+        assert_eq!((progress.from_ms, progress.to_ms), (HOUR, window.end_ms()));
+    }
+
+    #[tokio::test]
+    async fn a_reading_in_two_slabs_on_two_fanout_keys_is_in_the_runs_once_as_written_last() {
+        // Group 0's fan-out is 2 from before the hour: its slabs are on two keys.
+        let layout = slabs();
+        let devices: Vec<String> = (0..40)
+            .map(device)
+            .filter(|d| layout.group(d) == 0)
+            .take(3)
+            .collect();
+        let fanout = fanout_history(vec![(HOUR - HOUR_MS, 2)]);
+        let shards = std::sync::Arc::new(shard_table(history(), [(group_entity(0), fanout)]));
+        let at = HOUR + 10_000;
+        let first = reading(&devices[0], "a", at, 1);
+        let twice = |written| reading(&devices[1], "b", at, written);
+        let other = reading(&devices[2], "c", at, 1);
+        let table = MemoryReadings::new(None);
+        // A batch written twice (a redelivery that cut it otherwise), the second copy
+        // of `b` on the other key, written later.
+        put_slab(&table, 0, vec![first.clone(), twice(1)]);
+        put_slab(&table, 1, vec![twice(2), other.clone()]);
+        let rollups = MemoryRollups::new();
+        sealer(&table, &rollups, shards)
+            .run(ts(HOUR + 3 * MINUTE_MS), None)
+            .await
+            .unwrap();
+        let held = held(&run_items(&table).await);
+        assert_eq!(
+            held.keys().cloned().collect::<BTreeSet<_>>(),
+            identities(&[first, twice(2), other])
+        );
+        let (copies, b) = &held[&(devices[1].clone(), at, "b".to_owned())];
+        assert_eq!((*copies, b.written), (1, WriteOrder(2)));
+    }
+
+    /// Where the ingest put a reading: its device's own item, a slab, or both (a
+    /// redelivery that went the other way).
+    #[derive(Debug, Clone, Copy)]
+    enum Held {
+        Own,
+        Slab,
+        Both,
+    }
+
+    /// A reading of `HOUR` (device, minute, event) and where it is held: a re-send of an
+    /// identity written before replaces it, as the copy written last.
+    fn op() -> impl Strategy<Value = (usize, i64, u8, Held)> {
+        (
+            0..DEVICES,
+            0i64..60,
+            0u8..2,
+            prop_oneof![Just(Held::Own), Just(Held::Slab), Just(Held::Both)],
+        )
+    }
+
+    /// Writes `ops` in order; returns each identity's copy written last.
+    fn write(
+        ops: &[(usize, i64, u8, Held)],
+        table: &MemoryReadings,
+        shards: &MemoryShards,
+    ) -> BTreeMap<(String, i64, String), Reading> {
+        let mut stored = BTreeMap::new();
+        for (n, &(d, minute, event, held)) in ops.iter().enumerate() {
+            let at = HOUR + minute * MINUTE_MS + 1_000 * i64::try_from(d).unwrap();
+            let r = reading(
+                &device(d),
+                &format!("e{event}"),
+                at,
+                i64::try_from(n).unwrap() + 1,
+            );
+            if matches!(held, Held::Own | Held::Both) {
+                load_readings(table, shards, std::slice::from_ref(&r));
+            }
+            if matches!(held, Held::Slab | Held::Both) {
+                put_slab(table, 0, vec![r.clone()]);
+            }
+            stored.insert((r.device_id.clone(), at, r.event_id.clone()), r);
+        }
+        stored
+    }
+
+    /// What the readings say of each device's hour.
+    fn recount(stored: &BTreeMap<(String, i64, String), Reading>) -> BTreeMap<String, DeviceHour> {
+        let mut out: BTreeMap<String, DeviceHour> = BTreeMap::new();
+        for r in stored.values() {
+            out.entry(r.device_id.clone())
+                .or_insert_with(|| DeviceHour::new(r.device_id.clone(), HOUR))
+                .add(r.ts.as_millis(), &r.event_id, &r.metrics, &r.tags);
+        }
+        out
+    }
+
+    /// The device-hours of `HOUR` a run left.
+    fn sealed(rollups: &MemoryRollups) -> BTreeMap<String, DeviceHour> {
+        let items = rollups.items();
+        (0..DEVICES)
+            .map(device)
+            .filter_map(|d| {
+                let item = items.get(&keys::device_hour(&d, HOUR))?;
+                Some((d, item.body().unwrap()))
+            })
+            .collect()
+    }
+
+    /// Twelve minutes after `HOUR`'s end: its windows are compacted, and it is due.
+    fn after_the_hour() -> Timestamp {
+        ts(HOUR + HOUR_MS + 12 * MINUTE_MS)
+    }
+
+    /// The hour seal of an hour whose readings are in runs, in devices' own items and
+    /// in both, from its start or resumed after a device (a run its deadline stopped
+    /// recorded it), equals a recount of the readings.
+    fn check(ops: &[(usize, i64, u8, Held)], after: Option<usize>) -> Result<(), TestCaseError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let table = MemoryReadings::new(Some(3));
+            let shards = shards();
+            let stored = write(ops, &table, &shards);
+            let rollups = MemoryRollups::new();
+            if let Some(after) = after {
+                let progress = serde_json::json!({ "hour_ms": HOUR, "after": device(after) });
+                let item = RollupItem::with_body(keys::seal_progress(), 0, &progress, None);
+                rollups.put(&item.unwrap()).await.unwrap();
+            }
+            let report = sealer(&table, &rollups, shards)
+                .run(after_the_hour(), None)
+                .await
+                .unwrap();
+            prop_assert_eq!(report.hours_sealed, 1, "{:?}", report);
+            let mut want = recount(&stored);
+            if let Some(after) = after {
+                want.retain(|d, _| *d > device(after));
+            }
+            prop_assert_eq!(sealed(&rollups), want);
+            Ok(())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_hour_seal_of_readings_in_runs_and_own_items_equals_a_recount(
+            ops in proptest::collection::vec(op(), 1..40),
+            after in proptest::option::of(0..DEVICES),
+        ) {
+            check(&ops, after)?;
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Scenarios 39 to 41 on dynalite (a second implementation of DynamoDB on loopback,
 //! whose conditional writes are atomic as DynamoDB's are; moto's are not): the sealer
-//! over its DynamoDB adapters (`DynamoReadingSource`, `DynamoShards`, `DynamoRollups`),
+//! over its DynamoDB adapters (`DynamoReadings`, `DynamoShards`, `DynamoRollups`),
 //! the tables created from template.yaml. Readings are stored by the ingest's batch
 //! writer (`store::batch`) with copies: readings held in two blocks as well as their own
 //! items, and readings of a raised device written again after the raise under a
@@ -32,7 +32,7 @@ use store::dynamo::{DynamoShards, DynamoTable};
 use store::error::StoreError;
 use store::item::{Reading, ReadingItem};
 use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
-use store::read::DynamoReadingSource;
+use store::read::DynamoReadings;
 use store::rollup::RollupKey;
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{
@@ -344,7 +344,7 @@ impl Stand {
 
     fn sealer_over<T: RollupTable>(&self, client: &Client, rollups: T) -> DynamoSealer<T> {
         Sealer::new(
-            DynamoReadingSource::new(client.clone(), &self.readings_table),
+            DynamoReadings::new(client, &self.readings_table),
             DynamoShards::new(client, &self.shards_table),
             rollups,
             settings(),
@@ -407,7 +407,7 @@ impl Stand {
     }
 }
 
-type DynamoSealer<T> = Sealer<DynamoReadingSource, DynamoShards, T>;
+type DynamoSealer<T> = Sealer<DynamoReadings, DynamoShards, T>;
 type Items = BTreeMap<RollupKey, RollupItem>;
 
 /// Stores the layout and raises `hot-1` from 1 to 8 keys at [`RAISE`], as the

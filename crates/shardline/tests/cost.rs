@@ -334,22 +334,211 @@ fn a_gateway_fleet_in_blocks_through_basic_ingest() {
     assert!(service(&items, "DynamoDB") > 10.0 * (m * units * WRU));
 }
 
+/// A line's quantity a month.
+fn quantity(bill: &Value, item: &str) -> f64 {
+    bill["bill"]["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .find(|l| l["item"] == item)
+        .and_then(|l| l["quantity"].as_f64())
+        .unwrap_or_else(|| panic!("no line {item:?}"))
+}
+
+/// The DynamoDB write units a month of every line.
+fn write_units(bill: &Value) -> f64 {
+    bill["bill"]["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| l["price"] == "dynamodb_write_request_units")
+        .map(|l| l["quantity"].as_f64().expect("a quantity"))
+        .sum()
+}
+
+fn near(got: f64, want: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+        "{what}: the tool says {got}, by hand {want}"
+    );
+}
+
+/// 1,000 devices, one reading a message, every 10 s and every 60 s, in slabs (8 groups,
+/// 1-minute windows, 16-KiB items, the template's 1-s window of at most 100 messages):
+/// the slab and run tiers against the arithmetic of the encoders' sizes, and fewer
+/// DynamoDB write units than blocks.
 #[test]
-fn slabs_are_refused_as_a_layout_not_built_yet() {
-    let out = shardline(&[
-        "cost",
+fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
+    // (interval, messages a batch): 100 a second fill a batch of 100; 16.7 a second
+    // make batches of 17.
+    for (interval, batch) in [(10.0_f64, 100.0_f64), (60.0, 17.0)] {
+        let every = interval.to_string();
+        let args = ["--devices", "1000", "--interval-secs", every.as_str()];
+        let slabs = cost(&[&args[..], &["--layout", "slabs"]].concat());
+        let blocks = cost(&[&args[..], &["--layout", "blocks"]].concat());
+        let t = &slabs["figures"]["slabs"];
+        let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k}"));
+        let tier = |k: &str, v: &str| t[k][v].as_f64().unwrap_or_else(|| panic!("{k}.{v}"));
+        assert_eq!(t["priced_as"], "slabs");
+        // A device's share of a batch is its one reading: its block is under 1 KB.
+        assert_eq!(f("device_readings_a_batch"), 1.0);
+        assert!(f("device_share_bytes") <= 1024.0);
+
+        // A batch's readings over 8 groups: 8 (1 - (7/8)^n) of them hold any, each
+        // holding n over that many: 12.5 readings at 10 s, 2.37 at 60 s.
+        let groups = 8.0 * (1.0 - (7.0_f64 / 8.0).powf(batch));
+        near(f("groups_a_batch"), groups, "groups a batch");
+        near(f("readings_a_slab"), batch / groups, "readings a slab");
+        // That slab, 13 or 3 readings of distinct devices, is one item under 16 KiB,
+        // its write units its started KBs.
+        let slab_bytes = tier("slab", "bytes");
+        assert_eq!(tier("slab", "items"), 1.0);
+        assert_eq!(tier("slab", "write_units"), (slab_bytes / 1024.0).ceil());
+        let invocations = 1000.0 * 2_592_000.0 / interval / batch;
+        let slab_wcu = invocations * groups * tier("slab", "write_units");
+        near(
+            quantity(&slabs, "ingest: write units (slabs)"),
+            slab_wcu,
+            "slab units",
+        );
+
+        // A group's window: 1,000 devices x 60 s / interval readings over 8 groups
+        // (750, 125), cut at 16 KiB by each member's bound (store::slab::member_bytes,
+        // above its marshalled size): items of at most 16,384 bytes, each at most 16
+        // write units; and a marker of one unit. 8 groups x 43,200 windows a month.
+        let run_readings = (1000.0 * 60.0 / interval / 8.0_f64).ceil();
+        assert_eq!(f("run_readings"), run_readings);
+        let (run_items, run_bytes, run_wcu) = (
+            tier("run", "items"),
+            tier("run", "bytes"),
+            tier("run", "write_units"),
+        );
+        assert!(run_items >= 1.0 && run_bytes <= run_items * 16_384.0);
+        assert!(run_wcu >= (run_bytes / 1024.0).ceil() && run_wcu <= run_items * 16.0);
+        let group_windows = 8.0 * 43_200.0;
+        near(f("group_windows_a_month"), group_windows, "group-windows");
+        let compaction_wcu = group_windows * (run_wcu + 1.0);
+        near(
+            quantity(&slabs, "sealer: write units (runs and markers)"),
+            compaction_wcu,
+            "run units",
+        );
+        // The compaction reads a group's slabs of a window once: the invocations of a
+        // minute's slabs of one group, at 4 KB a read unit.
+        let a_window = invocations / 43_200.0 * groups * slab_bytes / 8.0;
+        near(
+            quantity(&slabs, "sealer: read units (compaction's reads of slabs)"),
+            group_windows * (a_window / 4096.0).ceil().max(1.0),
+            "compaction reads",
+        );
+        // Storage: a month of runs and markers (each + 100 bytes) over 30 days' retention;
+        // slabs for 48 h and half a minute.
+        let marker = f("marker_bytes");
+        let runs_gb = group_windows * (run_bytes + 100.0 * run_items + marker + 100.0) / GB;
+        near(
+            quantity(&slabs, "storage: runs and markers (retention's worth)"),
+            runs_gb,
+            "run storage",
+        );
+        let slabs_gb =
+            invocations / 2_592_000.0 * (48.0 * 3600.0 + 30.0) * groups * (slab_bytes + 100.0) / GB;
+        near(
+            quantity(&slabs, "storage: slabs (SLAB_EXPIRY_HOURS' worth)"),
+            slabs_gb,
+            "slab storage",
+        );
+
+        // Blocks: a message of one reading is one item of one write unit, 2.592 G or
+        // 432 M units; slabs write a tenth to a half of that.
+        let readings = 1000.0 * 2_592_000.0 / interval;
+        near(
+            quantity(&blocks, "ingest: write units (readings table)"),
+            readings,
+            "blocks' units",
+        );
+        let (in_slabs, in_blocks) = (write_units(&slabs), write_units(&blocks));
+        assert!(
+            slab_wcu + compaction_wcu < 0.6 * readings && in_slabs < in_blocks,
+            "every {interval} s: slabs {in_slabs} write units, blocks {in_blocks}"
+        );
+    }
+}
+
+/// A device sending 60 readings a second: its share of a batch is a block of several
+/// KB, so a table of slabs keeps it in blocks, and the bill says so.
+#[test]
+fn a_device_whose_share_fills_a_write_unit_is_priced_as_blocks() {
+    let args = [
         "--devices",
-        "1",
+        "200",
         "--interval-secs",
         "1",
+        "--readings-a-message",
+        "60",
+    ];
+    let slabs = cost(&[&args[..], &["--layout", "slabs"]].concat());
+    let blocks = cost(&[&args[..], &["--layout", "blocks"]].concat());
+    assert_eq!(slabs["figures"]["slabs"]["priced_as"], "blocks");
+    assert!(
+        slabs["figures"]["slabs"]["device_share_bytes"]
+            .as_f64()
+            .unwrap()
+            > 1024.0
+    );
+    assert_eq!(slabs["bill"]["total_usd"], blocks["bill"]["total_usd"]);
+}
+
+#[test]
+fn the_batching_and_slab_flags_refuse_bad_values_by_name() {
+    for (flag, value) in [
+        ("--slab-groups", "0"),
+        ("--batch-size", "0"),
+        ("--batch-size", "10001"),
+        ("--batching-window-secs", "0"),
+        ("--batching-window-secs", "301"),
+    ] {
+        let out = shardline(&[
+            "cost",
+            "--devices",
+            "1000",
+            "--interval-secs",
+            "10",
+            "--layout",
+            "slabs",
+            flag,
+            value,
+        ]);
+        assert!(!out.status.success(), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
+}
+
+/// A five-second window of up to 1,000 messages gathers more of a one-reading fleet in
+/// a batch: fuller slabs, fewer write units.
+#[test]
+fn a_longer_batching_window_fills_the_slabs() {
+    let args = [
+        "--devices",
+        "1000",
+        "--interval-secs",
+        "60",
         "--layout",
         "slabs",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    ];
+    let one = cost(&args);
+    let five = cost(
+        &[
+            &args[..],
+            &["--batching-window-secs", "5", "--batch-size", "1000"],
+        ]
+        .concat(),
+    );
+    // 16.7 a second over 5 s: 84 messages a batch.
+    assert_eq!(five["figures"]["messages_an_invocation"], 84.0);
     assert!(
-        err.contains("slabs are a future layout that does not exist yet"),
-        "{err}"
+        quantity(&five, "ingest: write units (slabs)")
+            < quantity(&one, "ingest: write units (slabs)") / 3.0
     );
 }
 

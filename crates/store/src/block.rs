@@ -581,10 +581,13 @@ pub fn is_block(item: &Item) -> bool {
 
 /// The readings a stored item of the readings table holds: a slab's or a run's members
 /// (every device's), a block's, in order, each under the sort key it would have on its
-/// own, or the reading the item is. The one way the workspace reads a whole item back into readings (pages, scans,
-/// tallies); a block that breaks the format is refused whole.
+/// own, none of a window's marker, or the reading the item is. The one way the
+/// workspace reads a whole item back into readings (pages, scans, tallies); a block
+/// that breaks the format is refused whole.
 pub fn expand(item: Item) -> Result<Vec<ReadingItem>, StoreError> {
-    if crate::slab::is_slab(&item) {
+    if crate::slab::is_marker(&item) {
+        Ok(Vec::new())
+    } else if crate::slab::is_slab(&item) {
         crate::slab::decode(item)
     } else if is_block(&item) {
         BlockItem::from_item(item)?.readings()

@@ -251,7 +251,7 @@ pub(crate) fn number_of(value: &AttributeValue) -> Result<Decimal, String> {
 
 /// When an item whose last reading is at `ts` expires: `ts` plus `retention`, in epoch
 /// seconds (DynamoDB's TTL).
-pub(crate) fn expiry(ts: Timestamp, retention: Duration) -> i64 {
+pub fn expiry(ts: Timestamp, retention: Duration) -> i64 {
     let retention_secs = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
     ts.as_millis()
         .div_euclid(1000)

@@ -127,22 +127,7 @@ impl MemoryTable {
         if let Some(err) = state.scripted.pop_front() {
             return Err(err);
         }
-        if items.is_empty() || items.len() > MAX_BATCH_ITEMS {
-            return Err(StoreError::Validation(format!(
-                "a batch holds 1 to {MAX_BATCH_ITEMS} requests, not {}",
-                items.len()
-            )));
-        }
-        if keys.iter().collect::<HashSet<_>>().len() != keys.len() {
-            return Err(StoreError::Validation(
-                "Provided list of item keys contains duplicates".to_owned(),
-            ));
-        }
-        if let Some(size) = items.iter().map(item_size).find(|s| *s > MAX_ITEM_BYTES) {
-            return Err(StoreError::Validation(format!(
-                "Item size {size} has exceeded the maximum allowed size"
-            )));
-        }
+        refuse_batch(&items, &keys)?;
         let (hot, cold): (Vec<_>, Vec<_>) = items
             .into_iter()
             .zip(keys)
@@ -169,6 +154,28 @@ impl MemoryTable {
         }
         Ok(unprocessed)
     }
+}
+
+/// What DynamoDB refuses of a `BatchWriteItem` of `items` (their `keys`): none or more
+/// than 25, a key twice, an item over 400 KB.
+pub(crate) fn refuse_batch(items: &[Item], keys: &[ItemKey]) -> Result<(), StoreError> {
+    if items.is_empty() || items.len() > MAX_BATCH_ITEMS {
+        return Err(StoreError::Validation(format!(
+            "a batch holds 1 to {MAX_BATCH_ITEMS} requests, not {}",
+            items.len()
+        )));
+    }
+    if keys.iter().collect::<HashSet<_>>().len() != keys.len() {
+        return Err(StoreError::Validation(
+            "Provided list of item keys contains duplicates".to_owned(),
+        ));
+    }
+    if let Some(size) = items.iter().map(item_size).find(|s| *s > MAX_ITEM_BYTES) {
+        return Err(StoreError::Validation(format!(
+            "Item size {size} has exceeded the maximum allowed size"
+        )));
+    }
+    Ok(())
 }
 
 impl BatchTable for MemoryTable {
@@ -235,13 +242,13 @@ impl MemoryShards {
 
     /// Stores an entity's metadata as it is (test setup), listed in the hot index as
     /// writers keying its readings up to [`SETUP_LISTING_WINDOW`] around its latest
-    /// change leave it.
+    /// change leave it (a device: never a slab group, [`hot::lists`]).
     pub fn put_entity(&self, entity: &str, meta: ShardMeta) {
         let mut state = self.state.lock();
         let history = &meta.shard_history;
         let hot_through = history
             .latest()
-            .filter(|_| history.ever_fanned_out())
+            .filter(|_| history.ever_fanned_out() && hot::lists(entity))
             .map(|latest| {
                 let from = latest
                     .effective_from

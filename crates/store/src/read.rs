@@ -42,7 +42,7 @@ use crate::error::StoreError;
 use crate::item::{PK, ReadingItem, SK};
 
 /// Attribute names of the readings table's key and time attribute.
-const TS_MS: &str = "ts_ms";
+pub(crate) const TS_MS: &str = "ts_ms";
 
 /// Where a page stopped, and where the next one starts (DynamoDB's `LastEvaluatedKey`,
 /// sent back as the next page's `ExclusiveStartKey`).
@@ -169,16 +169,19 @@ pub(crate) fn stored_key(item: &Item) -> Result<ItemKey, StoreError> {
     })
 }
 
-/// A page's stored items as readings, blocks expanded, and the sort time of the last
-/// one stored. A block that breaks the format fails the page, as a malformed reading
-/// item does.
+/// A page's stored items as readings, blocks, slabs and runs expanded (a window's
+/// marker holds none), and the sort time of the last reading or block stored. An item
+/// that breaks its format fails the page, as a malformed reading item does.
 fn decode_items(
     items: Vec<HashMap<String, AttributeValue>>,
 ) -> Result<(Vec<ReadingItem>, Option<i64>), StoreError> {
     let mut out = Vec::with_capacity(items.len());
     let mut last_ts = None;
     for item in items {
-        if crate::block::is_block(&item) {
+        if crate::slab::is_slab(&item) || crate::slab::is_marker(&item) {
+            // No sort time: a slab's or run's members, none of a marker.
+            out.extend(crate::block::expand(item)?);
+        } else if crate::block::is_block(&item) {
             let block = BlockItem::from_item(item)?;
             last_ts = Some(block.ts_ms);
             out.extend(block.readings()?);
@@ -421,6 +424,58 @@ fn key_map(key: &ItemKey) -> HashMap<String, AttributeValue> {
         (PK.to_string(), AttributeValue::S(key.pk.clone())),
         (SK.to_string(), AttributeValue::S(key.sk.clone())),
     ])
+}
+
+/// The readings table read and written: the sealer's, which reads slabs and writes
+/// the runs it compacts them into (`sealer::compact`). Reads as
+/// [`DynamoReadingSource`], writes as [`crate::dynamo::DynamoTable`].
+#[derive(Debug, Clone)]
+pub struct DynamoReadings {
+    reads: DynamoReadingSource,
+    writes: crate::dynamo::DynamoTable,
+}
+
+impl DynamoReadings {
+    /// `table`, through `client`.
+    pub fn new(client: &Client, table: &str) -> Self {
+        Self {
+            reads: DynamoReadingSource::new(client.clone(), table),
+            writes: crate::dynamo::DynamoTable::new(client, table),
+        }
+    }
+}
+
+impl ReadingSource for DynamoReadings {
+    fn query_page(
+        &self,
+        request: &PageRequest,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send {
+        self.reads.query_page(request)
+    }
+
+    fn get_reading(
+        &self,
+        key: &ItemKey,
+        consistent: bool,
+    ) -> impl Future<Output = Result<Option<ReadingItem>, StoreError>> + Send {
+        self.reads.get_reading(key, consistent)
+    }
+
+    fn query_items(
+        &self,
+        request: &ItemsRequest,
+    ) -> impl Future<Output = Result<ItemsPage, StoreError>> + Send {
+        self.reads.query_items(request)
+    }
+}
+
+impl crate::batch::BatchTable for DynamoReadings {
+    fn batch_write(
+        &self,
+        items: Vec<Item>,
+    ) -> impl Future<Output = Result<Vec<Item>, StoreError>> + Send {
+        self.writes.batch_write(items)
+    }
 }
 
 fn start_key_map(start: &LastKey) -> HashMap<String, AttributeValue> {
@@ -848,8 +903,14 @@ mod tests {
                     .items(stored("dev-0#2026-06-22T00:01#0000", 12))
                     .scanned_count(1)
                     .set_last_evaluated_key(Some(HashMap::from([
-                        ("PK".to_string(), AttributeValue::S("r#3#2026-06-22T00".into())),
-                        ("SK".to_string(), AttributeValue::S("dev-0#2026-06-22T00:01#0000".into())),
+                        (
+                            "PK".to_string(),
+                            AttributeValue::S("r#3#2026-06-22T00".into()),
+                        ),
+                        (
+                            "SK".to_string(),
+                            AttributeValue::S("dev-0#2026-06-22T00:01#0000".into()),
+                        ),
                     ])))
                     .build()
             });
@@ -876,7 +937,10 @@ mod tests {
         let page = source.query_items(&request).await.expect("page");
         assert_eq!(page.items.len(), 1);
         assert_eq!(page.items[0].sk, "dev-0#2026-06-22T00:01#0000");
-        assert_eq!(page.items[0].item, stored("dev-0#2026-06-22T00:01#0000", 12));
+        assert_eq!(
+            page.items[0].item,
+            stored("dev-0#2026-06-22T00:01#0000", 12)
+        );
         assert_eq!(page.items_read, 1);
         assert_eq!(
             page.last_key.map(|k| k.sk),

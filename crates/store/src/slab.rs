@@ -99,6 +99,27 @@ pub fn is_slab(item: &Item) -> bool {
     item.contains_key(SLAB_ATTRIBUTE)
 }
 
+/// The attribute only a window's marker has (N, 1): the item a compaction writes in a
+/// group's run partition once the window's runs are written
+/// (`sharding::slab::marker_sk`), which holds no reading.
+pub const MARKER_ATTRIBUTE: &str = "marker";
+
+/// Whether a stored item of the readings table is a window's marker.
+#[must_use]
+pub fn is_marker(item: &Item) -> bool {
+    item.contains_key(MARKER_ATTRIBUTE)
+}
+
+/// The marker item under `pk`, `sk`, expiring at `ttl` (epoch seconds): its key, its
+/// [`MARKER_ATTRIBUTE`] and its `ttl`, no `ts_ms`, so the time index never holds it.
+#[must_use]
+pub fn marker(pk: &str, sk: &str, ttl: i64) -> Encoded {
+    let mut builder = ItemBuilder::keyed(pk, sk, 4);
+    builder.put(MARKER_ATTRIBUTE, number("1".to_owned()));
+    builder.put("ttl", number(ttl.to_string()));
+    builder.finish()
+}
+
 /// The SDK attribute map of the slab or run of `members` (sorted by (device, ts,
 /// event id), each identity once) under `pk`, `sk`, expiring at `ttl` (epoch seconds),
 /// and its size by DynamoDB's rule, measured as it is built. The same members make

@@ -186,3 +186,20 @@ fn the_documented_slab_vector_is_the_slab_of_its_readings() {
         .collect();
     assert_eq!(back, members);
 }
+
+/// A window's marker is its key, `marker` and `ttl` alone: it holds no reading, is no
+/// slab, has no `ts_ms` (so the time index never holds it), and is sized by DynamoDB's
+/// rule.
+#[test]
+fn a_marker_holds_no_reading_and_stays_out_of_the_time_index() {
+    let marker = slab::marker("r#3#2026-06-22T01", "#2026-06-22T01:05", 1_784_682_360);
+    let names: Vec<&str> = {
+        let mut names: Vec<&str> = marker.item.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    };
+    assert_eq!(names, ["PK", "SK", "marker", "ttl"]);
+    assert!(slab::is_marker(&marker.item) && !slab::is_slab(&marker.item));
+    assert_eq!(marker.size, store::size::item_size(&marker.item));
+    assert!(store::block::expand(marker.item).unwrap().is_empty());
+}

@@ -12,7 +12,9 @@
 
 use capacity_proxy::StatsSnapshot;
 use shardline::cost::measured::{self, Counts, FunctionCount};
-use shardline::cost::model::{INGEST_MEMORY_MB, QUERY_MEMORY_MB, SEALER_MEMORY_MB};
+use shardline::cost::model::{
+    BATCH_SIZE, BATCHING_WINDOW_SECS, INGEST_MEMORY_MB, QUERY_MEMORY_MB, SEALER_MEMORY_MB,
+};
 use shardline::cost::{
     Arch, Basis, Bill, Door, Packing, PriceTable, Reads, Service, Shape, Use, bill, model,
 };
@@ -100,6 +102,9 @@ pub fn shape(scenario: &Scenario, variant: Variant) -> Shape {
         reading_bytes: None,
         door: Door::Sqs,
         packing,
+        slab_groups: sharding::slab::DEFAULT_GROUPS,
+        batching_window_secs: BATCHING_WINDOW_SECS,
+        batch_size: BATCH_SIZE,
         retention_days: RETENTION_DAYS,
         reads: Reads {
             device_readings: 0.0,

@@ -1,7 +1,8 @@
 //! What the soak holds the pipeline to once the queue drained: the table against the
 //! manifest (every valid reading, under one sort key, nothing else), the final paged
-//! read of the hot device against the table, and the DLQ against the manifest (every
-//! malformed message, with its reason, nothing else).
+//! read of the hot device against the table (in slab mode: of every device against the
+//! manifest, `slabs`), and the DLQ against the manifest (every malformed message, with
+//! its reason, nothing else).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use tokio::process::Child;
 use super::child::ChildSpec;
 use super::reader::read_all;
 use super::services::Services;
+use super::slabs;
 use super::{HOT_DEVICE, Report, truncate};
 use crate::accounting::Accounting;
 use crate::publish::{Manifest, ReadingId};
@@ -23,7 +25,9 @@ type Copies = HashMap<(String, String), Vec<String>>;
 
 /// Checks the table, the API and the DLQ against the manifest at `manifest_path`, with
 /// `seen` (what the reader was shown) and whether the queue `drained`. The last
-/// run-local is stopped (for its counters) once the API's final read is done.
+/// run-local is stopped (for its counters) once the API's final read is done: of the
+/// hot device, or in slab mode (`report.slab_mode`) of every device, after the table's
+/// tiers are counted.
 pub(super) async fn verify(
     services: &Services,
     spec: &ChildSpec,
@@ -32,24 +36,35 @@ pub(super) async fn verify(
     (seen, drained): (&BTreeSet<(String, String)>, bool),
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    // The final, complete read of the hot device while run-local still serves.
     let manifest = Manifest::read(manifest_path)?;
-    let expected_hot: Vec<&ReadingId> = manifest
-        .readings
-        .iter()
-        .filter(|r| r.device_id == HOT_DEVICE)
-        .collect();
     let (table, counts, blocks) =
         scan_readings(&services.dynamo, &services.stack.table_name).await?;
     report.table_blocks = blocks;
-    let hot_in_table: BTreeSet<(i64, String)> = table
-        .iter()
-        .filter(|r| r.device_id == HOT_DEVICE)
-        .map(|r| (r.ts_ms, r.event_id.clone()))
-        .collect();
-    report.hot_device_table = hot_in_table.len() as u64;
+    // The final, complete reads while run-local still serves.
     let read_start = std::time::Instant::now();
-    check_hot_device_read(report, spec.query, &expected_hot, &hot_in_table, drained).await;
+    if report.slab_mode {
+        let only_in_slabs = slabs::tiers(
+            &services.dynamo,
+            &services.stack.table_name,
+            counts.len() as u64,
+            report,
+        )
+        .await?;
+        slabs::read_fleet(spec.query, &manifest, &only_in_slabs, report).await;
+    } else {
+        let expected_hot: Vec<&ReadingId> = manifest
+            .readings
+            .iter()
+            .filter(|r| r.device_id == HOT_DEVICE)
+            .collect();
+        let hot_in_table: BTreeSet<(i64, String)> = table
+            .iter()
+            .filter(|r| r.device_id == HOT_DEVICE)
+            .map(|r| (r.ts_ms, r.event_id.clone()))
+            .collect();
+        report.hot_device_table = hot_in_table.len() as u64;
+        check_hot_device_read(report, spec.query, &expected_hot, &hot_in_table, drained).await;
+    }
     report.final_read_secs = read_start.elapsed().as_secs_f64();
 
     // Stop the last run-local gracefully to get its counters.

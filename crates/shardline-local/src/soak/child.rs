@@ -23,6 +23,9 @@ const MIN_KILL_GAP: Duration = Duration::from_secs(2);
 /// How often a kill waiting for its moment looks at the publisher's progress.
 const PROGRESS_POLL: Duration = Duration::from_millis(100);
 
+/// Seconds between two runs of the sealer in slab mode.
+const SLAB_SEAL_EVERY_SECS: f64 = 5.0;
+
 /// How to start run-local as a child.
 #[derive(Debug, Clone)]
 pub(super) struct ChildSpec {
@@ -31,6 +34,9 @@ pub(super) struct ChildSpec {
     pub(super) query: SocketAddr,
     function_timeout: f64,
     max_concurrency: usize,
+    /// Seconds between two runs of the sealer (its schedule), as run-local's
+    /// `--seal-every`.
+    seal_every: f64,
     log_dir: PathBuf,
     prefix: String,
     /// The received log every start of run-local appends to.
@@ -49,13 +55,20 @@ impl ChildSpec {
     ) -> anyhow::Result<Self> {
         let env_file = dir.join(format!("{prefix}.env"));
         let query_port = stand_in::free_loopback_port()?;
-        write_child_env(stack, proxy_url, cfg.seed, cfg.batch > 1, &env_file)?;
+        write_child_env(stack, proxy_url, cfg, &env_file)?;
         Ok(Self {
             bin: cfg.shardline_bin.clone(),
             env_file,
             query: SocketAddr::from(([127, 0, 0, 1], query_port)),
             function_timeout: cfg.function_timeout_secs,
             max_concurrency: cfg.max_concurrency,
+            // In slab mode the sealer runs every few seconds, so the windows closed
+            // during the soak are compacted within it; otherwise the template's minute.
+            seal_every: if cfg.slabs {
+                SLAB_SEAL_EVERY_SECS
+            } else {
+                crate::run_local::DEFAULT_SEAL_EVERY_SECS
+            },
             log_dir: dir.to_path_buf(),
             prefix: prefix.to_owned(),
             received_log: dir.join(format!("{prefix}.received.txt")),
@@ -93,6 +106,7 @@ impl ChildSpec {
             .args(["--batch-size", "10", "--batching-window", "0.5"])
             .args(["--max-concurrency", &self.max_concurrency.to_string()])
             .args(["--function-timeout", &self.function_timeout.to_string()])
+            .args(["--seal-every", &self.seal_every.to_string()])
             .args(["--query-listen", &self.query.to_string(), "--json"])
             .arg("--received-log")
             .arg(&self.received_log)
@@ -209,47 +223,58 @@ pub(super) fn kill_moments(
 }
 
 /// Writes the run-local child's env file: DynamoDB through the proxy, SQS on moto, a
-/// fixed cursor key, and the fan-out's and redelivery's time scales shrunk to the
-/// soak's minutes.
+/// fixed cursor key, the fan-out's and redelivery's time scales shrunk to the soak's
+/// minutes, and in slab mode `SLABS=on` with the ingest's timeout for the sealer.
 fn write_child_env(
     stack: &stand_in::Stack,
     proxy_url: &str,
-    seed: u64,
-    blocks: bool,
+    cfg: &SoakConfig,
     env_file: &Path,
 ) -> anyhow::Result<()> {
-    let cursor_key = hex::encode(ChaCha8Rng::seed_from_u64(seed).random::<[u8; 32]>());
-    stack.write_env_with(
-        env_file,
-        &[
-            ("AWS_ENDPOINT_URL".to_owned(), proxy_url.to_owned()),
-            // The stack's endpoint is moto's, which holds the queues.
-            ("AWS_ENDPOINT_URL_SQS".to_owned(), stack.endpoint.clone()),
-            // A soak of one reading a message writes no block: its table keeps one item
-            // a reading, and the block-mode soak (`--batch` above 1) packs blocks, so the
-            // two soaks cover both layouts.
+    let cursor_key = hex::encode(ChaCha8Rng::seed_from_u64(cfg.seed).random::<[u8; 32]>());
+    let blocks = cfg.batch > 1;
+    let mut vars = vec![
+        ("AWS_ENDPOINT_URL".to_owned(), proxy_url.to_owned()),
+        // The stack's endpoint is moto's, which holds the queues.
+        ("AWS_ENDPOINT_URL_SQS".to_owned(), stack.endpoint.clone()),
+        // A soak of one reading a message writes no block: its table keeps one item
+        // a reading, and the block-mode soak (`--batch` above 1) packs blocks, so the
+        // two soaks cover both layouts.
+        (
+            "BLOCKS".to_owned(),
+            if blocks { "on" } else { "off" }.to_owned(),
+        ),
+        // Fixed, so cursors stay valid across restarts of run-local.
+        ("CURSOR_KEY".to_owned(), cursor_key),
+        // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
+        // a hot device may double its shards every few seconds rather than every
+        // ten minutes (the cooldown must cover the propagation margin, so the
+        // caches and the future skew shrink with it).
+        ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
+        ("SHARD_CACHE_TTL_SECS".to_owned(), "2".to_owned()),
+        ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
+        ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
+        ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
+        // Redelivery waits on the same scale: 5, 10, 20, 40 s at most before
+        // receives 2 to 5, so a throttled message lives about a minute before the
+        // redrive could take it (30 s, 60 s, ... in production).
+        ("REDELIVERY_BASE_SECS".to_owned(), "5".to_owned()),
+        ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
+    ];
+    if cfg.slabs {
+        vars.extend([
+            // The first writer stores the layout of its environment: the table's
+            // layout writes slabs from the beginning.
+            ("SLABS".to_owned(), "on".to_owned()),
+            // The sealer closes a slab window only after the ingest's last invocation
+            // that could write into it ended: the child's function timeout.
             (
-                "BLOCKS".to_owned(),
-                if blocks { "on" } else { "off" }.to_owned(),
+                "INGEST_TIMEOUT_SECS".to_owned(),
+                cfg.function_timeout_secs.ceil().to_string(),
             ),
-            // Fixed, so cursors stay valid across restarts of run-local.
-            ("CURSOR_KEY".to_owned(), cursor_key),
-            // The fan-out's time scale shrunk to the soak's minutes, as in the demo:
-            // a hot device may double its shards every few seconds rather than every
-            // ten minutes (the cooldown must cover the propagation margin, so the
-            // caches and the future skew shrink with it).
-            ("MAX_FUTURE_SECS".to_owned(), "2".to_owned()),
-            ("SHARD_CACHE_TTL_SECS".to_owned(), "2".to_owned()),
-            ("PROPAGATION_SLACK_SECS".to_owned(), "1".to_owned()),
-            ("FANOUT_COOLDOWN_SECS".to_owned(), "5".to_owned()),
-            ("FANOUT_JITTER_SECS".to_owned(), "1".to_owned()),
-            // Redelivery waits on the same scale: 5, 10, 20, 40 s at most before
-            // receives 2 to 5, so a throttled message lives about a minute before the
-            // redrive could take it (30 s, 60 s, ... in production).
-            ("REDELIVERY_BASE_SECS".to_owned(), "5".to_owned()),
-            ("REDELIVERY_CAP_SECS".to_owned(), "40".to_owned()),
-        ],
-    )
+        ]);
+    }
+    stack.write_env_with(env_file, &vars)
 }
 
 #[cfg(test)]

@@ -35,7 +35,21 @@ pub struct SoakArgs {
     /// device's readings, which the default layout writes as blocks.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=500))]
     pub batch: u16,
+    /// Slab mode: `SLABS=on`, one reading a message from a fleet of
+    /// [`SLAB_FLEET`] devices at [`SLAB_FLEET_RATE`] readings/s and no hot device
+    /// (`--batch` is ignored).
+    #[arg(long)]
+    pub slabs: bool,
 }
+
+/// The devices of the slab-mode fleet: each sends about one reading a batch, so its
+/// share of a batch fills no write unit and goes to a slab.
+pub const SLAB_FLEET: u32 = 300;
+
+/// Readings per second of the slab-mode fleet: low enough that the runner keeps up
+/// through the proxy's faults and a kill's redeliveries come back within
+/// `SLAB_ACCEPT_SECS` of their timestamps (the visibility timeout, 12 s, and a restart).
+pub const SLAB_FLEET_RATE: f64 = 20.0;
 
 /// What one soak does.
 #[derive(Debug, Clone)]
@@ -75,6 +89,9 @@ pub struct SoakConfig {
     pub verbose: bool,
     /// Readings per message.
     pub batch: usize,
+    /// Slab mode ([`SoakConfig::in_slab_mode`]): the table's layout writes slabs, the
+    /// fleet is many one-reading devices, the sealer runs every few seconds.
+    pub slabs: bool,
 }
 
 impl SoakConfig {
@@ -118,8 +135,38 @@ impl SoakConfig {
             max_queued: 60,
             verbose: false,
             batch: 1,
+            slabs: false,
         }
     }
+
+    /// The soak in slab mode: `SLABS=on` (its sealer told the ingest's timeout), one
+    /// reading a message from [`SLAB_FLEET`] devices at [`SLAB_FLEET_RATE`] readings/s,
+    /// no hot device.
+    #[must_use]
+    pub fn in_slab_mode(mut self) -> Self {
+        self.slabs = true;
+        self.batch = 1;
+        self.fleet_rate = SLAB_FLEET_RATE;
+        self.hot_rate = 0.0;
+        self
+    }
+
+    /// The devices the reader pages while the soak runs: the hot device and the fleet's
+    /// top devices, or in slab mode a few of its evenly used fleet.
+    pub(super) fn read_devices(&self) -> Vec<String> {
+        if self.slabs {
+            (0..8).map(fleet_device).collect()
+        } else {
+            let mut devices = vec![HOT_DEVICE.to_owned()];
+            devices.extend((0..3).map(fleet_device));
+            devices
+        }
+    }
+}
+
+/// The name the publisher gives the fleet's device of rank `rank`.
+fn fleet_device(rank: u32) -> String {
+    format!("dev-{rank:05}")
 }
 
 /// How long the publisher's schedule takes to send `cfg.messages` at the soak's rates.
@@ -132,20 +179,21 @@ pub(super) fn publishing_period(cfg: &SoakConfig) -> Duration {
 }
 
 /// The publisher's plan: about `messages` messages, 2% malformed, a Zipf fleet (its
-/// top devices are hot) and one hot device on its own schedule.
+/// top devices are hot) and one hot device on its own schedule; in slab mode a fleet of
+/// [`SLAB_FLEET`] devices used evenly and no hot device.
 pub fn soak_plan(cfg: &SoakConfig) -> Plan {
     Plan {
-        devices: 50,
+        devices: if cfg.slabs { SLAB_FLEET } else { 50 },
         rate: cfg.fleet_rate,
         // A little long, so max_messages is what cuts the stream.
         duration: Duration::from_secs_f64(publishing_period(cfg).as_secs_f64() * 1.05 + 0.1),
-        hot_device: Some(HOT_DEVICE.to_owned()),
+        hot_device: (!cfg.slabs).then(|| HOT_DEVICE.to_owned()),
         hot_rate: cfg.hot_rate,
         jitter: Duration::from_millis(50),
         batch: cfg.batch.max(1),
         bad_rate: 0.02,
         seed: cfg.seed,
         max_messages: Some(cfg.messages),
-        zipf_exponent: 1.2,
+        zipf_exponent: if cfg.slabs { 0.0 } else { 1.2 },
     }
 }

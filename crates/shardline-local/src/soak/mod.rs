@@ -20,6 +20,8 @@
 //! - `reader`: the reader of the query API and its page checks;
 //! - `checks`: the table, the final read, the DLQ and each message against the
 //!   manifest;
+//! - `slabs`: in slab mode, the table by tier and every device's read against the
+//!   manifest;
 //! - `report`: the [`Report`] and its summary.
 
 use std::time::{Duration, Instant};
@@ -48,11 +50,13 @@ mod config;
 mod reader;
 mod report;
 mod services;
+mod slabs;
 mod traffic;
 
-pub use config::{HOT_DEVICE, SoakArgs, SoakConfig, soak_plan};
+pub use config::{HOT_DEVICE, SLAB_FLEET, SLAB_FLEET_RATE, SoakArgs, SoakConfig, soak_plan};
 pub use reader::ReaderStats;
 pub use report::{KillMoment, Report};
+pub use slabs::SlabFigures;
 
 use child::ChildSpec;
 use config::publishing_period;
@@ -69,6 +73,9 @@ pub async fn run_command(args: &SoakArgs) -> anyhow::Result<()> {
     config.drain_timeout = Duration::from_secs(args.drain_timeout);
     config.key_wcu = args.key_wcu;
     config.batch = usize::from(args.batch);
+    if args.slabs {
+        config = config.in_slab_mode();
+    }
     config.verbose = true;
     let report = run(&config).await?;
     println!("{}", report.text());
@@ -92,6 +99,7 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
 
     let mut report = Report {
         dynamodb: services.dynamodb(),
+        slab_mode: cfg.slabs,
         ..Report::default()
     };
     let child = spec.start(report.starts).await?;
@@ -99,7 +107,12 @@ pub async fn run(cfg: &SoakConfig) -> anyhow::Result<Report> {
     // The reader pages the API while everything else runs; the kills follow the
     // publisher's progress.
     let publish_start = store::clock::wall_clock()?;
-    let reader = Reader::spawn(spec.query, publish_start.as_millis(), cfg.seed);
+    let reader = Reader::spawn(
+        spec.query,
+        publish_start.as_millis(),
+        cfg.seed,
+        cfg.read_devices(),
+    );
     let publisher = Publisher::spawn(cfg, sqs, queue_url, publish_start, &manifest_path);
     let mut child = child::kill_and_restart(cfg, &spec, child, &publisher, &mut report).await?;
     publisher.finish(cfg, &mut report).await?;

@@ -1,6 +1,6 @@
-//! The soak's reader of the query API: random ranges of the hot device and the fleet's
-//! top devices paged while run-local is killed and restarted, each page checked (sorted,
-//! in range, of its device, no reading twice), and the final complete read.
+//! The soak's reader of the query API: random ranges of a few devices paged while
+//! run-local is killed and restarted, each page checked (sorted, in range, of its
+//! device, no reading twice), and the final complete reads.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use super::{HOT_DEVICE, Report, truncate};
+use super::{Report, truncate};
 use crate::query_api::{QueryApi, RangeRead};
 
 /// What the reader saw while the soak ran.
@@ -54,10 +54,11 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    /// Starts paging the API at `query`: ranges from `start_ms` (minus 2 s) to now.
-    pub(super) fn spawn(query: SocketAddr, start_ms: i64, seed: u64) -> Self {
+    /// Starts paging the API at `query`: ranges of `devices` from `start_ms` (minus
+    /// 2 s) to now.
+    pub(super) fn spawn(query: SocketAddr, start_ms: i64, seed: u64, devices: Vec<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(reader_loop(query, start_ms, seed, stop.clone()));
+        let task = tokio::spawn(reader_loop(query, start_ms, seed, devices, stop.clone()));
         Self { stop, task }
     }
 
@@ -72,12 +73,13 @@ impl Reader {
     }
 }
 
-/// The reader: random ranges of the hot device and the fleet's top devices, until
-/// stopped. Returns its counters, every (device, event) it was shown, and violations.
+/// The reader: random ranges of `devices`, until stopped. Returns its counters, every
+/// (device, event) it was shown, and violations.
 async fn reader_loop(
     query: SocketAddr,
     start_ms: i64,
     seed: u64,
+    devices: Vec<String>,
     stop: Arc<AtomicBool>,
 ) -> (ReaderStats, Seen, Vec<String>) {
     let api =
@@ -86,9 +88,8 @@ async fn reader_loop(
     let mut stats = ReaderStats::default();
     let mut seen = BTreeSet::new();
     let mut violations = Vec::new();
-    let devices = [HOT_DEVICE, "dev-00000", "dev-00001", "dev-00002"];
-    while !stop.load(Ordering::SeqCst) && violations.len() < 50 {
-        let device = devices[rng.random_range(0..devices.len())];
+    while !stop.load(Ordering::SeqCst) && violations.len() < 50 && !devices.is_empty() {
+        let device = devices[rng.random_range(0..devices.len())].as_str();
         let now = store::clock::wall_clock().map_or(start_ms, |t| t.as_millis());
         let span = (now - start_ms).max(1_000) + 2_000;
         let from = start_ms - 2_000 + rng.random_range(0..span);

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use capacity_proxy::StatsSnapshot;
 use serde::Serialize;
 
+use super::slabs::SlabFigures;
 use super::{HOT_DEVICE, ReaderStats};
 use crate::accounting::Accounting;
 use crate::publish;
@@ -58,6 +59,9 @@ pub struct Report {
     /// The last run-local's own counters (killed runs lose theirs), JSON.
     pub last_run_local: Option<serde_json::Value>,
     pub reader: ReaderStats,
+    /// Whether the soak ran in slab mode, and what its slab checks counted.
+    pub slab_mode: bool,
+    pub slabs: SlabFigures,
     /// Hot device: readings in the table and in the final paged read.
     pub hot_device_table: u64,
     pub hot_device_read: u64,
@@ -120,6 +124,21 @@ impl Report {
         )
     }
 
+    /// The last run-local's own counters, when it reported them.
+    fn last_run_local_text(&self) -> Option<String> {
+        let stats = self.last_run_local.as_ref()?;
+        Some(format!(
+            "last run-local: write calls {}, retries {}, unprocessed {}, fan-out raises {}, messages {} (reported {}, requeued {})",
+            stats["write_calls"],
+            stats["write_retries"],
+            stats["unprocessed_items"],
+            stats["fanout_raises"],
+            stats["messages"],
+            stats["failures_reported"],
+            stats["requeued"]
+        ))
+    }
+
     /// The human summary.
     pub fn text(&self) -> String {
         let mut s = String::new();
@@ -167,17 +186,8 @@ impl Report {
             self.proxy_unprocessed_items, self.proxy_errors, self.proxy_throttled
         ));
         line(format!("proxy requests: {:?}", self.proxy_requests));
-        if let Some(stats) = &self.last_run_local {
-            line(format!(
-                "last run-local: write calls {}, retries {}, unprocessed {}, fan-out raises {}, messages {} (reported {}, requeued {})",
-                stats["write_calls"],
-                stats["write_retries"],
-                stats["unprocessed_items"],
-                stats["fanout_raises"],
-                stats["messages"],
-                stats["failures_reported"],
-                stats["requeued"]
-            ));
+        if let Some(last) = self.last_run_local_text() {
+            line(last);
         }
         line(format!(
             "fan-out raises (shard table): {} over {} entities",
@@ -194,13 +204,25 @@ impl Report {
             self.reader.server_errors,
             self.reader.client_errors
         ));
+        if self.slab_mode {
+            line(self.slabs.text());
+        } else {
+            line(format!(
+                "hot device {HOT_DEVICE}: {} in the table, {} read back through the API",
+                self.hot_device_table, self.hot_device_read
+            ));
+        }
         line(format!(
-            "hot device {HOT_DEVICE}: {} in the table, {} read back through the API",
-            self.hot_device_table, self.hot_device_read
-        ));
-        line(format!(
-            "duration: {:.1} s (publish {:.1} s, drain {:.1} s, final read of {HOT_DEVICE} {:.1} s)",
-            self.duration_secs, self.publish_secs, self.drain_secs, self.final_read_secs
+            "duration: {:.1} s (publish {:.1} s, drain {:.1} s, final read of {} {:.1} s)",
+            self.duration_secs,
+            self.publish_secs,
+            self.drain_secs,
+            if self.slab_mode {
+                "the fleet"
+            } else {
+                HOT_DEVICE
+            },
+            self.final_read_secs
         ));
         if self.violations.is_empty() {
             line("result: PASS".to_owned());

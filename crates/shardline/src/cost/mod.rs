@@ -6,6 +6,7 @@
 //! - [`prices`]: the price table, built in or from `--prices FILE`;
 //! - [`model`]: the fleet's shape to each line's quantity a month;
 //! - [`sample`]: one message of the shape, as sent and as the store writes it;
+//! - [`slabs`]: a table of slabs' slabs and runs, and what they use;
 //! - [`measured`]: a run's counts as the same line items, scaled to a month;
 //! - [`bill`]: quantities priced, by service, as a table or JSON.
 
@@ -14,11 +15,12 @@ pub mod measured;
 pub mod model;
 pub mod prices;
 pub mod sample;
+pub mod slabs;
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
 pub use bill::{Basis, Bill, Service, Use, bill};
@@ -39,7 +41,8 @@ pub enum LayoutArg {
     /// A device's readings of a message packed into blocks (BLOCKS=on, a new table's
     /// default).
     Blocks,
-    /// Not built yet: refused.
+    /// The readings of devices whose share of a batch takes under a write unit in slabs
+    /// of many devices, compacted into runs (SLABS=on).
     Slabs,
 }
 
@@ -81,10 +84,19 @@ pub struct CostArgs {
     /// The front door.
     #[arg(long, value_enum, default_value_t = Door::Sqs)]
     pub door: Door,
-    /// How readings are stored: items, or blocks (the default of a new table). Slabs
-    /// are a future layout, not built yet, and refused.
+    /// How readings are stored: items, blocks (the default of a new table), or slabs.
     #[arg(long, value_enum, default_value_t = LayoutArg::Blocks)]
     pub layout: LayoutArg,
+    /// Slab groups of a table of slabs (SLAB_GROUPS).
+    #[arg(long, default_value_t = sharding::slab::DEFAULT_GROUPS)]
+    pub slab_groups: u32,
+    /// The event source's batching window, seconds (the template's BatchingWindow,
+    /// 1 to 300).
+    #[arg(long, default_value_t = model::BATCHING_WINDOW_SECS)]
+    pub batching_window_secs: f64,
+    /// Most messages an ingest invocation (the template's IngestBatchSize, 1 to 10,000).
+    #[arg(long, default_value_t = model::BATCH_SIZE)]
+    pub batch_size: u32,
     /// Days readings are kept (the template's RetentionDays).
     #[arg(long, default_value_t = 30.0)]
     pub retention_days: f64,
@@ -117,10 +129,7 @@ impl CostArgs {
         let packing = match self.layout {
             LayoutArg::Items => Packing::Items,
             LayoutArg::Blocks => Packing::Blocks,
-            LayoutArg::Slabs => bail!(
-                "--layout slabs: slabs are a future layout that does not exist yet; price \
-                 items or blocks"
-            ),
+            LayoutArg::Slabs => Packing::Slabs,
         };
         Ok(Shape {
             devices: self.devices,
@@ -130,6 +139,9 @@ impl CostArgs {
             reading_bytes: self.reading_bytes,
             door: self.door,
             packing,
+            slab_groups: self.slab_groups,
+            batching_window_secs: self.batching_window_secs,
+            batch_size: self.batch_size,
             retention_days: self.retention_days,
             reads: Reads {
                 device_readings: self.device_readings_a_day,
@@ -175,7 +187,33 @@ pub fn run(args: &CostArgs) -> anyhow::Result<()> {
 /// The shape and the figures the bill follows from.
 fn heading(shape: &Shape, f: &Figures) -> String {
     let g = bill::grouped;
-    format!(
+    let slabs = match &f.slabs {
+        None => String::new(),
+        Some(slabs::SlabPricing::Blocks { device_share_bytes }) => format!(
+            "\x20 priced as blocks: a device's share of a batch takes {device_share_bytes} \
+             bytes, over a write unit, so the ingest keeps its blocks\n"
+        ),
+        Some(slabs::SlabPricing::Slabs(t)) => format!(
+            "\x20 slabs: a batch's readings in {:.2} of {} groups, {:.2} readings a slab, \
+             stored as {} item(s) of {} bytes, {} write unit(s)\n\
+             \x20 runs: a group's {} readings of a window in {} item(s) of {} bytes, {} write \
+             unit(s), and a marker; {:.0} group-windows a month, {} read unit(s) each to \
+             compact\n",
+            t.groups_a_batch,
+            t.groups,
+            t.readings_a_slab,
+            t.slab.items,
+            t.slab.bytes,
+            t.slab.write_units,
+            t.run_readings,
+            t.run.items,
+            t.run.bytes,
+            t.run.write_units,
+            t.group_windows_a_month,
+            t.compaction_read_units,
+        ),
+    };
+    let text = format!(
         "A month (30 days) of {} devices, a reading every {} s, {} a message, {} metrics, \
          by {}, stored as {}:\n\
          \x20 {} readings in {} messages; a reading {} bytes as sent, a message {} bytes\n\
@@ -200,5 +238,6 @@ fn heading(shape: &Shape, f: &Figures) -> String {
         f.messages_an_invocation,
         g(f.ingest_invocations_a_month, 0),
         f.ingest_ms_an_invocation,
-    )
+    );
+    text + &slabs
 }

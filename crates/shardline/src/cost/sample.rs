@@ -1,7 +1,8 @@
 //! A message of the fleet's shape, as a device sends it and as the store writes it: the
 //! bytes each door carries, and the items, write units and stored bytes the store's own
 //! encoders (`store::ReadingItem::marshal`, `store::pack`, DynamoDB's size rule in
-//! `item-size`) make of its readings. Nothing here is a guessed size.
+//! `item-size`) make of its readings, and the slab and run items (`store::slab`) many
+//! devices' readings of the shape make ([`slab_items`]). Nothing here is a guessed size.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -29,7 +30,7 @@ pub const MAX_READINGS_A_MESSAGE: u32 = 500;
 /// The most metrics a reading holds (docs/formats.md).
 pub const MAX_METRICS: u32 = 64;
 /// The first sample reading's time: the start of an hour.
-const START_MS: i64 = 1_782_090_000_000;
+pub(crate) const START_MS: i64 = 1_782_090_000_000;
 /// What a tag `"note"` adds to a reading's JSON beside its text: `,"tags":{"note":""}`.
 const TAG_OVERHEAD: usize = 19;
 
@@ -176,7 +177,9 @@ fn store_readings(jsons: &[Value], packing: Packing) -> anyhow::Result<(usize, u
     let base = Layout::time_bucket(Bucket::Hour, NonZeroU32::new(8).unwrap_or(NonZeroU32::MIN));
     let layout = match packing {
         Packing::Items => base,
-        Packing::Blocks => base.with_blocks(BlockLayout::default()),
+        // A table of slabs packs blocks as a new table does: a device whose share of a
+        // batch fills a write unit keeps them.
+        Packing::Blocks | Packing::Slabs => base.with_blocks(BlockLayout::default()),
     };
     let table = TableHistory::new(layout);
     let readings: Vec<Reading> = jsons
@@ -203,6 +206,112 @@ fn store_readings(jsons: &[Value], packing: Packing) -> anyhow::Result<(usize, u
         bytes += encoded.size;
     }
     Ok((items, write_units, bytes))
+}
+
+/// What a set of readings is stored as: items, their write units and their bytes by
+/// DynamoDB's rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stored {
+    pub items: usize,
+    pub write_units: usize,
+    pub bytes: usize,
+}
+
+impl Stored {
+    fn add(&mut self, other: Stored, times: usize) {
+        self.items += other.items * times;
+        self.write_units += other.write_units * times;
+        self.bytes += other.bytes * times;
+    }
+}
+
+/// How [`slab_items`] keys and sizes the items it makes.
+pub(crate) struct SlabKeys<'a> {
+    /// What `sharding::slab::cut` adds to the members' bounds: the writer's
+    /// `store::slab::overhead`.
+    pub(crate) overhead: usize,
+    /// The most bytes of an item (`SlabLayout::max_bytes`).
+    pub(crate) max_bytes: usize,
+    /// The partition and sort key of an item: its first member's device and its part.
+    pub(crate) key: &'a dyn Fn(&str, usize) -> (String, String),
+    /// The items' expiry, epoch seconds.
+    pub(crate) ttl: i64,
+}
+
+/// The slab or run items (`store::slab::marshal`) of `count` readings of the shape
+/// (`metrics`, `reading_bytes` as sent), `per_device` of each device, of devices with
+/// distinct ids as long as [`DEVICE_ID`], `interval_ms` apart within a window, cut as
+/// the writers cut them (`sharding::slab::cut` by `store::slab::member_bytes`). A full
+/// item is marshalled once and counted as often as the readings fill it, so `count`
+/// may be a fleet's.
+pub(crate) fn slab_items(
+    count: usize,
+    per_device: usize,
+    metrics: u32,
+    reading_bytes: Option<usize>,
+    interval_ms: i64,
+    keys: &SlabKeys<'_>,
+) -> anyhow::Result<Stored> {
+    if !(1..=MAX_METRICS).contains(&metrics) {
+        bail!("metrics a reading must be 1..={MAX_METRICS}, got {metrics}");
+    }
+    if count == 0 {
+        return Ok(Stored::default());
+    }
+    let pad = padding(metrics, reading_bytes)?;
+    let base = to_reading(&reading_json(0, metrics, &pad, interval_ms))?;
+    let per_device = per_device.max(1);
+    // Every member is as large as the base reading, so at most this many fit one item:
+    // the readings are made only up to it.
+    let most = keys.max_bytes / store::slab::member_bytes(&base).max(1) + 1;
+    let readings: Vec<Reading> = (0..count.min(most))
+        .map(|i| fleet_reading(&base, i / per_device, i % per_device, interval_ms))
+        .collect();
+    let full = sharding::slab::cut(
+        &readings,
+        keys.max_bytes,
+        store::slab::MAX_MEMBERS,
+        keys.overhead,
+        store::slab::member_bytes,
+    )
+    .first()
+    .map_or(1, ExactSizeIterator::len);
+    let item = |members: &[Reading], part: usize| -> anyhow::Result<Stored> {
+        let first = members.first().context("an item of no reading")?;
+        let (pk, sk) = (keys.key)(&first.device_id, part);
+        let encoded = store::slab::marshal(members, &pk, &sk, keys.ttl)?;
+        Ok(Stored {
+            items: 1,
+            write_units: store::size::write_units(encoded.size),
+            bytes: encoded.size,
+        })
+    };
+    let mut stored = Stored::default();
+    stored.add(
+        item(&readings[..full.min(readings.len())], 0)?,
+        count / full,
+    );
+    let rest = count % full;
+    if rest > 0 {
+        stored.add(item(&readings[..rest], count / full)?, 1);
+    }
+    Ok(stored)
+}
+
+/// The `j`th reading of the `d`th device of a fleet of readings like `base`: an id as
+/// long as [`DEVICE_ID`], an event id of `base`'s length that shares no prefix with
+/// its neighbours' (as random ids share none).
+fn fleet_reading(base: &Reading, d: usize, j: usize, interval_ms: i64) -> Reading {
+    let mut r = base.clone();
+    r.device_id = format!("device-{d:06}");
+    let spread = u32::try_from(d * 64 + j)
+        .unwrap_or(u32::MAX)
+        .wrapping_mul(0x9E37_79B9);
+    r.event_id = format!("{spread:08x}{}", &base.event_id[8..]);
+    let ts = base.ts.as_millis() + i64::try_from(j).unwrap_or(0) * interval_ms;
+    r.ts = Timestamp::from_millis(ts).unwrap_or(base.ts);
+    r.written = store::WriteOrder(r.ts.as_millis());
+    r
 }
 
 /// The store's reading of a sample reading's JSON.

@@ -322,14 +322,20 @@ impl<T: BatchTable> BatchWriter<T> {
             })
             .collect();
         let max_inflight = self.config.max_inflight.max(1);
-        let mut results = futures::stream::iter(jobs.into_iter().map(|(batch, rng)| async move {
-            // A chunk holds one of the slots until all its items have outcomes. Waiting
-            // for one ends at the deadline, where the chunk fails at once.
-            let _slot = tokio::time::timeout_at(deadline, slots.0.acquire()).await;
-            self.write_chunk(batch, deadline, rng, observer, remake)
-                .await
-        }))
-        .buffer_unordered(max_inflight);
+        // The chunks' futures made before they are streamed: a stream that mapped them
+        // as it went would hold a closure over the items' lifetimes, and a caller that
+        // borrows its table could not prove its own future Send.
+        let chunks: Vec<_> = jobs
+            .into_iter()
+            .map(|(batch, rng)| async move {
+                // A chunk holds one of the slots until all its items have outcomes.
+                // Waiting for one ends at the deadline, where the chunk fails at once.
+                let _slot = tokio::time::timeout_at(deadline, slots.0.acquire()).await;
+                self.write_chunk(batch, deadline, rng, observer, remake)
+                    .await
+            })
+            .collect();
+        let mut results = futures::stream::iter(chunks).buffer_unordered(max_inflight);
         let mut by_index: HashMap<usize, Outcome> =
             HashMap::with_capacity(prepared.canonical.len());
         while let Some(tally) = results.next().await {

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use sharding::key::ItemKey;
 
-use crate::batch::Item;
+use crate::batch::{BatchTable, Item};
 use crate::block::BlockItem;
 use crate::error::{StoreError, ThrottleKind};
 use crate::item::ReadingItem;
 use crate::read::{
-    ItemsPage, ItemsRequest, LastKey, Page, PageRequest, ReadingSource, StoredItem, stored_key,
+    ItemsPage, ItemsRequest, LastKey, Page, PageRequest, ReadingSource, StoredItem, TS_MS,
+    stored_key,
 };
 use crate::size::item_size;
 
@@ -47,6 +48,10 @@ const READ_UNIT_BYTES: usize = 4 * 1024;
 /// read, as DynamoDB's does. Such an item has no `ts_ms`: a time filter drops it and
 /// the time index does not hold it. Every call is charged in read units, as DynamoDB
 /// bills it ([`MemoryReadings::read_units`]).
+///
+/// It takes writes as the table does, through [`BatchTable`] (the sealer's runs): each
+/// item stored as what it is, a block, a reading (an item with a `ts_ms`) or another
+/// item as it is, a call refused as DynamoDB refuses it.
 #[derive(Debug, Default)]
 pub struct MemoryReadings {
     items: Mutex<BTreeMap<(String, String), Stored>>,
@@ -268,7 +273,10 @@ impl Stored {
 /// The time index's order: ts ascending, ties by SK descending (it holds only items
 /// with a `ts_ms`).
 fn index_order(item: &Stored) -> (i64, Reverse<String>) {
-    (item.ts_ms().unwrap_or(i64::MIN), Reverse(item.sk().to_owned()))
+    (
+        item.ts_ms().unwrap_or(i64::MIN),
+        Reverse(item.sk().to_owned()),
+    )
 }
 
 fn in_ts_range(r: &PageRequest, item: &Stored) -> bool {
@@ -361,7 +369,10 @@ impl ReadingSource for MemoryReadings {
             time_index: None,
             limit: None,
             ascending: r.ascending,
-            start_after: r.start_after.clone().map(|key| LastKey { key, ts_ms: None }),
+            start_after: r
+                .start_after
+                .clone()
+                .map(|key| LastKey { key, ts_ms: None }),
             consistent: r.consistent,
         };
         let mut evaluated = self.evaluate(&request, cap)?;
@@ -397,6 +408,32 @@ impl ReadingSource for MemoryReadings {
             last_key,
             items_read,
         })
+    }
+}
+
+impl BatchTable for MemoryReadings {
+    async fn batch_write(&self, items: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let keys = items
+            .iter()
+            .map(stored_key)
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::memory::refuse_batch(&items, &keys)?;
+        let mut stored = Vec::with_capacity(items.len());
+        for (item, key) in items.into_iter().zip(keys) {
+            stored.push(if crate::block::is_block(&item) {
+                Stored::Block(BlockItem::from_item(item)?)
+            } else if item.contains_key(TS_MS) {
+                Stored::Reading(ReadingItem::from_item(item)?)
+            } else {
+                Stored::Item { key, item }
+            });
+        }
+        let mut table = self.items.lock();
+        for item in stored {
+            let key = item.key();
+            table.insert((key.pk, key.sk), item);
+        }
+        Ok(Vec::new())
     }
 }
 
@@ -465,6 +502,50 @@ mod tests {
 
     fn ids(page: &Page) -> Vec<&str> {
         page.items.iter().map(|i| i.event_id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_write_stores_each_item_as_what_it_is_and_is_refused_as_dynamodb_refuses_it() {
+        let table = MemoryReadings::new(None);
+        let day = Duration::from_secs(86_400);
+        let own = reading(T, "a");
+        let block = [reading(T + 10, "b"), reading(T + 30, "c")];
+        let marker = crate::slab::marker("p", "#marker", 1);
+        let items = vec![
+            ReadingItem::new(&own, key_of(&own), day).to_item().unwrap(),
+            BlockItem::new(&block, &key_of(&block[0]), day)
+                .unwrap()
+                .to_item()
+                .unwrap(),
+            marker.item.clone(),
+        ];
+        assert!(table.batch_write(items).await.unwrap().is_empty());
+        // The reading and the block read as readings, in time; the marker as none.
+        let page = table.query_page(&request(None, true, None)).await.unwrap();
+        assert_eq!(ids(&page), ["a", "b", "c"]);
+        let items = ItemsRequest {
+            pk: "p".into(),
+            sk_at_most: None,
+            limit: None,
+            ascending: true,
+            start_after: None,
+            consistent: true,
+        };
+        let stored = table.query_items(&items).await.unwrap();
+        assert_eq!(stored.items[0].item, marker.item);
+        // More than 25 items, or one key twice, are refused whole.
+        let many: Vec<Item> = (0..26)
+            .map(|n| crate::slab::marker("p", &format!("#{n:02}"), 1).item)
+            .collect();
+        assert!(matches!(
+            table.batch_write(many).await,
+            Err(StoreError::Validation(_))
+        ));
+        let twice = vec![marker.item.clone(), marker.item];
+        assert!(matches!(
+            table.batch_write(twice).await,
+            Err(StoreError::Validation(_))
+        ));
     }
 
     #[tokio::test]

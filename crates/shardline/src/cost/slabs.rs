@@ -1,0 +1,284 @@
+//! The slab layout's tiers (docs/design-slabs.md): what the ingest's slabs and the
+//! compaction's runs of a fleet are, sized by the store's own encoders
+//! (`cost::sample::slab_items`, `store::slab::marshal`), and what they use in a month.
+//!
+//! - A **slab** holds the readings of one batch whose devices share a slab group (and
+//!   a window: a batch is taken as within one). A batch of `n` readings falls into
+//!   `G(1 − (1 − 1/G)^n)` of the `G` groups (devices hash evenly), each such slab
+//!   holding `n` over that many readings, cut at the layout's max bytes.
+//! - A **run** holds a closed window's readings of a group: the fleet's readings of a
+//!   window over `G`, cut at max bytes, and the window's marker of the group (every
+//!   group gets one). The compaction reads each group's slabs of each window once,
+//!   strongly consistent: their bytes at 4 KB a read unit, one at least.
+
+use anyhow::Context as _;
+use serde::Serialize;
+use sharding::capacity::MONTH_SECS;
+use sharding::slab::{self, SlabLayout, Window};
+use sharding::time::Timestamp;
+
+use super::bill::{Basis, Service, Use};
+use super::model::{GB, Packing, Shape};
+use super::prices::Key;
+use super::sample::{self, MAX_READINGS_A_MESSAGE, STORAGE_OVERHEAD_BYTES, SlabKeys, Stored};
+
+/// DynamoDB's read unit: 4 KB read strongly consistent.
+const READ_UNIT_BYTES: f64 = 4096.0;
+
+/// What a table of slabs stores a fleet's readings as.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "priced_as", rename_all = "snake_case")]
+pub enum SlabPricing {
+    /// Slabs and runs.
+    Slabs(Box<SlabTiers>),
+    /// A device's share of a batch takes more than a write unit's bytes
+    /// (`device_share_bytes`, as the pack stage packs it): the ingest keeps its blocks.
+    Blocks { device_share_bytes: usize },
+}
+
+/// A fleet's slabs and runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlabTiers {
+    /// Slab groups (`--slab-groups`, `SLAB_GROUPS`).
+    pub groups: u32,
+    /// A device's readings in one batch, and their blocks' bytes: at most a write
+    /// unit's, so they go to slabs.
+    pub device_readings_a_batch: usize,
+    pub device_share_bytes: usize,
+    /// The groups one batch's readings fall into.
+    pub groups_a_batch: f64,
+    /// A batch's readings of one group.
+    pub readings_a_slab: f64,
+    /// The items of one group's readings of a batch: `readings_a_slab` rounded up.
+    pub slab: Stored,
+    /// A group's readings of a window, rounded up.
+    pub run_readings: usize,
+    /// Their run items.
+    pub run: Stored,
+    /// A marker's bytes (at most `store::slab::overhead` of its key).
+    pub marker_bytes: usize,
+    /// A group's windows a month (each compacted once, with a marker).
+    pub group_windows_a_month: f64,
+    /// The compaction's read units of one group's slabs of a window.
+    pub compaction_read_units: f64,
+    /// The ingest's slab items, write units and bytes an invocation.
+    pub slab_items_an_invocation: f64,
+    pub slab_write_units_an_invocation: f64,
+    pub slab_bytes_an_invocation: f64,
+}
+
+/// How the fleet of `shape` is stored in a table of slabs, for batches of
+/// `messages_an_invocation`, `invocations` a month.
+pub fn price(
+    shape: &Shape,
+    messages_an_invocation: f64,
+    invocations: f64,
+) -> anyhow::Result<SlabPricing> {
+    let layout = SlabLayout {
+        groups: std::num::NonZeroU32::new(shape.slab_groups).context("--slab-groups")?,
+        ..SlabLayout::default()
+    };
+    let interval_ms = (shape.interval_secs * 1000.0).round() as i64;
+    let r = f64::from(shape.readings_a_message);
+    // A batch gathers messages for at most the batching window; a device's messages in
+    // it are those it sends in that span, one at least.
+    let message_rate = shape.devices / (shape.interval_secs * r);
+    let span = (messages_an_invocation / message_rate).min(shape.batching_window_secs);
+    let device_messages = (span * message_rate / shape.devices).ceil().max(1.0);
+    let device_readings = (device_messages * r).min(f64::from(MAX_READINGS_A_MESSAGE)) as u32;
+    let share = sample::sample(
+        device_readings,
+        shape.metrics,
+        shape.reading_bytes,
+        interval_ms,
+        Packing::Blocks,
+    )?;
+    if share.item_bytes > store::size::WCU_BYTES {
+        return Ok(SlabPricing::Blocks {
+            device_share_bytes: share.item_bytes,
+        });
+    }
+    let g = f64::from(layout.groups.get());
+    let n = messages_an_invocation * r;
+    let groups_a_batch = g * (1.0 - (1.0 - 1.0 / g).powf(n));
+    let readings_a_slab = n / groups_a_batch;
+    let window = Window::holding(
+        Timestamp::from_millis(sample::START_MS)?,
+        layout.window_minutes,
+    );
+    // The longest group's keys: the last group's.
+    let group = layout.groups.get() - 1;
+    let slab_key = |_: &str, _: usize| (slab::slab_pk(group, 0, window), "0".repeat(16));
+    let slab = sample::slab_items(
+        readings_a_slab.ceil() as usize,
+        device_readings as usize,
+        shape.metrics,
+        shape.reading_bytes,
+        interval_ms,
+        &SlabKeys {
+            // The ingest's: the longest key a fan-out can give, a digest's length.
+            overhead: store::slab::overhead(
+                &slab::slab_pk(group, u32::MAX, window),
+                &"0".repeat(16),
+            ),
+            max_bytes: layout.max_bytes as usize,
+            key: &slab_key,
+            ttl: layout.expires_at(window),
+        },
+    )?;
+    let window_secs = f64::from(layout.window_minutes) * 60.0;
+    let run_readings = (shape.devices * window_secs / shape.interval_secs / g).ceil() as usize;
+    let device_a_window = (window_secs / shape.interval_secs).ceil().max(1.0) as usize;
+    let run_pk = slab::run_pk(group, window);
+    let run_key = |device: &str, part: usize| {
+        let part = u32::try_from(part).unwrap_or(u32::MAX);
+        (run_pk.clone(), slab::run_sk(device, window, part))
+    };
+    let run = sample::slab_items(
+        run_readings,
+        device_a_window,
+        shape.metrics,
+        shape.reading_bytes,
+        interval_ms,
+        &SlabKeys {
+            // The compaction's: its longest device, a part no smaller than any.
+            overhead: store::slab::overhead(
+                &run_pk,
+                &slab::run_sk(
+                    sample::DEVICE_ID,
+                    window,
+                    u32::try_from(run_readings).unwrap_or(u32::MAX),
+                ),
+            ),
+            max_bytes: layout.max_bytes as usize,
+            key: &run_key,
+            ttl: layout.expires_at(window),
+        },
+    )?;
+    let group_windows = g * MONTH_SECS / window_secs;
+    let invocations_a_window = invocations * window_secs / MONTH_SECS;
+    let slab_bytes = groups_a_batch * slab.bytes as f64;
+    let read = invocations_a_window * slab_bytes / g / READ_UNIT_BYTES;
+    Ok(SlabPricing::Slabs(Box::new(SlabTiers {
+        groups: layout.groups.get(),
+        device_readings_a_batch: device_readings as usize,
+        device_share_bytes: share.item_bytes,
+        groups_a_batch,
+        readings_a_slab,
+        slab,
+        run_readings,
+        run,
+        marker_bytes: store::slab::overhead(&run_pk, &slab::marker_sk(window)),
+        group_windows_a_month: group_windows,
+        compaction_read_units: read.ceil().max(1.0),
+        slab_items_an_invocation: groups_a_batch * slab.items as f64,
+        slab_write_units_an_invocation: groups_a_batch * slab.write_units as f64,
+        slab_bytes_an_invocation: slab_bytes,
+    })))
+}
+
+fn modelled(s: &str) -> Basis {
+    Basis::Modelled(s.to_owned())
+}
+
+impl SlabTiers {
+    /// The bytes the seal reads a reading: the runs'.
+    pub fn run_bytes_a_reading(&self) -> f64 {
+        self.run.bytes as f64 / self.run_readings.max(1) as f64
+    }
+
+    /// Write units a reading: its slab's and its run's (with the markers).
+    pub fn write_units_a_reading(&self, readings_a_month: f64, invocations: f64) -> f64 {
+        (invocations * self.slab_write_units_an_invocation + self.compaction_write_units())
+            / readings_a_month
+    }
+
+    /// Bytes DynamoDB bills as stored a reading kept for the retention: its runs' and
+    /// markers', with each item's overhead.
+    pub fn stored_bytes_a_reading(&self) -> f64 {
+        let run = self.run.bytes + STORAGE_OVERHEAD_BYTES * self.run.items;
+        (run + self.marker_bytes + STORAGE_OVERHEAD_BYTES) as f64 / self.run_readings.max(1) as f64
+    }
+
+    fn compaction_write_units(&self) -> f64 {
+        self.group_windows_a_month * (self.run.write_units as f64 + 1.0)
+    }
+
+    /// Bytes DynamoDB bills as stored a month of runs and markers, with each item's
+    /// overhead.
+    fn run_bytes_a_month(&self) -> f64 {
+        let run = self.run.bytes + STORAGE_OVERHEAD_BYTES * self.run.items;
+        let marker = self.marker_bytes + STORAGE_OVERHEAD_BYTES;
+        self.group_windows_a_month * (run + marker) as f64
+    }
+
+    /// DynamoDB's lines of the slabs and runs: the ingest's slab writes, the
+    /// compaction's reads and writes, and their storage.
+    pub fn uses(&self, shape: &Shape, invocations: f64) -> Vec<Use> {
+        let days = MONTH_SECS / 86_400.0;
+        let layout = SlabLayout::default();
+        // A slab is kept until it expires, SLAB_EXPIRY_HOURS after its window's end:
+        // half a window more, on average, after it is written.
+        let kept_secs =
+            f64::from(layout.expiry_hours) * 3600.0 + f64::from(layout.window_minutes) * 30.0;
+        let slab_stored = self.slab_bytes_an_invocation
+            + STORAGE_OVERHEAD_BYTES as f64 * self.slab_items_an_invocation;
+        let slabs_gb = invocations / MONTH_SECS * kept_secs * slab_stored / GB;
+        let runs_gb = self.run_bytes_a_month() / days * shape.retention_days / GB;
+        vec![
+            Use::new(
+                Service::DynamoDb,
+                "ingest: write units (slabs)",
+                invocations * self.slab_write_units_an_invocation,
+                Key::DynamodbWriteRequestUnits,
+                modelled(&format!(
+                    "the store's encoders: a batch's readings fall into {:.2} of {} slab \
+                     groups, each a slab of {} readings of distinct devices \
+                     (store::slab::marshal), {} write unit(s)",
+                    self.groups_a_batch,
+                    self.groups,
+                    self.readings_a_slab.ceil(),
+                    self.slab.write_units
+                )),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "sealer: write units (runs and markers)",
+                self.compaction_write_units(),
+                Key::DynamodbWriteRequestUnits,
+                modelled(&format!(
+                    "the store's encoders: a group's {} readings of a window in {} run \
+                     item(s) of {} write unit(s), and its marker (1)",
+                    self.run_readings, self.run.items, self.run.write_units
+                )),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "sealer: read units (compaction's reads of slabs)",
+                self.group_windows_a_month * self.compaction_read_units,
+                Key::DynamodbReadRequestUnits,
+                modelled(
+                    "a group's slabs of a window read once, strongly consistent: their \
+                     bytes at 4 KB a read unit, one at least",
+                ),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "storage: runs and markers (retention's worth)",
+                runs_gb,
+                Key::DynamodbStorageGbMonth,
+                modelled("the store's encoders' item bytes + 100 bytes an item"),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "storage: slabs (SLAB_EXPIRY_HOURS' worth)",
+                slabs_gb,
+                Key::DynamodbStorageGbMonth,
+                modelled(
+                    "the store's encoders' item bytes + 100 bytes an item, each kept until \
+                     48 h after its window (TTL's later deletion not priced)",
+                ),
+            ),
+        ]
+    }
+}
