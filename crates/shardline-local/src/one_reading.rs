@@ -69,6 +69,10 @@ pub struct FleetFigures {
     pub slab_bytes: f64,
     pub run_bytes: f64,
     pub own_bytes: f64,
+    /// Slab items the table holds at the end, and the readings in them: how many
+    /// readings a slab gathered.
+    pub slabs_held: u64,
+    pub slab_members: u64,
     /// Wall time of the whole run, servers included.
     pub elapsed: Duration,
 }
@@ -89,6 +93,11 @@ impl FleetFigures {
         let n = self.latencies.len();
         let rank = ((q * n as f64).ceil() as usize).clamp(1, n.max(1));
         self.latencies.get(rank - 1).copied()
+    }
+
+    /// Readings a slab item holds on average (none without slabs).
+    pub fn readings_a_slab(&self) -> Option<f64> {
+        (self.slabs_held > 0).then(|| self.slab_members as f64 / self.slabs_held as f64)
     }
 
     /// Whether any run was written: the compaction of a closed window ran.
@@ -140,9 +149,10 @@ impl FleetRun {
             stand_in::Moto::start(&stand_in::ensure_venv(&root)?)
         });
         let root = self.root.clone();
-        let dynalite = tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Dynalite> {
-            stand_in::Dynalite::start(&stand_in::ensure_dynalite(&root)?)
-        });
+        let dynalite =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Dynalite> {
+                stand_in::Dynalite::start(&stand_in::ensure_dynalite(&root)?)
+            });
         let moto = moto.await.context("moto start task")??;
         let dynalite = dynalite.await.context("dynalite start task")??;
         let stack = crate::provision::queues_on_moto_tables_on_dynalite(
@@ -157,6 +167,12 @@ impl FleetRun {
         let mut env = EnvLookup::from_pairs(stack.env_pairs());
         env.set("AWS_ENDPOINT_URL_SQS", moto.endpoint());
         env.set("SLABS", if self.slabs { "on" } else { "off" });
+        // The template passes the sealer the ingest function's timeout: a slab window
+        // closes no sooner than an invocation that could still write it has ended.
+        env.set(
+            "INGEST_TIMEOUT_SECS",
+            run_local::DEFAULT_FUNCTION_TIMEOUT_SECS.to_string(),
+        );
         let mut settings = Settings::new(&stack.queue_url);
         settings.batching_window = self.batching_window;
         settings.batch_size = self.batch_size;
@@ -176,7 +192,7 @@ impl FleetRun {
             .map_err(|e| anyhow!("stopping capacity-proxy: {e}"))?;
         let dynamo =
             aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite.endpoint()).await);
-        let bytes = stored_by_tier(&dynamo, &stack.table_name).await?;
+        let stored = stored_by_tier(&dynamo, &stack.table_name).await?;
         drop((dynalite, moto));
 
         let sampled = latencies.len();
@@ -198,9 +214,11 @@ impl FleetRun {
             run_wcu: units(Tier::Run),
             own_wcu: units(Tier::Own),
             other_wcu: total - readings_wcu,
-            slab_bytes: bytes[Tier::Slab as usize],
-            run_bytes: bytes[Tier::Run as usize],
-            own_bytes: bytes[Tier::Own as usize],
+            slab_bytes: stored.bytes[Tier::Slab as usize],
+            run_bytes: stored.bytes[Tier::Run as usize],
+            own_bytes: stored.bytes[Tier::Own as usize],
+            slabs_held: stored.slabs,
+            slab_members: stored.slab_members,
             elapsed: started.elapsed(),
         })
     }
@@ -224,7 +242,11 @@ impl FleetRun {
             let message = Message::new(seq, seq % self.devices)?;
             let (sqs, queue_url, api) = (sqs.clone(), queue_url.to_owned(), Arc::clone(&api));
             let sampled = seq % self.sample_one_in == 0;
-            tasks.spawn(async move { message.send_and_watch(&sqs, &queue_url, &api, sampled).await });
+            tasks.spawn(async move {
+                message
+                    .send_and_watch(&sqs, &queue_url, &api, sampled)
+                    .await
+            });
         }
         let (mut sent, mut latencies) = (0, Vec::new());
         while let Some(outcome) = tasks.join_next().await {
@@ -290,11 +312,7 @@ impl Message {
         if !accepted || !sampled {
             return Ok((accepted, None));
         }
-        let url = format!(
-            "{}/{}",
-            api.readings_url(&self.device),
-            self.event_id
-        );
+        let url = format!("{}/{}", api.readings_url(&self.device), self.event_id);
         let ts = [("ts", self.ts.to_string())];
         while returned.elapsed() < GIVE_UP_AFTER {
             // An answer lost to the runner's load is asked again, as a 404 is.
@@ -352,25 +370,38 @@ fn wcu_of(charges: &StatsSnapshot, table: &str, tier: Tier) -> f64 {
         .sum()
 }
 
-/// Bytes `table` holds, as DynamoDB sizes items, by tier.
-async fn stored_by_tier(
-    dynamo: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> anyhow::Result<[f64; 3]> {
+/// What the readings table holds at the end.
+#[derive(Debug, Default)]
+struct Stored {
+    /// Bytes, as DynamoDB sizes items, by tier.
+    bytes: [f64; 3],
+    /// Slab items, and the readings in them.
+    slabs: u64,
+    slab_members: u64,
+}
+
+/// What `table` holds, by tier.
+async fn stored_by_tier(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<Stored> {
     let mut pages = dynamo
         .scan()
         .table_name(table)
         .into_paginator()
         .items()
         .send();
-    let mut bytes = [0.0; 3];
+    let mut stored = Stored::default();
     while let Some(item) = pages.next().await {
         let item = item.context("scanning the readings table")?;
         let pk = item
             .get("PK")
             .and_then(|v| v.as_s().ok())
             .map_or("", String::as_str);
-        bytes[Tier::of(pk) as usize] += store::size::item_size(&item) as f64;
+        let tier = Tier::of(pk);
+        stored.bytes[tier as usize] += store::size::item_size(&item) as f64;
+        if tier == Tier::Slab {
+            stored.slabs += 1;
+            let members = store::slab::decode(item).context("decoding a slab")?;
+            stored.slab_members += members.len() as u64;
+        }
     }
-    Ok(bytes)
+    Ok(stored)
 }

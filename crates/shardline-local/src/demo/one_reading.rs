@@ -97,13 +97,14 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
             ),
             Err(e) => format!("not priced: {e:#}"),
         };
-        let ms = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{} ms", d.as_millis()));
+        let ms =
+            |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{} ms", d.as_millis()));
         s.push_str(&format!(
             "  {} (event source: {} s window, batch {}, {} pollers)\n\
              \x20   write units a reading: {:.3} (slabs s# {:.3}, runs r# {:.3}, own items {:.3}); shard and rollup tables {:.0} WCU in all\n\
              \x20   bytes stored a reading: {:.0} (slabs {:.0}, runs {:.0}, own items {:.0}; slabs until they expire)\n\
              \x20   DynamoDB writes a month at this rate: {month}\n\
-             \x20   compaction: {}\n\
+             \x20   readings a slab: {}; compaction: {}\n\
              \x20   time from SendMessage to readable: p50 {}, p99 {}, max {} ({} sampled, {} never read); {} messages, queue {}\n",
             run.layout_words(),
             run.batching_window.as_secs_f64(),
@@ -118,6 +119,7 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
             per(f.slab_bytes),
             per(f.run_bytes),
             per(f.own_bytes),
+            f.readings_a_slab().map_or("-".to_owned(), |n| format!("{n:.1}")),
             compaction_words(run, f),
             ms(f.quantile(0.5)),
             ms(f.quantile(0.99)),
