@@ -403,6 +403,9 @@ async fn bills(root: &std::path::Path, quick: bool, args: &Args, results: &mut R
         if let Err(e) = slabs::run(root, devices, results).await {
             results.note("11", format!("NOT MEASURED: {e:#}"));
         }
+        if let Err(e) = slabs::readable(root, results).await {
+            results.note("11", format!("time to readable NOT MEASURED: {e:#}"));
+        }
     }
 }
 

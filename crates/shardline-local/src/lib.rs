@@ -7,6 +7,7 @@
 //! - [`publish`]: the device simulator (pure generation from a seed, plus the SQS sender);
 //! - [`run_local`]: the SQS event source mapping and the query API, in one local process;
 //! - [`demo`]: the reference scenario twice (naive vs adaptive layout), one report;
+//! - [`one_reading`]: a one-reading fleet through run-local, its time to readable and write units by tier;
 //! - [`heatmap`]: per-key WCU over time as a PNG, from `capacity-proxy --heat-csv`;
 //! - [`provision`]: the template's tables and queues on a local stand-in (`cargo xtask local up`);
 //! - [`query_api`]: the client of the query HTTP API that the demo, the soak and the tests read through;
@@ -15,6 +16,7 @@
 pub mod accounting;
 pub mod demo;
 pub mod heatmap;
+pub mod one_reading;
 pub mod provision;
 pub mod publish;
 pub mod query_api;

@@ -38,6 +38,7 @@ fn scenario(out_dir: &std::path::Path) -> Result<Scenario> {
         batch_size: 10,
         max_concurrency: 4,
         verbose: false,
+        one_reading: None,
     })
 }
 

@@ -100,6 +100,10 @@ pub struct DemoArgs {
     /// under which a hot device of a few times a key's limit in readings fits one key).
     #[arg(long)]
     pub no_blocks: bool,
+    /// Seconds the one-reading fleet publishes, on today's layout and with slabs side
+    /// by side, after the two runs; 0 leaves the phase out.
+    #[arg(long, default_value_t = 40.0)]
+    pub one_reading_secs: f64,
 }
 
 impl DemoArgs {
@@ -157,6 +161,9 @@ impl DemoArgs {
             batch_size: self.batch_size,
             max_concurrency: self.max_concurrency,
             verbose: true,
+            one_reading: (self.one_reading_secs > 0.0)
+                .then(|| secs("one-reading-secs", self.one_reading_secs))
+                .transpose()?,
         };
         scenario.validate()?;
         Ok(scenario)

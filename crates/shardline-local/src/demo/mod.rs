@@ -38,6 +38,7 @@ mod args;
 mod bill;
 mod dashboard;
 mod measure;
+mod one_reading;
 mod report;
 mod scenario;
 mod series;
@@ -58,6 +59,7 @@ pub use dashboard::{
     Timings,
 };
 pub use measure::{FLEET_DEVICE, QueryResult};
+pub use one_reading::OneReadingFleet;
 pub use report::{DemoReport, RunReport, report_text};
 pub use scenario::{IngestTuning, Scenario, settings_text};
 pub use servers::{PID_PREFIX, server_record_name};
@@ -107,11 +109,21 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<DemoReport> {
         run_variant(scenario, &plan, &tools, Variant::Naive),
         run_variant(scenario, &plan, &tools, Variant::Adaptive),
     )?;
+    // After the two runs, so it does not share the machine with them.
+    let one_reading = match scenario.one_reading {
+        Some(publish_for) => Some(
+            one_reading::run(scenario, publish_for)
+                .await
+                .map_err(|e| format!("{e:#}")),
+        ),
+        None => None,
+    };
     Ok(DemoReport {
         scenario: scenario.clone(),
         plan,
         naive,
         adaptive,
+        one_reading,
         elapsed: started.elapsed(),
     })
 }

@@ -122,6 +122,8 @@ pub struct DemoReport {
     pub naive: RunReport,
     /// Run 2.
     pub adaptive: RunReport,
+    /// The one-reading fleet's phase, when the scenario has it.
+    pub one_reading: Option<Result<super::one_reading::OneReadingFleet, String>>,
     /// Wall time of both runs.
     pub elapsed: Duration,
 }
@@ -145,6 +147,10 @@ pub fn report_text(report: &DemoReport) -> String {
             Ok(d) => dashboard_text(d, &report.adaptive),
             Err(why) => format!("Dashboard of run 2: not built: {why}"),
         });
+    }
+    if let Some(phase) = &report.one_reading {
+        s.push_str("\n\n");
+        s.push_str(&super::one_reading::text(phase));
     }
     s
 }

@@ -84,6 +84,9 @@ pub struct Scenario {
     pub max_concurrency: usize,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// How long the one-reading fleet publishes (`one_reading`); none leaves the phase
+    /// out.
+    pub one_reading: Option<Duration>,
 }
 
 impl Scenario {
