@@ -166,7 +166,11 @@ async fn soak_in_slab_mode_with_faults_and_two_kills() -> Result<()> {
     if slabs.run_items == 0 {
         assert_eq!(slabs.audit.extra_copies, report.extra_copies);
     } else {
-        assert!(slabs.audit.extra_copies <= report.extra_copies, "{}", report.text());
+        assert!(
+            slabs.audit.extra_copies <= report.extra_copies,
+            "{}",
+            report.text()
+        );
     }
     assert!(slabs.devices_read > 200, "{}", report.text());
     assert_eq!(slabs.readings_read, report.readings_sent);
