@@ -232,6 +232,7 @@ async fn measure(
         shards: provisioned.name("ShardsTable")?.to_owned(),
         rollups: provisioned.name("RollupTable")?.to_owned(),
     };
+    store_layout(&endpoint, &tables, layout).await?;
     let started = Instant::now();
     let tap = Tap::start(&endpoint, &tables).await?;
     let clients = tap.clients().await;
@@ -302,6 +303,32 @@ async fn measure(
         point: reads.3,
         secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Stores the table's layout before the hour: today's (hour buckets, N = 8, blocks),
+/// and for [`Layout::Slabs`] the same switched to slabs at the hour's start, as
+/// `shardline slabs on` switches an existing table. A table whose first layout has slabs
+/// holds them from the beginning of time, and its first compaction would walk the
+/// expiry's two days of empty windows before the hour.
+async fn store_layout(endpoint: &str, tables: &Tables, layout: Layout) -> Result<()> {
+    use sharding::epoch::{Epoch, TableHistory};
+    use store::ShardStore as _;
+    let today = crate::common::hourly(8).with_blocks(sharding::block::BlockLayout::default());
+    let mut epochs = vec![Epoch {
+        effective_from: sharding::time::Timestamp::MIN,
+        value: today.clone(),
+    }];
+    if layout == Layout::Slabs {
+        epochs.push(Epoch {
+            effective_from: at(HOUR)?,
+            value: today.with_slabs(sharding::slab::SlabLayout::default()),
+        });
+    }
+    let client = Client::new(&stand_in::sdk_config(endpoint).await);
+    DynamoShards::new(&client, &tables.shards)
+        .create_layout(&TableHistory::from_epochs(epochs)?)
+        .await?;
+    Ok(())
 }
 
 /// Mean read units of the sampled devices' four reads at `now`: the last 15 minutes, the
