@@ -226,7 +226,12 @@ pub(crate) fn sealer_on(
         DynamoReadings::new(&r, &tables.readings),
         DynamoShards::new(&s, &tables.shards),
         DynamoRollups::new(l, &tables.rollups),
-        SealerSettings::default(),
+        SealerSettings {
+            // The template's IngestTimeout, which it passes to the sealer: a window of
+            // slabs closes only once no invocation can still write into it.
+            ingest_timeout: Some(Duration::from_secs(30)),
+            ..SealerSettings::default()
+        },
     )
 }
 
