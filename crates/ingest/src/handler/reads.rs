@@ -140,9 +140,9 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
     /// Whether this invocation writes slabs, and by what clock: only where `layout` was
     /// read and writes slabs in some epoch, with a rollups table, whose compaction
     /// progress this container reads at most once every [`COMPACTION_REFRESH`] (every
-    /// [`NO_PROGRESS_REFRESH`] while it has none). When
-    /// the read fails, the last one read stands whatever its age (an older progress only
-    /// makes the lag look longer); with none, no slab is written.
+    /// [`NO_PROGRESS_REFRESH`] while there is none). When the read fails, the last one
+    /// read stands whatever its age (an older progress only makes the lag look longer);
+    /// with none, no slab is written.
     pub(super) async fn slab_clock(
         &self,
         layout: Option<&TableHistory>,
