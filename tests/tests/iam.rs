@@ -37,6 +37,7 @@ use sharding::epoch::{Epoch, TableHistory};
 use sharding::slab::SlabLayout;
 use sharding::time::Timestamp;
 use stand_in::TestStack;
+use store::rollup::compaction::{Compacted, advance_compacted};
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{HOUR_MS, RollupItem, RollupTable};
 use tokio::time::Instant;
@@ -686,6 +687,14 @@ async fn sealer_calls(template: &Template, stand: &Stand) -> Result<Recorded> {
         Timestamp::from_millis(hour)?,
     )
     .await?;
+    // A compaction progress from that hour on, as a first run sets it when the slabs
+    // start: the ingest writes slabs only once one exists.
+    let start = Compacted {
+        from_ms: hour,
+        to_ms: hour,
+    };
+    let unrecorded = DynamoRollups::new(aws_sdk_dynamodb::Client::new(&sdk), &config.rollup_table);
+    advance_compacted(&unrecorded, &start).await?;
     let sealer = sealer::Sealer::new(
         store::read::DynamoReadings::new(&dynamo, &config.table_name),
         store::dynamo::DynamoShards::new(&dynamo, &config.shard_table_name),

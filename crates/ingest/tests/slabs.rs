@@ -3,7 +3,8 @@
 //! many devices, at a fraction of a write unit a reading; a device that fills a block,
 //! or a reading too old for a slab, keeps its own items; a slab whose answer is lost is
 //! written again whole; a hot slab group is raised and spread like a hot device; a
-//! compaction lagging past the fallback writes no slab.
+//! compaction lagging past the fallback writes no slab, nor does one that has not
+//! started.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +33,21 @@ fn service(fx: &Fixture, rollups: &MemoryRollups, extra: &[(&str, &str)]) -> Ser
     let mut vars = SLABS.to_vec();
     vars.extend_from_slice(extra);
     fx.service(&vars).with_rollups(rollups.clone())
+}
+
+/// Rollups holding a compaction progress an hour before `now()`: the sealer has run,
+/// as the ingest writes no slab before it has.
+async fn progressed() -> MemoryRollups {
+    let rollups = MemoryRollups::new();
+    let start = at(-3_600).as_millis();
+    let progress = Compacted {
+        from_ms: start,
+        to_ms: start,
+    };
+    advance_compacted(&rollups, &progress)
+        .await
+        .expect("stored");
+    rollups
 }
 
 /// `now()` moved by `secs`.
@@ -108,7 +124,7 @@ fn all_written(report: &Report) {
 #[tokio::test(start_paused = true)]
 async fn one_reading_devices_are_written_into_slabs_at_a_fraction_of_a_write_unit() {
     let fx = Fixture::new();
-    let rollups = MemoryRollups::new();
+    let rollups = progressed().await;
     let devices = meters(1_000);
     let report = service(&fx, &rollups, &[("BATCH_SIZE", "1000")])
         .process(
@@ -151,7 +167,7 @@ async fn one_reading_devices_are_written_into_slabs_at_a_fraction_of_a_write_uni
 #[tokio::test(start_paused = true)]
 async fn a_device_filling_a_block_and_a_reading_too_old_keep_their_own_items() {
     let fx = Fixture::new();
-    let rollups = MemoryRollups::new();
+    let rollups = progressed().await;
     let mut ev = one_reading_each(&meters(20), 5, 10);
     // meter-00000's reading is 31 s old: past the 30-s acceptance.
     let old = one_reading_each(&meters(1), 31, 10);
@@ -210,7 +226,7 @@ async fn a_device_filling_a_block_and_a_reading_too_old_keep_their_own_items() {
 #[tokio::test(start_paused = true)]
 async fn s64_a_slab_whose_answer_was_lost_is_written_again_whole_and_read_once() {
     let fx = Fixture::new();
-    let rollups = MemoryRollups::new();
+    let rollups = progressed().await;
     let devices = meters(40);
     let ev = one_reading_each(&devices, 5, 10);
     fx.table
@@ -279,7 +295,7 @@ fn group_zero(n: usize) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn s65_a_hot_slab_group_is_raised_and_spread_over_its_fanout_keys() {
     let fx = Fixture::new();
-    let rollups = MemoryRollups::new();
+    let rollups = progressed().await;
     // 3,000 one-reading messages of group 0, a full batch the queue took in 100 ms.
     let mut ev = one_reading_each(&group_zero(3_000), 5, 0);
     for (i, record) in ev.records.iter_mut().enumerate() {
@@ -392,7 +408,7 @@ async fn s63_a_compaction_lagging_past_the_fallback_writes_per_device_items_only
 #[tokio::test(start_paused = true)]
 async fn slab_readings_of_an_hour_just_ended_are_not_late() {
     let fx = Fixture::new();
-    let rollups = MemoryRollups::new();
+    let rollups = progressed().await;
     // 04:00:00 is the hour's end: readings of 03:59:45 written at 04:00:14.
     let report = service(&fx, &rollups, &[])
         .process(
@@ -406,4 +422,41 @@ async fn slab_readings_of_an_hour_just_ended_are_not_late() {
     assert_eq!(in_slabs(&fx).len(), 30);
     assert_eq!(report.late_marks, 0);
     assert!(rollups.items().keys().all(|k| !k.pk.starts_with("late#")));
+}
+
+/// Before the sealer's first compaction has set a progress, no slab is written (it
+/// would precede the progress, compacted by no one): each device keeps its own item.
+/// A read finding none stands only seconds, so slabs start soon after the first run.
+#[tokio::test(start_paused = true)]
+async fn no_slab_is_written_before_a_compaction_progress_exists() {
+    let fx = Fixture::new();
+    let rollups = MemoryRollups::new();
+    let ingest = service(&fx, &rollups, &[]);
+    let report = ingest
+        .process(
+            &one_reading_each(&meters(30), 5, 10),
+            now(),
+            deadline(),
+            &mut rng(),
+        )
+        .await;
+    all_written(&report);
+    assert!(slab_items(&fx).is_empty(), "no slab without a progress");
+    assert_eq!(fx.table.items().len(), 30, "an item a device");
+    // The sealer's first run sets the progress; seconds later, slabs.
+    let start = at(-60).as_millis();
+    let first = Compacted {
+        from_ms: start,
+        to_ms: start,
+    };
+    advance_compacted(&rollups, &first).await.expect("stored");
+    ingest
+        .process(
+            &one_reading_each(&meters(30), -5, 10),
+            at(10),
+            deadline(),
+            &mut rng(),
+        )
+        .await;
+    assert_eq!(in_slabs(&fx).len(), 30, "slabs once a progress exists");
 }

@@ -4,8 +4,9 @@
 //!
 //! # Compacting a window
 //! Each scheduled run, before it seals any hour, compacts the windows from the
-//! progress (`store::rollup::compaction`; none yet: from the first slab epoch, or the
-//! first window whose slabs have not all expired) up to the first one still open
+//! progress (`store::rollup::compaction`; none yet: the first run sets it at the first
+//! window still open, or at the first slab epoch's when later, and compacts nothing
+//! before it, as no slab can be there) up to the first one still open
 //! (`sharding::slab::SlabLayout::first_open`), oldest first, until its deadline. For
 //! each slab group, every slab of the window is read, on every fan-out key the group
 //! can have written it under (the most its shard-directory entry,
@@ -47,7 +48,7 @@ use store::directory::ShardReader;
 use store::item::{Encoded, Reading, ReadingItem, expiry};
 use store::read::{ItemsRequest, ReadingSource};
 use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
-use store::rollup::{HOUR_MS, RollupTable, hour_of};
+use store::rollup::{RollupTable, hour_of};
 use store::slab::{MAX_MEMBERS, marshal, member_bytes, overhead};
 
 use crate::{RunReport, SealError, Sealer, past};
@@ -82,18 +83,31 @@ fn timestamp(ms: i64) -> Timestamp {
     })
 }
 
-/// Where a first compaction starts: the first slab epoch's start, or, when later, the
-/// first window whose slabs have not all expired (an older one holds nothing).
-fn first_ms(history: &TableHistory, slabs_from: i64, now: Timestamp) -> i64 {
-    let Some(slabs) = history.at(timestamp(slabs_from)).slabs else {
-        return slabs_from;
-    };
-    let unexpired = now.as_millis() - i64::from(slabs.expiry_hours) * HOUR_MS;
-    let at = slabs_from.max(unexpired);
-    match history.at(timestamp(at)).slabs {
-        Some(slabs) => slabs.window(timestamp(at)).start_ms(),
-        None => at,
+/// Where the progress of a table's first compaction starts (epoch ms): the first
+/// window still open at `now` of the layout in force then, or, when the first slab
+/// epoch starts later, the window holding its start. No window before it is compacted:
+/// the ingest writes no slab before a progress exists
+/// (`sharding::slab::SlabLayout::writes_slabs`), and once one does, a slab it writes
+/// holds readings at most `accept_secs` old, while the first open window starts at
+/// least `accept_secs`, the ingest timeout and the close margin before `now`, so no
+/// slab precedes the progress.
+fn first_progress_ms(
+    history: &TableHistory,
+    slabs_from: i64,
+    now: Timestamp,
+    ingest_timeout: Duration,
+) -> i64 {
+    let open = history.at(now).slabs.map_or(now.as_millis(), |slabs| {
+        slabs.first_open(now, ingest_timeout).start_ms()
+    });
+    if slabs_from <= open {
+        return open;
     }
+    let at = timestamp(slabs_from);
+    history
+        .at(at)
+        .slabs
+        .map_or(slabs_from, |slabs| slabs.window(at).start_ms())
 }
 
 /// What compaction does from a point of time on.
@@ -227,8 +241,23 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
         deadline: Option<Instant>,
     ) -> Result<Option<Compacted>, SealError> {
         let mut progress = read_compacted(&self.rollups).await?;
-        let from_ms = progress.map_or_else(|| first_ms(history, slabs_from, now), |c| c.from_ms);
-        let mut at = progress.map_or(from_ms, |c| c.to_ms);
+        if progress.is_none() {
+            let start = first_progress_ms(history, slabs_from, now, ingest_timeout);
+            let first = Compacted {
+                from_ms: start,
+                to_ms: start,
+            };
+            progress = match advance_compacted(&self.rollups, &first).await? {
+                store::Written::Applied => Some(first),
+                // Another first compaction set it first.
+                store::Written::Refused => read_compacted(&self.rollups).await?,
+            };
+        }
+        let Some(started) = progress else {
+            return Ok(None);
+        };
+        let from_ms = started.from_ms;
+        let mut at = started.to_ms;
         let mut fanouts: Vec<(u32, FanoutHistory)> = Vec::new();
         while let Some(step) = next_step(history, at, now, ingest_timeout) {
             if past(deadline) {

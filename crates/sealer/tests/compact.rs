@@ -161,7 +161,7 @@ mod runs {
     use store::item::{Reading, ReadingItem};
     use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
     use store::read::{ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource};
-    use store::rollup::compaction::read_compacted;
+    use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
     use store::rollup::{DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys};
 
     use crate::common::{
@@ -183,6 +183,18 @@ mod runs {
     /// No slabs before `HOUR`, slabs (two groups, one-minute windows) from it on.
     fn history() -> TableHistory {
         table_history(vec![(0, hourly(4)), (HOUR, hourly(4).with_slabs(slabs()))])
+    }
+
+    /// Rollups whose compaction progress starts at `HOUR`, where the slabs start: the
+    /// ingest writes slabs only once a first compaction has set one.
+    async fn started() -> MemoryRollups {
+        let rollups = MemoryRollups::new();
+        let start = Compacted {
+            from_ms: HOUR,
+            to_ms: HOUR,
+        };
+        advance_compacted(&rollups, &start).await.unwrap();
+        rollups
     }
 
     fn settings() -> Settings {
@@ -424,7 +436,7 @@ mod runs {
     #[tokio::test]
     async fn the_progress_only_grows_under_a_slower_compaction_at_once() {
         let table = slab_table(&fleet(6));
-        let rollups = MemoryRollups::new();
+        let rollups = started().await;
         let watched = Watched {
             inner: &rollups,
             progress: std::sync::Mutex::new(Vec::new()),
@@ -467,7 +479,7 @@ mod runs {
         let readings = fleet(6);
         let clean = slab_table(&readings);
         let counted = KilledWrites::after(&clean, u64::MAX);
-        let rollups = MemoryRollups::new();
+        let rollups = started().await;
         sealer(&counted, &rollups, shards())
             .run(six_closed(), None)
             .await
@@ -494,7 +506,7 @@ mod runs {
         assert!(calls >= 12, "{calls}");
         for after in 0..calls {
             let table = slab_table(&readings);
-            let rollups = MemoryRollups::new();
+            let rollups = started().await;
             let killed = KilledWrites::after(&table, after);
             let run = sealer(&killed, &rollups, shards())
                 .run(six_closed(), None)
@@ -511,7 +523,7 @@ mod runs {
             );
         }
         let table = slab_table(&readings);
-        let rollups = MemoryRollups::new();
+        let rollups = started().await;
         let (one, two) = (
             sealer(&table, &rollups, shards()),
             sealer(&table, &rollups, shards()),
@@ -520,6 +532,35 @@ mod runs {
         a.unwrap();
         b.unwrap();
         assert_eq!(run_items(&table).await, want, "two at once");
+    }
+
+    /// A table with slabs from the beginning of time and no progress yet: the ingest has
+    /// written no slab (it writes none before a progress exists), so the first run sets
+    /// the progress at the first window still open and compacts nothing before it,
+    /// writing no run and no marker for the two days of windows behind it.
+    #[tokio::test]
+    async fn a_first_compaction_starts_the_progress_at_the_first_open_window_and_writes_nothing() {
+        let table = MemoryReadings::new(None);
+        let counted = KilledWrites::after(&table, u64::MAX);
+        let always = table_history(vec![(0, hourly(4).with_slabs(slabs()))]);
+        let shards = std::sync::Arc::new(shard_table(always, []));
+        let rollups = MemoryRollups::new();
+        let report = Sealer::new(&counted, shards, &rollups, settings())
+            .run(six_closed(), None)
+            .await
+            .unwrap();
+        // The first window still open at six_closed: the seventh of `HOUR`.
+        let open = HOUR + 6 * MINUTE_MS;
+        assert_eq!(report.compacted_to_ms, Some(open), "{report:?}");
+        assert_eq!(
+            read_compacted(&rollups).await.unwrap(),
+            Some(Compacted {
+                from_ms: open,
+                to_ms: open
+            })
+        );
+        let writes = counted.calls.load(Ordering::SeqCst);
+        assert_eq!(writes, 0, "no run or marker written");
     }
 
     /// The runs of `window` (epoch ms of its start) in `items`, as the readings they
@@ -541,7 +582,7 @@ mod runs {
     async fn a_window_is_compacted_once_closed_with_a_slab_written_just_before() {
         let readings = fleet(1);
         let table = slab_table(&readings);
-        let rollups = MemoryRollups::new();
+        let rollups = started().await;
         let window = slabs().window(ts(HOUR));
         // 30 s accept, 30 s ingest timeout, 30 s margin.
         let closes = window.end_ms() + 90_000;
@@ -554,8 +595,8 @@ mod runs {
             "compacted before it closed"
         );
         assert_eq!(
-            read_compacted(&rollups).await.unwrap(),
-            None,
+            read_compacted(&rollups).await.unwrap().map(|c| c.to_ms),
+            Some(HOUR),
             "nothing closed"
         );
         // The last write that can land: just before the close, a late device's slab.
@@ -592,7 +633,7 @@ mod runs {
         // of `b` on the other key, written later.
         put_slab(&table, 0, vec![first.clone(), twice(1)]);
         put_slab(&table, 1, vec![twice(2), other.clone()]);
-        let rollups = MemoryRollups::new();
+        let rollups = started().await;
         sealer(&table, &rollups, shards)
             .run(ts(HOUR + 3 * MINUTE_MS), None)
             .await
@@ -692,7 +733,7 @@ mod runs {
             let table = MemoryReadings::new(Some(3));
             let shards = shards();
             let stored = write(ops, &table, &shards);
-            let rollups = MemoryRollups::new();
+            let rollups = started().await;
             if let Some(after) = after {
                 let progress = serde_json::json!({ "hour_ms": HOUR, "after": device(after) });
                 let item = RollupItem::with_body(keys::seal_progress(), 0, &progress, None);

@@ -203,11 +203,15 @@ impl SlabLayout {
     }
 
     /// Whether the ingest writes slabs at `now`, when compaction has reached
-    /// `compacted_to` (the start of the first window not compacted; `None`: compaction
-    /// has not reported yet, which a table whose slabs start now is not behind on).
+    /// `compacted_to` (the start of the first window not compacted). `None`, no
+    /// progress yet, writes none: the sealer's first compaction starts its progress at
+    /// the first window still open, and a slab written before it would precede the
+    /// progress, compacted by no one.
     #[must_use]
     pub fn writes_slabs(&self, now: Timestamp, compacted_to: Option<Timestamp>) -> bool {
-        let Some(to) = compacted_to else { return true };
+        let Some(to) = compacted_to else {
+            return false;
+        };
         let lag_ms = now.as_millis().saturating_sub(to.as_millis());
         lag_ms < i64::try_from(self.fallback_lag().as_millis()).unwrap_or(i64::MAX)
     }
@@ -652,7 +656,8 @@ mod tests {
     fn the_ingest_falls_back_before_lag_reaches_half_the_expiry() {
         let l = layout();
         let now = ts("2026-06-22T12:00:00Z");
-        assert!(l.writes_slabs(now, None));
+        // No progress yet: no slab before the first compaction has set one.
+        assert!(!l.writes_slabs(now, None));
         assert!(l.writes_slabs(now, Some(ts("2026-06-21T12:00:01Z"))));
         assert!(!l.writes_slabs(now, Some(ts("2026-06-21T12:00:00Z"))));
         let w = l.window(ts("2026-06-22T01:05:00Z"));

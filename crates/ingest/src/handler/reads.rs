@@ -30,6 +30,11 @@ use crate::fate::Retry;
 /// only overstates it.
 const COMPACTION_REFRESH: Duration = store::rollup::horizon::INGEST_REFRESH;
 
+/// How old a read finding no compaction progress may be before a container reads it
+/// again: a few seconds, so a table new to slabs starts writing them soon after the
+/// sealer's first run has set its progress (none, no slab is written).
+const NO_PROGRESS_REFRESH: Duration = Duration::from_secs(5);
+
 /// The compaction progress last read, per container: when (the invocation's clock,
 /// ms), and the start of the first window not compacted (`None`: nothing compacted
 /// yet).
@@ -134,9 +139,10 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L> Ingest<T, S, Q, L> {
 impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> {
     /// Whether this invocation writes slabs, and by what clock: only where `layout` was
     /// read and writes slabs in some epoch, with a rollups table, whose compaction
-    /// progress this container reads at most once every [`COMPACTION_REFRESH`]. When
-    /// the read fails, the last one read stands whatever its age (an older progress only
-    /// makes the lag look longer); with none, no slab is written.
+    /// progress this container reads at most once every [`COMPACTION_REFRESH`] (every
+    /// [`NO_PROGRESS_REFRESH`] while there is none). When the read fails, the last one
+    /// read stands whatever its age (an older progress only makes the lag look longer);
+    /// with none, no slab is written.
     pub(super) async fn slab_clock(
         &self,
         layout: Option<&TableHistory>,
@@ -149,9 +155,8 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
         let now = cx.now;
         let clock = |compacted_to| SlabClock { now, compacted_to };
         let cached = *self.compaction.0.lock();
-        let refresh_ms = i64::try_from(COMPACTION_REFRESH.as_millis()).unwrap_or(i64::MAX);
         if let Some((at_ms, to)) = cached
-            && now.as_millis().saturating_sub(at_ms) < refresh_ms
+            && now.as_millis().saturating_sub(at_ms) < refresh_ms(to)
         {
             return Some(clock(to));
         }
@@ -171,4 +176,14 @@ impl<T: BatchTable, S: ShardStore, Q: Queue, L: RollupTable> Ingest<T, S, Q, L> 
             }
         }
     }
+}
+
+/// How long a read of the compaction progress that found `to` stands.
+fn refresh_ms(to: Option<Timestamp>) -> i64 {
+    let refresh = if to.is_some() {
+        COMPACTION_REFRESH
+    } else {
+        NO_PROGRESS_REFRESH
+    };
+    i64::try_from(refresh.as_millis()).unwrap_or(i64::MAX)
 }

@@ -26,8 +26,9 @@ pub(super) fn spawn(
     let config = Config::from_lookup(|name| env.get(name)).context("sealer configuration")?;
     let sealer = DynamoSealer::on_dynamo(dynamo, &config);
     tokio::spawn(async move {
-        // The first run one interval after the start, as a schedule's first event.
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // The first run at the start: a table with slabs and no compaction progress
+        // writes no slab until a run has set one.
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
