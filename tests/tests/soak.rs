@@ -135,8 +135,9 @@ async fn soak_in_block_mode_with_faults_and_two_kills() -> Result<()> {
 /// device's own items), every message accounted for, the audit's tiers count the same
 /// readings as the soak's scan (a slab written twice after a kill is a copy both count),
 /// and every device's read through the query API answers each reading sent to it once,
-/// slab-held ones included. No window is compacted within it (the compactor is not part
-/// of the sealer yet), so the reads are of open windows' slabs, and no hour is sealed.
+/// slab-held ones included. A window closes about 70 s after its end (accept, the
+/// child's timeout, the margin) and run-local's sealer compacts it then; the soak ends
+/// about then, so its reads are mostly of open windows' slabs, and no hour is sealed.
 ///
 /// Run alone by `cargo xtask test` (its step "soak in slab mode, alone"), about a
 /// minute and a half: `cargo test -p e2e --test e2e -- --ignored soak_in_slab_mode`.
