@@ -177,6 +177,9 @@ impl FleetRun {
         settings.batching_window = self.batching_window;
         settings.batch_size = self.batch_size;
         settings.max_concurrency = self.max_concurrency;
+        // The sealer starts the compaction progress the ingest waits for before its first
+        // slab; its schedule's minute would leave the phase's first minute without one.
+        settings.seal_every = Some(Duration::from_secs(5));
         let running = run_local::start(settings, &env, Some(&proxy.url())).await?;
         let query = running.query_addr().context("the query API is not up")?;
         let sqs = aws_sdk_sqs::Client::new(&stand_in::sdk_config(&moto.endpoint()).await);
