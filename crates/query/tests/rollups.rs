@@ -938,3 +938,160 @@ async fn s60_the_fleet_routes_answer_no_bucket_before_the_first_sealed_hour() {
         crate::series::valid(&body, "/series", 200);
     }
 }
+
+/// Writes the fresh minutes of `readings` (`store::rollup::fresh`) as compaction does,
+/// one for each minute of `minutes` (epoch ms of their starts), of no reading too.
+async fn put_fresh(rollups: &MemoryRollups, readings: &[Reading], minutes: &[i64]) {
+    for &start in minutes {
+        let mut cells = store::rollup::Cells::default();
+        let mut devices = BTreeSet::new();
+        for r in readings
+            .iter()
+            .filter(|r| (start..start + MINUTE_MS).contains(&r.ts_ms))
+        {
+            cells.add_reading(&r.metrics);
+            devices.insert(r.device.clone());
+        }
+        cells.devices = devices.len() as u64;
+        let minute = store::rollup::fresh::FreshMinute {
+            start_ms: start,
+            cells,
+        };
+        rollups.put(&minute.item(None).unwrap()).await.unwrap();
+    }
+}
+
+/// The fleet's minutes fresh, the query's side: after the watermark, `GET /stats` and
+/// `GET /series` answer the fresh minutes compaction wrote, from the watermark up to
+/// the first minute without one (`fresh_to` says where), each bucket the readings of
+/// its minutes; an hour of fresh minutes is never answered as a sealed hour (its
+/// devices are its busiest minute's); before the watermark the sealed parts answer
+/// alone, whatever fresh minutes an hour still has.
+#[tokio::test]
+async fn the_fleet_routes_answer_fresh_minutes_after_the_watermark_up_to_the_first_gap() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let readings = readings();
+    let sealed_end = BASE_MS + HOUR_MS;
+    seal(&rollups, &readings, sealed_end).await;
+    // The second hour whole in fresh minutes, the third's first 30, then a gap at
+    // minute 30 and one more after it; a stale fresh minute in the sealed hour, with
+    // no reading, which the sealed parts outrank.
+    let mut minutes: Vec<i64> = (60..150).map(|m| BASE_MS + m * MINUTE_MS).collect();
+    minutes.push(BASE_MS + 151 * MINUTE_MS);
+    put_fresh(&rollups, &readings, &minutes).await;
+    put_fresh(&rollups, &[], &[BASE_MS + 5 * MINUTE_MS]).await;
+    let fresh_end = BASE_MS + 150 * MINUTE_MS;
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
+    for (interval, ms, unit, want) in [
+        ("1m", MINUTE_MS, MINUTE_MS, 150),
+        ("5m", 5 * MINUTE_MS, MINUTE_MS, 30),
+        // The sealed hour by its hour's devices, the fresh one by its busiest minute's.
+        ("1h", HOUR_MS, HOUR_MS, 2),
+        ("2h", 2 * HOUR_MS, HOUR_MS, 1),
+    ] {
+        let q = format!("{range}&interval={interval}");
+        let (status, body) = get(&svc, "/stats", &q).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["watermark"], json!("2026-06-22T01:00:00.000Z"));
+        assert_eq!(
+            body["fresh_to"],
+            json!("2026-06-22T02:30:00.000Z"),
+            "{body}"
+        );
+        let (buckets, _, _) = every_stats_page(&svc, &rollups, &q).await;
+        let want_cells = expected(&readings, ms, unit, fresh_end.div_euclid(ms) * ms);
+        let with_readings = want_cells.len().min(want);
+        assert_eq!(buckets.len(), with_readings, "{interval}");
+        for b in &buckets {
+            let start = chrono::DateTime::parse_from_rfc3339(&b.start)
+                .unwrap()
+                .timestamp_millis();
+            let e = &want_cells[&start];
+            assert_eq!(b.readings, e.readings, "{interval} {}", b.start);
+            let minute_devices = |at: i64| {
+                expected(&readings, ms, MINUTE_MS, fresh_end)[&at]
+                    .units
+                    .values()
+                    .map(BTreeSet::len)
+                    .max()
+                    .unwrap() as u64
+            };
+            let devices = if start >= sealed_end {
+                minute_devices(start)
+            } else {
+                e.units.values().map(BTreeSet::len).max().unwrap() as u64
+            };
+            assert_eq!(b.devices, devices, "{interval} {}", b.start);
+            for (name, (count, sum, min, max)) in &e.metrics {
+                let cell = &b.metrics[name];
+                assert_eq!(cell.count, *count, "{interval} {} {name}", b.start);
+                assert_eq!(exact(&cell.sum), *sum, "{interval} {} {name}", b.start);
+                assert_eq!(
+                    (exact(&cell.min), exact(&cell.max)),
+                    (min.clone(), max.clone())
+                );
+            }
+        }
+        assert!(
+            buckets
+                .iter()
+                .all(|b| b.start.as_str() < "2026-06-22T02:30:00.000Z"),
+            "{interval}: a bucket past the first gap"
+        );
+    }
+    // The fleet's series: the same minutes as points, and where they end.
+    let q = format!("metric=temperature&agg=count&interval_ms=60000&{range}");
+    let (status, body) = get(&svc, "/series", &q).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["fresh_to"],
+        json!("2026-06-22T02:30:00.000Z"),
+        "{body}"
+    );
+    let points = body["points"].as_array().unwrap();
+    let want = expected(&readings, MINUTE_MS, MINUTE_MS, fresh_end);
+    let counted: Vec<(i64, u64)> = want
+        .iter()
+        .filter_map(|(start, e)| Some((*start, e.metrics.get("temperature")?.0)))
+        .collect();
+    let answered: Vec<(i64, u64)> = points
+        .iter()
+        .map(|p| (p[0].as_i64().unwrap(), p[1].as_u64().unwrap()))
+        .collect();
+    assert_eq!(answered, counted);
+}
+
+/// The fleet's minutes fresh before the first hour is sealed: from the compaction's
+/// first window on.
+#[tokio::test]
+async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let svc = service(&table, &rollups, |_| {});
+    let readings = readings();
+    let sealed_end = BASE_MS + HOUR_MS;
+    let fresh_end = BASE_MS + 150 * MINUTE_MS;
+    let minutes: Vec<i64> = (60..150).map(|m| BASE_MS + m * MINUTE_MS).collect();
+    let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
+    let first = store::rollup::compaction::Compacted {
+        from_ms: sealed_end,
+        to_ms: fresh_end,
+    };
+    rollups.put(&first.item().unwrap()).await.unwrap();
+    put_fresh(&rollups, &readings, &minutes).await;
+    let (status, body) = get(&svc, "/stats", &format!("{range}&interval=1h")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["sealed_from"], &body["watermark"], &body["fresh_to"]),
+        (
+            &json!(null),
+            &json!(null),
+            &json!("2026-06-22T02:30:00.000Z")
+        )
+    );
+    let hour = readings
+        .iter()
+        .filter(|r| (sealed_end..sealed_end + HOUR_MS).contains(&r.ts_ms))
+        .count() as u64;
+    assert_eq!(body["buckets"][0]["readings"], json!(hour), "{body}");
+}

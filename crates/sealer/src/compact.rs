@@ -15,8 +15,11 @@
 //! every copy of a reading kept once, the one written last; the readings put in run
 //! order and cut into run items (`sharding::slab::cut`, `store::slab::marshal`), each
 //! expiring the table's retention after its last reading, as blocks do; then the
-//! window's marker of the group. Once every group's items are written, the progress
-//! moves past the window: no reader trusts a window's runs before.
+//! window's marker of the group; then the fleet's fresh minute of the window
+//! (`store::rollup::fresh`): the cells of every group's readings of it, each counted
+//! once, which the fleet's routes answer until the hour is sealed. Once all of these are
+//! written, the progress moves past the window: no reader trusts a window's runs
+//! before.
 //!
 //! # Why a compaction killed, or two at once, converge
 //! A closed window's slabs no longer change, and the runs are a pure function of them:
@@ -48,7 +51,8 @@ use store::directory::ShardReader;
 use store::item::{Encoded, Reading, ReadingItem, expiry};
 use store::read::{ItemsRequest, ReadingSource};
 use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
-use store::rollup::{RollupTable, hour_of};
+use store::rollup::fresh::FreshMinute;
+use store::rollup::{Cells, RollupTable, hour_of};
 use store::slab::{MAX_MEMBERS, marshal, member_bytes, overhead};
 
 use crate::{RunReport, SealError, Sealer, past};
@@ -202,6 +206,21 @@ fn run_items(
     Ok(items)
 }
 
+/// The cells of `members`, readings of one window each once in run order: every
+/// reading's metrics, and the distinct devices that sent them.
+fn cells_of(members: &[Reading]) -> Cells {
+    let mut cells = Cells::default();
+    let mut last: Option<&str> = None;
+    for reading in members {
+        cells.add_reading(&reading.metrics);
+        if last != Some(reading.device_id.as_str()) {
+            cells.devices += 1;
+            last = Some(&reading.device_id);
+        }
+    }
+    cells
+}
+
 impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// The end of the hours due (`due`, epoch ms) that the hour seal may seal: every
     /// hour before the first layout with slabs, and after it those that compaction has
@@ -303,30 +322,45 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
                 self.group_items(slabs, group, fanout, window)
             })
             .collect();
-        let groups: Vec<Vec<(ItemKey, Encoded)>> = futures::stream::iter(reads)
+        let groups: Vec<(Vec<(ItemKey, Encoded)>, Cells)> = futures::stream::iter(reads)
             .buffered(self.settings.concurrency)
             .try_collect()
             .await?;
-        // Runs first, the markers once every run is stored.
-        let (runs, markers): (Vec<_>, Vec<_>) = groups
+        let mut fleet = Cells::default();
+        let mut items = Vec::new();
+        for (group_items, cells) in groups {
+            fleet.merge(&cells);
+            items.extend(group_items);
+        }
+        // Runs first, the markers once every run is stored, then the fleet's minute:
+        // all before the progress moves past the window.
+        let (runs, markers): (Vec<_>, Vec<_>) = items
             .into_iter()
-            .flatten()
             .partition(|(key, _)| !key.sk.starts_with(sharding::slab::MARKER_PREFIX));
         self.write_items(runs, window).await?;
-        self.write_items(markers, window).await
+        self.write_items(markers, window).await?;
+        let minute = FreshMinute {
+            start_ms: window.start_ms(),
+            cells: fleet,
+        };
+        let ttl = expiry(window.end().pred(), self.settings.retention);
+        self.rollups.put(&minute.item(Some(ttl))?).await?;
+        Ok(())
     }
 
     /// The run items and marker of `group`'s readings of `window`, its slabs on `fanout`
-    /// keys.
+    /// keys, and the cells of those readings (a group's devices are its own, so the
+    /// groups' device counts add up).
     async fn group_items(
         &self,
         slabs: &SlabLayout,
         group: u32,
         fanout: u32,
         window: Window,
-    ) -> Result<Vec<(ItemKey, Encoded)>, SealError> {
+    ) -> Result<(Vec<(ItemKey, Encoded)>, Cells), SealError> {
         let members = self.window_readings(group, fanout, window).await?;
-        run_items(slabs, group, window, &members, self.settings.retention)
+        let items = run_items(slabs, group, window, &members, self.settings.retention)?;
+        Ok((items, cells_of(&members)))
     }
 
     /// Every reading of `group`'s slabs of `window` on its `fanout` keys, each once (the

@@ -162,7 +162,8 @@ mod runs {
     use store::memory::{MemoryReadings, MemoryRollups, MemoryShards};
     use store::read::{ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource};
     use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
-    use store::rollup::{DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys};
+    use store::rollup::fresh::FreshMinute;
+    use store::rollup::{Cells, DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys};
 
     use crate::common::{
         BASE_MS, fanout_history, hourly, load_readings, nz, shard_table, table_history, ts,
@@ -532,6 +533,152 @@ mod runs {
         a.unwrap();
         b.unwrap();
         assert_eq!(run_items(&table).await, want, "two at once");
+    }
+
+    /// The fresh minutes compaction left (`store::rollup::fresh`), by their start.
+    fn fresh_minutes(rollups: &MemoryRollups) -> BTreeMap<i64, Cells> {
+        rollups
+            .items()
+            .values()
+            .filter(|item| item.pk.starts_with("fresh#"))
+            .map(|item| {
+                let minute = FreshMinute::of(item).unwrap();
+                (minute.start_ms, minute.cells)
+            })
+            .collect()
+    }
+
+    /// What `readings` say of each minute of `HOUR`: readings, devices and cells.
+    fn minute_recount(readings: &[Reading]) -> BTreeMap<i64, Cells> {
+        let mut out: BTreeMap<i64, (Cells, BTreeSet<String>)> = BTreeMap::new();
+        for r in readings {
+            let start = r.ts.as_millis().div_euclid(MINUTE_MS) * MINUTE_MS;
+            let (cells, devices) = out.entry(start).or_default();
+            cells.add_reading(&r.metrics);
+            devices.insert(r.device_id.clone());
+        }
+        out.into_iter()
+            .map(|(start, (mut cells, devices))| {
+                cells.devices = devices.len() as u64;
+                (start, cells)
+            })
+            .collect()
+    }
+
+    /// The fleet's minutes fresh: each window compaction passes leaves its fresh minute,
+    /// the cells of its readings each counted once (of a copy written twice, the one
+    /// written last), its devices distinct, a window of no reading a minute of none;
+    /// a compaction killed anywhere, or two at once, leave the same minutes; a window
+    /// still open has none.
+    #[tokio::test]
+    async fn each_compacted_window_leaves_the_fresh_minute_of_its_readings_each_once() {
+        // Five minutes of readings; the sixth window closed with none.
+        let mut readings = fleet(5);
+        let table = slab_table(&readings);
+        // A batch written again into another slab: d-00's first reading once more,
+        // written later with another value.
+        let copy = reading(&device(0), "e00", HOUR, 5);
+        put_slab(&table, 0, vec![copy.clone()]);
+        readings.retain(|r| (&r.device_id, &r.event_id) != (&copy.device_id, &copy.event_id));
+        readings.push(copy);
+        let rollups = started().await;
+        sealer(&table, &rollups, shards())
+            .run(six_closed(), None)
+            .await
+            .unwrap();
+        let mut want = minute_recount(&readings);
+        want.insert(HOUR + 5 * MINUTE_MS, Cells::default());
+        let fresh = fresh_minutes(&rollups);
+        assert_eq!(fresh, want);
+        assert_eq!(fresh[&HOUR].devices, DEVICES as u64);
+        // Killed at any write, run again; or two at once: the same minutes.
+        let calls = 8;
+        for after in 0..calls {
+            let table = slab_table(&readings);
+            let rollups = started().await;
+            let killed = KilledWrites::after(&table, after);
+            let _ = sealer(&killed, &rollups, shards())
+                .run(six_closed(), None)
+                .await;
+            sealer(&table, &rollups, shards())
+                .run(six_closed(), None)
+                .await
+                .unwrap();
+            assert_eq!(fresh_minutes(&rollups), want, "killed at call {after}");
+        }
+        let table = slab_table(&readings);
+        let rollups = started().await;
+        let (one, two) = (
+            sealer(&table, &rollups, shards()),
+            sealer(&table, &rollups, shards()),
+        );
+        let (a, b) = tokio::join!(one.run(six_closed(), None), two.run(six_closed(), None));
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(fresh_minutes(&rollups), want, "two at once");
+    }
+
+    /// The fleet's minutes fresh at steady state: twelve devices reporting every 10 s
+    /// into slabs, a sealer run every minute at the template's ingest timeout (30 s)
+    /// and the default horizon, for three hours of a simulated clock. Once the hour
+    /// before slabs is sealed, after each run the fresh minutes reach from the watermark
+    /// to within the stated bound of now (8 minutes; a window closes 90 s after its end,
+    /// and a run comes each minute), and every hour is sealed in turn. The figures are printed
+    /// (`cargo test -p sealer fresh_minutes_at_steady -- --nocapture`).
+    #[tokio::test]
+    async fn fresh_minutes_at_steady_state_trail_now_by_at_most_eight_minutes() {
+        const TICK: i64 = MINUTE_MS;
+        let table = MemoryReadings::new(None);
+        let rollups = started().await;
+        let layout = slabs();
+        let (mut lag_min, mut lag_max) = (i64::MAX, i64::MIN);
+        let mut sealed_end = None;
+        for tick in 1..=180 {
+            let now = HOUR + tick * TICK + 17_000;
+            // The minute just passed: a batch every 10 s, a slab of each group's devices.
+            for batch in 0..6 {
+                let at = now - TICK + batch * 10_000;
+                let mut groups: BTreeMap<u32, Vec<Reading>> = BTreeMap::new();
+                for d in 0..DEVICES {
+                    let device = device(d);
+                    let r = reading(&device, &format!("e{tick}-{batch}"), at, tick);
+                    groups.entry(layout.group(&device)).or_default().push(r);
+                }
+                for members in groups.into_values() {
+                    put_slab(&table, 0, members);
+                }
+            }
+            let report = sealer(&table, &rollups, shards())
+                .run(ts(now), None)
+                .await
+                .unwrap();
+            sealed_end = report.watermark_ms.or(sealed_end);
+            let from = sealed_end.unwrap_or(HOUR);
+            let starts = fresh_minutes(&rollups).into_keys();
+            let lag = now - store::rollup::fresh::fresh_end(starts, from);
+            // Steady state: once the hour before slabs is sealed (before, the fresh
+            // minutes start only at the watermark, in the hour before slabs).
+            if sealed_end >= Some(HOUR) {
+                lag_min = lag_min.min(lag);
+                lag_max = lag_max.max(lag);
+            }
+        }
+        println!(
+            "fresh minutes trail now by {} s to {} s; the watermark ends at {:?}",
+            lag_min / 1000,
+            lag_max / 1000,
+            sealed_end.map(|end| (end - HOUR) / HOUR_MS)
+        );
+        assert!(lag_max <= 8 * MINUTE_MS, "fresh minutes lag {lag_max} ms");
+        assert!(
+            lag_min >= 90_000,
+            "a window answered before it closed: {lag_min} ms"
+        );
+        assert_eq!(
+            sealed_end,
+            Some(HOUR + 2 * HOUR_MS),
+            "the hours sealed in turn"
+        );
     }
 
     /// A table with slabs from the beginning of time and no progress yet: the ingest has

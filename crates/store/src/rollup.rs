@@ -21,6 +21,7 @@
 //! | watermark | `seal` | `state` | the first sealed hour and the published lateness horizon ([`watermark::Watermark`], [`horizon`]) | the end of the last sealed hour (epoch ms) |
 //! | progress | `seal` | `progress` | the hour and last device a stopped run wrote | 0 |
 //! | compaction | `compact` | `state` | the first slab window compacted ([`compaction::Compacted`]) | the start of the first window not compacted (epoch ms) |
+//! | fresh minute | `fresh#{hour}` | `{minute}` (2 digits) | [`fresh::FreshMinute`]: the fleet cells of one compacted slab window | 0: a pure function of the window, written unconditionally |
 //!
 //! `{hour}` is the hour's start in epoch milliseconds, 13 digits, so keys sort by time;
 //! `{part}` is [`part_of`] the device, one of [`PARTS`].
@@ -54,6 +55,7 @@ use crate::written::Written;
 pub mod cells;
 pub mod compaction;
 pub mod dynamo;
+pub mod fresh;
 pub mod stored;
 
 pub use cells::{

@@ -31,6 +31,8 @@ use serde_json::value::RawValue;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
+use store::rollup::compaction::Compacted;
+use store::rollup::fresh::{self, FreshMinute};
 use store::rollup::{Cell, Cells, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupQuery, keys};
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
@@ -80,11 +82,14 @@ impl FleetRequest<'_> {
     }
 }
 
-/// One hour of the fleet: the merge of its parts.
+/// One hour of the fleet: the merge of its parts, or its fresh minutes.
 #[derive(Debug, Default)]
 pub(super) struct HourCells {
     hour: Cells,
     minutes: BTreeMap<u8, Cells>,
+    /// Its fresh minutes (`store::rollup::fresh`), not its seal: no cell of the whole
+    /// hour, and devices by minute only.
+    fresh: bool,
 }
 
 impl HourCells {
@@ -155,8 +160,67 @@ struct FleetPage {
     buckets: Vec<BucketOut>,
     /// The first sealed hour: no bucket starts before it.
     sealed_from: Option<String>,
+    /// The end of the sealed hours: the buckets before it are the record.
     watermark: Option<String>,
+    /// The end of the fresh minutes after the watermark (`store::rollup::fresh`): the
+    /// buckets from the watermark to it count the readings compaction has read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_to: Option<String>,
     next_cursor: Option<String>,
+}
+
+/// The fleet's fresh minutes after its sealed hours, read hour by hour.
+#[derive(Debug, Default)]
+pub(super) struct Fresh {
+    pub(super) hours: BTreeMap<i64, HourCells>,
+    /// Where they start: the watermark's end, or the compaction's first window when
+    /// nothing is sealed yet.
+    pub(super) from_ms: i64,
+    /// The start of the first minute from `from_ms` without one: `from_ms` when none.
+    pub(super) end_ms: i64,
+}
+
+/// What the fleet's routes answer from: the sealed hours, then the fresh minutes after
+/// them.
+#[derive(Debug, Default)]
+pub(super) struct FleetSpan {
+    pub(super) sealed: Option<Watermark>,
+    pub(super) fresh: Fresh,
+}
+
+impl FleetSpan {
+    /// The minutes a bucket may lie in: from the first sealed hour (or the first fresh
+    /// minute) to the end of the fresh minutes (or the watermark); `None` when none.
+    pub(super) fn answerable(&self) -> Option<Watermark> {
+        let from_ms = self.sealed.map_or(self.fresh.from_ms, |s| s.from_ms);
+        let end_ms = self
+            .sealed
+            .map_or(self.fresh.end_ms, |s| s.end_ms.max(self.fresh.end_ms));
+        (from_ms < end_ms).then(|| Watermark::span(from_ms, end_ms))
+    }
+
+    /// Whether `hour` is answered from its fleet parts (sealed), not its fresh minutes.
+    pub(super) fn sealed(&self, hour: i64) -> bool {
+        self.sealed.is_some_and(|s| s.seals(hour))
+    }
+
+    /// The end of the fresh minutes, when there are any past the watermark.
+    pub(super) fn fresh_to(&self) -> Result<Option<String>, ApiError> {
+        let past = self.sealed.map_or(self.fresh.from_ms, |s| s.end_ms);
+        (self.fresh.end_ms > past)
+            .then(|| instant(self.fresh.end_ms))
+            .transpose()
+    }
+
+    /// `hours` read from their fleet parts, with the fresh hours after them.
+    pub(super) fn with_fresh(
+        &mut self,
+        sealed: BTreeMap<i64, HourCells>,
+    ) -> BTreeMap<i64, HourCells> {
+        let mut hours = std::mem::take(&mut self.fresh.hours);
+        hours.extend(sealed);
+        hours
+    }
 }
 
 /// The hours a page reads and the part of the range it answers, `[start, end)`.
@@ -245,14 +309,16 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             .ok_or_else(|| not_configured("GET /stats"))?;
         let spend = Spend::new(table, self.config.budget.read(deadline));
         let refusal = |budget| budget::refusal(budget, &self.config.budget, Advice::NarrowRange);
-        let span = match spend.sealed_span().await? {
-            Fetch::Got(span) => span,
-            Fetch::Cut(budget) => return Err(refusal(budget)),
-        };
-        let Some(span) = span else {
-            return empty_page(None, &spend);
-        };
         let budget = self.config.budget;
+        let until_ms = request.range.to_ms.min(now.as_millis());
+        let mut fleet =
+            match fleet_span(&spend, until_ms, most_hours(&budget), request.metric).await? {
+                Fetch::Got(fleet) => fleet,
+                Fetch::Cut(budget) => return Err(refusal(budget)),
+            };
+        let Some(span) = fleet.answerable() else {
+            return empty_page(&fleet, &spend);
+        };
         let Some(mut plan) = plan_page(
             request,
             start,
@@ -260,9 +326,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             most_hours(&budget),
             self.config.limits.max_stats_buckets,
         ) else {
-            return empty_page(Some(span), &spend);
+            return empty_page(&fleet, &spend);
         };
-        let hours: Vec<i64> = plan.hours().collect();
+        let hours: Vec<i64> = plan.hours().filter(|&h| fleet.sealed(h)).collect();
         let read = self.read_hours(&spend, &hours, request.metric).await;
         let mut cells = BTreeMap::new();
         for (hour, fetched) in hours.iter().zip(read) {
@@ -282,6 +348,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 }
             }
         }
+        let cells = fleet.with_fresh(cells);
         let room = budget.answer_bytes.saturating_sub(PAGE_OVERHEAD_BYTES);
         let (buckets, end) = buckets(request, &plan, &cells, room)?;
         let next_cursor = (end < plan.range_end).then(|| {
@@ -302,8 +369,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         let page = FleetPage {
             buckets,
-            sealed_from: Some(instant(span.from_ms)?),
-            watermark: Some(instant(span.end_ms)?),
+            sealed_from: fleet.sealed.map(|s| instant(s.from_ms)).transpose()?,
+            watermark: fleet.sealed.map(|s| instant(s.end_ms)).transpose()?,
+            fresh_to: fleet.fresh_to()?,
             next_cursor,
         };
         Ok((json_body(&page)?, stats))
@@ -338,11 +406,12 @@ fn most_hours(budget: &RequestBudget) -> i64 {
 }
 
 /// The answer with no bucket: nothing sealed yet, or nothing left of the range.
-fn empty_page(span: Option<Watermark>, spend: &Spend<'_>) -> Answer {
+fn empty_page(fleet: &FleetSpan, spend: &Spend<'_>) -> Answer {
     let page = FleetPage {
         buckets: Vec::new(),
-        sealed_from: span.map(|s| instant(s.from_ms)).transpose()?,
-        watermark: span.map(|s| instant(s.end_ms)).transpose()?,
+        sealed_from: fleet.sealed.map(|s| instant(s.from_ms)).transpose()?,
+        watermark: fleet.sealed.map(|s| instant(s.end_ms)).transpose()?,
+        fresh_to: fleet.fresh_to()?,
         next_cursor: None,
     };
     let stats = ReadStats {
@@ -351,6 +420,79 @@ fn empty_page(span: Option<Watermark>, spend: &Spend<'_>) -> Answer {
         ..ReadStats::default()
     };
     Ok((json_body(&page)?, stats))
+}
+
+/// The sealed hours (the watermark's GetItem) and the fresh minutes after them up to
+/// `until_ms` (the range's end, or now), over at most `most_hours` hours: the fresh
+/// minutes of an hour are one Query (`store::rollup::fresh`), read hour by hour until
+/// the first minute without one. Before any hour is sealed they start at the
+/// compaction's first window (one more GetItem). A budget that stops the fresh reads
+/// leaves the minutes read before it: the answer then reaches less far.
+pub(super) async fn fleet_span(
+    spend: &Spend<'_>,
+    until_ms: i64,
+    most_hours: i64,
+    metric: Option<&str>,
+) -> Result<Fetch<FleetSpan>, ApiError> {
+    let sealed = match spend.sealed_span().await? {
+        Fetch::Got(span) => span,
+        Fetch::Cut(budget) => return Ok(Fetch::Cut(budget)),
+    };
+    let from_ms = match sealed {
+        Some(span) => span.end_ms,
+        None => {
+            let key = keys::compaction();
+            match spend.get(&key.pk, &key.sk).await? {
+                Fetch::Got(Some(item)) => Compacted::of(&item).map_err(store_error)?.from_ms,
+                // Nothing sealed, nothing compacted: nothing to answer.
+                Fetch::Got(None) | Fetch::Cut(_) => return Ok(Fetch::Got(FleetSpan::default())),
+            }
+        }
+    };
+    let mut fresh = Fresh {
+        hours: BTreeMap::new(),
+        from_ms,
+        end_ms: from_ms,
+    };
+    let mut starts: Vec<i64> = Vec::new();
+    let most_hours = usize::try_from(most_hours).unwrap_or(usize::MAX);
+    'hours: for hour in fresh::hours(from_ms, until_ms).take(most_hours) {
+        if until_ms <= from_ms {
+            break;
+        }
+        let mut q = RollupQuery::partition(fresh::partition(hour), false);
+        let mut cells = HourCells {
+            fresh: true,
+            ..HourCells::default()
+        };
+        loop {
+            // Every minute of the hour, and one more: one page.
+            let page = match spend.query(&q, 61).await? {
+                Fetch::Got(page) => page,
+                Fetch::Cut(_) => {
+                    fresh.hours.insert(hour, cells);
+                    break 'hours;
+                }
+            };
+            for item in &page.items {
+                let minute = FreshMinute::of(item).map_err(store_error)?;
+                let m = u8::try_from((minute.start_ms - hour) / MINUTE_MS).unwrap_or(u8::MAX);
+                cells.hour.merge(&only(&minute.cells, metric));
+                cells.minutes.insert(m, only(&minute.cells, metric));
+                starts.push(minute.start_ms);
+            }
+            match page.last_sk {
+                Some(last) => q.after = Some(last),
+                None => break,
+            }
+        }
+        fresh.hours.insert(hour, cells);
+        if fresh::fresh_end(starts.iter().copied(), from_ms) < hour + HOUR_MS {
+            break;
+        }
+    }
+    fresh.end_ms = fresh::fresh_end(starts, from_ms);
+    Ok(Fetch::Got(FleetSpan { sealed, fresh }))
 }
 
 /// One hour's parts, merged; cut when a budget stops a Query of it.
@@ -438,7 +580,7 @@ pub(super) fn bucket_cells(
     while hour < hi {
         let (a, b) = (hour.max(lo), (hour + HOUR_MS).min(hi));
         if let Some(h) = hours.get(&hour) {
-            if whole_hours && (a, b) == (hour, hour + HOUR_MS) {
+            if whole_hours && !h.fresh && (a, b) == (hour, hour + HOUR_MS) {
                 cells.merge(&h.hour);
                 devices = devices.max(h.hour.devices);
             } else {

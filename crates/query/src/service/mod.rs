@@ -408,7 +408,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 self.device_series(&device, &series, consistent, now, deadline)
                     .await
             }
-            Endpoint::FleetSeries { series } => self.fleet_series(scope, &series, deadline).await,
+            Endpoint::FleetSeries { series } => {
+                self.fleet_series(scope, &series, now, deadline).await
+            }
         }
     }
 

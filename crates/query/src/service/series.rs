@@ -21,7 +21,7 @@ use store::read::ReadingSource;
 use store::rollup::{Cell, PARTS, decimal_text};
 
 use super::answer::json_body;
-use super::fleet::{FleetRequest, bucket_cells, plan_page};
+use super::fleet::{FleetRequest, bucket_cells, fleet_span, plan_page};
 use super::rollups::{Fetch, Spend, instant, not_configured};
 use super::stats::CellsRead;
 use super::{Answer, QueryService, ReadStats};
@@ -68,9 +68,14 @@ struct SeriesOut<'a> {
     /// The fleet's: the first sealed hour, no point's bucket starts before it.
     #[serde(skip_serializing_if = "Option::is_none")]
     sealed_from: Option<Option<String>>,
-    /// The fleet's: the end of the sealed hours, no point at or after it.
+    /// The fleet's: the end of the sealed hours; the points from it on count the
+    /// fresh minutes'.
     #[serde(skip_serializing_if = "Option::is_none")]
     watermark: Option<Option<String>>,
+    /// The fleet's: the end of the fresh minutes after the watermark, no point at or
+    /// after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_to: Option<String>,
 }
 
 impl<'a> SeriesOut<'a> {
@@ -82,6 +87,7 @@ impl<'a> SeriesOut<'a> {
             points: Vec::new(),
             sealed_from: None,
             watermark: None,
+            fresh_to: None,
         }
     }
 
@@ -183,6 +189,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         &self,
         scope: &ReadScope,
         series: &SeriesParams,
+        now: Timestamp,
         deadline: Option<Instant>,
     ) -> Answer {
         if scope.grants().is_some() {
@@ -200,20 +207,23 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let refuse = |budget| refusal(budget, &limits, time, "read a shorter range");
         let spend = Spend::new(table, limits.read(deadline));
         let mut answer = SeriesOut::new(series);
-        let span = match spend.sealed_span().await? {
-            Fetch::Got(span) => span,
+        let until_ms = series.range.to_ms.min(now.as_millis());
+        let every_hour = i64::from(u32::MAX);
+        let mut fleet = match fleet_span(&spend, until_ms, every_hour, Some(&series.metric)).await?
+        {
+            Fetch::Got(fleet) => fleet,
             Fetch::Cut(budget) => return Err(refuse(budget)),
         };
-        answer.sealed_from = Some(span.map(|s| instant(s.from_ms)).transpose()?);
-        answer.watermark = Some(span.map(|s| instant(s.end_ms)).transpose()?);
+        answer.sealed_from = Some(fleet.sealed.map(|s| instant(s.from_ms)).transpose()?);
+        answer.watermark = Some(fleet.sealed.map(|s| instant(s.end_ms)).transpose()?);
+        answer.fresh_to = fleet.fresh_to()?;
         let request = FleetRequest {
             range: series.range,
             interval_ms: series.interval_ms,
             metric: Some(&series.metric),
             cursor: None,
         };
-        let plan = span.and_then(|span| {
-            let every_hour = i64::from(u32::MAX);
+        let plan = fleet.answerable().and_then(|span| {
             plan_page(
                 &request,
                 series.range.from_ms,
@@ -225,14 +235,14 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let Some(plan) = plan else {
             return Ok((answer.body(&limits)?, spent(&spend, 0)));
         };
-        let hours: Vec<i64> = plan.hours().collect();
-        // A Query an hour, each evaluating up to its parts and one more, after the
-        // watermark's GetItem: known before any is sent.
+        let hours: Vec<i64> = plan.hours().filter(|&h| fleet.sealed(h)).collect();
+        // A Query a sealed hour, each evaluating up to its parts and one more, after the
+        // reads of the watermark and the fresh minutes: known before any is sent.
         let n = hours.len() as u64;
-        if n + 1 > limits.queries {
+        if n + spend.calls() > limits.queries {
             return Err(refuse(Exhausted::Queries));
         }
-        if n * (u64::from(PARTS) + 1) + 1 > limits.evaluated {
+        if n * (u64::from(PARTS) + 1) + spend.evaluated() > limits.evaluated {
             return Err(refuse(Exhausted::Evaluated));
         }
         let read = self.read_hours(&spend, &hours, Some(&series.metric)).await;
@@ -245,6 +255,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 Fetch::Cut(budget) => return Err(refuse(budget)),
             }
         }
+        let cells = fleet.with_fresh(cells);
         let mut bucket = request.bucket_of(plan.start);
         while bucket < plan.end {
             let (c, _) = bucket_cells(series.interval_ms, &plan, &cells, bucket);
