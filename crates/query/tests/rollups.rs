@@ -939,6 +939,12 @@ async fn s60_the_fleet_routes_answer_no_bucket_before_the_first_sealed_hour() {
     }
 }
 
+/// The compaction progress `[from_ms, to_ms)`, as the sealer's compaction writes it.
+async fn put_compacted(rollups: &MemoryRollups, from_ms: i64, to_ms: i64) {
+    let progress = store::rollup::compaction::Compacted { from_ms, to_ms };
+    rollups.put(&progress.item().unwrap()).await.unwrap();
+}
+
 /// Writes the fresh minutes of `readings` (`store::rollup::fresh`) as compaction does,
 /// one for each minute of `minutes` (epoch ms of their starts), of no reading too.
 async fn put_fresh(rollups: &MemoryRollups, readings: &[Reading], minutes: &[i64]) {
@@ -980,6 +986,7 @@ async fn the_fleet_routes_answer_fresh_minutes_after_the_watermark_up_to_the_fir
     let mut minutes: Vec<i64> = (60..150).map(|m| BASE_MS + m * MINUTE_MS).collect();
     minutes.push(BASE_MS + 151 * MINUTE_MS);
     put_fresh(&rollups, &readings, &minutes).await;
+    put_compacted(&rollups, sealed_end, BASE_MS + 152 * MINUTE_MS).await;
     put_fresh(&rollups, &[], &[BASE_MS + 5 * MINUTE_MS]).await;
     let fresh_end = BASE_MS + 150 * MINUTE_MS;
     let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
@@ -995,8 +1002,11 @@ async fn the_fleet_routes_answer_fresh_minutes_after_the_watermark_up_to_the_fir
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["watermark"], json!("2026-06-22T01:00:00.000Z"));
         assert_eq!(
-            body["fresh_to"],
-            json!("2026-06-22T02:30:00.000Z"),
+            (&body["fresh_from"], &body["fresh_to"]),
+            (
+                &json!("2026-06-22T01:00:00.000Z"),
+                &json!("2026-06-22T02:30:00.000Z")
+            ),
             "{body}"
         );
         let (buckets, _, _) = every_stats_page(&svc, &rollups, &q).await;
@@ -1073,11 +1083,7 @@ async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window()
     let fresh_end = BASE_MS + 150 * MINUTE_MS;
     let minutes: Vec<i64> = (60..150).map(|m| BASE_MS + m * MINUTE_MS).collect();
     let range = format!("from={BASE_MS}&to={}", BASE_MS + 3 * HOUR_MS);
-    let first = store::rollup::compaction::Compacted {
-        from_ms: sealed_end,
-        to_ms: fresh_end,
-    };
-    rollups.put(&first.item().unwrap()).await.unwrap();
+    put_compacted(&rollups, sealed_end, fresh_end).await;
     put_fresh(&rollups, &readings, &minutes).await;
     let (status, body) = get(&svc, "/stats", &format!("{range}&interval=1h")).await;
     assert_eq!(status, 200, "{body}");
@@ -1094,4 +1100,38 @@ async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window()
         .filter(|r| (sealed_end..sealed_end + HOUR_MS).contains(&r.ts_ms))
         .count() as u64;
     assert_eq!(body["buckets"][0]["readings"], json!(hour), "{body}");
+    // Sealed to the hour, slabs from ten minutes after it: the fresh minutes start
+    // there, and the minutes between are not answered; without a compaction progress
+    // (no slabs) there is no fresh minute at all.
+    let rollups = MemoryRollups::new();
+    let svc = service(&table, &rollups, |_| {});
+    seal(&rollups, &readings, sealed_end).await;
+    let slabs_from = sealed_end + 10 * MINUTE_MS;
+    put_fresh(&rollups, &readings, &minutes).await;
+    let q = format!("{range}&interval=1m");
+    let (_, body) = get(&svc, "/stats", &q).await;
+    assert_eq!(
+        (&body["fresh_from"], &body["fresh_to"]),
+        (&json!(null), &json!(null))
+    );
+    put_compacted(&rollups, slabs_from, fresh_end).await;
+    let (status, body) = get(&svc, "/stats", &q).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["fresh_from"],
+        json!("2026-06-22T01:10:00.000Z"),
+        "{body}"
+    );
+    let (buckets, _, _) = every_stats_page(&svc, &rollups, &q).await;
+    let starts: Vec<i64> = buckets
+        .iter()
+        .map(|b| {
+            chrono::DateTime::parse_from_rfc3339(&b.start)
+                .unwrap()
+                .timestamp_millis()
+        })
+        .collect();
+    let outside = |&s: &i64| s < sealed_end || s >= slabs_from;
+    assert!(starts.iter().all(outside), "{starts:?}");
+    assert!(starts.iter().any(|&s| s >= slabs_from), "{starts:?}");
 }

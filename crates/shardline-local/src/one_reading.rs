@@ -23,6 +23,8 @@ use crate::run_local::{self, Settings};
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How long after its send a sampled reading may take before it counts as never read.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
+/// How often the fleet's stats are asked how far their fresh minutes reach.
+const FLEET_POLL_EVERY: Duration = Duration::from_secs(5);
 /// How long the queue may take to empty once the publishing ended.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
@@ -73,6 +75,10 @@ pub struct FleetFigures {
     /// readings a slab gathered.
     pub slabs_held: u64,
     pub slab_members: u64,
+    /// How far the fleet's fresh minutes trailed now (`GET /stats`' `fresh_to`, asked
+    /// every [`FLEET_POLL_EVERY`] while the fleet published), sorted; none before the
+    /// first window was compacted.
+    pub fresh_lags: Vec<Duration>,
     /// Wall time of the whole run, servers included.
     pub elapsed: Duration,
 }
@@ -86,6 +92,12 @@ impl FleetFigures {
     /// Bytes held a reading sent, every tier (slabs before their expiry).
     pub fn bytes_per_reading(&self) -> f64 {
         (self.slab_bytes + self.run_bytes + self.own_bytes) / self.sent.max(1) as f64
+    }
+
+    /// How far the fleet's fresh minutes trailed now: least and most, over the polls
+    /// that found any.
+    pub fn fresh_lag_range(&self) -> Option<(Duration, Duration)> {
+        Some((*self.fresh_lags.first()?, *self.fresh_lags.last()?))
     }
 
     /// The `q` quantile (0..=1) of the sampled times to readable, by rank.
@@ -184,7 +196,13 @@ impl FleetRun {
         let query = running.query_addr().context("the query API is not up")?;
         let sqs = aws_sdk_sqs::Client::new(&stand_in::sdk_config(&moto.endpoint()).await);
 
-        let (sent, mut latencies) = self.publish(&sqs, &stack.queue_url, query).await?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let watcher = tokio::spawn(watch_fleet(query, stopped));
+        let published = self.publish(&sqs, &stack.queue_url, query).await;
+        let _ = stop.send(());
+        let mut fresh_lags = watcher.await.context("the fleet stats watcher")?;
+        fresh_lags.sort_unstable();
+        let (sent, mut latencies) = published?;
         let drained = drain(&sqs, &stack.queue_url).await?;
         running.stop();
         running.wait().await?;
@@ -222,6 +240,7 @@ impl FleetRun {
             own_bytes: stored.bytes[Tier::Own as usize],
             slabs_held: stored.slabs,
             slab_members: stored.slab_members,
+            fresh_lags,
             elapsed: started.elapsed(),
         })
     }
@@ -260,6 +279,49 @@ impl FleetRun {
             }
         }
         Ok((sent, latencies))
+    }
+}
+
+/// Asks the fleet's stats (`GET /stats`, the last two hours by the minute) every
+/// [`FLEET_POLL_EVERY`] until `stop`; returns how far behind now each answer's
+/// `fresh_to` was. An answer without one (no window compacted yet, no slabs), or none at
+/// all, adds nothing.
+async fn watch_fleet(
+    query: SocketAddr,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> Vec<Duration> {
+    let mut lags = Vec::new();
+    let Ok(api) = QueryApi::new(query, run_local::QUERY_TIMEOUT) else {
+        return lags;
+    };
+    loop {
+        tokio::select! {
+            _ = &mut stop => return lags,
+            () = tokio::time::sleep(FLEET_POLL_EVERY) => {}
+        }
+        let Ok(now) = store::clock::wall_clock() else {
+            continue;
+        };
+        let now = now.as_millis();
+        let range = [
+            ("from", (now - 2 * 3_600_000).to_string()),
+            ("to", (now + 60_000).to_string()),
+            ("interval", "1m".to_owned()),
+        ];
+        let Ok(reply) = api.get(&api.fleet_stats_url(), &range).await else {
+            continue;
+        };
+        let page: serde_json::Value = match serde_json::from_str(&reply.body) {
+            Ok(page) if reply.status.is_success() => page,
+            _ => continue,
+        };
+        let fresh_to = page["fresh_to"]
+            .as_str()
+            .map(sharding::time::Timestamp::parse);
+        if let Some(Ok(fresh_to)) = fresh_to {
+            let behind = now.saturating_sub(fresh_to.as_millis());
+            lags.push(Duration::from_millis(u64::try_from(behind).unwrap_or(0)));
+        }
     }
 }
 

@@ -91,6 +91,11 @@ impl QueryApi {
         format!("{}/devices/{device}/readings", self.base)
     }
 
+    /// The URL of the fleet's stats, `GET /stats`.
+    pub fn fleet_stats_url(&self) -> String {
+        format!("{}/stats", self.base)
+    }
+
     /// The URL of `device`'s shards (its fan-out epochs).
     pub fn shards_url(&self, device: &str) -> String {
         format!("{}/devices/{device}/shards", self.base)

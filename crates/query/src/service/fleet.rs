@@ -162,8 +162,11 @@ struct FleetPage {
     sealed_from: Option<String>,
     /// The end of the sealed hours: the buckets before it are the record.
     watermark: Option<String>,
-    /// The end of the fresh minutes after the watermark (`store::rollup::fresh`): the
-    /// buckets from the watermark to it count the readings compaction has read.
+    /// The start and end of the fresh minutes after the watermark
+    /// (`store::rollup::fresh`): the buckets between count the readings compaction has
+    /// read. The start is the watermark, or the first window compacted when later.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fresh_to: Option<String>,
     next_cursor: Option<String>,
@@ -190,7 +193,9 @@ pub(super) struct FleetSpan {
 
 impl FleetSpan {
     /// The minutes a bucket may lie in: from the first sealed hour (or the first fresh
-    /// minute) to the end of the fresh minutes (or the watermark); `None` when none.
+    /// minute) to the end of the fresh minutes (or the watermark); `None` when none. A
+    /// bucket of the minutes between the watermark and the first fresh one (slabs
+    /// started after the watermark) has no cells, and is left out.
     pub(super) fn answerable(&self) -> Option<Watermark> {
         let from_ms = self.sealed.map_or(self.fresh.from_ms, |s| s.from_ms);
         let end_ms = self
@@ -204,12 +209,15 @@ impl FleetSpan {
         self.sealed.is_some_and(|s| s.seals(hour))
     }
 
-    /// The end of the fresh minutes, when there are any past the watermark.
-    pub(super) fn fresh_to(&self) -> Result<Option<String>, ApiError> {
-        let past = self.sealed.map_or(self.fresh.from_ms, |s| s.end_ms);
-        (self.fresh.end_ms > past)
-            .then(|| instant(self.fresh.end_ms))
-            .transpose()
+    /// The start and end of the fresh minutes, when there are any.
+    pub(super) fn fresh(&self) -> Result<(Option<String>, Option<String>), ApiError> {
+        if self.fresh.end_ms <= self.fresh.from_ms {
+            return Ok((None, None));
+        }
+        Ok((
+            Some(instant(self.fresh.from_ms)?),
+            Some(instant(self.fresh.end_ms)?),
+        ))
     }
 
     /// `hours` read from their fleet parts, with the fresh hours after them.
@@ -367,11 +375,13 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             rounds: (hours.len() as u64).div_ceil(self.config.concurrency.max(1) as u64),
             duplicates: 0,
         };
+        let (fresh_from, fresh_to) = fleet.fresh()?;
         let page = FleetPage {
             buckets,
             sealed_from: fleet.sealed.map(|s| instant(s.from_ms)).transpose()?,
             watermark: fleet.sealed.map(|s| instant(s.end_ms)).transpose()?,
-            fresh_to: fleet.fresh_to()?,
+            fresh_from,
+            fresh_to,
             next_cursor,
         };
         Ok((json_body(&page)?, stats))
@@ -407,11 +417,13 @@ fn most_hours(budget: &RequestBudget) -> i64 {
 
 /// The answer with no bucket: nothing sealed yet, or nothing left of the range.
 fn empty_page(fleet: &FleetSpan, spend: &Spend<'_>) -> Answer {
+    let (fresh_from, fresh_to) = fleet.fresh()?;
     let page = FleetPage {
         buckets: Vec::new(),
         sealed_from: fleet.sealed.map(|s| instant(s.from_ms)).transpose()?,
         watermark: fleet.sealed.map(|s| instant(s.end_ms)).transpose()?,
-        fresh_to: fleet.fresh_to()?,
+        fresh_from,
+        fresh_to,
         next_cursor: None,
     };
     let stats = ReadStats {
@@ -422,12 +434,13 @@ fn empty_page(fleet: &FleetSpan, spend: &Spend<'_>) -> Answer {
     Ok((json_body(&page)?, stats))
 }
 
-/// The sealed hours (the watermark's GetItem) and the fresh minutes after them up to
-/// `until_ms` (the range's end, or now), over at most `most_hours` hours: the fresh
-/// minutes of an hour are one Query (`store::rollup::fresh`), read hour by hour until
-/// the first minute without one. Before any hour is sealed they start at the
-/// compaction's first window (one more GetItem). A budget that stops the fresh reads
-/// leaves the minutes read before it: the answer then reaches less far.
+/// The sealed hours (the watermark's GetItem) and, when `until_ms` (the range's end, or
+/// now) lies past them, the fresh minutes after them: one GetItem of the compaction
+/// progress (none: no slabs, no fresh minute), then from the watermark (or the first
+/// window compacted, when later) one Query an hour (`store::rollup::fresh`), hour by
+/// hour until the first minute without one, over at most `most_hours` hours. A budget
+/// that stops the fresh reads leaves the minutes read before it: the answer then
+/// reaches less far.
 pub(super) async fn fleet_span(
     spend: &Spend<'_>,
     until_ms: i64,
@@ -438,17 +451,29 @@ pub(super) async fn fleet_span(
         Fetch::Got(span) => span,
         Fetch::Cut(budget) => return Ok(Fetch::Cut(budget)),
     };
-    let from_ms = match sealed {
-        Some(span) => span.end_ms,
-        None => {
-            let key = keys::compaction();
-            match spend.get(&key.pk, &key.sk).await? {
-                Fetch::Got(Some(item)) => Compacted::of(&item).map_err(store_error)?.from_ms,
-                // Nothing sealed, nothing compacted: nothing to answer.
-                Fetch::Got(None) | Fetch::Cut(_) => return Ok(Fetch::Got(FleetSpan::default())),
-            }
+    let nothing_fresh = |sealed: Option<Watermark>| {
+        let end = sealed.map_or(0, |s| s.end_ms);
+        FleetSpan {
+            sealed,
+            fresh: Fresh {
+                hours: BTreeMap::new(),
+                from_ms: end,
+                end_ms: end,
+            },
         }
     };
+    if sealed.is_some_and(|s| until_ms <= s.end_ms) {
+        return Ok(Fetch::Got(nothing_fresh(sealed)));
+    }
+    let key = keys::compaction();
+    let first_window = match spend.get(&key.pk, &key.sk).await? {
+        Fetch::Got(Some(item)) => Compacted::of(&item).map_err(store_error)?.from_ms,
+        // Nothing compacted (no slabs), or no budget left to ask: no fresh minute.
+        Fetch::Got(None) | Fetch::Cut(_) => return Ok(Fetch::Got(nothing_fresh(sealed))),
+    };
+    // From the watermark, or from the first window compacted when slabs started after
+    // it: the minutes between are neither sealed nor fresh, and are not answered.
+    let from_ms = sealed.map_or(first_window, |s| s.end_ms.max(first_window));
     let mut fresh = Fresh {
         hours: BTreeMap::new(),
         from_ms,
@@ -476,6 +501,9 @@ pub(super) async fn fleet_span(
             };
             for item in &page.items {
                 let minute = FreshMinute::of(item).map_err(store_error)?;
+                if minute.start_ms < from_ms {
+                    continue;
+                }
                 let m = u8::try_from((minute.start_ms - hour) / MINUTE_MS).unwrap_or(u8::MAX);
                 cells.hour.merge(&only(&minute.cells, metric));
                 cells.minutes.insert(m, only(&minute.cells, metric));

@@ -72,8 +72,10 @@ struct SeriesOut<'a> {
     /// fresh minutes'.
     #[serde(skip_serializing_if = "Option::is_none")]
     watermark: Option<Option<String>>,
-    /// The fleet's: the end of the fresh minutes after the watermark, no point at or
-    /// after it.
+    /// The fleet's: the start and end of the fresh minutes after the watermark, no
+    /// point at or after the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fresh_to: Option<String>,
 }
@@ -87,6 +89,7 @@ impl<'a> SeriesOut<'a> {
             points: Vec::new(),
             sealed_from: None,
             watermark: None,
+            fresh_from: None,
             fresh_to: None,
         }
     }
@@ -216,7 +219,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         };
         answer.sealed_from = Some(fleet.sealed.map(|s| instant(s.from_ms)).transpose()?);
         answer.watermark = Some(fleet.sealed.map(|s| instant(s.end_ms)).transpose()?);
-        answer.fresh_to = fleet.fresh_to()?;
+        (answer.fresh_from, answer.fresh_to) = fleet.fresh()?;
         let request = FleetRequest {
             range: series.range,
             interval_ms: series.interval_ms,

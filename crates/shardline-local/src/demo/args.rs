@@ -101,8 +101,9 @@ pub struct DemoArgs {
     #[arg(long)]
     pub no_blocks: bool,
     /// Seconds the one-reading fleet publishes, on today's layout and with slabs side
-    /// by side, after the two runs; 0 leaves the phase out.
-    #[arg(long, default_value_t = 40.0)]
+    /// by side, after the two runs; 0 leaves the phase out. Three minutes let the
+    /// first slab windows close and be compacted, so the fleet's fresh minutes show.
+    #[arg(long, default_value_t = 180.0)]
     pub one_reading_secs: f64,
 }
 

@@ -105,6 +105,7 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
              \x20   bytes stored a reading: {:.0} (slabs {:.0}, runs {:.0}, own items {:.0}; slabs until they expire)\n\
              \x20   DynamoDB writes a month at this rate: {month}\n\
              \x20   readings a slab: {}; compaction: {}\n\
+             \x20   the fleet's minutes (GET /stats fresh_to): {}\n\
              \x20   time from SendMessage to readable: p50 {}, p99 {}, max {} ({} sampled, {} never read); {} messages, queue {}\n",
             run.layout_words(),
             run.batching_window.as_secs_f64(),
@@ -121,6 +122,7 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
             per(f.own_bytes),
             f.readings_a_slab().map_or("-".to_owned(), |n| format!("{n:.1}")),
             compaction_words(run, f),
+            fresh_words(f),
             ms(f.quantile(0.5)),
             ms(f.quantile(0.99)),
             ms(f.latencies.last().copied()),
@@ -131,6 +133,19 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
         ));
     }
     s
+}
+
+/// How far the fleet's fresh minutes trailed now, in words.
+fn fresh_words(f: &FleetFigures) -> String {
+    match f.fresh_lag_range() {
+        Some((least, most)) => format!(
+            "{} s to {} s behind now ({} polls)",
+            least.as_secs(),
+            most.as_secs(),
+            f.fresh_lags.len()
+        ),
+        None => "none during the run (they move at the hour's seal)".to_owned(),
+    }
 }
 
 /// Whether the run's windows were compacted into runs, in words.
