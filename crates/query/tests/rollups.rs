@@ -976,7 +976,7 @@ async fn put_fresh(rollups: &MemoryRollups, readings: &[Reading], minutes: &[i64
 #[tokio::test]
 async fn the_fleet_routes_answer_fresh_minutes_after_the_watermark_up_to_the_first_gap() {
     let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
-    let svc = service(&table, &rollups, |_| {});
+    let svc = slab_service(&table, &rollups);
     let readings = readings();
     let sealed_end = BASE_MS + HOUR_MS;
     seal(&rollups, &readings, sealed_end).await;
@@ -1077,7 +1077,7 @@ async fn the_fleet_routes_answer_fresh_minutes_after_the_watermark_up_to_the_fir
 #[tokio::test]
 async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window() {
     let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
-    let svc = service(&table, &rollups, |_| {});
+    let svc = slab_service(&table, &rollups);
     let readings = readings();
     let sealed_end = BASE_MS + HOUR_MS;
     let fresh_end = BASE_MS + 150 * MINUTE_MS;
@@ -1104,7 +1104,7 @@ async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window()
     // there, and the minutes between are not answered; without a compaction progress
     // (no slabs) there is no fresh minute at all.
     let rollups = MemoryRollups::new();
-    let svc = service(&table, &rollups, |_| {});
+    let svc = slab_service(&table, &rollups);
     seal(&rollups, &readings, sealed_end).await;
     let slabs_from = sealed_end + 10 * MINUTE_MS;
     put_fresh(&rollups, &readings, &minutes).await;
@@ -1134,4 +1134,130 @@ async fn before_any_seal_the_fresh_minutes_start_at_the_first_compacted_window()
     let outside = |&s: &i64| s < sealed_end || s >= slabs_from;
     assert!(starts.iter().all(outside), "{starts:?}");
     assert!(starts.iter().any(|&s| s >= slabs_from), "{starts:?}");
+    // A table without slabs in its layout reads no progress and no fresh minute.
+    let svc = service(&table, &rollups, |_| {});
+    let before = rollups.reads();
+    let (_, body) = get(&svc, "/stats", &q).await;
+    assert_eq!(body["fresh_to"], json!(null), "{body}");
+    assert_eq!(
+        rollups.reads() - before,
+        2,
+        "the watermark and the sealed hour"
+    );
+}
+
+/// A service over `rollups` whose table has slabs from the fixtures' first hour on.
+fn slab_service<'a>(table: &'a MemoryReadings, rollups: &MemoryRollups) -> Service<'a> {
+    let slabs = hourly(4).with_slabs(sharding::slab::SlabLayout::default());
+    let layout = table_history(vec![(0, hourly(4)), (BASE_MS, slabs)]);
+    let shards = shard_table(layout, []);
+    let mut config = ServiceConfig::new(key());
+    config.concurrency = 4;
+    QueryService::new(table, Arc::new(shards), config).with_rollups(rollups.clone())
+}
+
+/// Every device of `GET /devices?query`, page after page: id to last seen (epoch ms),
+/// and the first page's `fresh_to`.
+async fn every_device_seen(svc: &Service<'_>, query: &str) -> (BTreeMap<String, i64>, Value) {
+    let mut out = BTreeMap::new();
+    let mut q = query.to_owned();
+    let mut fresh_to = None;
+    for _ in 0..1_000 {
+        let (status, body) = get(svc, "/devices", &q).await;
+        assert_eq!(status, 200, "{body}");
+        fresh_to.get_or_insert_with(|| body["fresh_to"].clone());
+        for d in body["devices"].as_array().unwrap() {
+            let seen = chrono::DateTime::parse_from_rfc3339(d["last_seen"].as_str().unwrap())
+                .unwrap()
+                .timestamp_millis();
+            let id = d["device_id"].as_str().unwrap().to_owned();
+            assert!(out.insert(id, seen).is_none(), "a device listed twice");
+        }
+        match body["next_cursor"].as_str() {
+            Some(cursor) => q = format!("{query}&cursor={cursor}"),
+            None => return (out, fresh_to.unwrap_or(Value::Null)),
+        }
+    }
+    panic!("the list never ended");
+}
+
+/// The fleet's fresh last-seen, the device list's side: where the layout has slabs and
+/// compaction has passed the watermark, a device's `last_seen` is its newest slab-held
+/// reading in the latest compacted window's map of each hour since, when later than the
+/// directory's, on every page across the map's chunks; `seen_since` selects by it; the
+/// page says how far the maps reach (`fresh_to`). An older window's map is not read
+/// (the latest holds the hour so far), and a table without slabs reads no map.
+#[tokio::test]
+async fn the_device_list_moves_last_seen_to_the_fresh_maps() {
+    let (table, rollups) = (MemoryReadings::new(None), MemoryRollups::new());
+    let sealed_seen = BASE_MS + 30 * MINUTE_MS;
+    let devices: Vec<String> = (0..800).map(|d| format!("dev-{d:04}")).collect();
+    for device in &devices {
+        put_device(&rollups, device, sealed_seen).await;
+    }
+    let sealed_end = BASE_MS + HOUR_MS;
+    put_watermark(&rollups, sealed_end).await;
+    put_compacted(&rollups, sealed_end, sealed_end + 20 * MINUTE_MS).await;
+    // The latest compacted window (minute 19 of the hour) maps the even devices; an
+    // older window maps every device later still, as no compaction writes it.
+    let latest = sealed_end + 19 * MINUTE_MS;
+    let fresh: BTreeMap<String, i64> = devices
+        .iter()
+        .enumerate()
+        .filter(|(d, _)| d % 2 == 0)
+        .map(|(d, id)| (id.clone(), latest + i64::try_from(d).unwrap()))
+        .collect();
+    let stale: BTreeMap<String, i64> = devices
+        .iter()
+        .map(|id| (id.clone(), latest + 50_000))
+        .collect();
+    for (window, map) in [(latest, &fresh), (sealed_end + 5 * MINUTE_MS, &stale)] {
+        let chunks = store::rollup::seen::chunks(window, map);
+        assert!(chunks.len() >= 2 || window != latest, "{}", chunks.len());
+        for chunk in chunks {
+            rollups.put(&chunk.item(None).unwrap()).await.unwrap();
+        }
+    }
+    let svc = slab_service(&table, &rollups);
+    let (seen, fresh_to) = every_device_seen(&svc, "limit=100").await;
+    assert_eq!(fresh_to, json!("2026-06-22T01:20:00.000Z"));
+    assert_eq!(seen.len(), devices.len());
+    for (id, at) in &seen {
+        let want = fresh.get(id).copied().unwrap_or(sealed_seen);
+        assert_eq!(*at, want, "{id}");
+    }
+    // Seen since the watermark: the even devices alone.
+    let (since, _) = every_device_seen(&svc, &format!("limit=100&seen_since={sealed_end}")).await;
+    assert_eq!(
+        since.keys().collect::<Vec<_>>(),
+        fresh.keys().collect::<Vec<_>>()
+    );
+    // A scoped caller's granted ids move too.
+    let (status, body) = get_as(&svc, &scope("dev-0002 dev-0003"), "/devices", "").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let listed: Vec<&str> = body["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["last_seen"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            query::model::format_ts(latest + 2).unwrap().as_str(),
+            query::model::format_ts(sealed_seen).unwrap().as_str()
+        ]
+    );
+    // The same table without slabs in its layout: the directory alone, no map read.
+    let svc = service(&table, &rollups, |_| {});
+    let before = rollups.reads();
+    let (seen, fresh_to) = every_device_seen(&svc, "limit=800").await;
+    assert_eq!(fresh_to, Value::Null);
+    assert!(seen.values().all(|&at| at == sealed_seen));
+    assert_eq!(
+        rollups.reads() - before,
+        1 + 8,
+        "the watermark and the directory's pages of 100, no progress nor map"
+    );
 }

@@ -17,9 +17,11 @@
 //! expiring the table's retention after its last reading, as blocks do; then the
 //! window's marker of the group; then the fleet's fresh minute of the window
 //! (`store::rollup::fresh`): the cells of every group's readings of it, each counted
-//! once, which the fleet's routes answer until the hour is sealed. Once all of these are
-//! written, the progress moves past the window: no reader trusts a window's runs
-//! before.
+//! once, which the fleet's routes answer until the hour is sealed; then the window's
+//! map of the fleet's fresh last-seen (`store::rollup::seen`: the window before's in the
+//! hour with this window's devices' newest readings merged in), which the device list
+//! reads. Once all of these are written, the progress moves past the window: no reader
+//! trusts a window's runs before.
 //!
 //! # Why a compaction killed, or two at once, converge
 //! A closed window's slabs no longer change, and the runs are a pure function of them:
@@ -35,6 +37,7 @@
 //! a run reports how far compaction got (`CompactionLagSeconds`,
 //! [`crate::metrics_line`]).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -52,7 +55,8 @@ use store::item::{Encoded, Reading, ReadingItem, expiry};
 use store::read::{ItemsRequest, ReadingSource};
 use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
 use store::rollup::fresh::FreshMinute;
-use store::rollup::{Cells, RollupTable, hour_of};
+use store::rollup::seen::{self, SeenChunk};
+use store::rollup::{Cells, RollupQuery, RollupTable, hour_of};
 use store::slab::{MAX_MEMBERS, marshal, member_bytes, overhead};
 
 use crate::{RunReport, SealError, Sealer, past};
@@ -206,6 +210,14 @@ fn run_items(
     Ok(items)
 }
 
+/// What one group's readings of a window make: its run items and marker, their cells,
+/// and each device's newest reading's time.
+struct GroupWindow {
+    items: Vec<(ItemKey, Encoded)>,
+    cells: Cells,
+    last_seen: BTreeMap<String, i64>,
+}
+
 /// The cells of `members`, readings of one window each once in run order: every
 /// reading's metrics, and the distinct devices that sent them.
 fn cells_of(members: &[Reading]) -> Cells {
@@ -322,15 +334,17 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
                 self.group_items(slabs, group, fanout, window)
             })
             .collect();
-        let groups: Vec<(Vec<(ItemKey, Encoded)>, Cells)> = futures::stream::iter(reads)
+        let groups: Vec<GroupWindow> = futures::stream::iter(reads)
             .buffered(self.settings.concurrency)
             .try_collect()
             .await?;
         let mut fleet = Cells::default();
         let mut items = Vec::new();
-        for (group_items, cells) in groups {
-            fleet.merge(&cells);
-            items.extend(group_items);
+        let mut last_seen = BTreeMap::new();
+        for group in groups {
+            fleet.merge(&group.cells);
+            items.extend(group.items);
+            last_seen.extend(group.last_seen);
         }
         // Runs first, the markers once every run is stored, then the fleet's minute:
         // all before the progress moves past the window.
@@ -345,22 +359,75 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
         };
         let ttl = expiry(window.end().pred(), self.settings.retention);
         self.rollups.put(&minute.item(Some(ttl))?).await?;
+        self.write_seen(slabs, window, last_seen).await
+    }
+
+    /// Writes `window`'s map of the fleet's fresh last-seen (`store::rollup::seen`): the
+    /// map of the window before it in the hour, where there is one, with `last_seen`,
+    /// the window's own devices' newest readings, merged in. A chunk of that map that
+    /// does not read back is left out with a warning: its devices' `last_seen` then
+    /// moves at the hour's seal, and no stored item stops compaction.
+    async fn write_seen(
+        &self,
+        slabs: &SlabLayout,
+        window: Window,
+        mut last_seen: BTreeMap<String, i64>,
+    ) -> Result<(), SealError> {
+        let (start, end) = (window.start_ms(), window.end_ms());
+        let before = start - (end - start);
+        if hour_of(before) == hour_of(start) {
+            let mut q = RollupQuery::partition(seen::partition(hour_of(start)), true);
+            q.sk_prefix = Some(seen::window_prefix(before));
+            loop {
+                let page = self.rollups.query(&q).await?;
+                for item in &page.items {
+                    let chunk = match SeenChunk::of(item) {
+                        Ok(chunk) => chunk,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a seen map's chunk left out");
+                            continue;
+                        }
+                    };
+                    for (device, at) in chunk.last_seen() {
+                        let newest = last_seen.entry(device.to_owned()).or_insert(at);
+                        *newest = (*newest).max(at);
+                    }
+                }
+                match page.last_sk {
+                    Some(last) => q.after = Some(last),
+                    None => break,
+                }
+            }
+        }
+        let ttl = slabs.expires_at(window);
+        for chunk in seen::chunks(start, &last_seen) {
+            self.rollups.put(&chunk.item(Some(ttl))?).await?;
+        }
         Ok(())
     }
 
     /// The run items and marker of `group`'s readings of `window`, its slabs on `fanout`
-    /// keys, and the cells of those readings (a group's devices are its own, so the
-    /// groups' device counts add up).
+    /// keys, with the cells of those readings (a group's devices are its own, so the
+    /// groups' device counts add up) and each device's newest.
     async fn group_items(
         &self,
         slabs: &SlabLayout,
         group: u32,
         fanout: u32,
         window: Window,
-    ) -> Result<(Vec<(ItemKey, Encoded)>, Cells), SealError> {
+    ) -> Result<GroupWindow, SealError> {
         let members = self.window_readings(group, fanout, window).await?;
         let items = run_items(slabs, group, window, &members, self.settings.retention)?;
-        Ok((items, cells_of(&members)))
+        // In run order: a device's newest reading is its last.
+        let mut last_seen: BTreeMap<String, i64> = BTreeMap::new();
+        for reading in &members {
+            last_seen.insert(reading.device_id.clone(), reading.ts.as_millis());
+        }
+        Ok(GroupWindow {
+            items,
+            cells: cells_of(&members),
+            last_seen,
+        })
     }
 
     /// Every reading of `group`'s slabs of `window` on its `fanout` keys, each once (the

@@ -163,6 +163,7 @@ mod runs {
     use store::read::{ItemsPage, ItemsRequest, Page, PageRequest, ReadingSource};
     use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
     use store::rollup::fresh::FreshMinute;
+    use store::rollup::seen::SeenChunk;
     use store::rollup::{Cells, DeviceHour, HOUR_MS, MINUTE_MS, RollupItem, RollupTable, keys};
 
     use crate::common::{
@@ -548,6 +549,37 @@ mod runs {
             .collect()
     }
 
+    /// The maps of the fleet's fresh last-seen compaction left (`store::rollup::seen`):
+    /// each window's, device to its newest reading.
+    fn seen_maps(rollups: &MemoryRollups) -> BTreeMap<i64, BTreeMap<String, i64>> {
+        let mut maps: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();
+        for item in rollups.items().values() {
+            if item.pk.starts_with("seen#") {
+                let chunk = SeenChunk::of(item).unwrap();
+                let map = maps.entry(chunk.window_ms).or_default();
+                map.extend(chunk.last_seen().map(|(d, at)| (d.to_owned(), at)));
+            }
+        }
+        maps
+    }
+
+    /// What `readings` say of each window's map: every device's newest reading in the
+    /// hour up to the window's end.
+    fn seen_recount(readings: &[Reading], windows: i64) -> BTreeMap<i64, BTreeMap<String, i64>> {
+        (0..windows)
+            .map(|w| {
+                let end = HOUR + (w + 1) * MINUTE_MS;
+                let mut map: BTreeMap<String, i64> = BTreeMap::new();
+                for r in readings.iter().filter(|r| r.ts.as_millis() < end) {
+                    let newest = map.entry(r.device_id.clone()).or_insert(r.ts.as_millis());
+                    *newest = (*newest).max(r.ts.as_millis());
+                }
+                (HOUR + w * MINUTE_MS, map)
+            })
+            .filter(|(_, map)| !map.is_empty())
+            .collect()
+    }
+
     /// What `readings` say of each minute of `HOUR`: readings, devices and cells.
     fn minute_recount(readings: &[Reading]) -> BTreeMap<i64, Cells> {
         let mut out: BTreeMap<i64, (Cells, BTreeSet<String>)> = BTreeMap::new();
@@ -591,6 +623,10 @@ mod runs {
         let fresh = fresh_minutes(&rollups);
         assert_eq!(fresh, want);
         assert_eq!(fresh[&HOUR].devices, DEVICES as u64);
+        // Each window's map of the fleet's fresh last-seen: the hour so far's newest
+        // reading of every device, the sixth window's (no reading) the fifth's.
+        let seen = seen_maps(&rollups);
+        assert_eq!(seen, seen_recount(&readings, 6));
         // Killed at any write, run again; or two at once: the same minutes.
         let calls = 8;
         for after in 0..calls {
@@ -605,6 +641,7 @@ mod runs {
                 .await
                 .unwrap();
             assert_eq!(fresh_minutes(&rollups), want, "killed at call {after}");
+            assert_eq!(seen_maps(&rollups), seen, "killed at call {after}");
         }
         let table = slab_table(&readings);
         let rollups = started().await;
@@ -616,14 +653,16 @@ mod runs {
         a.unwrap();
         b.unwrap();
         assert_eq!(fresh_minutes(&rollups), want, "two at once");
+        assert_eq!(seen_maps(&rollups), seen, "two at once");
     }
 
-    /// The fleet's minutes fresh at steady state: twelve devices reporting every 10 s
+    /// The fleet's minutes and last-seen fresh at steady state: twelve devices reporting every 10 s
     /// into slabs, a sealer run every minute at the template's ingest timeout (30 s)
     /// and the default horizon, for three hours of a simulated clock. From the third
     /// minute on, after each run the fresh minutes reach from where the query starts
     /// them to within the stated bound of now (8 minutes; a window closes 90 s after its
-    /// end, and a run comes each minute), and every hour is sealed in turn. The figures are printed
+    /// end, and a run comes each minute), as does the latest compacted window's map of
+    /// every device's newest reading, and every hour is sealed in turn. The figures are printed
     /// (`cargo test -p sealer fresh_minutes_at_steady -- --nocapture`).
     #[tokio::test]
     async fn fresh_minutes_at_steady_state_trail_now_by_at_most_eight_minutes() {
@@ -631,7 +670,7 @@ mod runs {
         let table = MemoryReadings::new(None);
         let rollups = started().await;
         let layout = slabs();
-        let (mut lag_min, mut lag_max) = (i64::MAX, i64::MIN);
+        let (mut lag_min, mut lag_max, mut seen_max) = (i64::MAX, i64::MIN, i64::MIN);
         let mut sealed_end = None;
         for tick in 1..=180 {
             let now = HOUR + tick * TICK + 17_000;
@@ -663,15 +702,27 @@ mod runs {
             if tick >= 3 {
                 lag_min = lag_min.min(lag);
                 lag_max = lag_max.max(lag);
+                // The latest map: every device's newest reading, as far behind now.
+                let maps = seen_maps(&rollups);
+                let (_, latest) = maps.last_key_value().unwrap();
+                assert_eq!(latest.len(), DEVICES, "tick {tick}");
+                let behind = now - latest.values().min().unwrap();
+                seen_max = seen_max.max(behind);
             }
         }
         println!(
-            "fresh minutes trail now by {} s to {} s; the watermark ends at {:?}",
+            "fresh minutes trail now by {} s to {} s; each device's fresh last-seen by at most \
+             {} s; the watermark ends at {:?}",
             lag_min / 1000,
             lag_max / 1000,
+            seen_max / 1000,
             sealed_end.map(|end| (end - HOUR) / HOUR_MS)
         );
         assert!(lag_max <= 8 * MINUTE_MS, "fresh minutes lag {lag_max} ms");
+        assert!(
+            seen_max <= 8 * MINUTE_MS,
+            "fresh last-seen lag {seen_max} ms"
+        );
         assert!(
             lag_min >= 90_000,
             "a window answered before it closed: {lag_min} ms"

@@ -22,6 +22,7 @@
 //! | progress | `seal` | `progress` | the hour and last device a stopped run wrote | 0 |
 //! | compaction | `compact` | `state` | the first slab window compacted ([`compaction::Compacted`]) | the start of the first window not compacted (epoch ms) |
 //! | fresh minute | `fresh#{hour}` | `{minute}` (2 digits) | [`fresh::FreshMinute`]: the fleet cells of one compacted slab window | 0: a pure function of the window, written unconditionally |
+//! | seen map | `seen#{hour}` | `{minute}#{first device}` | [`seen::SeenChunk`]: each device's newest slab-held reading in the hour up to one compacted window, a chunk of them | 0: a pure function of the hour's compacted windows, written unconditionally |
 //!
 //! `{hour}` is the hour's start in epoch milliseconds, 13 digits, so keys sort by time;
 //! `{part}` is [`part_of`] the device, one of [`PARTS`].
@@ -56,6 +57,7 @@ pub mod cells;
 pub mod compaction;
 pub mod dynamo;
 pub mod fresh;
+pub mod seen;
 pub mod stored;
 
 pub use cells::{

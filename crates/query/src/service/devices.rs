@@ -14,6 +14,12 @@
 //! grants, and no answer, position or cursor names another; each item is checked
 //! against the scope as it arrives all the same.
 //!
+//! Where the table's layout has slabs after the watermark, a device's `last_seen` is
+//! moved to its newest slab-held reading compaction has read, when later
+//! (`super::seen`): one GetItem of the compaction progress, then for each page of the
+//! directory read, two Queries of each unsealed hour's latest map, for the page's ids.
+//! `seen_since` selects by the moved `last_seen`.
+//!
 //! What a page costs: one GetItem of the watermark, then a Query a `limit` (plus one,
 //! to learn whether another follows) for an unscoped caller, each granted id a GetItem
 //! and each prefix a Query for a scoped one, within the request's budgets: a page that
@@ -31,6 +37,7 @@ use store::rollup::{DIRECTORY_PK, DirEntry, RollupItem, RollupQuery, keys};
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
 use super::rollups::{Fetch, Spend, instant, not_configured};
+use super::seen::{FreshSeen, fresh_seen};
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
@@ -86,6 +93,10 @@ struct DevicesPage {
     devices: Vec<DeviceOut>,
     next_cursor: Option<String>,
     as_of: Option<String>,
+    /// Where the layout has slabs: the end of the compacted windows whose slab-held
+    /// readings move `last_seen` past `as_of` (`super::seen`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_to: Option<String>,
 }
 
 /// A key range of the directory a page reads: the ids starting with a prefix (the
@@ -156,6 +167,8 @@ enum Page {
 /// What a page holds so far, and where it stands.
 struct Listing<'a> {
     scope: &'a ReadScope,
+    /// The fleet's fresh last-seen read for the ids taken.
+    fresh: FreshSeen,
     seen_since_ms: Option<i64>,
     limit: usize,
     room: usize,
@@ -180,6 +193,10 @@ impl Listing<'_> {
         let entry = item
             .map(|item| item.body::<DirEntry>().map_err(store_error))
             .transpose()?;
+        let entry = entry.map(|mut e| {
+            e.last_seen_ms = self.fresh.last_seen(id, e.last_seen_ms);
+            e
+        });
         if let Some(entry) =
             entry.filter(|e| self.seen_since_ms.is_none_or(|s| e.last_seen_ms >= s))
         {
@@ -239,17 +256,20 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let spend = Spend::new(table, self.config.budget.read(deadline));
         // The watermark first: the directory read after it holds every reading sealed
         // before it.
-        let as_of = match spend.watermark().await? {
-            Fetch::Got(w) => w.map(instant).transpose()?,
-            Fetch::Cut(budget) => {
-                return Err(budget::refusal(
-                    budget,
-                    &self.config.budget,
-                    Advice::NarrowRange,
-                ));
-            }
+        let refuse = |budget| budget::refusal(budget, &self.config.budget, Advice::NarrowRange);
+        let sealed_end = match spend.watermark().await? {
+            Fetch::Got(w) => w,
+            Fetch::Cut(budget) => return Err(refuse(budget)),
         };
+        let as_of = sealed_end.map(instant).transpose()?;
+        let layout = self.stored_layout(now).await?;
+        let fresh = match fresh_seen(&spend, layout.as_ref(), sealed_end.unwrap_or(0), now).await? {
+            Fetch::Got(fresh) => fresh,
+            Fetch::Cut(budget) => return Err(refuse(budget)),
+        };
+        let fresh_to = fresh.to_ms.map(instant).transpose()?;
         let mut listing = Listing {
+            fresh,
             scope,
             seen_since_ms: request.seen_since_ms,
             limit: request.limit as usize,
@@ -308,6 +328,7 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
             devices: listing.devices,
             next_cursor,
             as_of,
+            fresh_to,
         };
         Ok((json_body(&page)?, stats))
     }
@@ -321,6 +342,9 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
     ) -> Result<Option<Exhausted>, ApiError> {
         if listing.position.as_deref().is_some_and(|p| id <= p) {
             return Ok(None);
+        }
+        if let Some(budget) = listing.fresh.load(spend, id, id).await? {
+            return Ok(Some(budget));
         }
         let key = keys::directory_entry(id);
         match spend.get(&key.pk, &key.sk).await? {
@@ -357,6 +381,12 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
                 Fetch::Got(page) => page,
                 Fetch::Cut(budget) => return Ok(Some(budget)),
             };
+            // The fresh last-seen of the page's ids, before any is taken.
+            if let (Some(first), Some(last)) = (page.items.first(), page.items.last())
+                && let Some(budget) = listing.fresh.load(spend, &first.sk, &last.sk).await?
+            {
+                return Ok(Some(budget));
+            }
             for item in &page.items {
                 if listing.take(&item.sk, Some(item))? == Page::Full {
                     return Ok(None);

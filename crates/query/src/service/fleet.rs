@@ -28,6 +28,7 @@ use std::time::Instant;
 use futures::StreamExt as _;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
@@ -37,6 +38,7 @@ use store::rollup::{Cell, Cells, FleetPart, HOUR_MS, MINUTE_MS, PARTS, RollupQue
 
 use super::answer::{PAGE_OVERHEAD_BYTES, json_body, store_error};
 use super::rollups::{Fetch, Spend, instant, not_configured};
+use super::seen::slabs_after;
 use super::{Answer, QueryService, ReadStats};
 use crate::budget::{self, Advice, RequestBudget};
 use crate::cursor::{Binding, decode_cursor, encode_cursor};
@@ -319,11 +321,18 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let refusal = |budget| budget::refusal(budget, &self.config.budget, Advice::NarrowRange);
         let budget = self.config.budget;
         let until_ms = request.range.to_ms.min(now.as_millis());
-        let mut fleet =
-            match fleet_span(&spend, until_ms, most_hours(&budget), request.metric).await? {
-                Fetch::Got(fleet) => fleet,
-                Fetch::Cut(budget) => return Err(refusal(budget)),
-            };
+        let layout = self.stored_layout(now).await?;
+        let fresh = fleet_span(
+            &spend,
+            layout.as_ref(),
+            until_ms,
+            most_hours(&budget),
+            request.metric,
+        );
+        let mut fleet = match fresh.await? {
+            Fetch::Got(fleet) => fleet,
+            Fetch::Cut(budget) => return Err(refusal(budget)),
+        };
         let Some(span) = fleet.answerable() else {
             return empty_page(&fleet, &spend);
         };
@@ -443,6 +452,7 @@ fn empty_page(fleet: &FleetSpan, spend: &Spend<'_>) -> Answer {
 /// reaches less far.
 pub(super) async fn fleet_span(
     spend: &Spend<'_>,
+    table: Option<&TableHistory>,
     until_ms: i64,
     most_hours: i64,
     metric: Option<&str>,
@@ -462,7 +472,9 @@ pub(super) async fn fleet_span(
             },
         }
     };
-    if sealed.is_some_and(|s| until_ms <= s.end_ms) {
+    let sealed_end = sealed.map_or(0, |s| s.end_ms);
+    let slabs = table.is_some_and(|t| slabs_after(t, sealed_end, at(until_ms)));
+    if until_ms <= sealed_end || !slabs {
         return Ok(Fetch::Got(nothing_fresh(sealed)));
     }
     let key = keys::compaction();
@@ -521,6 +533,10 @@ pub(super) async fn fleet_span(
     }
     fresh.end_ms = fresh::fresh_end(starts, from_ms);
     Ok(Fetch::Got(FleetSpan { sealed, fresh }))
+}
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(ms).unwrap_or(Timestamp::MAX)
 }
 
 /// One hour's parts, merged; cut when a budget stops a Query of it.

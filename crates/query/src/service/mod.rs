@@ -58,6 +58,7 @@ mod point;
 mod readings;
 mod rollups;
 mod sealed;
+mod seen;
 mod series;
 mod shards;
 mod slabs;

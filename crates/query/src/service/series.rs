@@ -212,8 +212,15 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let mut answer = SeriesOut::new(series);
         let until_ms = series.range.to_ms.min(now.as_millis());
         let every_hour = i64::from(u32::MAX);
-        let mut fleet = match fleet_span(&spend, until_ms, every_hour, Some(&series.metric)).await?
-        {
+        let layout = self.stored_layout(now).await?;
+        let fresh = fleet_span(
+            &spend,
+            layout.as_ref(),
+            until_ms,
+            every_hour,
+            Some(&series.metric),
+        );
+        let mut fleet = match fresh.await? {
             Fetch::Got(fleet) => fleet,
             Fetch::Cut(budget) => return Err(refuse(budget)),
         };
