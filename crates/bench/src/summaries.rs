@@ -21,7 +21,7 @@ use sharding::epoch::TableHistory;
 use sharding::time::Timestamp;
 use store::ShardStore as _;
 use store::dynamo::DynamoShards;
-use store::read::DynamoReadingSource;
+use store::read::{DynamoReadingSource, DynamoReadings};
 use store::rollup::dynamo::DynamoRollups;
 use store::rollup::{
     DeviceHour, HOUR_MS, RollupItem, RollupQuery, RollupTable as _, hour_label, keys, query_all,
@@ -105,7 +105,7 @@ pub async fn run(root: &Path, results: &mut Results) -> Result<()> {
     // its scheduled runs' hours).
     let now = Timestamp::from_millis(T0_MS + MONTH_DAYS * DAY_MS + HOUR_MS)?;
     let sealer = Sealer::new(
-        DynamoReadingSource::new(direct.clone(), &readings),
+        DynamoReadings::new(&direct, &readings),
         DynamoShards::new(&direct, &shards),
         DynamoRollups::new(direct.clone(), &rollups),
         SealerSettings::default(),

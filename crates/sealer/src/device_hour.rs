@@ -130,6 +130,7 @@ pub(crate) fn isolates(e: &SealError) -> bool {
         | SealError::Time(_)
         | SealError::NoIngestTimeout
         | SealError::RunsNotWritten { .. }
+        | SealError::NotCompacted { .. }
         | SealError::Slab(_) => false,
     }
 }

@@ -87,6 +87,12 @@ pub enum SealError {
     NoIngestTimeout,
     #[error("the slab window {window}'s runs were not written: {reason}")]
     RunsNotWritten { window: String, reason: String },
+    #[error(
+        "the hours from {hour} hold slab windows not compacted yet (compaction has reached \
+         {compacted_to}), and sealing them would miss their slab-held readings: seal them \
+         again once their last window has closed and a run has compacted it"
+    )]
+    NotCompacted { hour: String, compacted_to: String },
     #[error("a run of compacted readings: {0}")]
     Slab(#[from] store::slab::SlabError),
     #[error(

@@ -1,13 +1,17 @@
 //! The rebuild of derived items from the readings (the sealer's `reseal` event and
 //! `shardline seal`): each hour of a range sealed again, whatever the watermark says,
-//! then the watermark made to cover the hours rebuilt where that keeps it true.
+//! then the watermark made to cover the hours rebuilt where that keeps it true. Where
+//! the layout has slabs, the closed windows are compacted first, and a range reaching
+//! an hour whose windows are not all compacted is refused by name
+//! ([`SealError::NotCompacted`]) before any hour is sealed.
 
 use std::time::Instant;
 
 use sharding::time::Timestamp;
+use store::batch::BatchTable;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
-use store::rollup::{HOUR_MS, RollupTable, hour_of};
+use store::rollup::{HOUR_MS, RollupTable, hour_label, hour_of};
 
 use crate::hours::{Pass, Resume};
 use crate::{RunReport, SealError, Sealer, Watermark, past, read_watermark};
@@ -21,7 +25,7 @@ pub struct Rebuilt {
     pub watermark: Option<Watermark>,
 }
 
-impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
+impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     /// Seals `[from_ms, to_ms)`'s hours again from their readings, oldest first, whatever
     /// the watermark says, and leaves the watermark as it is. Stops at `deadline` with
     /// `resume_ms`, the hour to start the next call at.
@@ -76,6 +80,23 @@ impl<S: ReadingSource, D: ShardReader, R: RollupTable> Sealer<S, D, R> {
     ) -> Result<RunReport, SealError> {
         let mut report = RunReport::default();
         self.check_layouts(hour_of(from_ms), to_ms, now).await?;
+        // Where slabs are written, the closed windows are compacted first, and an hour
+        // whose windows are not all compacted is refused: its seal would miss the
+        // readings its open slabs hold.
+        let last = hour_of(to_ms - 1) + HOUR_MS;
+        if let Some(history) = self.directory.stored_layout(now).await? {
+            let end = self
+                .compacted_end(&history, last, now, deadline, &mut report)
+                .await?;
+            if end < last {
+                return Err(SealError::NotCompacted {
+                    hour: hour_label(end.max(hour_of(from_ms))),
+                    compacted_to: report
+                        .compacted_to_ms
+                        .map_or_else(|| "no window".to_owned(), hour_label),
+                });
+            }
+        }
         let mut hour = hour_of(from_ms);
         while hour < to_ms {
             let mut one = RunReport::default();

@@ -150,7 +150,7 @@ mod runs {
     use std::time::Duration;
 
     use proptest::prelude::*;
-    use sealer::{Sealer, Settings};
+    use sealer::{SealError, Sealer, Settings};
     use sharding::epoch::TableHistory;
     use sharding::key::ItemKey;
     use sharding::slab::{SlabLayout, group_entity, marker_sk, run_pk, slab_pk, slab_sk};
@@ -732,6 +732,41 @@ mod runs {
             Some(HOUR + 2 * HOUR_MS),
             "the hours sealed in turn"
         );
+    }
+
+    /// Scenario 62, a reseal's side (`shardline seal`, the `reseal` event): a reseal
+    /// reaching an hour whose slab windows are not all compacted is refused by name
+    /// before any hour is sealed (its open slabs' readings would be missed); once they
+    /// have closed, the reseal compacts them itself and seals the hour from its runs,
+    /// as a recount of the readings says.
+    #[tokio::test]
+    async fn a_reseal_compacts_first_and_refuses_an_hour_not_compacted() {
+        let readings = fleet(6);
+        let table = slab_table(&readings);
+        let rollups = started().await;
+        let err = sealer(&table, &rollups, shards())
+            .reseal(HOUR, HOUR + HOUR_MS, six_closed(), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SealError::NotCompacted { .. }), "{err}");
+        assert!(err.to_string().contains("not compacted yet"), "{err}");
+        assert!(
+            sealed(&rollups).is_empty(),
+            "an hour sealed before the refusal"
+        );
+        let report = sealer(&table, &rollups, shards())
+            .reseal(HOUR, HOUR + HOUR_MS, after_the_hour(), None)
+            .await
+            .unwrap();
+        assert_eq!(report.hours_sealed, 1, "{report:?}");
+        let stored = readings
+            .iter()
+            .map(|r| {
+                let identity = (r.device_id.clone(), r.ts.as_millis(), r.event_id.clone());
+                (identity, r.clone())
+            })
+            .collect();
+        assert_eq!(sealed(&rollups), recount(&stored));
     }
 
     /// A table with slabs from the beginning of time and no progress yet: the ingest has
