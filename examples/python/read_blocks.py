@@ -5,9 +5,14 @@ in one item, in DynamoDB's own types, columnar: ``dt`` (each member's ``ts_ms`` 
 first's), ``idp`` and ``ids`` (each member's event id after a shared prefix), ``m`` and
 ``tg`` (per metric and per tag, one value per member, ``None`` where a member has none),
 ``w`` and ``dw`` (the first member's write order and each member's less it).
+A slab or a run (``shardline-slab-v1``, docs/formats.md "The slab format") holds many
+devices' readings the same way, with ``devs`` and ``dn`` (the devices, and each one's
+number of members), ``t0`` (the members' times are ``t0 + dt``) and, for a sparse
+column, ``mi`` or ``ti`` (the places of the members its values are of); a compacted
+window's marker (``marker``) holds no reading.
 Any other item of the table is one reading. ``expand`` turns an item, as boto3's
-resource layer returns it, into readings; a block that breaks the format is refused
-with the rule it broke, never half read.
+resource layer returns it, into readings; a block or slab that breaks the format is
+refused with the rule it broke, never half read.
 
     python read_blocks.py --table "$TABLE_NAME" > readings.jsonl
 
@@ -37,6 +42,8 @@ import boto3
 BLOCK_FORMAT = 1
 #: What a block's sort key has before the time (the blocks' lane).
 BLOCK_LANE = "b#"
+#: The format version a slab or a run carries in ``slab``.
+SLAB_FORMAT = 1
 
 
 class BadBlock(ValueError):
@@ -82,8 +89,90 @@ def block_digest(members: list[tuple[int, str]]) -> str:
     return h.hexdigest()[:16]
 
 
+def slab_digest(members: list[tuple[str, int, str]]) -> str:
+    """A slab's sort key: SHA-256 over each member's device's length (1 byte) and UTF-8
+    bytes, its ``ts_ms`` (8 bytes, big-endian), its event id's length (1 byte) and
+    UTF-8 bytes; the first 16 hex digits."""
+    h = hashlib.sha256()
+    for device, ts_ms, event_id in members:
+        d, e = device.encode("utf-8"), event_id.encode("utf-8")
+        h.update(bytes([len(d)]) + d + struct.pack(">q", ts_ms) + bytes([len(e)]) + e)
+    return h.hexdigest()[:16]
+
+
+def slab_column(name: str, values: list[Any], places: list[Any] | None, n: int) -> list[Any]:
+    """One column of a slab, one entry per member (``None`` where a member has none):
+    dense as stored, or sparse, its values at ``places``."""
+    if places is None:
+        if len(values) != n:
+            raise BadBlock(f"{name!r} has not {n} entries")
+        return list(values)
+    at = [int(p) for p in places]
+    if len(at) != len(values) or any(a >= b for a, b in zip(at, at[1:])):
+        raise BadBlock(f"{name!r}'s places are not ascending, one a value")
+    if at and not 0 <= at[0] <= at[-1] < n:
+        raise BadBlock(f"{name!r} has a place outside its {n} members")
+    column: list[Any] = [None] * n
+    for place, value in zip(at, values):
+        column[place] = value
+    return column
+
+
+def expand_slab(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The readings a slab or a run holds, in order of (device, ts, event id)."""
+    if int(item["slab"]) != SLAB_FORMAT:
+        raise BadBlock(f"slab format {item['slab']} is not {SLAB_FORMAT}")
+    n = int(item["n"])
+    devs, counts = list(item["devs"]), [int(c) for c in item["dn"]]
+    if len(devs) != len(counts) or any(c < 1 for c in counts) or sum(counts) != n:
+        raise BadBlock(f"dn {counts} does not share {n} members among {len(devs)} devices")
+    devices = [d for d, c in zip(devs, counts) for _ in range(c)]
+    t0 = int(item["t0"])
+    dts = [int(d) for d in item["dt"]]
+    ids = [item.get("idp", "") + rest for rest in item["ids"]]
+    if len(dts) != n or len(ids) != n:
+        raise BadBlock(f"n is {n}, with {len(ids)} ids and {len(dts)} offsets")
+    if any(not 0 <= d < 3_600_000 for d in dts):
+        raise BadBlock("an offset outside the hour from t0")
+    members = [(dev, t0 + d, i) for dev, d, i in zip(devices, dts, ids)]
+    if any(a >= b for a, b in zip(members, members[1:])):
+        raise BadBlock("its members are not in order of (device, ts, event id), each once")
+    if item["PK"].startswith("s#") and item["SK"] != slab_digest(members):
+        raise BadBlock(f"its sort key {item['SK']!r} is not its members' digest")
+    if item["PK"].startswith("r#") and not item["SK"].startswith(f"{devs[0]}#"):
+        raise BadBlock("its sort key does not start with its first device")
+    metrics = {
+        name: slab_column(name, values, item.get("mi", {}).get(name), n)
+        for name, values in item.get("m", {}).items()
+    }
+    tags = {
+        name: slab_column(f"tag {name}", values, item.get("ti", {}).get(name), n)
+        for name, values in item.get("tg", {}).items()
+    }
+    first_w = int(item.get("w", 0))
+    dws = [int(d) for d in item.get("dw", [])] or [0] * n
+    if len(dws) != n:
+        raise BadBlock(f"dw has {len(dws)} entries, not {n}")
+    return [
+        {
+            "device_id": device,
+            "event_id": event_id,
+            "ts_ms": ts_ms,
+            "ts": rfc3339_ms(ts_ms),
+            "metrics": {k: number(c[i]) for k, c in metrics.items() if c[i] is not None},
+            "tags": {k: c[i] for k, c in tags.items() if c[i] is not None},
+            "w": first_w + dws[i],
+        }
+        for i, (device, ts_ms, event_id) in enumerate(members)
+    ]
+
+
 def expand(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The readings an item of the readings table holds, in order."""
+    if "marker" in item:
+        return []
+    if "slab" in item:
+        return expand_slab(item)
     if "block" not in item:
         ts_ms = int(item["ts_ms"])
         return [

@@ -114,8 +114,12 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
         computed.difference(&stored).take(3).collect::<Vec<_>>()
     );
 
-    // The Python reader expands the blocks read with boto3 into the readings the
-    // store's own decoder reads: the same ids, times, metrics, tags and write orders.
+    // A slab of two devices (one sparse column) and a compacted window's marker beside
+    // them, as a table with slabs holds them.
+    put_slab_and_marker(&stack).await?;
+
+    // The Python reader expands the blocks and slabs read with boto3 into the readings
+    // the store's own decoder reads: the same ids, times, metrics, tags and write orders.
     let output = Command::new(venv.bin("python"))
         .arg(root.join("examples/python/read_blocks.py"))
         .args(["--table", &s.table_name, "--endpoint-url", &s.endpoint])
@@ -135,7 +139,7 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
         .collect::<Result<_>>()?;
     let from_rust = readings_as_json(&stack).await?;
     ensure!(
-        from_python.len() == READINGS,
+        from_python.len() == READINGS + SLAB_READINGS,
         "{} readings",
         from_python.len()
     );
@@ -151,6 +155,79 @@ async fn the_python_publisher_lands_readings_under_the_keys_it_computes() -> Res
             .take(2)
             .collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+/// The readings of the slab [`put_slab_and_marker`] writes.
+const SLAB_READINGS: usize = 3;
+
+/// Writes a slab of three readings of two devices (`thermo-3`'s humidity alone, so a
+/// sparse column) into the table, and a run partition's marker, which holds none.
+async fn put_slab_and_marker(stack: &TestStack) -> Result<()> {
+    use std::collections::BTreeMap;
+
+    let at = |ms: i64| sharding::time::Timestamp::from_millis(ms).context("a time");
+    let reading = |device: &str, ts: i64, id: &str, metrics: &[(&str, &str)], written| {
+        Ok::<_, anyhow::Error>(store::item::Reading {
+            device_id: device.into(),
+            event_id: id.into(),
+            ts: at(ts)?,
+            metrics: metrics
+                .iter()
+                .map(|(k, v)| Ok(((*k).to_owned(), store::Decimal::parse(v)?)))
+                .collect::<Result<BTreeMap<_, _>>>()?,
+            tags: BTreeMap::from([("site".to_owned(), "lab".to_owned())]),
+            written: store::WriteOrder(written),
+        })
+    };
+    let t = 1_782_090_000_000;
+    let members = [
+        reading(
+            "sensor-7",
+            t,
+            "e-0001",
+            &[("temperature", "21.5")],
+            t + 3_000,
+        )?,
+        reading(
+            "sensor-7",
+            t + 1_000,
+            "e-0002",
+            &[("temperature", "21.75")],
+            t + 4_250,
+        )?,
+        reading(
+            "thermo-3",
+            t + 500,
+            "e-0001",
+            &[("humidity", "41")],
+            t + 3_000,
+        )?,
+    ];
+    let layout = sharding::slab::SlabLayout::default();
+    let window = layout.window(members[0].ts);
+    let pk = sharding::slab::slab_pk(3, 0, window);
+    let sk = sharding::slab::slab_sk(
+        members
+            .iter()
+            .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
+    );
+    let slab = store::slab::marshal(&members, &pk, &sk, layout.expires_at(window))?;
+    let marker = store::slab::marker(
+        &sharding::slab::run_pk(3, window),
+        &sharding::slab::marker_sk(window),
+        layout.expires_at(window),
+    );
+    let client = aws_sdk_dynamodb::Client::new(&stack.sdk_config().await);
+    for encoded in [slab, marker] {
+        client
+            .put_item()
+            .table_name(&stack.stack.table_name)
+            .set_item(Some(encoded.item))
+            .send()
+            .await
+            .context("writing a slab or a marker")?;
+    }
     Ok(())
 }
 
