@@ -423,6 +423,20 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
             compaction_wcu,
             "run units",
         );
+        // The fleet's fresh items: each window's fresh minute (1 unit) and its map of
+        // the 1,000 devices seen in the hour (every one, at either interval: each
+        // reports within a window), about 30 bytes a device in chunks of 8 KB, each
+        // its started KBs.
+        let map_units = tier("fresh", "map_write_units");
+        assert!(
+            (1000.0 * 20.0 / 1024.0..=1000.0 * 40.0 / 1024.0 + 5.0).contains(&map_units),
+            "{map_units}"
+        );
+        near(
+            quantity(&slabs, "sealer: write units (fresh minutes and last-seen maps)"),
+            43_200.0 * (1.0 + map_units),
+            "fresh units",
+        );
         // The compaction reads a group's slabs of a window once: the invocations of a
         // minute's slabs of one group, at 4 KB a read unit.
         let a_window = invocations / 43_200.0 * groups * slab_bytes / 8.0;

@@ -10,6 +10,11 @@
 //!   window over `G`, cut at max bytes, and the window's marker of the group (every
 //!   group gets one). The compaction reads each group's slabs of each window once,
 //!   strongly consistent: their bytes at 4 KB a read unit, one at least.
+//! - The **fleet's fresh items** of each window (docs/design-slabs.md, "The fleet's
+//!   minutes fresh"): its fresh minute, a write unit, and its map of every device's
+//!   newest reading in the hour so far (`store::rollup::seen`), sized by the store's
+//!   encoder and DynamoDB's rule for the devices seen by then, and the map before it,
+//!   read strongly consistent.
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -65,6 +70,78 @@ pub struct SlabTiers {
     pub slab_items_an_invocation: f64,
     pub slab_write_units_an_invocation: f64,
     pub slab_bytes_an_invocation: f64,
+    /// The fleet's fresh minutes and last-seen maps.
+    pub fresh: FreshItems,
+}
+
+/// The fleet's fresh items of the windows compaction passes: a fresh minute and a map
+/// of every device's newest reading in the hour so far, a window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FreshItems {
+    /// Windows a month: a fresh minute and a map each.
+    pub windows_a_month: f64,
+    /// A window's map's write units and bytes, averaged over an hour's windows (a map
+    /// holds the devices seen in the hour by its window).
+    pub map_write_units: f64,
+    pub map_bytes: f64,
+    /// The read units of the map before it, read strongly consistent (none at an
+    /// hour's first window), averaged likewise.
+    pub map_read_units: f64,
+}
+
+/// Maps of at most this many devices are encoded whole; a larger one is priced from
+/// one this large, in proportion.
+const MAP_SAMPLE_DEVICES: usize = 20_000;
+
+/// The bytes (DynamoDB's rule) and write units of a map of `devices` devices whose ids
+/// are as long as the sample's, each at the latest time of the hour (the most digits).
+fn map_size(devices: usize, hour_ms: i64, window_ms: i64) -> anyhow::Result<(f64, f64)> {
+    let n = devices.min(MAP_SAMPLE_DEVICES);
+    if n == 0 {
+        return Ok((0.0, 0.0));
+    }
+    let width = sample::DEVICE_ID.len().saturating_sub("device-".len());
+    let map: std::collections::BTreeMap<String, i64> = (0..n)
+        .map(|i| (format!("device-{i:0width$}"), hour_ms + 3_599_999))
+        .collect();
+    let (mut bytes, mut units) = (0.0, 0.0);
+    for chunk in store::rollup::seen::chunks(window_ms, &map) {
+        let (head, _) = store::rollup::stored::rows(&chunk.item(Some(i64::MAX / 2))?);
+        let size = store::rollup::stored::row_size(&head) as f64;
+        bytes += size;
+        units += (size / store::size::WCU_BYTES as f64).ceil();
+    }
+    let scale = devices as f64 / n as f64;
+    Ok((bytes * scale, units * scale))
+}
+
+/// The fleet's fresh items of `shape` under `layout`.
+fn fresh_items(shape: &Shape, layout: &SlabLayout) -> anyhow::Result<FreshItems> {
+    let window_secs = f64::from(layout.window_minutes) * 60.0;
+    let windows_an_hour = (3600.0 / window_secs).round().max(1.0) as usize;
+    let hour_ms = sample::START_MS - sample::START_MS.rem_euclid(3_600_000);
+    let last_window = hour_ms + 3_600_000 - i64::from(layout.window_minutes) * 60_000;
+    let seen = |k: usize| {
+        let part = ((k + 1) as f64 * window_secs / shape.interval_secs).min(1.0);
+        (shape.devices * part).ceil() as usize
+    };
+    let (mut write_units, mut bytes, mut read_units) = (0.0, 0.0, 0.0);
+    for k in 0..windows_an_hour {
+        let (b, u) = map_size(seen(k), hour_ms, last_window)?;
+        write_units += u;
+        bytes += b;
+        if k > 0 {
+            let (before, _) = map_size(seen(k - 1), hour_ms, last_window)?;
+            read_units += (before / READ_UNIT_BYTES).ceil();
+        }
+    }
+    let n = windows_an_hour as f64;
+    Ok(FreshItems {
+        windows_a_month: MONTH_SECS / window_secs,
+        map_write_units: write_units / n,
+        map_bytes: bytes / n,
+        map_read_units: read_units / n,
+    })
 }
 
 /// How the fleet of `shape` is stored in a table of slabs, for batches of
@@ -174,6 +251,7 @@ pub fn price(
         slab_items_an_invocation: groups_a_batch * slab.items as f64,
         slab_write_units_an_invocation: groups_a_batch * slab.write_units as f64,
         slab_bytes_an_invocation: slab_bytes,
+        fresh: fresh_items(shape, &layout)?,
     })))
 }
 
@@ -187,10 +265,18 @@ impl SlabTiers {
         self.run.bytes as f64 / self.run_readings.max(1) as f64
     }
 
-    /// Write units a reading: its slab's and its run's (with the markers).
+    /// Write units a reading: its slab's and its run's (with the markers), and its
+    /// share of the fleet's fresh items.
     pub fn write_units_a_reading(&self, readings_a_month: f64, invocations: f64) -> f64 {
-        (invocations * self.slab_write_units_an_invocation + self.compaction_write_units())
+        (invocations * self.slab_write_units_an_invocation
+            + self.compaction_write_units()
+            + self.fresh_write_units())
             / readings_a_month
+    }
+
+    /// Write units a month of the fleet's fresh minutes (one a window) and maps.
+    fn fresh_write_units(&self) -> f64 {
+        self.fresh.windows_a_month * (1.0 + self.fresh.map_write_units)
     }
 
     /// Bytes DynamoDB bills as stored a reading kept for the retention: its runs' and
@@ -254,6 +340,28 @@ impl SlabTiers {
             ),
             Use::new(
                 Service::DynamoDb,
+                "sealer: write units (fresh minutes and last-seen maps)",
+                self.fresh_write_units(),
+                Key::DynamodbWriteRequestUnits,
+                modelled(&format!(
+                    "a window's fresh minute (1) and its map of the devices seen in the \
+                     hour by then (store::rollup::seen, DynamoDB's size rule): {:.1} write \
+                     units on average over an hour's windows",
+                    self.fresh.map_write_units
+                )),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "sealer: read units (last-seen maps)",
+                self.fresh.windows_a_month * self.fresh.map_read_units,
+                Key::DynamodbReadRequestUnits,
+                modelled(
+                    "the map of the window before, in the same hour, read strongly \
+                     consistent at 4 KB a read unit",
+                ),
+            ),
+            Use::new(
+                Service::DynamoDb,
                 "sealer: read units (compaction's reads of slabs)",
                 self.group_windows_a_month * self.compaction_read_units,
                 Key::DynamodbReadRequestUnits,
@@ -268,6 +376,19 @@ impl SlabTiers {
                 runs_gb,
                 Key::DynamodbStorageGbMonth,
                 modelled("the store's encoders' item bytes + 100 bytes an item"),
+            ),
+            Use::new(
+                Service::DynamoDb,
+                "storage: last-seen maps (SLAB_EXPIRY_HOURS' worth)",
+                f64::from(layout.expiry_hours) * 3600.0 / MONTH_SECS
+                    * self.fresh.windows_a_month
+                    * self.fresh.map_bytes
+                    / GB,
+                Key::DynamodbStorageGbMonth,
+                modelled(
+                    "each window's map, DynamoDB's size rule, kept until 48 h after its \
+                     window (TTL)",
+                ),
             ),
             Use::new(
                 Service::DynamoDb,
