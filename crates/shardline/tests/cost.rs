@@ -433,7 +433,10 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
             "{map_units}"
         );
         near(
-            quantity(&slabs, "sealer: write units (fresh minutes and last-seen maps)"),
+            quantity(
+                &slabs,
+                "sealer: write units (fresh minutes and last-seen maps)",
+            ),
             43_200.0 * (1.0 + map_units),
             "fresh units",
         );
