@@ -156,25 +156,9 @@ impl FleetRun {
     /// process, publishes and measures, then stops everything.
     pub async fn run(&self) -> anyhow::Result<FleetFigures> {
         let started = Instant::now();
-        let root = self.root.clone();
-        let moto = tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Moto> {
-            stand_in::Moto::start(&stand_in::ensure_venv(&root)?)
-        });
-        let root = self.root.clone();
-        let dynalite =
-            tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Dynalite> {
-                stand_in::Dynalite::start(&stand_in::ensure_dynalite(&root)?)
-            });
-        let moto = moto.await.context("moto start task")??;
-        let dynalite = dynalite.await.context("dynalite start task")??;
-        let stack = crate::provision::queues_on_moto_tables_on_dynalite(
-            &self.root.join("template.yaml"),
-            &self.prefix,
-            &moto.endpoint(),
-            &dynalite.endpoint(),
-        )
-        .await
-        .context("provisioning the one-reading fleet's stack")?;
+        let (moto, dynalite, stack) = crate::provision::start_stand_ins(&self.root, &self.prefix)
+            .await
+            .context("provisioning the one-reading fleet's stack")?;
         let proxy = Proxy::start(ProxyConfig::forward(&dynalite.endpoint())?).await?;
         let mut env = EnvLookup::from_pairs(stack.env_pairs());
         env.set("AWS_ENDPOINT_URL_SQS", moto.endpoint());

@@ -54,6 +54,33 @@ pub async fn run(args: &ProvisionArgs) -> Result<()> {
     Ok(())
 }
 
+/// moto and dynalite started side by side from `root`'s tools, and the stack provisioned
+/// on them under `prefix` ([`queues_on_moto_tables_on_dynalite`]): what the soak and the
+/// one-reading fleet run on. The servers stop when dropped.
+pub async fn start_stand_ins(
+    root: &Path,
+    prefix: &str,
+) -> Result<(stand_in::Moto, stand_in::Dynalite, stand_in::Stack)> {
+    let venv = root.to_path_buf();
+    let moto = tokio::task::spawn_blocking(move || -> Result<stand_in::Moto> {
+        stand_in::Moto::start(&stand_in::ensure_venv(&venv)?)
+    });
+    let tools = root.to_path_buf();
+    let dynalite = tokio::task::spawn_blocking(move || -> Result<stand_in::Dynalite> {
+        stand_in::Dynalite::start(&stand_in::ensure_dynalite(&tools)?)
+    });
+    let moto = moto.await.context("moto start task")??;
+    let dynalite = dynalite.await.context("dynalite start task")??;
+    let stack = queues_on_moto_tables_on_dynalite(
+        &root.join("template.yaml"),
+        prefix,
+        &moto.endpoint(),
+        &dynalite.endpoint(),
+    )
+    .await?;
+    Ok((moto, dynalite, stack))
+}
+
 /// The template's queues on moto and its tables, under the same names, on dynalite:
 /// the stack the demo and the soaks run on. dynalite keeps each partition's items in key
 /// order, so a Query reads one key's range as DynamoDB does, where moto scans the whole

@@ -493,10 +493,9 @@ pub(super) async fn fleet_span(
     };
     let mut starts: Vec<i64> = Vec::new();
     let most_hours = usize::try_from(most_hours).unwrap_or(usize::MAX);
-    'hours: for hour in fresh::hours(from_ms, until_ms).take(most_hours) {
-        if until_ms <= from_ms {
-            break;
-        }
+    let hours =
+        fresh::hours(from_ms, until_ms).take(if until_ms > from_ms { most_hours } else { 0 });
+    'hours: for hour in hours {
         let mut q = RollupQuery::partition(fresh::partition(hour), false);
         let mut cells = HourCells {
             fresh: true,
@@ -517,7 +516,7 @@ pub(super) async fn fleet_span(
                     continue;
                 }
                 let m = u8::try_from((minute.start_ms - hour) / MINUTE_MS).unwrap_or(u8::MAX);
-                cells.hour.merge(&only(&minute.cells, metric));
+                // No cell of the whole hour: a fresh hour is answered by its minutes.
                 cells.minutes.insert(m, only(&minute.cells, metric));
                 starts.push(minute.start_ms);
             }

@@ -27,25 +27,9 @@ impl Services {
     /// Starts moto and dynalite, provisions the stack under `prefix` (queues on moto,
     /// tables on dynalite), and starts the proxy in front of dynalite.
     pub(super) async fn start(cfg: &SoakConfig, prefix: &str) -> anyhow::Result<Self> {
-        let root = cfg.root.clone();
-        let moto = tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Moto> {
-            stand_in::Moto::start(&stand_in::ensure_venv(&root)?)
-        });
-        let root = cfg.root.clone();
-        let dynalite =
-            tokio::task::spawn_blocking(move || -> anyhow::Result<stand_in::Dynalite> {
-                stand_in::Dynalite::start(&stand_in::ensure_dynalite(&root)?)
-            });
-        let moto = moto.await.context("moto start task")??;
-        let dynalite = dynalite.await.context("dynalite start task")??;
-        let stack = crate::provision::queues_on_moto_tables_on_dynalite(
-            &cfg.root.join("template.yaml"),
-            prefix,
-            &moto.endpoint(),
-            &dynalite.endpoint(),
-        )
-        .await
-        .context("provisioning the soak stack")?;
+        let (moto, dynalite, stack) = crate::provision::start_stand_ins(&cfg.root, prefix)
+            .await
+            .context("provisioning the soak stack")?;
         let sqs = aws_sdk_sqs::Client::new(&stand_in::sdk_config(&moto.endpoint()).await);
         let dynamo =
             aws_sdk_dynamodb::Client::new(&stand_in::sdk_config(&dynalite.endpoint()).await);

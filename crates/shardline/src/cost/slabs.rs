@@ -125,16 +125,16 @@ fn fresh_items(shape: &Shape, layout: &SlabLayout) -> anyhow::Result<FreshItems>
         let part = ((k + 1) as f64 * window_secs / shape.interval_secs).min(1.0);
         (shape.devices * part).ceil() as usize
     };
-    let (mut write_units, mut bytes, mut read_units) = (0.0, 0.0, 0.0);
-    for k in 0..windows_an_hour {
-        let (b, u) = map_size(seen(k), hour_ms, last_window)?;
-        write_units += u;
-        bytes += b;
-        if k > 0 {
-            let (before, _) = map_size(seen(k - 1), hour_ms, last_window)?;
-            read_units += (before / READ_UNIT_BYTES).ceil();
-        }
-    }
+    let maps = (0..windows_an_hour)
+        .map(|k| map_size(seen(k), hour_ms, last_window))
+        .collect::<anyhow::Result<Vec<(f64, f64)>>>()?;
+    let write_units: f64 = maps.iter().map(|(_, units)| units).sum();
+    let bytes: f64 = maps.iter().map(|(bytes, _)| bytes).sum();
+    // Each window but an hour's first reads the map of the window before.
+    let read_units: f64 = maps[..maps.len() - 1]
+        .iter()
+        .map(|(before, _)| (before / READ_UNIT_BYTES).ceil())
+        .sum();
     let n = windows_an_hour as f64;
     Ok(FreshItems {
         windows_a_month: MONTH_SECS / window_secs,
