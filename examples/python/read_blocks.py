@@ -5,11 +5,12 @@ in one item, in DynamoDB's own types, columnar: ``dt`` (each member's ``ts_ms`` 
 first's), ``idp`` and ``ids`` (each member's event id after a shared prefix), ``m`` and
 ``tg`` (per metric and per tag, one value per member, ``None`` where a member has none),
 ``w`` and ``dw`` (the first member's write order and each member's less it).
-A slab or a run (``shardline-slab-v1``, docs/formats.md "The slab format") holds many
+A slab or a run (``shardline-slab-v2``, docs/formats.md "The slab format") holds many
 devices' readings the same way, with ``devs`` and ``dn`` (the devices, and each one's
 number of members), ``t0`` (the members' times are ``t0 + dt``) and, for a sparse
-column, ``mi`` or ``ti`` (the places of the members its values are of); a compacted
-window's marker (``marker``) holds no reading.
+column, ``mi`` or ``ti`` (the places of the members its values are of), its columns one
+JSON object compressed by zlib in ``z`` (format 2; format 1 holds each as an attribute);
+a compacted window's marker (``marker``) holds no reading.
 Any other item of the table is one reading. ``expand`` turns an item, as boto3's
 resource layer returns it, into readings; a block or slab that breaks the format is
 refused with the rule it broke, never half read.
@@ -33,6 +34,7 @@ import re
 import secrets
 import struct
 import sys
+import zlib
 from decimal import Decimal
 from typing import Any, Iterator
 
@@ -42,8 +44,14 @@ import boto3
 BLOCK_FORMAT = 1
 #: What a block's sort key has before the time (the blocks' lane).
 BLOCK_LANE = "b#"
-#: The format version a slab or a run carries in ``slab``.
-SLAB_FORMAT = 1
+#: The format version a slab or a run carries in ``slab``: its columns packed in ``z``.
+SLAB_FORMAT = 2
+#: The format version of a slab or a run whose columns are attributes of their own.
+SLAB_FORMAT_PLAIN = 1
+#: The columns a packed slab's ``z`` holds, and no other name.
+SLAB_COLUMNS = {"devs", "dn", "dt", "dw", "idp", "ids", "m", "mi", "t0", "tg", "ti", "w"}
+#: The most bytes a packed slab's columns inflate to.
+MAX_INFLATED = 4 * 1024 * 1024
 
 
 class BadBlock(ValueError):
@@ -118,10 +126,32 @@ def slab_column(name: str, values: list[Any], places: list[Any] | None, n: int) 
     return column
 
 
+def unpack_slab(item: dict[str, Any]) -> dict[str, Any]:
+    """A packed slab's (format 2) attributes with its columns inflated from ``z``, as a
+    plain slab (format 1) holds them; a plain one as it is."""
+    version = int(item["slab"])
+    if version == SLAB_FORMAT_PLAIN:
+        return item
+    if version != SLAB_FORMAT:
+        raise BadBlock(f"slab format {version} is not {SLAB_FORMAT_PLAIN} or {SLAB_FORMAT}")
+    packed = item.get("z")
+    if packed is None or SLAB_COLUMNS & item.keys():
+        raise BadBlock("a packed slab holds its columns in z, and only there")
+    # boto3 reads a binary attribute as a Binary, whose .value is the bytes.
+    inflate = zlib.decompressobj()
+    text = inflate.decompress(bytes(getattr(packed, "value", packed)), MAX_INFLATED + 1)
+    if len(text) > MAX_INFLATED or not inflate.eof:
+        raise BadBlock(f"z is no zlib stream of at most {MAX_INFLATED} bytes")
+    columns = json.loads(text)
+    if not isinstance(columns, dict) or not columns.keys() <= SLAB_COLUMNS:
+        raise BadBlock("z is not an object of the slab's columns")
+    # A metric's number is the string of its decimal; every other number an integer.
+    return {k: v for k, v in item.items() if k != "z"} | columns
+
+
 def expand_slab(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The readings a slab or a run holds, in order of (device, ts, event id)."""
-    if int(item["slab"]) != SLAB_FORMAT:
-        raise BadBlock(f"slab format {item['slab']} is not {SLAB_FORMAT}")
+    item = unpack_slab(item)
     n = int(item["n"])
     devs, counts = list(item["devs"]), [int(c) for c in item["dn"]]
     if len(devs) != len(counts) or any(c < 1 for c in counts) or sum(counts) != n:

@@ -511,14 +511,8 @@ fn put_runs(table: &MemoryReadings, mut members: Vec<Reading>, w: Window) {
         .sort_by(|a, b| (&a.device_id, a.ts, &a.event_id).cmp(&(&b.device_id, b.ts, &b.event_id)));
     let pk = run_pk(0, w);
     let most = slabs().max_bytes as usize;
-    let overhead = store::slab::overhead(&pk, &run_sk(&"x".repeat(16), w, 0));
-    let cuts = sharding::slab::cut(
-        &members,
-        most,
-        store::slab::MAX_MEMBERS,
-        overhead,
-        store::slab::member_bytes,
-    );
+    let longest = run_sk(&"x".repeat(16), w, 0).len();
+    let cuts = store::slab::cut(&members, most, (pk.len(), longest)).unwrap();
     for (part, cut) in cuts.into_iter().enumerate() {
         let first = members[cut.start].device_id.clone();
         put(

@@ -13,7 +13,7 @@
 //! `sharding::slab::group_entity`, had from the window's start to the key rule's
 //! horizon after its end, as every reader of slabs reads them), strongly consistent;
 //! every copy of a reading kept once, the one written last; the readings put in run
-//! order and cut into run items (`sharding::slab::cut`, `store::slab::marshal`), each
+//! order and cut into run items (`store::slab::cut`, `store::slab::marshal`), each
 //! expiring the table's retention after its last reading, as blocks do; then the
 //! window's marker of the group; then the fleet's fresh minute of the window
 //! (`store::rollup::fresh`): the cells of every group's readings of it, each counted
@@ -47,7 +47,7 @@ use sharding::backoff::Backoff;
 use sharding::by_device::in_run_order;
 use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
 use sharding::key::ItemKey;
-use sharding::slab::{SlabLayout, Window, cut, group_entity, marker_sk, run_pk, run_sk, slab_pk};
+use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_pk, run_sk, slab_pk};
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, Item, Put, SizedItem, WriterConfig};
 use store::directory::ShardReader;
@@ -57,7 +57,7 @@ use store::rollup::compaction::{Compacted, advance_compacted, read_compacted};
 use store::rollup::fresh::FreshMinute;
 use store::rollup::seen::{self, SeenChunk};
 use store::rollup::{Cells, RollupQuery, RollupTable, hour_of};
-use store::slab::{MAX_MEMBERS, marshal, member_bytes, overhead};
+use store::slab::{cut, marshal};
 
 use crate::{RunReport, SealError, Sealer, past};
 
@@ -186,10 +186,8 @@ fn run_items(
     let cuts = cut(
         members,
         slabs.max_bytes as usize,
-        MAX_MEMBERS,
-        overhead(&pk, &longest_sk),
-        member_bytes,
-    );
+        (pk.len(), longest_sk.len()),
+    )?;
     let mut items = Vec::with_capacity(cuts.len() + 1);
     for (part, range) in cuts.into_iter().enumerate() {
         let run = &members[range];

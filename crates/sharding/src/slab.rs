@@ -40,7 +40,6 @@
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
-use std::ops::Range;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -76,8 +75,11 @@ pub const DEFAULT_WINDOW_MINUTES: u32 = 1;
 pub const DEFAULT_ACCEPT_SECS: u32 = 30;
 /// Slabs expire two days after their window (`SLAB_EXPIRY_HOURS`).
 pub const DEFAULT_EXPIRY_HOURS: u32 = 48;
-/// A slab or run item of at most 16 KiB.
-pub const DEFAULT_MAX_BYTES: u32 = 16 * 1024;
+/// A slab or run item of at most one write unit (1 KB), packed (`store::slab`): a
+/// device's read of runs passes the items of other devices between its own, so small
+/// items keep it small, and an item cut to its encoded size wastes little of its last
+/// write unit, so a larger one writes no cheaper (docs/design-slabs.md).
+pub const DEFAULT_MAX_BYTES: u32 = 1024;
 
 /// The largest item a slab or run may be, well under DynamoDB's 400 KB.
 pub const MAX_ITEM_BYTES: u32 = 256 * 1024;
@@ -419,37 +421,6 @@ pub fn run_sk_upper(device: &str) -> String {
     format!("{device}#{}", crate::read_plan::SK_UPPER)
 }
 
-/// Cuts `members`, sorted, into items: contiguous ranges, in order, covering every
-/// member once, each at most `max_bytes` (with `overhead`, what an item costs with no
-/// member) and `max_count` members. A member too large for an item with another is an
-/// item of its own. The cut depends on the members alone, so the same members are cut
-/// the same way.
-pub fn cut<M>(
-    members: &[M],
-    max_bytes: usize,
-    max_count: usize,
-    overhead: usize,
-    bytes: impl Fn(&M) -> usize,
-) -> Vec<Range<usize>> {
-    let mut items = Vec::new();
-    let mut start = 0;
-    while start < members.len() {
-        let mut size = overhead + bytes(&members[start]);
-        let mut end = start + 1;
-        while end < members.len() && end - start < max_count.max(1) {
-            let grown = size + bytes(&members[end]);
-            if grown > max_bytes {
-                break;
-            }
-            size = grown;
-            end += 1;
-        }
-        items.push(start..end);
-        start = end;
-    }
-    items
-}
-
 /// One Query of a device's read: a run partition read newest sort key first from
 /// `sk_upper`, until its [`RunCover`] is done, or a whole slab partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -741,18 +712,6 @@ mod tests {
         assert!(run_sk("dev-1", w, 9999) <= upper);
         assert!(run_sk("dev-10", w, 0) > upper);
         assert!(run_sk("dev-1.x", w, 0) > upper);
-    }
-
-    #[test]
-    fn a_cut_respects_bytes_and_count_and_depends_on_members_alone() {
-        let sizes = [100, 100, 100, 900, 50, 2_000, 10];
-        let cut_of = |s: &[usize]| cut(s, 1_024, 3, 24, |b| *b);
-        assert_eq!(cut_of(&sizes), vec![0..3, 3..5, 5..6, 6..7]);
-        assert_eq!(
-            cut(&[1usize; 7], 1_024, 3, 0, |b| *b),
-            vec![0..3, 3..6, 6..7]
-        );
-        assert!(cut(&[] as &[usize], 1_024, 3, 0, |b| *b).is_empty());
     }
 
     #[test]

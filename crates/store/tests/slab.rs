@@ -1,9 +1,11 @@
 //! The slab format (`store::slab`): any members a slab or run can hold come back from
-//! the stored item as they went in, and the item is never larger than the bounds a cut
-//! into items is made by (`sharding::slab::cut`), so no cut yields an item over its
-//! limit.
+//! the stored item as they went in, and a cut into items (`store::slab::cut`) never
+//! yields an item over its limit, and leaves none it could have grown.
 
 use std::collections::BTreeMap;
+use std::io::Read as _;
+
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use proptest::prelude::*;
 use sharding::time::Timestamp;
@@ -78,22 +80,39 @@ proptest! {
         }
     }
 
-    /// What `sharding::slab::cut` adds up bounds the item marshal makes.
+    /// Each item of a cut is at most its limit, and the next member would take it over:
+    /// the cut covers the members in order, each once.
     #[test]
-    fn an_item_is_no_larger_than_its_overhead_and_members_bounds(
+    fn a_cut_fills_each_item_and_none_is_over_its_limit(
         members in members(),
-        ttl in any::<i64>(),
+        max in 200usize..3_000,
     ) {
-        let encoded = slab::marshal(&members, RUN_PK, RUN_SK, ttl).expect("sorted members");
-        let bound = slab::overhead(RUN_PK, RUN_SK) + members.iter().map(slab::member_bytes).sum::<usize>();
-        prop_assert!(encoded.size <= bound, "{} > {}", encoded.size, bound);
+        let keys = (RUN_PK.len(), RUN_SK.len());
+        let parts = slab::cut(&members, max, keys).expect("sorted members");
+        let mut next = 0;
+        for part in &parts {
+            prop_assert_eq!(part.start, next);
+            next = part.end;
+            let size = slab::marshal(&members[part.clone()], RUN_PK, RUN_SK, i64::MIN)
+                .expect("sorted")
+                .size;
+            prop_assert!(size <= max || part.len() == 1, "{} > {}", size, max);
+            if part.end < members.len() {
+                let grown = slab::marshal(&members[part.start..=part.end], RUN_PK, RUN_SK, i64::MIN)
+                    .expect("sorted")
+                    .size;
+                prop_assert!(grown > max, "{part:?} could hold one more: {grown} <= {max}");
+            }
+        }
+        prop_assert_eq!(next, members.len());
     }
 }
 
-/// A cut by the bounds never yields an item over its limit, on members whose names
-/// differ from each other's (the case a dense column of `NULL`s would blow up).
+/// A cut sized as it encodes keeps every item under its limit on members whose names
+/// differ from each other's (the case a dense column of `NULL`s would blow up), and a
+/// fleet's two-metric readings pack to a fraction of what they take as attributes.
 #[test]
-fn a_cut_by_the_bounds_keeps_every_item_under_its_limit() {
+fn a_cut_keeps_every_item_under_its_limit_and_packs_a_fleets_readings_small() {
     let members: Vec<Reading> = (0..2_000)
         .map(|i| Reading {
             device_id: format!("dev-{i:05}"),
@@ -108,13 +127,7 @@ fn a_cut_by_the_bounds_keeps_every_item_under_its_limit() {
         })
         .collect();
     let max = 16 * 1024;
-    let parts = sharding::slab::cut(
-        &members,
-        max,
-        1_000,
-        slab::overhead(RUN_PK, RUN_SK),
-        slab::member_bytes,
-    );
+    let parts = slab::cut(&members, max, (RUN_PK.len(), RUN_SK.len())).expect("sorted");
     assert!(parts.len() > 1);
     for part in parts {
         let size = slab::marshal(&members[part], RUN_PK, RUN_SK, 0)
@@ -122,12 +135,40 @@ fn a_cut_by_the_bounds_keeps_every_item_under_its_limit() {
             .size;
         assert!(size <= max, "{size}");
     }
+    // 125 devices, one reading each, event ids a UUID whose tail counts.
+    let fleet: Vec<Reading> = (0..125)
+        .map(|d| Reading {
+            device_id: format!("dev-{d:06}"),
+            event_id: format!("0190a1b2-{d:04x}-7e5f-8a9b-{:012x}", d + 17),
+            ts: Timestamp::from_millis(T + d * 480).expect("in range"),
+            metrics: BTreeMap::from([
+                (
+                    "humidity".to_owned(),
+                    Decimal::from_f64(41.5).expect("a number"),
+                ),
+                (
+                    "temperature".to_owned(),
+                    Decimal::from_f64(15.0 + (d % 200) as f64 / 10.0).expect("a number"),
+                ),
+            ]),
+            tags: BTreeMap::new(),
+            written: store::WriteOrder(T + 3_000 + d * 7),
+        })
+        .collect();
+    let size = slab::marshal(&fleet, RUN_PK, RUN_SK, 0)
+        .expect("sorted")
+        .size;
+    let per_reading = size / fleet.len();
+    assert!(
+        per_reading <= 25,
+        "{size} bytes for {} readings: {per_reading} a reading",
+        fleet.len()
+    );
 }
 
-/// The vector of docs/formats.md is the slab of its three readings of two devices,
-/// written in two messages, and reads back as them.
-#[test]
-fn the_documented_slab_vector_is_the_slab_of_its_readings() {
+/// The three readings of two devices of docs/formats.md's vectors, written in two
+/// messages, and their slab's partition key, sort key and expiry.
+fn documented_members() -> ([Reading; 3], String, String, i64) {
     let sent = 1_782_090_003_000; // 2026-06-22T01:00:03Z
     let reading =
         |device: &str, dt: i64, id: &str, metrics: &[(&str, f64)], written: i64| Reading {
@@ -168,17 +209,74 @@ fn the_documented_slab_vector_is_the_slab_of_its_readings() {
             .iter()
             .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
     );
-    let item = slab::marshal(&members, &pk, &sk, layout.expires_at(window))
+    (members, pk, sk, layout.expires_at(window))
+}
+
+/// The vector of docs/formats.md is the slab of its three readings, its columns packed
+/// into `z` as the vector of its columns says, and reads back as them.
+#[test]
+fn the_documented_slab_vector_is_the_slab_of_its_readings() {
+    let (members, pk, sk, ttl) = documented_members();
+    let mut item = slab::marshal(&members, &pk, &sk, ttl)
         .expect("sorted members")
         .item;
-    let vector: serde_json::Value =
+    let mut vector: serde_json::Value =
         serde_json::from_str(&crate::block::documented_vector("<!-- slab-vector -->"))
             .expect("json");
+    let packed = vector
+        .as_object_mut()
+        .and_then(|v| v.remove("z"))
+        .and_then(|z| z.get("B").and_then(|b| b.as_str()).map(str::to_owned))
+        .expect("the vector's z, {\"B\": base64}");
+    let z = item.remove("z").expect("a packed item");
+    let AttributeValue::B(z) = z else {
+        panic!("z is not binary");
+    };
+    let back_in = z.clone().into_inner();
+    assert_eq!(
+        aws_smithy_types::base64::encode(&back_in),
+        packed,
+        "the vector's z is not the slab's"
+    );
     assert_eq!(
         crate::block::attribute(&vector),
-        aws_sdk_dynamodb::types::AttributeValue::M(item.clone()),
+        AttributeValue::M(item.clone()),
         "the vector of docs/formats.md is not the slab's item"
     );
+    let mut text = String::new();
+    flate2::read::ZlibDecoder::new(back_in.as_slice())
+        .read_to_string(&mut text)
+        .expect("zlib");
+    let columns: serde_json::Value = serde_json::from_str(&crate::block::documented_vector(
+        "<!-- slab-vector-columns -->",
+    ))
+    .expect("json");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).expect("json"),
+        columns,
+        "the columns vector of docs/formats.md is not what the slab's z inflates to"
+    );
+    item.insert("z".into(), AttributeValue::B(z));
+    let back: Vec<Reading> = slab::decode(item)
+        .expect("valid")
+        .into_iter()
+        .map(|r| r.into_reading().expect("a reading"))
+        .collect();
+    assert_eq!(back, members);
+}
+
+/// A plain item (format 1, each column an attribute of its own, the vector of
+/// docs/formats.md) still reads back as its readings.
+#[test]
+fn the_documented_plain_slab_reads_back_as_its_readings() {
+    let (members, ..) = documented_members();
+    let vector: serde_json::Value = serde_json::from_str(&crate::block::documented_vector(
+        "<!-- slab-vector-plain -->",
+    ))
+    .expect("json");
+    let AttributeValue::M(item) = crate::block::attribute(&vector) else {
+        panic!("the vector is no item");
+    };
     let back: Vec<Reading> = slab::decode(item)
         .expect("valid")
         .into_iter()

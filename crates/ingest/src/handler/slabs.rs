@@ -175,7 +175,7 @@ fn slabs_of(
     });
     // The longest partition key a fan-out can give, and a digest's length.
     let placeholder_pk = slab::slab_pk(group, u32::MAX, window);
-    let overhead = store::slab::overhead(&placeholder_pk, &"0".repeat(16));
+    let key_lens = (placeholder_pk.len(), slab::slab_sk([]).len());
     let entity = slab::group_entity(group);
     let ttl = layout.expires_at(window);
     let mut slabs = Vec::new();
@@ -191,13 +191,11 @@ fn slabs_of(
                 firsts.push(member);
             }
         }
-        let cuts = slab::cut(
-            &firsts,
-            layout.max_bytes as usize,
-            store::slab::MAX_MEMBERS,
-            overhead,
-            |(r, _)| store::slab::member_bytes(r),
-        );
+        let readings: Vec<&Reading> = firsts.iter().map(|(r, _)| r).collect();
+        // Sorted, each identity once: the cut cannot refuse them; were it to, each
+        // reading alone is a slab, refused by `marshal` as it is.
+        let cuts = store::slab::cut(&readings, layout.max_bytes as usize, key_lens)
+            .unwrap_or_else(|_| (0..readings.len()).map(|i| i..i + 1).collect());
         let mut rest = firsts.into_iter();
         for range in cuts {
             let (readings, from): (Vec<Reading>, Vec<u32>) =

@@ -227,9 +227,8 @@ impl Stored {
 
 /// How [`slab_items`] keys and sizes the items it makes.
 pub(crate) struct SlabKeys<'a> {
-    /// What `sharding::slab::cut` adds to the members' bounds: the writer's
-    /// `store::slab::overhead`.
-    pub(crate) overhead: usize,
+    /// The longest partition and sort keys the writer cuts by (`store::slab::cut`).
+    pub(crate) key_lens: (usize, usize),
     /// The most bytes of an item (`SlabLayout::max_bytes`).
     pub(crate) max_bytes: usize,
     /// The partition and sort key of an item: its first member's device and its part.
@@ -241,7 +240,7 @@ pub(crate) struct SlabKeys<'a> {
 /// The slab or run items (`store::slab::marshal`) of `count` readings of the shape
 /// (`metrics`, `reading_bytes` as sent), `per_device` of each device, of devices with
 /// distinct ids as long as [`DEVICE_ID`], `interval_ms` apart within a window, cut as
-/// the writers cut them (`sharding::slab::cut` by `store::slab::member_bytes`). A full
+/// the writers cut them (`store::slab::cut`, each item sized as it is encoded). A full
 /// item is marshalled once and counted as often as the readings fill it, so `count`
 /// may be a fleet's.
 pub(crate) fn slab_items(
@@ -261,21 +260,15 @@ pub(crate) fn slab_items(
     let pad = padding(metrics, reading_bytes)?;
     let base = to_reading(&reading_json(0, metrics, &pad, interval_ms))?;
     let per_device = per_device.max(1);
-    // Every member is as large as the base reading, so at most this many fit one item:
-    // the readings are made only up to it.
-    let most = keys.max_bytes / store::slab::member_bytes(&base).max(1) + 1;
+    // A member packs to at least a byte, so at most this many fit one item: the
+    // readings are made only up to it.
+    let most = keys.max_bytes + 1;
     let readings: Vec<Reading> = (0..count.min(most))
         .map(|i| fleet_reading(&base, i / per_device, i % per_device, interval_ms))
         .collect();
-    let full = sharding::slab::cut(
-        &readings,
-        keys.max_bytes,
-        store::slab::MAX_MEMBERS,
-        keys.overhead,
-        store::slab::member_bytes,
-    )
-    .first()
-    .map_or(1, ExactSizeIterator::len);
+    let full = store::slab::cut(&readings, keys.max_bytes, keys.key_lens)?
+        .first()
+        .map_or(1, ExactSizeIterator::len);
     let item = |members: &[Reading], part: usize| -> anyhow::Result<Stored> {
         let first = members.first().context("an item of no reading")?;
         let (pk, sk) = (keys.key)(&first.device_id, part);

@@ -60,7 +60,7 @@ pub struct SlabTiers {
     pub run_readings: usize,
     /// Their run items.
     pub run: Stored,
-    /// A marker's bytes (at most `store::slab::overhead` of its key).
+    /// A marker's bytes (`store::slab::marker`).
     pub marker_bytes: usize,
     /// A group's windows a month (each compacted once, with a marker).
     pub group_windows_a_month: f64,
@@ -194,10 +194,7 @@ pub fn price(
         interval_ms,
         &SlabKeys {
             // The ingest's: the longest key a fan-out can give, a digest's length.
-            overhead: store::slab::overhead(
-                &slab::slab_pk(group, u32::MAX, window),
-                &"0".repeat(16),
-            ),
+            key_lens: (slab::slab_pk(group, u32::MAX, window).len(), 16),
             max_bytes: layout.max_bytes as usize,
             key: &slab_key,
             ttl: layout.expires_at(window),
@@ -219,13 +216,14 @@ pub fn price(
         interval_ms,
         &SlabKeys {
             // The compaction's: its longest device, a part no smaller than any.
-            overhead: store::slab::overhead(
-                &run_pk,
-                &slab::run_sk(
+            key_lens: (
+                run_pk.len(),
+                slab::run_sk(
                     sample::DEVICE_ID,
                     window,
                     u32::try_from(run_readings).unwrap_or(u32::MAX),
-                ),
+                )
+                .len(),
             ),
             max_bytes: layout.max_bytes as usize,
             key: &run_key,
@@ -245,7 +243,12 @@ pub fn price(
         slab,
         run_readings,
         run,
-        marker_bytes: store::slab::overhead(&run_pk, &slab::marker_sk(window)),
+        marker_bytes: store::slab::marker(
+            &run_pk,
+            &slab::marker_sk(window),
+            layout.expires_at(window),
+        )
+        .size,
         group_windows_a_month: group_windows,
         compaction_read_units: read.ceil().max(1.0),
         slab_items_an_invocation: groups_a_batch * slab.items as f64,
