@@ -1,9 +1,9 @@
-//! Slabs and runs (`shardline-slab-v1`): the readings of many devices in one item, so a
+//! Slabs and runs (`shardline-slab-v2`): the readings of many devices in one item, so a
 //! fleet of devices that send one reading a message pays a fraction of a write unit a
 //! reading (docs/design-slabs.md). This module holds what is pure about them: the
 //! layout ([`SlabLayout`]), a device's slab group, the windows, when a window closes and
-//! when its slabs expire, every key, the cut of a window's readings into runs, and what
-//! a device's read of a time range reads ([`plan_device`], [`RunCover`]).
+//! when its slabs expire, every key, and what a device's read of a time range reads
+//! ([`plan_device`], [`RunCover`]). Items are cut and encoded by `store::slab`.
 //!
 //! # The two tiers
 //! - A **slab** holds the readings of one batch of the ingest whose devices share a slab
@@ -49,7 +49,7 @@ use crate::hash::stable_hash;
 use crate::time::{Bucket, TimeRange, Timestamp};
 
 /// The version of the slab format, of its keys and of its group function.
-pub const SLAB_VERSION: &str = "shardline-slab-v1";
+pub const SLAB_VERSION: &str = "shardline-slab-v2";
 
 /// What every slab's partition key starts with.
 pub const SLAB_PREFIX: &str = "s#";

@@ -152,7 +152,7 @@ fn the_ingest_encoder_refuses_what_is_no_block() {
 }
 
 /// A vector of docs/formats.md, under `marker` (of `shardline-block-v1` or
-/// `shardline-slab-v1`): an item as `serde_json` maps it (each number as the JSON number
+/// `shardline-slab-v2`): an item as `serde_json` maps it (each number as the JSON number
 /// DynamoDB stores).
 pub(crate) fn documented_vector(marker: &str) -> String {
     let formats = std::fs::read_to_string(concat!(

@@ -23,10 +23,23 @@
 //!   chunks. A replaced body's chunks stay until then: storage, not an answer.
 //!   [`join`] checks the count and the digest all the same, and names the item when
 //!   they do not hold.
+//!
+//! A row's body of at least [`PACK_FROM`] bytes is stored compressed by zlib, as binary
+//! in [`PACKED_BODY`] in place of the text in [`BODY`], where that is smaller: a body
+//! is JSON whose names and figures repeat (a device-hour's sixty minute cells, a map of
+//! devices), so it takes a third to a fifth of its text and a write unit or two where
+//! the text took several. The digest, the chunks and every comparison stay the text's:
+//! only the stored row differs, and a reader inflates it (at most [`CHUNK_BYTES`], the
+//! most a row holds) before anything else.
 
 use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
 
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
+use flate2::Compression;
+use flate2::read::ZlibDecoder;
+use flate2::write::ZlibEncoder;
 use sha2::{Digest as _, Sha256};
 
 use super::RollupItem;
@@ -43,6 +56,12 @@ pub const BODY: &str = "body";
 pub const TTL: &str = "ttl";
 pub const DIGEST: &str = "digest";
 pub const CHUNKS: &str = "chunks";
+/// A row's body compressed by zlib (B), in place of [`BODY`].
+pub const PACKED_BODY: &str = "bz";
+
+/// The shortest body stored compressed: a shorter one gains at most a few bytes, and
+/// a late mark or a progress stays readable as text.
+pub const PACK_FROM: usize = 256;
 
 /// One stored row: a head (a derived item's key, version and its body or the digest
 /// of its chunks) or one chunk of a body.
@@ -171,7 +190,10 @@ pub fn to_attributes(row: &Row) -> HashMap<String, AttributeValue> {
         map.insert(VERSION.to_owned(), n(version));
     }
     if !row.body.is_empty() {
-        map.insert(BODY.to_owned(), s(&row.body));
+        match packed(&row.body) {
+            Some(z) => map.insert(PACKED_BODY.to_owned(), AttributeValue::B(Blob::new(z))),
+            None => map.insert(BODY.to_owned(), s(&row.body)),
+        };
     }
     if let Some(ttl) = row.ttl {
         map.insert(TTL.to_owned(), n(ttl));
@@ -183,8 +205,44 @@ pub fn to_attributes(row: &Row) -> HashMap<String, AttributeValue> {
     map
 }
 
+/// `body` compressed, where it is at least [`PACK_FROM`] bytes and that is smaller.
+fn packed(body: &str) -> Option<Vec<u8>> {
+    if body.len() < PACK_FROM {
+        return None;
+    }
+    let mut z = ZlibEncoder::new(Vec::with_capacity(body.len() / 3), Compression::default());
+    let packed = z
+        .write_all(body.as_bytes())
+        .and_then(|()| z.finish())
+        .ok()?;
+    (packed.len() < body.len()).then_some(packed)
+}
+
+/// The body a row stored in [`PACKED_BODY`], or why it is none: it must inflate to at
+/// most [`CHUNK_BYTES`] of UTF-8.
+fn unpacked(z: &[u8]) -> Result<String, String> {
+    let mut body = Vec::new();
+    ZlibDecoder::new(z)
+        .take(CHUNK_BYTES as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("does not inflate: {e}"))?;
+    if body.len() > CHUNK_BYTES {
+        return Err(format!("inflates to more than {CHUNK_BYTES} bytes"));
+    }
+    String::from_utf8(body).map_err(|e| format!("is not UTF-8: {e}"))
+}
+
 /// A stored row from DynamoDB's attributes.
 pub fn from_attributes(mut map: HashMap<String, AttributeValue>) -> Result<Row, StoreError> {
+    let packed = match map.remove(PACKED_BODY) {
+        None => None,
+        Some(AttributeValue::B(z)) => Some(z),
+        Some(other) => {
+            return Err(StoreError::Malformed(format!(
+                "derived item attribute {PACKED_BODY}: {other:?}"
+            )));
+        }
+    };
     let mut text = |name: &str| match map.remove(name) {
         Some(AttributeValue::S(v) | AttributeValue::N(v)) => Ok(Some(v)),
         None => Ok(None),
@@ -203,6 +261,17 @@ pub fn from_attributes(mut map: HashMap<String, AttributeValue>) -> Result<Row, 
         return Err(StoreError::Malformed(
             "derived item without its key".to_owned(),
         ));
+    };
+    let body = match packed {
+        None => body,
+        Some(_) if !body.is_empty() => {
+            return Err(StoreError::Malformed(format!(
+                "derived item {pk}/{sk} holds both {BODY} and {PACKED_BODY}"
+            )));
+        }
+        Some(z) => unpacked(z.as_ref()).map_err(|e| {
+            StoreError::Malformed(format!("derived item {pk}/{sk} {PACKED_BODY} {e}"))
+        })?,
     };
     // Numbers as DynamoDB returns them; a late mark's nonce may be any u64.
     let number = |v: Option<String>, name: &str| {
@@ -287,6 +356,62 @@ mod tests {
             assert_eq!(head.chunked.is_some(), want.body.len() > CHUNK_BYTES);
             assert_eq!(join(head, &chunks).unwrap(), want);
         }
+    }
+
+    /// A body of many repeats is stored compressed, in a fraction of its text's bytes,
+    /// and reads back as its text; a short one, or one compression does not shrink,
+    /// stays text; a packed body that does not inflate to UTF-8 within a row's bound,
+    /// or a row holding both, is refused by name.
+    #[test]
+    fn a_long_body_is_stored_compressed_and_reads_back_as_its_text() {
+        let cells: String = (0..60)
+            .map(|m| format!(r#"{{"m":{m},"n":6,"sum":"123.{m}","min":"20.5","max":"22.25"}},"#))
+            .collect();
+        let (head, _) = rows(&item(cells.clone()));
+        let stored = to_attributes(&head);
+        assert!(stored.contains_key(PACKED_BODY) && !stored.contains_key(BODY));
+        assert!(
+            row_size(&head) * 3 < cells.len(),
+            "{} of {}",
+            row_size(&head),
+            cells.len()
+        );
+        assert_eq!(from_attributes(stored.clone()).unwrap(), head);
+        let short = item("x".repeat(PACK_FROM - 1));
+        assert!(to_attributes(&rows(&short).0).contains_key(BODY));
+        // Printable bytes of no pattern: stored whichever way is smaller.
+        for len in [PACK_FROM, 4 * PACK_FROM] {
+            let noise: String = (0..len / 32)
+                .flat_map(|i| Sha256::digest(i.to_string().as_bytes()))
+                .map(|b| char::from(0x21 + b % 94))
+                .collect();
+            let (head, _) = rows(&item(noise.clone()));
+            let mut as_text = to_attributes(&head);
+            as_text.remove(PACKED_BODY);
+            as_text.insert(BODY.to_owned(), s(&noise));
+            assert!(row_size(&head) <= crate::size::item_size(&as_text));
+            assert_eq!(from_attributes(to_attributes(&head)).unwrap(), head);
+        }
+        let refused = |value: AttributeValue, also_text: bool| {
+            let mut bad = stored.clone();
+            bad.insert(PACKED_BODY.to_owned(), value);
+            if also_text {
+                bad.insert(BODY.to_owned(), s("x"));
+            }
+            from_attributes(bad).unwrap_err().to_string()
+        };
+        let zlib = |bytes: &[u8]| {
+            let mut z = ZlibEncoder::new(Vec::new(), Compression::default());
+            z.write_all(bytes).unwrap();
+            AttributeValue::B(Blob::new(z.finish().unwrap()))
+        };
+        assert!(
+            refused(AttributeValue::B(Blob::new(vec![7, 7])), false).contains("does not inflate")
+        );
+        assert!(refused(zlib(&[0xff, 0xfe]), false).contains("UTF-8"));
+        assert!(refused(zlib(&vec![b'x'; CHUNK_BYTES + 1]), false).contains("more than"));
+        assert!(refused(s("x"), false).contains(PACKED_BODY));
+        assert!(refused(zlib(b"{}"), true).contains("both"));
     }
 
     #[test]
