@@ -144,13 +144,15 @@ pub(crate) fn cover(stream: &SlabStream) -> Option<RunCover> {
 
 /// The next page of `stream` after `pages` of it, at most `limit` items, after
 /// `start_after`: a slab partition whole; a run partition newest first from the
-/// device's sort keys down, its first page one item a window it covers, each page after
-/// twice the one before. A window needs one item when the device's first readings of
-/// it start in an earlier device's item, so a read of a whole hour usually ends with
-/// its first page; one of a few windows of an hour passes the other windows' items of
-/// the devices in between (sort keys order by device, then window), which the doubling
-/// reaches in a few round trips. DynamoDB evaluates a page's whole `Limit`, so a page
-/// that overshoots is paid for: doubling pays at most twice what the read needed.
+/// device's sort keys down, its first page one item a window it covers and at least a
+/// read unit's worth of items (`SlabLayout::run_page_items`: a page of fewer pays as
+/// much), each page after twice the one before. A window needs one item when the
+/// device's first readings of it start in an earlier device's item, so a read of a
+/// whole hour usually ends with its first page; one of a few windows of an hour passes
+/// the other windows' items of the devices in between (sort keys order by device, then
+/// window), which the doubling reaches in a few round trips. DynamoDB evaluates a
+/// page's whole `Limit`, so a page that overshoots is paid for: doubling pays at most
+/// twice what the read needed.
 pub(crate) fn request(
     stream: &SlabStream,
     limit: Option<u32>,
@@ -162,8 +164,12 @@ pub(crate) fn request(
             pk,
             sk_upper,
             windows,
+            page_items,
         } => {
-            let first = u32::try_from(windows.len()).unwrap_or(u32::MAX).max(1);
+            let first = u32::try_from(windows.len())
+                .unwrap_or(u32::MAX)
+                .max(*page_items)
+                .max(1);
             let page = first.saturating_mul(1 << pages.min(16));
             let limit = limit.map_or(page, |l| l.min(page));
             (pk, Some(sk_upper.clone()), false, Some(limit))

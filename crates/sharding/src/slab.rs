@@ -158,6 +158,14 @@ impl SlabLayout {
         u32::try_from(high % u64::from(self.groups.get())).unwrap_or(0)
     }
 
+    /// The fewest items a page of a run partition asks for: as many as a strongly
+    /// consistent read unit (4 KB) holds at [`Self::max_bytes`], at least 1. A Query
+    /// pays its page's bytes rounded up to a read unit, so a page of fewer pays as much.
+    #[must_use]
+    pub fn run_page_items(&self) -> u32 {
+        (4_096 / self.max_bytes.max(1)).max(1)
+    }
+
     /// The window holding `ts`.
     #[must_use]
     pub fn window(&self, ts: Timestamp) -> Window {
@@ -425,11 +433,13 @@ pub fn run_sk_upper(device: &str) -> String {
 /// `sk_upper`, until its [`RunCover`] is done, or a whole slab partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlabQuery {
-    /// `PK = pk`, `SK <= sk_upper`, descending, covering `windows`.
+    /// `PK = pk`, `SK <= sk_upper`, descending, covering `windows`; a page asks for at
+    /// least `page_items` items ([`SlabLayout::run_page_items`]).
     Runs {
         pk: String,
         sk_upper: String,
         windows: Vec<Window>,
+        page_items: u32,
     },
     /// `PK = pk`, every item.
     Slabs { pk: String, window: Window },
@@ -462,6 +472,7 @@ pub fn plan_device(
                     pk,
                     sk_upper: run_sk_upper(device),
                     windows: vec![window],
+                    page_items: layout.run_page_items(),
                 }),
             }
         } else {
@@ -568,6 +579,16 @@ mod tests {
         assert!(bad(|l| l.accept_secs = 0).contains("accept_secs"));
         assert!(bad(|l| l.expiry_hours = 1).contains("expiry_hours"));
         assert!(bad(|l| l.max_bytes = 512).contains("max_bytes"));
+    }
+
+    #[test]
+    fn a_run_page_asks_for_a_read_units_worth_of_items() {
+        assert_eq!(layout().run_page_items(), 4);
+        let big = SlabLayout {
+            max_bytes: 16 * 1024,
+            ..layout()
+        };
+        assert_eq!(big.run_page_items(), 1);
     }
 
     #[test]
@@ -734,11 +755,13 @@ mod tests {
                     pk: format!("r#{g}#2026-06-22T00"),
                     sk_upper: "sensor-7#~".into(),
                     windows: vec![w("2026-06-22T00:50:00Z"), w("2026-06-22T00:55:00Z")],
+                    page_items: 4,
                 },
                 SlabQuery::Runs {
                     pk: format!("r#{g}#2026-06-22T01"),
                     sk_upper: "sensor-7#~".into(),
                     windows: vec![w("2026-06-22T01:00:00Z")],
+                    page_items: 4,
                 },
                 SlabQuery::Slabs {
                     pk: format!("s#{g}#2026-06-22T01:05"),

@@ -449,13 +449,14 @@ impl Sealer {
         let device_hours = shape.devices * hours;
         let per_hour = 3600.0 / shape.interval_secs;
         let m = f64::from(shape.metrics);
-        // Item 9: the device-hour item's minute cells, 1 + 2 WCU a metric for a device
-        // writing more often than once a minute (5 at two metrics, 39 at 19),
-        // 1.5 + 0.77 a metric at once a minute or less (3 and 16).
+        // Item 9: the device-hour item's minute cells, stored compressed
+        // (`store::rollup::stored`), 0.15 + 0.675 WCU a metric for a device writing more
+        // often than once a minute (1.5 at two metrics, 13 at 19), 0.41 + 0.295 a metric
+        // at once a minute or less (1 and 6).
         let cells = if per_hour > 60.0 {
-            1.0 + 2.0 * m
+            0.15 + 0.675 * m
         } else {
-            1.5 + 0.77 * m
+            0.41 + 0.295 * m
         };
         // With slabs, the seal reads a device's readings in its group's runs.
         let item_bytes = f.slab_tiers().map_or_else(
@@ -465,13 +466,16 @@ impl Sealer {
         // Each reading read once, strongly consistent (4 KB a unit); the directory's
         // GetItem; the fleet parts' reads of the device-hour item (4 KB a unit).
         let reads_dh = per_hour * item_bytes / 4096.0 + 1.0 + cells / 4.0;
-        // The cells, the summary (1 to 2 units), the directory's PutItem.
-        let writes_dh = cells.ceil() + (cells / 20.0).ceil() + 1.0;
+        // The cells (a mean over the device-hours), the summary (1 unit, cells / 20
+        // rounded up), the directory's PutItem.
+        let writes_dh = cells + (cells / 20.0).ceil() + 1.0;
         let parts = shape.devices.min(16.0);
-        // The hour's fixed part: each part read and written, the watermark, the layout,
-        // the late-mark Queries, 59 idle runs of 11 read units each.
-        let reads_fixed = parts + 2.0 + 3.0 + 8.0 + (SEALER_RUNS_AN_HOUR - 1.0) * 11.0;
-        let writes_fixed = parts * (1.0 + 2.0 * m) + 1.0;
+        // The hour's fixed part: each part read and written (compressed, 0.62 WCU a
+        // metric less 0.24, at least 1: 1 at two metrics, 11 to 12 at 19), the
+        // watermark, the layout, the late-mark Queries, 59 idle runs of 12 read units
+        // each.
+        let reads_fixed = parts + 2.0 + 4.0 + 8.0 + (SEALER_RUNS_AN_HOUR - 1.0) * 12.0;
+        let writes_fixed = parts * (0.62 * m - 0.24).max(1.0) + 1.0;
         // Item 9's sealing runs on dynalite: 17.6 ms a device-hour of 360 readings, 6.4
         // of 60: 4.2 ms and 0.037 ms a reading; an idle run taken as 100 ms (not
         // measured).
