@@ -89,7 +89,12 @@ pub(super) fn text(phase: &Result<OneReadingFleet, String>) -> String {
         phase.runs[0].publish_for.as_secs(),
     );
     for (run, f) in phase.runs.iter().zip(&phase.figures) {
-        let per = |x: f64| x / f.sent.max(1) as f64;
+        // A tier with no write prints 0.000, never the -0.000 a difference of equal
+        // counts gives.
+        let per = |x: f64| {
+            let v = x / f.sent.max(1) as f64;
+            if v == 0.0 { 0.0 } else { v }
+        };
         let month = match &price {
             Ok(price) => format!(
                 "${:.2}",
