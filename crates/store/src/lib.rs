@@ -91,6 +91,7 @@ pub mod slab;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 pub mod written;
+pub mod zlib;
 
 pub use batch::{
     BatchReport, BatchTable, BatchWriter, Item, ItemTooLarge, Outcome, Put, Remake, SizedItem,

@@ -45,14 +45,10 @@
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read as _, Write as _};
 use std::ops::Range;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use flate2::Compression;
-use flate2::read::ZlibDecoder;
-use flate2::write::ZlibEncoder;
 use item_size as rule;
 use serde::Deserialize;
 use sharding::key::validate_id;
@@ -235,12 +231,7 @@ fn pack(mut item: Item) -> (Encoded, usize) {
         }
     }
     let text = serde_json::Value::Object(columns).to_string().into_bytes();
-    let mut z = ZlibEncoder::new(Vec::with_capacity(text.len() / 2), Compression::default());
-    // Writing to a vector cannot fail.
-    let packed = z
-        .write_all(&text)
-        .and_then(|()| z.finish())
-        .unwrap_or_default();
+    let packed = crate::zlib::compress(&text);
     item.insert(
         SLAB_ATTRIBUTE.to_owned(),
         AttributeValue::N(SLAB_FORMAT.to_string()),
@@ -290,16 +281,8 @@ fn unpack(mut item: Item) -> Result<Item, String> {
     if let Some(name) = COLUMNS.iter().find(|name| item.contains_key(**name)) {
         return Err(format!("`{name}` outside `{PACKED_ATTRIBUTE}`"));
     }
-    let mut text = Vec::new();
-    ZlibDecoder::new(packed.as_ref())
-        .take(MAX_INFLATED as u64 + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("`{PACKED_ATTRIBUTE}` does not inflate: {e}"))?;
-    if text.len() > MAX_INFLATED {
-        return Err(format!(
-            "`{PACKED_ATTRIBUTE}` inflates to more than {MAX_INFLATED} bytes"
-        ));
-    }
+    let text = crate::zlib::inflate(packed.as_ref(), MAX_INFLATED)
+        .map_err(|e| format!("`{PACKED_ATTRIBUTE}` {e}"))?;
     let columns: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&text)
         .map_err(|e| format!("`{PACKED_ATTRIBUTE}` is not a JSON object: {e}"))?;
     for (name, value) in columns {
@@ -829,11 +812,7 @@ mod tests {
     #[test]
     fn a_packed_item_that_breaks_a_rule_is_refused_whole_naming_it() {
         let item = marshal(&members(), PK_, "s", 0).unwrap().item;
-        let zlib = |text: &[u8]| {
-            let mut z = ZlibEncoder::new(Vec::new(), Compression::default());
-            z.write_all(text).unwrap();
-            AttributeValue::B(Blob::new(z.finish().unwrap()))
-        };
+        let zlib = |text: &[u8]| AttributeValue::B(Blob::new(crate::zlib::compress(text)));
         let bomb = zlib(&vec![b' '; MAX_INFLATED + 1]);
         let broken: [(&str, AttributeValue, &str); 8] = [
             ("z", AttributeValue::S("x".into()), "not binary"),

@@ -212,6 +212,15 @@ fn documented_members() -> ([Reading; 3], String, String, i64) {
     (members, pk, sk, layout.expires_at(window))
 }
 
+/// The readings a valid slab or run item holds.
+fn readings_of(item: store::batch::Item) -> Vec<Reading> {
+    slab::decode(item)
+        .expect("valid")
+        .into_iter()
+        .map(|r| r.into_reading().expect("a reading"))
+        .collect()
+}
+
 /// The vector of docs/formats.md is the slab of its three readings, its columns packed
 /// into `z` as the vector of its columns says, and reads back as them.
 #[test]
@@ -257,12 +266,7 @@ fn the_documented_slab_vector_is_the_slab_of_its_readings() {
         "the columns vector of docs/formats.md is not what the slab's z inflates to"
     );
     item.insert("z".into(), AttributeValue::B(z));
-    let back: Vec<Reading> = slab::decode(item)
-        .expect("valid")
-        .into_iter()
-        .map(|r| r.into_reading().expect("a reading"))
-        .collect();
-    assert_eq!(back, members);
+    assert_eq!(readings_of(item), members);
 }
 
 /// A plain item (format 1, each column an attribute of its own, the vector of
@@ -277,12 +281,7 @@ fn the_documented_plain_slab_reads_back_as_its_readings() {
     let AttributeValue::M(item) = crate::block::attribute(&vector) else {
         panic!("the vector is no item");
     };
-    let back: Vec<Reading> = slab::decode(item)
-        .expect("valid")
-        .into_iter()
-        .map(|r| r.into_reading().expect("a reading"))
-        .collect();
-    assert_eq!(back, members);
+    assert_eq!(readings_of(item), members);
 }
 
 /// A window's marker is its key, `marker` and `ttl` alone: it holds no reading, is no

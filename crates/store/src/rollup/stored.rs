@@ -33,13 +33,9 @@
 //! most a row holds) before anything else.
 
 use std::collections::HashMap;
-use std::io::{Read as _, Write as _};
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use flate2::Compression;
-use flate2::read::ZlibDecoder;
-use flate2::write::ZlibEncoder;
 use sha2::{Digest as _, Sha256};
 
 use super::RollupItem;
@@ -210,25 +206,14 @@ fn packed(body: &str) -> Option<Vec<u8>> {
     if body.len() < PACK_FROM {
         return None;
     }
-    let mut z = ZlibEncoder::new(Vec::with_capacity(body.len() / 3), Compression::default());
-    let packed = z
-        .write_all(body.as_bytes())
-        .and_then(|()| z.finish())
-        .ok()?;
+    let packed = crate::zlib::compress(body.as_bytes());
     (packed.len() < body.len()).then_some(packed)
 }
 
 /// The body a row stored in [`PACKED_BODY`], or why it is none: it must inflate to at
 /// most [`CHUNK_BYTES`] of UTF-8.
 fn unpacked(z: &[u8]) -> Result<String, String> {
-    let mut body = Vec::new();
-    ZlibDecoder::new(z)
-        .take(CHUNK_BYTES as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| format!("does not inflate: {e}"))?;
-    if body.len() > CHUNK_BYTES {
-        return Err(format!("inflates to more than {CHUNK_BYTES} bytes"));
-    }
+    let body = crate::zlib::inflate(z, CHUNK_BYTES)?;
     String::from_utf8(body).map_err(|e| format!("is not UTF-8: {e}"))
 }
 
@@ -400,11 +385,7 @@ mod tests {
             }
             from_attributes(bad).unwrap_err().to_string()
         };
-        let zlib = |bytes: &[u8]| {
-            let mut z = ZlibEncoder::new(Vec::new(), Compression::default());
-            z.write_all(bytes).unwrap();
-            AttributeValue::B(Blob::new(z.finish().unwrap()))
-        };
+        let zlib = |bytes: &[u8]| AttributeValue::B(Blob::new(crate::zlib::compress(bytes)));
         assert!(
             refused(AttributeValue::B(Blob::new(vec![7, 7])), false).contains("does not inflate")
         );
