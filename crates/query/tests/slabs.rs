@@ -16,9 +16,7 @@ use std::time::Duration;
 use query::{QueryService, ServiceConfig};
 use serde_json::Value;
 use sharding::key::{ReadingRef, write_key};
-use sharding::slab::{
-    SlabLayout, Window, group_entity, marker_sk, run_pk, run_sk, slab_pk, slab_sk,
-};
+use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_sk, slab_pk, slab_sk};
 use sharding::time::Timestamp;
 use sharding::written::WriteOrder;
 use store::item::{Reading, ReadingItem};
@@ -76,7 +74,7 @@ fn put(table: &MemoryReadings, mut members: Vec<Reading>, pk: &str, sk: &str) {
 /// Stores the marker of `w`'s compaction in group 0's run partition.
 fn put_marker(table: &MemoryReadings, w: Window) {
     let marker = reading("marker", 0, 0.0, 0);
-    put(table, vec![marker], &run_pk(0, w), &marker_sk(w));
+    put(table, vec![marker], &slabs().run_pk(0, w), &marker_sk(w));
 }
 
 /// Stores `members` as a slab of window `w` on fan-out key `j` of group 0.
@@ -192,7 +190,12 @@ fn put_fixture_runs(table: &MemoryReadings, m: &[String]) {
     let (a, b, dev, d, e) = (&m[0], &m[1], &m[2], &m[3], &m[4]);
     let (w0, w1, w2) = (window(0), window(1), window(2));
     let run = |members, w, first: &str, part| {
-        put(table, members, &run_pk(0, w), &run_sk(first, w, part));
+        put(
+            table,
+            members,
+            &slabs().run_pk(0, w),
+            &run_sk(first, w, part),
+        );
     };
     run(
         vec![
@@ -409,7 +412,12 @@ async fn a_run_partition_is_read_only_until_its_cover_is_done() {
         let w = window(minute);
         for (i, device) in others.iter().chain([&dev]).enumerate() {
             let r = reading(device, minute * 60 + i as i64, i as f64, 0);
-            put(&table, vec![r], &run_pk(0, w), &run_sk(device, w, i as u32));
+            put(
+                &table,
+                vec![r],
+                &slabs().run_pk(0, w),
+                &run_sk(device, w, i as u32),
+            );
         }
         put_marker(&table, w);
     }
@@ -509,7 +517,7 @@ fn written(cadence_s: i64) -> Written {
 fn put_runs(table: &MemoryReadings, mut members: Vec<Reading>, w: Window) {
     members
         .sort_by(|a, b| (&a.device_id, a.ts, &a.event_id).cmp(&(&b.device_id, b.ts, &b.event_id)));
-    let pk = run_pk(0, w);
+    let pk = slabs().run_pk(0, w);
     let most = slabs().max_bytes as usize;
     let longest = run_sk(&"x".repeat(16), w, 0).len();
     let cuts = store::slab::cut(&members, most, (pk.len(), longest)).unwrap();

@@ -16,7 +16,7 @@
 //! caller to read again in smaller ranges. One device's plan is read the same way.
 //!
 //! Where the table's layout has slabs, the hour's one-reading devices' readings are in
-//! its slab groups' run partitions (`r#{group}#{hour}`, docs/design-slabs.md), each a
+//! its slab groups' run partitions (`r#{group}#{span}`, docs/design-slabs.md), each a
 //! stream of the merge beside the hour's own keys ([`ByDevice::with_runs`]). A run
 //! partition lists its items by their first device, and an item holds the devices from
 //! its first on, so its readings are held until no later item can hold their device
@@ -34,7 +34,7 @@ use futures::stream::FuturesUnordered;
 use sharding::by_device;
 use sharding::epoch::TableHistory;
 use sharding::read_plan::{KeyQuery, ReadPlan};
-use sharding::slab::{run_page_bound, run_pk, run_sk_upper};
+use sharding::slab::{run_page_bound, run_sk_upper};
 use sharding::time::TimeRange;
 use store::error::StoreError;
 use store::item::ReadingItem;
@@ -43,7 +43,7 @@ use store::read::{ItemsPage, ItemsRequest, LastKey, Page, PageRequest, ReadingSo
 /// Above every sort key: a sort key starts with a device id, of characters below `~`.
 const SK_TOP: &str = "~";
 
-/// A run partition the merge reads: `r#{group}#{hour}`, in sort-key order, every item
+/// A run partition the merge reads: `r#{group}#{span}`, in sort-key order, every item
 /// or those up to a device's own ([`run_partitions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunPartition {
@@ -54,7 +54,7 @@ pub struct RunPartition {
 
 /// The run partitions of `hour` (epoch ms) under `table`: of every slab group of each
 /// layout with slabs in force over the hour, or, for `device`'s read, of its group, up
-/// to its own items. None where no layout over the hour has slabs.
+/// to its own items; a partition each span of the layout's `run_minutes` in the hour. None where no layout over the hour has slabs.
 pub fn run_partitions(
     table: &TableHistory,
     hour: TimeRange,
@@ -63,18 +63,19 @@ pub fn run_partitions(
     let mut runs: Vec<RunPartition> = Vec::new();
     for (piece, layout) in table.spans(hour) {
         let Some(slabs) = layout.slabs else { continue };
-        let window = slabs.window(piece.from());
         let groups: Vec<u32> = match device {
             Some(device) => vec![slabs.group(device)],
             None => (0..slabs.groups.get()).collect(),
         };
-        for group in groups {
-            let run = RunPartition {
-                pk: run_pk(group, window),
-                sk_at_most: device.map(run_sk_upper),
-            };
-            if !runs.contains(&run) {
-                runs.push(run);
+        for span in slabs.run_spans(piece) {
+            for &group in &groups {
+                let run = RunPartition {
+                    pk: slabs.run_pk(group, span),
+                    sk_at_most: device.map(run_sk_upper),
+                };
+                if !runs.contains(&run) {
+                    runs.push(run);
+                }
             }
         }
     }

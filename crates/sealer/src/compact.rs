@@ -32,7 +32,7 @@
 //!
 //! # The hour seal
 //! An hour whose span meets a layout with slabs has its one-reading devices' readings
-//! in its windows' runs (`r#{group}#{hour}`, read by `crate::by_device`) only once each
+//! in its windows' runs (`r#{group}#{span}`, read by `crate::by_device`) only once each
 //! window is compacted, so it is sealed only once the progress has passed its end, and
 //! a run reports how far compaction got (`CompactionLagSeconds`,
 //! [`crate::metrics_line`]).
@@ -47,7 +47,7 @@ use sharding::backoff::Backoff;
 use sharding::by_device::in_run_order;
 use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
 use sharding::key::ItemKey;
-use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_pk, run_sk, slab_pk};
+use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_sk, slab_pk};
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, Item, Put, SizedItem, WriterConfig};
 use store::directory::ShardReader;
@@ -170,7 +170,7 @@ fn run_items(
     members: &[Reading],
     retention: Duration,
 ) -> Result<Vec<(ItemKey, Encoded)>, SealError> {
-    let pk = run_pk(group, window);
+    let pk = slabs.run_pk(group, window);
     // The longest sort key a run of the window can have: its longest device, and a
     // part no smaller than any (there are fewer parts than members).
     let longest = members

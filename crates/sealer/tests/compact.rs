@@ -153,7 +153,7 @@ mod runs {
     use sealer::{SealError, Sealer, Settings};
     use sharding::epoch::TableHistory;
     use sharding::key::ItemKey;
-    use sharding::slab::{SlabLayout, group_entity, marker_sk, run_pk, slab_pk, slab_sk};
+    use sharding::slab::{SlabLayout, group_entity, marker_sk, slab_pk, slab_sk};
     use sharding::time::Timestamp;
     use sharding::written::WriteOrder;
     use store::batch::{BatchTable, Item};
@@ -288,13 +288,17 @@ mod runs {
         Sealer::new(table, shards, rollups, settings())
     }
 
-    /// Every item of `HOUR`'s run partitions, by key.
+    /// Every item of `HOUR`'s run partitions (each span of it, each group), by key.
     async fn run_items(table: &MemoryReadings) -> BTreeMap<ItemKey, Item> {
-        let window = slabs().window(ts(HOUR));
+        let hour = sharding::time::TimeRange::of_millis(HOUR, HOUR + HOUR_MS).unwrap();
+        let partitions: Vec<String> = slabs()
+            .run_spans(hour)
+            .flat_map(|span| (0..GROUPS).map(move |group| slabs().run_pk(group, span)))
+            .collect();
         let mut items = BTreeMap::new();
-        for group in 0..GROUPS {
+        for pk in partitions {
             let mut request = ItemsRequest {
-                pk: run_pk(group, window),
+                pk,
                 sk_at_most: None,
                 limit: None,
                 ascending: true,
@@ -498,7 +502,7 @@ mod runs {
             let window = slabs().window(ts(HOUR + minute * MINUTE_MS));
             for group in 0..GROUPS {
                 let marker = ItemKey {
-                    pk: run_pk(group, window),
+                    pk: slabs().run_pk(group, window),
                     sk: marker_sk(window),
                 };
                 assert!(want.contains_key(&marker), "{marker:?}");

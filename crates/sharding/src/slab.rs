@@ -31,7 +31,7 @@
 //!
 //! # What a read of one device reads
 //! For the part of a range in windows already compacted, the device's group's run
-//! partition of each hour, newest sort key first from the device's own, until every
+//! partition of each span, newest sort key first from the device's own, until every
 //! window has shown the item holding the device's first readings in it (an item of an
 //! earlier device, or the window's marker: [`RunCover`]). For the windows still open,
 //! the group's slabs of each window, on every fan-out key. Every item is expanded and
@@ -69,6 +69,13 @@ pub const CLOSE_MARGIN: Duration = Duration::from_secs(30);
 pub const DEFAULT_GROUPS: u32 = 8;
 /// A window of one minute (`SLAB_WINDOW_MINUTES`).
 pub const DEFAULT_WINDOW_MINUTES: u32 = 1;
+/// A run partition of 15 minutes (`SLAB_RUN_MINUTES`): a device's read of a few
+/// windows passes the items of the partition's other windows whose first devices fall
+/// between its item and itself, so a shorter partition passes fewer; a read of an hour
+/// reads four partitions, a Query each.
+pub const DEFAULT_RUN_MINUTES: u32 = 15;
+/// The run partition of a layout stored before partitions had their own span: an hour.
+const STORED_RUN_MINUTES: u32 = 60;
 /// Readings at most 30 s old go to slabs (`SLAB_ACCEPT_SECS`): a reading reaches the
 /// ingest a batching window and a few seconds after it is sent, and every second of
 /// acceptance keeps each window open a second longer.
@@ -99,6 +106,15 @@ pub struct SlabLayout {
     pub expiry_hours: u32,
     /// Most bytes of a slab or run item, as the writer sizes it.
     pub max_bytes: u32,
+    /// Minutes of a run partition (a divisor of 60 and a multiple of `window_minutes`):
+    /// the windows whose runs share a partition key. A layout stored without it has an
+    /// hour's, as runs were written before.
+    #[serde(default = "stored_run_minutes")]
+    pub run_minutes: u32,
+}
+
+const fn stored_run_minutes() -> u32 {
+    STORED_RUN_MINUTES
 }
 
 impl Default for SlabLayout {
@@ -109,6 +125,7 @@ impl Default for SlabLayout {
             accept_secs: DEFAULT_ACCEPT_SECS,
             expiry_hours: DEFAULT_EXPIRY_HOURS,
             max_bytes: DEFAULT_MAX_BYTES,
+            run_minutes: DEFAULT_RUN_MINUTES,
         }
     }
 }
@@ -128,6 +145,10 @@ pub enum SlabLayoutError {
     Expiry(u32),
     #[error("slab max_bytes must be 1024..={MAX_ITEM_BYTES}, got {0}")]
     Bytes(u32),
+    #[error(
+        "slab run_minutes must divide an hour and be a multiple of window_minutes ({window}), got {run}"
+    )]
+    Runs { run: u32, window: u32 },
 }
 
 impl SlabLayout {
@@ -144,6 +165,15 @@ impl SlabLayout {
         }
         if !(1_024..=MAX_ITEM_BYTES).contains(&self.max_bytes) {
             return Err(SlabLayoutError::Bytes(self.max_bytes));
+        }
+        if self.run_minutes == 0
+            || 60 % self.run_minutes != 0
+            || !self.run_minutes.is_multiple_of(self.window_minutes)
+        {
+            return Err(SlabLayoutError::Runs {
+                run: self.run_minutes,
+                window: self.window_minutes,
+            });
         }
         Ok(self)
     }
@@ -164,6 +194,26 @@ impl SlabLayout {
     #[must_use]
     pub fn run_page_items(&self) -> u32 {
         (4_096 / self.max_bytes.max(1)).max(1)
+    }
+
+    /// The partition key of `group`'s runs of `window`: `r#{group}#{span}`, the span of
+    /// [`Self::run_minutes`] holding the window, named by its hour when it is one
+    /// (`r#3#2026-06-22T01`, as every run partition was before spans), by its first
+    /// minute otherwise (`r#3#2026-06-22T01:15`).
+    #[must_use]
+    pub fn run_pk(&self, group: u32, window: Window) -> String {
+        let span = Window::holding_ms(window.start_ms(), self.run_minutes);
+        let label = if self.run_minutes == 60 {
+            span.hour_label()
+        } else {
+            span.label()
+        };
+        format!("{RUN_PREFIX}{group}#{label}")
+    }
+
+    /// The run partitions' spans overlapping `range`, in order: a window of each.
+    pub fn run_spans(&self, range: TimeRange) -> impl Iterator<Item = Window> {
+        Window::covering(range, self.run_minutes)
     }
 
     /// The window holding `ts`.
@@ -360,12 +410,6 @@ pub fn fanout_key(sk: &str, k: u32) -> u32 {
     crate::hash::shard_index(sk, NonZeroU32::new(k).unwrap_or(NonZeroU32::MIN))
 }
 
-/// A run's partition key: its group and the hour of its window.
-#[must_use]
-pub fn run_pk(group: u32, window: Window) -> String {
-    format!("{RUN_PREFIX}{group}#{}", window.hour_label())
-}
-
 /// A run's sort key: its first member's device, its window and its part (the run's
 /// place among the window's runs of the group, from 0).
 #[must_use]
@@ -461,7 +505,7 @@ pub fn plan_device(
     let mut queries: Vec<SlabQuery> = Vec::new();
     for window in Window::covering(range, layout.window_minutes) {
         if window.end() <= compacted_to {
-            let pk = run_pk(group, window);
+            let pk = layout.run_pk(group, window);
             match queries.last_mut() {
                 Some(SlabQuery::Runs {
                     pk: last, windows, ..
@@ -579,6 +623,30 @@ mod tests {
         assert!(bad(|l| l.accept_secs = 0).contains("accept_secs"));
         assert!(bad(|l| l.expiry_hours = 1).contains("expiry_hours"));
         assert!(bad(|l| l.max_bytes = 512).contains("max_bytes"));
+        assert!(bad(|l| l.run_minutes = 7).contains("run_minutes"));
+        assert!(bad(|l| l.run_minutes = 0).contains("run_minutes"));
+        assert!(
+            bad(|l| {
+                l.window_minutes = 10;
+                l.run_minutes = 15;
+            })
+            .contains("multiple of window_minutes (10)")
+        );
+    }
+
+    #[test]
+    fn a_layout_stored_before_run_spans_keeps_its_hour_partitions() {
+        let stored = r#"{"groups":8,"window_minutes":1,"accept_secs":30,"expiry_hours":48,"max_bytes":1024}"#;
+        let old: SlabLayout = serde_json::from_str(stored).unwrap();
+        assert_eq!(old.run_minutes, 60);
+        let w = old.window(ts("2026-06-22T01:35:00Z"));
+        assert_eq!(old.run_pk(3, w), "r#3#2026-06-22T01");
+        // A new layout's partitions are its spans of 15 minutes, and it reads back as
+        // it was written.
+        let new = layout();
+        assert_eq!(new.run_pk(3, w), "r#3#2026-06-22T01:30");
+        let back: SlabLayout = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
     }
 
     #[test]
@@ -664,7 +732,7 @@ mod tests {
         let w = layout().window(ts("2026-06-22T01:05:00Z"));
         assert_eq!(slab_pk(3, 0, w), "s#3#2026-06-22T01:05");
         assert_eq!(slab_pk(3, 2, w), "s#3.2#2026-06-22T01:05");
-        assert_eq!(run_pk(3, w), "r#3#2026-06-22T01");
+        assert_eq!(layout().run_pk(3, w), "r#3#2026-06-22T01:00");
         assert_eq!(run_sk("sensor-7", w, 2), "sensor-7#2026-06-22T01:05#0002");
         assert_eq!(marker_sk(w), "#2026-06-22T01:05");
         assert_eq!(
@@ -752,13 +820,13 @@ mod tests {
             plan,
             vec![
                 SlabQuery::Runs {
-                    pk: format!("r#{g}#2026-06-22T00"),
+                    pk: format!("r#{g}#2026-06-22T00:45"),
                     sk_upper: "sensor-7#~".into(),
                     windows: vec![w("2026-06-22T00:50:00Z"), w("2026-06-22T00:55:00Z")],
                     page_items: 4,
                 },
                 SlabQuery::Runs {
-                    pk: format!("r#{g}#2026-06-22T01"),
+                    pk: format!("r#{g}#2026-06-22T01:00"),
                     sk_upper: "sensor-7#~".into(),
                     windows: vec![w("2026-06-22T01:00:00Z")],
                     page_items: 4,

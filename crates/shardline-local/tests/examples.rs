@@ -214,7 +214,7 @@ async fn put_slab_and_marker(stack: &TestStack) -> Result<()> {
     );
     let slab = store::slab::marshal(&members, &pk, &sk, layout.expires_at(window))?;
     let marker = store::slab::marker(
-        &sharding::slab::run_pk(3, window),
+        &layout.run_pk(3, window),
         &sharding::slab::marker_sk(window),
         layout.expires_at(window),
     );

@@ -11,7 +11,8 @@ use anyhow::Context as _;
 use clap::Args;
 use sharding::layout::Layout;
 use sharding::slab::{
-    DEFAULT_ACCEPT_SECS, DEFAULT_EXPIRY_HOURS, DEFAULT_GROUPS, DEFAULT_WINDOW_MINUTES, SlabLayout,
+    DEFAULT_ACCEPT_SECS, DEFAULT_EXPIRY_HOURS, DEFAULT_GROUPS, DEFAULT_RUN_MINUTES,
+    DEFAULT_WINDOW_MINUTES, SlabLayout,
 };
 
 use crate::blocks::switch;
@@ -37,6 +38,10 @@ pub struct SlabsArgs {
     /// Hours after its window that a slab expires (compaction lag must stay under half).
     #[arg(long, default_value_t = DEFAULT_EXPIRY_HOURS)]
     pub expiry_hours: u32,
+    /// Minutes of a run partition (a divisor of 60, a multiple of the window): a
+    /// device's read of a few windows passes the partition's other windows' items.
+    #[arg(long, default_value_t = DEFAULT_RUN_MINUTES)]
+    pub run_minutes: u32,
     /// Schedule the layout even when the stack's sealer cannot read it.
     #[arg(long)]
     pub without_sealing: bool,
@@ -67,6 +72,7 @@ pub fn slab_layout(args: &SlabsArgs) -> anyhow::Result<SlabLayout> {
         window_minutes: args.window_minutes,
         accept_secs: args.accept_secs,
         expiry_hours: args.expiry_hours,
+        run_minutes: args.run_minutes,
         ..SlabLayout::default()
     }
     .checked()

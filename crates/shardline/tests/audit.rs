@@ -466,7 +466,7 @@ async fn a_table_scan_counts_readings_a_block_holds_again() {
 /// from once, and a reading in a run and in its device's own item twice.
 #[tokio::test]
 async fn a_table_scan_counts_copies_in_slabs_but_not_a_runs_slabs() {
-    use sharding::slab::{SlabLayout, run_pk, run_sk, slab_pk};
+    use sharding::slab::{SlabLayout, run_sk, slab_pk};
     let layout = SlabLayout::default();
     let reading = |device: &str, event: &str, secs: u64| {
         let mut r = stored_reading("1#2026-06-22T10", event)
@@ -501,7 +501,7 @@ async fn a_table_scan_counts_copies_in_slabs_but_not_a_runs_slabs() {
         "d",
         std::slice::from_ref(&d1e2),
     ));
-    let run_key = (run_pk(0, compacted), run_sk("dev-1", compacted, 0));
+    let run_key = (layout.run_pk(0, compacted), run_sk("dev-1", compacted, 0));
     table.put(slab_item(&run_key.0, &run_key.1, &[d1e2, d2e2.clone()]));
     let own = ItemKey {
         pk: "2#2026-06-22T10".into(),

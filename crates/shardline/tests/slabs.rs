@@ -48,6 +48,7 @@ async fn switches_slabs_by_an_epoch_after_the_margin_once() -> Result<()> {
     let slabs = epochs[1].value.slabs.expect("slabs in the new epoch");
     assert_eq!(slabs.groups.get(), 16);
     assert_eq!(slabs.window_minutes, sharding::slab::DEFAULT_WINDOW_MINUTES);
+    assert_eq!(slabs.run_minutes, sharding::slab::DEFAULT_RUN_MINUTES);
     // The switch changes nothing else of the layout.
     assert_eq!(epochs[1].value.blocks, epochs[0].value.blocks);
     let now = store::clock::wall_clock()?;
@@ -66,12 +67,15 @@ async fn switches_slabs_by_an_epoch_after_the_margin_once() -> Result<()> {
     for bad in [
         &["on", "--window-minutes", "7"][..],
         &["on", "--groups", "0"],
+        &["on", "--run-minutes", "7"],
     ] {
         let out = shardline(bad, &env_file)?;
         assert!(!out.status.success(), "{bad:?} was taken");
         let said = text(&out.stderr);
         assert!(
-            said.contains("window_minutes") || said.contains("--groups"),
+            said.contains("window_minutes")
+                || said.contains("--groups")
+                || said.contains("run_minutes"),
             "{said}"
         );
     }

@@ -295,8 +295,8 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
     })
 }
 
-/// The slab layout of `SLAB_GROUPS`, `SLAB_WINDOW_MINUTES`, `SLAB_ACCEPT_SECS` and
-/// `SLAB_EXPIRY_HOURS` (`sharding::slab`).
+/// The slab layout of `SLAB_GROUPS`, `SLAB_WINDOW_MINUTES`, `SLAB_ACCEPT_SECS`,
+/// `SLAB_EXPIRY_HOURS` and `SLAB_RUN_MINUTES` (`sharding::slab`).
 fn slab_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<SlabLayout, ConfigError> {
     let groups = env.parse_or(
         "SLAB_GROUPS",
@@ -312,6 +312,7 @@ fn slab_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<SlabLayou
         )?,
         accept_secs: env.parse_or("SLAB_ACCEPT_SECS", slab::DEFAULT_ACCEPT_SECS, "seconds")?,
         expiry_hours: env.parse_or("SLAB_EXPIRY_HOURS", slab::DEFAULT_EXPIRY_HOURS, "hours")?,
+        run_minutes: env.parse_or("SLAB_RUN_MINUTES", slab::DEFAULT_RUN_MINUTES, "minutes")?,
         ..SlabLayout::default()
     };
     layout

@@ -203,7 +203,7 @@ pub fn price(
     let window_secs = f64::from(layout.window_minutes) * 60.0;
     let run_readings = (shape.devices * window_secs / shape.interval_secs / g).ceil() as usize;
     let device_a_window = (window_secs / shape.interval_secs).ceil().max(1.0) as usize;
-    let run_pk = slab::run_pk(group, window);
+    let run_pk = layout.run_pk(group, window);
     let run_key = |device: &str, part: usize| {
         let part = u32::try_from(part).unwrap_or(u32::MAX);
         (run_pk.clone(), slab::run_sk(device, window, part))
