@@ -279,6 +279,83 @@ async fn s64_a_slab_whose_answer_was_lost_is_written_again_whole_and_read_once()
     }
 }
 
+/// A batch that sends little a group: the groups whose slab of the window would fill
+/// under half an item write one shared slab of them all, in the window's shared
+/// partition, so a few write units carry every thin group's readings rather than one
+/// each; a group whose share fills half an item keeps its own slabs. A layout that
+/// shares no slab (`SLAB_SHARED=off`) writes a slab a group.
+#[tokio::test(start_paused = true)]
+async fn thin_groups_of_a_window_share_a_slab_and_a_full_group_keeps_its_own() {
+    let layout = SlabLayout::default();
+    // 40 meters over every group (a few readings a group), 100 devices of group 0.
+    let mut devices = meters(40);
+    devices.extend(
+        (0..)
+            .map(|i| format!("zero-{i:05}"))
+            .filter(|d| layout.group(d) == 0)
+            .take(100),
+    );
+    let ev = one_reading_each(&devices, 5, 1);
+    let written = |vars: &[(&str, &str)]| {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let ev = ev.clone();
+        async move {
+            let fx = Fixture::new();
+            let rollups = progressed().await;
+            let vars: Vec<(&str, &str)> =
+                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let report = service(&fx, &rollups, &vars)
+                .process(&ev, now(), deadline(), &mut rng())
+                .await;
+            all_written(&report);
+            fx
+        }
+    };
+    let fx = written(&[]).await;
+    let held = in_slabs(&fx);
+    assert_eq!(held.len(), 140, "each reading stored");
+    let thin: std::collections::BTreeSet<u32> = meters(40)
+        .iter()
+        .map(|d| layout.group(d))
+        .filter(|&g| g != 0)
+        .collect();
+    assert!(thin.len() >= 2, "{thin:?}");
+    for (id, copies) in &held {
+        assert_eq!(copies.len(), 1, "{id:?} held once");
+        let group = layout.group(&id.0);
+        let pk = &copies[0].pk;
+        if group == 0 {
+            assert!(pk.starts_with("s#0#"), "{id:?} of the full group in {pk}");
+        } else {
+            assert!(pk.starts_with("s#*#"), "{id:?} of a thin group in {pk}");
+        }
+    }
+    let shared: Vec<ItemKey> = slab_items(&fx)
+        .into_keys()
+        .filter(|k| k.pk.starts_with("s#*#"))
+        .collect();
+    assert!(
+        !shared.is_empty() && shared.len() < thin.len(),
+        "{} shared slabs for {} thin groups",
+        shared.len(),
+        thin.len()
+    );
+    // The same batch again makes the same slabs.
+    assert_eq!(slab_items(&written(&[]).await), slab_items(&fx));
+    // Without shared slabs, a slab a group (and more of them).
+    let alone = written(&[("SLAB_SHARED", "off")]).await;
+    let held = in_slabs(&alone);
+    assert_eq!(held.len(), 140);
+    for (id, copies) in &held {
+        let group = layout.group(&id.0);
+        assert!(copies[0].pk.starts_with(&format!("s#{group}#")), "{id:?}");
+    }
+    assert!(slab_items(&alone).len() > slab_items(&fx).len());
+}
+
 /// Devices of slab group 0.
 fn group_zero(n: usize) -> Vec<String> {
     let layout = SlabLayout::default();
@@ -346,6 +423,47 @@ async fn s65_a_hot_slab_group_is_raised_and_spread_over_its_fanout_keys() {
         "the busiest key takes {busiest} write units/s"
     );
     assert_eq!(in_slabs(&fx).len(), 3_000);
+}
+
+/// Scenario 65, of the shared slabs: a burst of thin groups' readings beyond a key's
+/// 1,000 write units a second raises the shared partition's fan-out (`s#*`) as a hot
+/// group's is, and its slabs take the raised keys.
+#[tokio::test(start_paused = true)]
+async fn s65_a_hot_shared_partition_is_raised_as_a_hot_group_is() {
+    let fx = Fixture::new();
+    let rollups = progressed().await;
+    // 48 one-reading messages over every group (each group's slab far under half an
+    // item), all sent in the same millisecond: a full batch, cut by its size.
+    let ev = one_reading_each(&meters(48), 5, 0);
+    let report = service(&fx, &rollups, &[("BATCH_SIZE", "48")])
+        .process(&ev, now(), deadline(), &mut rng())
+        .await;
+    all_written(&report);
+    assert!(
+        report.writes.throttles.is_empty(),
+        "{:?}",
+        report.writes.throttles
+    );
+    let items = slab_items(&fx);
+    assert!(
+        items.keys().all(|k| k.pk.starts_with("s#*")),
+        "{:?}",
+        items.keys()
+    );
+    let meta = fx
+        .shards
+        .entity(sharding::slab::SHARED_ENTITY)
+        .expect("the shared partition raised");
+    assert!(meta.number_of_shards > 1, "{meta:?}");
+    assert_eq!(report.fanout_raises, 1);
+    let window = SlabLayout::default().window(at(-5));
+    let k = meta.number_of_shards;
+    assert!(
+        items
+            .keys()
+            .all(|key| (0..k).any(|j| key.pk == sharding::slab::SlabOwner::Shared.pk(j, window)))
+    );
+    assert_eq!(in_slabs(&fx).len(), 48);
 }
 
 /// Scenario 63: with compaction lagging past `SlabLayout::fallback_lag` (24 h at the

@@ -26,7 +26,7 @@
 use std::collections::BTreeSet;
 
 use sharding::epoch::TableHistory;
-use sharding::slab::{RunCover, SlabLayout, SlabQuery, Take, Window, plan_device};
+use sharding::slab::{RunCover, SlabLayout, SlabOwner, SlabQuery, Take, Window, plan_device};
 use sharding::time::{TimeRange, Timestamp};
 use store::error::StoreError;
 use store::item::ReadingItem;
@@ -54,17 +54,19 @@ pub fn slab_epochs(table: &TableHistory, range: TimeRange) -> Vec<(TimeRange, Sl
         .collect()
 }
 
-/// The slab groups of `device` over `range`: one per slab layout in force over it.
-pub fn groups(table: &TableHistory, device: &str, range: TimeRange) -> BTreeSet<u32> {
+/// The slab partitions `device`'s readings over `range` can be in: its group's of each
+/// slab layout in force over it, and the shared one where a layout shares slabs.
+pub fn owners(table: &TableHistory, device: &str, range: TimeRange) -> BTreeSet<SlabOwner> {
     slab_epochs(table, range)
         .iter()
-        .map(|(_, slabs)| slabs.group(device))
+        .flat_map(|(_, slabs)| slabs.owners(slabs.group(device)))
         .collect()
 }
 
 /// The slab and run streams of `device`'s read of `range` under `table`: for every
 /// epoch whose layout has slabs, its group's runs for the windows `compacted` holds,
-/// its slabs for the others, on each of the `fanout(group, window)` keys of the group.
+/// its group's slabs and the shared ones for the others, on each of the
+/// `fanout(owner, window)` keys of each.
 /// Runs are trusted only inside the compacted span: a window before its first one is
 /// read from its slabs. No progress (`None`): slabs everywhere.
 pub fn streams(
@@ -72,11 +74,10 @@ pub fn streams(
     device: &str,
     range: TimeRange,
     compacted: Option<Compacted>,
-    fanout: impl Fn(u32, Window) -> u32,
+    fanout: impl Fn(SlabOwner, Window) -> u32,
 ) -> Vec<StreamSpec> {
     let mut specs = Vec::new();
     for (piece, slabs) in slab_epochs(table, range) {
-        let group = slabs.group(device);
         let (from, to) = piece.as_millis();
         // Where runs may be read: [from_ms, to_ms) of the progress, at whole windows.
         let (runs_from, runs_to) = compacted.map_or((to, to), |c| (c.from_ms, c.to_ms));
@@ -86,7 +87,7 @@ pub fn streams(
             let Ok(part) = TimeRange::of_millis(lo, hi) else {
                 continue;
             };
-            let queries = plan_device(&slabs, device, part, compacted_to, |w| fanout(group, w));
+            let queries = plan_device(&slabs, device, part, compacted_to, &fanout);
             specs.extend(
                 queries
                     .into_iter()

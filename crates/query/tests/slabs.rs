@@ -16,7 +16,7 @@ use std::time::Duration;
 use query::{QueryService, ServiceConfig};
 use serde_json::Value;
 use sharding::key::{ReadingRef, write_key};
-use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_sk, slab_pk, slab_sk};
+use sharding::slab::{SlabLayout, SlabOwner, Window, group_entity, marker_sk, run_sk, slab_sk};
 use sharding::time::Timestamp;
 use sharding::written::WriteOrder;
 use store::item::{Reading, ReadingItem};
@@ -79,12 +79,17 @@ fn put_marker(table: &MemoryReadings, w: Window) {
 
 /// Stores `members` as a slab of window `w` on fan-out key `j` of group 0.
 fn put_slab(table: &MemoryReadings, members: Vec<Reading>, j: u32, w: Window) {
+    put_slab_of(table, SlabOwner::Group(0), members, j, w);
+}
+
+/// Stores `members` as a slab of window `w` on fan-out key `j` of `owner`'s partition.
+fn put_slab_of(table: &MemoryReadings, owner: SlabOwner, members: Vec<Reading>, j: u32, w: Window) {
     let sk = slab_sk(
         members
             .iter()
             .map(|r| (r.device_id.as_str(), r.ts.as_millis(), r.event_id.as_str())),
     );
-    put(table, members, &slab_pk(0, j, w), &sk);
+    put(table, members, &owner.pk(j, w), &sk);
 }
 
 /// Stores `r` as its device's own item, under the key a writer at its time gives it.
@@ -117,8 +122,11 @@ struct Fixture {
 /// - window 2: `DEV#w2#0000` (125 s, 130 s, and E's): nothing before it in the window,
 ///   so its marker ends the cover; every window compacted has its marker;
 /// - window 3 (open): a slab on key 0 (A, and 190 s written first) and one on key 1 (190 s
-///   again, written later with another value, and 200 s): the group's fan-out is 2;
-/// - window 4 (open): a slab holding B and 290 s, the device's newest reading.
+///   again, written later with another value, and 200 s): the group's fan-out is 2; a
+///   shared slab (of the window's thin groups) holding 195 s, 200 s again, and a device
+///   of another group's reading;
+/// - window 4 (open): a shared slab holding B, 290 s (the device's newest reading), and
+///   another group's device's.
 async fn fixture() -> Fixture {
     let m = mates();
     let (a, b, dev) = (&m[0], &m[1], &m[2]);
@@ -152,9 +160,29 @@ async fn fixture() -> Fixture {
         1,
         w3,
     );
-    put_slab(
+    let stranger = (0..1_000)
+        .map(|i| format!("dev-{i:03}"))
+        .find(|d| slabs().group(d) != 0)
+        .unwrap();
+    put_slab_of(
         &table,
-        vec![reading(b, 245, 0.0, 0), reading(dev, 290, 13.0, 0)],
+        SlabOwner::Shared,
+        vec![
+            reading(dev, 195, 9.5, 0),
+            reading(dev, 200, 10.0, 0),
+            reading(&stranger, 196, 0.0, 0),
+        ],
+        0,
+        w3,
+    );
+    put_slab_of(
+        &table,
+        SlabOwner::Shared,
+        vec![
+            reading(b, 245, 0.0, 0),
+            reading(dev, 290, 13.0, 0),
+            reading(&stranger, 291, 0.0, 0),
+        ],
         0,
         w4,
     );
@@ -178,6 +206,7 @@ async fn fixture() -> Fixture {
             (125, 6.0),
             (130, 7.0),
             (190, 9.0),
+            (195, 9.5),
             (200, 10.0),
             (225, 12.0),
             (290, 13.0),
@@ -311,8 +340,8 @@ async fn the_range_read_answers_own_run_and_slab_readings_once_in_order_across_p
 async fn a_small_budget_ends_pages_early_with_cursors_and_loses_no_slab_reading() {
     let f = fixture().await;
     let mut config = ServiceConfig::new(key());
-    // The compaction progress, and nine Queries: one for each partition of the plan,
-    // none for the run partition's second page.
+    // The compaction progress, and nine Queries: fewer than the plan's partitions (its
+    // own keys, the run partition, each open window's group and shared slabs).
     config.budget.queries = 10;
     config.concurrency = 1;
     let svc = service_of(&f, config);
@@ -340,8 +369,8 @@ async fn a_point_read_finds_a_reading_in_a_run_and_in_a_slab() {
     let f = fixture().await;
     let svc = service(&f);
     // In the run item of another device's first readings, in the device's own run item,
-    // in a slab, in two slabs (the copy written last).
-    for (at_s, value) in [(20, 3.0), (40, 5.0), (200, 10.0), (190, 9.0)] {
+    // in a slab, in two slabs (the copy written last), in a shared slab.
+    for (at_s, value) in [(20, 3.0), (40, 5.0), (200, 10.0), (190, 9.0), (195, 9.5)] {
         let path = format!("/devices/{}/readings/e{at_s}", f.device);
         let (status, body) = get(&svc, &path, &format!("ts={}", BASE_MS + at_s * SECOND)).await;
         assert_eq!(status, 200, "{at_s}: {body}");

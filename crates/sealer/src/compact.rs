@@ -11,8 +11,10 @@
 //! each slab group, every slab of the window is read, on every fan-out key the group
 //! can have written it under (the most its shard-directory entry,
 //! `sharding::slab::group_entity`, had from the window's start to the key rule's
-//! horizon after its end, as every reader of slabs reads them), strongly consistent;
-//! every copy of a reading kept once, the one written last; the readings put in run
+//! horizon after its end, as every reader of slabs reads them), strongly consistent,
+//! with the group's readings of the window's shared slabs (where the layout shares
+//! slabs: the shared partition is read once, likewise, and its readings split by
+//! group); every copy of a reading kept once, the one written last; the readings put in run
 //! order and cut into run items (`store::slab::cut`, `store::slab::marshal`), each
 //! expiring the table's retention after its last reading, as blocks do; then the
 //! window's marker of the group; then the fleet's fresh minute of the window
@@ -47,7 +49,7 @@ use sharding::backoff::Backoff;
 use sharding::by_device::in_run_order;
 use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
 use sharding::key::ItemKey;
-use sharding::slab::{SlabLayout, Window, group_entity, marker_sk, run_sk, slab_pk};
+use sharding::slab::{SlabLayout, SlabOwner, Window, marker_sk, run_sk};
 use sharding::time::Timestamp;
 use store::batch::{BatchTable, BatchWriter, Item, Put, SizedItem, WriterConfig};
 use store::directory::ShardReader;
@@ -216,6 +218,32 @@ struct GroupWindow {
     last_seen: BTreeMap<String, i64>,
 }
 
+/// `group`'s readings of `window`, read from its slabs and the shared ones, each once
+/// (the copy written last), in run order. A reading outside the window, which no slab
+/// of the ingest holds, is left out: a run holds its window's readings alone.
+fn window_readings(
+    group: u32,
+    window: Window,
+    mut readings: Vec<ReadingItem>,
+) -> Result<Vec<Reading>, SealError> {
+    let (from, to) = (window.start_ms(), window.end_ms());
+    let all = readings.len();
+    readings.retain(|r| (from..to).contains(&r.ts_ms));
+    if readings.len() < all {
+        tracing::warn!(
+            group,
+            window = %window.label(),
+            left_out = all - readings.len(),
+            "slab readings outside their window"
+        );
+    }
+    in_run_order(&mut readings);
+    Ok(readings
+        .into_iter()
+        .map(ReadingItem::into_reading)
+        .collect::<Result<_, _>>()?)
+}
+
 /// The cells of `members`, readings of one window each once in run order: every
 /// reading's metrics, and the distinct devices that sent them.
 fn cells_of(members: &[Reading]) -> Cells {
@@ -287,7 +315,7 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
         };
         let from_ms = started.from_ms;
         let mut at = started.to_ms;
-        let mut fanouts: Vec<(u32, FanoutHistory)> = Vec::new();
+        let mut fanouts: Vec<(SlabOwner, FanoutHistory)> = Vec::new();
         while let Some(step) = next_step(history, at, now, ingest_timeout) {
             if past(deadline) {
                 break;
@@ -295,10 +323,15 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
             let to_ms = match step {
                 Step::Skip(to_ms) => to_ms,
                 Step::Window(slabs, window) => {
-                    for group in 0..slabs.groups.get() {
-                        if !fanouts.iter().any(|(g, _)| *g == group) {
-                            let history = self.directory.fanout(&group_entity(group), now).await?;
-                            fanouts.push((group, history));
+                    let mut owners: Vec<SlabOwner> =
+                        (0..slabs.groups.get()).map(SlabOwner::Group).collect();
+                    if slabs.shared_slabs {
+                        owners.push(SlabOwner::Shared);
+                    }
+                    for owner in owners {
+                        if !fanouts.iter().any(|(o, _)| *o == owner) {
+                            let history = self.directory.fanout(&owner.entity(), now).await?;
+                            fanouts.push((owner, history));
                         }
                     }
                     self.compact_window(&slabs, window, &fanouts).await?;
@@ -321,15 +354,30 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
         &self,
         slabs: &SlabLayout,
         window: Window,
-        fanouts: &[(u32, FanoutHistory)],
+        fanouts: &[(SlabOwner, FanoutHistory)],
     ) -> Result<(), SealError> {
+        let fanout = |owner: SlabOwner| {
+            fanouts
+                .iter()
+                .find(|(o, _)| *o == owner)
+                .map_or(1, |(_, history)| fanout_of(history, window))
+        };
+        // The shared slabs' readings, each in its device's group.
+        let mut shared: BTreeMap<u32, Vec<ReadingItem>> = BTreeMap::new();
+        if slabs.shared_slabs {
+            let owner = SlabOwner::Shared;
+            for reading in self.slab_items(owner, fanout(owner), window).await? {
+                shared
+                    .entry(slabs.group(&reading.device_id))
+                    .or_default()
+                    .push(reading);
+            }
+        }
         let reads: Vec<_> = (0..slabs.groups.get())
             .map(|group| {
-                let fanout = fanouts
-                    .iter()
-                    .find(|(g, _)| *g == group)
-                    .map_or(1, |(_, history)| fanout_of(history, window));
-                self.group_items(slabs, group, fanout, window)
+                let owner = SlabOwner::Group(group);
+                let of_shared = shared.remove(&group).unwrap_or_default();
+                self.group_items(slabs, group, (fanout(owner), of_shared), window)
             })
             .collect();
         let groups: Vec<GroupWindow> = futures::stream::iter(reads)
@@ -405,16 +453,21 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
     }
 
     /// The run items and marker of `group`'s readings of `window`, its slabs on `fanout`
-    /// keys, with the cells of those readings (a group's devices are its own, so the
-    /// groups' device counts add up) and each device's newest.
+    /// keys and its readings of the shared slabs (`shared`), with the cells of those
+    /// readings (a group's devices are its own, so the groups' device counts add up)
+    /// and each device's newest.
     async fn group_items(
         &self,
         slabs: &SlabLayout,
         group: u32,
-        fanout: u32,
+        (fanout, shared): (u32, Vec<ReadingItem>),
         window: Window,
     ) -> Result<GroupWindow, SealError> {
-        let members = self.window_readings(group, fanout, window).await?;
+        let mut readings = self
+            .slab_items(SlabOwner::Group(group), fanout, window)
+            .await?;
+        readings.extend(shared);
+        let members = window_readings(group, window, readings)?;
         let items = run_items(slabs, group, window, &members, self.settings.retention)?;
         // In run order: a device's newest reading is its last.
         let mut last_seen: BTreeMap<String, i64> = BTreeMap::new();
@@ -428,19 +481,18 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
         })
     }
 
-    /// Every reading of `group`'s slabs of `window` on its `fanout` keys, each once (the
-    /// copy written last), in run order. A reading outside the window, which no slab
-    /// of the ingest holds, is left out: a run holds its window's readings alone.
-    async fn window_readings(
+    /// Every reading of `owner`'s slabs of `window` on its `fanout` keys, as stored
+    /// (copies and all), read strongly consistent.
+    async fn slab_items(
         &self,
-        group: u32,
+        owner: SlabOwner,
         fanout: u32,
         window: Window,
-    ) -> Result<Vec<Reading>, SealError> {
+    ) -> Result<Vec<ReadingItem>, SealError> {
         let mut readings: Vec<ReadingItem> = Vec::new();
         for j in 0..fanout {
             let mut request = ItemsRequest {
-                pk: slab_pk(group, j, window),
+                pk: owner.pk(j, window),
                 sk_at_most: None,
                 limit: None,
                 ascending: true,
@@ -458,22 +510,7 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
                 }
             }
         }
-        let (from, to) = (window.start_ms(), window.end_ms());
-        let all = readings.len();
-        readings.retain(|r| (from..to).contains(&r.ts_ms));
-        if readings.len() < all {
-            tracing::warn!(
-                group,
-                window = %window.label(),
-                left_out = all - readings.len(),
-                "slab readings outside their window"
-            );
-        }
-        in_run_order(&mut readings);
-        Ok(readings
-            .into_iter()
-            .map(ReadingItem::into_reading)
-            .collect::<Result<_, _>>()?)
+        Ok(readings)
     }
 
     /// Puts `items` unconditionally, through the batch writer.

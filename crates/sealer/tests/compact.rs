@@ -153,7 +153,7 @@ mod runs {
     use sealer::{SealError, Sealer, Settings};
     use sharding::epoch::TableHistory;
     use sharding::key::ItemKey;
-    use sharding::slab::{SlabLayout, group_entity, marker_sk, slab_pk, slab_sk};
+    use sharding::slab::{SHARED_ENTITY, SlabLayout, SlabOwner, group_entity, marker_sk, slab_sk};
     use sharding::time::Timestamp;
     use sharding::written::WriteOrder;
     use store::batch::{BatchTable, Item};
@@ -227,13 +227,20 @@ mod runs {
 
     /// Writes `members` (of one group and window) as the ingest does: one slab, on the
     /// group's fan-out key `j`, its sort key their identities.
-    fn put_slab(table: &MemoryReadings, j: u32, mut members: Vec<Reading>) {
+    fn put_slab(table: &MemoryReadings, j: u32, members: Vec<Reading>) {
+        let layout = slabs();
+        let owner = SlabOwner::Group(layout.group(&members[0].device_id));
+        put_slab_of(table, owner, j, members);
+    }
+
+    /// Writes `members` as one slab of `owner`'s partition, on its fan-out key `j`.
+    fn put_slab_of(table: &MemoryReadings, owner: SlabOwner, j: u32, mut members: Vec<Reading>) {
         members.sort_by(|a, b| {
             (&a.device_id, a.ts, &a.event_id).cmp(&(&b.device_id, b.ts, &b.event_id))
         });
         let layout = slabs();
         let window = layout.window(members[0].ts);
-        let pk = slab_pk(layout.group(&members[0].device_id), j, window);
+        let pk = owner.pk(j, window);
         let sk = slab_sk(
             members
                 .iter()
@@ -884,6 +891,58 @@ mod runs {
         );
         let (copies, b) = &held[&(devices[1].clone(), at, "b".to_owned())];
         assert_eq!((*copies, b.written), (1, WriteOrder(2)));
+    }
+
+    #[tokio::test]
+    async fn the_shared_slabs_readings_are_in_their_groups_runs_once_as_written_last() {
+        // The shared partition's fan-out is 2 from before the hour: its slabs are on two
+        // keys. Devices of both groups share its slabs; one reading is also in its
+        // group's own slab, written earlier (a redelivery the ingest cut otherwise).
+        let layout = slabs();
+        let of = |g: u32| -> Vec<String> {
+            (0..40)
+                .map(device)
+                .filter(|d| layout.group(d) == g)
+                .take(2)
+                .collect()
+        };
+        let (zero, one) = (of(0), of(1));
+        let fanout = fanout_history(vec![(HOUR - HOUR_MS, 2)]);
+        let shards =
+            std::sync::Arc::new(shard_table(history(), [(SHARED_ENTITY.to_owned(), fanout)]));
+        let at = HOUR + 10_000;
+        let a = reading(&zero[0], "a", at, 1);
+        let b = |written| reading(&one[0], "b", at, written);
+        let (c, d) = (reading(&zero[1], "c", at, 1), reading(&one[1], "d", at, 1));
+        let compacted = || async {
+            let table = MemoryReadings::new(None);
+            put_slab(&table, 0, vec![b(1)]);
+            put_slab_of(&table, SlabOwner::Shared, 0, vec![a.clone(), b(2)]);
+            put_slab_of(&table, SlabOwner::Shared, 1, vec![c.clone(), d.clone()]);
+            let rollups = started().await;
+            sealer(&table, &rollups, shards.clone())
+                .run(ts(HOUR + 3 * MINUTE_MS), None)
+                .await
+                .unwrap();
+            run_items(&table).await
+        };
+        let items = compacted().await;
+        let held = held(&items);
+        assert_eq!(
+            held.keys().cloned().collect::<BTreeSet<_>>(),
+            identities(&[a.clone(), b(2), c.clone(), d.clone()])
+        );
+        let (copies, kept) = &held[&(one[0].clone(), at, "b".to_owned())].clone();
+        assert_eq!((*copies, kept.written), (1, WriteOrder(2)));
+        // Each in its own group's run partition.
+        let window = layout.window(ts(at));
+        for (key, item) in &items {
+            for r in store::block::expand(item.clone()).unwrap() {
+                assert_eq!(key.pk, layout.run_pk(layout.group(&r.device_id), window));
+            }
+        }
+        // The same slabs compacted again: the same items, byte for byte.
+        assert_eq!(compacted().await, items);
     }
 
     /// Where the ingest put a reading: its device's own item, a slab, or both (a

@@ -10,7 +10,11 @@
 //!   group and whose timestamps share a window: `PK = s#{group}#{window}` (with the
 //!   group's fan-out, `s#{group}.{j}#{window}`), `SK` the digest of its members'
 //!   identities, so the same members always make the same item and a batch written
-//!   again overwrites its own slab.
+//!   again overwrites its own slab. Where a layout shares slabs
+//!   ([`SlabLayout::shared_slabs`]), the groups of a batch's window whose slab would fill
+//!   under half an item ([`thin_groups`]) write one slab of them all instead, in the
+//!   window's shared partition `s#*#{window}` ([`SlabOwner::Shared`]): a fleet that
+//!   sends little a batch pays a write unit for many groups' readings, not one each.
 //! - A **run** is a closed window's readings of one group, every copy once, sorted by
 //!   `(device, ts, event id)` and cut into items: `PK = r#{group}#{hour}`,
 //!   `SK = {first device}#{window}#{part}`. Each compacted window of a group also gets a
@@ -34,11 +38,12 @@
 //! partition of each span, newest sort key first from the device's own, until every
 //! window has shown the item holding the device's first readings in it (an item of an
 //! earlier device, or the window's marker: [`RunCover`]). For the windows still open,
-//! the group's slabs of each window, on every fan-out key. Every item is expanded and
+//! the group's slabs of each window, and the window's shared slabs, on every fan-out
+//! key of each. Every item is expanded and
 //! only the device's readings kept; a reading held twice (in two slabs, a slab and its
 //! own item) is answered once, by `crate::written::keep_last`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -111,6 +116,11 @@ pub struct SlabLayout {
     /// hour's, as runs were written before.
     #[serde(default = "stored_run_minutes")]
     pub run_minutes: u32,
+    /// Whether the groups of a batch's window whose slabs would each fill under half an
+    /// item write one shared slab instead ([`thin_groups`]). A layout stored without it
+    /// shares none, as slabs were written before.
+    #[serde(default)]
+    pub shared_slabs: bool,
 }
 
 const fn stored_run_minutes() -> u32 {
@@ -126,6 +136,7 @@ impl Default for SlabLayout {
             expiry_hours: DEFAULT_EXPIRY_HOURS,
             max_bytes: DEFAULT_MAX_BYTES,
             run_minutes: DEFAULT_RUN_MINUTES,
+            shared_slabs: true,
         }
     }
 }
@@ -214,6 +225,17 @@ impl SlabLayout {
     /// The run partitions' spans overlapping `range`, in order: a window of each.
     pub fn run_spans(&self, range: TimeRange) -> impl Iterator<Item = Window> {
         Window::covering(range, self.run_minutes)
+    }
+
+    /// The slab partitions a reading of `group` can be in: its group's, and the shared
+    /// one where the layout shares slabs.
+    #[must_use]
+    pub fn owners(&self, group: u32) -> Vec<SlabOwner> {
+        let mut owners = vec![SlabOwner::Group(group)];
+        if self.shared_slabs {
+            owners.push(SlabOwner::Shared);
+        }
+        owners
     }
 
     /// The window holding `ts`.
@@ -373,6 +395,62 @@ pub fn group_entity(group: u32) -> String {
     format!("{SLAB_PREFIX}{group}")
 }
 
+/// The entity the shared slabs' fan-out is kept under, and their partition's name.
+pub const SHARED_ENTITY: &str = "s#*";
+
+/// Whose slab partition a slab is in: its members' slab group's, or, for the thin
+/// groups of a batch's window, the window's shared partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SlabOwner {
+    /// `s#{group}#{window}`: every member is of the group.
+    Group(u32),
+    /// `s#*#{window}`: the members of several groups ([`thin_groups`]).
+    Shared,
+}
+
+impl SlabOwner {
+    /// The entity its fan-out is kept under ([`group_entity`], [`SHARED_ENTITY`]).
+    #[must_use]
+    pub fn entity(self) -> String {
+        match self {
+            Self::Group(group) => group_entity(group),
+            Self::Shared => SHARED_ENTITY.to_owned(),
+        }
+    }
+
+    /// Its slab partition key of `window` on fan-out key `j` ([`slab_pk`]; the shared
+    /// partition's `s#*#{window}`, `s#*.{j}#{window}`).
+    #[must_use]
+    pub fn pk(self, j: u32, window: Window) -> String {
+        match (self, j) {
+            (Self::Group(group), j) => slab_pk(group, j, window),
+            (Self::Shared, 0) => format!("{SHARED_ENTITY}#{}", window.label()),
+            (Self::Shared, j) => format!("{SHARED_ENTITY}.{j}#{}", window.label()),
+        }
+    }
+}
+
+/// The groups of one window of a batch whose readings go to the window's shared slab,
+/// of `bytes`, each group's slab of the window as encoded: those whose slab would fill
+/// under half of `max_bytes`, when at least two would. Each such slab pays a whole
+/// write unit for a fraction of one; together they fill their items. A group whose
+/// slab fills half an item or more keeps its own, so a busy fleet's device reads stay
+/// its group's; a lone thin group keeps its own too, as sharing it would save nothing.
+#[must_use]
+pub fn thin_groups(bytes: &BTreeMap<u32, usize>, max_bytes: u32) -> BTreeSet<u32> {
+    let half = usize::try_from(max_bytes / 2).unwrap_or(usize::MAX);
+    let thin: BTreeSet<u32> = bytes
+        .iter()
+        .filter(|&(_, &b)| b < half)
+        .map(|(&g, _)| g)
+        .collect();
+    if thin.len() >= 2 {
+        thin
+    } else {
+        BTreeSet::new()
+    }
+}
+
 /// A slab's partition key: its group, its fan-out key `j` (0 is the group's own key),
 /// and its window.
 #[must_use]
@@ -491,15 +569,16 @@ pub enum SlabQuery {
 
 /// The Queries of `device`'s read of `range`, in a layout of slabs `layout`: runs for
 /// the windows before `compacted_to` (the start of the first window not compacted),
-/// slabs for the rest, on each of the group's fan-out keys (`fanout(window)`, at least 1,
-/// the most the group had in that window).
+/// slabs for the rest, on each fan-out key of the group's partition and, where the
+/// layout shares slabs, of the window's shared one (`fanout(owner, window)`, at least
+/// 1, the most the owner had in that window).
 #[must_use]
 pub fn plan_device(
     layout: &SlabLayout,
     device: &str,
     range: TimeRange,
     compacted_to: Timestamp,
-    fanout: impl Fn(Window) -> u32,
+    fanout: impl Fn(SlabOwner, Window) -> u32,
 ) -> Vec<SlabQuery> {
     let group = layout.group(device);
     let mut queries: Vec<SlabQuery> = Vec::new();
@@ -520,11 +599,13 @@ pub fn plan_device(
                 }),
             }
         } else {
-            for j in 0..fanout(window).max(1) {
-                queries.push(SlabQuery::Slabs {
-                    pk: slab_pk(group, j, window),
-                    window,
-                });
+            for owner in layout.owners(group) {
+                for j in 0..fanout(owner, window).max(1) {
+                    queries.push(SlabQuery::Slabs {
+                        pk: owner.pk(j, window),
+                        window,
+                    });
+                }
             }
         }
     }
@@ -812,8 +893,13 @@ mod tests {
         let device = "sensor-7";
         let g = l.group(device);
         let range = TimeRange::new(ts("2026-06-22T00:50:00Z"), ts("2026-06-22T01:12:00Z")).unwrap();
-        let plan = plan_device(&l, device, range, ts("2026-06-22T01:05:00Z"), |w| {
-            if w.label().ends_with("01:10") { 2 } else { 1 }
+        // The group has two fan-out keys in 01:10, the shared partition one throughout.
+        let plan = plan_device(&l, device, range, ts("2026-06-22T01:05:00Z"), |o, w| {
+            if o == SlabOwner::Group(g) && w.label().ends_with("01:10") {
+                2
+            } else {
+                1
+            }
         });
         let w = |s| l.window(ts(s));
         assert_eq!(
@@ -836,6 +922,10 @@ mod tests {
                     window: w("2026-06-22T01:05:00Z")
                 },
                 SlabQuery::Slabs {
+                    pk: "s#*#2026-06-22T01:05".into(),
+                    window: w("2026-06-22T01:05:00Z")
+                },
+                SlabQuery::Slabs {
                     pk: format!("s#{g}#2026-06-22T01:10"),
                     window: w("2026-06-22T01:10:00Z")
                 },
@@ -843,8 +933,52 @@ mod tests {
                     pk: format!("s#{g}.1#2026-06-22T01:10"),
                     window: w("2026-06-22T01:10:00Z")
                 },
+                SlabQuery::Slabs {
+                    pk: "s#*#2026-06-22T01:10".into(),
+                    window: w("2026-06-22T01:10:00Z")
+                },
             ]
         );
+        // A layout that shares no slab reads its group's alone.
+        let alone = SlabLayout {
+            shared_slabs: false,
+            ..l
+        };
+        let plan = plan_device(&alone, device, range, ts("2026-06-22T01:05:00Z"), |_, _| 1);
+        assert!(
+            plan.iter()
+                .all(|q| !matches!(q, SlabQuery::Slabs { pk, .. } if pk.starts_with("s#*")))
+        );
+        assert_eq!(plan.len(), 4);
+    }
+
+    #[test]
+    fn only_two_or_more_thin_groups_share_a_slab() {
+        let bytes = |v: &[(u32, usize)]| v.iter().copied().collect::<BTreeMap<u32, usize>>();
+        // Under half of 1,024 is thin; two or more thin groups share.
+        assert_eq!(
+            thin_groups(&bytes(&[(0, 100), (1, 511), (2, 512), (3, 2_000)]), 1_024),
+            BTreeSet::from([0, 1])
+        );
+        assert!(thin_groups(&bytes(&[(0, 100), (2, 512)]), 1_024).is_empty());
+        assert!(thin_groups(&bytes(&[]), 1_024).is_empty());
+    }
+
+    #[test]
+    fn the_shared_partition_is_keyed_as_a_group_is_and_never_as_one() {
+        let w = layout().window(ts("2026-06-22T01:05:00Z"));
+        assert_eq!(SlabOwner::Shared.pk(0, w), "s#*#2026-06-22T01:05");
+        assert_eq!(SlabOwner::Shared.pk(3, w), "s#*.3#2026-06-22T01:05");
+        assert_eq!(SlabOwner::Shared.entity(), "s#*");
+        assert_eq!(SlabOwner::Group(3).pk(2, w), slab_pk(3, 2, w));
+        assert_eq!(SlabOwner::Group(3).entity(), group_entity(3));
+        // A stored layout shares no slab; a new one does.
+        let stored: SlabLayout = serde_json::from_str(
+            r#"{"groups":8,"window_minutes":1,"accept_secs":30,"expiry_hours":48,"max_bytes":1024}"#,
+        )
+        .unwrap();
+        assert!(!stored.shared_slabs);
+        assert!(layout().shared_slabs);
     }
 
     #[test]

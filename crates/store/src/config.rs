@@ -296,7 +296,8 @@ fn parse_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<Layout, 
 }
 
 /// The slab layout of `SLAB_GROUPS`, `SLAB_WINDOW_MINUTES`, `SLAB_ACCEPT_SECS`,
-/// `SLAB_EXPIRY_HOURS` and `SLAB_RUN_MINUTES` (`sharding::slab`).
+/// `SLAB_EXPIRY_HOURS`, `SLAB_RUN_MINUTES` and `SLAB_SHARED` (`on`, the default, or
+/// `off`) (`sharding::slab`).
 fn slab_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<SlabLayout, ConfigError> {
     let groups = env.parse_or(
         "SLAB_GROUPS",
@@ -313,6 +314,11 @@ fn slab_layout<F: Fn(&str) -> Option<String>>(env: &Vars<F>) -> Result<SlabLayou
         accept_secs: env.parse_or("SLAB_ACCEPT_SECS", slab::DEFAULT_ACCEPT_SECS, "seconds")?,
         expiry_hours: env.parse_or("SLAB_EXPIRY_HOURS", slab::DEFAULT_EXPIRY_HOURS, "hours")?,
         run_minutes: env.parse_or("SLAB_RUN_MINUTES", slab::DEFAULT_RUN_MINUTES, "minutes")?,
+        shared_slabs: match env.optional("SLAB_SHARED").as_deref() {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(_) => return Err(env.invalid("SLAB_SHARED", "expected on or off")),
+        },
         ..SlabLayout::default()
     };
     layout

@@ -228,7 +228,7 @@ pub(super) fn slab_key(
         .max(1);
     WriteKey {
         key: ItemKey {
-            pk: slab::slab_pk(place.group, slab::fanout_key(&place.sk, k), place.window),
+            pk: place.owner.pk(slab::fanout_key(&place.sk, k), place.window),
             sk: place.sk.clone(),
         },
         fanout: k,
@@ -306,7 +306,7 @@ pub(super) fn key_slabs(
                     Err(outcome) => KeyedWrite {
                         readings,
                         key: ItemKey {
-                            pk: slab::slab_pk(place.group, 0, place.window),
+                            pk: place.owner.pk(0, place.window),
                             sk: place.sk.clone(),
                         },
                         fanout: 1,

@@ -15,17 +15,20 @@
 //!
 //! # The slabs
 //! The readings sent to slabs are grouped by slab group and window, sorted by `(device,
-//! ts, event id)`, and cut (`sharding::slab::cut`, sized by `store::slab`) into slabs,
+//! ts, event id)`, and cut (`store::slab::cut`, each item sized as encoded) into slabs,
 //! each identity once: of two copies in the batch, the one written last
 //! (`sharding::written`; of one message's, the first sent) is cut first, and a copy goes
 //! to a later slab of the window, so every reading of every message is in exactly one
-//! write. The same readings make the same slabs, under the same sort keys.
+//! write. Where the layout shares slabs, the groups of a window whose slab would fill
+//! under half an item (`sharding::slab::thin_groups`, each group's first copies
+//! encoded as one slab) are cut together instead, into the window's shared partition.
+//! The same readings make the same slabs, under the same sort keys.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::mem;
 
 use sharding::epoch::TableHistory;
-use sharding::slab::{self, SlabLayout, Window};
+use sharding::slab::{self, SlabLayout, SlabOwner, Window};
 use sharding::time::Timestamp;
 use store::Reading;
 use store::size::WCU_BYTES;
@@ -129,36 +132,57 @@ pub(crate) fn take_slabs(
             _ => {}
         }
     }
-    let mut windows: BTreeMap<(Window, u32), (SlabLayout, Vec<Member>)> = BTreeMap::new();
+    let mut windows: BTreeMap<Window, (SlabLayout, BTreeMap<u32, Vec<Member>>)> = BTreeMap::new();
     for (reading, m) in taken {
         let Some(layout) = clock.layout_for(&reading, table) else {
             continue;
         };
-        let key = (layout.window(reading.ts), layout.group(&reading.device_id));
         windows
-            .entry(key)
-            .or_insert_with(|| (layout, Vec::new()))
+            .entry(layout.window(reading.ts))
+            .or_insert_with(|| (layout, BTreeMap::new()))
             .1
+            .entry(layout.group(&reading.device_id))
+            .or_default()
             .push((reading, m));
     }
-    windows
-        .into_iter()
-        .flat_map(|((window, group), (layout, members))| slabs_of(members, &layout, group, window))
-        .collect()
+    let mut slabs = Vec::new();
+    for (window, (layout, mut groups)) in windows {
+        for members in groups.values_mut() {
+            sort(members);
+        }
+        let thin = if layout.shared_slabs {
+            let bytes = groups
+                .iter()
+                .map(|(&group, members)| (group, slab_bytes(members, &layout, group, window)))
+                .collect();
+            slab::thin_groups(&bytes, layout.max_bytes)
+        } else {
+            BTreeSet::new()
+        };
+        let mut shared = Vec::new();
+        for (group, members) in groups {
+            if thin.contains(&group) {
+                shared.extend(members);
+            } else {
+                slabs.extend(slabs_of(members, &layout, SlabOwner::Group(group), window));
+            }
+        }
+        if !shared.is_empty() {
+            sort(&mut shared);
+            slabs.extend(slabs_of(shared, &layout, SlabOwner::Shared, window));
+        }
+    }
+    slabs
 }
 
-/// The slabs of one group and window: its readings sorted, each identity once a slab
-/// (the copy written last first), cut by the layout's bytes.
-fn slabs_of(
-    mut members: Vec<Member>,
-    layout: &SlabLayout,
-    group: u32,
-    window: Window,
-) -> Vec<Shared<UnkeyedSlab>> {
-    let same = |a: &Reading, b: &Reading| {
-        a.device_id == b.device_id && a.ts == b.ts && a.event_id == b.event_id
-    };
-    // Stable: of one message's copies, the first sent stays first.
+/// Whether two readings are one: the same device, time and event id.
+fn same(a: &Reading, b: &Reading) -> bool {
+    a.device_id == b.device_id && a.ts == b.ts && a.event_id == b.event_id
+}
+
+/// Sorts `members` by `(device, ts, event id)`, of copies of one reading the one
+/// written last first; stable, so of one message's copies the first sent stays first.
+fn sort(members: &mut [Member]) {
     members.sort_by(|(a, _), (b, _)| {
         (
             &a.device_id,
@@ -173,10 +197,36 @@ fn slabs_of(
                 std::cmp::Reverse(b.written),
             ))
     });
+}
+
+/// The bytes of `group`'s slab of `window` were it one item: the first copy of each of
+/// its readings (`members`, sorted) encoded under the longest key its slabs can get.
+/// What cannot be encoded counts as no slab could hold it.
+fn slab_bytes(members: &[Member], layout: &SlabLayout, group: u32, window: Window) -> usize {
+    let mut firsts: Vec<&Reading> = Vec::new();
+    for (reading, _) in members {
+        if firsts.last().is_none_or(|last| !same(last, reading)) {
+            firsts.push(reading);
+        }
+    }
+    let pk = SlabOwner::Group(group).pk(u32::MAX, window);
+    let sk = "0".repeat(slab::slab_sk([]).len());
+    store::slab::marshal(&firsts, &pk, &sk, layout.expires_at(window))
+        .map_or(usize::MAX, |encoded| encoded.size)
+}
+
+/// The slabs of one partition's readings of a window (`members`, sorted by [`sort`]):
+/// each identity once a slab (the copy written last first), cut by the layout's bytes.
+fn slabs_of(
+    mut members: Vec<Member>,
+    layout: &SlabLayout,
+    owner: SlabOwner,
+    window: Window,
+) -> Vec<Shared<UnkeyedSlab>> {
     // The longest partition key a fan-out can give, and a digest's length.
-    let placeholder_pk = slab::slab_pk(group, u32::MAX, window);
+    let placeholder_pk = owner.pk(u32::MAX, window);
     let key_lens = (placeholder_pk.len(), slab::slab_sk([]).len());
-    let entity = slab::group_entity(group);
+    let entity = owner.entity();
     let ttl = layout.expires_at(window);
     let mut slabs = Vec::new();
     while !members.is_empty() {
@@ -210,7 +260,7 @@ fn slabs_of(
                 write: UnkeyedSlab {
                     readings,
                     place: SlabPlace {
-                        group,
+                        owner,
                         entity: entity.clone(),
                         window,
                         sk,

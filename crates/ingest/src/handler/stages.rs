@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 
 use sharding::key::ItemKey;
-use sharding::slab::Window;
+use sharding::slab::{SlabOwner, Window};
 use store::Reading;
 use store::batch::{Outcome, SizedItem};
 use store::item::Encoded;
@@ -90,12 +90,13 @@ pub(crate) struct UnkeyedWrite {
     pub(crate) item: Option<Encoded>,
 }
 
-/// Where a slab goes (`sharding::slab`): its group, whose entity's fan-out keys it, its
-/// window, its sort key (the digest of its members) and its expiry.
+/// Where a slab goes (`sharding::slab`): its partition's owner (its members' group, or
+/// the window's shared partition), whose entity's fan-out keys it, its window, its
+/// sort key (the digest of its members) and its expiry.
 #[derive(Debug, Clone)]
 pub(crate) struct SlabPlace {
-    pub(crate) group: u32,
-    /// `sharding::slab::group_entity(group)`: the fan-out machinery's name of the group.
+    pub(crate) owner: SlabOwner,
+    /// `owner.entity()`: the fan-out machinery's name of the partition.
     pub(crate) entity: String,
     pub(crate) window: Window,
     pub(crate) sk: String,

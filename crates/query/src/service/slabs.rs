@@ -3,11 +3,12 @@
 //! slabs, nothing is read and no stream is added. Otherwise the compaction progress
 //! (`store::rollup::compaction::read_compacted`, one strongly consistent GetItem, where
 //! the service has the rollups table, `ROLLUP_TABLE`; without it every window is read
-//! from its slabs), and each slab group's fan-out from the shard directory (its cached
-//! entry, `sharding::slab::group_entity`).
+//! from its slabs), and the fan-out of each slab partition the device's readings can be
+//! in from the shard directory (its cached entry, `sharding::slab::SlabOwner::entity`:
+//! its group's, and the shared slabs').
 
 use sharding::epoch::{FanoutHistory, REKEY_HORIZON, TableHistory};
-use sharding::slab::{Window, group_entity};
+use sharding::slab::{SlabOwner, Window};
 use sharding::time::TimeRange;
 use store::directory::ShardReader;
 use store::read::ReadingSource;
@@ -18,7 +19,7 @@ use super::answer::store_error;
 use crate::budget::{self, Advice};
 use crate::error::ApiError;
 use crate::exec::{Exhausted, ReadBudget, ReadCost, StreamSpec, within};
-use crate::slabs::{groups, slab_epochs, streams};
+use crate::slabs::{owners, slab_epochs, streams};
 
 /// What a request's reads of slab-held readings are planned by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,19 +98,19 @@ impl<S: ReadingSource, D: ShardReader> QueryService<S, D> {
         let SlabProgress::Compaction(compacted) = progress else {
             return Ok(Vec::new());
         };
-        let mut fanouts: Vec<(u32, FanoutHistory)> = Vec::new();
-        for group in groups(table, device, range) {
+        let mut fanouts: Vec<(SlabOwner, FanoutHistory)> = Vec::new();
+        for owner in owners(table, device, range) {
             let history = self
                 .directory
-                .fanout(&group_entity(group), now)
+                .fanout(&owner.entity(), now)
                 .await
                 .map_err(store_error)?;
-            fanouts.push((group, history));
+            fanouts.push((owner, history));
         }
-        let fanout = |group: u32, window: Window| {
+        let fanout = |owner: SlabOwner, window: Window| {
             fanouts
                 .iter()
-                .find(|(g, _)| *g == group)
+                .find(|(o, _)| *o == owner)
                 .map_or(1, |(_, history)| {
                     let last = window.end().pred().saturating_add(REKEY_HORIZON);
                     history.max_over(window.start(), last, 1)

@@ -194,13 +194,18 @@ fn heading(shape: &Shape, f: &Figures) -> String {
              bytes, over a write unit, so the ingest keeps its blocks\n"
         ),
         Some(slabs::SlabPricing::Slabs(t)) => format!(
-            "\x20 slabs: a batch's readings in {:.2} of {} groups, {:.2} readings a slab, \
+            "\x20 slabs: a batch's readings in {:.2} of {} groups{}, {:.2} readings a slab, \
              stored as {} item(s) of {} bytes, {} write unit(s)\n\
              \x20 runs: a group's {} readings of a window in {} item(s) of {} bytes, {} write \
              unit(s), and a marker; {:.0} group-windows a month, {} read unit(s) each to \
              compact\n",
             t.groups_a_batch,
             t.groups,
+            if t.shared {
+                " (each under half an item: one shared slab)"
+            } else {
+                ""
+            },
             t.readings_a_slab,
             t.slab.items,
             t.slab.bytes,

@@ -568,8 +568,10 @@ fn shard_metadata_reads(shape: &Shape, f: &Figures, instances: f64) -> f64 {
     let a_ttl = MONTH_SECS / ttl * instances;
     match f.slab_tiers() {
         Some(t) => {
-            let g = f64::from(t.groups);
-            g * a_ttl.min(f.ingest_invocations_a_month * t.groups_a_batch / g)
+            // The partitions whose fan-out the ingest reads: the groups', or the
+            // shared one's.
+            let g = if t.shared { 1.0 } else { f64::from(t.groups) };
+            g * a_ttl.min(f.ingest_invocations_a_month * t.partitions_a_batch / g)
         }
         None => shape.devices * a_ttl.min(f.messages_a_month / shape.devices),
     }

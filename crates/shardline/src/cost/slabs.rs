@@ -19,7 +19,7 @@
 use anyhow::Context as _;
 use serde::Serialize;
 use sharding::capacity::MONTH_SECS;
-use sharding::slab::{self, SlabLayout, Window};
+use sharding::slab::{self, SlabLayout, SlabOwner, Window};
 use sharding::time::Timestamp;
 
 use super::bill::{Basis, Service, Use};
@@ -52,9 +52,14 @@ pub struct SlabTiers {
     pub device_share_bytes: usize,
     /// The groups one batch's readings fall into.
     pub groups_a_batch: f64,
-    /// A batch's readings of one group.
+    /// Whether each group's slab of a batch would fill under half an item, so the
+    /// batch writes one shared slab of them all (`sharding::slab::thin_groups`).
+    pub shared: bool,
+    /// The slab partitions one batch writes: `groups_a_batch`, or 1 when shared.
+    pub partitions_a_batch: f64,
+    /// A batch's readings of one partition (a group's, or all of them when shared).
     pub readings_a_slab: f64,
-    /// The items of one group's readings of a batch: `readings_a_slab` rounded up.
+    /// The items of one partition's readings of a batch.
     pub slab: Stored,
     /// A group's readings of a window, rounded up.
     pub run_readings: usize,
@@ -144,6 +149,73 @@ fn fresh_items(shape: &Shape, layout: &SlabLayout) -> anyhow::Result<FreshItems>
     })
 }
 
+/// A batch's readings, the groups they fall into, and a device's readings in it.
+struct BatchOf {
+    readings: f64,
+    groups: f64,
+    device_readings: u32,
+}
+
+/// A batch's slabs: whether they are shared, the partitions they are written to, each
+/// one's readings, and its items. Every group is alike: each thin (its slab one item
+/// under half of one, `sharding::slab::thin_groups`), or none.
+fn batch_slabs(
+    shape: &Shape,
+    batch: &BatchOf,
+    group: u32,
+    layout: &SlabLayout,
+    window: Window,
+) -> anyhow::Result<(bool, f64, f64, Stored)> {
+    let readings_a_slab = batch.readings / batch.groups;
+    let owner = SlabOwner::Group(group);
+    let slab = slab_of(
+        owner,
+        readings_a_slab,
+        shape,
+        batch.device_readings,
+        layout,
+        window,
+    )?;
+    let shared = layout.shared_slabs
+        && batch.groups >= 2.0
+        && slab.items == 1
+        && slab.bytes * 2 < layout.max_bytes as usize;
+    if !shared {
+        return Ok((false, batch.groups, readings_a_slab, slab));
+    }
+    let (owner, n) = (SlabOwner::Shared, batch.readings);
+    let pooled = slab_of(owner, n, shape, batch.device_readings, layout, window)?;
+    Ok((true, 1.0, n, pooled))
+}
+
+/// The items of a batch's slab of `n` readings (`device_readings` a device) in
+/// `owner`'s partition.
+fn slab_of(
+    owner: SlabOwner,
+    n: f64,
+    shape: &Shape,
+    device_readings: u32,
+    layout: &SlabLayout,
+    window: Window,
+) -> anyhow::Result<Stored> {
+    let interval_ms = (shape.interval_secs * 1000.0).round() as i64;
+    let key = |_: &str, _: usize| (owner.pk(0, window), "0".repeat(16));
+    sample::slab_items(
+        n.ceil() as usize,
+        device_readings as usize,
+        shape.metrics,
+        shape.reading_bytes,
+        interval_ms,
+        &SlabKeys {
+            // The ingest's: the longest key a fan-out can give, a digest's length.
+            key_lens: (owner.pk(u32::MAX, window).len(), 16),
+            max_bytes: layout.max_bytes as usize,
+            key: &key,
+            ttl: layout.expires_at(window),
+        },
+    )
+}
+
 /// How the fleet of `shape` is stored in a table of slabs, for batches of
 /// `messages_an_invocation`, `invocations` a month.
 pub fn price(
@@ -178,28 +250,19 @@ pub fn price(
     let g = f64::from(layout.groups.get());
     let n = messages_an_invocation * r;
     let groups_a_batch = g * (1.0 - (1.0 - 1.0 / g).powf(n));
-    let readings_a_slab = n / groups_a_batch;
     let window = Window::holding(
         Timestamp::from_millis(sample::START_MS)?,
         layout.window_minutes,
     );
     // The longest group's keys: the last group's.
     let group = layout.groups.get() - 1;
-    let slab_key = |_: &str, _: usize| (slab::slab_pk(group, 0, window), "0".repeat(16));
-    let slab = sample::slab_items(
-        readings_a_slab.ceil() as usize,
-        device_readings as usize,
-        shape.metrics,
-        shape.reading_bytes,
-        interval_ms,
-        &SlabKeys {
-            // The ingest's: the longest key a fan-out can give, a digest's length.
-            key_lens: (slab::slab_pk(group, u32::MAX, window).len(), 16),
-            max_bytes: layout.max_bytes as usize,
-            key: &slab_key,
-            ttl: layout.expires_at(window),
-        },
-    )?;
+    let batch = BatchOf {
+        readings: n,
+        groups: groups_a_batch,
+        device_readings,
+    };
+    let (shared, partitions_a_batch, readings_a_slab, slab) =
+        batch_slabs(shape, &batch, group, &layout, window)?;
     let window_secs = f64::from(layout.window_minutes) * 60.0;
     let run_readings = (shape.devices * window_secs / shape.interval_secs / g).ceil() as usize;
     let device_a_window = (window_secs / shape.interval_secs).ceil().max(1.0) as usize;
@@ -232,13 +295,15 @@ pub fn price(
     )?;
     let group_windows = g * MONTH_SECS / window_secs;
     let invocations_a_window = invocations * window_secs / MONTH_SECS;
-    let slab_bytes = groups_a_batch * slab.bytes as f64;
+    let slab_bytes = partitions_a_batch * slab.bytes as f64;
     let read = invocations_a_window * slab_bytes / g / READ_UNIT_BYTES;
     Ok(SlabPricing::Slabs(Box::new(SlabTiers {
         groups: layout.groups.get(),
         device_readings_a_batch: device_readings as usize,
         device_share_bytes: share.item_bytes,
         groups_a_batch,
+        shared,
+        partitions_a_batch,
         readings_a_slab,
         slab,
         run_readings,
@@ -251,8 +316,8 @@ pub fn price(
         .size,
         group_windows_a_month: group_windows,
         compaction_read_units: read.ceil().max(1.0),
-        slab_items_an_invocation: groups_a_batch * slab.items as f64,
-        slab_write_units_an_invocation: groups_a_batch * slab.write_units as f64,
+        slab_items_an_invocation: partitions_a_batch * slab.items as f64,
+        slab_write_units_an_invocation: partitions_a_batch * slab.write_units as f64,
         slab_bytes_an_invocation: slab_bytes,
         fresh: fresh_items(shape, &layout)?,
     })))
@@ -303,6 +368,23 @@ impl SlabTiers {
 
     /// DynamoDB's lines of the slabs and runs: the ingest's slab writes, the
     /// compaction's reads and writes, and their storage.
+    /// How the ingest's slab writes are modelled.
+    fn slab_note(&self) -> String {
+        format!(
+            "the store's encoders: a batch's readings fall into {:.2} of {} slab groups, {} \
+             of {} readings of distinct devices (store::slab::marshal), {} write unit(s)",
+            self.groups_a_batch,
+            self.groups,
+            if self.shared {
+                "each group's slab under half an item, so one shared slab"
+            } else {
+                "each a slab"
+            },
+            self.readings_a_slab.ceil(),
+            self.slab.write_units
+        )
+    }
+
     pub fn uses(&self, shape: &Shape, invocations: f64) -> Vec<Use> {
         let days = MONTH_SECS / 86_400.0;
         let layout = SlabLayout::default();
@@ -320,15 +402,7 @@ impl SlabTiers {
                 "ingest: write units (slabs)",
                 invocations * self.slab_write_units_an_invocation,
                 Key::DynamodbWriteRequestUnits,
-                modelled(&format!(
-                    "the store's encoders: a batch's readings fall into {:.2} of {} slab \
-                     groups, each a slab of {} readings of distinct devices \
-                     (store::slab::marshal), {} write unit(s)",
-                    self.groups_a_batch,
-                    self.groups,
-                    self.readings_a_slab.ceil(),
-                    self.slab.write_units
-                )),
+                modelled(&self.slab_note()),
             ),
             Use::new(
                 Service::DynamoDb,
