@@ -542,7 +542,8 @@ fn written(cadence_s: i64) -> Written {
 }
 
 /// A closed window's readings of group 0 as the compaction writes them: sorted by
-/// device, time and event id, cut into items of at most 16 KiB, and its marker.
+/// device, time and event id, cut into items of at most 1 KB, the first under the
+/// window's marker key.
 fn put_runs(table: &MemoryReadings, mut members: Vec<Reading>, w: Window) {
     members
         .sort_by(|a, b| (&a.device_id, a.ts, &a.event_id).cmp(&(&b.device_id, b.ts, &b.event_id)));
@@ -552,14 +553,12 @@ fn put_runs(table: &MemoryReadings, mut members: Vec<Reading>, w: Window) {
     let cuts = store::slab::cut(&members, most, (pk.len(), longest)).unwrap();
     for (part, cut) in cuts.into_iter().enumerate() {
         let first = members[cut.start].device_id.clone();
-        put(
-            table,
-            members[cut].to_vec(),
-            &pk,
-            &run_sk(&first, w, part as u32),
-        );
+        let sk = match part {
+            0 => marker_sk(w),
+            part => run_sk(&first, w, part as u32),
+        };
+        put(table, members[cut].to_vec(), &pk, &sk);
     }
-    put_marker(table, w);
 }
 
 /// Read units a request costs on `table` (eventually consistent), and its answer.

@@ -14,10 +14,12 @@
 //! horizon after its end, as every reader of slabs reads them), strongly consistent,
 //! with the group's readings of the window's shared slabs (where the layout shares
 //! slabs: the shared partition is read once, likewise, and its readings split by
-//! group); every copy of a reading kept once, the one written last; the readings put in run
-//! order and cut into run items (`store::slab::cut`, `store::slab::marshal`), each
-//! expiring the table's retention after its last reading, as blocks do; then the
-//! window's marker of the group; then the fleet's fresh minute of the window
+//! group); every copy of a reading kept once, the one written last; the readings put in
+//! run order and cut into run items (`store::slab::cut`, `store::slab::marshal`), each
+//! expiring the table's retention after its last reading, as blocks do, the first under
+//! the window's marker key (an item of no reading where the group has none in the
+//! window: the marker tells a reader the window holds nothing below it); then the
+//! fleet's fresh minute of the window
 //! (`store::rollup::fresh`): the cells of every group's readings of it, each counted
 //! once, which the fleet's routes answer until the hour is sealed; then the window's
 //! map of the fleet's fresh last-seen (`store::rollup::seen`: the window before's in the
@@ -164,7 +166,11 @@ fn fanout_of(history: &FanoutHistory, window: Window) -> u32 {
     history.max_over(window.start(), last, 1)
 }
 
-/// The run items of one group's readings of a window, in run order, then its marker.
+/// The run items of one group's readings of a window, in run order, the first under the
+/// window's marker key (`#{window}`, below every device's: a reader's descending read
+/// ends there, `sharding::slab::RunCover`), so a window of readings pays no item of
+/// its own to mark it; where the group has no reading in the window, its marker is an
+/// item of none (`store::slab::marker`).
 fn run_items(
     slabs: &SlabLayout,
     group: u32,
@@ -190,27 +196,37 @@ fn run_items(
         slabs.max_bytes as usize,
         (pk.len(), longest_sk.len()),
     )?;
-    let mut items = Vec::with_capacity(cuts.len() + 1);
+    // The window's marker: its first run, or, where the group has no reading in it,
+    // an item of none. It expires with the window's last millisecond.
+    let marker_ttl = expiry(window.end().pred(), retention);
+    let mut items = Vec::with_capacity(cuts.len().max(1));
     for (part, range) in cuts.into_iter().enumerate() {
         let run = &members[range];
-        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+        let Some(last) = run.last() else {
             continue;
         };
-        let sk = run_sk(
-            &first.device_id,
-            window,
-            u32::try_from(part).unwrap_or(u32::MAX),
-        );
-        let encoded = marshal(run, &pk, &sk, expiry(last.ts, retention))?;
+        let (sk, ttl) = if part == 0 {
+            (marker_sk(window), marker_ttl)
+        } else {
+            let sk = run_sk(
+                &run[0].device_id,
+                window,
+                u32::try_from(part).unwrap_or(u32::MAX),
+            );
+            (sk, expiry(last.ts, retention))
+        };
+        let encoded = marshal(run, &pk, &sk, ttl)?;
         items.push((ItemKey { pk: pk.clone(), sk }, encoded));
     }
-    let sk = marker_sk(window);
-    let marker = store::slab::marker(&pk, &sk, expiry(window.end().pred(), retention));
-    items.push((ItemKey { pk, sk }, marker));
+    if items.is_empty() {
+        let sk = marker_sk(window);
+        let marker = store::slab::marker(&pk, &sk, marker_ttl);
+        items.push((ItemKey { pk, sk }, marker));
+    }
     Ok(items)
 }
 
-/// What one group's readings of a window make: its run items and marker, their cells,
+/// What one group's readings of a window make: its run items (or its marker), their cells,
 /// and each device's newest reading's time.
 struct GroupWindow {
     items: Vec<(ItemKey, Encoded)>,
@@ -392,8 +408,9 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
             items.extend(group.items);
             last_seen.extend(group.last_seen);
         }
-        // Runs first, the markers once every run is stored, then the fleet's minute:
-        // all before the progress moves past the window.
+        // Runs first, the items under the windows' marker keys once every other run is
+        // stored, then the fleet's minute: all before the progress moves past the
+        // window.
         let (runs, markers): (Vec<_>, Vec<_>) = items
             .into_iter()
             .partition(|(key, _)| !key.sk.starts_with(sharding::slab::MARKER_PREFIX));
@@ -550,5 +567,61 @@ impl<S: ReadingSource + BatchTable, D: ShardReader, R: RollupTable> Sealer<S, D,
                 reason: format!("{outcome:?}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use store::WriteOrder;
+
+    use super::*;
+
+    fn reading(device: &str, ts_ms: i64) -> Reading {
+        Reading {
+            device_id: device.to_owned(),
+            event_id: format!("e{ts_ms}"),
+            ts: timestamp(ts_ms),
+            metrics: BTreeMap::from([(
+                "kwh".to_owned(),
+                store::Decimal::parse("1234.5").expect("a decimal"),
+            )]),
+            tags: BTreeMap::new(),
+            written: WriteOrder(0),
+        }
+    }
+
+    #[test]
+    fn a_windows_first_run_is_its_marker_and_an_empty_window_gets_a_marker_of_none() {
+        let slabs = SlabLayout::default();
+        let window = slabs.window(timestamp(1_782_090_000_000));
+        let retention = Duration::from_secs(30 * 86_400);
+        // Enough readings for several items of 1 KB.
+        let members: Vec<Reading> = (0..400)
+            .map(|i| reading(&format!("dev-{i:04}"), window.start_ms() + i))
+            .collect();
+        let items = run_items(&slabs, 3, window, &members, retention).expect("runs");
+        assert!(items.len() > 2, "{} items", items.len());
+        let pk = slabs.run_pk(3, window);
+        assert!(items.iter().all(|(key, _)| key.pk == pk));
+        // The first run under the marker's key, a run like any; no other marker.
+        assert_eq!(items[0].0.sk, marker_sk(window));
+        assert!(store::slab::is_slab(&items[0].1.item));
+        assert!(!store::slab::is_marker(&items[0].1.item));
+        for (part, (key, _)) in items.iter().enumerate().skip(1) {
+            assert!(key.sk.ends_with(&format!("#{part:04}")), "{}", key.sk);
+            assert_ne!(key.sk, marker_sk(window));
+        }
+        let mut held = Vec::new();
+        for (_, encoded) in items {
+            held.extend(store::block::expand(encoded.item).expect("a run"));
+        }
+        assert_eq!(held.len(), members.len());
+        // No reading: the marker alone, holding none.
+        let empty = run_items(&slabs, 3, window, &[], retention).expect("a marker");
+        assert_eq!(empty.len(), 1);
+        assert_eq!(empty[0].0.sk, marker_sk(window));
+        assert!(store::slab::is_marker(&empty[0].1.item));
     }
 }

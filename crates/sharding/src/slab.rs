@@ -17,9 +17,10 @@
 //!   sends little a batch pays a write unit for many groups' readings, not one each.
 //! - A **run** is a closed window's readings of one group, every copy once, sorted by
 //!   `(device, ts, event id)` and cut into items: `PK = r#{group}#{hour}`,
-//!   `SK = {first device}#{window}#{part}`. Each compacted window of a group also gets a
-//!   marker, `SK = #{window}`, so a reader knows the window holds nothing more of the
-//!   group. Runs are a pure function of the window's slabs, so a compaction run again,
+//!   `SK = {first device}#{window}#{part}`, but for the window's first run, keyed by
+//!   the window's marker, `SK = #{window}` (an item of no reading where the group has
+//!   none in the window), so a reader knows the window holds nothing more of the group
+//!   below it, and a window pays no item of its own to say so. Runs are a pure function of the window's slabs, so a compaction run again,
 //!   or two at once, writes the same items byte for byte.
 //!
 //! # When a window closes
@@ -642,8 +643,9 @@ impl RunCover {
     /// What the next item met (by descending sort key), its sort key `sk`, says. An
     /// item whose first device is the device's own holds its readings; the first item
     /// of a window met whose first device is earlier holds the device's first readings
-    /// of the window, and is the last one of the window that can hold any; a marker
-    /// says the window holds nothing earlier.
+    /// of the window, and is the last one of the window that can hold any; the window's
+    /// marker is its first run (or an item of none: expanded, it holds nothing), below
+    /// which the window holds nothing.
     pub fn take(&mut self, sk: &str) -> Take {
         match parse_run_sk(sk) {
             Some(RunSk::Run {
@@ -665,8 +667,11 @@ impl RunCover {
                 }
             }
             Some(RunSk::Marker { window }) => {
-                self.pending.remove(window);
-                Take::Skip
+                if self.pending.remove(window) {
+                    Take::Keep
+                } else {
+                    Take::Skip
+                }
             }
             None => Take::Skip,
         }
@@ -999,8 +1004,12 @@ mod tests {
         // An earlier item of the same window cannot hold dev-5.
         assert_eq!(cover.take(&run_sk("dev-3", w2, 2)), Take::Skip);
         assert!(!cover.is_done());
-        // A window with nothing before dev-5 ends at its marker.
-        assert_eq!(cover.take(&marker_sk(w1)), Take::Skip);
+        // A window with nothing before dev-5 ends at its marker, the window's first
+        // run, which can hold dev-5's first readings of it.
+        assert_eq!(cover.take(&marker_sk(w3)), Take::Skip);
+        assert_eq!(cover.take(&marker_sk(w1)), Take::Keep);
         assert!(cover.is_done());
+        // Once done, another window's marker is nothing to it.
+        assert_eq!(cover.take(&marker_sk(w2)), Take::Skip);
     }
 }

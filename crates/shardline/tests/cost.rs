@@ -409,9 +409,8 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
         );
 
         // A group's window: 1,000 devices x 60 s / interval readings over 8 groups
-        // (750, 125), cut at 16 KiB by each member's bound (store::slab::member_bytes,
-        // above its marshalled size): items of at most 16,384 bytes, each at most 16
-        // write units; and a marker of one unit. 8 groups x 43,200 windows a month.
+        // (750, 125), cut at 1 KB as each item is encoded (store::slab::cut): items of
+        // at most 1,024 bytes, a write unit each. 8 groups x 43,200 windows a month.
         let run_readings = (1000.0 * 60.0 / interval / 8.0_f64).ceil();
         assert_eq!(f("run_readings"), run_readings);
         let (run_items, run_bytes, run_wcu) = (
@@ -419,11 +418,12 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
             tier("run", "bytes"),
             tier("run", "write_units"),
         );
-        assert!(run_items >= 1.0 && run_bytes <= run_items * 16_384.0);
-        assert!(run_wcu >= (run_bytes / 1024.0).ceil() && run_wcu <= run_items * 16.0);
+        assert!(run_items >= 1.0 && run_bytes <= run_items * 1_024.0);
+        assert_eq!(run_wcu, run_items);
         let group_windows = 8.0 * 43_200.0;
         near(f("group_windows_a_month"), group_windows, "group-windows");
-        let compaction_wcu = group_windows * (run_wcu + 1.0);
+        // The window's first run is its marker: no item of its own.
+        let compaction_wcu = group_windows * run_wcu;
         near(
             quantity(&slabs, "sealer: write units (runs and markers)"),
             compaction_wcu,
@@ -455,10 +455,9 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
             group_windows * (a_window / 4096.0).ceil().max(1.0),
             "compaction reads",
         );
-        // Storage: a month of runs and markers (each + 100 bytes) over 30 days' retention;
+        // Storage: a month of runs (each + 100 bytes; no marker of its own) over 30 days' retention;
         // slabs for 48 h and half a minute.
-        let marker = f("marker_bytes");
-        let runs_gb = group_windows * (run_bytes + 100.0 * run_items + marker + 100.0) / GB;
+        let runs_gb = group_windows * (run_bytes + 100.0 * run_items) / GB;
         near(
             quantity(&slabs, "storage: runs and markers (retention's worth)"),
             runs_gb,

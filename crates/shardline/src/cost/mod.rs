@@ -197,7 +197,7 @@ fn heading(shape: &Shape, f: &Figures) -> String {
             "\x20 slabs: a batch's readings in {:.2} of {} groups{}, {:.2} readings a slab, \
              stored as {} item(s) of {} bytes, {} write unit(s)\n\
              \x20 runs: a group's {} readings of a window in {} item(s) of {} bytes, {} write \
-             unit(s), and a marker; {:.0} group-windows a month, {} read unit(s) each to \
+             unit(s), the first its marker; {:.0} group-windows a month, {} read unit(s) each to \
              compact\n",
             t.groups_a_batch,
             t.groups,

@@ -7,8 +7,8 @@
 //!   `G(1 − (1 − 1/G)^n)` of the `G` groups (devices hash evenly), each such slab
 //!   holding `n` over that many readings, cut at the layout's max bytes.
 //! - A **run** holds a closed window's readings of a group: the fleet's readings of a
-//!   window over `G`, cut at max bytes, and the window's marker of the group (every
-//!   group gets one). The compaction reads each group's slabs of each window once,
+//!   window over `G`, cut at max bytes, the first under the window's marker key (a
+//!   marker of its own only where the group has no reading in the window). The compaction reads each group's slabs of each window once,
 //!   strongly consistent: their bytes at 4 KB a read unit, one at least.
 //! - The **fleet's fresh items** of each window (docs/design-slabs.md, "The fleet's
 //!   minutes fresh"): its fresh minute, a write unit, and its map of every device's
@@ -333,8 +333,8 @@ impl SlabTiers {
         self.run.bytes as f64 / self.run_readings.max(1) as f64
     }
 
-    /// Write units a reading: its slab's and its run's (with the markers), and its
-    /// share of the fleet's fresh items.
+    /// Write units a reading: its slab's and its run's (with any marker of its own), and
+    /// its share of the fleet's fresh items.
     pub fn write_units_a_reading(&self, readings_a_month: f64, invocations: f64) -> f64 {
         (invocations * self.slab_write_units_an_invocation
             + self.compaction_write_units()
@@ -350,20 +350,30 @@ impl SlabTiers {
     /// Bytes DynamoDB bills as stored a reading kept for the retention: its runs' and
     /// markers', with each item's overhead.
     pub fn stored_bytes_a_reading(&self) -> f64 {
-        let run = self.run.bytes + STORAGE_OVERHEAD_BYTES * self.run.items;
-        (run + self.marker_bytes + STORAGE_OVERHEAD_BYTES) as f64 / self.run_readings.max(1) as f64
+        self.group_window_bytes() as f64 / self.run_readings.max(1) as f64
+    }
+
+    /// The markers of their own a group-window writes: one where it has no run (its
+    /// first run is its marker otherwise).
+    fn own_markers(&self) -> usize {
+        usize::from(self.run.items == 0)
     }
 
     fn compaction_write_units(&self) -> f64 {
-        self.group_windows_a_month * (self.run.write_units as f64 + 1.0)
+        self.group_windows_a_month * (self.run.write_units + self.own_markers()) as f64
+    }
+
+    /// Bytes DynamoDB bills as stored of a group's window: its runs, or its marker,
+    /// with each item's overhead.
+    fn group_window_bytes(&self) -> usize {
+        let run = self.run.bytes + STORAGE_OVERHEAD_BYTES * self.run.items;
+        run + self.own_markers() * (self.marker_bytes + STORAGE_OVERHEAD_BYTES)
     }
 
     /// Bytes DynamoDB bills as stored a month of runs and markers, with each item's
     /// overhead.
     fn run_bytes_a_month(&self) -> f64 {
-        let run = self.run.bytes + STORAGE_OVERHEAD_BYTES * self.run.items;
-        let marker = self.marker_bytes + STORAGE_OVERHEAD_BYTES;
-        self.group_windows_a_month * (run + marker) as f64
+        self.group_windows_a_month * self.group_window_bytes() as f64
     }
 
     /// DynamoDB's lines of the slabs and runs: the ingest's slab writes, the
@@ -411,7 +421,7 @@ impl SlabTiers {
                 Key::DynamodbWriteRequestUnits,
                 modelled(&format!(
                     "the store's encoders: a group's {} readings of a window in {} run \
-                     item(s) of {} write unit(s), and its marker (1)",
+                     item(s) of {} write unit(s), the first under the window's marker key",
                     self.run_readings, self.run.items, self.run.write_units
                 )),
             ),
