@@ -479,7 +479,16 @@ fn check_ingest_event(t: &Template) -> Result<()> {
         (2..=1000).contains(&concurrency),
         "MaximumConcurrency {concurrency} outside 2..=1000"
     );
-    // The three knobs are parameters, not constants.
+    // The ingest measures arrival rates by the batch the mapping gathers: its settings
+    // are the mapping's.
+    let env = path(&props, &["Environment", "Variables"]).context("ingest environment")?;
+    ensure!(
+        t.number(env.get("BATCH_SIZE"), "BATCH_SIZE")? == batch
+            && t.number(env.get("BATCHING_WINDOW_SECS"), "BATCHING_WINDOW_SECS")? == window,
+        "the ingest's BATCH_SIZE and BATCHING_WINDOW_SECS must be the event source's"
+    );
+    // The three knobs are parameters, not constants (the slab parameters' with
+    // Slabs=on).
     let raw_event = path(
         &t.doc,
         &["Resources", "IngestFunction", "Properties", "Events"],
@@ -494,9 +503,21 @@ fn check_ingest_event(t: &Template) -> Result<()> {
         &["ScalingConfig", "MaximumConcurrency"],
     ] {
         let raw = path(raw_event, key).context("raw event key")?;
+        let is_ref = |v: &Value| matches!(v, Value::Tagged(tagged) if tagged.tag == "Ref");
+        let by_slabs = match raw {
+            Value::Tagged(tagged) if tagged.tag == "If" => {
+                tagged.value.as_sequence().is_some_and(|p| {
+                    p.len() == 3
+                        && p[0].as_str() == Some("SlabsOn")
+                        && is_ref(&p[1])
+                        && is_ref(&p[2])
+                })
+            }
+            _ => false,
+        };
         ensure!(
-            matches!(raw, Value::Tagged(tagged) if tagged.tag == "Ref"),
-            "{} must be a parameter",
+            is_ref(raw) || by_slabs,
+            "{} must be a parameter, or with Slabs=on another",
             key.join(".")
         );
     }
@@ -2711,7 +2732,34 @@ fn run(name: &str) -> Result<()> {
 
 #[test]
 fn ingest_reports_batch_item_failures() -> Result<()> {
-    run("partial batch response")
+    run("partial batch response")?;
+    check_ingest_event(&Template::load(&[("Slabs", "on")])?)
+}
+
+/// With slabs, a batch is what fills a slab: the event source gathers 5 s and up to
+/// 1,000 messages (the slab parameters' defaults, docs/design-slabs.md), today's layout
+/// 1 s and 100; the ingest is told the same.
+#[test]
+fn the_event_source_gathers_what_the_layout_wants() -> Result<()> {
+    for (slabs, want) in [("off", (100, 1)), ("on", (1_000, 5))] {
+        let t = Template::load(&[("Slabs", slabs)])?;
+        let event = path(
+            &t.props("IngestFunction")?,
+            &["Events", "Queue", "Properties"],
+        )
+        .cloned()
+        .context("the SQS event")?;
+        let got = (
+            t.number(event.get("BatchSize"), "BatchSize")?,
+            t.number(
+                event.get("MaximumBatchingWindowInSeconds"),
+                "MaximumBatchingWindowInSeconds",
+            )?,
+        );
+        ensure!(got == want, "Slabs={slabs}: {got:?}, want {want:?}");
+        check_visibility_timeout(&t)?;
+    }
+    Ok(())
 }
 
 #[test]

@@ -30,10 +30,12 @@ use crate::report::{Results, at_most};
 use crate::sealer_bill::fleet::{Fleet, Kind, thousands};
 use crate::sealer_bill::{Charges, HOUR, Tables, Tap, at, ingest_with, sealer_on};
 
-/// The batching window and batch the slab layout's defaults ask of the event source:
-/// what one invocation gathers, so what one slab can hold.
-const SLAB_BATCH_WINDOW_MS: i64 = 5_000;
-const SLAB_BATCH: usize = 1_000;
+/// The batching window and batch the template gives the event source with slabs
+/// (`SlabBatchingWindow`, `SlabIngestBatchSize`): what one invocation gathers, so
+/// what one slab can hold.
+const SLAB_BATCH_WINDOW_MS: i64 =
+    (shardline_local::run_local::DEFAULT_SLAB_BATCHING_WINDOW_SECS * 1_000.0) as i64;
+const SLAB_BATCH: usize = shardline_local::run_local::DEFAULT_SLAB_BATCH_SIZE;
 /// The template's event source: its batching window and batch size.
 const TEMPLATE_BATCH_WINDOW_MS: i64 = 1_000;
 const TEMPLATE_BATCH: usize = 100;

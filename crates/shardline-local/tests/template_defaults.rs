@@ -2,7 +2,8 @@
 
 use shardline_local::run_local::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
-    DEFAULT_MAX_CONCURRENCY, QUERY_TIMEOUT,
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_SLAB_BATCH_SIZE, DEFAULT_SLAB_BATCHING_WINDOW_SECS,
+    QUERY_TIMEOUT,
 };
 use yaml_serde::Value;
 
@@ -20,6 +21,8 @@ fn defaults_match_template_yaml() {
     for (parameter, default) in [
         ("IngestBatchSize", DEFAULT_BATCH_SIZE as f64),
         ("BatchingWindow", DEFAULT_BATCHING_WINDOW_SECS),
+        ("SlabIngestBatchSize", DEFAULT_SLAB_BATCH_SIZE as f64),
+        ("SlabBatchingWindow", DEFAULT_SLAB_BATCHING_WINDOW_SECS),
         ("IngestMaxConcurrency", DEFAULT_MAX_CONCURRENCY as f64),
         ("IngestTimeout", DEFAULT_FUNCTION_TIMEOUT_SECS),
         ("QueryTimeout", QUERY_TIMEOUT.as_secs_f64()),

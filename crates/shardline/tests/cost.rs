@@ -376,7 +376,10 @@ fn a_thousand_one_reading_devices_write_fewer_units_in_slabs_than_in_blocks() {
     for (interval, batch) in [(10.0_f64, 100.0_f64), (60.0, 17.0)] {
         let every = interval.to_string();
         let args = ["--devices", "1000", "--interval-secs", every.as_str()];
-        let slabs = cost(&[&args[..], &["--layout", "slabs"]].concat());
+        // Today's layout's event source for both (slabs default to their own, 5 s and
+        // 1,000: a_longer_batching_window_fills_the_slabs).
+        let today = ["--batching-window-secs", "1", "--batch-size", "100"];
+        let slabs = cost(&[&args[..], &["--layout", "slabs"], &today].concat());
         let blocks = cost(&[&args[..], &["--layout", "blocks"]].concat());
         let t = &slabs["figures"]["slabs"];
         let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k}"));
@@ -499,8 +502,10 @@ fn a_device_whose_share_fills_a_write_unit_is_priced_as_blocks() {
         "--readings-a-message",
         "60",
     ];
-    let slabs = cost(&[&args[..], &["--layout", "slabs"]].concat());
-    let blocks = cost(&[&args[..], &["--layout", "blocks"]].concat());
+    // One event source for both, so the bills can be the same.
+    let source = ["--batching-window-secs", "1", "--batch-size", "100"];
+    let slabs = cost(&[&args[..], &["--layout", "slabs"], &source].concat());
+    let blocks = cost(&[&args[..], &["--layout", "blocks"], &source].concat());
     assert_eq!(slabs["figures"]["slabs"]["priced_as"], "blocks");
     assert!(
         slabs["figures"]["slabs"]["device_share_bytes"]
@@ -549,14 +554,15 @@ fn a_longer_batching_window_fills_the_slabs() {
         "--layout",
         "slabs",
     ];
-    let one = cost(&args);
-    let five = cost(
+    let one = cost(
         &[
             &args[..],
-            &["--batching-window-secs", "5", "--batch-size", "1000"],
+            &["--batching-window-secs", "1", "--batch-size", "100"],
         ]
         .concat(),
     );
+    // The template's event source with slabs, the tool's default with --layout slabs.
+    let five = cost(&args);
     // 16.7 a second over 5 s: 84 messages a batch.
     assert_eq!(five["figures"]["messages_an_invocation"], 84.0);
     assert!(
@@ -585,6 +591,7 @@ fn the_template_memory_sizes_and_batching_are_the_models() {
     };
     use shardline::cost::model::{
         BATCH_SIZE, BATCHING_WINDOW_SECS, INGEST_MEMORY_MB, QUERY_MEMORY_MB, SEALER_MEMORY_MB,
+        SLAB_BATCH_SIZE, SLAB_BATCHING_WINDOW_SECS,
     };
     assert_eq!(default_of("IngestMemorySize"), INGEST_MEMORY_MB.to_string());
     assert_eq!(default_of("QueryMemorySize"), QUERY_MEMORY_MB.to_string());
@@ -593,6 +600,14 @@ fn the_template_memory_sizes_and_batching_are_the_models() {
     assert_eq!(
         default_of("BatchingWindow"),
         BATCHING_WINDOW_SECS.to_string()
+    );
+    assert_eq!(
+        default_of("SlabIngestBatchSize"),
+        SLAB_BATCH_SIZE.to_string()
+    );
+    assert_eq!(
+        default_of("SlabBatchingWindow"),
+        SLAB_BATCHING_WINDOW_SECS.to_string()
     );
     assert_eq!(default_of("SealerSchedule"), "rate(1 minute)");
     assert_eq!(default_of("Architecture"), "arm64");

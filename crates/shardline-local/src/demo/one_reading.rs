@@ -19,10 +19,12 @@ const SAMPLE_ONE_IN: usize = 10;
 /// The event source of today's layout: the template's batching window and batch size.
 const TODAY_WINDOW: Duration = Duration::from_secs(1);
 const TODAY_BATCH: usize = 100;
-/// The event source the slab layout's defaults ask for: a longer window and a larger
-/// batch, so one invocation gathers more devices' readings into each slab.
-const SLAB_WINDOW: Duration = Duration::from_secs(5);
-const SLAB_BATCH: usize = 1_000;
+/// The event source the template gives slabs (`SlabBatchingWindow`,
+/// `SlabIngestBatchSize`): a longer window and a larger batch, so one invocation
+/// gathers more devices' readings into each slab.
+const SLAB_WINDOW: Duration =
+    Duration::from_secs(crate::run_local::DEFAULT_SLAB_BATCHING_WINDOW_SECS as u64);
+const SLAB_BATCH: usize = crate::run_local::DEFAULT_SLAB_BATCH_SIZE;
 
 /// Both runs of the phase.
 #[derive(Debug, Clone)]

@@ -53,7 +53,8 @@ pub use received::read_received;
 pub use running::Running;
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCHING_WINDOW_SECS, DEFAULT_FUNCTION_TIMEOUT_SECS,
-    DEFAULT_MAX_CONCURRENCY, DEFAULT_SEAL_EVERY_SECS, QUERY_TIMEOUT, RunLocalArgs, Settings,
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_SEAL_EVERY_SECS, DEFAULT_SLAB_BATCH_SIZE,
+    DEFAULT_SLAB_BATCHING_WINDOW_SECS, QUERY_TIMEOUT, RunLocalArgs, Settings,
 };
 pub(crate) use stats::ms;
 pub use stats::{Billed, Stats};

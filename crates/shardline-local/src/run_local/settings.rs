@@ -13,6 +13,12 @@ use shardline::env::StackArgs;
 pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// template.yaml `BatchingWindow` default, seconds.
 pub const DEFAULT_BATCHING_WINDOW_SECS: f64 = 1.0;
+/// template.yaml `SlabIngestBatchSize` default: the mapping's `BatchSize` with
+/// `Slabs=on`, a batch being what fills a slab.
+pub const DEFAULT_SLAB_BATCH_SIZE: usize = 1_000;
+/// template.yaml `SlabBatchingWindow` default, seconds: the mapping's window with
+/// `Slabs=on`.
+pub const DEFAULT_SLAB_BATCHING_WINDOW_SECS: f64 = 5.0;
 /// template.yaml `IngestTimeout` default, seconds.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: f64 = 30.0;
 /// template.yaml `QueryTimeout` default: each local query request's deadline.

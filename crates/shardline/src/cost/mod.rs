@@ -90,13 +90,14 @@ pub struct CostArgs {
     /// Slab groups of a table of slabs (SLAB_GROUPS).
     #[arg(long, default_value_t = sharding::slab::DEFAULT_GROUPS)]
     pub slab_groups: u32,
-    /// The event source's batching window, seconds (the template's BatchingWindow,
-    /// 1 to 300).
-    #[arg(long, default_value_t = model::BATCHING_WINDOW_SECS)]
-    pub batching_window_secs: f64,
-    /// Most messages an ingest invocation (the template's IngestBatchSize, 1 to 10,000).
-    #[arg(long, default_value_t = model::BATCH_SIZE)]
-    pub batch_size: u32,
+    /// The event source's batching window, seconds, 1 to 300 (default: the template's,
+    /// BatchingWindow's 1 s, or SlabBatchingWindow's 5 s with --layout slabs).
+    #[arg(long)]
+    pub batching_window_secs: Option<f64>,
+    /// Most messages an ingest invocation, 1 to 10,000 (default: the template's,
+    /// IngestBatchSize's 100, or SlabIngestBatchSize's 1,000 with --layout slabs).
+    #[arg(long)]
+    pub batch_size: Option<u32>,
     /// Days readings are kept (the template's RetentionDays).
     #[arg(long, default_value_t = 30.0)]
     pub retention_days: f64,
@@ -140,8 +141,14 @@ impl CostArgs {
             door: self.door,
             packing,
             slab_groups: self.slab_groups,
-            batching_window_secs: self.batching_window_secs,
-            batch_size: self.batch_size,
+            batching_window_secs: self.batching_window_secs.unwrap_or(match packing {
+                Packing::Slabs => model::SLAB_BATCHING_WINDOW_SECS,
+                Packing::Items | Packing::Blocks => model::BATCHING_WINDOW_SECS,
+            }),
+            batch_size: self.batch_size.unwrap_or(match packing {
+                Packing::Slabs => model::SLAB_BATCH_SIZE,
+                Packing::Items | Packing::Blocks => model::BATCH_SIZE,
+            }),
             retention_days: self.retention_days,
             reads: Reads {
                 device_readings: self.device_readings_a_day,

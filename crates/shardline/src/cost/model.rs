@@ -23,6 +23,10 @@ pub const SEALER_MEMORY_MB: u32 = 1024;
 pub const BATCH_SIZE: u32 = 100;
 /// The template's `BatchingWindow` default, seconds.
 pub const BATCHING_WINDOW_SECS: f64 = 1.0;
+/// The template's `SlabIngestBatchSize` default: the batch with `Slabs=on`.
+pub const SLAB_BATCH_SIZE: u32 = 1_000;
+/// The template's `SlabBatchingWindow` default, seconds: the window with `Slabs=on`.
+pub const SLAB_BATCHING_WINDOW_SECS: f64 = 5.0;
 /// Runs of the sealer an hour at the template's `SealerSchedule`, `rate(1 minute)`.
 pub const SEALER_RUNS_AN_HOUR: f64 = 60.0;
 /// SQS bills each 64 KB chunk of a request's payload as a request.
