@@ -170,7 +170,9 @@ fn fanout_of(history: &FanoutHistory, window: Window) -> u32 {
 /// window's marker key (`#{window}`, below every device's: a reader's descending read
 /// ends there, `sharding::slab::RunCover`), so a window of readings pays no item of
 /// its own to mark it; where the group has no reading in the window, its marker is an
-/// item of none (`store::slab::marker`).
+/// item of none (`store::slab::marker`). A layout without `first_run_marks` (stored
+/// before the rule) keys every run by its first device and marks every window with an
+/// item of none, as compaction did before.
 fn run_items(
     slabs: &SlabLayout,
     group: u32,
@@ -205,7 +207,7 @@ fn run_items(
         let Some(last) = run.last() else {
             continue;
         };
-        let (sk, ttl) = if part == 0 {
+        let (sk, ttl) = if part == 0 && slabs.first_run_marks {
             (marker_sk(window), marker_ttl)
         } else {
             let sk = run_sk(
@@ -218,7 +220,7 @@ fn run_items(
         let encoded = marshal(run, &pk, &sk, ttl)?;
         items.push((ItemKey { pk: pk.clone(), sk }, encoded));
     }
-    if items.is_empty() {
+    if items.is_empty() || !slabs.first_run_marks {
         let sk = marker_sk(window);
         let marker = store::slab::marker(&pk, &sk, marker_ttl);
         items.push((ItemKey { pk, sk }, marker));
@@ -623,5 +625,17 @@ mod tests {
         assert_eq!(empty.len(), 1);
         assert_eq!(empty[0].0.sk, marker_sk(window));
         assert!(store::slab::is_marker(&empty[0].1.item));
+        // A layout stored before the rule: every run under its first device, then a
+        // marker of none.
+        let stored = SlabLayout {
+            first_run_marks: false,
+            ..slabs
+        };
+        let items = run_items(&stored, 3, window, &members, retention).expect("runs");
+        let (marker, runs) = items.split_last().expect("items");
+        assert_eq!(marker.0.sk, marker_sk(window));
+        assert!(store::slab::is_marker(&marker.1.item));
+        assert!(runs[0].0.sk.starts_with("dev-0000#"), "{}", runs[0].0.sk);
+        assert!(runs.iter().all(|(key, _)| key.sk != marker_sk(window)));
     }
 }

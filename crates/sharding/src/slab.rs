@@ -20,7 +20,9 @@
 //!   `SK = {first device}#{window}#{part}`, but for the window's first run, keyed by
 //!   the window's marker, `SK = #{window}` (an item of no reading where the group has
 //!   none in the window), so a reader knows the window holds nothing more of the group
-//!   below it, and a window pays no item of its own to say so. Runs are a pure function of the window's slabs, so a compaction run again,
+//!   below it, and a window pays no item of its own to say so
+//!   ([`SlabLayout::first_run_marks`]; under a layout without it every window gets a
+//!   marker of none and its first run is keyed as any other). Runs are a pure function of the window's slabs, so a compaction run again,
 //!   or two at once, writes the same items byte for byte.
 //!
 //! # When a window closes
@@ -122,6 +124,12 @@ pub struct SlabLayout {
     /// shares none, as slabs were written before.
     #[serde(default)]
     pub shared_slabs: bool,
+    /// Whether a compacted window's first run is keyed as its marker, so a window of
+    /// readings writes no marker of its own. A layout stored without it writes a
+    /// marker of none for every window, as compaction did before, so a reader deployed
+    /// before this rule never meets such a run; every reader now reads both.
+    #[serde(default)]
+    pub first_run_marks: bool,
 }
 
 const fn stored_run_minutes() -> u32 {
@@ -138,6 +146,7 @@ impl Default for SlabLayout {
             max_bytes: DEFAULT_MAX_BYTES,
             run_minutes: DEFAULT_RUN_MINUTES,
             shared_slabs: true,
+            first_run_marks: true,
         }
     }
 }
@@ -982,8 +991,8 @@ mod tests {
             r#"{"groups":8,"window_minutes":1,"accept_secs":30,"expiry_hours":48,"max_bytes":1024}"#,
         )
         .unwrap();
-        assert!(!stored.shared_slabs);
-        assert!(layout().shared_slabs);
+        assert!(!stored.shared_slabs && !stored.first_run_marks);
+        assert!(layout().shared_slabs && layout().first_run_marks);
     }
 
     #[test]
