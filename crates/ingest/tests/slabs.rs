@@ -366,6 +366,22 @@ fn group_zero(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// `ev` processed as one full batch (its size the mapping's batch size, so its rate is
+/// measured over its span): every message written, none throttled.
+async fn burst(fx: &Fixture, rollups: &MemoryRollups, ev: &SqsEvent) -> Report {
+    let batch = ev.records.len().to_string();
+    let report = service(fx, rollups, &[("BATCH_SIZE", batch.as_str())])
+        .process(ev, now(), deadline(), &mut rng())
+        .await;
+    all_written(&report);
+    assert!(
+        report.writes.throttles.is_empty(),
+        "{:?}",
+        report.writes.throttles
+    );
+    report
+}
+
 /// Scenario 65: a burst to one slab group beyond a key's 1,000 write units a second
 /// raises the group's fan-out before it is keyed, as a hot device's is, and spreads its
 /// slabs over the raised keys: none throttled, each key far under its limit.
@@ -382,15 +398,7 @@ async fn s65_a_hot_slab_group_is_raised_and_spread_over_its_fanout_keys() {
             .attributes
             .insert("SentTimestamp".to_owned(), sent.to_string());
     }
-    let report = service(&fx, &rollups, &[("BATCH_SIZE", "3000")])
-        .process(&ev, now(), deadline(), &mut rng())
-        .await;
-    all_written(&report);
-    assert!(
-        report.writes.throttles.is_empty(),
-        "{:?}",
-        report.writes.throttles
-    );
+    let report = burst(&fx, &rollups, &ev).await;
     let items = slab_items(&fx);
     let units: usize = items.values().map(|i| write_units(item_size(i))).sum();
     let rate = units as f64 / 0.01;
@@ -435,15 +443,7 @@ async fn s65_a_hot_shared_partition_is_raised_as_a_hot_group_is() {
     // 48 one-reading messages over every group (each group's slab far under half an
     // item), all sent in the same millisecond: a full batch, cut by its size.
     let ev = one_reading_each(&meters(48), 5, 0);
-    let report = service(&fx, &rollups, &[("BATCH_SIZE", "48")])
-        .process(&ev, now(), deadline(), &mut rng())
-        .await;
-    all_written(&report);
-    assert!(
-        report.writes.throttles.is_empty(),
-        "{:?}",
-        report.writes.throttles
-    );
+    let report = burst(&fx, &rollups, &ev).await;
     let items = slab_items(&fx);
     assert!(
         items.keys().all(|k| k.pk.starts_with("s#*")),

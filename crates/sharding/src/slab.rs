@@ -440,6 +440,12 @@ impl SlabOwner {
     }
 }
 
+/// Whether a group's slab of `bytes` is thin: under half of `max_bytes`.
+#[must_use]
+pub fn is_thin(bytes: usize, max_bytes: u32) -> bool {
+    bytes < usize::try_from(max_bytes / 2).unwrap_or(usize::MAX)
+}
+
 /// The groups of one window of a batch whose readings go to the window's shared slab,
 /// of `bytes`, each group's slab of the window as encoded: those whose slab would fill
 /// under half of `max_bytes`, when at least two would. Each such slab pays a whole
@@ -448,10 +454,9 @@ impl SlabOwner {
 /// its group's; a lone thin group keeps its own too, as sharing it would save nothing.
 #[must_use]
 pub fn thin_groups(bytes: &BTreeMap<u32, usize>, max_bytes: u32) -> BTreeSet<u32> {
-    let half = usize::try_from(max_bytes / 2).unwrap_or(usize::MAX);
     let thin: BTreeSet<u32> = bytes
         .iter()
-        .filter(|&(_, &b)| b < half)
+        .filter(|&(_, &b)| is_thin(b, max_bytes))
         .map(|(&g, _)| g)
         .collect();
     if thin.len() >= 2 {

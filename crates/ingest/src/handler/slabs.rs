@@ -201,13 +201,18 @@ fn sort(members: &mut [Member]) {
 
 /// The bytes of `group`'s slab of `window` were it one item: the first copy of each of
 /// its readings (`members`, sorted) encoded under the longest key its slabs can get.
-/// What cannot be encoded counts as no slab could hold it.
+/// What cannot be encoded counts as no slab could hold it; so do more readings than
+/// half an item has bytes (a member packs to at least a byte), which are not encoded:
+/// a busy group is not encoded once more to learn it is not thin.
 fn slab_bytes(members: &[Member], layout: &SlabLayout, group: u32, window: Window) -> usize {
     let mut firsts: Vec<&Reading> = Vec::new();
     for (reading, _) in members {
         if firsts.last().is_none_or(|last| !same(last, reading)) {
             firsts.push(reading);
         }
+    }
+    if !slab::is_thin(firsts.len(), layout.max_bytes) {
+        return usize::MAX;
     }
     let pk = SlabOwner::Group(group).pk(u32::MAX, window);
     let sk = "0".repeat(slab::slab_sk([]).len());

@@ -156,16 +156,27 @@ struct BatchOf {
     device_readings: u32,
 }
 
-/// A batch's slabs: whether they are shared, the partitions they are written to, each
-/// one's readings, and its items. Every group is alike: each thin (its slab one item
-/// under half of one, `sharding::slab::thin_groups`), or none.
+/// A batch's slabs.
+struct BatchSlabs {
+    /// Whether the groups' slabs are thin and the batch writes one shared slab.
+    shared: bool,
+    /// The partitions they are written to.
+    partitions: f64,
+    /// Each partition's readings.
+    readings_a_slab: f64,
+    /// Each partition's items.
+    slab: Stored,
+}
+
+/// A batch's slabs. Every group is alike: each thin (`sharding::slab::is_thin`), so
+/// that the batch writes one shared slab (`sharding::slab::thin_groups`), or none.
 fn batch_slabs(
     shape: &Shape,
     batch: &BatchOf,
     group: u32,
     layout: &SlabLayout,
     window: Window,
-) -> anyhow::Result<(bool, f64, f64, Stored)> {
+) -> anyhow::Result<BatchSlabs> {
     let readings_a_slab = batch.readings / batch.groups;
     let owner = SlabOwner::Group(group);
     let slab = slab_of(
@@ -176,16 +187,23 @@ fn batch_slabs(
         layout,
         window,
     )?;
-    let shared = layout.shared_slabs
-        && batch.groups >= 2.0
-        && slab.items == 1
-        && slab.bytes * 2 < layout.max_bytes as usize;
+    let shared =
+        layout.shared_slabs && batch.groups >= 2.0 && slab::is_thin(slab.bytes, layout.max_bytes);
     if !shared {
-        return Ok((false, batch.groups, readings_a_slab, slab));
+        return Ok(BatchSlabs {
+            shared,
+            partitions: batch.groups,
+            readings_a_slab,
+            slab,
+        });
     }
     let (owner, n) = (SlabOwner::Shared, batch.readings);
-    let pooled = slab_of(owner, n, shape, batch.device_readings, layout, window)?;
-    Ok((true, 1.0, n, pooled))
+    Ok(BatchSlabs {
+        shared,
+        partitions: 1.0,
+        readings_a_slab: n,
+        slab: slab_of(owner, n, shape, batch.device_readings, layout, window)?,
+    })
 }
 
 /// The items of a batch's slab of `n` readings (`device_readings` a device) in
@@ -261,8 +279,12 @@ pub fn price(
         groups: groups_a_batch,
         device_readings,
     };
-    let (shared, partitions_a_batch, readings_a_slab, slab) =
-        batch_slabs(shape, &batch, group, &layout, window)?;
+    let BatchSlabs {
+        shared,
+        partitions: partitions_a_batch,
+        readings_a_slab,
+        slab,
+    } = batch_slabs(shape, &batch, group, &layout, window)?;
     let window_secs = f64::from(layout.window_minutes) * 60.0;
     let run_readings = (shape.devices * window_secs / shape.interval_secs / g).ceil() as usize;
     let device_a_window = (window_secs / shape.interval_secs).ceil().max(1.0) as usize;
